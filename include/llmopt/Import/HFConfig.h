@@ -1,0 +1,40 @@
+//===- HFConfig.h - Hugging Face config.json importer -----------*- C++ -*-===//
+//
+// Builds an llm module from a Hugging Face style `config.json` (GPT-2,
+// Llama 2/3/3.1, Mistral, Mixtral, Qwen2). Parameters get the names the
+// architecture's checkpoints use.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef LLMOPT_IMPORT_HFCONFIG_H
+#define LLMOPT_IMPORT_HFCONFIG_H
+
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/OwningOpRef.h"
+#include "llvm/ADT/StringRef.h"
+#include <string>
+
+namespace llmopt {
+
+struct HFImportOptions {
+  /// Element type of weights and activations: bf16, f16 or f32.
+  std::string dtype = "bf16";
+  /// Model name recorded as `llm.name`; defaults to the file's stem.
+  std::string name;
+};
+
+/// Imports `json`, the contents of `filename`. On bad input, emits one error
+/// located at the offending field of `filename` and returns null.
+mlir::OwningOpRef<mlir::ModuleOp>
+importHFConfig(llvm::StringRef json, llvm::StringRef filename,
+               mlir::MLIRContext *context, const HFImportOptions &options = {});
+
+/// True when `filename` names a JSON model (".json").
+bool isHFConfigFile(llvm::StringRef filename);
+
+/// Registers `--import-hf` with mlir-translate style tools.
+void registerHFImportTranslation();
+
+} // namespace llmopt
+
+#endif // LLMOPT_IMPORT_HFCONFIG_H

@@ -1,0 +1,98 @@
+//===- llm-opt.cpp - the llm-opt driver -----------------------------------===//
+//
+// mlir-opt for llm IR, with two additions:
+//  - a model can be given as a Hugging Face config.json wherever a .mlir file
+//    is accepted: it is imported first;
+//  - when a report pass (--llm-stats) writes to standard output, the module is
+//    not printed there as well (use -o FILE to keep it).
+// Output is written only when everything succeeded: a failing run leaves no
+// partial file.
+//
+//===----------------------------------------------------------------------===//
+
+#include "llmopt/Import/HFConfig.h"
+#include "llmopt/InitAllDialects.h"
+#include "llmopt/InitAllPasses.h"
+#include "llmopt/Support/Output.h"
+
+#include "mlir/IR/AsmState.h"
+#include "mlir/IR/MLIRContext.h"
+#include "mlir/Support/FileUtilities.h"
+#include "mlir/Tools/mlir-opt/MlirOptMain.h"
+#include "llvm/Support/InitLLVM.h"
+#include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/SourceMgr.h"
+#include "llvm/Support/ToolOutputFile.h"
+#include "llvm/Support/raw_ostream.h"
+
+using namespace mlir;
+
+/// Imports a JSON model and returns its MLIR text as a buffer named after
+/// the file, or null after printing the error.
+static std::unique_ptr<llvm::MemoryBuffer>
+importJSON(std::unique_ptr<llvm::MemoryBuffer> json, DialectRegistry &registry) {
+  MLIRContext ctx(registry);
+  llvm::SourceMgr sourceMgr;
+  StringRef name = json->getBufferIdentifier();
+  std::string nameCopy = name.str();
+  StringRef text = json->getBuffer();
+  sourceMgr.AddNewSourceBuffer(std::move(json), llvm::SMLoc());
+  SourceMgrDiagnosticHandler handler(sourceMgr, &ctx);
+  OwningOpRef<ModuleOp> module =
+      llmopt::importHFConfig(text, nameCopy, &ctx);
+  if (!module)
+    return nullptr;
+  std::string ir;
+  llvm::raw_string_ostream os(ir);
+  module->print(os);
+  return llvm::MemoryBuffer::getMemBufferCopy(ir, nameCopy);
+}
+
+int main(int argc, char **argv) {
+  llvm::InitLLVM y(argc, argv);
+  DialectRegistry registry;
+  llmopt::registerAllDialects(registry);
+  llmopt::registerAllPasses();
+
+  auto [inputFilename, outputFilename] = registerAndParseCLIOptions(
+      argc, argv, "llm-opt: plan and lower transformer training", registry);
+  MlirOptMainConfig config = MlirOptMainConfig::createFromCLOptions();
+  if (config.shouldShowDialects() || config.shouldListPasses())
+    return asMainReturnCode(MlirOptMain(argc, argv, inputFilename, outputFilename, registry));
+
+  std::string errorMessage;
+  std::unique_ptr<llvm::MemoryBuffer> input = openInputFile(inputFilename, &errorMessage);
+  if (!input) {
+    llvm::errs() << "llm-opt: " << errorMessage << "\n";
+    return EXIT_FAILURE;
+  }
+  if (llmopt::isHFConfigFile(inputFilename)) {
+    input = importJSON(std::move(input), registry);
+    if (!input)
+      return EXIT_FAILURE;
+  }
+
+  // Run into memory so that a failure writes nothing.
+  std::string result;
+  llvm::raw_string_ostream resultStream(result);
+  if (failed(MlirOptMain(resultStream, std::move(input), registry, config)))
+    return EXIT_FAILURE;
+
+  if (outputFilename == "-" && llmopt::reportWroteToStdout())
+    return EXIT_SUCCESS;
+  std::unique_ptr<llvm::ToolOutputFile> output =
+      openOutputFile(outputFilename, &errorMessage);
+  if (!output) {
+    llvm::errs() << "llm-opt: " << errorMessage << "\n";
+    return EXIT_FAILURE;
+  }
+  output->os() << result;
+  output->os().flush();
+  if (output->os().has_error()) {
+    llvm::errs() << "llm-opt: cannot write '" << outputFilename << "'\n";
+    output->os().clear_error();
+    return EXIT_FAILURE;
+  }
+  output->keep();
+  return EXIT_SUCCESS;
+}
