@@ -178,10 +178,23 @@ public:
     int64_t p = 1;
     for (auto [key, v] : factors) {
       if (llvm::MulOverflow<int64_t>(p, v, p)) {
-        InFlightDiagnostic d = error(key);
+        // Point at the overflowing field, or the first of them in the file
+        // when that one is derived (head_dim from hidden_size / heads).
+        StringRef at = key;
+        if (!has(at))
+          for (const auto &f : factors)
+            if (has(f.first)) {
+              at = f.first;
+              break;
+            }
+        InFlightDiagnostic d = error(at);
         d << "sizes overflow 64 bits: ";
+        SmallVector<std::pair<StringRef, int64_t>> named;
+        for (const auto &f : factors)
+          if (!f.first.empty())
+            named.push_back(f);
         llvm::interleave(
-            factors, d,
+            named, d,
             [&](const std::pair<StringRef, int64_t> &f) {
               d << "'" << f.first << "' (" << f.second << ")";
             },
@@ -385,7 +398,10 @@ FailureOr<ModelConfig> readConfig(ConfigReader &r) {
     for (const auto &kv : *o) {
       StringRef key = kv.first;
       const json::Value &v = kv.second;
-      if (std::optional<int64_t> i = v.getAsInteger()) {
+      // Only the position count is an integer; factors stay floats even when
+      // written as 8 or 8.0.
+      std::optional<int64_t> i = v.getAsInteger();
+      if (i && key == "original_max_position_embeddings") {
         entries.push_back(b.getNamedAttr(key, b.getI64IntegerAttr(*i)));
       } else if (std::optional<double> d = v.getAsNumber()) {
         entries.push_back(b.getNamedAttr(key, b.getF64FloatAttr(*d)));
@@ -422,6 +438,42 @@ FailureOr<ModelConfig> readConfig(ConfigReader &r) {
     }
   }
   return r.failed() ? FailureOr<ModelConfig>(failure()) : c;
+}
+
+/// Rejects configurations whose parameter count overflows 64 bits, or whose
+/// layer count no real model has, before any IR is built.
+LogicalResult checkTotalSize(ConfigReader &r, const ModelConfig &c) {
+  constexpr int64_t kMaxLayers = 10000;
+  StringRef layersKey = c.family == Family::GPT2 ? "n_layer" : "num_hidden_layers";
+  StringRef hiddenKey = c.family == Family::GPT2 ? "n_embd" : "hidden_size";
+  StringRef ffnKey = c.family == Family::GPT2 ? "n_inner" : "intermediate_size";
+  if (c.layers > kMaxLayers) {
+    r.error(layersKey) << "'" << layersKey << "' (" << c.layers
+                       << ") is above " << kMaxLayers
+                       << ": no transformer is that deep; check the field";
+    return failure();
+  }
+  // Upper bound of one layer's parameters: attention (q, k, v, o at most
+  // 4 x hidden x heads*head_dim), MLP (3 x hidden x ffn, times the experts).
+  int64_t attn = r.product({{"", 4},
+                            {hiddenKey, c.hidden},
+                            {"num_attention_heads", c.heads},
+                            {"head_dim", c.headDim}});
+  int64_t mlp = r.product({{"", 3},
+                           {"num_local_experts", std::max<int64_t>(1, c.experts)},
+                           {hiddenKey, c.hidden},
+                           {ffnKey, c.ffn}});
+  int64_t layer = 0, total = 0;
+  if (r.failed() || llvm::AddOverflow<int64_t>(attn, mlp, layer) ||
+      llvm::MulOverflow<int64_t>(layer, c.layers, total)) {
+    if (!r.failed())
+      r.error(layersKey) << "the parameter count overflows 64 bits: '" << layersKey
+                         << "' (" << c.layers << ") layers of '" << hiddenKey << "' ("
+                         << c.hidden << ") and '" << ffnKey << "' (" << c.ffn
+                         << "); check these fields";
+    return failure();
+  }
+  return success();
 }
 
 /// Emits the llm IR of one configuration.
@@ -674,6 +726,7 @@ OwningOpRef<ModuleOp> llmopt::importHFConfig(StringRef text, StringRef filename,
       StringRef cpart = m.take_until([](char ch) { return ch == ','; });
       l.getAsInteger(10, line);
       cpart.getAsInteger(10, col);
+      col = std::max(col, 1u);
       m = m.drop_until([](char ch) { return ch == ']'; }).drop_front(1).ltrim(": ");
     }
     emitError(FileLineColLoc::get(ctx, filename, line, col))
@@ -689,7 +742,7 @@ OwningOpRef<ModuleOp> llmopt::importHFConfig(StringRef text, StringRef filename,
 
   ConfigReader reader(text, filename, *obj, ctx);
   FailureOr<ModelConfig> config = readConfig(reader);
-  if (failed(config))
+  if (failed(config) || failed(checkTotalSize(reader, *config)))
     return nullptr;
 
   std::string name = options.name;

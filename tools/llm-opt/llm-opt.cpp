@@ -19,6 +19,7 @@
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/Support/FileUtilities.h"
 #include "mlir/Tools/mlir-opt/MlirOptMain.h"
+#include "llvm/ADT/STLExtras.h"
 #include "llvm/Support/InitLLVM.h"
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/SourceMgr.h"
@@ -54,11 +55,23 @@ int main(int argc, char **argv) {
   llmopt::registerAllDialects(registry);
   llmopt::registerAllPasses();
 
+  // Errors name the op and its location; dumping the whole module after each
+  // one buries the message, so that is off unless asked for.
+  std::vector<char *> args(argv, argv + argc);
+  std::string quietDiag = "--mlir-print-op-on-diagnostic=false";
+  bool userSet = llvm::any_of(args, [](const char *a) {
+    return StringRef(a).contains("mlir-print-op-on-diagnostic");
+  });
+  if (!userSet)
+    args.insert(args.begin() + 1, quietDiag.data());
+  int newArgc = static_cast<int>(args.size());
+
   auto [inputFilename, outputFilename] = registerAndParseCLIOptions(
-      argc, argv, "llm-opt: plan and lower transformer training", registry);
+      newArgc, args.data(), "llm-opt: plan and lower transformer training", registry);
   MlirOptMainConfig config = MlirOptMainConfig::createFromCLOptions();
   if (config.shouldShowDialects() || config.shouldListPasses())
-    return asMainReturnCode(MlirOptMain(argc, argv, inputFilename, outputFilename, registry));
+    return asMainReturnCode(
+        MlirOptMain(newArgc, args.data(), inputFilename, outputFilename, registry));
 
   std::string errorMessage;
   std::unique_ptr<llvm::MemoryBuffer> input = openInputFile(inputFilename, &errorMessage);

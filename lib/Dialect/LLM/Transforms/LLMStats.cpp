@@ -39,7 +39,7 @@ struct LLMStatsPass
     }
     if (microBatch <= 0) {
       module.emitError() << "llm-stats: micro-batch must be positive, got "
-                         << microBatch;
+                         << static_cast<int64_t>(microBatch);
       return signalPassFailure();
     }
     ctx.batch = microBatch;

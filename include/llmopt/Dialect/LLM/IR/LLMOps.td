@@ -84,7 +84,7 @@ def LLM_LayerOp : LLM_CostOp<"layer", [
   let results = (outs LLM_Activation:$result);
   let regions = (region SizedRegion<1>:$body);
   let assemblyFormat = [{
-    $index `(` $input `)` attr-dict `:` type($input) $body
+    $index ` ` `(` $input `)` attr-dict `:` type($input) $body
   }];
 }
 

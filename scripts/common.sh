@@ -1,0 +1,56 @@
+# Shared by scripts/setup.sh and scripts/test.sh: install what is missing,
+# configure once, build. Every step is a no-op when already done.
+set -euo pipefail
+
+LLMOPT_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+LLMOPT_BUILD="${LLMOPT_BUILD:-$LLMOPT_ROOT/build}"
+LLVM_PREFIX=/usr/lib/llvm-22
+
+# Debian bookworm packages the project needs (MLIR/LLVM 22 come from Debian).
+LLMOPT_APT_PACKAGES=(
+  cmake ninja-build g++ lld ccache python3
+  libmlir-22-dev mlir-22-tools llvm-22-dev llvm-22-tools libzstd-dev
+  libgtest-dev libbenchmark-dev
+)
+
+log() { printf '\033[1m[llm-opt]\033[0m %s\n' "$*"; }
+
+install_deps() {
+  local missing=()
+  for p in "${LLMOPT_APT_PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" ||
+      missing+=("$p")
+  done
+  if ((${#missing[@]} == 0)); then
+    log "dependencies present"
+    return
+  fi
+  log "installing: ${missing[*]}"
+  local sudo=()
+  if [[ $(id -u) -ne 0 ]]; then sudo=(sudo); fi
+  "${sudo[@]}" apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq --no-install-recommends \
+    "${missing[@]}" >/dev/null
+}
+
+configure() {
+  if [[ -f "$LLMOPT_BUILD/build.ninja" ]]; then
+    return # ninja re-runs cmake itself when a CMakeLists.txt changes
+  fi
+  log "configuring in $LLMOPT_BUILD"
+  local launcher=()
+  if command -v ccache >/dev/null; then
+    launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache)
+  fi
+  cmake -G Ninja -S "$LLMOPT_ROOT" -B "$LLMOPT_BUILD" \
+    -DCMAKE_BUILD_TYPE=Release \
+    -DMLIR_DIR="$LLVM_PREFIX/lib/cmake/mlir" \
+    -DLLVM_EXTERNAL_LIT="$LLVM_PREFIX/bin/lit" \
+    -DLLVM_USE_LINKER=lld \
+    "${launcher[@]}" >/dev/null
+}
+
+build() {
+  log "building"
+  ninja -C "$LLMOPT_BUILD" "$@"
+}
