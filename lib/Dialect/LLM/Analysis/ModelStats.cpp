@@ -134,7 +134,7 @@ FailureOr<ModelStats> llmopt::llm::computeModelStats(func::FuncOp func,
     if (auto layer = dyn_cast<LayerOp>(op)) {
       OpCost c = layer.getCost(ctx);
       LayerStats ls;
-      ls.index = layer.getIndex();
+      ls.index = layer.getIndexAttr().getInt();
       ls.params = c.params;
       ls.paramsActive = c.params;
       layer.getBody().walk([&](MoEExpertsOp e) {

@@ -41,6 +41,9 @@ static LogicalResult verifyActivation(Operation *op, StringRef what,
                              << t.getRank();
   if (t.isDynamicDim(2))
     return op->emitOpError() << what << " must have a static feature dimension";
+  if (t.getDimSize(2) <= 0)
+    return op->emitOpError() << what << " must have a positive feature dimension, got "
+                             << t.getDimSize(2);
   return success();
 }
 
@@ -120,14 +123,16 @@ LogicalResult ParamOp::verify() {
 //===----------------------------------------------------------------------===//
 
 LogicalResult LayerOp::verify() {
-  if (getIndex() < 0)
-    return emitOpError() << "layer index must be non-negative, got " << getIndex();
+  // I64Attr getters return the value unsigned; read it signed.
+  int64_t index = getIndexAttr().getInt();
+  if (index < 0)
+    return emitOpError() << "layer index must be non-negative, got " << index;
   Block &body = getBody().front();
   if (body.getNumArguments() != 1 ||
       body.getArgument(0).getType() != getInput().getType())
     return emitOpError() << "body must take one argument of the input type "
                          << getInput().getType();
-  if (!isa<YieldOp>(body.getTerminator()))
+  if (!body.mightHaveTerminator() || !isa<YieldOp>(body.getTerminator()))
     return emitOpError() << "body must end with llm.yield";
   return success();
 }
@@ -188,7 +193,7 @@ LogicalResult RotaryOp::verify() {
       failed(verifyActivation(*this, "k", k)) ||
       failed(verifyLeadingDims(*this, "q", q, "k", k)))
     return failure();
-  int64_t hd = getHeadDim();
+  int64_t hd = getHeadDimAttr().getInt();
   if (hd <= 0 || hd % 2 != 0)
     return emitOpError() << "head_dim must be positive and even, got " << hd;
   if (q.getDimSize(2) % hd != 0)
@@ -277,6 +282,8 @@ LogicalResult SplitOp::verify() {
   if (failed(verifyActivation(*this, "input", x)))
     return failure();
   ArrayRef<int64_t> sizes = getSizes();
+  if (sizes.empty())
+    return emitOpError() << "needs at least one size";
   if (sizes.size() != getNumResults())
     return emitOpError() << "has " << sizes.size() << " sizes but "
                          << getNumResults() << " results";
@@ -284,7 +291,8 @@ LogicalResult SplitOp::verify() {
   for (auto [i, size] : llvm::enumerate(sizes)) {
     if (size <= 0)
       return emitOpError() << "size " << i << " must be positive, got " << size;
-    total += size;
+    if (llvm::AddOverflow(total, size, total))
+      return emitOpError() << "sizes overflow 64 bits";
     RankedTensorType r = tensorType(getResult(i));
     if (failed(verifyActivation(*this, "result", r)) ||
         failed(verifyLeadingDims(*this, "input", x, "result", r)))
@@ -307,25 +315,29 @@ LogicalResult AttentionOp::verify() {
       failed(verifyActivation(*this, "k", k)) ||
       failed(verifyLeadingDims(*this, "q", q, "k", k)))
     return failure();
-  int64_t h = getNumHeads(), kvh = getNumKvHeads(), hd = getHeadDim();
+  int64_t h = getNumHeadsAttr().getInt(), kvh = getNumKvHeadsAttr().getInt(),
+          hd = getHeadDimAttr().getInt();
   if (h <= 0 || kvh <= 0 || hd <= 0)
     return emitOpError() << "heads (" << h << "), kv_heads (" << kvh
                          << ") and head_dim (" << hd << ") must be positive";
   if (h % kvh != 0)
     return emitOpError() << "num_kv_heads (" << kvh
                          << ") does not divide num_heads (" << h << ")";
-  if (q.getDimSize(2) != h * hd)
+  int64_t qDim = 0, kDim = 0;
+  if (llvm::MulOverflow(h, hd, qDim) || llvm::MulOverflow(kvh, hd, kDim))
+    return emitOpError() << "heads * head_dim overflows 64 bits";
+  if (q.getDimSize(2) != qDim)
     return emitOpError() << "q has " << q.getDimSize(2) << " features, expected heads * head_dim = "
                          << h << " * " << hd << " = " << h * hd;
-  if (k.getDimSize(2) != kvh * hd)
+  if (k.getDimSize(2) != kDim)
     return emitOpError() << "k and v have " << k.getDimSize(2)
                          << " features, expected kv_heads * head_dim = " << kvh
                          << " * " << hd << " = " << kvh * hd;
   if (!(getScale().convertToDouble() > 0.0))
     return emitOpError() << "scale must be positive, got "
                          << getScale().convertToDouble();
-  if (std::optional<int64_t> w = getWindow(); w && *w <= 0)
-    return emitOpError() << "window must be positive, got " << *w;
+  if (IntegerAttr w = getWindowAttr(); w && w.getInt() <= 0)
+    return emitOpError() << "window must be positive, got " << w.getInt();
   return success();
 }
 
@@ -357,7 +369,7 @@ LogicalResult MoERouterOp::verify() {
   if (gate.getRank() != 2 || gate.getDimSize(1) != x.getDimSize(2))
     return emitOpError() << "gate must be [experts, " << x.getDimSize(2)
                          << "], got " << gate;
-  int64_t k = getTopK(), e = getNumExperts();
+  int64_t k = getTopKAttr().getInt(), e = getNumExperts();
   if (k < 1)
     return emitOpError() << "top_k must be at least 1, got " << k;
   if (k > e)
@@ -365,10 +377,11 @@ LogicalResult MoERouterOp::verify() {
                          << e << ")";
   for (Value r : {getWeights(), getIndices()}) {
     RankedTensorType t = tensorType(r);
-    if (t.getRank() != 3 || t.getDimSize(2) != k ||
-        failed(verifyLeadingDims(*this, "input", x, "routing result", t)))
+    if (t.getRank() != 3 || t.getDimSize(2) != k)
       return emitOpError() << "routing results must be [batch, seq, top_k = "
                            << k << "], got " << t;
+    if (failed(verifyLeadingDims(*this, "input", x, "routing result", t)))
+      return failure();
   }
   return success();
 }
@@ -379,8 +392,10 @@ LogicalResult MoEDispatchOp::verify() {
   RankedTensorType y = getType();
   if (failed(verifyActivation(*this, "input", x)))
     return failure();
-  if (idx.getRank() != 3 || failed(verifyLeadingDims(*this, "input", x, "indices", idx)))
+  if (idx.getRank() != 3)
     return emitOpError() << "indices must be [batch, seq, top_k], got " << idx;
+  if (failed(verifyLeadingDims(*this, "input", x, "indices", idx)))
+    return failure();
   double cf = getCapacityFactor().convertToDouble();
   if (!(cf == 0.0 || cf >= 1.0))
     return emitOpError() << "capacity factor must be 0 (dropless) or at least 1, got "
@@ -409,9 +424,11 @@ LogicalResult MoEExpertsOp::verify() {
                          << " experts take " << expected << " weights, got "
                          << getWeights().size();
   int64_t e = x.getDimSize(0), hidden = x.getDimSize(2);
-  int64_t ffn = tensorType(getWeights().front()).getRank() == 3
-                    ? tensorType(getWeights().front()).getDimSize(1)
-                    : -1;
+  RankedTensorType first = tensorType(getWeights().front());
+  if (first.getRank() != 3)
+    return emitOpError() << "weight 0 must be rank 3 [experts, ffn, hidden], got "
+                         << first;
+  int64_t ffn = first.getDimSize(1);
   for (auto [i, w] : llvm::enumerate(getWeights())) {
     RankedTensorType t = tensorType(w);
     bool isDown = i + 1 == expected;

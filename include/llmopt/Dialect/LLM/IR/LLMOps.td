@@ -226,8 +226,9 @@ def LLM_LinearOp : LLM_CostOp<"linear", [Pure]> {
   let description = [{
     `y = x W^T + b` with `weight` [out, in] (nn.Linear), or `y = x W + b` with
     `weight` [in, out] when `transposed` is set (GPT-2's Conv1D checkpoints).
-    `gemm` asks for fp8 GEMM inputs (`f8E4M3FN`, `f8E5M2`); the output keeps
-    the activation type.
+    `gemm` sets the GEMM input type: fp8 (`f8E4M3FN`, `f8E5M2`) with per-tensor
+    scaling, or `bf16` / `f16` to compute an fp32 model in 16 bits; the output
+    keeps the activation type.
 
     ```mlir
     %y = llm.linear %x, %w : tensor<?x?x4096xbf16>, tensor<14336x4096xbf16> -> tensor<?x?x14336xbf16>

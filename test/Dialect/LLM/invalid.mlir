@@ -1,0 +1,1153 @@
+// RUN: llm-opt %s -split-input-file -verify-diagnostics
+
+// One case per verifier diagnostic of the llm dialect (LLMOps.cpp), plus a few
+// ODS-level constraints. Each function is named after what it checks.
+
+//===----------------------------------------------------------------------===//
+// llm.param
+//===----------------------------------------------------------------------===//
+
+func.func @param_empty_name() {
+  // expected-error @+1 {{parameter name must not be empty}}
+  %w = llm.param "" zeros : tensor<4xf32>
+  return
+}
+
+// -----
+
+func.func @param_zero_dimension() {
+  // expected-error @+1 {{parameter 'w' must have positive dimensions, got 'tensor<0x4xf32>'}}
+  %w = llm.param "w" zeros : tensor<0x4xf32>
+  return
+}
+
+// -----
+
+func.func @param_element_count_overflows() {
+  // expected-error @+1 {{has more than 2^63 elements}}
+  %w = llm.param "w" zeros : tensor<4294967296x4294967296xf32>
+  return
+}
+
+// -----
+
+func.func @param_normal_without_std() {
+  // expected-error @+1 {{normal initialization of 'w' needs a standard deviation}}
+  %w = llm.param "w" normal : tensor<4xf32>
+  return
+}
+
+// -----
+
+func.func @param_negative_std() {
+  // expected-error @+1 {{standard deviation of 'w' must be positive, got -5.000000e-01}}
+  %w = llm.param "w" normal(-0.5) : tensor<4xf32>
+  return
+}
+
+// -----
+
+func.func @param_zero_std() {
+  // expected-error @+1 {{standard deviation of 'w' must be positive, got 0.000000e+00}}
+  %w = llm.param "w" normal(0.0) : tensor<4xf32>
+  return
+}
+
+// -----
+
+func.func @param_std_on_non_normal_init() {
+  // expected-error @+1 {{only normal initialization takes a standard deviation}}
+  %w = llm.param "w" ones(0.02) : tensor<4xf32>
+  return
+}
+
+// -----
+
+func.func @param_expert_stack_rank_1() {
+  // expected-error @+1 {{per-expert parameter 'experts.*.w1.weight' must have rank >= 2}}
+  %w = llm.param "experts.*.w1.weight" normal(0.02) : tensor<8xf32>
+  return
+}
+
+// -----
+
+// ODS: parameters are statically shaped.
+func.func @param_dynamic_shape() {
+  // expected-error @+1 {{result #0 must be statically shaped tensor}}
+  %w = llm.param "w" zeros : tensor<?x4xf32>
+  return
+}
+
+// -----
+
+// ODS: parameters are floating point.
+func.func @param_integer_element_type() {
+  // expected-error @+1 {{result #0 must be statically shaped tensor of bfloat16 type or 16-bit float or 32-bit float values}}
+  %w = llm.param "w" zeros : tensor<4xi32>
+  return
+}
+
+//===----------------------------------------------------------------------===//
+// llm.layer / llm.yield
+//===----------------------------------------------------------------------===//
+
+// -----
+
+func.func @layer_body_without_argument(%x: tensor<?x?x8xf32>) -> tensor<?x?x8xf32> {
+  // expected-error @+1 {{body must take one argument of the input type 'tensor<?x?x8xf32>'}}
+  %y = llm.layer 0 (%x) : tensor<?x?x8xf32> {
+    llm.yield %x : tensor<?x?x8xf32>
+  }
+  return %y : tensor<?x?x8xf32>
+}
+
+// -----
+
+func.func @layer_body_argument_type_mismatch(%x: tensor<?x?x8xf32>) -> tensor<?x?x8xf32> {
+  // expected-error @+1 {{body must take one argument of the input type 'tensor<?x?x8xf32>'}}
+  %y = llm.layer 0 (%x) : tensor<?x?x8xf32> {
+  ^bb0(%in: tensor<?x?x8xbf16>):
+    llm.yield %x : tensor<?x?x8xf32>
+  }
+  return %y : tensor<?x?x8xf32>
+}
+
+// -----
+
+func.func @layer_body_two_arguments(%x: tensor<?x?x8xf32>) -> tensor<?x?x8xf32> {
+  // expected-error @+1 {{body must take one argument of the input type}}
+  %y = llm.layer 0 (%x) : tensor<?x?x8xf32> {
+  ^bb0(%a: tensor<?x?x8xf32>, %b: tensor<?x?x8xf32>):
+    llm.yield %a : tensor<?x?x8xf32>
+  }
+  return %y : tensor<?x?x8xf32>
+}
+
+// -----
+
+// The body's terminator is not llm.yield (the layer verifies before its body,
+// so func.return's own parent check is never reached).
+func.func @layer_body_not_ending_with_yield(%x: tensor<?x?x8xf32>) -> tensor<?x?x8xf32> {
+  // expected-error @+1 {{body must end with llm.yield}}
+  %y = llm.layer 0 (%x) : tensor<?x?x8xf32> {
+  ^bb0(%in: tensor<?x?x8xf32>):
+    func.return %in : tensor<?x?x8xf32>
+  }
+  return %y : tensor<?x?x8xf32>
+}
+
+// -----
+
+// ODS (SingleBlock): the body is not empty.
+func.func @layer_empty_body(%x: tensor<?x?x8xf32>) -> tensor<?x?x8xf32> {
+  // expected-error @+1 {{expects a non-empty block}}
+  %y = llm.layer 0 (%x) : tensor<?x?x8xf32> {
+  ^bb0(%in: tensor<?x?x8xf32>):
+  }
+  return %y : tensor<?x?x8xf32>
+}
+
+// -----
+
+// ODS (SizedRegion<1>): the body has exactly one block.
+func.func @layer_no_block(%x: tensor<?x?x8xf32>) -> tensor<?x?x8xf32> {
+  // expected-error @+1 {{region #0 ('body') failed to verify constraint: region with 1 blocks}}
+  %y = "llm.layer"(%x) <{index = 0 : i64}> ({}) : (tensor<?x?x8xf32>) -> tensor<?x?x8xf32>
+  return %y : tensor<?x?x8xf32>
+}
+
+// -----
+
+func.func @yield_type_mismatch(%x: tensor<?x?x8xf32>, %z: tensor<2x?x8xf32>) -> tensor<?x?x8xf32> {
+  %y = llm.layer 0 (%x) : tensor<?x?x8xf32> {
+  ^bb0(%in: tensor<?x?x8xf32>):
+    // expected-error @+1 {{yields 'tensor<2x?x8xf32>' but the layer's type is 'tensor<?x?x8xf32>'}}
+    llm.yield %z : tensor<2x?x8xf32>
+  }
+  return %y : tensor<?x?x8xf32>
+}
+
+// -----
+
+// ODS (HasParent): llm.yield only terminates an llm.layer.
+func.func @yield_outside_layer(%x: tensor<?x?x8xf32>) {
+  // expected-error @+1 {{expects parent op 'llm.layer'}}
+  llm.yield %x : tensor<?x?x8xf32>
+}
+
+//===----------------------------------------------------------------------===//
+// llm.embedding
+//===----------------------------------------------------------------------===//
+
+// -----
+
+func.func @embedding_tokens_not_rank_2(%t: tensor<?xi32>, %w: tensor<100x8xf32>) {
+  // expected-error @+1 {{tokens must be rank 2 [batch, seq], got 'tensor<?xi32>'}}
+  %e = llm.embedding %t, %w : tensor<?xi32>, tensor<100x8xf32> -> tensor<?x?x8xf32>
+  return
+}
+
+// -----
+
+func.func @embedding_table_not_rank_2(%t: tensor<?x?xi32>, %w: tensor<100x8x2xf32>) {
+  // expected-error @+1 {{table must be rank 2 [vocab, hidden], got 'tensor<100x8x2xf32>'}}
+  %e = llm.embedding %t, %w : tensor<?x?xi32>, tensor<100x8x2xf32> -> tensor<?x?x8xf32>
+  return
+}
+
+// -----
+
+func.func @embedding_result_not_rank_3(%t: tensor<?x?xi32>, %w: tensor<100x8xf32>) {
+  // expected-error @+1 {{result must be rank 3 [batch, seq, features], got rank 2}}
+  %e = llm.embedding %t, %w : tensor<?x?xi32>, tensor<100x8xf32> -> tensor<?x8xf32>
+  return
+}
+
+// -----
+
+func.func @embedding_result_dynamic_features(%t: tensor<?x?xi32>, %w: tensor<100x8xf32>) {
+  // expected-error @+1 {{result must have a static feature dimension}}
+  %e = llm.embedding %t, %w : tensor<?x?xi32>, tensor<100x8xf32> -> tensor<?x?x?xf32>
+  return
+}
+
+// -----
+
+func.func @embedding_hidden_size_mismatch(%t: tensor<?x?xi32>, %w: tensor<100x8xf32>) {
+  // expected-error @+1 {{result hidden size (16) does not match the table's (8)}}
+  %e = llm.embedding %t, %w : tensor<?x?xi32>, tensor<100x8xf32> -> tensor<?x?x16xf32>
+  return
+}
+
+// -----
+
+func.func @embedding_result_batch_mismatch(%t: tensor<2x?xi32>, %w: tensor<100x8xf32>) {
+  // expected-error @+1 {{result dimension 0 (3) does not match the tokens' (2)}}
+  %e = llm.embedding %t, %w : tensor<2x?xi32>, tensor<100x8xf32> -> tensor<3x?x8xf32>
+  return
+}
+
+// -----
+
+func.func @embedding_result_seq_mismatch(%t: tensor<?x16xi32>, %w: tensor<100x8xf32>) {
+  // expected-error @+1 {{result dimension 1 (32) does not match the tokens' (16)}}
+  %e = llm.embedding %t, %w : tensor<?x16xi32>, tensor<100x8xf32> -> tensor<?x32x8xf32>
+  return
+}
+
+// -----
+
+func.func @embedding_element_type_mismatch(%t: tensor<?x?xi32>, %w: tensor<100x8xf32>) {
+  // expected-error @+1 {{element type of result ('bf16') does not match that of table ('f32')}}
+  %e = llm.embedding %t, %w : tensor<?x?xi32>, tensor<100x8xf32> -> tensor<?x?x8xbf16>
+  return
+}
+
+// -----
+
+// ODS: token ids are integers.
+func.func @embedding_float_tokens(%t: tensor<?x?xf32>, %w: tensor<100x8xf32>) {
+  // expected-error @+1 {{operand #0 must be ranked tensor of 32-bit signless integer or 64-bit signless integer values}}
+  %e = llm.embedding %t, %w : tensor<?x?xf32>, tensor<100x8xf32> -> tensor<?x?x8xf32>
+  return
+}
+
+// -----
+
+// ODS: weights are statically shaped.
+func.func @embedding_dynamic_table(%t: tensor<?x?xi32>, %w: tensor<?x8xf32>) {
+  // expected-error @+1 {{operand #1 must be statically shaped tensor}}
+  %e = llm.embedding %t, %w : tensor<?x?xi32>, tensor<?x8xf32> -> tensor<?x?x8xf32>
+  return
+}
+
+//===----------------------------------------------------------------------===//
+// llm.position_embedding
+//===----------------------------------------------------------------------===//
+
+// -----
+
+func.func @position_embedding_input_not_rank_3(%x: tensor<?x8xf32>, %w: tensor<64x8xf32>) {
+  // expected-error @+1 {{input must be rank 3 [batch, seq, features], got rank 2}}
+  %y = llm.position_embedding %x, %w : tensor<?x8xf32>, tensor<64x8xf32>
+  return
+}
+
+// -----
+
+func.func @position_embedding_table_hidden_mismatch(%x: tensor<?x?x8xf32>, %w: tensor<64x16xf32>) {
+  // expected-error @+1 {{table must be [positions, 8], got 'tensor<64x16xf32>'}}
+  %y = llm.position_embedding %x, %w : tensor<?x?x8xf32>, tensor<64x16xf32>
+  return
+}
+
+// -----
+
+func.func @position_embedding_table_not_rank_2(%x: tensor<?x?x8xf32>, %w: tensor<8xf32>) {
+  // expected-error @+1 {{table must be [positions, 8], got 'tensor<8xf32>'}}
+  %y = llm.position_embedding %x, %w : tensor<?x?x8xf32>, tensor<8xf32>
+  return
+}
+
+// -----
+
+func.func @position_embedding_sequence_too_long(%x: tensor<?x128x8xf32>, %w: tensor<64x8xf32>) {
+  // expected-error @+1 {{sequence length 128 exceeds the table's 64 positions}}
+  %y = llm.position_embedding %x, %w : tensor<?x128x8xf32>, tensor<64x8xf32>
+  return
+}
+
+// -----
+
+func.func @position_embedding_element_type_mismatch(%x: tensor<?x?x8xbf16>, %w: tensor<64x8xf32>) {
+  // expected-error @+1 {{element type of input ('bf16') does not match that of table ('f32')}}
+  %y = llm.position_embedding %x, %w : tensor<?x?x8xbf16>, tensor<64x8xf32>
+  return
+}
+
+//===----------------------------------------------------------------------===//
+// llm.rotary
+//===----------------------------------------------------------------------===//
+
+// -----
+
+func.func @rotary_q_not_rank_3(%q: tensor<?x64xf32>, %k: tensor<?x?x64xf32>) {
+  // expected-error @+1 {{q must be rank 3 [batch, seq, features], got rank 2}}
+  %a, %b = llm.rotary %q, %k head_dim 16 theta 1.0e+04 : tensor<?x64xf32>, tensor<?x?x64xf32>
+  return
+}
+
+// -----
+
+func.func @rotary_k_dynamic_features(%q: tensor<?x?x64xf32>, %k: tensor<?x?x?xf32>) {
+  // expected-error @+1 {{k must have a static feature dimension}}
+  %a, %b = llm.rotary %q, %k head_dim 16 theta 1.0e+04 : tensor<?x?x64xf32>, tensor<?x?x?xf32>
+  return
+}
+
+// -----
+
+func.func @rotary_sequence_mismatch(%q: tensor<?x16x64xf32>, %k: tensor<?x32x64xf32>) {
+  // expected-error @+1 {{sequence dimension of q (16) does not match that of k (32)}}
+  %a, %b = llm.rotary %q, %k head_dim 16 theta 1.0e+04 : tensor<?x16x64xf32>, tensor<?x32x64xf32>
+  return
+}
+
+// -----
+
+func.func @rotary_odd_head_dim(%q: tensor<?x?x63xf32>, %k: tensor<?x?x63xf32>) {
+  // expected-error @+1 {{head_dim must be positive and even, got 21}}
+  %a, %b = llm.rotary %q, %k head_dim 21 theta 1.0e+04 : tensor<?x?x63xf32>, tensor<?x?x63xf32>
+  return
+}
+
+// -----
+
+func.func @rotary_negative_head_dim(%q: tensor<?x?x64xf32>, %k: tensor<?x?x64xf32>) {
+  // expected-error @+1 {{head_dim must be positive and even, got -16}}
+  %a, %b = llm.rotary %q, %k head_dim -16 theta 1.0e+04 : tensor<?x?x64xf32>, tensor<?x?x64xf32>
+  return
+}
+
+// -----
+
+func.func @rotary_head_dim_not_dividing_q(%q: tensor<?x?x72xf32>, %k: tensor<?x?x64xf32>) {
+  // expected-error @+1 {{head_dim (16) does not divide q's 72 features}}
+  %a, %b = llm.rotary %q, %k head_dim 16 theta 1.0e+04 : tensor<?x?x72xf32>, tensor<?x?x64xf32>
+  return
+}
+
+// -----
+
+func.func @rotary_head_dim_not_dividing_k(%q: tensor<?x?x64xf32>, %k: tensor<?x?x40xf32>) {
+  // expected-error @+1 {{head_dim (16) does not divide k's 40 features}}
+  %a, %b = llm.rotary %q, %k head_dim 16 theta 1.0e+04 : tensor<?x?x64xf32>, tensor<?x?x40xf32>
+  return
+}
+
+// -----
+
+func.func @rotary_non_positive_theta(%q: tensor<?x?x64xf32>, %k: tensor<?x?x64xf32>) {
+  // expected-error @+1 {{theta must be positive, got 0.000000e+00}}
+  %a, %b = llm.rotary %q, %k head_dim 16 theta 0.0 : tensor<?x?x64xf32>, tensor<?x?x64xf32>
+  return
+}
+
+//===----------------------------------------------------------------------===//
+// llm.layer_norm / llm.rms_norm
+//===----------------------------------------------------------------------===//
+
+// -----
+
+func.func @layer_norm_input_not_rank_3(%x: tensor<?x?x?x8xf32>, %g: tensor<8xf32>) {
+  // expected-error @+1 {{input must be rank 3 [batch, seq, features], got rank 4}}
+  %y = llm.layer_norm %x, %g eps 1.0e-05 : tensor<?x?x?x8xf32>, tensor<8xf32>
+  return
+}
+
+// -----
+
+func.func @layer_norm_weight_size_mismatch(%x: tensor<?x?x8xf32>, %g: tensor<16xf32>) {
+  // expected-error @+1 {{weight must be a vector of 8 elements, got 'tensor<16xf32>'}}
+  %y = llm.layer_norm %x, %g eps 1.0e-05 : tensor<?x?x8xf32>, tensor<16xf32>
+  return
+}
+
+// -----
+
+func.func @layer_norm_bias_not_vector(%x: tensor<?x?x8xf32>, %g: tensor<8xf32>, %b: tensor<1x8xf32>) {
+  // expected-error @+1 {{bias must be a vector of 8 elements, got 'tensor<1x8xf32>'}}
+  %y = llm.layer_norm %x, %g, %b eps 1.0e-05 : tensor<?x?x8xf32>, tensor<8xf32>, tensor<1x8xf32>
+  return
+}
+
+// -----
+
+func.func @layer_norm_non_positive_eps(%x: tensor<?x?x8xf32>, %g: tensor<8xf32>) {
+  // expected-error @+1 {{eps must be positive, got 0.000000e+00}}
+  %y = llm.layer_norm %x, %g eps 0.0 : tensor<?x?x8xf32>, tensor<8xf32>
+  return
+}
+
+// -----
+
+func.func @rms_norm_input_dynamic_features(%x: tensor<?x?x?xf32>, %g: tensor<8xf32>) {
+  // expected-error @+1 {{input must have a static feature dimension}}
+  %y = llm.rms_norm %x, %g eps 1.0e-05 : tensor<?x?x?xf32>, tensor<8xf32>
+  return
+}
+
+// -----
+
+func.func @rms_norm_weight_size_mismatch(%x: tensor<?x?x8xf32>, %g: tensor<4xf32>) {
+  // expected-error @+1 {{weight must be a vector of 8 elements, got 'tensor<4xf32>'}}
+  %y = llm.rms_norm %x, %g eps 1.0e-05 : tensor<?x?x8xf32>, tensor<4xf32>
+  return
+}
+
+// -----
+
+func.func @rms_norm_negative_eps(%x: tensor<?x?x8xf32>, %g: tensor<8xf32>) {
+  // expected-error @+1 {{eps must be positive, got -1.000000e-05}}
+  %y = llm.rms_norm %x, %g eps -1.0e-05 : tensor<?x?x8xf32>, tensor<8xf32>
+  return
+}
+
+//===----------------------------------------------------------------------===//
+// llm.linear
+//===----------------------------------------------------------------------===//
+
+// -----
+
+func.func @linear_input_not_rank_3(%x: tensor<?x8xf32>, %w: tensor<16x8xf32>) {
+  // expected-error @+1 {{input must be rank 3 [batch, seq, features], got rank 2}}
+  %y = llm.linear %x, %w : tensor<?x8xf32>, tensor<16x8xf32> -> tensor<?x?x16xf32>
+  return
+}
+
+// -----
+
+func.func @linear_result_dynamic_features(%x: tensor<?x?x8xf32>, %w: tensor<16x8xf32>) {
+  // expected-error @+1 {{result must have a static feature dimension}}
+  %y = llm.linear %x, %w : tensor<?x?x8xf32>, tensor<16x8xf32> -> tensor<?x?x?xf32>
+  return
+}
+
+// -----
+
+func.func @linear_batch_mismatch(%x: tensor<2x?x8xf32>, %w: tensor<16x8xf32>) {
+  // expected-error @+1 {{batch dimension of input (2) does not match that of result (4)}}
+  %y = llm.linear %x, %w : tensor<2x?x8xf32>, tensor<16x8xf32> -> tensor<4x?x16xf32>
+  return
+}
+
+// -----
+
+func.func @linear_weight_not_rank_2(%x: tensor<?x?x8xf32>, %w: tensor<8xf32>) {
+  // expected-error @+1 {{weight must be rank 2, got 'tensor<8xf32>'}}
+  %y = llm.linear %x, %w : tensor<?x?x8xf32>, tensor<8xf32> -> tensor<?x?x8xf32>
+  return
+}
+
+// -----
+
+func.func @linear_in_features_mismatch(%x: tensor<?x?x8xf32>, %w: tensor<16x4xf32>) {
+  // expected-error @+1 {{weight 'tensor<16x4xf32>' [out, in] expects 4 input features, but the input has 8}}
+  %y = llm.linear %x, %w : tensor<?x?x8xf32>, tensor<16x4xf32> -> tensor<?x?x16xf32>
+  return
+}
+
+// -----
+
+// A [out, in] weight used without `transposed` where [in, out] was meant.
+func.func @linear_transposed_in_features_mismatch(%x: tensor<?x?x8xf32>, %w: tensor<16x8xf32>) {
+  // expected-error @+1 {{weight 'tensor<16x8xf32>' [in, out] expects 16 input features, but the input has 8}}
+  %y = llm.linear %x, %w transposed : tensor<?x?x8xf32>, tensor<16x8xf32> -> tensor<?x?x8xf32>
+  return
+}
+
+// -----
+
+func.func @linear_out_features_mismatch(%x: tensor<?x?x8xf32>, %w: tensor<16x8xf32>) {
+  // expected-error @+1 {{result has 32 features, but the weight gives 16}}
+  %y = llm.linear %x, %w : tensor<?x?x8xf32>, tensor<16x8xf32> -> tensor<?x?x32xf32>
+  return
+}
+
+// -----
+
+func.func @linear_bias_size_mismatch(%x: tensor<?x?x8xf32>, %w: tensor<16x8xf32>, %b: tensor<8xf32>) {
+  // expected-error @+1 {{bias must be a vector of 16 elements, got 'tensor<8xf32>'}}
+  %y = llm.linear %x, %w, %b : tensor<?x?x8xf32>, tensor<16x8xf32>, tensor<8xf32> -> tensor<?x?x16xf32>
+  return
+}
+
+// -----
+
+func.func @linear_weight_element_type_mismatch(%x: tensor<?x?x8xbf16>, %w: tensor<16x8xf32>) {
+  // expected-error @+1 {{element type of input ('bf16') does not match that of weight ('f32')}}
+  %y = llm.linear %x, %w : tensor<?x?x8xbf16>, tensor<16x8xf32> -> tensor<?x?x16xbf16>
+  return
+}
+
+// -----
+
+func.func @linear_result_element_type_mismatch(%x: tensor<?x?x8xbf16>, %w: tensor<16x8xbf16>) {
+  // expected-error @+1 {{element type of input ('bf16') does not match that of result ('f32')}}
+  %y = llm.linear %x, %w : tensor<?x?x8xbf16>, tensor<16x8xbf16> -> tensor<?x?x16xf32>
+  return
+}
+
+// -----
+
+func.func @linear_bad_gemm_type(%x: tensor<?x?x8xbf16>, %w: tensor<16x8xbf16>) {
+  // expected-error @+1 {{gemm input type must be f8E4M3FN, f8E5M2, bf16 or f16, got 'i8'}}
+  %y = llm.linear %x, %w gemm i8 : tensor<?x?x8xbf16>, tensor<16x8xbf16> -> tensor<?x?x16xbf16>
+  return
+}
+
+// -----
+
+// ODS: weights are statically shaped.
+func.func @linear_dynamic_weight(%x: tensor<?x?x8xf32>, %w: tensor<?x8xf32>) {
+  // expected-error @+1 {{operand #1 must be statically shaped tensor of bfloat16 type or 16-bit float or 32-bit float values, but got 'tensor<?x8xf32>'}}
+  %y = llm.linear %x, %w : tensor<?x?x8xf32>, tensor<?x8xf32> -> tensor<?x?x16xf32>
+  return
+}
+
+// -----
+
+// ODS: activations are floating point.
+func.func @linear_integer_input(%x: tensor<?x?x8xi32>, %w: tensor<16x8xf32>) {
+  // expected-error @+1 {{operand #0 must be ranked tensor of bfloat16 type or 16-bit float or 32-bit float values, but got 'tensor<?x?x8xi32>'}}
+  %y = llm.linear %x, %w : tensor<?x?x8xi32>, tensor<16x8xf32> -> tensor<?x?x16xf32>
+  return
+}
+
+//===----------------------------------------------------------------------===//
+// llm.split
+//===----------------------------------------------------------------------===//
+
+// -----
+
+func.func @split_input_dynamic_features(%x: tensor<?x?x?xf32>) {
+  // expected-error @+1 {{input must have a static feature dimension}}
+  %a, %b = llm.split %x [4, 4] : tensor<?x?x?xf32> -> tensor<?x?x4xf32>, tensor<?x?x4xf32>
+  return
+}
+
+// -----
+
+func.func @split_sizes_results_count_mismatch(%x: tensor<?x?x12xf32>) {
+  // expected-error @+1 {{has 3 sizes but 2 results}}
+  %a, %b = llm.split %x [4, 4, 4] : tensor<?x?x12xf32> -> tensor<?x?x4xf32>, tensor<?x?x4xf32>
+  return
+}
+
+// -----
+
+func.func @split_non_positive_size(%x: tensor<?x?x8xf32>) {
+  // expected-error @+1 {{size 1 must be positive, got 0}}
+  %a, %b = llm.split %x [8, 0] : tensor<?x?x8xf32> -> tensor<?x?x8xf32>, tensor<?x?x0xf32>
+  return
+}
+
+// -----
+
+func.func @split_result_not_rank_3(%x: tensor<?x?x8xf32>) {
+  // expected-error @+1 {{result must be rank 3 [batch, seq, features], got rank 2}}
+  %a, %b = llm.split %x [4, 4] : tensor<?x?x8xf32> -> tensor<?x?x4xf32>, tensor<?x4xf32>
+  return
+}
+
+// -----
+
+func.func @split_result_sequence_mismatch(%x: tensor<?x16x8xf32>) {
+  // expected-error @+1 {{sequence dimension of input (16) does not match that of result (32)}}
+  %a, %b = llm.split %x [4, 4] : tensor<?x16x8xf32> -> tensor<?x16x4xf32>, tensor<?x32x4xf32>
+  return
+}
+
+// -----
+
+func.func @split_result_features_mismatch(%x: tensor<?x?x8xf32>) {
+  // expected-error @+1 {{result 0 has 6 features, expected 4}}
+  %a, %b = llm.split %x [4, 4] : tensor<?x?x8xf32> -> tensor<?x?x6xf32>, tensor<?x?x4xf32>
+  return
+}
+
+// -----
+
+func.func @split_result_element_type_mismatch(%x: tensor<?x?x8xf32>) {
+  // expected-error @+1 {{element type of input ('f32') does not match that of result ('bf16')}}
+  %a, %b = llm.split %x [4, 4] : tensor<?x?x8xf32> -> tensor<?x?x4xf32>, tensor<?x?x4xbf16>
+  return
+}
+
+// -----
+
+func.func @split_sizes_do_not_add_up(%x: tensor<?x?x12xf32>) {
+  // expected-error @+1 {{sizes add up to 8 but the input has 12 features}}
+  %a, %b = llm.split %x [4, 4] : tensor<?x?x12xf32> -> tensor<?x?x4xf32>, tensor<?x?x4xf32>
+  return
+}
+
+//===----------------------------------------------------------------------===//
+// llm.attention
+//===----------------------------------------------------------------------===//
+
+// -----
+
+func.func @attention_q_not_rank_3(%q: tensor<?x64xf32>, %k: tensor<?x?x64xf32>) {
+  // expected-error @+1 {{q must be rank 3 [batch, seq, features], got rank 2}}
+  %o = llm.attention %q, %k, %k heads 4 kv_heads 4 head_dim 16 scale 0.25 causal : tensor<?x64xf32>, tensor<?x?x64xf32>
+  return
+}
+
+// -----
+
+func.func @attention_k_dynamic_features(%q: tensor<?x?x64xf32>, %k: tensor<?x?x?xf32>) {
+  // expected-error @+1 {{k must have a static feature dimension}}
+  %o = llm.attention %q, %k, %k heads 4 kv_heads 4 head_dim 16 scale 0.25 causal : tensor<?x?x64xf32>, tensor<?x?x?xf32>
+  return
+}
+
+// -----
+
+func.func @attention_batch_mismatch(%q: tensor<2x?x64xf32>, %k: tensor<3x?x64xf32>) {
+  // expected-error @+1 {{batch dimension of q (2) does not match that of k (3)}}
+  %o = llm.attention %q, %k, %k heads 4 kv_heads 4 head_dim 16 scale 0.25 causal : tensor<2x?x64xf32>, tensor<3x?x64xf32>
+  return
+}
+
+// -----
+
+func.func @attention_zero_heads(%q: tensor<?x?x64xf32>, %k: tensor<?x?x64xf32>) {
+  // expected-error @+1 {{heads (0), kv_heads (4) and head_dim (16) must be positive}}
+  %o = llm.attention %q, %k, %k heads 0 kv_heads 4 head_dim 16 scale 0.25 causal : tensor<?x?x64xf32>, tensor<?x?x64xf32>
+  return
+}
+
+// -----
+
+func.func @attention_negative_head_dim(%q: tensor<?x?x64xf32>, %k: tensor<?x?x64xf32>) {
+  // expected-error @+1 {{heads (4), kv_heads (4) and head_dim (-16) must be positive}}
+  %o = llm.attention %q, %k, %k heads 4 kv_heads 4 head_dim -16 scale 0.25 causal : tensor<?x?x64xf32>, tensor<?x?x64xf32>
+  return
+}
+
+// -----
+
+func.func @attention_kv_heads_not_dividing_heads(%q: tensor<?x?x64xf32>, %k: tensor<?x?x48xf32>) {
+  // expected-error @+1 {{num_kv_heads (3) does not divide num_heads (4)}}
+  %o = llm.attention %q, %k, %k heads 4 kv_heads 3 head_dim 16 scale 0.25 causal : tensor<?x?x64xf32>, tensor<?x?x48xf32>
+  return
+}
+
+// -----
+
+func.func @attention_q_features_mismatch(%q: tensor<?x?x64xf32>, %k: tensor<?x?x32xf32>) {
+  // expected-error @+1 {{q has 64 features, expected heads * head_dim = 8 * 16 = 128}}
+  %o = llm.attention %q, %k, %k heads 8 kv_heads 2 head_dim 16 scale 0.25 causal : tensor<?x?x64xf32>, tensor<?x?x32xf32>
+  return
+}
+
+// -----
+
+func.func @attention_kv_features_mismatch(%q: tensor<?x?x64xf32>, %k: tensor<?x?x64xf32>) {
+  // expected-error @+1 {{k and v have 64 features, expected kv_heads * head_dim = 2 * 16 = 32}}
+  %o = llm.attention %q, %k, %k heads 4 kv_heads 2 head_dim 16 scale 0.25 causal : tensor<?x?x64xf32>, tensor<?x?x64xf32>
+  return
+}
+
+// -----
+
+func.func @attention_non_positive_scale(%q: tensor<?x?x64xf32>, %k: tensor<?x?x64xf32>) {
+  // expected-error @+1 {{scale must be positive, got -2.500000e-01}}
+  %o = llm.attention %q, %k, %k heads 4 kv_heads 4 head_dim 16 scale -0.25 causal : tensor<?x?x64xf32>, tensor<?x?x64xf32>
+  return
+}
+
+// -----
+
+func.func @attention_non_positive_window(%q: tensor<?x?x64xf32>, %k: tensor<?x?x64xf32>) {
+  // expected-error @+1 {{window must be positive, got 0}}
+  %o = llm.attention %q, %k, %k heads 4 kv_heads 4 head_dim 16 scale 0.25 causal window 0 : tensor<?x?x64xf32>, tensor<?x?x64xf32>
+  return
+}
+
+// -----
+
+// ODS (AllTypesMatch): k and v have the same type.
+func.func @attention_k_v_type_mismatch(%q: tensor<?x?x64xf32>, %k: tensor<?x?x64xf32>, %v: tensor<?x?x64xbf16>) {
+  // expected-error @+1 {{failed to verify that all of {k, v} have same type}}
+  %o = "llm.attention"(%q, %k, %v) <{num_heads = 4 : i64, num_kv_heads = 4 : i64, head_dim = 16 : i64, scale = 2.500000e-01 : f64}> : (tensor<?x?x64xf32>, tensor<?x?x64xf32>, tensor<?x?x64xbf16>) -> tensor<?x?x64xf32>
+  return
+}
+
+//===----------------------------------------------------------------------===//
+// llm.gelu / llm.swiglu / llm.add
+//===----------------------------------------------------------------------===//
+
+// -----
+
+func.func @gelu_input_not_rank_3(%x: tensor<?x8xf32>) {
+  // expected-error @+1 {{input must be rank 3 [batch, seq, features], got rank 2}}
+  %y = llm.gelu %x tanh : tensor<?x8xf32>
+  return
+}
+
+// -----
+
+func.func @swiglu_gate_dynamic_features(%x: tensor<?x?x?xf32>) {
+  // expected-error @+1 {{gate must have a static feature dimension}}
+  %y = llm.swiglu %x, %x : tensor<?x?x?xf32>
+  return
+}
+
+// -----
+
+func.func @add_lhs_not_rank_3(%x: tensor<8xf32>) {
+  // expected-error @+1 {{lhs must be rank 3 [batch, seq, features], got rank 1}}
+  %y = llm.add %x, %x : tensor<8xf32>
+  return
+}
+
+// -----
+
+// ODS (AllTypesMatch): both sides of a residual add have the same type.
+func.func @add_operand_type_mismatch(%a: tensor<?x?x8xf32>, %b: tensor<?x?x8xbf16>) {
+  // expected-error @+1 {{failed to verify that all of {lhs, rhs, result} have same type}}
+  %y = "llm.add"(%a, %b) : (tensor<?x?x8xf32>, tensor<?x?x8xbf16>) -> tensor<?x?x8xf32>
+  return
+}
+
+//===----------------------------------------------------------------------===//
+// llm.moe_router
+//===----------------------------------------------------------------------===//
+
+// -----
+
+func.func @moe_router_input_not_rank_3(%x: tensor<?x8xf32>, %g: tensor<4x8xf32>) {
+  // expected-error @+1 {{input must be rank 3 [batch, seq, features], got rank 2}}
+  %p, %i = llm.moe_router %x, %g top_k 2 : tensor<?x8xf32>, tensor<4x8xf32> -> tensor<?x?x2xf32>, tensor<?x?x2xi32>
+  return
+}
+
+// -----
+
+func.func @moe_router_gate_hidden_mismatch(%x: tensor<?x?x8xf32>, %g: tensor<4x16xf32>) {
+  // expected-error @+1 {{gate must be [experts, 8], got 'tensor<4x16xf32>'}}
+  %p, %i = llm.moe_router %x, %g top_k 2 : tensor<?x?x8xf32>, tensor<4x16xf32> -> tensor<?x?x2xf32>, tensor<?x?x2xi32>
+  return
+}
+
+// -----
+
+func.func @moe_router_zero_top_k(%x: tensor<?x?x8xf32>, %g: tensor<4x8xf32>) {
+  // expected-error @+1 {{top_k must be at least 1, got 0}}
+  %p, %i = llm.moe_router %x, %g top_k 0 : tensor<?x?x8xf32>, tensor<4x8xf32> -> tensor<?x?x0xf32>, tensor<?x?x0xi32>
+  return
+}
+
+// -----
+
+func.func @moe_router_top_k_exceeds_experts(%x: tensor<?x?x8xf32>, %g: tensor<4x8xf32>) {
+  // expected-error @+1 {{top_k (5) exceeds the number of experts (4)}}
+  %p, %i = llm.moe_router %x, %g top_k 5 : tensor<?x?x8xf32>, tensor<4x8xf32> -> tensor<?x?x5xf32>, tensor<?x?x5xi32>
+  return
+}
+
+// -----
+
+func.func @moe_router_result_top_k_mismatch(%x: tensor<?x?x8xf32>, %g: tensor<4x8xf32>) {
+  // expected-error @+1 {{routing results must be [batch, seq, top_k = 2], got 'tensor<?x?x3xi32>'}}
+  %p, %i = llm.moe_router %x, %g top_k 2 : tensor<?x?x8xf32>, tensor<4x8xf32> -> tensor<?x?x2xf32>, tensor<?x?x3xi32>
+  return
+}
+
+// -----
+
+// A leading-dimension mismatch is reported once.
+func.func @moe_router_result_batch_mismatch(%x: tensor<2x?x8xf32>, %g: tensor<4x8xf32>) {
+  // expected-error @+1 {{batch dimension of input (2) does not match that of routing result (3)}}
+  %p, %i = llm.moe_router %x, %g top_k 2 : tensor<2x?x8xf32>, tensor<4x8xf32> -> tensor<3x?x2xf32>, tensor<2x?x2xi32>
+  return
+}
+
+// -----
+
+// ODS: expert indices are integers.
+func.func @moe_router_float_indices(%x: tensor<?x?x8xf32>, %g: tensor<4x8xf32>) {
+  // expected-error @+1 {{result #1 must be ranked tensor of 32-bit signless integer or 64-bit signless integer values}}
+  %p, %i = llm.moe_router %x, %g top_k 2 : tensor<?x?x8xf32>, tensor<4x8xf32> -> tensor<?x?x2xf32>, tensor<?x?x2xf32>
+  return
+}
+
+//===----------------------------------------------------------------------===//
+// llm.moe_dispatch
+//===----------------------------------------------------------------------===//
+
+// -----
+
+func.func @moe_dispatch_input_dynamic_features(%x: tensor<?x?x?xf32>, %i: tensor<?x?x2xi32>) {
+  // expected-error @+1 {{input must have a static feature dimension}}
+  %d = llm.moe_dispatch %x, %i capacity 1.0 : tensor<?x?x?xf32>, tensor<?x?x2xi32> -> tensor<4x?x8xf32>
+  return
+}
+
+// -----
+
+func.func @moe_dispatch_indices_not_rank_3(%x: tensor<?x?x8xf32>, %i: tensor<?x?xi32>) {
+  // expected-error @+1 {{indices must be [batch, seq, top_k], got 'tensor<?x?xi32>'}}
+  %d = llm.moe_dispatch %x, %i capacity 1.0 : tensor<?x?x8xf32>, tensor<?x?xi32> -> tensor<4x?x8xf32>
+  return
+}
+
+// -----
+
+// A leading-dimension mismatch is reported once, as for llm.moe_router.
+func.func @moe_dispatch_indices_sequence_mismatch(%x: tensor<?x16x8xf32>, %i: tensor<?x8x2xi32>) {
+  // expected-error @+1 {{sequence dimension of input (16) does not match that of indices (8)}}
+  %d = llm.moe_dispatch %x, %i capacity 1.0 : tensor<?x16x8xf32>, tensor<?x8x2xi32> -> tensor<4x?x8xf32>
+  return
+}
+
+// -----
+
+func.func @moe_dispatch_capacity_below_one(%x: tensor<?x?x8xf32>, %i: tensor<?x?x2xi32>) {
+  // expected-error @+1 {{capacity factor must be 0 (dropless) or at least 1, got 5.000000e-01}}
+  %d = llm.moe_dispatch %x, %i capacity 0.5 : tensor<?x?x8xf32>, tensor<?x?x2xi32> -> tensor<4x?x8xf32>
+  return
+}
+
+// -----
+
+func.func @moe_dispatch_negative_capacity(%x: tensor<?x?x8xf32>, %i: tensor<?x?x2xi32>) {
+  // expected-error @+1 {{capacity factor must be 0 (dropless) or at least 1, got -1.000000e+00}}
+  %d = llm.moe_dispatch %x, %i capacity -1.0 : tensor<?x?x8xf32>, tensor<?x?x2xi32> -> tensor<4x?x8xf32>
+  return
+}
+
+// -----
+
+func.func @moe_dispatch_dynamic_expert_count(%x: tensor<?x?x8xf32>, %i: tensor<?x?x2xi32>) {
+  // expected-error @+1 {{result must be [experts, capacity, 8] with a static expert count, got 'tensor<?x?x8xf32>'}}
+  %d = llm.moe_dispatch %x, %i capacity 1.0 : tensor<?x?x8xf32>, tensor<?x?x2xi32> -> tensor<?x?x8xf32>
+  return
+}
+
+// -----
+
+func.func @moe_dispatch_result_hidden_mismatch(%x: tensor<?x?x8xf32>, %i: tensor<?x?x2xi32>) {
+  // expected-error @+1 {{result must be [experts, capacity, 8] with a static expert count, got 'tensor<4x?x16xf32>'}}
+  %d = llm.moe_dispatch %x, %i capacity 1.0 : tensor<?x?x8xf32>, tensor<?x?x2xi32> -> tensor<4x?x16xf32>
+  return
+}
+
+// -----
+
+func.func @moe_dispatch_element_type_mismatch(%x: tensor<?x?x8xf32>, %i: tensor<?x?x2xi32>) {
+  // expected-error @+1 {{element type of input ('f32') does not match that of result ('bf16')}}
+  %d = llm.moe_dispatch %x, %i capacity 1.0 : tensor<?x?x8xf32>, tensor<?x?x2xi32> -> tensor<4x?x8xbf16>
+  return
+}
+
+//===----------------------------------------------------------------------===//
+// llm.moe_experts
+//===----------------------------------------------------------------------===//
+
+// -----
+
+func.func @moe_experts_dynamic_expert_count(%d: tensor<?x?x8xf32>, %w1: tensor<4x16x8xf32>, %w2: tensor<4x8x16xf32>) {
+  // expected-error @+1 {{input must be [experts, capacity, hidden] with static experts and hidden, got 'tensor<?x?x8xf32>'}}
+  %y = llm.moe_experts %d, %w1, %w2 gelu : tensor<?x?x8xf32>, tensor<4x16x8xf32>, tensor<4x8x16xf32>
+  return
+}
+
+// -----
+
+func.func @moe_experts_swiglu_with_two_weights(%d: tensor<4x?x8xf32>, %w1: tensor<4x16x8xf32>, %w2: tensor<4x8x16xf32>) {
+  // expected-error @+1 {{swiglu experts take 3 weights, got 2}}
+  %y = llm.moe_experts %d, %w1, %w2 swiglu : tensor<4x?x8xf32>, tensor<4x16x8xf32>, tensor<4x8x16xf32>
+  return
+}
+
+// -----
+
+func.func @moe_experts_gelu_with_three_weights(%d: tensor<4x?x8xf32>, %w1: tensor<4x16x8xf32>, %w2: tensor<4x8x16xf32>) {
+  // expected-error @+1 {{gelu experts take 2 weights, got 3}}
+  %y = llm.moe_experts %d, %w1, %w1, %w2 gelu : tensor<4x?x8xf32>, tensor<4x16x8xf32>, tensor<4x16x8xf32>, tensor<4x8x16xf32>
+  return
+}
+
+// -----
+
+func.func @moe_experts_up_weight_ffn_mismatch(%d: tensor<4x?x8xf32>, %w1: tensor<4x16x8xf32>, %w3: tensor<4x32x8xf32>, %w2: tensor<4x8x16xf32>) {
+  // expected-error @+1 {{weight 1 must be [4, 16, 8] (experts, ffn, hidden), got 'tensor<4x32x8xf32>'}}
+  %y = llm.moe_experts %d, %w1, %w3, %w2 swiglu : tensor<4x?x8xf32>, tensor<4x16x8xf32>, tensor<4x32x8xf32>, tensor<4x8x16xf32>
+  return
+}
+
+// -----
+
+func.func @moe_experts_down_weight_not_transposed(%d: tensor<4x?x8xf32>, %w1: tensor<4x16x8xf32>) {
+  // expected-error @+1 {{weight 1 must be [4, 8, 16] (experts, hidden, ffn), got 'tensor<4x16x8xf32>'}}
+  %y = llm.moe_experts %d, %w1, %w1 gelu : tensor<4x?x8xf32>, tensor<4x16x8xf32>, tensor<4x16x8xf32>
+  return
+}
+
+// -----
+
+func.func @moe_experts_weight_expert_count_mismatch(%d: tensor<4x?x8xf32>, %w1: tensor<2x16x8xf32>, %w2: tensor<4x8x16xf32>) {
+  // expected-error @+1 {{weight 0 must be [4, 16, 8] (experts, ffn, hidden), got 'tensor<2x16x8xf32>'}}
+  %y = llm.moe_experts %d, %w1, %w2 gelu : tensor<4x?x8xf32>, tensor<2x16x8xf32>, tensor<4x8x16xf32>
+  return
+}
+
+// -----
+
+func.func @moe_experts_weight_element_type_mismatch(%d: tensor<4x?x8xf32>, %w1: tensor<4x16x8xbf16>, %w2: tensor<4x8x16xbf16>) {
+  // expected-error @+1 {{element type of input ('f32') does not match that of weight ('bf16')}}
+  %y = llm.moe_experts %d, %w1, %w2 gelu : tensor<4x?x8xf32>, tensor<4x16x8xbf16>, tensor<4x8x16xbf16>
+  return
+}
+
+//===----------------------------------------------------------------------===//
+// llm.moe_combine
+//===----------------------------------------------------------------------===//
+
+// -----
+
+func.func @moe_combine_input_dynamic_hidden(%e: tensor<4x?x?xf32>, %p: tensor<?x?x2xf32>, %i: tensor<?x?x2xi32>) {
+  // expected-error @+1 {{input must be [experts, capacity, hidden], got 'tensor<4x?x?xf32>'}}
+  %y = llm.moe_combine %e, %p, %i : tensor<4x?x?xf32>, tensor<?x?x2xf32>, tensor<?x?x2xi32> -> tensor<?x?x8xf32>
+  return
+}
+
+// -----
+
+func.func @moe_combine_weights_indices_shape_mismatch(%e: tensor<4x?x8xf32>, %p: tensor<?x?x2xf32>, %i: tensor<?x?x3xi32>) {
+  // expected-error @+1 {{weights 'tensor<?x?x2xf32>' and indices 'tensor<?x?x3xi32>' must both be [batch, seq, top_k]}}
+  %y = llm.moe_combine %e, %p, %i : tensor<4x?x8xf32>, tensor<?x?x2xf32>, tensor<?x?x3xi32> -> tensor<?x?x8xf32>
+  return
+}
+
+// -----
+
+func.func @moe_combine_weights_not_rank_3(%e: tensor<4x?x8xf32>, %p: tensor<?x2xf32>, %i: tensor<?x2xi32>) {
+  // expected-error @+1 {{must both be [batch, seq, top_k]}}
+  %y = llm.moe_combine %e, %p, %i : tensor<4x?x8xf32>, tensor<?x2xf32>, tensor<?x2xi32> -> tensor<?x?x8xf32>
+  return
+}
+
+// -----
+
+func.func @moe_combine_result_not_rank_3(%e: tensor<4x?x8xf32>, %p: tensor<?x?x2xf32>, %i: tensor<?x?x2xi32>) {
+  // expected-error @+1 {{result must be rank 3 [batch, seq, features], got rank 2}}
+  %y = llm.moe_combine %e, %p, %i : tensor<4x?x8xf32>, tensor<?x?x2xf32>, tensor<?x?x2xi32> -> tensor<?x8xf32>
+  return
+}
+
+// -----
+
+func.func @moe_combine_result_batch_mismatch(%e: tensor<4x?x8xf32>, %p: tensor<2x?x2xf32>, %i: tensor<2x?x2xi32>) {
+  // expected-error @+1 {{batch dimension of result (3) does not match that of weights (2)}}
+  %y = llm.moe_combine %e, %p, %i : tensor<4x?x8xf32>, tensor<2x?x2xf32>, tensor<2x?x2xi32> -> tensor<3x?x8xf32>
+  return
+}
+
+// -----
+
+func.func @moe_combine_hidden_mismatch(%e: tensor<4x?x8xf32>, %p: tensor<?x?x2xf32>, %i: tensor<?x?x2xi32>) {
+  // expected-error @+1 {{result hidden size (16) does not match the experts' (8)}}
+  %y = llm.moe_combine %e, %p, %i : tensor<4x?x8xf32>, tensor<?x?x2xf32>, tensor<?x?x2xi32> -> tensor<?x?x16xf32>
+  return
+}
+
+// -----
+
+func.func @moe_combine_element_type_mismatch(%e: tensor<4x?x8xf32>, %p: tensor<?x?x2xf32>, %i: tensor<?x?x2xi32>) {
+  // expected-error @+1 {{element type of input ('f32') does not match that of result ('f16')}}
+  %y = llm.moe_combine %e, %p, %i : tensor<4x?x8xf32>, tensor<?x?x2xf32>, tensor<?x?x2xi32> -> tensor<?x?x8xf16>
+  return
+}
+
+//===----------------------------------------------------------------------===//
+// llm.lm_head
+//===----------------------------------------------------------------------===//
+
+// -----
+
+func.func @lm_head_input_not_rank_3(%x: tensor<?x8xf32>, %w: tensor<100x8xf32>) {
+  // expected-error @+1 {{input must be rank 3 [batch, seq, features], got rank 2}}
+  %l = llm.lm_head %x, %w : tensor<?x8xf32>, tensor<100x8xf32> -> tensor<?x?x100xf32>
+  return
+}
+
+// -----
+
+func.func @lm_head_result_dynamic_vocab(%x: tensor<?x?x8xf32>, %w: tensor<100x8xf32>) {
+  // expected-error @+1 {{result must have a static feature dimension}}
+  %l = llm.lm_head %x, %w : tensor<?x?x8xf32>, tensor<100x8xf32> -> tensor<?x?x?xf32>
+  return
+}
+
+// -----
+
+func.func @lm_head_sequence_mismatch(%x: tensor<?x16x8xf32>, %w: tensor<100x8xf32>) {
+  // expected-error @+1 {{sequence dimension of input (16) does not match that of result (15)}}
+  %l = llm.lm_head %x, %w : tensor<?x16x8xf32>, tensor<100x8xf32> -> tensor<?x15x100xf32>
+  return
+}
+
+// -----
+
+func.func @lm_head_weight_hidden_mismatch(%x: tensor<?x?x8xf32>, %w: tensor<100x16xf32>) {
+  // expected-error @+1 {{weight must be [vocab, 8], got 'tensor<100x16xf32>'}}
+  %l = llm.lm_head %x, %w : tensor<?x?x8xf32>, tensor<100x16xf32> -> tensor<?x?x100xf32>
+  return
+}
+
+// -----
+
+func.func @lm_head_vocab_mismatch(%x: tensor<?x?x8xf32>, %w: tensor<100x8xf32>) {
+  // expected-error @+1 {{result has 128 logits, but the vocabulary has 100}}
+  %l = llm.lm_head %x, %w : tensor<?x?x8xf32>, tensor<100x8xf32> -> tensor<?x?x128xf32>
+  return
+}
+
+// -----
+
+func.func @lm_head_element_type_mismatch(%x: tensor<?x?x8xbf16>, %w: tensor<100x8xf32>) {
+  // expected-error @+1 {{element type of input ('bf16') does not match that of weight ('f32')}}
+  %l = llm.lm_head %x, %w : tensor<?x?x8xbf16>, tensor<100x8xf32> -> tensor<?x?x100xf32>
+  return
+}
+
+//===----------------------------------------------------------------------===//
+// llm.cross_entropy
+//===----------------------------------------------------------------------===//
+
+// -----
+
+func.func @cross_entropy_logits_not_rank_3(%l: tensor<?x100xf32>, %t: tensor<?x?xi32>) {
+  // expected-error @+1 {{logits must be rank 3 [batch, seq, features], got rank 2}}
+  %loss = llm.cross_entropy %l, %t : tensor<?x100xf32>, tensor<?x?xi32> -> tensor<f32>
+  return
+}
+
+// -----
+
+func.func @cross_entropy_labels_not_rank_2(%l: tensor<?x?x100xf32>, %t: tensor<?x?x1xi32>) {
+  // expected-error @+1 {{labels must be rank 2 [batch, seq], got 'tensor<?x?x1xi32>'}}
+  %loss = llm.cross_entropy %l, %t : tensor<?x?x100xf32>, tensor<?x?x1xi32> -> tensor<f32>
+  return
+}
+
+// -----
+
+func.func @cross_entropy_labels_leading_dims_mismatch(%l: tensor<?x16x100xf32>, %t: tensor<?x8xi32>) {
+  // expected-error @+1 {{labels 'tensor<?x8xi32>' do not match the logits' leading dimensions 'tensor<?x16x100xf32>'}}
+  %loss = llm.cross_entropy %l, %t : tensor<?x16x100xf32>, tensor<?x8xi32> -> tensor<f32>
+  return
+}
+
+// -----
+
+// ODS: the loss is an f32 scalar.
+func.func @cross_entropy_non_scalar_loss(%l: tensor<?x?x100xf32>, %t: tensor<?x?xi32>) {
+  // expected-error @+1 {{result #0 must be 0D tensor of 32-bit float values, but got 'tensor<1xf32>'}}
+  %loss = llm.cross_entropy %l, %t : tensor<?x?x100xf32>, tensor<?x?xi32> -> tensor<1xf32>
+  return
+}
+
+// -----
+
+func.func @layer_negative_index(%x: tensor<?x?x8xf32>) -> tensor<?x?x8xf32> {
+  // expected-error @+1 {{layer index must be non-negative, got -1}}
+  %y = llm.layer -1 (%x) : tensor<?x?x8xf32> {
+  ^bb0(%in: tensor<?x?x8xf32>):
+    llm.yield %in : tensor<?x?x8xf32>
+  }
+  return %y : tensor<?x?x8xf32>
+}
+
+// -----
+
+func.func @layer_body_without_terminator(%x: tensor<?x?x8xf32>) -> tensor<?x?x8xf32> {
+  // expected-error @+1 {{body must end with llm.yield}}
+  %y = llm.layer 0 (%x) : tensor<?x?x8xf32> {
+  ^bb0(%in: tensor<?x?x8xf32>):
+    %a = llm.add %in, %in : tensor<?x?x8xf32>
+  }
+  return %y : tensor<?x?x8xf32>
+}
+
+// -----
+
+func.func @activation_zero_features(%x: tensor<?x?x0xf32>) {
+  // expected-error @+1 {{input must have a positive feature dimension, got 0}}
+  %y = llm.gelu %x tanh : tensor<?x?x0xf32>
+  return
+}
+
+// -----
+
+func.func @split_no_sizes(%x: tensor<?x?x4xf32>) {
+  // expected-error @+1 {{needs at least one size}}
+  "llm.split"(%x) <{sizes = array<i64>}> : (tensor<?x?x4xf32>) -> ()
+  return
+}
+
+// -----
+
+func.func @split_sizes_overflow(%x: tensor<?x?x1xf32>) {
+  // expected-error @+1 {{sizes overflow 64 bits}}
+  %a:3 = llm.split %x [9223372036854775807, 9223372036854775807, 3] : tensor<?x?x1xf32> -> tensor<?x?x9223372036854775807xf32>, tensor<?x?x9223372036854775807xf32>, tensor<?x?x3xf32>
+  return
+}
+
+// -----
+
+func.func @attention_heads_times_head_dim_overflow(%q: tensor<?x?x4294967296xbf16>) {
+  // expected-error @+1 {{heads * head_dim overflows 64 bits}}
+  %o = llm.attention %q, %q, %q heads 4294967297 kv_heads 1 head_dim 4294967296 scale 1.0 : tensor<?x?x4294967296xbf16>, tensor<?x?x4294967296xbf16>
+  return
+}
+
+// -----
+
+func.func @attention_negative_window(%q: tensor<?x?x64xf32>) {
+  // expected-error @+1 {{window must be positive, got -4}}
+  %o = llm.attention %q, %q, %q heads 1 kv_heads 1 head_dim 64 scale 1.0 causal window -4 : tensor<?x?x64xf32>, tensor<?x?x64xf32>
+  return
+}
+
+// -----
+
+func.func @moe_experts_weight_not_rank_3(%d: tensor<4x?x8xf32>, %w: tensor<16x8xf32>, %w2: tensor<4x16x8xf32>, %w3: tensor<4x8x16xf32>) {
+  // expected-error @+1 {{weight 0 must be rank 3 [experts, ffn, hidden], got 'tensor<16x8xf32>'}}
+  %e = llm.moe_experts %d, %w, %w2, %w3 swiglu : tensor<4x?x8xf32>, tensor<16x8xf32>, tensor<4x16x8xf32>, tensor<4x8x16xf32>
+  return
+}
