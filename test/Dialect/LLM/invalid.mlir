@@ -1151,3 +1151,17 @@ func.func @moe_experts_weight_not_rank_3(%d: tensor<4x?x8xf32>, %w: tensor<16x8x
   %e = llm.moe_experts %d, %w, %w2, %w3 swiglu : tensor<4x?x8xf32>, tensor<16x8xf32>, tensor<4x16x8xf32>, tensor<4x8x16xf32>
   return
 }
+
+// -----
+
+// A layer reads only its input and its own parameters.
+func.func @layer_uses_value_from_above(%x: tensor<?x?x8xf32>, %w: tensor<8x8xf32>) -> tensor<?x?x8xf32> {
+  // expected-note @+1 {{required by region isolation constraints}}
+  %y = llm.layer 0 (%x) : tensor<?x?x8xf32> {
+  ^bb0(%in: tensor<?x?x8xf32>):
+    // expected-error @+1 {{using value defined outside the region}}
+    %h = llm.linear %in, %w : tensor<?x?x8xf32>, tensor<8x8xf32> -> tensor<?x?x8xf32>
+    llm.yield %h : tensor<?x?x8xf32>
+  }
+  return %y : tensor<?x?x8xf32>
+}

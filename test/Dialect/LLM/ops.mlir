@@ -21,7 +21,7 @@ func.func @params() -> (tensor<768xbf16>, tensor<768xf32>, tensor<2304x768xf16>,
 // CHECK-LABEL: func.func @layer
 // CHECK-SAME: (%[[X:.*]]: tensor<?x?x768xbf16>)
 func.func @layer(%x: tensor<?x?x768xbf16>) -> tensor<?x?x768xbf16> {
-  // CHECK: %[[Y:.*]] = llm.layer 7{{ ?}}(%[[X]]) : tensor<?x?x768xbf16> {
+  // CHECK: %[[Y:.*]] = llm.layer 7 (%[[X]]) : tensor<?x?x768xbf16> {
   // CHECK-NEXT: ^bb0(%[[IN:.*]]: tensor<?x?x768xbf16>):
   // CHECK-NEXT: %[[S:.*]] = llm.add %[[IN]], %[[IN]] : tensor<?x?x768xbf16>
   // CHECK-NEXT: llm.yield %[[S]] : tensor<?x?x768xbf16>

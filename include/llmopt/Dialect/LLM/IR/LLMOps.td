@@ -61,7 +61,7 @@ def LLM_ParamOp : LLM_CostOp<"param", [Pure]> {
 }
 
 def LLM_LayerOp : LLM_CostOp<"layer", [
-    AllTypesMatch<["input", "result"]>, SingleBlock]> {
+    AllTypesMatch<["input", "result"]>, SingleBlock, IsolatedFromAbove]> {
   let summary = "one transformer block";
   let description = [{
     Groups the ops of transformer block `index`. The region takes the block's
@@ -77,8 +77,12 @@ def LLM_LayerOp : LLM_CostOp<"layer", [
     }
     ```
 
+    The region is isolated from above: a block reads only its input and the
+    parameters it defines, so any cut of the layer list into pipeline stages
+    is valid.
+
     Verified: `index` is non-negative; the region has one block whose single
-    argument has the input's type.
+    argument has the input's type and which ends in `llm.yield`.
   }];
   let arguments = (ins I64Attr:$index, LLM_Activation:$input);
   let results = (outs LLM_Activation:$result);
