@@ -1,0 +1,162 @@
+//===- CostModel.h - analytical step time and memory per rank ---*- C++ -*-===//
+//
+// Scores one parallel configuration of a model on a cluster for a job:
+// memory per rank and pipeline stage (weights, gradients, optimizer states
+// under ZeRO 0-3, activations under TP/SP/CP and recomputation, in-flight
+// micro-batches per schedule, logits, communication buffers, reserve), and
+// step time (GEMMs by shape-dependent efficiency, attention, memory-bound
+// kernels, recomputation, collectives over the NVLink / network hierarchy with
+// the overlap each framework achieves, pipeline bubble, optimizer step).
+// Formulas and sources: docs/cost-model.md.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef LLMOPT_COSTMODEL_COSTMODEL_H
+#define LLMOPT_COSTMODEL_COSTMODEL_H
+
+#include "llmopt/CostModel/Hardware.h"
+#include "llmopt/CostModel/Model.h"
+
+#include <string>
+#include <vector>
+
+namespace llmopt::cost {
+
+enum class Recompute { None, Selective, Full };
+enum class Schedule { None, GPipe, OneFOneB, Interleaved };
+
+const char *toString(Recompute r);
+const char *toString(Schedule s);
+
+/// One point of the search space.
+struct ParallelConfig {
+  int dp = 1, tp = 1, pp = 1, vpp = 1, cp = 1, ep = 1;
+  bool sp = false;
+  int zero = 0;
+  bool offloadOptimizer = false;
+  Recompute recompute = Recompute::None;
+  int64_t microBatch = 1;
+  int64_t numMicroBatches = 1;
+  Schedule schedule = Schedule::None;
+  /// Layers per pipeline stage (pp entries); empty for an even split.
+  std::vector<int> stageLayers;
+  /// Mesh axes from the fastest-varying (inside a node) to the slowest.
+  /// "tp-cp-ep-dp-pp" (Megatron's order) or "tp-cp-pp-ep-dp".
+  bool ppInsideDp = false;
+
+  int gpus() const { return dp * tp * pp * cp; }
+  std::string placement() const {
+    return ppInsideDp ? "tp-cp-pp-dp" : "tp-cp-dp-pp";
+  }
+};
+
+/// Bytes per rank by category.
+struct MemoryBreakdown {
+  double weights = 0;
+  double gradients = 0;
+  double optimizer = 0;
+  double activations = 0;
+  double logits = 0;
+  double commBuffers = 0;
+  double reserved = 0;
+  double total() const {
+    return weights + gradients + optimizer + activations + logits + commBuffers +
+           reserved;
+  }
+};
+
+struct StageMemory {
+  int stage = 0;
+  int layers = 0;
+  /// Micro-batches whose activations the stage holds at its peak.
+  double inFlight = 0;
+  MemoryBreakdown memory;
+};
+
+/// Seconds per step by cause; they add up to `step`.
+struct TimeBreakdown {
+  double compute = 0;   ///< forward + backward of the bottleneck stage, x m
+  double recompute = 0; ///< recomputation in backward, x m
+  double tpComm = 0;    ///< TP / SP collectives (not overlapped)
+  double cpComm = 0;    ///< context-parallel KV exchange not hidden by attention
+  double epComm = 0;    ///< MoE all-to-all
+  double ppComm = 0;    ///< pipeline send/recv
+  double dpComm = 0;    ///< gradient reduction and parameter gathers not hidden
+  double bubble = 0;    ///< pipeline fill and drain
+  double optimizer = 0; ///< optimizer step (and offload transfers)
+  double step = 0;
+};
+
+enum class RejectReason {
+  None,
+  HeadsNotDivisibleByTP,
+  KVHeadsNotDivisibleByTP,
+  FfnNotDivisibleByTP,
+  BatchNotDivisible,
+  TooFewLayersForPP,
+  LayersNotDivisibleForInterleaving,
+  FewerMicroBatchesThanStages,
+  MicroBatchesNotDivisibleForInterleaving,
+  ExpertsNotDivisibleByEP,
+  EPNotDividingDP,
+  SeqNotDivisibleByCP,
+  SPWithoutTP,
+  TPAcrossNodes,
+  GpuCountMismatch,
+  OutOfMemory,
+  HostOutOfMemory,
+  Invalid,
+};
+
+/// Stable key of a reason (JSON `rejected` keys).
+const char *toString(RejectReason r);
+
+struct PlanEval {
+  ParallelConfig config;
+  RejectReason reason = RejectReason::None;
+  /// Why, with the numbers: "OOM by 3.20 GiB on stage 0 (84.1 of 80.0 GiB)".
+  std::string detail;
+  TimeBreakdown time;
+  std::vector<StageMemory> stages;
+  /// The stage with the most memory and its breakdown.
+  int peakStage = 0;
+  MemoryBreakdown peak;
+  double modelFlopsPerStep = 0;
+  double tokensPerS = 0;
+  double tflopsPerGpu = 0;
+  double mfu = 0;
+
+  bool feasible() const { return reason == RejectReason::None; }
+};
+
+/// The rules a configuration must satisfy before it is scored. Returns
+/// RejectReason::None or the first rule broken, with `detail` set.
+RejectReason checkRules(const ModelDesc &model, const ClusterSpec &cluster,
+                        const JobSpec &job, const ParallelConfig &cfg,
+                        std::string &detail);
+
+/// Scores `cfg`. The result is infeasible (with reason and detail) when a
+/// rule is broken or a stage does not fit in memory; memory and time are
+/// still filled in for memory rejections.
+PlanEval evaluate(const ModelDesc &model, const ClusterSpec &cluster,
+                  const JobSpec &job, const ParallelConfig &cfg);
+
+/// Collective times in seconds for `bytes` over a group of `n` ranks of
+/// which `perNode` share a node (ring algorithms; hierarchical across nodes).
+struct Collectives {
+  const ClusterSpec &c;
+  double allReduce(double bytes, int n, int perNode) const;
+  double allGather(double bytes, int n, int perNode) const;
+  double reduceScatter(double bytes, int n, int perNode) const {
+    return allGather(bytes, n, perNode);
+  }
+  double allToAll(double bytes, int n, int perNode) const;
+  double sendRecv(double bytes, bool crossNode) const;
+};
+
+/// Efficiency (fraction of peak) of an m x n x k GEMM on `gpu`.
+double gemmEfficiency(const GpuSpec &gpu, double m, double n, double k);
+
+} // namespace llmopt::cost
+
+#endif // LLMOPT_COSTMODEL_COSTMODEL_H

@@ -1,0 +1,710 @@
+//===- CostModel.cpp - analytical step time and memory per rank -----------===//
+//
+// See CostModel.h for what is modelled and docs/cost-model.md for the
+// formulas, their sources and the calibration.
+//
+//===----------------------------------------------------------------------===//
+
+#include "llmopt/CostModel/CostModel.h"
+
+#include "llvm/Support/FormatVariadic.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+using namespace llmopt::cost;
+
+static constexpr double GiB = double(1ull << 30);
+
+const char *llmopt::cost::toString(Recompute r) {
+  switch (r) {
+  case Recompute::None:
+    return "none";
+  case Recompute::Selective:
+    return "selective";
+  case Recompute::Full:
+    return "full";
+  }
+  return "?";
+}
+
+const char *llmopt::cost::toString(Schedule s) {
+  switch (s) {
+  case Schedule::None:
+    return "none";
+  case Schedule::GPipe:
+    return "gpipe";
+  case Schedule::OneFOneB:
+    return "1f1b";
+  case Schedule::Interleaved:
+    return "interleaved-1f1b";
+  }
+  return "?";
+}
+
+const char *llmopt::cost::toString(RejectReason r) {
+  switch (r) {
+  case RejectReason::None:
+    return "none";
+  case RejectReason::HeadsNotDivisibleByTP:
+    return "heads_not_divisible_by_tp";
+  case RejectReason::KVHeadsNotDivisibleByTP:
+    return "kv_heads_not_divisible_by_tp";
+  case RejectReason::FfnNotDivisibleByTP:
+    return "ffn_not_divisible_by_tp";
+  case RejectReason::BatchNotDivisible:
+    return "batch_not_divisible";
+  case RejectReason::TooFewLayersForPP:
+    return "fewer_layers_than_stages";
+  case RejectReason::LayersNotDivisibleForInterleaving:
+    return "layers_not_divisible_for_interleaving";
+  case RejectReason::FewerMicroBatchesThanStages:
+    return "fewer_micro_batches_than_stages";
+  case RejectReason::MicroBatchesNotDivisibleForInterleaving:
+    return "micro_batches_not_divisible_for_interleaving";
+  case RejectReason::ExpertsNotDivisibleByEP:
+    return "experts_not_divisible_by_ep";
+  case RejectReason::EPNotDividingDP:
+    return "ep_not_dividing_dp";
+  case RejectReason::SeqNotDivisibleByCP:
+    return "seq_not_divisible_by_cp";
+  case RejectReason::SPWithoutTP:
+    return "sp_without_tp";
+  case RejectReason::TPAcrossNodes:
+    return "tp_across_nodes";
+  case RejectReason::GpuCountMismatch:
+    return "gpu_count_mismatch";
+  case RejectReason::OutOfMemory:
+    return "out_of_memory";
+  case RejectReason::HostOutOfMemory:
+    return "host_out_of_memory";
+  case RejectReason::Invalid:
+    return "invalid";
+  }
+  return "?";
+}
+
+//===----------------------------------------------------------------------===//
+// Collectives (ring algorithms, hierarchical across nodes)
+//===----------------------------------------------------------------------===//
+
+double Collectives::allReduce(double bytes, int n, int perNode) const {
+  if (n <= 1 || bytes <= 0)
+    return 0;
+  perNode = std::max(1, std::min(perNode, n));
+  int nodes = n / perNode;
+  double intraBw = c.intraAllReduceBusBandwidth > 0 ? c.intraAllReduceBusBandwidth
+                                                    : c.intraBusBandwidth;
+  if (nodes <= 1)
+    return c.collectiveBaseLatency + 2.0 * (n - 1) * c.intraStepLatency +
+           2.0 * (n - 1) / n * bytes / intraBw;
+  // Reduce-scatter inside the node, all-reduce of 1/perNode across nodes
+  // (every GPU of a node on its share of the NICs), all-gather inside.
+  double t = c.collectiveBaseLatency + 2.0 * (nodes - 1) * c.interStepLatency +
+             2.0 * (nodes - 1) / nodes * (bytes / perNode) / c.nicShareBandwidth();
+  if (perNode > 1)
+    t += 2.0 * (perNode - 1) * c.intraStepLatency +
+         2.0 * (perNode - 1) / perNode * bytes / c.intraBusBandwidth;
+  return t;
+}
+
+double Collectives::allGather(double bytes, int n, int perNode) const {
+  if (n <= 1 || bytes <= 0)
+    return 0;
+  perNode = std::max(1, std::min(perNode, n));
+  int nodes = n / perNode;
+  if (nodes <= 1)
+    return c.collectiveBaseLatency + (n - 1) * c.intraStepLatency +
+           double(n - 1) / n * bytes / c.intraBusBandwidth;
+  double t = c.collectiveBaseLatency + (nodes - 1) * c.interStepLatency +
+             double(nodes - 1) / nodes * (bytes / perNode) / c.nicShareBandwidth();
+  if (perNode > 1)
+    t += (perNode - 1) * c.intraStepLatency +
+         double(perNode - 1) / perNode * bytes / c.intraBusBandwidth;
+  return t;
+}
+
+double Collectives::allToAll(double bytes, int n, int perNode) const {
+  if (n <= 1 || bytes <= 0)
+    return 0;
+  perNode = std::max(1, std::min(perNode, n));
+  double intra = bytes * double(perNode - 1) / n / c.intraBusBandwidth;
+  double inter = bytes * double(n - perNode) / n / c.nicShareBandwidth();
+  double steps = perNode < n ? c.interStepLatency : c.intraStepLatency;
+  return c.collectiveBaseLatency + steps * std::log2(double(n)) + std::max(intra, inter);
+}
+
+double Collectives::sendRecv(double bytes, bool crossNode) const {
+  if (bytes <= 0)
+    return 0;
+  double bw = crossNode ? c.nicShareBandwidth() : c.intraBusBandwidth;
+  return c.collectiveBaseLatency + bytes / bw;
+}
+
+double llmopt::cost::gemmEfficiency(const GpuSpec &gpu, double m, double n, double k) {
+  auto term = [&](double d) { return d / (d + gpu.gemmHalfDim); };
+  return gpu.gemmEfficiency * term(m) * term(n) * term(k);
+}
+
+//===----------------------------------------------------------------------===//
+// Rules
+//===----------------------------------------------------------------------===//
+
+RejectReason llmopt::cost::checkRules(const ModelDesc &model, const ClusterSpec &cluster,
+                                      const JobSpec &job, const ParallelConfig &c,
+                                      std::string &detail) {
+  auto fail = [&](RejectReason r, std::string msg) {
+    detail = std::move(msg);
+    return r;
+  };
+  if (c.dp < 1 || c.tp < 1 || c.pp < 1 || c.vpp < 1 || c.cp < 1 || c.ep < 1 ||
+      c.microBatch < 1 || c.zero < 0 || c.zero > 3)
+    return fail(RejectReason::Invalid, "degrees must be positive and zero in 0..3");
+  if (c.gpus() != cluster.totalGpus())
+    return fail(RejectReason::GpuCountMismatch,
+                llvm::formatv("dp*tp*pp*cp = {0} but the cluster has {1} GPUs",
+                              c.gpus(), cluster.totalGpus()));
+  if (c.tp > cluster.gpusPerNode)
+    return fail(RejectReason::TPAcrossNodes,
+                llvm::formatv("tp {0} exceeds the {1} GPUs of a node", c.tp,
+                              cluster.gpusPerNode));
+  if (c.sp && c.tp == 1)
+    return fail(RejectReason::SPWithoutTP, "sequence parallelism needs tp > 1");
+  if (c.offloadOptimizer && c.zero == 0)
+    return fail(RejectReason::Invalid, "optimizer offload needs zero >= 1");
+  bool moe = false;
+  for (const LayerDesc &l : model.layers) {
+    if (l.heads % c.tp)
+      return fail(RejectReason::HeadsNotDivisibleByTP,
+                  llvm::formatv("{0} attention heads are not divisible by tp {1}",
+                                l.heads, c.tp));
+    if (l.kvHeads % c.tp)
+      return fail(RejectReason::KVHeadsNotDivisibleByTP,
+                  llvm::formatv("{0} kv heads are not divisible by tp {1}", l.kvHeads,
+                                c.tp));
+    if (l.ffn % c.tp)
+      return fail(RejectReason::FfnNotDivisibleByTP,
+                  llvm::formatv("ffn {0} is not divisible by tp {1}", l.ffn, c.tp));
+    if (l.isMoE()) {
+      moe = true;
+      if (l.experts % c.ep)
+        return fail(RejectReason::ExpertsNotDivisibleByEP,
+                    llvm::formatv("{0} experts are not divisible by ep {1}", l.experts,
+                                  c.ep));
+    }
+  }
+  if (!moe && c.ep > 1)
+    return fail(RejectReason::ExpertsNotDivisibleByEP,
+                llvm::formatv("ep {0} but the model has no experts", c.ep));
+  if (c.ep > 1 && (c.dp * c.cp) % c.ep)
+    return fail(RejectReason::EPNotDividingDP,
+                llvm::formatv("ep {0} does not divide dp*cp = {1}", c.ep, c.dp * c.cp));
+  if (c.cp > 1 && job.seqLen % (2 * c.cp))
+    return fail(RejectReason::SeqNotDivisibleByCP,
+                llvm::formatv("sequence {0} is not divisible into 2*cp = {1} chunks "
+                              "(load-balanced causal context parallelism)",
+                              job.seqLen, 2 * c.cp));
+  if (job.globalBatch % (int64_t(c.dp) * c.microBatch))
+    return fail(RejectReason::BatchNotDivisible,
+                llvm::formatv("global batch {0} is not divisible by dp {1} x micro-batch {2}",
+                              job.globalBatch, c.dp, c.microBatch));
+  int64_t m = job.globalBatch / (int64_t(c.dp) * c.microBatch);
+  if (c.numMicroBatches != m)
+    return fail(RejectReason::Invalid,
+                llvm::formatv("num_micro_batches {0} != global batch / (dp x micro-batch) = {1}",
+                              c.numMicroBatches, m));
+  int layers = static_cast<int>(model.layers.size());
+  if (layers < c.pp * c.vpp)
+    return fail(RejectReason::TooFewLayersForPP,
+                llvm::formatv("{0} layers cannot fill pp {1} x vpp {2} stages", layers,
+                              c.pp, c.vpp));
+  if (c.pp == 1 && (c.vpp > 1 || c.schedule == Schedule::GPipe ||
+                    c.schedule == Schedule::Interleaved))
+    return fail(RejectReason::Invalid, "a pipeline schedule needs pp > 1");
+  if (c.pp > 1) {
+    if (c.vpp > 1 && c.schedule != Schedule::Interleaved)
+      return fail(RejectReason::Invalid, "vpp > 1 needs the interleaved schedule");
+    if (c.schedule == Schedule::Interleaved) {
+      if (c.vpp < 2)
+        return fail(RejectReason::Invalid, "the interleaved schedule needs vpp >= 2");
+      if (layers % (c.pp * c.vpp))
+        return fail(RejectReason::LayersNotDivisibleForInterleaving,
+                    llvm::formatv("{0} layers are not divisible by pp {1} x vpp {2}",
+                                  layers, c.pp, c.vpp));
+      if (m % c.pp)
+        return fail(RejectReason::MicroBatchesNotDivisibleForInterleaving,
+                    llvm::formatv("{0} micro-batches are not a multiple of pp {1}", m,
+                                  c.pp));
+    }
+    if ((c.schedule == Schedule::OneFOneB || c.schedule == Schedule::Interleaved) &&
+        m < c.pp)
+      return fail(RejectReason::FewerMicroBatchesThanStages,
+                  llvm::formatv("{0} micro-batches are fewer than the {1} stages", m,
+                                c.pp));
+    if (!c.stageLayers.empty()) {
+      if (static_cast<int>(c.stageLayers.size()) != c.pp ||
+          std::accumulate(c.stageLayers.begin(), c.stageLayers.end(), 0) != layers ||
+          *std::min_element(c.stageLayers.begin(), c.stageLayers.end()) < 1)
+        return fail(RejectReason::Invalid,
+                    "stage layer counts must be pp positive numbers adding up to the layers");
+    }
+  }
+  return RejectReason::None;
+}
+
+//===----------------------------------------------------------------------===//
+// Evaluation
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+/// Per-rank cost of one layer for one micro-batch.
+struct LayerCost {
+  double fwd = 0, bwd = 0, recompute = 0;
+  double tp = 0, cp = 0, ep = 0;
+  double actBytes = 0;
+  double denseParams = 0, expertParams = 0; // per rank, before ZeRO
+  double fullParamsBytes = 0;              // this layer's weights, gathered
+};
+
+struct Evaluator {
+  const ModelDesc &model;
+  const ClusterSpec &cl;
+  const JobSpec &job;
+  const ParallelConfig &c;
+  Collectives coll{cl};
+  double peak = 0;
+  double memBw = 0;
+  double actElt = 2; // bytes of an activation element
+  double tokens = 0; // per rank per micro-batch (sequence split by cp)
+
+  // Placement: GPUs of each group on one node.
+  int tpPerNode = 1, cpPerNode = 1, dpPerNode = 1, ppPerNode = 1, epPerNode = 1,
+      dpcpPerNode = 1;
+
+  Evaluator(const ModelDesc &m, const ClusterSpec &cl, const JobSpec &j,
+            const ParallelConfig &c)
+      : model(m), cl(cl), job(j), c(c) {
+    peak = cl.gpu.peakFlops(j.fp8 ? DType::FP8 : j.dtype);
+    memBw = cl.gpu.hbmBandwidth * cl.gpu.memEfficiency;
+    actElt = bytesOf(j.dtype == DType::FP8 ? DType::BF16 : j.dtype);
+    tokens = double(c.microBatch) * j.seqLen / c.cp;
+    // Axes from fastest to slowest: tp, cp, then dp and pp in either order.
+    auto within = [&](int stride, int size) {
+      if (stride >= cl.gpusPerNode)
+        return 1;
+      return std::max(1, std::min(size, cl.gpusPerNode / stride));
+    };
+    tpPerNode = within(1, c.tp);
+    cpPerNode = within(c.tp, c.cp);
+    int dpStride = c.ppInsideDp ? c.tp * c.cp * c.pp : c.tp * c.cp;
+    int ppStride = c.ppInsideDp ? c.tp * c.cp : c.tp * c.cp * c.dp;
+    dpPerNode = within(dpStride, c.dp);
+    ppPerNode = within(ppStride, c.pp);
+    epPerNode = within(dpStride, c.ep);
+    // The gradient group spans cp and dp; contiguous only when dp follows cp.
+    dpcpPerNode = c.ppInsideDp ? cpPerNode * (c.cp == 1 ? dpPerNode : 1)
+                               : within(c.tp, c.cp * c.dp);
+  }
+
+  double gemm(double m, double n, double k) const {
+    if (m <= 0 || n <= 0 || k <= 0)
+      return 0;
+    return 2.0 * m * n * k / (peak * gemmEfficiency(cl.gpu, m, n, k));
+  }
+
+  double memTime(double bytes) const { return bytes / memBw; }
+
+  LayerCost layer(const LayerDesc &l) const {
+    LayerCost lc;
+    const double t = c.tp, T = tokens, h = l.hidden;
+    const double q = double(l.qDim()), kv = double(l.kvDim()), f = double(l.ffn);
+    const double s = double(job.seqLen);
+    const double headsLocal = double(l.heads) / t;
+
+    // GEMMs (forward; backward is dgrad + wgrad, twice the work).
+    double g = gemm(T, (q + 2 * kv) / t, h) + gemm(T, h, q / t);
+    double mlpAct = 0; // rows x ffn elements per rank through the activation
+    if (l.isMoE()) {
+      double cf = l.capacityFactor > 0 ? l.capacityFactor : 1.0;
+      double rows = T * l.topK * cf; // per rank after the all-to-all
+      double perExpert = rows * c.ep / l.experts;
+      double local = double(l.experts) / c.ep;
+      g += gemm(T, double(l.experts), h);
+      g += local * (gemm(perExpert, f * (l.gatedMlp ? 2 : 1) / t, h) +
+                    gemm(perExpert, h, f / t));
+      mlpAct = rows * f / t;
+      // Dispatch and combine all-to-alls forward, and again backward.
+      double a2a = coll.allToAll(rows * h * actElt, c.ep, epPerNode);
+      lc.ep = 4 * a2a;
+    } else {
+      g += gemm(T, f * (l.gatedMlp ? 2 : 1) / t, h) + gemm(T, h, f / t);
+      mlpAct = T * f / t;
+    }
+
+    // Attention core.
+    double keys = s; // keys each query row sees (full rows without a fused kernel)
+    double attnFwd = 0, attnBwd = 0, softmaxElems = 0;
+    if (job.flashAttention) {
+      double eff = l.causal ? 0.5 : 1.0;
+      if (l.window > 0)
+        keys = std::min<double>(s, l.window), eff = 1.0;
+      double flops = 4.0 * c.microBatch * headsLocal * l.headDim * (s / c.cp) * keys * eff;
+      attnFwd = flops / (peak * cl.gpu.flashAttentionEfficiency);
+      attnBwd = 2.5 * attnFwd; // dQ, dK, dV, dP plus the recomputed scores
+    } else {
+      double flops = 4.0 * c.microBatch * headsLocal * l.headDim * (s / c.cp) * keys;
+      softmaxElems = c.microBatch * headsLocal * (s / c.cp) * keys;
+      // Per score element, in units of the activation size: QK^T writes it,
+      // scale-mask-softmax reads and writes it, dropout reads, writes and keeps
+      // a mask, PV reads it; backward mirrors that.
+      double fwdBytes = softmaxElems * actElt * (job.dropout ? 6.5 : 4.0);
+      double bwdBytes = softmaxElems * actElt * (job.dropout ? 7.0 : 5.0);
+      attnFwd = flops / (peak * cl.gpu.bmmEfficiency) + memTime(fwdBytes);
+      attnBwd = 2 * flops / (peak * cl.gpu.bmmEfficiency) + memTime(bwdBytes);
+    }
+
+    // Memory-bound kernels: norms, residual adds (+ dropout), bias + activation,
+    // rotary. Sequence parallelism splits the hidden-size work by tp.
+    double hWork = (20.0 + (job.dropout ? 2.0 : 0.0)) * h / (c.sp ? t : 1);
+    double fWork = (l.gatedMlp ? 6.0 : 4.0) * mlpAct / T;
+    double ropeWork = model.positions == 0 ? 4.0 * (q + kv) / t : 0;
+    double elem = memTime(T * (hWork + fWork + ropeWork) * actElt / 2);
+
+    lc.fwd = g + attnFwd + elem;
+    lc.bwd = 2 * g + attnBwd + 1.5 * elem;
+
+    // Tensor / sequence parallel collectives: two per sub-block forward and
+    // backward, on activations of T x h.
+    if (c.tp > 1) {
+      double bytes = T * h * actElt;
+      double one = c.sp ? coll.allGather(bytes, c.tp, tpPerNode) +
+                              coll.reduceScatter(bytes, c.tp, tpPerNode)
+                        : coll.allReduce(bytes, c.tp, tpPerNode);
+      lc.tp = 2 * one * 2; // attention and MLP, forward and backward
+      // With SP the linears keep their input sharded and all-gather it again
+      // for the weight gradient (Korthikanti et al. 2022, section 4.2.2).
+      if (c.sp)
+        lc.tp += 2 * coll.allGather(bytes, c.tp, tpPerNode);
+      if (c.recompute == Recompute::Full)
+        lc.tp += 2 * one;
+    }
+    // Context parallelism: ring exchange of K and V chunks, hidden behind the
+    // attention of each chunk when it is long enough.
+    if (c.cp > 1) {
+      double kvBytes = 2.0 * c.microBatch * (s / c.cp) * kv / t * actElt;
+      double step = coll.sendRecv(kvBytes, c.cp > cpPerNode);
+      double steps = c.cp - 1;
+      double fwdExposed = std::max(0.0, steps * step - attnFwd * steps / c.cp);
+      double bwdExposed = std::max(0.0, 2 * steps * step - attnBwd * steps / c.cp);
+      lc.cp = fwdExposed + bwdExposed;
+    }
+
+    switch (c.recompute) {
+    case Recompute::None:
+      break;
+    case Recompute::Selective:
+      lc.recompute = attnFwd;
+      break;
+    case Recompute::Full:
+      lc.recompute = lc.fwd;
+      break;
+    }
+
+    // Activations kept per micro-batch (Korthikanti et al. 2022, generalized to
+    // GQA, gated MLPs, MoE and fused attention).
+    double perToken = 0;
+    double repl = 8 * h + (job.dropout ? 2 * h : 0);
+    perToken += repl / (c.sp ? t : 1);
+    perToken += (2 * (q + kv) + 2 * kv + 2 * q) / t;
+    double attnSaved = 0;
+    if (job.flashAttention)
+      attnSaved = 4.0 * headsLocal; // fp32 log-sum-exp
+    else
+      attnSaved = (job.dropout ? 5.0 : 2.0) * headsLocal * keys;
+    double mlpSaved = (l.gatedMlp ? 6.0 : 4.0) * mlpAct / T;
+    if (l.isMoE()) {
+      double cf = l.capacityFactor > 0 ? l.capacityFactor : 1.0;
+      mlpSaved += 2.0 * h * l.topK * cf; // dispatched copies of the input
+    }
+    switch (c.recompute) {
+    case Recompute::None:
+      lc.actBytes = T * (perToken + attnSaved + mlpSaved) * actElt / 2;
+      break;
+    case Recompute::Selective:
+      lc.actBytes = T * (perToken + (job.flashAttention ? attnSaved : 0) + mlpSaved) *
+                    actElt / 2;
+      break;
+    case Recompute::Full:
+      lc.actBytes = T * 2 * h / (c.sp ? t : 1) * actElt / 2;
+      break;
+    }
+
+    lc.denseParams = l.denseParams / t;
+    lc.expertParams = l.expertParams / (t * c.ep);
+    lc.fullParamsBytes = (l.denseParams + l.expertParams / c.ep) * bytesOf(job.dtype);
+    return lc;
+  }
+
+  PlanEval run() {
+    PlanEval ev;
+    ev.config = c;
+    RejectReason r = checkRules(model, cl, job, c, ev.detail);
+    ev.modelFlopsPerStep =
+        model.trainFlopsPerToken(job.seqLen) * double(job.globalBatch) * job.seqLen;
+    if (r != RejectReason::None) {
+      ev.reason = r;
+      return ev;
+    }
+    const int L = static_cast<int>(model.layers.size());
+    const int64_t m = c.numMicroBatches;
+
+    // Per-layer costs (layers of one kind cost the same).
+    std::vector<LayerCost> costs;
+    costs.reserve(L);
+    for (int i = 0; i < L; ++i) {
+      if (i > 0 && model.layers[i].hidden == model.layers[i - 1].hidden &&
+          model.layers[i].experts == model.layers[i - 1].experts &&
+          model.layers[i].ffn == model.layers[i - 1].ffn &&
+          model.layers[i].window == model.layers[i - 1].window)
+        costs.push_back(costs.back());
+      else
+        costs.push_back(layer(model.layers[i]));
+    }
+
+    // First and last stage extras.
+    const double h = double(model.hidden), V = double(model.vocab), t = c.tp;
+    double embedParams = double(model.vocab) * h / t + double(model.positions) * h;
+    double headParams = model.tiedEmbeddings ? (c.pp > 1 ? V * h / t : 0) : V * h / t;
+    double headFwd = gemm(tokens, V / t, h) + memTime(tokens * V / t * 4 * 3);
+    double headBwd = 2 * gemm(tokens, V / t, h) + memTime(tokens * V / t * 4 * 2);
+    double embedTime = memTime(tokens * h * actElt * 3);
+    double logitsBytes = tokens * V / t * (4 + actElt);
+    double headAct = tokens * h * actElt / (c.sp ? t : 1);
+
+    // Stage layout.
+    std::vector<int> stageLayers = c.stageLayers;
+    auto perMbTime = [&](int stage, int first, int count) {
+      double sum = 0;
+      for (int i = first; i < first + count; ++i) {
+        const LayerCost &lc = costs[i];
+        sum += lc.fwd + lc.bwd + lc.recompute + lc.tp + lc.cp + lc.ep;
+      }
+      if (stage == 0)
+        sum += 2 * embedTime;
+      if (stage == c.pp - 1)
+        sum += headFwd + headBwd;
+      return sum;
+    };
+    if (stageLayers.empty()) {
+      stageLayers.assign(c.pp, L / c.pp);
+      // Extra layers go to the middle stages, which carry no embedding or head.
+      for (int extra = L % c.pp, i = 0; extra > 0; --extra, ++i)
+        stageLayers[c.pp > 2 ? 1 + i % (c.pp - 2) : i % c.pp] += 1;
+      // Uneven split when it helps (non-interleaved): move layers off the
+      // heavier end stages while that lowers the bottleneck.
+      if (c.pp > 1 && c.vpp == 1) {
+        for (int iter = 0; iter < 2 * c.pp; ++iter) {
+          std::vector<double> times(c.pp);
+          for (int sIdx = 0, first = 0; sIdx < c.pp; first += stageLayers[sIdx++])
+            times[sIdx] = perMbTime(sIdx, first, stageLayers[sIdx]);
+          int worst = int(std::max_element(times.begin(), times.end()) - times.begin());
+          if ((worst != 0 && worst != c.pp - 1) || stageLayers[worst] <= 1)
+            break;
+          int to = worst == 0 ? 1 : c.pp - 2;
+          std::vector<int> trial = stageLayers;
+          trial[worst] -= 1;
+          trial[to] += 1;
+          double newWorst = 0;
+          for (int sIdx = 0, first = 0; sIdx < c.pp; first += trial[sIdx++])
+            newWorst = std::max(newWorst, perMbTime(sIdx, first, trial[sIdx]));
+          if (newWorst >= times[worst])
+            break;
+          stageLayers = trial;
+        }
+      }
+    }
+    ev.config.stageLayers = stageLayers;
+
+    // Activation bytes per micro-batch crossing a stage boundary.
+    double boundaryBytes = tokens * h * actElt / (c.sp ? t : 1);
+    double p2p = c.pp > 1 ? 2 * c.vpp * coll.sendRecv(boundaryBytes, c.pp > ppPerNode) : 0;
+
+    // Data-parallel groups: dense parameters over dp*cp, experts over dp*cp/ep.
+    const int nDense = c.dp * c.cp;
+    const int nExpert = nDense / c.ep;
+    const double gradB = job.gradBytes;
+    const double wB = bytesOf(job.dtype == DType::FP8 ? DType::BF16 : job.dtype);
+
+    std::vector<double> stageTimes(c.pp);
+    double worstDp = 0, worstOpt = 0;
+    double peakTotal = -1;
+    for (int sIdx = 0, first = 0; sIdx < c.pp; first += stageLayers[sIdx++]) {
+      StageMemory sm;
+      sm.stage = sIdx;
+      sm.layers = stageLayers[sIdx];
+      double dense = 0, expert = 0, act = 0, fwd = 0, bwd = 0, maxLayerBytes = 0;
+      for (int i = first; i < first + sm.layers; ++i) {
+        dense += costs[i].denseParams;
+        expert += costs[i].expertParams;
+        act += costs[i].actBytes;
+        fwd += costs[i].fwd + costs[i].tp / 2;
+        bwd += costs[i].bwd + costs[i].recompute + costs[i].tp / 2;
+        maxLayerBytes = std::max(maxLayerBytes, costs[i].fullParamsBytes);
+      }
+      if (sIdx == 0)
+        dense += embedParams;
+      if (sIdx == c.pp - 1) {
+        dense += headParams + double(model.finalNormParams);
+        act += headAct;
+      }
+      stageTimes[sIdx] = perMbTime(sIdx, first, sm.layers) + p2p;
+
+      // In-flight micro-batches at the stage's peak.
+      double inFlight = 1;
+      if (c.pp > 1) {
+        switch (c.schedule) {
+        case Schedule::GPipe:
+          inFlight = double(m);
+          break;
+        case Schedule::Interleaved:
+          inFlight = (2.0 * (c.pp - sIdx - 1) + double(c.vpp - 1) * c.pp + 1) / c.vpp;
+          break;
+        default:
+          inFlight = double(c.pp - sIdx);
+          break;
+        }
+        inFlight = std::min(inFlight, double(m));
+      }
+      sm.inFlight = inFlight;
+
+      MemoryBreakdown &mem = sm.memory;
+      double params = dense + expert;
+      double shardW = c.zero >= 3 ? 1.0 : 0.0;
+      double shardG = c.zero >= 2 ? 1.0 : 0.0;
+      auto sharded = [&](double bytesPerParam, double on) {
+        return on > 0 ? bytesPerParam * (dense / nDense + expert / nExpert)
+                      : bytesPerParam * params;
+      };
+      mem.weights = sharded(wB, shardW);
+      if (c.zero >= 3)
+        mem.weights += 2 * maxLayerBytes / t; // gathered layer and its prefetch
+      mem.gradients = sharded(gradB, shardG);
+      mem.optimizer = c.offloadOptimizer ? 0 : sharded(12, c.zero >= 1 ? 1 : 0);
+      mem.activations = act * inFlight;
+      if (sIdx == c.pp - 1)
+        mem.logits = logitsBytes;
+      double bucket = 25e6 * gradB;
+      mem.commBuffers = (c.tp > 1 ? 2 * tokens * h * actElt : 0) +
+                        (nDense > 1 ? std::min(params * gradB, 2 * bucket) : 0);
+      mem.reserved = cl.gpu.reservedBytes + 0.05 * (mem.activations + mem.logits);
+      double total = mem.total();
+      if (total > peakTotal) {
+        peakTotal = total;
+        ev.peakStage = sIdx;
+        ev.peak = mem;
+      }
+      ev.stages.push_back(sm);
+
+      // Gradient reduction and parameter gathers (per stage), and the
+      // optimizer step on the parameters whose states this rank keeps.
+      double gDense = dense * gradB, gExpert = expert * gradB;
+      double wDense = dense * wB, wExpert = expert * wB;
+      double rs = coll.reduceScatter(gDense, nDense, dpcpPerNode) +
+                  coll.reduceScatter(gExpert, nExpert, std::min(nExpert, dpcpPerNode));
+      double ar = coll.allReduce(gDense, nDense, dpcpPerNode) +
+                  coll.allReduce(gExpert, nExpert, std::min(nExpert, dpcpPerNode));
+      double ag = coll.allGather(wDense, nDense, dpcpPerNode) +
+                  coll.allGather(wExpert, nExpert, std::min(nExpert, dpcpPerNode));
+      double buckets = std::max(1.0, (gDense + gExpert) / bucket);
+      auto hidden = [&](double comm, double window) {
+        return std::max(comm - window, comm / buckets);
+      };
+      double dpExposed = 0;
+      switch (c.zero) {
+      case 0:
+        dpExposed = hidden(ar, bwd);
+        break;
+      case 1:
+        dpExposed = hidden(rs, bwd) + std::max(0.0, ag - fwd);
+        break;
+      case 2:
+        dpExposed = double(m) * hidden(rs, bwd) + std::max(0.0, ag - fwd);
+        break;
+      case 3:
+        dpExposed = double(m) * (std::max(0.0, ag - fwd) + hidden(ag + rs, bwd));
+        break;
+      }
+      if (nDense == 1)
+        dpExposed = 0;
+      double optParams = c.zero >= 1 ? dense / nDense + expert / nExpert : params;
+      double opt = memTime(optParams * (2 * wB + 2 * gradB + 24));
+      if (job.gradClipping)
+        opt += memTime(params * gradB) + cl.collectiveBaseLatency;
+      if (c.offloadOptimizer)
+        opt = optParams * (gradB + wB) / cl.pcieBandwidth +
+              optParams / cl.cpuAdamParamsPerS;
+      worstDp = std::max(worstDp, dpExposed);
+      worstOpt = std::max(worstOpt, opt);
+      if (c.offloadOptimizer && 12.0 * optParams * cl.gpusPerNode > cl.hostMemoryBytes) {
+        ev.reason = RejectReason::HostOutOfMemory;
+        ev.detail = llvm::formatv("offloaded optimizer states need {0:f1} GiB of host "
+                                  "memory per node, the node has {1:f1} GiB",
+                                  12.0 * optParams * cl.gpusPerNode / GiB,
+                                  cl.hostMemoryBytes / GiB);
+      }
+    }
+
+    // Pipeline: m micro-batches through the bottleneck stage, plus fill and
+    // drain (shortened by interleaving).
+    int worst = int(std::max_element(stageTimes.begin(), stageTimes.end()) -
+                    stageTimes.begin());
+    double tMax = stageTimes[worst];
+    double sumOthers = std::accumulate(stageTimes.begin(), stageTimes.end(), 0.0) - tMax;
+    TimeBreakdown &tb = ev.time;
+    int wFirst = std::accumulate(stageLayers.begin(), stageLayers.begin() + worst, 0);
+    for (int i = wFirst; i < wFirst + stageLayers[worst]; ++i) {
+      tb.compute += costs[i].fwd + costs[i].bwd;
+      tb.recompute += costs[i].recompute;
+      tb.tpComm += costs[i].tp;
+      tb.cpComm += costs[i].cp;
+      tb.epComm += costs[i].ep;
+    }
+    if (worst == 0)
+      tb.compute += 2 * embedTime;
+    if (worst == c.pp - 1)
+      tb.compute += headFwd + headBwd;
+    tb.ppComm = p2p;
+    for (double *x : {&tb.compute, &tb.recompute, &tb.tpComm, &tb.cpComm, &tb.epComm,
+                      &tb.ppComm})
+      *x *= double(m);
+    tb.bubble = c.pp > 1 ? sumOthers / c.vpp : 0;
+    tb.dpComm = worstDp;
+    tb.optimizer = worstOpt;
+    tb.step = tb.compute + tb.recompute + tb.tpComm + tb.cpComm + tb.epComm +
+              tb.ppComm + tb.bubble + tb.dpComm + tb.optimizer;
+
+    double tokensPerStep = double(job.globalBatch) * job.seqLen;
+    ev.tokensPerS = tokensPerStep / tb.step;
+    ev.tflopsPerGpu = ev.modelFlopsPerStep / tb.step / c.gpus() / 1e12;
+    ev.mfu = ev.modelFlopsPerStep / tb.step / c.gpus() /
+             cl.gpu.peakFlops(job.dtype == DType::FP8 ? DType::BF16 : job.dtype);
+
+    if (ev.reason == RejectReason::None && peakTotal > cl.gpu.hbmBytes) {
+      ev.reason = RejectReason::OutOfMemory;
+      ev.detail = llvm::formatv("OOM by {0:f2} GiB on stage {1} ({2:f2} of {3:f2} GiB)",
+                                (peakTotal - cl.gpu.hbmBytes) / GiB, ev.peakStage,
+                                peakTotal / GiB, cl.gpu.hbmBytes / GiB);
+    }
+    return ev;
+  }
+};
+
+} // namespace
+
+PlanEval llmopt::cost::evaluate(const ModelDesc &model, const ClusterSpec &cluster,
+                                const JobSpec &job, const ParallelConfig &cfg) {
+  Evaluator e(model, cluster, job, cfg);
+  return e.run();
+}
