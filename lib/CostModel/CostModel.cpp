@@ -274,7 +274,8 @@ struct Evaluator {
   const JobSpec &job;
   const ParallelConfig &c;
   Collectives coll{cl};
-  double peak = 0;
+  double peak = 0;     // 16-bit tensor-core peak: attention, LM head
+  double gemmPeak = 0; // what the linear layers' GEMMs run at (fp8 or not)
   double memBw = 0;
   double actElt = 2; // bytes of an activation element
   double tokens = 0; // per rank per micro-batch (sequence split by cp)
@@ -286,7 +287,11 @@ struct Evaluator {
   Evaluator(const ModelDesc &m, const ClusterSpec &cl, const JobSpec &j,
             const ParallelConfig &c)
       : model(m), cl(cl), job(j), c(c) {
-    peak = cl.gpu.peakFlops(j.fp8 ? DType::FP8 : j.dtype);
+    peak = cl.gpu.peakFlops(j.dtype == DType::FP8 ? DType::BF16 : j.dtype) *
+           cl.gpu.throughputScale;
+    gemmPeak = j.fp8 ? cl.gpu.peakFlops(DType::FP8) * cl.gpu.fp8GemmEfficiency *
+                           cl.gpu.throughputScale
+                     : peak;
     memBw = cl.gpu.hbmBandwidth * cl.gpu.memEfficiency;
     actElt = bytesOf(j.dtype == DType::FP8 ? DType::BF16 : j.dtype);
     tokens = double(c.microBatch) * j.seqLen / c.cp;
@@ -308,7 +313,15 @@ struct Evaluator {
                                : within(c.tp, c.cp * c.dp);
   }
 
+  /// A GEMM of the linear layers (fp8 when the job asks for it).
   double gemm(double m, double n, double k) const {
+    if (m <= 0 || n <= 0 || k <= 0)
+      return 0;
+    return 2.0 * m * n * k / (gemmPeak * gemmEfficiency(cl.gpu, m, n, k));
+  }
+
+  /// A 16-bit GEMM (the LM head stays in bf16 under fp8 recipes).
+  double gemm16(double m, double n, double k) const {
     if (m <= 0 || n <= 0 || k <= 0)
       return 0;
     return 2.0 * m * n * k / (peak * gemmEfficiency(cl.gpu, m, n, k));
@@ -370,7 +383,9 @@ struct Evaluator {
     double hWork = (20.0 + (job.dropout ? 2.0 : 0.0)) * h / (c.sp ? t : 1);
     double fWork = (l.gatedMlp ? 6.0 : 4.0) * mlpAct / T;
     double ropeWork = model.positions == 0 ? 4.0 * (q + kv) / t : 0;
-    double elem = memTime(T * (hWork + fWork + ropeWork) * actElt / 2);
+    // fp8: every GEMM input is scaled and cast (read 16-bit, write 8-bit).
+    double castWork = job.fp8 ? 3.0 * (2 * h + q / t + f / t) : 0;
+    double elem = memTime(T * (hWork + fWork + ropeWork + castWork) * actElt / 2);
 
     lc.fwd = g + attnFwd + elem;
     lc.bwd = 2 * g + attnBwd + 1.5 * elem;
@@ -405,7 +420,10 @@ struct Evaluator {
     case Recompute::None:
       break;
     case Recompute::Selective:
-      lc.recompute = attnFwd;
+      // Without a fused kernel: the attention softmax (Korthikanti et al.
+      // 2022). With one: the memory-bound ops, norms and the MLP activation
+      // (torchtitan's op-level selective checkpointing).
+      lc.recompute = job.flashAttention ? elem : attnFwd;
       break;
     case Recompute::Full:
       lc.recompute = lc.fwd;
@@ -433,8 +451,16 @@ struct Evaluator {
       lc.actBytes = T * (perToken + attnSaved + mlpSaved) * actElt / 2;
       break;
     case Recompute::Selective:
-      lc.actBytes = T * (perToken + (job.flashAttention ? attnSaved : 0) + mlpSaved) *
-                    actElt / 2;
+      if (job.flashAttention) {
+        // Norm outputs (the inputs of the qkv and fc1 GEMMs) and the
+        // activation output (the input of fc2) are recomputed.
+        double normOut = 4 * h / (c.sp ? t : 1);
+        double actOut = 2.0 * mlpAct / T;
+        lc.actBytes =
+            T * (perToken - normOut + attnSaved + mlpSaved - actOut) * actElt / 2;
+      } else {
+        lc.actBytes = T * (perToken + mlpSaved) * actElt / 2;
+      }
       break;
     case Recompute::Full:
       lc.actBytes = T * 2 * h / (c.sp ? t : 1) * actElt / 2;
@@ -447,7 +473,40 @@ struct Evaluator {
     return lc;
   }
 
-  PlanEval run() {
+  LayerTable table() const {
+    const size_t L = model.layers.size();
+    LayerTable t;
+    for (std::vector<double> *v : {&t.time, &t.fwdWindow, &t.bwdWindow, &t.compute,
+                                   &t.recompute, &t.tp, &t.cp, &t.ep, &t.act, &t.dense,
+                                   &t.expert})
+      v->assign(L + 1, 0.0);
+    LayerCost lc;
+    for (size_t i = 0; i < L; ++i) {
+      const LayerDesc &l = model.layers[i];
+      // Consecutive layers of one kind cost the same.
+      if (i == 0 || l.hidden != model.layers[i - 1].hidden ||
+          l.experts != model.layers[i - 1].experts ||
+          l.ffn != model.layers[i - 1].ffn || l.heads != model.layers[i - 1].heads ||
+          l.window != model.layers[i - 1].window ||
+          l.denseParams != model.layers[i - 1].denseParams)
+        lc = layer(l);
+      t.time[i + 1] = t.time[i] + lc.fwd + lc.bwd + lc.recompute + lc.tp + lc.cp + lc.ep;
+      t.fwdWindow[i + 1] = t.fwdWindow[i] + lc.fwd;
+      t.bwdWindow[i + 1] = t.bwdWindow[i] + lc.bwd + lc.recompute;
+      t.compute[i + 1] = t.compute[i] + lc.fwd + lc.bwd;
+      t.recompute[i + 1] = t.recompute[i] + lc.recompute;
+      t.tp[i + 1] = t.tp[i] + lc.tp;
+      t.cp[i + 1] = t.cp[i] + lc.cp;
+      t.ep[i + 1] = t.ep[i] + lc.ep;
+      t.act[i + 1] = t.act[i] + lc.actBytes;
+      t.dense[i + 1] = t.dense[i] + lc.denseParams;
+      t.expert[i + 1] = t.expert[i] + lc.expertParams;
+      t.maxLayerBytes = std::max(t.maxLayerBytes, lc.fullParamsBytes);
+    }
+    return t;
+  }
+
+  PlanEval run(const LayerTable *given) {
     PlanEval ev;
     ev.config = c;
     RejectReason r = checkRules(model, cl, job, c, ev.detail);
@@ -459,26 +518,20 @@ struct Evaluator {
     }
     const int L = static_cast<int>(model.layers.size());
     const int64_t m = c.numMicroBatches;
-
-    // Per-layer costs (layers of one kind cost the same).
-    std::vector<LayerCost> costs;
-    costs.reserve(L);
-    for (int i = 0; i < L; ++i) {
-      if (i > 0 && model.layers[i].hidden == model.layers[i - 1].hidden &&
-          model.layers[i].experts == model.layers[i - 1].experts &&
-          model.layers[i].ffn == model.layers[i - 1].ffn &&
-          model.layers[i].window == model.layers[i - 1].window)
-        costs.push_back(costs.back());
-      else
-        costs.push_back(layer(model.layers[i]));
-    }
+    LayerTable own;
+    if (!given)
+      own = table();
+    const LayerTable &tab = given ? *given : own;
+    auto range = [&](const std::vector<double> &v, int first, int count) {
+      return v[first + count] - v[first];
+    };
 
     // First and last stage extras.
     const double h = double(model.hidden), V = double(model.vocab), t = c.tp;
     double embedParams = double(model.vocab) * h / t + double(model.positions) * h;
     double headParams = model.tiedEmbeddings ? (c.pp > 1 ? V * h / t : 0) : V * h / t;
-    double headFwd = gemm(tokens, V / t, h) + memTime(tokens * V / t * 4 * 3);
-    double headBwd = 2 * gemm(tokens, V / t, h) + memTime(tokens * V / t * 4 * 2);
+    double headFwd = gemm16(tokens, V / t, h) + memTime(tokens * V / t * 4 * 3);
+    double headBwd = 2 * gemm16(tokens, V / t, h) + memTime(tokens * V / t * 4 * 2);
     double embedTime = memTime(tokens * h * actElt * 3);
     double logitsBytes = tokens * V / t * (4 + actElt);
     double headAct = tokens * h * actElt / (c.sp ? t : 1);
@@ -486,11 +539,7 @@ struct Evaluator {
     // Stage layout.
     std::vector<int> stageLayers = c.stageLayers;
     auto perMbTime = [&](int stage, int first, int count) {
-      double sum = 0;
-      for (int i = first; i < first + count; ++i) {
-        const LayerCost &lc = costs[i];
-        sum += lc.fwd + lc.bwd + lc.recompute + lc.tp + lc.cp + lc.ep;
-      }
+      double sum = range(tab.time, first, count);
       if (stage == 0)
         sum += 2 * embedTime;
       if (stage == c.pp - 1)
@@ -544,15 +593,12 @@ struct Evaluator {
       StageMemory sm;
       sm.stage = sIdx;
       sm.layers = stageLayers[sIdx];
-      double dense = 0, expert = 0, act = 0, fwd = 0, bwd = 0, maxLayerBytes = 0;
-      for (int i = first; i < first + sm.layers; ++i) {
-        dense += costs[i].denseParams;
-        expert += costs[i].expertParams;
-        act += costs[i].actBytes;
-        fwd += costs[i].fwd + costs[i].tp / 2;
-        bwd += costs[i].bwd + costs[i].recompute + costs[i].tp / 2;
-        maxLayerBytes = std::max(maxLayerBytes, costs[i].fullParamsBytes);
-      }
+      double dense = range(tab.dense, first, sm.layers);
+      double expert = range(tab.expert, first, sm.layers);
+      double act = range(tab.act, first, sm.layers);
+      double fwd = range(tab.fwdWindow, first, sm.layers);
+      double bwd = range(tab.bwdWindow, first, sm.layers);
+      double maxLayerBytes = tab.maxLayerBytes;
       if (sIdx == 0)
         dense += embedParams;
       if (sIdx == c.pp - 1) {
@@ -664,13 +710,12 @@ struct Evaluator {
     double sumOthers = std::accumulate(stageTimes.begin(), stageTimes.end(), 0.0) - tMax;
     TimeBreakdown &tb = ev.time;
     int wFirst = std::accumulate(stageLayers.begin(), stageLayers.begin() + worst, 0);
-    for (int i = wFirst; i < wFirst + stageLayers[worst]; ++i) {
-      tb.compute += costs[i].fwd + costs[i].bwd;
-      tb.recompute += costs[i].recompute;
-      tb.tpComm += costs[i].tp;
-      tb.cpComm += costs[i].cp;
-      tb.epComm += costs[i].ep;
-    }
+    int wCount = stageLayers[worst];
+    tb.compute = range(tab.compute, wFirst, wCount);
+    tb.recompute = range(tab.recompute, wFirst, wCount);
+    tb.tpComm = range(tab.tp, wFirst, wCount);
+    tb.cpComm = range(tab.cp, wFirst, wCount);
+    tb.epComm = range(tab.ep, wFirst, wCount);
     if (worst == 0)
       tb.compute += 2 * embedTime;
     if (worst == c.pp - 1)
@@ -704,7 +749,24 @@ struct Evaluator {
 } // namespace
 
 PlanEval llmopt::cost::evaluate(const ModelDesc &model, const ClusterSpec &cluster,
-                                const JobSpec &job, const ParallelConfig &cfg) {
+                                const JobSpec &job, const ParallelConfig &cfg,
+                                const LayerTable *table) {
   Evaluator e(model, cluster, job, cfg);
-  return e.run();
+  return e.run(table);
+}
+
+LayerTable llmopt::cost::buildLayerTable(const ModelDesc &model,
+                                         const ClusterSpec &cluster, const JobSpec &job,
+                                         const ParallelConfig &cfg) {
+  Evaluator e(model, cluster, job, cfg);
+  return e.table();
+}
+
+int llmopt::cost::expertGroupPerNode(const ClusterSpec &cluster,
+                                     const ParallelConfig &cfg) {
+  JobSpec job;
+  job.seqLen = 1;
+  ModelDesc model;
+  Evaluator e(model, cluster, job, cfg);
+  return e.epPerNode;
 }

@@ -154,3 +154,88 @@ TEST(ZeRO2020, ModelStatesPerGpuWithin1Percent) {
 }
 
 } // namespace
+
+namespace {
+
+// torchtitan_h100.json: Llama 3.1 8B, seq 8192, FSDP over all GPUs, local
+// batch 2, selective activation checkpointing, torch.compile. The benchmark's
+// H100s are 96 GB HBM2e parts capped at 500 W, slower than the SXM preset: we
+// fit the GPU's sustained `throughputScale` on the 8-GPU bf16 row, then hold
+// the other rows (128 GPUs, fp8) and the peak memory to the stated 15 %.
+ModelDesc llama31_8b() {
+  ModelDesc m;
+  m.name = "llama3.1-8b";
+  m.vocab = 128256;
+  m.hidden = 4096;
+  m.embeddingParams = 128256.0 * 4096;
+  m.headParams = 128256.0 * 4096;
+  m.finalNormParams = 4096;
+  LayerDesc l;
+  l.hidden = 4096;
+  l.heads = 32;
+  l.kvHeads = 8;
+  l.headDim = 128;
+  l.ffn = 14336;
+  l.gatedMlp = true;
+  l.denseParams = 218112000; // per layer, --llm-stats of llama3-8b.json
+  m.layers.assign(32, l);
+  return m;
+}
+
+PlanEval torchtitanRun(int gpus, bool fp8, double throughputScale) {
+  ClusterSpec c;
+  EXPECT_TRUE(getClusterPreset("dgx-h100", c));
+  c.numNodes = gpus / 8;
+  c.gpu.hbmBytes = 96 * GiB;
+  c.gpu.throughputScale = throughputScale;
+  JobSpec j;
+  j.globalBatch = 2 * gpus;
+  j.seqLen = 8192;
+  j.fp8 = fp8;
+  ParallelConfig cfg;
+  cfg.dp = gpus;
+  cfg.zero = 3;
+  cfg.recompute = Recompute::Selective;
+  cfg.microBatch = 2;
+  cfg.numMicroBatches = 1;
+  return evaluate(llama31_8b(), c, j, cfg);
+}
+
+TEST(Torchtitan2024, Llama31_8BTokensPerGpuWithin15Percent) {
+  // Fit on 8 GPUs bf16 (6667 tokens/s/GPU) by bisection.
+  double lo = 0.1, hi = 1.0;
+  for (int i = 0; i < 50; ++i) {
+    double mid = (lo + hi) / 2;
+    (torchtitanRun(8, false, mid).tokensPerS / 8 > 6667 ? hi : lo) = mid;
+  }
+  double k = (lo + hi) / 2;
+  std::printf("fitted throughput scale %.3f\n", k);
+  // A power-capped part runs below its datasheet rate, but not at a fraction
+  // no cap explains: outside this range the model, not the GPU, is off.
+  EXPECT_GT(k, 0.45);
+  EXPECT_LT(k, 0.9);
+
+  struct Row {
+    int gpus;
+    bool fp8;
+    double published;
+    double peakGiB; // 0 where not published
+  };
+  const Row rows[] = {{8, false, 6667, 77.0}, {8, true, 8532, 76.8},
+                      {128, false, 6514, 0}, {128, true, 8380, 0}};
+  for (const Row &r : rows) {
+    PlanEval e = torchtitanRun(r.gpus, r.fp8, k);
+    ASSERT_TRUE(e.feasible()) << e.detail;
+    double perGpu = e.tokensPerS / r.gpus;
+    double err = relErr(perGpu, r.published);
+    std::printf("%4d GPUs %-5s predicted %6.0f tokens/s/GPU  published %6.0f  error %5.1f%%"
+                "  peak %.1f GiB\n",
+                r.gpus, r.fp8 ? "fp8" : "bf16", perGpu, r.published, 100 * err,
+                e.peak.total() / GiB);
+    EXPECT_LT(err, 0.15) << r.gpus << (r.fp8 ? " fp8" : " bf16");
+    if (r.peakGiB > 0)
+      EXPECT_LT(relErr(e.peak.total() / GiB, r.peakGiB), 0.15) << "peak memory";
+  }
+}
+
+} // namespace

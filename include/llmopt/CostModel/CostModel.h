@@ -135,11 +135,37 @@ RejectReason checkRules(const ModelDesc &model, const ClusterSpec &cluster,
                         const JobSpec &job, const ParallelConfig &cfg,
                         std::string &detail);
 
+/// Per-layer costs of one micro-batch as prefix sums over the layers (entry
+/// i sums layers [0, i)). They depend only on tp, sp, cp, ep, the
+/// micro-batch, recomputation and where the ep group sits, so a search builds
+/// one table and scores every pipeline, ZeRO and schedule choice against it.
+struct LayerTable {
+  std::vector<double> time;      ///< everything on the critical path
+  std::vector<double> fwdWindow; ///< forward compute (overlap window)
+  std::vector<double> bwdWindow; ///< backward compute (overlap window)
+  std::vector<double> compute, recompute, tp, cp, ep;
+  std::vector<double> act;       ///< activation bytes kept
+  std::vector<double> dense;     ///< non-expert parameters per rank
+  std::vector<double> expert;    ///< expert parameters per rank
+  double maxLayerBytes = 0;      ///< largest layer's weights, gathered (ZeRO-3)
+};
+
+/// Builds the layer table of `cfg` (its tp, sp, cp, ep, micro-batch,
+/// recomputation and placement).
+LayerTable buildLayerTable(const ModelDesc &model, const ClusterSpec &cluster,
+                           const JobSpec &job, const ParallelConfig &cfg);
+
+/// The GPUs of the expert-parallel group of `cfg` that share a node; the
+/// layer table depends on it.
+int expertGroupPerNode(const ClusterSpec &cluster, const ParallelConfig &cfg);
+
 /// Scores `cfg`. The result is infeasible (with reason and detail) when a
 /// rule is broken or a stage does not fit in memory; memory and time are
-/// still filled in for memory rejections.
+/// still filled in for memory rejections. `table`, when given, must come from
+/// buildLayerTable with the same layer-level choices.
 PlanEval evaluate(const ModelDesc &model, const ClusterSpec &cluster,
-                  const JobSpec &job, const ParallelConfig &cfg);
+                  const JobSpec &job, const ParallelConfig &cfg,
+                  const LayerTable *table = nullptr);
 
 /// Collective times in seconds for `bytes` over a group of `n` ranks of
 /// which `perNode` share a node (ring algorithms; hierarchical across nodes).

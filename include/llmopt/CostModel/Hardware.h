@@ -41,12 +41,20 @@ struct GpuSpec {
   /// A GEMM dimension of this size halves the efficiency term of that
   /// dimension: eff = gemmEfficiency * prod_d d / (d + gemmHalfDim).
   double gemmHalfDim = 64;
+  /// fp8 GEMMs reach this fraction of what a bf16 GEMM of the same shape
+  /// reaches of its peak (scaling and casts cost the rest).
+  double fp8GemmEfficiency = 0.7;
   /// Fraction of peak of a fused (flash) attention kernel.
   double flashAttentionEfficiency = 0.6;
   /// Fraction of peak of the batched GEMMs of a non-fused attention.
   double bmmEfficiency = 0.5;
   /// Fraction of HBM bandwidth memory-bound kernels reach.
   double memEfficiency = 0.75;
+  /// Sustained fraction of the datasheet compute rate that the GPU's power
+  /// budget and the training stack allow (1 for an SXM part at full power
+  /// with fused kernels; below 1 for power-capped parts or less tuned stacks).
+  /// Scales GEMM and attention throughput, not memory bandwidth.
+  double throughputScale = 1.0;
   /// Memory reserved by the CUDA context, cuBLAS workspaces and NCCL.
   double reservedBytes = 2.0 * (1ull << 30);
 

@@ -1,0 +1,350 @@
+//===- Planner.cpp - search over parallel training plans ------------------===//
+
+#include "llmopt/Planner/Planner.h"
+
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/ADT/StringRef.h"
+#include "llvm/Support/FormatVariadic.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <tuple>
+
+using namespace llmopt;
+using namespace llmopt::cost;
+using namespace llmopt::planner;
+
+static constexpr double GiB = double(1ull << 30);
+
+bool Constraints::parse(const std::string &text, Constraints &out, std::string &error) {
+  out = Constraints();
+  llvm::SmallVector<llvm::StringRef> items;
+  llvm::StringRef(text).split(items, ',', -1, /*KeepEmpty=*/false);
+  static const char *intKeys[] = {"dp", "tp", "pp", "vpp", "cp", "ep", "zero",
+                                  "micro_batch", "num_micro_batches"};
+  for (llvm::StringRef item : items) {
+    auto [key, value] = item.trim().split(':');
+    key = key.trim();
+    value = value.trim();
+    if (value.empty()) {
+      error = ("fix: '" + item.trim() + "' has no value: write key:value").str();
+      return false;
+    }
+    if (llvm::is_contained(intKeys, key)) {
+      int64_t v = 0;
+      if (value.getAsInteger(10, v) || v < 0 || v > (int64_t(1) << 30) ||
+          (v == 0 && key != "zero")) {
+        error = ("fix: " + key + " must be a positive integer, got '" + value + "'").str();
+        return false;
+      }
+      if (key == "zero" && v > 3) {
+        error = ("fix: zero must be 0, 1, 2 or 3, got " + value).str();
+        return false;
+      }
+      out.ints[key.str()] = v;
+    } else if (key == "sp" || key == "offload") {
+      std::optional<bool> b;
+      if (value == "1" || value == "true" || value == "on")
+        b = true;
+      else if (value == "0" || value == "false" || value == "off")
+        b = false;
+      if (!b) {
+        error = ("fix: " + key + " must be 0 or 1, got '" + value + "'").str();
+        return false;
+      }
+      (key == "sp" ? out.sp : out.offload) = b;
+    } else if (key == "recompute") {
+      if (value == "none")
+        out.recompute = Recompute::None;
+      else if (value == "selective")
+        out.recompute = Recompute::Selective;
+      else if (value == "full")
+        out.recompute = Recompute::Full;
+      else {
+        error = ("fix: recompute must be none, selective or full, got '" + value + "'").str();
+        return false;
+      }
+    } else if (key == "schedule") {
+      if (value == "gpipe")
+        out.schedule = Schedule::GPipe;
+      else if (value == "1f1b")
+        out.schedule = Schedule::OneFOneB;
+      else if (value == "interleaved" || value == "interleaved-1f1b")
+        out.schedule = Schedule::Interleaved;
+      else if (value == "none")
+        out.schedule = Schedule::None;
+      else {
+        error = ("fix: schedule must be none, gpipe, 1f1b or interleaved-1f1b, got '" +
+                 value + "'")
+                    .str();
+        return false;
+      }
+    } else if (key == "placement") {
+      if (value == "tp-cp-dp-pp")
+        out.ppInsideDp = false;
+      else if (value == "tp-cp-pp-dp")
+        out.ppInsideDp = true;
+      else {
+        error = ("fix: placement must be tp-cp-dp-pp or tp-cp-pp-dp, got '" + value + "'")
+                    .str();
+        return false;
+      }
+    } else {
+      error = ("fix: unknown key '" + key +
+               "': use dp, tp, pp, vpp, cp, ep, sp, zero, offload, recompute, "
+               "micro_batch, num_micro_batches, schedule or placement")
+                  .str();
+      return false;
+    }
+  }
+  return true;
+}
+
+std::string llmopt::planner::describe(const ParallelConfig &c) {
+  std::string s = llvm::formatv("dp{0} tp{1} pp{2}", c.dp, c.tp, c.pp);
+  if (c.vpp > 1)
+    s += llvm::formatv(" vpp{0}", c.vpp).str();
+  if (c.cp > 1)
+    s += llvm::formatv(" cp{0}", c.cp).str();
+  if (c.ep > 1)
+    s += llvm::formatv(" ep{0}", c.ep).str();
+  if (c.sp)
+    s += " sp";
+  s += llvm::formatv(" zero{0}", c.zero).str();
+  if (c.offloadOptimizer)
+    s += " offload";
+  s += std::string(" rc:") + toString(c.recompute);
+  s += llvm::formatv(" mb{0}x{1}", c.microBatch, c.numMicroBatches).str();
+  if (c.pp > 1)
+    s += std::string(" ") + toString(c.schedule);
+  if (c.ppInsideDp)
+    s += " pp-inside-dp";
+  return s;
+}
+
+static std::vector<int64_t> divisors(int64_t n) {
+  std::vector<int64_t> d;
+  for (int64_t i = 1; i * i <= n; ++i)
+    if (n % i == 0) {
+      d.push_back(i);
+      if (i != n / i)
+        d.push_back(n / i);
+    }
+  std::sort(d.begin(), d.end());
+  return d;
+}
+
+namespace {
+/// Orders plans: faster first, then a stable tie-break on the description.
+bool better(const PlanEval &a, const PlanEval &b) {
+  if (a.time.step != b.time.step)
+    return a.time.step < b.time.step;
+  return describe(a.config) < describe(b.config);
+}
+} // namespace
+
+SearchResult llmopt::planner::search(const ModelDesc &model, const ClusterSpec &cluster,
+                                     const JobSpec &job, const SearchOptions &opts) {
+  auto start = std::chrono::steady_clock::now();
+  SearchResult result;
+  const Constraints &fx = opts.fixed;
+  auto fixedInt = [&](const char *key) -> std::optional<int64_t> {
+    auto it = fx.ints.find(key);
+    if (it == fx.ints.end())
+      return std::nullopt;
+    return it->second;
+  };
+  auto choices = [&](const char *key, std::vector<int64_t> all) {
+    if (std::optional<int64_t> v = fixedInt(key))
+      return std::vector<int64_t>{*v};
+    return all;
+  };
+
+  const int64_t gpus = cluster.totalGpus();
+  const int layers = static_cast<int>(model.layers.size());
+  bool moe = false;
+  int64_t maxExperts = 0;
+  for (const LayerDesc &l : model.layers)
+    if (l.isMoE()) {
+      moe = true;
+      maxExperts = std::max(maxExperts, l.experts);
+    }
+
+  std::vector<PlanEval> kept;
+  auto reject = [&](const PlanEval &e) {
+    Rejection &r = result.rejected[toString(e.reason)];
+    ++r.count;
+    std::string example = e.detail + " (" + describe(e.config) + ")";
+    if (e.reason == RejectReason::OutOfMemory) {
+      double excess = e.peak.total() - cluster.gpu.hbmBytes;
+      if (r.count == 1 || excess < r.excessBytes) {
+        r.excessBytes = excess;
+        r.example = example;
+      }
+    } else if (r.count == 1) {
+      r.example = example;
+    }
+  };
+  auto consider = [&](PlanEval &&e) {
+    ++result.evaluated;
+    if (!e.feasible()) {
+      reject(e);
+      return;
+    }
+    ++result.feasible;
+    kept.push_back(std::move(e));
+    // Keep the list short: sort and trim now and then.
+    if (kept.size() >= size_t(8 * std::max(1, opts.topK) + 64)) {
+      std::sort(kept.begin(), kept.end(), better);
+      kept.resize(std::max(1, opts.topK));
+    }
+  };
+
+  std::vector<int64_t> mbChoices;
+  for (int64_t mb = 1; mb <= opts.maxMicroBatch; mb *= 2)
+    mbChoices.push_back(mb);
+
+  std::vector<int64_t> tps;
+  for (int64_t d : divisors(gpus))
+    if (d <= cluster.gpusPerNode || fixedInt("tp"))
+      tps.push_back(d);
+
+  for (int64_t tp : choices("tp", tps)) {
+    if (gpus % tp)
+      continue;
+    std::vector<int64_t> cps;
+    for (int64_t d : divisors(gpus / tp))
+      if (d == 1 || job.seqLen / d >= 256) // chunks of at least 256 tokens
+        cps.push_back(d);
+    for (int64_t cp : choices("cp", cps)) {
+      if ((gpus / tp) % cp)
+        continue;
+      std::vector<int64_t> pps;
+      for (int64_t d : divisors(gpus / (tp * cp)))
+        if (d <= layers)
+          pps.push_back(d);
+      for (int64_t pp : choices("pp", pps)) {
+        if ((gpus / (tp * cp)) % pp)
+          continue;
+        int64_t dp = gpus / (tp * cp * pp);
+        if (std::optional<int64_t> fdp = fixedInt("dp"); fdp && *fdp != dp) {
+          ParallelConfig c;
+          c.dp = int(*fdp), c.tp = int(tp), c.cp = int(cp), c.pp = int(pp);
+          PlanEval e;
+          e.config = c;
+          e.reason = RejectReason::GpuCountMismatch;
+          e.detail = llvm::formatv("dp {0} x tp {1} x pp {2} x cp {3} = {4} but the "
+                                   "cluster has {5} GPUs",
+                                   *fdp, tp, pp, cp, *fdp * tp * pp * cp, gpus);
+          ++result.evaluated;
+          reject(e);
+          continue;
+        }
+        std::vector<int64_t> eps{1};
+        if (moe) {
+          eps.clear();
+          for (int64_t d : divisors(dp * cp))
+            if (d <= maxExperts)
+              eps.push_back(d);
+        }
+        for (int64_t ep : choices("ep", eps)) {
+          for (int spi = 0; spi < 2; ++spi) {
+            bool sp = spi == 1;
+            if (fx.sp ? *fx.sp != sp : (sp && tp == 1))
+              continue;
+            for (Recompute rc : {Recompute::None, Recompute::Selective, Recompute::Full}) {
+              if (fx.recompute && *fx.recompute != rc)
+                continue;
+              for (int64_t mb : choices("micro_batch", mbChoices)) {
+                ParallelConfig base;
+                base.dp = int(dp), base.tp = int(tp), base.pp = int(pp), base.cp = int(cp);
+                base.ep = int(ep), base.sp = sp, base.recompute = rc, base.microBatch = mb;
+                base.numMicroBatches =
+                    job.globalBatch % (dp * mb) ? 0 : job.globalBatch / (dp * mb);
+                if (std::optional<int64_t> fm = fixedInt("num_micro_batches"))
+                  if (base.numMicroBatches != *fm) {
+                    if (base.numMicroBatches == 0)
+                      base.numMicroBatches = *fm;
+                    else
+                      continue;
+                  }
+                // Schedules and virtual stages.
+                std::vector<std::pair<Schedule, int>> scheds;
+                if (pp == 1) {
+                  scheds.push_back({Schedule::None, 1});
+                } else {
+                  scheds.push_back({Schedule::OneFOneB, 1});
+                  scheds.push_back({Schedule::GPipe, 1});
+                  for (int v = 2; v <= opts.maxVirtualStages; ++v)
+                    if (layers % (pp * v) == 0 || fixedInt("vpp"))
+                      scheds.push_back({Schedule::Interleaved, v});
+                }
+                bool anyPlacement = pp > 1 && dp > 1;
+                for (auto [sched, vpp] : scheds) {
+                  if (fx.schedule && *fx.schedule != sched)
+                    continue;
+                  if (std::optional<int64_t> fv = fixedInt("vpp"); fv && *fv != vpp)
+                    continue;
+                  for (int placement = 0; placement < (anyPlacement ? 2 : 1); ++placement) {
+                    bool ppInside = placement == 1;
+                    if (fx.ppInsideDp && *fx.ppInsideDp != ppInside)
+                      continue;
+                    ParallelConfig cfg = base;
+                    cfg.schedule = sched;
+                    cfg.vpp = vpp;
+                    cfg.ppInsideDp = ppInside;
+                    // Rules that do not depend on ZeRO are checked once.
+                    std::string detail;
+                    RejectReason r = checkRules(model, cluster, job, cfg, detail);
+                    if (r != RejectReason::None) {
+                      PlanEval e;
+                      e.config = cfg;
+                      e.reason = r;
+                      e.detail = detail;
+                      for (int z = 0; z <= 3; ++z)
+                        if (!fixedInt("zero") || *fixedInt("zero") == z) {
+                          e.config.zero = z;
+                          consider(PlanEval(e));
+                        }
+                      continue;
+                    }
+                    LayerTable table = buildLayerTable(model, cluster, job, cfg);
+                    for (int z = 0; z <= 3; ++z) {
+                      if (std::optional<int64_t> fz = fixedInt("zero"); fz && *fz != z)
+                        continue;
+                      if (z > 0 && dp * cp == 1 && !fixedInt("zero"))
+                        continue; // nothing to shard
+                      cfg.zero = z;
+                      for (int off = 0; off < 2; ++off) {
+                        if (fx.offload ? *fx.offload != (off == 1) : false)
+                          continue;
+                        if (off && z == 0)
+                          continue;
+                        cfg.offloadOptimizer = off == 1;
+                        PlanEval e = evaluate(model, cluster, job, cfg, &table);
+                        bool oom = e.reason == RejectReason::OutOfMemory;
+                        consider(std::move(e));
+                        // Offload only helps what does not fit otherwise.
+                        if (!off && !oom && !fx.offload)
+                          break;
+                      }
+                    }
+                  }
+                }
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+
+  std::sort(kept.begin(), kept.end(), better);
+  if (kept.size() > size_t(std::max(1, opts.topK)))
+    kept.resize(std::max(1, opts.topK));
+  result.plans = std::move(kept);
+  result.seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return result;
+}

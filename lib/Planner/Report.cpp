@@ -1,0 +1,305 @@
+//===- Report.cpp - plan reports, tables and exports ----------------------===//
+
+#include "llmopt/Planner/Planner.h"
+
+#include "llvm/Support/Format.h"
+#include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/JSON.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <cmath>
+
+using namespace llmopt;
+using namespace llmopt::cost;
+using namespace llmopt::planner;
+namespace json = llvm::json;
+
+static constexpr double GiB = double(1ull << 30);
+
+static json::Object memoryJSON(const MemoryBreakdown &m) {
+  return json::Object{
+      {"weights", m.weights},         {"gradients", m.gradients},
+      {"optimizer", m.optimizer},     {"activations", m.activations},
+      {"logits", m.logits},           {"comm_buffers", m.commBuffers},
+      {"reserved", m.reserved},       {"total", m.total()},
+  };
+}
+
+static json::Object configJSON(const ParallelConfig &c) {
+  json::Array stages;
+  for (int n : c.stageLayers)
+    stages.push_back(n);
+  return json::Object{
+      {"dp", c.dp},
+      {"tp", c.tp},
+      {"pp", c.pp},
+      {"vpp", c.vpp},
+      {"cp", c.cp},
+      {"ep", c.ep},
+      {"sp", c.sp},
+      {"zero", c.zero},
+      {"offload_optimizer", c.offloadOptimizer},
+      {"recompute", toString(c.recompute)},
+      {"micro_batch", c.microBatch},
+      {"num_micro_batches", c.numMicroBatches},
+      {"schedule", toString(c.schedule)},
+      {"placement", c.placement()},
+      {"stage_layers", std::move(stages)},
+  };
+}
+
+static json::Object planJSON(const PlanEval &p) {
+  json::Array byStage;
+  for (const StageMemory &s : p.stages) {
+    json::Object o = memoryJSON(s.memory);
+    o["stage"] = s.stage;
+    o["layers"] = s.layers;
+    o["in_flight_micro_batches"] = s.inFlight;
+    byStage.push_back(std::move(o));
+  }
+  const TimeBreakdown &t = p.time;
+  return json::Object{
+      {"config", configJSON(p.config)},
+      {"step_time_s", t.step},
+      {"tokens_per_s", p.tokensPerS},
+      {"tflops_per_gpu", p.tflopsPerGpu},
+      {"mfu", p.mfu},
+      {"peak_memory_bytes", p.peak.total()},
+      {"peak_memory_stage", p.peakStage},
+      {"memory_breakdown", memoryJSON(p.peak)},
+      {"memory_by_stage", std::move(byStage)},
+      {"time_breakdown",
+       json::Object{
+           {"compute", t.compute},
+           {"recompute", t.recompute},
+           {"exposed_communication",
+            json::Object{{"tp", t.tpComm},
+                         {"cp", t.cpComm},
+                         {"ep", t.epComm},
+                         {"pp", t.ppComm},
+                         {"dp", t.dpComm}}},
+           {"bubble", t.bubble},
+           {"optimizer", t.optimizer},
+       }},
+  };
+}
+
+json::Value llmopt::planner::reportJSON(const ModelDesc &model, const ClusterSpec &cluster,
+                                        const JobSpec &job, const SearchResult &r) {
+  json::Array plans;
+  for (const PlanEval &p : r.plans)
+    plans.push_back(planJSON(p));
+  json::Object rejected, examples;
+  for (const auto &[reason, rej] : r.rejected) {
+    rejected[reason] = rej.count;
+    examples[reason] = rej.example;
+  }
+  return json::Object{
+      {"model",
+       json::Object{{"name", model.name},
+                    {"params", model.totalParams()},
+                    {"layers", int64_t(model.layers.size())},
+                    {"train_flops_per_token", model.trainFlopsPerToken(job.seqLen)}}},
+      {"cluster", toJSON(cluster)},
+      {"job",
+       json::Object{{"global_batch", job.globalBatch},
+                    {"seq_len", job.seqLen},
+                    {"dtype", toString(job.dtype)},
+                    {"fp8", job.fp8},
+                    {"grad_bytes", job.gradBytes},
+                    {"flash_attention", job.flashAttention},
+                    {"dropout", job.dropout}}},
+      {"search",
+       json::Object{{"evaluated", r.evaluated},
+                    {"feasible", r.feasible},
+                    {"seconds", r.seconds}}},
+      {"plans", std::move(plans)},
+      {"rejected", std::move(rejected)},
+      {"rejected_examples", std::move(examples)},
+  };
+}
+
+void llmopt::planner::printTable(llvm::raw_ostream &os, const ModelDesc &model,
+                                 const ClusterSpec &cluster, const JobSpec &job,
+                                 const SearchResult &r) {
+  os << llvm::formatv("{0}: {1:f2} B parameters, {2} layers | {3} x {4} ({5} nodes of {6}) "
+                      "| global batch {7} x {8} tokens, {9}\n",
+                      model.name, model.totalParams() / 1e9, model.layers.size(),
+                      cluster.totalGpus(), cluster.gpu.name, cluster.numNodes,
+                      cluster.gpusPerNode, job.globalBatch, job.seqLen,
+                      job.fp8 ? "fp8 GEMMs" : toString(job.dtype));
+  os << llvm::formatv("searched {0} configurations in {1:f3} s, {2} fit\n\n", r.evaluated,
+                      r.seconds, r.feasible);
+  if (!r.plans.empty()) {
+    os << llvm::formatv("{0,-4} {1,-58} {2,9} {3,12} {4,8} {5,6} {6,10}\n", "#", "plan",
+                        "step s", "tokens/s", "TFLOP/s", "MFU", "mem GiB");
+    int rank = 1;
+    for (const PlanEval &p : r.plans)
+      os << llvm::formatv("{0,-4} {1,-58} {2,9:f3} {3,12:f0} {4,8:f1} {5,6:p} {6,10:f1}\n",
+                          rank++, describe(p.config), p.time.step, p.tokensPerS,
+                          p.tflopsPerGpu, p.mfu, p.peak.total() / GiB);
+    const PlanEval &b = r.plans.front();
+    const TimeBreakdown &t = b.time;
+    auto pct = [&](double x) { return t.step > 0 ? 100.0 * x / t.step : 0.0; };
+    os << "\nbest plan, step time:";
+    os << llvm::formatv(" compute {0:f1}%, recompute {1:f1}%, bubble {2:f1}%, "
+                        "exposed comm tp {3:f1}% cp {4:f1}% ep {5:f1}% pp {6:f1}% "
+                        "dp {7:f1}%, optimizer {8:f1}%\n",
+                        pct(t.compute), pct(t.recompute), pct(t.bubble), pct(t.tpComm),
+                        pct(t.cpComm), pct(t.epComm), pct(t.ppComm), pct(t.dpComm),
+                        pct(t.optimizer));
+    const MemoryBreakdown &m = b.peak;
+    os << llvm::formatv("best plan, memory on stage {0} of {1:f1} GiB: weights {2:f1}, "
+                        "gradients {3:f1}, optimizer {4:f1}, activations {5:f1}, logits "
+                        "{6:f1}, buffers {7:f1}, reserved {8:f1}\n",
+                        b.peakStage, cluster.gpu.hbmBytes / GiB, m.weights / GiB,
+                        m.gradients / GiB, m.optimizer / GiB, m.activations / GiB,
+                        m.logits / GiB, m.commBuffers / GiB, m.reserved / GiB);
+  }
+  if (!r.rejected.empty()) {
+    os << "\nrejected:\n";
+    for (const auto &[reason, rej] : r.rejected)
+      os << llvm::formatv("  {0,-44} {1,9}  e.g. {2}\n", reason, rej.count, rej.example);
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// Exports
+//===----------------------------------------------------------------------===//
+
+static const LayerDesc *firstLayer(const ModelDesc &m) {
+  return m.layers.empty() ? nullptr : &m.layers.front();
+}
+
+bool llmopt::planner::exportPlan(llvm::raw_ostream &os, const std::string &format,
+                                 const ModelDesc &model, const JobSpec &job,
+                                 const PlanEval &plan, std::string &error) {
+  const ParallelConfig &c = plan.config;
+  const LayerDesc *l = firstLayer(model);
+  if (!l) {
+    error = "the model has no layers to export";
+    return false;
+  }
+  int64_t numLayers = int64_t(model.layers.size());
+  if (format == "megatron") {
+    os << "# Megatron-LM (megatron-core) arguments for " << model.name << ": "
+       << describe(c) << "\n";
+    os << llvm::formatv("--num-layers {0} --hidden-size {1} --num-attention-heads {2} "
+                        "--ffn-hidden-size {3} --seq-length {4} --max-position-embeddings {5}",
+                        numLayers, l->hidden, l->heads, l->ffn, job.seqLen,
+                        std::max<int64_t>(model.positions, job.seqLen));
+    if (l->kvHeads != l->heads)
+      os << llvm::formatv(" --group-query-attention --num-query-groups {0}", l->kvHeads);
+    if (l->gatedMlp)
+      os << " --swiglu";
+    if (model.positions == 0)
+      os << " --position-embedding-type rope --normalization RMSNorm --disable-bias-linear";
+    if (!model.tiedEmbeddings)
+      os << " --untie-embeddings-and-output-weights";
+    if (l->isMoE())
+      os << llvm::formatv(" --num-experts {0} --moe-router-topk {1}", l->experts, l->topK);
+    os << "\n";
+    os << llvm::formatv("--tensor-model-parallel-size {0} --pipeline-model-parallel-size {1} "
+                        "--context-parallel-size {2}",
+                        c.tp, c.pp, c.cp);
+    if (c.ep > 1)
+      os << llvm::formatv(" --expert-model-parallel-size {0}", c.ep);
+    if (c.vpp > 1)
+      os << llvm::formatv(" --num-layers-per-virtual-pipeline-stage {0}",
+                          numLayers / (c.pp * c.vpp));
+    if (c.sp)
+      os << " --sequence-parallel";
+    os << "\n";
+    os << llvm::formatv("--micro-batch-size {0} --global-batch-size {1}", c.microBatch,
+                        job.globalBatch);
+    if (c.recompute == Recompute::Selective)
+      os << " --recompute-activations";
+    else if (c.recompute == Recompute::Full)
+      os << " --recompute-granularity full --recompute-method uniform "
+            "--recompute-num-layers 1";
+    if (c.zero >= 1)
+      os << " --use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather";
+    else
+      os << " --overlap-grad-reduce";
+    if (c.zero >= 2)
+      os << "\n# note: Megatron's distributed optimizer shards optimizer states "
+            "(ZeRO-1); ZeRO-"
+         << c.zero << " needs --use-torch-fsdp2";
+    os << "\n--bf16";
+    if (job.fp8)
+      os << " --fp8-format hybrid";
+    if (job.gradBytes == 4)
+      os << " --accumulate-allreduce-grads-in-fp32";
+    if (job.flashAttention)
+      os << " --use-flash-attn";
+    os << " --clip-grad 1.0 --optimizer adam\n";
+    return true;
+  }
+  if (format == "deepspeed") {
+    json::Object zero{{"stage", c.zero},
+                      {"overlap_comm", true},
+                      {"contiguous_gradients", true}};
+    if (c.offloadOptimizer)
+      zero["offload_optimizer"] = json::Object{{"device", "cpu"}, {"pin_memory", true}};
+    json::Object cfg{
+        {"train_batch_size", job.globalBatch},
+        {"train_micro_batch_size_per_gpu", c.microBatch},
+        {"gradient_accumulation_steps", c.numMicroBatches},
+        {"gradient_clipping", 1.0},
+        {"bf16", json::Object{{"enabled", job.dtype == DType::BF16 || job.fp8}}},
+        {"fp16", json::Object{{"enabled", job.dtype == DType::FP16}}},
+        {"zero_optimization", std::move(zero)},
+        {"optimizer", json::Object{{"type", "AdamW"},
+                                   {"params", json::Object{{"lr", 3e-4},
+                                                           {"betas", json::Array{0.9, 0.95}},
+                                                           {"weight_decay", 0.1}}}}},
+        {"activation_checkpointing",
+         json::Object{{"partition_activations", c.sp},
+                      {"contiguous_memory_optimization", c.recompute != Recompute::None}}},
+    };
+    if (c.tp > 1)
+      cfg["tensor_parallel"] = json::Object{{"autotp_size", c.tp}};
+    if (c.pp > 1)
+      cfg["pipeline"] = json::Object{{"stages", c.pp}, {"partition_method", "uniform"}};
+    if (c.cp > 1)
+      cfg["sequence_parallel_size"] = c.cp;
+    if (c.ep > 1)
+      cfg["moe"] = json::Object{{"ep_size", c.ep}};
+    os << llvm::formatv("{0:2}", json::Value(std::move(cfg))) << "\n";
+    return true;
+  }
+  if (format == "torchtitan") {
+    int64_t replicate = c.zero == 0 ? c.dp : 1;
+    int64_t shard = c.zero == 0 ? 1 : c.dp;
+    const char *sched = c.schedule == Schedule::Interleaved ? "Interleaved1F1B"
+                        : c.schedule == Schedule::GPipe     ? "GPipe"
+                                                            : "1F1B";
+    os << "# torchtitan job config for " << model.name << ": " << describe(c) << "\n";
+    os << "[training]\n";
+    os << llvm::formatv("local_batch_size = {0}\nglobal_batch_size = {1}\nseq_len = {2}\n"
+                        "max_norm = 1.0\nmixed_precision_param = \"bfloat16\"\n"
+                        "mixed_precision_reduce = \"float32\"\n",
+                        c.microBatch * c.numMicroBatches, job.globalBatch, job.seqLen);
+    os << "\n[parallelism]\n";
+    os << llvm::formatv("data_parallel_replicate_degree = {0}\n"
+                        "data_parallel_shard_degree = {1}\n"
+                        "tensor_parallel_degree = {2}\n"
+                        "pipeline_parallel_degree = {3}\n"
+                        "context_parallel_degree = {4}\n"
+                        "expert_parallel_degree = {5}\n",
+                        replicate, shard, c.tp, c.pp, c.cp, c.ep);
+    if (c.pp > 1)
+      os << llvm::formatv("pipeline_parallel_schedule = \"{0}\"\n"
+                          "pipeline_parallel_microbatch_size = {1}\n",
+                          sched, c.microBatch);
+    os << "\n[activation_checkpoint]\n";
+    os << llvm::formatv("mode = \"{0}\"\n", toString(c.recompute));
+    if (c.recompute == Recompute::Selective)
+      os << "selective_ac_option = \"op\"\n";
+    if (job.fp8)
+      os << "\n[float8]\nenable_fsdp_float8_all_gather = true\n";
+    return true;
+  }
+  error = "unknown export format '" + format + "': use megatron, deepspeed or torchtitan";
+  return false;
+}
