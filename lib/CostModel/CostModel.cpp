@@ -738,9 +738,12 @@ struct Evaluator {
 
     if (ev.reason == RejectReason::None && peakTotal > cl.gpu.hbmBytes) {
       ev.reason = RejectReason::OutOfMemory;
-      ev.detail = llvm::formatv("OOM by {0:f2} GiB on stage {1} ({2:f2} of {3:f2} GiB)",
-                                (peakTotal - cl.gpu.hbmBytes) / GiB, ev.peakStage,
-                                peakTotal / GiB, cl.gpu.hbmBytes / GiB);
+      double excess = peakTotal - cl.gpu.hbmBytes;
+      std::string by = excess < 0.01 * GiB
+                           ? llvm::formatv("{0:f1} MiB", excess / (1 << 20)).str()
+                           : llvm::formatv("{0:f2} GiB", excess / GiB).str();
+      ev.detail = llvm::formatv("OOM by {0} on stage {1} ({2:f2} of {3:f2} GiB)", by,
+                                ev.peakStage, peakTotal / GiB, cl.gpu.hbmBytes / GiB);
     }
     return ev;
   }

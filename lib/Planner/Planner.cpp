@@ -115,7 +115,10 @@ std::string llmopt::planner::describe(const ParallelConfig &c) {
   if (c.offloadOptimizer)
     s += " offload";
   s += std::string(" rc:") + toString(c.recompute);
-  s += llvm::formatv(" mb{0}x{1}", c.microBatch, c.numMicroBatches).str();
+  if (c.numMicroBatches > 0)
+    s += llvm::formatv(" mb{0}x{1}", c.microBatch, c.numMicroBatches).str();
+  else
+    s += llvm::formatv(" mb{0}", c.microBatch).str();
   if (c.pp > 1)
     s += std::string(" ") + toString(c.schedule);
   if (c.ppInsideDp)
@@ -136,10 +139,22 @@ static std::vector<int64_t> divisors(int64_t n) {
 }
 
 namespace {
-/// Orders plans: faster first, then a stable tie-break on the description.
+/// How much machinery a plan needs; among equally fast plans the simpler one
+/// is easier to run and to debug.
+std::tuple<int, int, int, int, int, int, int, int64_t> complexity(const ParallelConfig &c) {
+  return {c.offloadOptimizer, c.cp, c.pp * c.vpp, c.tp, c.ep, c.zero,
+          int(c.recompute), -c.microBatch};
+}
+
+/// Orders plans: faster first (differences under 0.01 % are ties), then
+/// simpler, then a stable tie-break on the description.
 bool better(const PlanEval &a, const PlanEval &b) {
-  if (a.time.step != b.time.step)
-    return a.time.step < b.time.step;
+  double ta = a.time.step, tb = b.time.step;
+  if (std::abs(ta - tb) > 1e-4 * std::min(ta, tb))
+    return ta < tb;
+  auto ca = complexity(a.config), cb = complexity(b.config);
+  if (ca != cb)
+    return ca < cb;
   return describe(a.config) < describe(b.config);
 }
 } // namespace

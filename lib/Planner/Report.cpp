@@ -7,6 +7,7 @@
 #include "llvm/Support/JSON.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <algorithm>
 #include <cmath>
 
 using namespace llmopt;
@@ -131,13 +132,17 @@ void llmopt::planner::printTable(llvm::raw_ostream &os, const ModelDesc &model,
   os << llvm::formatv("searched {0} configurations in {1:f3} s, {2} fit\n\n", r.evaluated,
                       r.seconds, r.feasible);
   if (!r.plans.empty()) {
-    os << llvm::formatv("{0,-4} {1,-58} {2,9} {3,12} {4,8} {5,6} {6,10}\n", "#", "plan",
-                        "step s", "tokens/s", "TFLOP/s", "MFU", "mem GiB");
+    size_t width = 4;
+    for (const PlanEval &p : r.plans)
+      width = std::max(width, describe(p.config).size());
+    os << "#    " << llvm::left_justify("plan", width)
+       << llvm::formatv(" {0,10} {1,12} {2,8} {3,7} {4,8}\n", "step s", "tokens/s",
+                        "TFLOP/s", "MFU", "mem GiB");
     int rank = 1;
     for (const PlanEval &p : r.plans)
-      os << llvm::formatv("{0,-4} {1,-58} {2,9:f3} {3,12:f0} {4,8:f1} {5,6:p} {6,10:f1}\n",
-                          rank++, describe(p.config), p.time.step, p.tokensPerS,
-                          p.tflopsPerGpu, p.mfu, p.peak.total() / GiB);
+      os << llvm::formatv("{0,-4} ", rank++) << llvm::left_justify(describe(p.config), width)
+         << llvm::formatv(" {0,10:f3} {1,12:f0} {2,8:f1} {3,7:p} {4,8:f1}\n", p.time.step,
+                          p.tokensPerS, p.tflopsPerGpu, p.mfu, p.peak.total() / GiB);
     const PlanEval &b = r.plans.front();
     const TimeBreakdown &t = b.time;
     auto pct = [&](double x) { return t.step > 0 ? 100.0 * x / t.step : 0.0; };

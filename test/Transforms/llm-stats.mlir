@@ -24,16 +24,28 @@ module attributes {llm.name = "hand", llm.seq_len = 4 : i64} {
   }
 }
 
+// The label column is as wide as the longest label, so every value and note
+// lines up; FLOPs take SI prefixes, bytes binary ones.
 // CHECK: model hand, 1 layers, seq_len 4
-// CHECK: parameters
-// CHECK: total {{ *}}112  112
-// CHECK: embedding (input tables) {{ *}}32  32
-// CHECK: lm head {{ *}}tied  shares the input embedding
-// CHECK: per layer {{ *}}72  x 1
-// CHECK: other (final norm) {{ *}}8  8
+// CHECK-NEXT: parameters
+// CHECK-NEXT: {{^}}  total                                      112  112{{$}}
+// CHECK-NEXT: {{^}}  embedding (input tables)                    32  32{{$}}
+// CHECK-NEXT: {{^}}  lm head                                   tied  shares the input embedding{{$}}
+// CHECK-NEXT: {{^}}  per layer                                   72  x 1{{$}}
+// CHECK-NEXT: {{^}}  other (final norm)                           8  8{{$}}
+// CHECK-NEXT: training FLOPs per token
 // N = 64 (linear) + 32 (head): 6N = 576 FLOP per token.
-// CHECK: N = GEMM weights per token {{ *}}96
-// CHECK: total {{ *}}576FLOP
+// CHECK-NEXT: {{^}}  N = GEMM weights per token                  96  LM head in, embedding lookups out{{$}}
+// CHECK-NEXT: {{^}}  6N                                    576 FLOP{{$}}
+// CHECK-NEXT: {{^}}  attention 12 * s * heads * head_dim     0 FLOP  per token, summed over layers{{$}}
+// CHECK-NEXT: {{^}}  total                                 576 FLOP{{$}}
+// CHECK-NEXT: {{^}}  sum of op costs                       {{ *[0-9]+}} FLOP  causal masking, norms and activations counted{{$}}
+// CHECK-NEXT: bytes
+// 112 fp32 parameters: 448 B of weights, 16 * 112 = 1792 B = 1.75 KiB of state.
+// CHECK-NEXT: {{^}}  weights                                   448 B{{$}}
+// CHECK-NEXT: {{^}}  weights + grads + AdamW (16 B/param)  1.75 KiB{{$}}
+// Full recompute keeps the layer input: 4 tokens * 8 * 4 B = 128 B.
+// CHECK: {{^}}  activations, full recompute              128 B  per layer, micro-batch 1{{$}}
 
 // MB2: model hand, 1 layers, seq_len 8
-// MB2: micro-batch 2
+// MB2: activations, full recompute {{ *}}512 B  per layer, micro-batch 2

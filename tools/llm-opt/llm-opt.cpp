@@ -2,11 +2,12 @@
 //
 // mlir-opt for llm IR, with two additions:
 //  - a model can be given as a Hugging Face config.json wherever a .mlir file
-//    is accepted: it is imported first;
+//    is accepted (a .json name, or content starting with `{`, standard input
+//    included): it is imported first, with --hf-dtype;
 //  - when a report pass (--llm-stats) writes to standard output, the module is
 //    not printed there as well (use -o FILE to keep it).
 // Output is written only when everything succeeded: a failing run leaves no
-// partial file.
+// partial file and prints no report.
 //
 //===----------------------------------------------------------------------===//
 
@@ -28,25 +29,42 @@
 
 using namespace mlir;
 
-/// Imports a JSON model and returns its MLIR text as a buffer named after
-/// the file, or null after printing the error.
+/// Imports a JSON model and returns its MLIR text, or null after printing the
+/// error. The text carries the ops' locations (`file.json:1:1`), so later
+/// diagnostics name the JSON file; the buffer gets another name so that no
+/// diagnostic shows a line of generated MLIR as a line of the JSON file.
 static std::unique_ptr<llvm::MemoryBuffer>
-importJSON(std::unique_ptr<llvm::MemoryBuffer> json, DialectRegistry &registry) {
+importJSON(std::unique_ptr<llvm::MemoryBuffer> json,
+           DialectRegistry &registry) {
   MLIRContext ctx(registry);
   llvm::SourceMgr sourceMgr;
-  StringRef name = json->getBufferIdentifier();
-  std::string nameCopy = name.str();
+  std::string name = json->getBufferIdentifier().str();
   StringRef text = json->getBuffer();
   sourceMgr.AddNewSourceBuffer(std::move(json), llvm::SMLoc());
   SourceMgrDiagnosticHandler handler(sourceMgr, &ctx);
-  OwningOpRef<ModuleOp> module =
-      llmopt::importHFConfig(text, nameCopy, &ctx);
+  OwningOpRef<ModuleOp> module = llmopt::importHFConfig(
+      text, name, &ctx, llmopt::getHFImportOptionsFromCommandLine());
   if (!module)
     return nullptr;
   std::string ir;
   llvm::raw_string_ostream os(ir);
-  module->print(os);
-  return llvm::MemoryBuffer::getMemBufferCopy(ir, nameCopy);
+  module->print(os, OpPrintingFlags().enableDebugInfo());
+  return llvm::MemoryBuffer::getMemBufferCopy(ir, "<" + name + "> (imported)");
+}
+
+/// Prints the reports that passes queued for standard output.
+static LogicalResult flushReports() {
+  std::string reports = llmopt::takeBufferedReports();
+  if (reports.empty())
+    return success();
+  llvm::outs() << reports;
+  llvm::outs().flush();
+  if (llvm::outs().has_error()) {
+    llvm::errs() << "llm-opt: cannot write the report to standard output\n";
+    llvm::outs().clear_error();
+    return failure();
+  }
+  return success();
 }
 
 int main(int argc, char **argv) {
@@ -67,45 +85,51 @@ int main(int argc, char **argv) {
   int newArgc = static_cast<int>(args.size());
 
   auto [inputFilename, outputFilename] = registerAndParseCLIOptions(
-      newArgc, args.data(), "llm-opt: plan and lower transformer training", registry);
+      newArgc, args.data(), "llm-opt: plan and lower transformer training",
+      registry);
   MlirOptMainConfig config = MlirOptMainConfig::createFromCLOptions();
   if (config.shouldShowDialects() || config.shouldListPasses())
-    return asMainReturnCode(
-        MlirOptMain(newArgc, args.data(), inputFilename, outputFilename, registry));
+    return asMainReturnCode(MlirOptMain(newArgc, args.data(), inputFilename,
+                                        outputFilename, registry));
 
   std::string errorMessage;
-  std::unique_ptr<llvm::MemoryBuffer> input = openInputFile(inputFilename, &errorMessage);
+  std::unique_ptr<llvm::MemoryBuffer> input =
+      openInputFile(inputFilename, &errorMessage);
   if (!input) {
     llvm::errs() << "llm-opt: " << errorMessage << "\n";
     return EXIT_FAILURE;
   }
-  if (llmopt::isHFConfigFile(inputFilename)) {
+  // A model config is recognized by its name or, on standard input or
+  // under another name, by its content.
+  if (llmopt::isHFConfigFile(inputFilename) ||
+      llmopt::looksLikeHFConfig(input->getBuffer())) {
     input = importJSON(std::move(input), registry);
     if (!input)
       return EXIT_FAILURE;
   }
 
-  // Run into memory so that a failure writes nothing.
+  // Run into memory so that a failure writes nothing, and print the reports
+  // last, so that a failure prints none.
   std::string result;
   llvm::raw_string_ostream resultStream(result);
   if (failed(MlirOptMain(resultStream, std::move(input), registry, config)))
     return EXIT_FAILURE;
 
-  if (outputFilename == "-" && llmopt::reportWroteToStdout())
-    return EXIT_SUCCESS;
-  std::unique_ptr<llvm::ToolOutputFile> output =
-      openOutputFile(outputFilename, &errorMessage);
-  if (!output) {
-    llvm::errs() << "llm-opt: " << errorMessage << "\n";
-    return EXIT_FAILURE;
+  if (outputFilename != "-" || !llmopt::reportWroteToStdout()) {
+    std::unique_ptr<llvm::ToolOutputFile> output =
+        openOutputFile(outputFilename, &errorMessage);
+    if (!output) {
+      llvm::errs() << "llm-opt: " << errorMessage << "\n";
+      return EXIT_FAILURE;
+    }
+    output->os() << result;
+    output->os().flush();
+    if (output->os().has_error()) {
+      llvm::errs() << "llm-opt: cannot write '" << outputFilename << "'\n";
+      output->os().clear_error();
+      return EXIT_FAILURE;
+    }
+    output->keep();
   }
-  output->os() << result;
-  output->os().flush();
-  if (output->os().has_error()) {
-    llvm::errs() << "llm-opt: cannot write '" << outputFilename << "'\n";
-    output->os().clear_error();
-    return EXIT_FAILURE;
-  }
-  output->keep();
-  return EXIT_SUCCESS;
+  return failed(flushReports()) ? EXIT_FAILURE : EXIT_SUCCESS;
 }

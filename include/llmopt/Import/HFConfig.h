@@ -19,7 +19,8 @@ namespace llmopt {
 struct HFImportOptions {
   /// Element type of weights and activations: bf16, f16 or f32.
   std::string dtype = "bf16";
-  /// Model name recorded as `llm.name`; defaults to the file's stem.
+  /// Model name recorded as `llm.name`; defaults to the file's stem
+  /// ("stdin" for standard input).
   std::string name;
 };
 
@@ -31,6 +32,14 @@ importHFConfig(llvm::StringRef json, llvm::StringRef filename,
 
 /// True when `filename` names a JSON model (".json").
 bool isHFConfigFile(llvm::StringRef filename);
+
+/// True when `contents` looks like a JSON object rather than MLIR: its first
+/// character other than white space is `{` (and not the `{-#` of an MLIR
+/// resource section).
+bool looksLikeHFConfig(llvm::StringRef contents);
+
+/// The options given on the command line (`--hf-dtype`).
+HFImportOptions getHFImportOptionsFromCommandLine();
 
 /// Registers `--import-hf` with mlir-translate style tools.
 void registerHFImportTranslation();

@@ -1,9 +1,12 @@
 //===- Output.h - reports on standard output --------------------*- C++ -*-===//
 //
 // Passes that report to a person (`--llm-stats`, the planner's table) write
-// to standard output. When one has, `llm-opt` does not print the module there
-// as well, so `llm-opt m.json --llm-stats="format=json" | jq` works; `-o FILE`
-// still writes the module.
+// to standard output. Reports are buffered, not printed: the driver prints
+// them with takeBufferedReports() once the whole run has succeeded and its
+// output file is written, so a failing run prints no half of a report. When a
+// report is bound for standard output, `llm-opt` does not print the module
+// there as well, so `llm-opt m.json --llm-stats="format=json" | jq` works;
+// `-o FILE` still writes the module.
 //
 //===----------------------------------------------------------------------===//
 
@@ -11,14 +14,20 @@
 #define LLMOPT_SUPPORT_OUTPUT_H
 
 #include "llvm/ADT/StringRef.h"
+#include <string>
 
 namespace llmopt {
 
-/// Writes `text` to standard output now and records that a report used it.
+/// Queues `text` for standard output and records that a report uses it.
+/// Thread-safe; reports keep the order in which they were written.
 void writeReportToStdout(llvm::StringRef text);
 
-/// True once a report has been written to standard output.
+/// True once a report has been queued for standard output.
 bool reportWroteToStdout();
+
+/// Returns the queued reports and empties the queue. The driver calls it
+/// after a successful run and prints the result on standard output.
+std::string takeBufferedReports();
 
 } // namespace llmopt
 

@@ -368,7 +368,7 @@ func.func @rotary_head_dim_not_dividing_k(%q: tensor<?x?x64xf32>, %k: tensor<?x?
 // -----
 
 func.func @rotary_non_positive_theta(%q: tensor<?x?x64xf32>, %k: tensor<?x?x64xf32>) {
-  // expected-error @+1 {{theta must be positive, got 0.000000e+00}}
+  // expected-error @+1 {{theta must be positive and finite, got 0.000000e+00}}
   %a, %b = llm.rotary %q, %k head_dim 16 theta 0.0 : tensor<?x?x64xf32>, tensor<?x?x64xf32>
   return
 }
@@ -404,7 +404,7 @@ func.func @layer_norm_bias_not_vector(%x: tensor<?x?x8xf32>, %g: tensor<8xf32>, 
 // -----
 
 func.func @layer_norm_non_positive_eps(%x: tensor<?x?x8xf32>, %g: tensor<8xf32>) {
-  // expected-error @+1 {{eps must be positive, got 0.000000e+00}}
+  // expected-error @+1 {{eps must be positive and finite, got 0.000000e+00}}
   %y = llm.layer_norm %x, %g eps 0.0 : tensor<?x?x8xf32>, tensor<8xf32>
   return
 }
@@ -428,7 +428,7 @@ func.func @rms_norm_weight_size_mismatch(%x: tensor<?x?x8xf32>, %g: tensor<4xf32
 // -----
 
 func.func @rms_norm_negative_eps(%x: tensor<?x?x8xf32>, %g: tensor<8xf32>) {
-  // expected-error @+1 {{eps must be positive, got -1.000000e-05}}
+  // expected-error @+1 {{eps must be positive and finite, got -1.000000e-05}}
   %y = llm.rms_norm %x, %g eps -1.0e-05 : tensor<?x?x8xf32>, tensor<8xf32>
   return
 }
@@ -683,7 +683,7 @@ func.func @attention_kv_features_mismatch(%q: tensor<?x?x64xf32>, %k: tensor<?x?
 // -----
 
 func.func @attention_non_positive_scale(%q: tensor<?x?x64xf32>, %k: tensor<?x?x64xf32>) {
-  // expected-error @+1 {{scale must be positive, got -2.500000e-01}}
+  // expected-error @+1 {{scale must be positive and finite, got -2.500000e-01}}
   %o = llm.attention %q, %k, %k heads 4 kv_heads 4 head_dim 16 scale -0.25 causal : tensor<?x?x64xf32>, tensor<?x?x64xf32>
   return
 }
@@ -836,7 +836,7 @@ func.func @moe_dispatch_indices_sequence_mismatch(%x: tensor<?x16x8xf32>, %i: te
 // -----
 
 func.func @moe_dispatch_capacity_below_one(%x: tensor<?x?x8xf32>, %i: tensor<?x?x2xi32>) {
-  // expected-error @+1 {{capacity factor must be 0 (dropless) or at least 1, got 5.000000e-01}}
+  // expected-error @+1 {{capacity factor must be 0 (dropless) or a finite value of at least 1, got 5.000000e-01}}
   %d = llm.moe_dispatch %x, %i capacity 0.5 : tensor<?x?x8xf32>, tensor<?x?x2xi32> -> tensor<4x?x8xf32>
   return
 }
@@ -844,7 +844,7 @@ func.func @moe_dispatch_capacity_below_one(%x: tensor<?x?x8xf32>, %i: tensor<?x?
 // -----
 
 func.func @moe_dispatch_negative_capacity(%x: tensor<?x?x8xf32>, %i: tensor<?x?x2xi32>) {
-  // expected-error @+1 {{capacity factor must be 0 (dropless) or at least 1, got -1.000000e+00}}
+  // expected-error @+1 {{capacity factor must be 0 (dropless) or a finite value of at least 1, got -1.000000e+00}}
   %d = llm.moe_dispatch %x, %i capacity -1.0 : tensor<?x?x8xf32>, tensor<?x?x2xi32> -> tensor<4x?x8xf32>
   return
 }
@@ -1164,4 +1164,128 @@ func.func @layer_uses_value_from_above(%x: tensor<?x?x8xf32>, %w: tensor<8x8xf32
     llm.yield %h : tensor<?x?x8xf32>
   }
   return %y : tensor<?x?x8xf32>
+}
+
+// -----
+
+// ODS (HasParent): layers sit directly in the model function; a nested layer
+// would be counted twice and is no pipeline unit.
+func.func @layer_nested_in_layer(%x: tensor<?x?x8xf32>) -> tensor<?x?x8xf32> {
+  %y = llm.layer 0 (%x) : tensor<?x?x8xf32> {
+  ^bb0(%in: tensor<?x?x8xf32>):
+    // expected-error @+1 {{expects parent op 'func.func'}}
+    %z = llm.layer 1 (%in) : tensor<?x?x8xf32> {
+    ^bb0(%in2: tensor<?x?x8xf32>):
+      llm.yield %in2 : tensor<?x?x8xf32>
+    }
+    llm.yield %z : tensor<?x?x8xf32>
+  }
+  return %y : tensor<?x?x8xf32>
+}
+
+// -----
+
+func.func @rms_norm_weight_element_type_mismatch(%x: tensor<?x?x8xbf16>, %g: tensor<8xf32>) {
+  // expected-error @+1 {{element type of input ('bf16') does not match that of weight ('f32')}}
+  %y = llm.rms_norm %x, %g eps 1.0e-05 : tensor<?x?x8xbf16>, tensor<8xf32>
+  return
+}
+
+// -----
+
+func.func @layer_norm_weight_element_type_mismatch(%x: tensor<?x?x8xbf16>, %g: tensor<8xf32>) {
+  // expected-error @+1 {{element type of input ('bf16') does not match that of weight ('f32')}}
+  %y = llm.layer_norm %x, %g eps 1.0e-05 : tensor<?x?x8xbf16>, tensor<8xf32>
+  return
+}
+
+// -----
+
+func.func @layer_norm_bias_element_type_mismatch(%x: tensor<?x?x8xbf16>, %g: tensor<8xbf16>, %b: tensor<8xf16>) {
+  // expected-error @+1 {{element type of input ('bf16') does not match that of bias ('f16')}}
+  %y = llm.layer_norm %x, %g, %b eps 1.0e-05 : tensor<?x?x8xbf16>, tensor<8xbf16>, tensor<8xf16>
+  return
+}
+
+// -----
+
+// 0x7FF0000000000000 is +inf.
+func.func @rms_norm_infinite_eps(%x: tensor<?x?x8xf32>, %g: tensor<8xf32>) {
+  // expected-error @+1 {{eps must be positive and finite, got INF}}
+  %y = llm.rms_norm %x, %g eps 0x7FF0000000000000 : tensor<?x?x8xf32>, tensor<8xf32>
+  return
+}
+
+// -----
+
+func.func @layer_norm_nan_eps(%x: tensor<?x?x8xf32>, %g: tensor<8xf32>) {
+  // expected-error @+1 {{eps must be positive and finite, got nan}}
+  %y = llm.layer_norm %x, %g eps 0x7FF8000000000000 : tensor<?x?x8xf32>, tensor<8xf32>
+  return
+}
+
+// -----
+
+func.func @attention_q_k_element_type_mismatch(%q: tensor<?x?x64xbf16>, %k: tensor<?x?x64xf32>) {
+  // expected-error @+1 {{element type of q ('bf16') does not match that of k and v ('f32')}}
+  %o = llm.attention %q, %k, %k heads 1 kv_heads 1 head_dim 64 scale 1.0 causal : tensor<?x?x64xbf16>, tensor<?x?x64xf32>
+  return
+}
+
+// -----
+
+func.func @attention_infinite_scale(%q: tensor<?x?x64xf32>) {
+  // expected-error @+1 {{scale must be positive and finite, got INF}}
+  %o = llm.attention %q, %q, %q heads 1 kv_heads 1 head_dim 64 scale 0x7FF0000000000000 causal : tensor<?x?x64xf32>, tensor<?x?x64xf32>
+  return
+}
+
+// -----
+
+func.func @rotary_infinite_theta(%q: tensor<?x?x64xf32>, %k: tensor<?x?x64xf32>) {
+  // expected-error @+1 {{theta must be positive and finite, got INF}}
+  %qr, %kr = llm.rotary %q, %k head_dim 64 theta 0x7FF0000000000000 : tensor<?x?x64xf32>, tensor<?x?x64xf32>
+  return
+}
+
+// -----
+
+func.func @moe_dispatch_infinite_capacity(%x: tensor<?x?x8xf32>, %i: tensor<?x?x2xi32>) {
+  // expected-error @+1 {{capacity factor must be 0 (dropless) or a finite value of at least 1, got INF}}
+  %d = llm.moe_dispatch %x, %i capacity 0x7FF0000000000000 : tensor<?x?x8xf32>, tensor<?x?x2xi32> -> tensor<4x?x8xf32>
+  return
+}
+
+// -----
+
+func.func @moe_dispatch_zero_experts(%x: tensor<?x?x8xf32>, %i: tensor<?x?x2xi32>) {
+  // expected-error @+1 {{result must have at least one expert, got 'tensor<0x?x8xf32>'}}
+  %d = llm.moe_dispatch %x, %i capacity 0.0 : tensor<?x?x8xf32>, tensor<?x?x2xi32> -> tensor<0x?x8xf32>
+  return
+}
+
+// -----
+
+// Weights given as function arguments are not llm.param, so nothing else
+// stops a zero-sized expert stack.
+func.func @moe_experts_zero_experts(%d: tensor<0x?x8xf32>, %w1: tensor<0x16x8xf32>, %w2: tensor<0x8x16xf32>) {
+  // expected-error @+1 {{input must have at least one expert and a positive hidden size, got 'tensor<0x?x8xf32>'}}
+  %e = llm.moe_experts %d, %w1, %w2 gelu : tensor<0x?x8xf32>, tensor<0x16x8xf32>, tensor<0x8x16xf32>
+  return
+}
+
+// -----
+
+func.func @moe_experts_zero_ffn(%d: tensor<4x?x8xf32>, %w1: tensor<4x0x8xf32>, %w2: tensor<4x8x0xf32>) {
+  // expected-error @+1 {{expert ffn size must be positive, got 0 in weight 0 'tensor<4x0x8xf32>'}}
+  %e = llm.moe_experts %d, %w1, %w2 gelu : tensor<4x?x8xf32>, tensor<4x0x8xf32>, tensor<4x8x0xf32>
+  return
+}
+
+// -----
+
+func.func @moe_combine_zero_experts(%e: tensor<0x?x8xf32>, %p: tensor<?x?x2xf32>, %i: tensor<?x?x2xi32>) {
+  // expected-error @+1 {{input must have at least one expert, got 'tensor<0x?x8xf32>'}}
+  %y = llm.moe_combine %e, %p, %i : tensor<0x?x8xf32>, tensor<?x?x2xf32>, tensor<?x?x2xi32> -> tensor<?x?x8xf32>
+  return
 }

@@ -8,15 +8,17 @@
 #include "llvm/ADT/DenseSet.h"
 #include "llvm/ADT/StringMap.h"
 #include "llvm/Support/Format.h"
+#include "llvm/Support/MathExtras.h"
 #include "llvm/Support/raw_ostream.h"
 
 using namespace mlir;
 using namespace llmopt::llm;
 
 int64_t llmopt::llm::getDefaultSeqLen(ModuleOp module) {
-  if (auto a = module->getAttrOfType<IntegerAttr>("llm.seq_len"))
-    return a.getInt();
-  return 0;
+  auto a = module->getAttrOfType<IntegerAttr>("llm.seq_len");
+  if (!a || a.getValue().getSignificantBits() > 64)
+    return 0;
+  return a.getValue().getSExtValue();
 }
 
 FailureOr<func::FuncOp> llmopt::llm::findModelFunc(ModuleOp module) {
@@ -38,6 +40,14 @@ FailureOr<func::FuncOp> llmopt::llm::findModelFunc(ModuleOp module) {
                           "the model function @forward");
 }
 
+/// Elements of a static shape as a double, which cannot overflow.
+static double numElements(Type type) {
+  double n = 1;
+  for (int64_t d : cast<ShapedType>(type).getShape())
+    n *= static_cast<double>(d);
+  return n;
+}
+
 /// Fraction of the expert stack a token uses: top_k / num_experts, read from
 /// the dispatch op feeding `experts`.
 static double activeFraction(MoEExpertsOp experts) {
@@ -46,6 +56,43 @@ static double activeFraction(MoEExpertsOp experts) {
     return 1.0;
   auto idx = cast<RankedTensorType>(dispatch.getIndices().getType());
   return static_cast<double>(idx.getDimSize(2)) / experts.getNumExperts();
+}
+
+/// Rejects two layers with one index: they would be one pipeline unit twice.
+static LogicalResult checkLayerIndices(func::FuncOp func) {
+  llvm::DenseMap<int64_t, LayerOp> seen;
+  WalkResult res = func.walk([&](LayerOp layer) -> WalkResult {
+    int64_t index = layer.getIndexAttr().getInt();
+    auto [it, inserted] = seen.try_emplace(index, layer);
+    if (inserted)
+      return WalkResult::advance();
+    InFlightDiagnostic d = layer.emitOpError()
+                           << "duplicate layer index " << index
+                           << ": every llm.layer needs its own index";
+    d.attachNote(it->second.getLoc())
+        << "layer " << index << " first defined here";
+    return WalkResult::interrupt();
+  });
+  return failure(res.wasInterrupted());
+}
+
+/// Rejects a sequence longer than a learned position table: there are no
+/// positions to look up past its last row.
+static LogicalResult checkPositionTables(func::FuncOp func, int64_t seqLen) {
+  WalkResult res = func.walk([&](PositionEmbeddingOp op) -> WalkResult {
+    int64_t rows =
+        cast<RankedTensorType>(op.getTable().getType()).getDimSize(0);
+    if (seqLen <= rows)
+      return WalkResult::advance();
+    InFlightDiagnostic d =
+        op.emitOpError() << "sequence length " << seqLen << " exceeds the "
+                         << rows << " positions of the learned position table";
+    if (auto p = op.getTable().getDefiningOp<ParamOp>())
+      d << " '" << p.getName() << "'";
+    d << "; use a sequence length of at most " << rows;
+    return WalkResult::interrupt();
+  });
+  return failure(res.wasInterrupted());
 }
 
 FailureOr<ModelStats> llmopt::llm::computeModelStats(func::FuncOp func,
@@ -60,27 +107,35 @@ FailureOr<ModelStats> llmopt::llm::computeModelStats(func::FuncOp func,
       st.architecture = a.str();
   }
 
-  // Parameters: unique names, classification by use.
+  // Parameters: unique names, an exact total, bytes per parameter (a model
+  // may mix element types, e.g. fp32 norms in a bf16 model).
   llvm::StringMap<Operation *> names;
-  llvm::DenseMap<Value, double> active; // param value -> active fraction
   bool anyParam = false;
   WalkResult res = func.walk([&](ParamOp p) -> WalkResult {
     anyParam = true;
     auto [it, inserted] = names.try_emplace(p.getName(), p);
     if (!inserted) {
-      InFlightDiagnostic d = p.emitOpError()
-                             << "duplicate parameter name '" << p.getName() << "'";
+      InFlightDiagnostic d = p.emitOpError() << "duplicate parameter name '"
+                                             << p.getName() << "'";
       d.attachNote(it->second->getLoc()) << "first declared here";
       return WalkResult::interrupt();
     }
-    st.paramsTotal += p.getNumElements();
-    st.weightElementBytes = elementBytes(p.getType(), ctx);
+    if (llvm::AddOverflow(st.paramsTotal, p.getNumElements(), st.paramsTotal)) {
+      p.emitOpError() << "total parameter count overflows 64 bits at '"
+                      << p.getName() << "': check the parameter shapes";
+      return WalkResult::interrupt();
+    }
+    st.weightBytes += static_cast<double>(p.getNumElements()) *
+                      elementBytes(p.getType(), ctx);
     return WalkResult::advance();
   });
   if (res.wasInterrupted())
     return failure();
   if (!anyParam)
     return func.emitError() << "model has no llm.param: nothing to count";
+  if (failed(checkLayerIndices(func)) ||
+      failed(checkPositionTables(func, ctx.seqLen)))
+    return failure();
 
   // Embeddings, head, GEMM weights.
   llvm::DenseSet<Value> embeddingTables;
@@ -97,21 +152,20 @@ FailureOr<ModelStats> llmopt::llm::computeModelStats(func::FuncOp func,
   double inactive = 0;
   func.walk([&](Operation *op) {
     if (auto l = dyn_cast<LinearOp>(op)) {
-      st.gemmParamsActive += l.getInFeatures() * l.getOutFeatures();
+      st.gemmParamsActive += static_cast<double>(l.getInFeatures()) *
+                             static_cast<double>(l.getOutFeatures());
     } else if (auto h = dyn_cast<LMHeadOp>(op)) {
-      auto w = cast<RankedTensorType>(h.getWeight().getType());
-      st.gemmParamsActive += static_cast<double>(w.getNumElements());
+      st.gemmParamsActive += numElements(h.getWeight().getType());
       if (embeddingTables.contains(h.getWeight()))
         st.tiedEmbeddings = true;
       else if (auto p = h.getWeight().getDefiningOp<ParamOp>())
         st.paramsLMHead += p.getNumElements();
     } else if (auto r = dyn_cast<MoERouterOp>(op)) {
-      st.gemmParamsActive +=
-          static_cast<double>(cast<RankedTensorType>(r.getGate().getType()).getNumElements());
+      st.gemmParamsActive += numElements(r.getGate().getType());
     } else if (auto e = dyn_cast<MoEExpertsOp>(op)) {
       double frac = activeFraction(e);
       for (Value w : e.getWeights()) {
-        double n = cast<RankedTensorType>(w.getType()).getNumElements();
+        double n = numElements(w.getType());
         st.gemmParamsActive += n * frac;
         inactive += n * (1 - frac);
       }
@@ -119,11 +173,11 @@ FailureOr<ModelStats> llmopt::llm::computeModelStats(func::FuncOp func,
       double s = static_cast<double>(ctx.seqLen);
       if (std::optional<int64_t> w = a.getWindow())
         s = std::min<double>(s, *w);
-      st.attentionFlopsPerToken +=
-          12.0 * s * a.getNumHeads() * a.getHeadDim();
+      st.attentionFlopsPerToken += 12.0 * s * a.getNumHeads() * a.getHeadDim();
     }
   });
-  st.paramsActive = st.paramsTotal - static_cast<int64_t>(std::llround(inactive));
+  st.paramsActive =
+      st.paramsTotal - static_cast<int64_t>(std::llround(inactive));
   st.trainFlopsPerToken = 6.0 * st.gemmParamsActive + st.attentionFlopsPerToken;
 
   // Per-layer and outside-layer costs.
@@ -141,8 +195,8 @@ FailureOr<ModelStats> llmopt::llm::computeModelStats(func::FuncOp func,
         ls.moe = true;
         double frac = activeFraction(e);
         for (Value w : e.getWeights())
-          ls.paramsActive -= static_cast<int64_t>(std::llround(
-              cast<RankedTensorType>(w.getType()).getNumElements() * (1 - frac)));
+          ls.paramsActive -= static_cast<int64_t>(
+              std::llround(numElements(w.getType()) * (1 - frac)));
       });
       ls.fwdFlops = c.fwdFlops;
       ls.bwdFlops = c.bwdFlops;
@@ -168,9 +222,9 @@ FailureOr<ModelStats> llmopt::llm::computeModelStats(func::FuncOp func,
   for (auto &kv : savedOutside)
     st.actBytesOutside += kv.second;
   st.numLayers = static_cast<int64_t>(st.layers.size());
-  st.paramsOther = st.paramsTotal - layerParams - st.paramsEmbedding - st.paramsLMHead;
-  st.opFlopsPerToken = opFlops / static_cast<double>(ctx.tokens());
-  st.weightBytes = st.paramsTotal * st.weightElementBytes;
+  st.paramsOther =
+      st.paramsTotal - layerParams - st.paramsEmbedding - st.paramsLMHead;
+  st.opFlopsPerToken = opFlops / ctx.tokens();
   st.modelStateBytes = 16.0 * st.paramsTotal;
   return st;
 }
@@ -185,9 +239,10 @@ llvm::json::Value ModelStats::toJSON() const {
         {"moe", l.moe},
         {"fwd_flops", l.fwdFlops},
         {"bwd_flops", l.bwdFlops},
-        {"activation_bytes", llvm::json::Object{{"none", l.actBytesNone},
-                                                {"selective", l.actBytesSelective},
-                                                {"full", l.actBytesFull}}},
+        {"activation_bytes",
+         llvm::json::Object{{"none", l.actBytesNone},
+                            {"selective", l.actBytesSelective},
+                            {"full", l.actBytesFull}}},
     });
   return llvm::json::Object{
       {"name", name},
@@ -208,7 +263,8 @@ llvm::json::Value ModelStats::toJSON() const {
       {"train_flops_method",
        "6 * N_gemm + 12 * sum_attention(seq * heads * head_dim); N_gemm = GEMM "
        "weights a token passes through, LM head included, embedding lookups "
-       "excluded; full (unmasked) attention; no recomputation (Narayanan et al. 2021)"},
+       "excluded; full (unmasked) attention; no recomputation (Narayanan et "
+       "al. 2021)"},
       {"op_flops_per_token", opFlopsPerToken},
       {"weight_bytes", weightBytes},
       {"model_state_bytes", modelStateBytes},
@@ -217,29 +273,45 @@ llvm::json::Value ModelStats::toJSON() const {
   };
 }
 
-/// 1234567 -> "1.235 M"
-static std::string human(double v, StringRef unit = "") {
-  const char *suffix[] = {"", " K", " M", " B", " T", " P", " E"};
-  int i = 0;
-  while (std::abs(v) >= 1000.0 && i < 6) {
-    v /= 1000.0;
+/// Scales `v` by `base` until it is below `base` and prints it with the
+/// prefix reached: 1234567 -> "1.235 M".
+static std::string scaled(double v, double base, ArrayRef<StringRef> prefixes,
+                          StringRef unit, const char *fmt) {
+  size_t i = 0;
+  while (std::abs(v) >= base && i + 1 < prefixes.size()) {
+    v /= base;
     ++i;
   }
   std::string s;
   llvm::raw_string_ostream os(s);
-  os << llvm::format(i == 0 ? "%.0f" : "%.3f", v) << suffix[i] << unit;
+  os << llvm::format(i == 0 ? "%.0f" : fmt, v);
+  if (!prefixes[i].empty() || !unit.empty())
+    os << " " << prefixes[i] << unit;
   return s;
 }
 
-static std::string gib(double bytes) {
-  std::string s;
-  llvm::raw_string_ostream os(s);
-  os << llvm::format("%.2f GiB", bytes / double(1ull << 30));
-  return s;
+/// Counts: "124.440 M", "112".
+static std::string count(double v) {
+  return scaled(v, 1000.0, {"", "K", "M", "B", "T", "P", "E"}, "", "%.3f");
 }
 
+/// FLOPs with SI prefixes: "45.028 GFLOP", "576 FLOP".
+static std::string flop(double v) {
+  return scaled(v, 1000.0, {"", "k", "M", "G", "T", "P", "E", "Z"}, "FLOP",
+                "%.3f");
+}
+
+/// Bytes with binary prefixes: "512 B", "1.50 KiB", "3.25 GiB".
+static std::string bytes(double v) {
+  return scaled(v, 1024.0, {"", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei"}, "B",
+                "%.2f");
+}
+
+/// 1234567 -> "1,234,567"; any int64_t, INT64_MIN included.
 static std::string grouped(int64_t v) {
-  std::string digits = std::to_string(v < 0 ? -v : v), out;
+  uint64_t magnitude =
+      v < 0 ? 0 - static_cast<uint64_t>(v) : static_cast<uint64_t>(v);
+  std::string digits = std::to_string(magnitude), out;
   for (size_t i = 0; i < digits.size(); ++i) {
     if (i && (digits.size() - i) % 3 == 0)
       out += ',';
@@ -249,52 +321,86 @@ static std::string grouped(int64_t v) {
 }
 
 void ModelStats::printTable(raw_ostream &os) const {
-  auto row = [&](StringRef key, const std::string &value, StringRef note = "") {
-    os << "  " << llvm::left_justify(key, 34) << llvm::right_justify(value, 18);
-    if (!note.empty())
-      os << "  " << note;
-    os << "\n";
+  // Rows are collected first so that the label and value columns can be as
+  // wide as their longest entry. A row with an empty value is a heading.
+  struct Row {
+    std::string key, value, note;
   };
-  os << "model " << (name.empty() ? "(unnamed)" : name);
+  std::vector<Row> rows;
+  auto heading = [&](std::string text) {
+    rows.push_back({std::move(text), "", ""});
+  };
+  auto row = [&](std::string key, std::string value, std::string note = "") {
+    rows.push_back({"  " + key, std::move(value), std::move(note)});
+  };
+
+  std::string title;
+  llvm::raw_string_ostream t(title);
+  t << "model " << (name.empty() ? "(unnamed)" : name);
   if (!architecture.empty())
-    os << " (" << architecture << ")";
-  os << ", " << numLayers << " layers";
+    t << " (" << architecture << ")";
+  t << ", " << numLayers << " layers";
   if (numMoELayers)
-    os << " (" << numMoELayers << " MoE)";
-  os << ", seq_len " << seqLen << "\n";
-  os << "parameters\n";
-  row("total", human(paramsTotal), grouped(paramsTotal));
+    t << " (" << numMoELayers << " MoE)";
+  t << ", seq_len " << seqLen;
+  heading(title);
+
+  heading("parameters");
+  row("total", count(paramsTotal), grouped(paramsTotal));
   if (paramsActive != paramsTotal)
-    row("active per token", human(paramsActive), grouped(paramsActive));
-  row("embedding (input tables)", human(paramsEmbedding), grouped(paramsEmbedding));
-  row("lm head", tiedEmbeddings ? std::string("tied") : human(paramsLMHead),
+    row("active per token", count(paramsActive), grouped(paramsActive));
+  row("embedding (input tables)", count(paramsEmbedding),
+      grouped(paramsEmbedding));
+  row("lm head", tiedEmbeddings ? std::string("tied") : count(paramsLMHead),
       tiedEmbeddings ? "shares the input embedding" : grouped(paramsLMHead));
   if (!layers.empty()) {
     bool uniform = llvm::all_of(layers, [&](const LayerStats &l) {
       return l.params == layers.front().params;
     });
-    row(uniform ? "per layer" : "per layer (first)", human(layers.front().params),
+    row(uniform ? "per layer" : "per layer (first)",
+        count(layers.front().params),
         "x " + std::to_string(numLayers) +
             (uniform ? std::string("") : std::string(", layers differ")));
   }
-  row("other (final norm)", human(paramsOther), grouped(paramsOther));
-  os << "training FLOPs per token (6N + attention, Narayanan et al. 2021)\n";
-  row("N = GEMM weights per token", human(gemmParamsActive), "LM head in, embedding lookups out");
-  row("6N", human(6.0 * gemmParamsActive, "FLOP"));
-  row("attention 12 * s * heads * head_dim", human(attentionFlopsPerToken, "FLOP"),
+  row("other (final norm)", count(paramsOther), grouped(paramsOther));
+  heading("training FLOPs per token (6N + attention, Narayanan et al. 2021)");
+  row("N = GEMM weights per token", count(gemmParamsActive),
+      "LM head in, embedding lookups out");
+  row("6N", flop(6.0 * gemmParamsActive));
+  row("attention 12 * s * heads * head_dim", flop(attentionFlopsPerToken),
       "per token, summed over layers");
-  row("total", human(trainFlopsPerToken, "FLOP"));
-  row("sum of op costs", human(opFlopsPerToken, "FLOP"),
+  row("total", flop(trainFlopsPerToken));
+  row("sum of op costs", flop(opFlopsPerToken),
       "causal masking, norms and activations counted");
-  os << "bytes\n";
-  row("weights", gib(weightBytes));
-  row("weights + grads + AdamW (16 B/param)", gib(modelStateBytes));
+  heading("bytes");
+  row("weights", bytes(weightBytes));
+  row("weights + grads + AdamW (16 B/param)", bytes(modelStateBytes));
   if (!layers.empty()) {
     const LayerStats &l = layers.front();
     std::string per = "per layer, micro-batch " + std::to_string(batch);
-    row("activations, no recompute", gib(l.actBytesNone), per);
-    row("activations, selective recompute", gib(l.actBytesSelective), per);
-    row("activations, full recompute", gib(l.actBytesFull), per);
+    row("activations, no recompute", bytes(l.actBytesNone), per);
+    row("activations, selective recompute", bytes(l.actBytesSelective), per);
+    row("activations, full recompute", bytes(l.actBytesFull), per);
   }
-  row("activations outside layers", gib(actBytesOutside), "embedding, head, loss");
+  row("activations outside layers", bytes(actBytesOutside),
+      "embedding, head, loss");
+
+  size_t keyWidth = 0, valueWidth = 0;
+  for (const Row &r : rows) {
+    if (r.value.empty())
+      continue;
+    keyWidth = std::max(keyWidth, r.key.size());
+    valueWidth = std::max(valueWidth, r.value.size());
+  }
+  for (const Row &r : rows) {
+    if (r.value.empty()) {
+      os << r.key << "\n";
+      continue;
+    }
+    os << llvm::left_justify(r.key, keyWidth) << "  "
+       << llvm::right_justify(r.value, valueWidth);
+    if (!r.note.empty())
+      os << "  " << r.note;
+    os << "\n";
+  }
 }

@@ -93,13 +93,14 @@ MoEDispatchOp findDispatch(Value v) {
 double expertRows(Value v, const CostContext &ctx) {
   auto t = cast<RankedTensorType>(v.getType());
   if (!t.isDynamicDim(1))
-    return static_cast<double>(t.getDimSize(0) * t.getDimSize(1));
+    return static_cast<double>(t.getDimSize(0)) *
+           static_cast<double>(t.getDimSize(1));
   if (MoEDispatchOp d = findDispatch(v)) {
     auto idx = cast<RankedTensorType>(d.getIndices().getType());
-    return routedRows(static_cast<double>(ctx.tokens()), idx.getDimSize(2),
-                      t.getDimSize(0), d.getCapacityFactor().convertToDouble());
+    return routedRows(ctx.tokens(), idx.getDimSize(2), t.getDimSize(0),
+                      d.getCapacityFactor().convertToDouble());
   }
-  return static_cast<double>(ctx.tokens());
+  return ctx.tokens();
 }
 } // namespace
 
@@ -222,11 +223,12 @@ OpCost RMSNormOp::getCost(const CostContext &ctx) {
 OpCost LinearOp::getCost(const CostContext &ctx) {
   Sizes s{ctx};
   OpCost c;
-  double t = static_cast<double>(ctx.tokens());
+  double t = ctx.tokens();
   double in = getInFeatures(), out = getOutFeatures();
-  double wBytes = in * out *
-                  (getGemm() ? std::max(1u, getGemm()->getIntOrFloatBitWidth() / 8)
-                             : s.eb(getWeight()));
+  double wBytes =
+      in * out *
+      (getGemm() ? std::max(1u, getGemm()->getIntOrFloatBitWidth() / 8)
+                 : s.eb(getWeight()));
   double xb = s.bytes(getInput()), yb = s.bytes(getResult());
   c.fwdFlops = 2 * t * in * out + (getBias() ? t * out : 0);
   c.bwdFlops = 4 * t * in * out + (getBias() ? t * out : 0);
@@ -246,7 +248,8 @@ OpCost SplitOp::getCost(const CostContext &) {
 }
 
 /// Number of (query, key) pairs attended to in one sequence.
-static double attendedPairs(double seq, bool causal, std::optional<int64_t> window) {
+static double attendedPairs(double seq, bool causal,
+                            std::optional<int64_t> window) {
   if (!causal)
     return window ? seq * std::min<double>(seq, *window) : seq * seq;
   if (!window || *window >= seq)
@@ -270,7 +273,8 @@ OpCost AttentionOp::getCost(const CostContext &ctx) {
   c.fwdBytesWritten = ob + lse;
   c.bwdBytesRead = qb + kb + vb + 2 * ob + lse;
   c.bwdBytesWritten = qb + kb + vb;
-  c.saved = {s.save(getQ()), s.save(getK()), s.save(getV()), s.save(getResult())};
+  c.saved = {s.save(getQ()), s.save(getK()), s.save(getV()),
+             s.save(getResult())};
   if (ctx.fusedAttention) {
     c.savedExtraBytes = lse;
   } else {
@@ -317,17 +321,18 @@ OpCost AddOp::getCost(const CostContext &ctx) {
 OpCost MoERouterOp::getCost(const CostContext &ctx) {
   Sizes s{ctx};
   OpCost c;
-  double t = ctx.tokens(), hidden = cast<RankedTensorType>(getInput().getType()).getDimSize(2);
-  double e = getNumExperts(), k = getTopK();
+  double t = ctx.tokens(),
+         hidden = cast<RankedTensorType>(getInput().getType()).getDimSize(2);
+  double e = getNumExperts();
   c.fwdFlops = 2 * t * hidden * e + 5 * t * e;
   c.bwdFlops = 4 * t * hidden * e + 5 * t * e;
   c.fwdBytesRead = s.bytes(getInput()) + s.bytes(getGate());
   c.fwdBytesWritten = s.bytes(getWeights()) + s.bytes(getIndices());
-  c.bwdBytesRead = s.bytes(getWeights()) + s.bytes(getInput()) + s.bytes(getGate());
+  c.bwdBytesRead =
+      s.bytes(getWeights()) + s.bytes(getInput()) + s.bytes(getGate());
   c.bwdBytesWritten = s.bytes(getInput()) + s.bytes(getGate());
   c.saved.push_back(s.save(getInput()));
   c.savedExtraBytes = 4.0 * t * e; // fp32 softmax over the experts
-  (void)k;
   return c;
 }
 
@@ -360,7 +365,8 @@ OpCost MoEExpertsOp::getCost(const CostContext &ctx) {
   for (Value w : getWeights())
     wBytes += s.bytes(w);
   c.fwdFlops = gemms * 2 * rows * hidden * ffn + (swiglu ? 5 : 8) * rows * ffn;
-  c.bwdFlops = gemms * 4 * rows * hidden * ffn + (swiglu ? 10 : 16) * rows * ffn;
+  c.bwdFlops =
+      gemms * 4 * rows * hidden * ffn + (swiglu ? 10 : 16) * rows * ffn;
   double io = rows * hidden * eb;
   double inter = rows * ffn * eb * (swiglu ? 3 : 2);
   c.fwdBytesRead = io + wBytes + inter;
@@ -399,7 +405,8 @@ OpCost LMHeadOp::getCost(const CostContext &ctx) {
   OpCost c;
   auto w = cast<RankedTensorType>(getWeight().getType());
   double t = ctx.tokens(), vocab = w.getDimSize(0), hidden = w.getDimSize(1);
-  double xb = s.bytes(getInput()), yb = s.bytes(getResult()), wb = s.bytes(getWeight());
+  double xb = s.bytes(getInput()), yb = s.bytes(getResult()),
+         wb = s.bytes(getWeight());
   c.fwdFlops = 2 * t * hidden * vocab;
   c.bwdFlops = 4 * t * hidden * vocab;
   c.fwdBytesRead = xb + wb;

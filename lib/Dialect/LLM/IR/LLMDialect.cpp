@@ -6,9 +6,68 @@
 using namespace mlir;
 using namespace llmopt::llm;
 
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/DialectImplementation.h"
+#include "llvm/ADT/TypeSwitch.h"
+
 #include "llmopt/Dialect/LLM/IR/LLMOpsDialect.cpp.inc"
 
+#define GET_ATTRDEF_CLASSES
+#include "llmopt/Dialect/LLM/IR/LLMAttrs.cpp.inc"
+
+LogicalResult PlanAttr::verify(function_ref<InFlightDiagnostic()> emitError, int64_t dp,
+                               int64_t tp, int64_t pp, int64_t vpp, int64_t cp, int64_t ep,
+                               BoolAttr sp, int64_t zero, BoolAttr offload,
+                               StringAttr recompute, int64_t microBatch,
+                               int64_t numMicroBatches, StringAttr schedule,
+                               StringAttr placement, DenseI64ArrayAttr stageLayers,
+                               FloatAttr stepTime, int64_t peakMemoryBytes) {
+  for (auto [name, v] : {std::pair<const char *, int64_t>{"dp", dp},
+                         {"tp", tp},
+                         {"pp", pp},
+                         {"vpp", vpp},
+                         {"cp", cp},
+                         {"ep", ep},
+                         {"micro_batch", microBatch},
+                         {"num_micro_batches", numMicroBatches}})
+    if (v < 1)
+      return emitError() << "plan: " << name << " must be positive, got " << v;
+  if (zero < 0 || zero > 3)
+    return emitError() << "plan: zero must be 0, 1, 2 or 3, got " << zero;
+  if (!sp || !offload || !recompute || !schedule || !placement || !stageLayers ||
+      !stepTime)
+    return emitError() << "plan: every field needs a value";
+  StringRef rc = recompute.getValue(), sched = schedule.getValue();
+  if (rc != "none" && rc != "selective" && rc != "full")
+    return emitError() << "plan: recompute must be none, selective or full, got '" << rc
+                       << "'";
+  if (sched != "none" && sched != "gpipe" && sched != "1f1b" &&
+      sched != "interleaved-1f1b")
+    return emitError() << "plan: schedule must be none, gpipe, 1f1b or "
+                          "interleaved-1f1b, got '"
+                       << sched << "'";
+  if ((pp == 1) != (sched == "none"))
+    return emitError() << "plan: schedule '" << sched << "' does not match pp " << pp;
+  if (vpp > 1 && sched != "interleaved-1f1b")
+    return emitError() << "plan: vpp " << vpp << " needs the interleaved-1f1b schedule";
+  if (int64_t(stageLayers.size()) != pp)
+    return emitError() << "plan: stage_layers has " << stageLayers.size()
+                       << " entries for pp " << pp;
+  for (int64_t n : stageLayers.asArrayRef())
+    if (n < 1)
+      return emitError() << "plan: every stage needs at least one layer";
+  if (placement.getValue() != "tp-cp-dp-pp" && placement.getValue() != "tp-cp-pp-dp")
+    return emitError() << "plan: placement must be tp-cp-dp-pp or tp-cp-pp-dp";
+  if (peakMemoryBytes < 0 || stepTime.getValueAsDouble() < 0)
+    return emitError() << "plan: predictions must not be negative";
+  return success();
+}
+
 void LLMDialect::initialize() {
+  addAttributes<
+#define GET_ATTRDEF_LIST
+#include "llmopt/Dialect/LLM/IR/LLMAttrs.cpp.inc"
+      >();
   addOperations<
 #define GET_OP_LIST
 #include "llmopt/Dialect/LLM/IR/LLMOps.cpp.inc"

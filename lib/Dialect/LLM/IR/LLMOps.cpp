@@ -5,6 +5,7 @@
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/OpImplementation.h"
 #include "llvm/Support/MathExtras.h"
+#include <cmath>
 
 using namespace mlir;
 using namespace llmopt::llm;
@@ -37,13 +38,15 @@ static bool dimsCompatible(int64_t a, int64_t b) {
 static LogicalResult verifyActivation(Operation *op, StringRef what,
                                       RankedTensorType t) {
   if (t.getRank() != 3)
-    return op->emitOpError() << what << " must be rank 3 [batch, seq, features], got rank "
-                             << t.getRank();
+    return op->emitOpError()
+           << what << " must be rank 3 [batch, seq, features], got rank "
+           << t.getRank();
   if (t.isDynamicDim(2))
     return op->emitOpError() << what << " must have a static feature dimension";
   if (t.getDimSize(2) <= 0)
-    return op->emitOpError() << what << " must have a positive feature dimension, got "
-                             << t.getDimSize(2);
+    return op->emitOpError()
+           << what << " must have a positive feature dimension, got "
+           << t.getDimSize(2);
   return success();
 }
 
@@ -54,9 +57,9 @@ static LogicalResult verifyLeadingDims(Operation *op, StringRef aName,
   for (int i = 0; i < 2; ++i)
     if (!dimsCompatible(a.getDimSize(i), b.getDimSize(i)))
       return op->emitOpError()
-             << (i == 0 ? "batch" : "sequence") << " dimension of " << aName << " ("
-             << dimStr(a.getDimSize(i)) << ") does not match that of " << bName
-             << " (" << dimStr(b.getDimSize(i)) << ")";
+             << (i == 0 ? "batch" : "sequence") << " dimension of " << aName
+             << " (" << dimStr(a.getDimSize(i)) << ") does not match that of "
+             << bName << " (" << dimStr(b.getDimSize(i)) << ")";
   return success();
 }
 
@@ -64,9 +67,9 @@ static LogicalResult verifySameElementType(Operation *op, StringRef aName,
                                            Type a, StringRef bName, Type b) {
   Type ea = getElementTypeOrSelf(a), eb = getElementTypeOrSelf(b);
   if (ea != eb)
-    return op->emitOpError() << "element type of " << aName << " (" << ea
-                             << ") does not match that of " << bName << " ("
-                             << eb << ")";
+    return op->emitOpError()
+           << "element type of " << aName << " (" << ea
+           << ") does not match that of " << bName << " (" << eb << ")";
   return success();
 }
 
@@ -75,8 +78,8 @@ static LogicalResult verifyVector(Operation *op, StringRef what, Value vec,
                                   int64_t size) {
   RankedTensorType t = tensorType(vec);
   if (t.getRank() != 1 || t.getDimSize(0) != size)
-    return op->emitOpError() << what << " must be a vector of " << size
-                             << " elements, got " << t;
+    return op->emitOpError()
+           << what << " must be a vector of " << size << " elements, got " << t;
   return success();
 }
 
@@ -84,9 +87,7 @@ static LogicalResult verifyVector(Operation *op, StringRef what, Value vec,
 // ParamOp
 //===----------------------------------------------------------------------===//
 
-int64_t ParamOp::getNumElements() {
-  return getType().getNumElements();
-}
+int64_t ParamOp::getNumElements() { return getType().getNumElements(); }
 
 LogicalResult ParamOp::verify() {
   if (getName().empty())
@@ -110,7 +111,8 @@ LogicalResult ParamOp::verify() {
       return emitOpError() << "standard deviation of '" << getName()
                            << "' must be positive, got " << std;
   } else if (getStd()) {
-    return emitOpError() << "only normal initialization takes a standard deviation";
+    return emitOpError()
+           << "only normal initialization takes a standard deviation";
   }
   if (isExpertStack() && t.getRank() < 2)
     return emitOpError() << "per-expert parameter '" << getName()
@@ -154,15 +156,17 @@ LogicalResult EmbeddingOp::verify() {
   RankedTensorType table = tensorType(getTable());
   RankedTensorType result = getType();
   if (tokens.getRank() != 2)
-    return emitOpError() << "tokens must be rank 2 [batch, seq], got " << tokens;
+    return emitOpError() << "tokens must be rank 2 [batch, seq], got "
+                         << tokens;
   if (table.getRank() != 2)
-    return emitOpError() << "table must be rank 2 [vocab, hidden], got " << table;
+    return emitOpError() << "table must be rank 2 [vocab, hidden], got "
+                         << table;
   if (failed(verifyActivation(*this, "result", result)))
     return failure();
   if (result.getDimSize(2) != table.getDimSize(1))
     return emitOpError() << "result hidden size (" << result.getDimSize(2)
-                         << ") does not match the table's (" << table.getDimSize(1)
-                         << ")";
+                         << ") does not match the table's ("
+                         << table.getDimSize(1) << ")";
   for (int i = 0; i < 2; ++i)
     if (!dimsCompatible(result.getDimSize(i), tokens.getDimSize(i)))
       return emitOpError() << "result dimension " << i << " ("
@@ -202,9 +206,9 @@ LogicalResult RotaryOp::verify() {
   if (k.getDimSize(2) % hd != 0)
     return emitOpError() << "head_dim (" << hd << ") does not divide k's "
                          << k.getDimSize(2) << " features";
-  if (!(getTheta().convertToDouble() > 0.0))
-    return emitOpError() << "theta must be positive, got "
-                         << getTheta().convertToDouble();
+  double theta = getTheta().convertToDouble();
+  if (!(theta > 0.0) || !std::isfinite(theta))
+    return emitOpError() << "theta must be positive and finite, got " << theta;
   return success();
 }
 
@@ -213,18 +217,23 @@ LogicalResult RotaryOp::verify() {
 //===----------------------------------------------------------------------===//
 
 static LogicalResult verifyEps(Operation *op, APFloat eps) {
-  if (!(eps.convertToDouble() > 0.0))
-    return op->emitOpError() << "eps must be positive, got "
-                             << eps.convertToDouble();
+  double e = eps.convertToDouble();
+  if (!(e > 0.0) || !std::isfinite(e))
+    return op->emitOpError() << "eps must be positive and finite, got " << e;
   return success();
 }
 
 LogicalResult LayerNormOp::verify() {
   RankedTensorType x = tensorType(getInput());
   if (failed(verifyActivation(*this, "input", x)) ||
-      failed(verifyVector(*this, "weight", getWeight(), x.getDimSize(2))))
+      failed(verifyVector(*this, "weight", getWeight(), x.getDimSize(2))) ||
+      failed(verifySameElementType(*this, "input", x, "weight",
+                                   getWeight().getType())))
     return failure();
-  if (getBias() && failed(verifyVector(*this, "bias", getBias(), x.getDimSize(2))))
+  if (getBias() &&
+      (failed(verifyVector(*this, "bias", getBias(), x.getDimSize(2))) ||
+       failed(verifySameElementType(*this, "input", x, "bias",
+                                    getBias().getType()))))
     return failure();
   return verifyEps(*this, getEps());
 }
@@ -232,7 +241,9 @@ LogicalResult LayerNormOp::verify() {
 LogicalResult RMSNormOp::verify() {
   RankedTensorType x = tensorType(getInput());
   if (failed(verifyActivation(*this, "input", x)) ||
-      failed(verifyVector(*this, "weight", getWeight(), x.getDimSize(2))))
+      failed(verifyVector(*this, "weight", getWeight(), x.getDimSize(2))) ||
+      failed(verifySameElementType(*this, "input", x, "weight",
+                                   getWeight().getType())))
     return failure();
   return verifyEps(*this, getEps());
 }
@@ -258,21 +269,26 @@ LogicalResult LinearOp::verify() {
   if (w.getRank() != 2)
     return emitOpError() << "weight must be rank 2, got " << w;
   if (getInFeatures() != x.getDimSize(2))
-    return emitOpError() << "weight " << w << (getTransposed() ? " [in, out]" : " [out, in]")
+    return emitOpError() << "weight " << w
+                         << (getTransposed() ? " [in, out]" : " [out, in]")
                          << " expects " << getInFeatures()
-                         << " input features, but the input has " << x.getDimSize(2);
+                         << " input features, but the input has "
+                         << x.getDimSize(2);
   if (getOutFeatures() != y.getDimSize(2))
     return emitOpError() << "result has " << y.getDimSize(2)
-                         << " features, but the weight gives " << getOutFeatures();
-  if (getBias() && failed(verifyVector(*this, "bias", getBias(), getOutFeatures())))
+                         << " features, but the weight gives "
+                         << getOutFeatures();
+  if (getBias() &&
+      failed(verifyVector(*this, "bias", getBias(), getOutFeatures())))
     return failure();
   if (failed(verifySameElementType(*this, "input", x, "weight", w)) ||
       failed(verifySameElementType(*this, "input", x, "result", y)))
     return failure();
   if (std::optional<Type> g = getGemm()) {
     if (!isa<Float8E4M3FNType, Float8E5M2Type, BFloat16Type, Float16Type>(*g))
-      return emitOpError() << "gemm input type must be f8E4M3FN, f8E5M2, bf16 or f16, got "
-                           << *g;
+      return emitOpError()
+             << "gemm input type must be f8E4M3FN, f8E5M2, bf16 or f16, got "
+             << *g;
   }
   return success();
 }
@@ -313,7 +329,8 @@ LogicalResult AttentionOp::verify() {
   RankedTensorType q = tensorType(getQ()), k = tensorType(getK());
   if (failed(verifyActivation(*this, "q", q)) ||
       failed(verifyActivation(*this, "k", k)) ||
-      failed(verifyLeadingDims(*this, "q", q, "k", k)))
+      failed(verifyLeadingDims(*this, "q", q, "k", k)) ||
+      failed(verifySameElementType(*this, "q", q, "k and v", k)))
     return failure();
   int64_t h = getNumHeadsAttr().getInt(), kvh = getNumKvHeadsAttr().getInt(),
           hd = getHeadDimAttr().getInt();
@@ -327,15 +344,16 @@ LogicalResult AttentionOp::verify() {
   if (llvm::MulOverflow(h, hd, qDim) || llvm::MulOverflow(kvh, hd, kDim))
     return emitOpError() << "heads * head_dim overflows 64 bits";
   if (q.getDimSize(2) != qDim)
-    return emitOpError() << "q has " << q.getDimSize(2) << " features, expected heads * head_dim = "
-                         << h << " * " << hd << " = " << h * hd;
+    return emitOpError() << "q has " << q.getDimSize(2)
+                         << " features, expected heads * head_dim = " << h
+                         << " * " << hd << " = " << h * hd;
   if (k.getDimSize(2) != kDim)
     return emitOpError() << "k and v have " << k.getDimSize(2)
                          << " features, expected kv_heads * head_dim = " << kvh
                          << " * " << hd << " = " << kvh * hd;
-  if (!(getScale().convertToDouble() > 0.0))
-    return emitOpError() << "scale must be positive, got "
-                         << getScale().convertToDouble();
+  double scale = getScale().convertToDouble();
+  if (!(scale > 0.0) || !std::isfinite(scale))
+    return emitOpError() << "scale must be positive and finite, got " << scale;
   if (IntegerAttr w = getWindowAttr(); w && w.getInt() <= 0)
     return emitOpError() << "window must be positive, got " << w.getInt();
   return success();
@@ -373,8 +391,8 @@ LogicalResult MoERouterOp::verify() {
   if (k < 1)
     return emitOpError() << "top_k must be at least 1, got " << k;
   if (k > e)
-    return emitOpError() << "top_k (" << k << ") exceeds the number of experts ("
-                         << e << ")";
+    return emitOpError() << "top_k (" << k
+                         << ") exceeds the number of experts (" << e << ")";
   for (Value r : {getWeights(), getIndices()}) {
     RankedTensorType t = tensorType(r);
     if (t.getRank() != 3 || t.getDimSize(2) != k)
@@ -397,12 +415,17 @@ LogicalResult MoEDispatchOp::verify() {
   if (failed(verifyLeadingDims(*this, "input", x, "indices", idx)))
     return failure();
   double cf = getCapacityFactor().convertToDouble();
-  if (!(cf == 0.0 || cf >= 1.0))
-    return emitOpError() << "capacity factor must be 0 (dropless) or at least 1, got "
+  if (!(cf == 0.0 || cf >= 1.0) || !std::isfinite(cf))
+    return emitOpError() << "capacity factor must be 0 (dropless) or a finite "
+                            "value of at least 1, got "
                          << cf;
-  if (y.getRank() != 3 || y.isDynamicDim(0) || y.getDimSize(2) != x.getDimSize(2))
-    return emitOpError() << "result must be [experts, capacity, " << x.getDimSize(2)
+  if (y.getRank() != 3 || y.isDynamicDim(0) ||
+      y.getDimSize(2) != x.getDimSize(2))
+    return emitOpError() << "result must be [experts, capacity, "
+                         << x.getDimSize(2)
                          << "] with a static expert count, got " << y;
+  if (y.getDimSize(0) < 1)
+    return emitOpError() << "result must have at least one expert, got " << y;
   return verifySameElementType(*this, "input", x, "result", y);
 }
 
@@ -415,20 +438,29 @@ int64_t MoEExpertsOp::getFfnSize() {
 LogicalResult MoEExpertsOp::verify() {
   RankedTensorType x = tensorType(getInput());
   if (x.getRank() != 3 || x.isDynamicDim(0) || x.isDynamicDim(2))
-    return emitOpError() << "input must be [experts, capacity, hidden] with static "
-                            "experts and hidden, got "
-                         << x;
+    return emitOpError()
+           << "input must be [experts, capacity, hidden] with static "
+              "experts and hidden, got "
+           << x;
   size_t expected = getActivation() == ExpertActivation::swiglu ? 3 : 2;
   if (getWeights().size() != expected)
     return emitOpError() << stringifyExpertActivation(getActivation())
                          << " experts take " << expected << " weights, got "
                          << getWeights().size();
   int64_t e = x.getDimSize(0), hidden = x.getDimSize(2);
+  if (e < 1 || hidden < 1)
+    return emitOpError()
+           << "input must have at least one expert and a positive "
+              "hidden size, got "
+           << x;
   RankedTensorType first = tensorType(getWeights().front());
   if (first.getRank() != 3)
-    return emitOpError() << "weight 0 must be rank 3 [experts, ffn, hidden], got "
-                         << first;
+    return emitOpError()
+           << "weight 0 must be rank 3 [experts, ffn, hidden], got " << first;
   int64_t ffn = first.getDimSize(1);
+  if (ffn < 1)
+    return emitOpError() << "expert ffn size must be positive, got " << ffn
+                         << " in weight 0 " << first;
   for (auto [i, w] : llvm::enumerate(getWeights())) {
     RankedTensorType t = tensorType(w);
     bool isDown = i + 1 == expected;
@@ -437,7 +469,8 @@ LogicalResult MoEExpertsOp::verify() {
     if (t.getRank() != 3 || t.getShape() != ArrayRef<int64_t>(want))
       return emitOpError() << "weight " << i << " must be [" << want[0] << ", "
                            << want[1] << ", " << want[2] << "] (experts, "
-                           << (isDown ? "hidden, ffn" : "ffn, hidden") << "), got " << t;
+                           << (isDown ? "hidden, ffn" : "ffn, hidden")
+                           << "), got " << t;
     if (failed(verifySameElementType(*this, "input", x, "weight", t)))
       return failure();
   }
@@ -449,7 +482,10 @@ LogicalResult MoECombineOp::verify() {
   RankedTensorType w = tensorType(getWeights()), idx = tensorType(getIndices());
   RankedTensorType y = getType();
   if (x.getRank() != 3 || x.isDynamicDim(2))
-    return emitOpError() << "input must be [experts, capacity, hidden], got " << x;
+    return emitOpError() << "input must be [experts, capacity, hidden], got "
+                         << x;
+  if (!x.isDynamicDim(0) && x.getDimSize(0) < 1)
+    return emitOpError() << "input must have at least one expert, got " << x;
   if (w.getShape() != idx.getShape() || w.getRank() != 3)
     return emitOpError() << "weights " << w << " and indices " << idx
                          << " must both be [batch, seq, top_k]";
@@ -458,7 +494,8 @@ LogicalResult MoECombineOp::verify() {
     return failure();
   if (y.getDimSize(2) != x.getDimSize(2))
     return emitOpError() << "result hidden size (" << y.getDimSize(2)
-                         << ") does not match the experts' (" << x.getDimSize(2) << ")";
+                         << ") does not match the experts' (" << x.getDimSize(2)
+                         << ")";
   return verifySameElementType(*this, "input", x, "result", y);
 }
 
@@ -479,7 +516,8 @@ LogicalResult LMHeadOp::verify() {
                          << "], got " << w;
   if (y.getDimSize(2) != w.getDimSize(0))
     return emitOpError() << "result has " << y.getDimSize(2)
-                         << " logits, but the vocabulary has " << w.getDimSize(0);
+                         << " logits, but the vocabulary has "
+                         << w.getDimSize(0);
   return verifySameElementType(*this, "input", x, "weight", w);
 }
 
@@ -489,7 +527,8 @@ LogicalResult CrossEntropyOp::verify() {
   if (failed(verifyActivation(*this, "logits", logits)))
     return failure();
   if (labels.getRank() != 2)
-    return emitOpError() << "labels must be rank 2 [batch, seq], got " << labels;
+    return emitOpError() << "labels must be rank 2 [batch, seq], got "
+                         << labels;
   for (int i = 0; i < 2; ++i)
     if (!dimsCompatible(labels.getDimSize(i), logits.getDimSize(i)))
       return emitOpError() << "labels " << labels

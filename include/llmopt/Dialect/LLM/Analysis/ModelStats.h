@@ -46,8 +46,6 @@ struct ModelStats {
   std::string architecture;
   int64_t seqLen = 0;
   int64_t batch = 1;
-  /// Bytes per element of weights (from the IR unless overridden).
-  double weightElementBytes = 2;
 
   int64_t paramsTotal = 0;
   int64_t paramsActive = 0;
@@ -72,10 +70,12 @@ struct ModelStats {
   /// token (causal masking counted, biases, norms and activations included).
   double opFlopsPerToken = 0;
 
+  /// Bytes of the weights: each parameter's elements times its element size
+  /// (the context's dtype override when set).
+  double weightBytes = 0;
   /// Weights, gradients and mixed-precision AdamW state (fp32 master weights,
   /// momentum and variance): 2 + 2 + 12 bytes per parameter (ZeRO, Rajbhandari
   /// et al. 2020).
-  double weightBytes = 0;
   double modelStateBytes = 0;
   /// Activation bytes of one micro-batch outside the layers (embeddings,
   /// final norm, logits and loss).
@@ -88,8 +88,9 @@ struct ModelStats {
 };
 
 /// Computes the statistics of `func` for the micro-batch in `ctx`. Emits an
-/// error on `func` and fails when the IR is not a model (no parameters,
-/// duplicate parameter names).
+/// error and fails when the IR is not a model that can be counted: no
+/// parameters, duplicate parameter names, a parameter total over 64 bits, two
+/// layers with one index, or a sequence longer than a learned position table.
 mlir::FailureOr<ModelStats> computeModelStats(mlir::func::FuncOp func,
                                               const CostContext &ctx);
 
@@ -98,7 +99,8 @@ mlir::FailureOr<ModelStats> computeModelStats(mlir::func::FuncOp func,
 mlir::FailureOr<mlir::func::FuncOp> findModelFunc(mlir::ModuleOp module);
 
 /// The default training sequence length recorded by the importer
-/// (`llm.seq_len` on the module), or 0.
+/// (`llm.seq_len` on the module) as written, or 0 when the module has no
+/// integer `llm.seq_len`; callers reject values that are not positive.
 int64_t getDefaultSeqLen(mlir::ModuleOp module);
 
 } // namespace llmopt::llm

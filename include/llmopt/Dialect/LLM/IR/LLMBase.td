@@ -31,6 +31,7 @@ def LLM_Dialect : Dialect {
     pipeline stage boundaries are explicit.
   }];
   let dependentDialects = ["::mlir::func::FuncDialect"];
+  let useDefaultAttributePrinterParser = 1;
 }
 
 class LLM_Op<string mnemonic, list<Trait> traits = []>
@@ -40,7 +41,6 @@ class LLM_Op<string mnemonic, list<Trait> traits = []>
 // Types used by the ops.
 //===----------------------------------------------------------------------===//
 
-def LLM_FloatType : AnyTypeOf<[BF16, F16, F32]>;
 def LLM_Activation : RankedTensorOf<[BF16, F16, F32]>;
 def LLM_Weight : StaticShapeTensorOf<[BF16, F16, F32]>;
 def LLM_IndexTensor : RankedTensorOf<[I32, I64]>;

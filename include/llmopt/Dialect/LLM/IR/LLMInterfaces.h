@@ -39,7 +39,11 @@ struct CostContext {
   /// of the softmax; false for one that keeps the probabilities.
   bool fusedAttention = true;
 
-  int64_t tokens() const { return batch * seqLen; }
+  /// Tokens in the micro-batch. A double: batch * seqLen can exceed 64 bits
+  /// for option values nobody trains with, and every cost is a double anyway.
+  double tokens() const {
+    return static_cast<double>(batch) * static_cast<double>(seqLen);
+  }
 };
 
 /// One tensor an op keeps for its backward pass.

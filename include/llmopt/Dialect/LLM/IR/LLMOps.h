@@ -7,6 +7,7 @@
 #include "llmopt/Dialect/LLM/IR/LLMInterfaces.h"
 
 #include "mlir/Bytecode/BytecodeOpInterface.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/BuiltinTypes.h"
 #include "mlir/IR/OpDefinition.h"
 #include "mlir/IR/OpImplementation.h"
@@ -14,6 +15,9 @@
 #include "mlir/Interfaces/SideEffectInterfaces.h"
 
 #include "llmopt/Dialect/LLM/IR/LLMEnums.h.inc"
+
+#define GET_ATTRDEF_CLASSES
+#include "llmopt/Dialect/LLM/IR/LLMAttrs.h.inc"
 
 #define GET_OP_CLASSES
 #include "llmopt/Dialect/LLM/IR/LLMOps.h.inc"

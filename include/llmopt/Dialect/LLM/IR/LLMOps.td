@@ -12,6 +12,7 @@
 
 include "llmopt/Dialect/LLM/IR/LLMBase.td"
 include "llmopt/Dialect/LLM/IR/LLMInterfaces.td"
+include "llmopt/Dialect/LLM/IR/LLMAttrs.td"
 include "mlir/Interfaces/SideEffectInterfaces.td"
 include "mlir/Interfaces/ControlFlowInterfaces.td"
 include "mlir/IR/BuiltinAttributes.td"
@@ -61,7 +62,8 @@ def LLM_ParamOp : LLM_CostOp<"param", [Pure]> {
 }
 
 def LLM_LayerOp : LLM_CostOp<"layer", [
-    AllTypesMatch<["input", "result"]>, SingleBlock, IsolatedFromAbove]> {
+    AllTypesMatch<["input", "result"]>, SingleBlock, IsolatedFromAbove,
+    HasParent<"::mlir::func::FuncOp">]> {
   let summary = "one transformer block";
   let description = [{
     Groups the ops of transformer block `index`. The region takes the block's
@@ -81,8 +83,10 @@ def LLM_LayerOp : LLM_CostOp<"layer", [
     parameters it defines, so any cut of the layer list into pipeline stages
     is valid.
 
-    Verified: `index` is non-negative; the region has one block whose single
-    argument has the input's type and which ends in `llm.yield`.
+    Verified: the layer sits directly in a `func.func` (layers do not nest);
+    `index` is non-negative; the region has one block whose single argument
+    has the input's type and which ends in `llm.yield`. `--llm-stats` also
+    rejects two layers with the same index.
   }];
   let arguments = (ins I64Attr:$index, LLM_Activation:$input);
   let results = (outs LLM_Activation:$result);
@@ -166,7 +170,7 @@ def LLM_RotaryOp : LLM_CostOp<"rotary", [Pure,
     ```
 
     Verified: `head_dim` is positive and even and divides the last dimension
-    of `q` and `k`; `theta` is positive.
+    of `q` and `k`; `theta` is positive and finite.
   }];
   let arguments = (ins LLM_Activation:$q, LLM_Activation:$k,
                        I64Attr:$head_dim, F64Attr:$theta,
@@ -193,7 +197,7 @@ def LLM_LayerNormOp : LLM_CostOp<"layer_norm", [Pure,
     ```
 
     Verified: weight (and bias, when present) are vectors of the input's last
-    dimension; `eps` is positive.
+    dimension with the input's element type; `eps` is positive and finite.
   }];
   let arguments = (ins LLM_Activation:$input, LLM_Weight:$weight,
                        Optional<LLM_Weight>:$bias, F64Attr:$eps);
@@ -215,8 +219,8 @@ def LLM_RMSNormOp : LLM_CostOp<"rms_norm", [Pure,
     %y = llm.rms_norm %x, %g eps 1.000000e-05 : tensor<?x?x4096xbf16>, tensor<4096xbf16>
     ```
 
-    Verified: weight is a vector of the input's last dimension; `eps` is
-    positive.
+    Verified: weight is a vector of the input's last dimension with the
+    input's element type; `eps` is positive and finite.
   }];
   let arguments = (ins LLM_Activation:$input, LLM_Weight:$weight, F64Attr:$eps);
   let results = (outs LLM_Activation:$result);
@@ -294,8 +298,9 @@ def LLM_AttentionOp : LLM_CostOp<"attention", [Pure,
 
     Verified: sizes are positive; `num_kv_heads` divides `num_heads`;
     `q` has `num_heads * head_dim` features and `k`, `v` have
-    `num_kv_heads * head_dim`; batch and sequence dimensions agree; `scale`
-    and `window` are positive.
+    `num_kv_heads * head_dim`; batch and sequence dimensions agree; `q`, `k`
+    and `v` have one element type; `scale` is positive and finite and
+    `window` positive.
   }];
   let arguments = (ins LLM_Activation:$q, LLM_Activation:$k, LLM_Activation:$v,
                        I64Attr:$num_heads, I64Attr:$num_kv_heads,
@@ -399,9 +404,9 @@ def LLM_MoEDispatchOp : LLM_CostOp<"moe_dispatch", [Pure]> {
     %d = llm.moe_dispatch %x, %i capacity 1.250000e+00 : tensor<?x?x4096xbf16>, tensor<?x?x2xi32> -> tensor<8x?x4096xbf16>
     ```
 
-    Verified: the capacity factor is non-negative (and at least 1 when set,
-    otherwise tokens are always dropped); the result is
-    [experts, ?, hidden] with the input's hidden size and type.
+    Verified: the capacity factor is finite and 0 or at least 1 (below 1,
+    tokens are always dropped); the result is [experts, ?, hidden] with at
+    least one expert and the input's hidden size and type.
   }];
   let arguments = (ins LLM_Activation:$input, LLM_IndexTensor:$indices,
                        F64Attr:$capacity_factor);
@@ -425,8 +430,9 @@ def LLM_MoEExpertsOp : LLM_CostOp<"moe_experts", [Pure,
     %y = llm.moe_experts %d, %w1, %w3, %w2 swiglu : tensor<8x?x4096xbf16>, tensor<8x14336x4096xbf16>, tensor<8x14336x4096xbf16>, tensor<8x4096x14336xbf16>
     ```
 
-    Verified: three weights for `swiglu`, two for `gelu`; every weight is
-    rank 3 with the input's expert count, hidden size and one ffn size.
+    Verified: three weights for `swiglu`, two for `gelu`; at least one
+    expert and a positive ffn size; every weight is rank 3 with the input's
+    expert count, hidden size and one ffn size.
   }];
   let arguments = (ins LLM_Activation:$input, Variadic<LLM_Weight>:$weights,
                        LLM_ExpertActivation:$activation);

@@ -1,0 +1,48 @@
+//===- LLMAttrs.td - llm dialect attributes ----------------*- tablegen -*-===//
+
+#ifndef LLMOPT_DIALECT_LLM_IR_LLMATTRS_TD
+#define LLMOPT_DIALECT_LLM_IR_LLMATTRS_TD
+
+include "llmopt/Dialect/LLM/IR/LLMBase.td"
+include "mlir/IR/AttrTypeBase.td"
+include "mlir/IR/BuiltinAttributeInterfaces.td"
+
+class LLM_Attr<string name, string attrMnemonic, list<Trait> traits = []>
+    : AttrDef<LLM_Dialect, name, traits> {
+  let mnemonic = attrMnemonic;
+}
+
+def LLM_PlanAttr : LLM_Attr<"Plan", "plan"> {
+  let summary = "a parallel training plan and its predicted cost";
+  let description = [{
+    The configuration `--llm-auto-parallel` chose (or a user gave with `fix=`),
+    attached to the module as `llm.plan`, with the cost model's predicted step
+    time and peak memory per rank. The lowering passes read it.
+
+    ```mlir
+    module attributes {llm.plan = #llm.plan<dp = 16, tp = 1, pp = 1, vpp = 1,
+        cp = 4, ep = 1, sp = false, zero = 3, offload = true,
+        recompute = "selective", micro_batch = 2, num_micro_batches = 16,
+        schedule = "none", placement = "tp-cp-dp-pp", stage_layers = array<i64: 80>,
+        step_time_s = 44.96 : f64, peak_memory_bytes = 76986433536>} { ... }
+    ```
+
+    Verified: degrees and micro-batch sizes are positive; zero is 0-3;
+    recompute is none, selective or full; schedule is none, gpipe, 1f1b or
+    interleaved-1f1b (none exactly when pp is 1); pp stage layer counts, each
+    positive; vpp > 1 only with the interleaved schedule.
+  }];
+  let parameters = (ins
+    "int64_t":$dp, "int64_t":$tp, "int64_t":$pp, "int64_t":$vpp,
+    "int64_t":$cp, "int64_t":$ep, "::mlir::BoolAttr":$sp, "int64_t":$zero,
+    "::mlir::BoolAttr":$offload, "::mlir::StringAttr":$recompute,
+    "int64_t":$micro_batch, "int64_t":$num_micro_batches,
+    "::mlir::StringAttr":$schedule, "::mlir::StringAttr":$placement,
+    "::mlir::DenseI64ArrayAttr":$stage_layers, "::mlir::FloatAttr":$step_time_s,
+    "int64_t":$peak_memory_bytes
+  );
+  let assemblyFormat = "`<` struct(params) `>`";
+  let genVerifyDecl = 1;
+}
+
+#endif // LLMOPT_DIALECT_LLM_IR_LLMATTRS_TD

@@ -1,0 +1,93 @@
+//===- ModelDesc.cpp - the planner's view of an llm module ----------------===//
+
+#include "llmopt/Dialect/LLM/Analysis/ModelDesc.h"
+#include "llmopt/Dialect/LLM/Analysis/ModelStats.h"
+#include "llmopt/Dialect/LLM/IR/LLMOps.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+
+using namespace mlir;
+using namespace llmopt;
+using namespace llmopt::llm;
+
+FailureOr<cost::ModelDesc> llmopt::llm::extractModelDesc(func::FuncOp func) {
+  CostContext ctx;
+  ctx.seqLen = 1;
+  FailureOr<ModelStats> stats = computeModelStats(func, ctx);
+  if (failed(stats))
+    return failure();
+
+  cost::ModelDesc m;
+  m.name = stats->name.empty() ? func.getSymName().str() : stats->name;
+  m.tiedEmbeddings = stats->tiedEmbeddings;
+  m.embeddingParams = double(stats->paramsEmbedding);
+  m.headParams = double(stats->paramsLMHead);
+  m.finalNormParams = double(stats->paramsOther);
+
+  func.walk([&](Operation *op) {
+    if (auto e = dyn_cast<EmbeddingOp>(op)) {
+      auto t = cast<RankedTensorType>(e.getTable().getType());
+      m.vocab = t.getDimSize(0);
+      m.hidden = t.getDimSize(1);
+    } else if (auto p = dyn_cast<PositionEmbeddingOp>(op)) {
+      m.positions = cast<RankedTensorType>(p.getTable().getType()).getDimSize(0);
+    } else if (auto h = dyn_cast<LMHeadOp>(op)) {
+      auto t = cast<RankedTensorType>(h.getWeight().getType());
+      m.vocab = t.getDimSize(0);
+      m.hidden = t.getDimSize(1);
+    }
+  });
+  if (m.vocab == 0)
+    return func.emitError() << "the planner needs an llm.embedding or llm.lm_head to "
+                               "know the vocabulary";
+
+  for (LayerOp layer : func.getBody().front().getOps<LayerOp>()) {
+    cost::LayerDesc l;
+    l.hidden = cast<RankedTensorType>(layer.getInput().getType()).getDimSize(2);
+    int attentions = 0, mlps = 0;
+    WalkResult res = layer.getBody().walk([&](Operation *op) -> WalkResult {
+      if (auto a = dyn_cast<AttentionOp>(op)) {
+        ++attentions;
+        l.heads = a.getNumHeadsAttr().getInt();
+        l.kvHeads = a.getNumKvHeadsAttr().getInt();
+        l.headDim = a.getHeadDimAttr().getInt();
+        l.causal = a.getCausal();
+        if (IntegerAttr w = a.getWindowAttr())
+          l.window = w.getInt();
+      } else if (auto e = dyn_cast<MoEExpertsOp>(op)) {
+        ++mlps;
+        l.experts = e.getNumExperts();
+        l.ffn = e.getFfnSize();
+        l.gatedMlp = e.getActivation() == ExpertActivation::swiglu;
+        if (auto d = e.getInput().getDefiningOp<MoEDispatchOp>()) {
+          l.topK = cast<RankedTensorType>(d.getIndices().getType()).getDimSize(2);
+          l.capacityFactor = d.getCapacityFactor().convertToDouble();
+        } else {
+          return e.emitOpError() << "expert input must come from llm.moe_dispatch for "
+                                    "the planner to know top_k";
+        }
+      } else if (auto s = dyn_cast<SwiGLUOp>(op)) {
+        ++mlps;
+        l.gatedMlp = true;
+        l.ffn = s.getType().getDimSize(2);
+      } else if (auto g = dyn_cast<GeluOp>(op)) {
+        ++mlps;
+        l.ffn = g.getType().getDimSize(2);
+      } else if (auto p = dyn_cast<ParamOp>(op)) {
+        (p.isExpertStack() ? l.expertParams : l.denseParams) += double(p.getNumElements());
+      }
+      return WalkResult::advance();
+    });
+    if (res.wasInterrupted())
+      return failure();
+    if (attentions != 1 || mlps != 1)
+      return layer.emitOpError()
+             << "the planner models a layer as one attention and one MLP (or MoE) "
+                "block; this one has "
+             << attentions << " attention and " << mlps << " MLP blocks";
+    m.layers.push_back(l);
+  }
+  if (m.layers.empty())
+    return func.emitError() << "the model has no llm.layer: nothing to parallelize";
+  return m;
+}

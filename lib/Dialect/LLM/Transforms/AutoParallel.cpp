@@ -1,0 +1,196 @@
+//===- AutoParallel.cpp - --llm-auto-parallel -----------------------------===//
+//
+// Bridges the IR and the MLIR-free planner: extracts the model summary,
+// reads the cluster and job, runs the search, attaches the chosen plan and
+// writes the reports. All outputs are written only after the search
+// succeeded; files are replaced atomically.
+//
+//===----------------------------------------------------------------------===//
+
+#include "llmopt/Dialect/LLM/Analysis/ModelDesc.h"
+#include "llmopt/Dialect/LLM/Analysis/ModelStats.h"
+#include "llmopt/Dialect/LLM/IR/LLMOps.h"
+#include "llmopt/Dialect/LLM/Transforms/Passes.h"
+#include "llmopt/Planner/Planner.h"
+#include "llmopt/Support/Output.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Builders.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/JSON.h"
+#include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/raw_ostream.h"
+
+namespace llmopt::llm {
+#define GEN_PASS_DEF_LLMAUTOPARALLEL
+#include "llmopt/Dialect/LLM/Transforms/Passes.h.inc"
+} // namespace llmopt::llm
+
+using namespace mlir;
+using namespace llmopt;
+using namespace llmopt::llm;
+
+namespace {
+
+/// Writes `text` to `path` through a temporary file renamed into place.
+LogicalResult writeFileAtomically(StringRef path, StringRef text, std::string &error) {
+  llvm::Error err = llvm::writeToOutput(path, [&](llvm::raw_ostream &os) {
+    os << text;
+    return llvm::Error::success();
+  });
+  if (err) {
+    error = llvm::toString(std::move(err));
+    return failure();
+  }
+  return success();
+}
+
+PlanAttr planAttr(Builder &b, const cost::PlanEval &p) {
+  const cost::ParallelConfig &c = p.config;
+  return PlanAttr::get(
+      b.getContext(), c.dp, c.tp, c.pp, c.vpp, c.cp, c.ep, b.getBoolAttr(c.sp), c.zero,
+      b.getBoolAttr(c.offloadOptimizer), b.getStringAttr(cost::toString(c.recompute)),
+      c.microBatch, c.numMicroBatches, b.getStringAttr(cost::toString(c.schedule)),
+      b.getStringAttr(c.placement()),
+      b.getDenseI64ArrayAttr(
+          SmallVector<int64_t>(c.stageLayers.begin(), c.stageLayers.end())),
+      b.getF64FloatAttr(p.time.step), static_cast<int64_t>(std::llround(p.peak.total())));
+}
+
+struct LLMAutoParallelPass
+    : public llmopt::llm::impl::LLMAutoParallelBase<LLMAutoParallelPass> {
+  using Base::Base;
+
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    auto fail = [&](const Twine &msg) {
+      module.emitError() << "llm-auto-parallel: " << msg;
+      signalPassFailure();
+    };
+
+    // Job.
+    cost::JobSpec job;
+    if (globalBatch <= 0)
+      return fail("global-batch must be a positive number of sequences, e.g. "
+                  "global-batch=512");
+    job.globalBatch = globalBatch;
+    if (globalBatch > (int64_t(1) << 30))
+      return fail("global-batch must be at most 2^30 sequences");
+    if (seqLen < 0 || seqLen > (int64_t(1) << 26))
+      return fail("seq-len must be between 1 and 2^26, got " + Twine(int64_t(seqLen)));
+    job.seqLen = seqLen > 0 ? int64_t(seqLen) : getDefaultSeqLen(module);
+    if (job.seqLen <= 0 || job.seqLen > (int64_t(1) << 26))
+      return fail("no sequence length: the module has no valid llm.seq_len; pass "
+                  "seq-len=N");
+    if (dtype == "bf16")
+      job.dtype = cost::DType::BF16;
+    else if (dtype == "fp16")
+      job.dtype = cost::DType::FP16;
+    else
+      return fail("dtype must be bf16 or fp16, got '" + dtype + "' (fp8 GEMMs: fp8=true)");
+    job.fp8 = fp8;
+    if (gradDtype == "bf16" || gradDtype == "fp16")
+      job.gradBytes = 2;
+    else if (gradDtype == "fp32")
+      job.gradBytes = 4;
+    else
+      return fail("grad-dtype must be bf16 or fp32, got '" + gradDtype + "'");
+    job.flashAttention = flashAttention;
+    job.dropout = dropout;
+
+    // Cluster.
+    if (cluster.empty())
+      return fail("no cluster: pass cluster=dgx-h100 (or another preset, or a "
+                  "cluster JSON file)");
+    std::string contents;
+    if (StringRef(cluster).ends_with(".json") || llvm::sys::fs::exists(cluster)) {
+      llvm::ErrorOr<std::unique_ptr<llvm::MemoryBuffer>> buf =
+          llvm::MemoryBuffer::getFile(cluster);
+      if (!buf)
+        return fail("cannot read cluster file '" + cluster + "': " +
+                    buf.getError().message());
+      contents = (*buf)->getBuffer().str();
+      if (contents.empty())
+        return fail("cluster file '" + cluster + "' is empty");
+    }
+    std::vector<std::pair<std::string, std::string>> overrides;
+    for (const std::string &kv : clusterSet) {
+      auto [k, v] = StringRef(kv).split('=');
+      if (v.empty())
+        return fail("cluster override '" + kv + "' must be path=value");
+      overrides.push_back({k.str(), v.str()});
+    }
+    if (gpus < 0 || gpus > (1 << 24))
+      return fail("gpus must be between 1 and 16777216");
+    cost::ClusterSpec cl;
+    std::string error;
+    if (!cost::parseCluster(cluster, contents, overrides, int(gpus), cl, error))
+      return fail(error);
+
+    // Search options.
+    planner::SearchOptions opts;
+    if (topK <= 0 || topK > 1000)
+      return fail("top-k must be between 1 and 1000");
+    opts.topK = int(topK);
+    if (!planner::Constraints::parse(fix, opts.fixed, error))
+      return fail(error);
+
+    FailureOr<func::FuncOp> func = findModelFunc(module);
+    if (failed(func))
+      return signalPassFailure();
+    FailureOr<cost::ModelDesc> model = extractModelDesc(*func);
+    if (failed(model))
+      return signalPassFailure();
+
+    planner::SearchResult result = planner::search(*model, cl, job, opts);
+    if (result.plans.empty()) {
+      InFlightDiagnostic d = module.emitError()
+                             << "llm-auto-parallel: no configuration of " << model->name
+                             << " fits " << cl.totalGpus() << " x " << cl.gpu.name
+                             << " for global batch " << job.globalBatch << " x "
+                             << job.seqLen << " tokens (" << result.evaluated
+                             << " tried)";
+      auto oom = result.rejected.find("out_of_memory");
+      if (oom != result.rejected.end())
+        d.attachNote() << "closest: " << oom->second.example
+                       << "; add GPUs, lower the micro-batch or sequence length, or "
+                          "allow recompute/ZeRO (check fix=)";
+      for (const auto &[reason, rej] : result.rejected)
+        if (reason != "out_of_memory")
+          d.attachNote() << reason << " (" << rej.count << "): " << rej.example;
+      return signalPassFailure();
+    }
+
+    // Outputs, all prepared before anything is written.
+    std::string table;
+    llvm::raw_string_ostream tableOs(table);
+    planner::printTable(tableOs, *model, cl, job, result);
+    std::string reportText;
+    if (!report.empty())
+      reportText =
+          llvm::formatv("{0:2}", planner::reportJSON(*model, cl, job, result)).str() + "\n";
+    std::string exported;
+    if (!exportFormat.empty()) {
+      llvm::raw_string_ostream os(exported);
+      if (!planner::exportPlan(os, exportFormat, *model, job, result.plans.front(), error))
+        return fail(error);
+    }
+
+    if (!report.empty() && report != "-" &&
+        failed(writeFileAtomically(report, reportText, error)))
+      return fail("cannot write report '" + report + "': " + error);
+    if (!exported.empty() && exportFile != "-" &&
+        failed(writeFileAtomically(exportFile, exported, error)))
+      return fail("cannot write export '" + exportFile + "': " + error);
+
+    std::string out = report == "-" ? reportText : table;
+    if (!exported.empty() && exportFile == "-")
+      out += (report == "-" ? "" : "\n") + exported;
+    writeReportToStdout(out);
+
+    Builder b(module.getContext());
+    module->setAttr("llm.plan", planAttr(b, result.plans.front()));
+  }
+};
+} // namespace
