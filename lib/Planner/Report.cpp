@@ -123,11 +123,12 @@ json::Value llmopt::planner::reportJSON(const ModelDesc &model, const ClusterSpe
 void llmopt::planner::printTable(llvm::raw_ostream &os, const ModelDesc &model,
                                  const ClusterSpec &cluster, const JobSpec &job,
                                  const SearchResult &r) {
-  os << llvm::formatv("{0}: {1:f2} B parameters, {2} layers | {3} x {4} ({5} nodes of {6}) "
-                      "| global batch {7} x {8} tokens, {9}\n",
+  os << llvm::formatv("{0}: {1:f2} B parameters, {2} layers | {3} x {4} ({5} {6} of {7}) "
+                      "| global batch {8} x {9} tokens, {10}\n",
                       model.name, model.totalParams() / 1e9, model.layers.size(),
                       cluster.totalGpus(), cluster.gpu.name, cluster.numNodes,
-                      cluster.gpusPerNode, job.globalBatch, job.seqLen,
+                      cluster.numNodes == 1 ? "node" : "nodes", cluster.gpusPerNode,
+                      job.globalBatch, job.seqLen,
                       job.fp8 ? "fp8 GEMMs" : toString(job.dtype));
   os << llvm::formatv("searched {0} configurations in {1:f3} s, {2} fit\n\n", r.evaluated,
                       r.seconds, r.feasible);

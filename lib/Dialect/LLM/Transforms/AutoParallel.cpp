@@ -143,11 +143,18 @@ struct LLMAutoParallelPass
     if (failed(model))
       return signalPassFailure();
 
+    if (model->positions > 0 && job.seqLen > model->positions)
+      return fail("seq-len " + Twine(job.seqLen) + " exceeds the " +
+                  Twine(model->positions) +
+                  " positions of the model's learned position table; use seq-len <= " +
+                  Twine(model->positions));
+
     planner::SearchResult result = planner::search(*model, cl, job, opts);
     if (result.plans.empty()) {
       InFlightDiagnostic d = module.emitError()
-                             << "llm-auto-parallel: no configuration of " << model->name
-                             << " fits " << cl.totalGpus() << " x " << cl.gpu.name
+                             << "llm-auto-parallel: no valid configuration of "
+                             << model->name << " fits " << cl.totalGpus() << " x "
+                             << cl.gpu.name
                              << " for global batch " << job.globalBatch << " x "
                              << job.seqLen << " tokens (" << result.evaluated
                              << " tried)";
