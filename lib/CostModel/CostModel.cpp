@@ -10,6 +10,7 @@
 #include "llvm/Support/FormatVariadic.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <numeric>
 
@@ -25,6 +26,8 @@ const char *llmopt::cost::toString(Recompute r) {
     return "selective";
   case Recompute::Full:
     return "full";
+  case Recompute::PerStage:
+    return "per-stage";
   }
   return "?";
 }
@@ -426,6 +429,7 @@ struct Evaluator {
       lc.recompute = job.flashAttention ? elem : attnFwd;
       break;
     case Recompute::Full:
+    case Recompute::PerStage:
       lc.recompute = lc.fwd;
       break;
     }
@@ -463,6 +467,7 @@ struct Evaluator {
       }
       break;
     case Recompute::Full:
+    case Recompute::PerStage:
       lc.actBytes = T * 2 * h / (c.sp ? t : 1) * actElt / 2;
       break;
     }
@@ -506,7 +511,9 @@ struct Evaluator {
     return t;
   }
 
-  PlanEval run(const LayerTable *given) {
+  /// `given`: tables for none, selective and full recomputation (entries may
+  /// be null; missing ones are built).
+  PlanEval run(const LayerTable *const *given) {
     PlanEval ev;
     ev.config = c;
     RejectReason r = checkRules(model, cl, job, c, ev.detail);
@@ -518,10 +525,27 @@ struct Evaluator {
     }
     const int L = static_cast<int>(model.layers.size());
     const int64_t m = c.numMicroBatches;
-    LayerTable own;
-    if (!given)
-      own = table();
-    const LayerTable &tab = given ? *given : own;
+    // Layer tables per recomputation level; per-stage recomputation uses all
+    // three, a uniform choice one.
+    std::array<LayerTable, 3> own;
+    std::array<const LayerTable *, 3> tables = {nullptr, nullptr, nullptr};
+    bool perStage = c.recompute == Recompute::PerStage;
+    for (int lvl = 0; lvl < 3; ++lvl) {
+      if (!perStage && lvl != int(c.recompute))
+        continue;
+      if (given && given[lvl]) {
+        tables[lvl] = given[lvl];
+        continue;
+      }
+      ParallelConfig level = c;
+      level.recompute = Recompute(lvl);
+      Evaluator e(model, cl, job, level);
+      own[lvl] = e.table();
+      tables[lvl] = &own[lvl];
+    }
+    // Balance with no recomputation when each stage picks its own.
+    const LayerTable &tab = *tables[perStage ? 0 : int(c.recompute)];
+    std::vector<const LayerTable *> stageTab(c.pp, &tab);
     auto range = [&](const std::vector<double> &v, int first, int count) {
       return v[first + count] - v[first];
     };
@@ -539,7 +563,7 @@ struct Evaluator {
     // Stage layout.
     std::vector<int> stageLayers = c.stageLayers;
     auto perMbTime = [&](int stage, int first, int count) {
-      double sum = range(tab.time, first, count);
+      double sum = range(stageTab[stage]->time, first, count);
       if (stage == 0)
         sum += 2 * embedTime;
       if (stage == c.pp - 1)
@@ -593,19 +617,6 @@ struct Evaluator {
       StageMemory sm;
       sm.stage = sIdx;
       sm.layers = stageLayers[sIdx];
-      double dense = range(tab.dense, first, sm.layers);
-      double expert = range(tab.expert, first, sm.layers);
-      double act = range(tab.act, first, sm.layers);
-      double fwd = range(tab.fwdWindow, first, sm.layers);
-      double bwd = range(tab.bwdWindow, first, sm.layers);
-      double maxLayerBytes = tab.maxLayerBytes;
-      if (sIdx == 0)
-        dense += embedParams;
-      if (sIdx == c.pp - 1) {
-        dense += headParams + double(model.finalNormParams);
-        act += headAct;
-      }
-      stageTimes[sIdx] = perMbTime(sIdx, first, sm.layers) + p2p;
 
       // In-flight micro-batches at the stage's peak.
       double inFlight = 1;
@@ -625,6 +636,18 @@ struct Evaluator {
       }
       sm.inFlight = inFlight;
 
+      double dense = range(tab.dense, first, sm.layers);
+      double expert = range(tab.expert, first, sm.layers);
+      double maxLayerBytes = tab.maxLayerBytes;
+      if (sIdx == 0)
+        dense += embedParams;
+      if (sIdx == c.pp - 1)
+        dense += headParams + double(model.finalNormParams);
+      auto activations = [&](const LayerTable &lt) {
+        return (range(lt.act, first, sm.layers) + (sIdx == c.pp - 1 ? headAct : 0)) *
+               inFlight;
+      };
+
       MemoryBreakdown &mem = sm.memory;
       double params = dense + expert;
       double shardW = c.zero >= 3 ? 1.0 : 0.0;
@@ -638,13 +661,31 @@ struct Evaluator {
         mem.weights += 2 * maxLayerBytes / t; // gathered layer and its prefetch
       mem.gradients = sharded(gradB, shardG);
       mem.optimizer = c.offloadOptimizer ? 0 : sharded(12, c.zero >= 1 ? 1 : 0);
-      mem.activations = act * inFlight;
       if (sIdx == c.pp - 1)
         mem.logits = logitsBytes;
       double bucket = 25e6 * gradB;
       mem.commBuffers = (c.tp > 1 ? 2 * tokens * h * actElt : 0) +
                         (nDense > 1 ? std::min(params * gradB, 2 * bucket) : 0);
-      mem.reserved = cl.gpu.reservedBytes + 0.05 * (mem.activations + mem.logits);
+      auto setActivations = [&](const LayerTable &lt) {
+        mem.activations = activations(lt);
+        mem.reserved = cl.gpu.reservedBytes + 0.05 * (mem.activations + mem.logits);
+      };
+      if (perStage) {
+        // The least recomputation that fits; full when nothing does.
+        int lvl = 0;
+        for (; lvl < 2; ++lvl) {
+          setActivations(*tables[lvl]);
+          if (mem.total() <= cl.gpu.hbmBytes)
+            break;
+        }
+        stageTab[sIdx] = tables[lvl];
+        ev.config.stageRecompute.push_back(Recompute(lvl));
+      }
+      setActivations(*stageTab[sIdx]);
+      const LayerTable &st = *stageTab[sIdx];
+      double fwd = range(st.fwdWindow, first, sm.layers);
+      double bwd = range(st.bwdWindow, first, sm.layers);
+      stageTimes[sIdx] = perMbTime(sIdx, first, sm.layers) + p2p;
       double total = mem.total();
       if (total > peakTotal) {
         peakTotal = total;
@@ -711,11 +752,12 @@ struct Evaluator {
     TimeBreakdown &tb = ev.time;
     int wFirst = std::accumulate(stageLayers.begin(), stageLayers.begin() + worst, 0);
     int wCount = stageLayers[worst];
-    tb.compute = range(tab.compute, wFirst, wCount);
-    tb.recompute = range(tab.recompute, wFirst, wCount);
-    tb.tpComm = range(tab.tp, wFirst, wCount);
-    tb.cpComm = range(tab.cp, wFirst, wCount);
-    tb.epComm = range(tab.ep, wFirst, wCount);
+    const LayerTable &wt = *stageTab[worst];
+    tb.compute = range(wt.compute, wFirst, wCount);
+    tb.recompute = range(wt.recompute, wFirst, wCount);
+    tb.tpComm = range(wt.tp, wFirst, wCount);
+    tb.cpComm = range(wt.cp, wFirst, wCount);
+    tb.epComm = range(wt.ep, wFirst, wCount);
     if (worst == 0)
       tb.compute += 2 * embedTime;
     if (worst == c.pp - 1)
@@ -755,7 +797,17 @@ PlanEval llmopt::cost::evaluate(const ModelDesc &model, const ClusterSpec &clust
                                 const JobSpec &job, const ParallelConfig &cfg,
                                 const LayerTable *table) {
   Evaluator e(model, cluster, job, cfg);
-  return e.run(table);
+  std::array<const LayerTable *, 3> tables = {nullptr, nullptr, nullptr};
+  if (table && cfg.recompute != Recompute::PerStage)
+    tables[int(cfg.recompute)] = table;
+  return e.run(tables.data());
+}
+
+PlanEval llmopt::cost::evaluate(const ModelDesc &model, const ClusterSpec &cluster,
+                                const JobSpec &job, const ParallelConfig &cfg,
+                                const std::array<const LayerTable *, 3> &tables) {
+  Evaluator e(model, cluster, job, cfg);
+  return e.run(tables.data());
 }
 
 LayerTable llmopt::cost::buildLayerTable(const ModelDesc &model,

@@ -7,6 +7,8 @@
 #include "llvm/Support/FormatVariadic.h"
 
 #include <algorithm>
+#include <array>
+#include <map>
 #include <chrono>
 #include <cmath>
 #include <tuple>
@@ -61,8 +63,12 @@ bool Constraints::parse(const std::string &text, Constraints &out, std::string &
         out.recompute = Recompute::Selective;
       else if (value == "full")
         out.recompute = Recompute::Full;
+      else if (value == "per-stage")
+        out.recompute = Recompute::PerStage;
       else {
-        error = ("fix: recompute must be none, selective or full, got '" + value + "'").str();
+        error = ("fix: recompute must be none, selective, full or per-stage, got '" +
+                 value + "'")
+                    .str();
         return false;
       }
     } else if (key == "schedule") {
@@ -115,6 +121,12 @@ std::string llmopt::planner::describe(const ParallelConfig &c) {
   if (c.offloadOptimizer)
     s += " offload";
   s += std::string(" rc:") + toString(c.recompute);
+  if (!c.stageRecompute.empty()) {
+    s += "(";
+    for (size_t i = 0; i < c.stageRecompute.size(); ++i)
+      s += (i ? "," : "") + std::string(toString(c.stageRecompute[i])).substr(0, 4);
+    s += ")";
+  }
   if (c.numMicroBatches > 0)
     s += llvm::formatv(" mb{0}x{1}", c.microBatch, c.numMicroBatches).str();
   else
@@ -216,6 +228,20 @@ SearchResult llmopt::planner::search(const ModelDesc &model, const ClusterSpec &
     }
   };
 
+  // Layer tables depend only on these; many pipeline, ZeRO and schedule
+  // choices share one.
+  using TableKey = std::tuple<int, int, int, int, int64_t, int, int>;
+  std::map<TableKey, LayerTable> tableCache;
+  auto tableFor = [&](ParallelConfig cfg, Recompute rc) -> const LayerTable * {
+    cfg.recompute = rc;
+    TableKey key{cfg.tp, cfg.cp, int(cfg.sp), cfg.ep, cfg.microBatch, int(rc),
+                 expertGroupPerNode(cluster, cfg)};
+    auto it = tableCache.find(key);
+    if (it == tableCache.end())
+      it = tableCache.emplace(key, buildLayerTable(model, cluster, job, cfg)).first;
+    return &it->second;
+  };
+
   std::vector<int64_t> mbChoices;
   for (int64_t mb = 1; mb <= opts.maxMicroBatch; mb *= 2)
     mbChoices.push_back(mb);
@@ -268,9 +294,12 @@ SearchResult llmopt::planner::search(const ModelDesc &model, const ClusterSpec &
             bool sp = spi == 1;
             if (fx.sp ? *fx.sp != sp : (sp && tp == 1))
               continue;
-            for (Recompute rc : {Recompute::None, Recompute::Selective, Recompute::Full}) {
+            for (Recompute rc : {Recompute::None, Recompute::Selective, Recompute::Full,
+                                 Recompute::PerStage}) {
               if (fx.recompute && *fx.recompute != rc)
                 continue;
+              if (rc == Recompute::PerStage && pp == 1 && !fx.recompute)
+                continue; // one stage: the uniform choices cover it
               for (int64_t mb : choices("micro_batch", mbChoices)) {
                 ParallelConfig base;
                 base.dp = int(dp), base.tp = int(tp), base.pp = int(pp), base.cp = int(cp);
@@ -324,7 +353,13 @@ SearchResult llmopt::planner::search(const ModelDesc &model, const ClusterSpec &
                         }
                       continue;
                     }
-                    LayerTable table = buildLayerTable(model, cluster, job, cfg);
+                    std::array<const LayerTable *, 3> tables = {nullptr, nullptr, nullptr};
+                    if (rc == Recompute::PerStage) {
+                      for (int lvl = 0; lvl < 3; ++lvl)
+                        tables[lvl] = tableFor(cfg, Recompute(lvl));
+                    } else {
+                      tables[int(rc)] = tableFor(cfg, rc);
+                    }
                     for (int z = 0; z <= 3; ++z) {
                       if (std::optional<int64_t> fz = fixedInt("zero"); fz && *fz != z)
                         continue;
@@ -337,7 +372,7 @@ SearchResult llmopt::planner::search(const ModelDesc &model, const ClusterSpec &
                         if (off && z == 0)
                           continue;
                         cfg.offloadOptimizer = off == 1;
-                        PlanEval e = evaluate(model, cluster, job, cfg, &table);
+                        PlanEval e = evaluate(model, cluster, job, cfg, tables);
                         bool oom = e.reason == RejectReason::OutOfMemory;
                         consider(std::move(e));
                         // Offload only helps what does not fit otherwise.

@@ -26,6 +26,13 @@ static json::Object memoryJSON(const MemoryBreakdown &m) {
   };
 }
 
+static json::Array stageRecompute(const ParallelConfig &c) {
+  json::Array a;
+  for (Recompute r : c.stageRecompute)
+    a.push_back(toString(r));
+  return a;
+}
+
 static json::Object configJSON(const ParallelConfig &c) {
   json::Array stages;
   for (int n : c.stageLayers)
@@ -41,6 +48,7 @@ static json::Object configJSON(const ParallelConfig &c) {
       {"zero", c.zero},
       {"offload_optimizer", c.offloadOptimizer},
       {"recompute", toString(c.recompute)},
+      {"stage_recompute", stageRecompute(c)},
       {"micro_batch", c.microBatch},
       {"num_micro_batches", c.numMicroBatches},
       {"schedule", toString(c.schedule)},
@@ -220,9 +228,13 @@ bool llmopt::planner::exportPlan(llvm::raw_ostream &os, const std::string &forma
                         job.globalBatch);
     if (c.recompute == Recompute::Selective)
       os << " --recompute-activations";
-    else if (c.recompute == Recompute::Full)
+    else if (c.recompute == Recompute::Full || c.recompute == Recompute::PerStage)
       os << " --recompute-granularity full --recompute-method uniform "
             "--recompute-num-layers 1";
+    if (c.recompute == Recompute::PerStage)
+      os << "\n# note: the plan recomputes per stage (" << describe(c)
+         << "); Megatron applies one setting to every stage, so full recomputation "
+            "is exported";
     if (c.zero >= 1)
       os << " --use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather";
     else

@@ -90,8 +90,9 @@ TEST(Planner, BestFirstAndDeterministic) {
   ASSERT_EQ(a.plans.size(), 8u);
   for (size_t i = 0; i < a.plans.size(); ++i) {
     EXPECT_EQ(describe(a.plans[i].config), describe(b.plans[i].config));
-    if (i)
+    if (i) {
       EXPECT_LE(a.plans[i - 1].time.step, a.plans[i].time.step);
+    }
   }
   EXPECT_EQ(a.evaluated, b.evaluated);
 }
@@ -161,6 +162,43 @@ TEST(Planner, NoPlanWhenTheModelCannotFit) {
   EXPECT_TRUE(r.plans.empty());
   ASSERT_GT(r.rejected["out_of_memory"].count, 0);
   EXPECT_NE(r.rejected["out_of_memory"].example.find("OOM by"), std::string::npos);
+}
+
+} // namespace
+
+namespace {
+
+TEST(Planner, PerStageRecomputationWhereUniformDoesNotFit) {
+  // GPT-3 175B, tp8 pp8, micro-batch 4, no fused attention: stage 0 holds 8
+  // micro-batches and needs full recomputation, the last stage needs none.
+  ModelDesc m = ModelDesc::gpt("175B", 96, 12288, 96, 50257, 2048);
+  ClusterSpec c = cluster("dgx-a100-80gb", 64);
+  JobSpec j = job(512, 2048);
+  j.gradBytes = 4;
+  j.dropout = true;
+  j.flashAttention = false;
+  ParallelConfig cfg;
+  cfg.tp = 8, cfg.pp = 8, cfg.dp = 1, cfg.sp = true;
+  cfg.microBatch = 4;
+  cfg.numMicroBatches = 128;
+  cfg.schedule = Schedule::OneFOneB;
+  auto with = [&](Recompute r) {
+    ParallelConfig x = cfg;
+    x.recompute = r;
+    return evaluate(m, c, j, x);
+  };
+  PlanEval selective = with(Recompute::Selective);
+  PlanEval full = with(Recompute::Full);
+  PlanEval perStage = with(Recompute::PerStage);
+  EXPECT_EQ(selective.reason, RejectReason::OutOfMemory);
+  ASSERT_TRUE(full.feasible());
+  ASSERT_TRUE(perStage.feasible()) << perStage.detail;
+  ASSERT_EQ(perStage.config.stageRecompute.size(), 8u);
+  EXPECT_EQ(perStage.config.stageRecompute.front(), Recompute::Full);
+  EXPECT_EQ(perStage.config.stageRecompute.back(), Recompute::None);
+  EXPECT_LT(perStage.time.step, full.time.step);
+  for (const StageMemory &s : perStage.stages)
+    EXPECT_LE(s.memory.total(), c.gpu.hbmBytes) << "stage " << s.stage;
 }
 
 } // namespace

@@ -17,12 +17,16 @@
 #include "llmopt/CostModel/Hardware.h"
 #include "llmopt/CostModel/Model.h"
 
+#include <array>
 #include <string>
 #include <vector>
 
 namespace llmopt::cost {
 
-enum class Recompute { None, Selective, Full };
+/// Activation recomputation. `PerStage` lets each pipeline stage take the
+/// least recomputation that fits its memory (early stages hold more
+/// micro-batches in flight); the choice is reported in `stageRecompute`.
+enum class Recompute { None, Selective, Full, PerStage };
 enum class Schedule { None, GPipe, OneFOneB, Interleaved };
 
 const char *toString(Recompute r);
@@ -40,6 +44,9 @@ struct ParallelConfig {
   Schedule schedule = Schedule::None;
   /// Layers per pipeline stage (pp entries); empty for an even split.
   std::vector<int> stageLayers;
+  /// With Recompute::PerStage, the level each stage got (filled in by
+  /// evaluate).
+  std::vector<Recompute> stageRecompute;
   /// Mesh axes from the fastest-varying (inside a node) to the slowest.
   /// "tp-cp-ep-dp-pp" (Megatron's order) or "tp-cp-pp-ep-dp".
   bool ppInsideDp = false;
@@ -166,6 +173,12 @@ int expertGroupPerNode(const ClusterSpec &cluster, const ParallelConfig &cfg);
 PlanEval evaluate(const ModelDesc &model, const ClusterSpec &cluster,
                   const JobSpec &job, const ParallelConfig &cfg,
                   const LayerTable *table = nullptr);
+
+/// Scores `cfg` with prebuilt tables for no, selective and full
+/// recomputation (needed by Recompute::PerStage; null entries are built).
+PlanEval evaluate(const ModelDesc &model, const ClusterSpec &cluster,
+                  const JobSpec &job, const ParallelConfig &cfg,
+                  const std::array<const LayerTable *, 3> &tables);
 
 /// Collective times in seconds for `bytes` over a group of `n` ranks of
 /// which `perNode` share a node (ring algorithms; hierarchical across nodes).

@@ -18,7 +18,8 @@ using namespace llmopt::llm;
 LogicalResult PlanAttr::verify(function_ref<InFlightDiagnostic()> emitError, int64_t dp,
                                int64_t tp, int64_t pp, int64_t vpp, int64_t cp, int64_t ep,
                                BoolAttr sp, int64_t zero, BoolAttr offload,
-                               StringAttr recompute, int64_t microBatch,
+                               StringAttr recompute, ArrayAttr stageRecompute,
+                               int64_t microBatch,
                                int64_t numMicroBatches, StringAttr schedule,
                                StringAttr placement, DenseI64ArrayAttr stageLayers,
                                FloatAttr stepTime, int64_t peakMemoryBytes) {
@@ -34,13 +35,30 @@ LogicalResult PlanAttr::verify(function_ref<InFlightDiagnostic()> emitError, int
       return emitError() << "plan: " << name << " must be positive, got " << v;
   if (zero < 0 || zero > 3)
     return emitError() << "plan: zero must be 0, 1, 2 or 3, got " << zero;
-  if (!sp || !offload || !recompute || !schedule || !placement || !stageLayers ||
-      !stepTime)
+  if (!sp || !offload || !recompute || !stageRecompute || !schedule || !placement ||
+      !stageLayers || !stepTime)
     return emitError() << "plan: every field needs a value";
   StringRef rc = recompute.getValue(), sched = schedule.getValue();
-  if (rc != "none" && rc != "selective" && rc != "full")
-    return emitError() << "plan: recompute must be none, selective or full, got '" << rc
-                       << "'";
+  auto isLevel = [](StringRef r) {
+    return r == "none" || r == "selective" || r == "full";
+  };
+  if (!isLevel(rc) && rc != "per-stage")
+    return emitError() << "plan: recompute must be none, selective, full or per-stage, "
+                          "got '"
+                       << rc << "'";
+  if (rc == "per-stage") {
+    if (int64_t(stageRecompute.size()) != pp)
+      return emitError() << "plan: per-stage recompute needs one level per stage, got "
+                         << stageRecompute.size() << " for pp " << pp;
+    for (Attribute a : stageRecompute) {
+      auto level = dyn_cast<StringAttr>(a);
+      if (!level || !isLevel(level.getValue()))
+        return emitError() << "plan: stage_recompute entries must be \"none\", "
+                              "\"selective\" or \"full\"";
+    }
+  } else if (!stageRecompute.empty()) {
+    return emitError() << "plan: stage_recompute is only for recompute = \"per-stage\"";
+  }
   if (sched != "none" && sched != "gpipe" && sched != "1f1b" &&
       sched != "interleaved-1f1b")
     return emitError() << "plan: schedule must be none, gpipe, 1f1b or "

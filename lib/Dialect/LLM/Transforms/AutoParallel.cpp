@@ -48,9 +48,13 @@ LogicalResult writeFileAtomically(StringRef path, StringRef text, std::string &e
 
 PlanAttr planAttr(Builder &b, const cost::PlanEval &p) {
   const cost::ParallelConfig &c = p.config;
+  SmallVector<Attribute> levels;
+  for (cost::Recompute r : c.stageRecompute)
+    levels.push_back(b.getStringAttr(cost::toString(r)));
   return PlanAttr::get(
       b.getContext(), c.dp, c.tp, c.pp, c.vpp, c.cp, c.ep, b.getBoolAttr(c.sp), c.zero,
       b.getBoolAttr(c.offloadOptimizer), b.getStringAttr(cost::toString(c.recompute)),
+      b.getArrayAttr(levels),
       c.microBatch, c.numMicroBatches, b.getStringAttr(cost::toString(c.schedule)),
       b.getStringAttr(c.placement()),
       b.getDenseI64ArrayAttr(
