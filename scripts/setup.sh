@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Quick start, command 1: install what is missing, build, and run llm-opt on
-# the bundled example models.
+# Quick start, command 1: install what is missing, build, and plan real
+# models on real clusters.
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
 install_deps
@@ -8,15 +8,15 @@ configure
 build llm-opt llm-translate
 
 cd "$LLMOPT_ROOT"
-log "llm-opt examples/models/llama3-8b.json --llm-stats"
-"$LLMOPT_BUILD/bin/llm-opt" examples/models/llama3-8b.json --llm-stats
+opt="$LLMOPT_BUILD/bin/llm-opt"
+
+log "llm-opt examples/models/llama3-70b.json --llm-stats"
+"$opt" examples/models/llama3-70b.json --llm-stats
 echo
-log "parameters and training FLOPs of every example model"
-printf '%-16s %16s %16s %8s %14s\n' model params active layers "FLOP/token"
-for m in examples/models/*.json; do
-  "$LLMOPT_BUILD/bin/llm-opt" "$m" --llm-stats=format=json | python3 -c '
-import json, sys
-d = json.load(sys.stdin)
-print("%-16s %16s %16s %8d %14.4g" % (d["name"], format(d["params_total"], ","),
-      format(d["params_active"], ","), d["layers"], d["train_flops_per_token"]))'
-done
+log "how should Llama-3 70B train on 64 H100 (8 DGX nodes), 512 x 8192 tokens per step?"
+"$opt" examples/models/llama3-70b.json -o /dev/null \
+  --llm-auto-parallel="cluster=dgx-h100 gpus=64 global-batch=512 seq-len=8192 top-k=5"
+echo
+log "and GPT-3 175B on 1024 H100, 1536 x 2048 tokens, as Megatron-LM arguments?"
+"$opt" examples/models/gpt3-175b.json -o /dev/null \
+  --llm-auto-parallel="cluster=dgx-h100 gpus=1024 global-batch=1536 seq-len=2048 top-k=3 export=megatron"

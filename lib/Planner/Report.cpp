@@ -226,23 +226,23 @@ bool llmopt::planner::exportPlan(llvm::raw_ostream &os, const std::string &forma
     os << "\n";
     os << llvm::formatv("--micro-batch-size {0} --global-batch-size {1}", c.microBatch,
                         job.globalBatch);
-    if (c.recompute == Recompute::Selective)
+    // Megatron takes one setting for every stage: a per-stage plan exports
+    // the strongest level any stage uses.
+    Recompute level = c.recompute;
+    if (level == Recompute::PerStage) {
+      level = Recompute::None;
+      for (Recompute r : c.stageRecompute)
+        level = std::max(level, r);
+    }
+    if (level == Recompute::Selective)
       os << " --recompute-activations";
-    else if (c.recompute == Recompute::Full || c.recompute == Recompute::PerStage)
+    else if (level == Recompute::Full)
       os << " --recompute-granularity full --recompute-method uniform "
             "--recompute-num-layers 1";
-    if (c.recompute == Recompute::PerStage)
-      os << "\n# note: the plan recomputes per stage (" << describe(c)
-         << "); Megatron applies one setting to every stage, so full recomputation "
-            "is exported";
     if (c.zero >= 1)
       os << " --use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather";
     else
       os << " --overlap-grad-reduce";
-    if (c.zero >= 2)
-      os << "\n# note: Megatron's distributed optimizer shards optimizer states "
-            "(ZeRO-1); ZeRO-"
-         << c.zero << " needs --use-torch-fsdp2";
     os << "\n--bf16";
     if (job.fp8)
       os << " --fp8-format hybrid";
@@ -251,6 +251,14 @@ bool llmopt::planner::exportPlan(llvm::raw_ostream &os, const std::string &forma
     if (job.flashAttention)
       os << " --use-flash-attn";
     os << " --clip-grad 1.0 --optimizer adam\n";
+    if (c.zero >= 2)
+      os << "# note: Megatron's distributed optimizer shards optimizer states (ZeRO-1); "
+            "ZeRO-"
+         << c.zero << " needs --use-torch-fsdp2 instead\n";
+    if (c.recompute == Recompute::PerStage)
+      os << "# note: the plan recomputes per stage; Megatron applies one setting to "
+            "every stage, so the strongest one ("
+         << toString(level) << ") is exported\n";
     return true;
   }
   if (format == "deepspeed") {
@@ -267,10 +275,6 @@ bool llmopt::planner::exportPlan(llvm::raw_ostream &os, const std::string &forma
         {"bf16", json::Object{{"enabled", job.dtype == DType::BF16 || job.fp8}}},
         {"fp16", json::Object{{"enabled", job.dtype == DType::FP16}}},
         {"zero_optimization", std::move(zero)},
-        {"optimizer", json::Object{{"type", "AdamW"},
-                                   {"params", json::Object{{"lr", 3e-4},
-                                                           {"betas", json::Array{0.9, 0.95}},
-                                                           {"weight_decay", 0.1}}}}},
         {"activation_checkpointing",
          json::Object{{"partition_activations", c.sp},
                       {"contiguous_memory_optimization", c.recompute != Recompute::None}}},

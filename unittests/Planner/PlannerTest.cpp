@@ -119,6 +119,7 @@ TEST(Planner, NeverWorseThanPublishedKorthikantiConfigs) {
       {"22B", 48, 6144, 64, 8, 4, cfg(8, 1, 1, 4, 4)},
       {"175B", 96, 12288, 96, 64, 64, cfg(8, 8, 3, 1, 64)},
       {"530B", 105, 20480, 128, 280, 280, cfg(8, 35, 3, 1, 280)},
+      {"1T", 128, 25600, 160, 512, 512, cfg(8, 64, 1, 1, 512)},
   };
   for (const Row &r : rows) {
     ModelDesc m = ModelDesc::gpt(r.name, r.layers, r.hidden, r.heads, 51200, 2048);
@@ -199,6 +200,55 @@ TEST(Planner, PerStageRecomputationWhereUniformDoesNotFit) {
   EXPECT_LT(perStage.time.step, full.time.step);
   for (const StageMemory &s : perStage.stages)
     EXPECT_LE(s.memory.total(), c.gpu.hbmBytes) << "stage " << s.stage;
+}
+
+} // namespace
+
+namespace {
+
+TEST(Planner, UnevenStagesWhenTheHeadIsHeavy) {
+  // Llama-3 8B's 128256-entry vocabulary makes the last stage (head + loss)
+  // heavier than a layer: the balancer gives it fewer layers, which beats the
+  // even split.
+  ModelDesc m = llama(32, 4096, 32, 8, 14336, 128256);
+  ClusterSpec c = cluster("dgx-h100", 8);
+  JobSpec j = job(64, 8192);
+  ParallelConfig cfg;
+  cfg.tp = 2, cfg.pp = 4, cfg.dp = 1, cfg.sp = true;
+  cfg.recompute = Recompute::Full;
+  cfg.microBatch = 1;
+  cfg.numMicroBatches = 64;
+  cfg.schedule = Schedule::OneFOneB;
+  PlanEval balanced = evaluate(m, c, j, cfg);
+  ASSERT_TRUE(balanced.feasible()) << balanced.detail;
+  const std::vector<int> &layers = balanced.config.stageLayers;
+  ASSERT_EQ(layers.size(), 4u);
+  EXPECT_LT(layers.back(), layers[1]);
+  cfg.stageLayers = {8, 8, 8, 8};
+  PlanEval even = evaluate(m, c, j, cfg);
+  EXPECT_LT(balanced.time.step, even.time.step);
+}
+
+TEST(Collectives, MatchNcclTestsBusBandwidth) {
+  // hardware.json: 8x H100 all-reduce 480 GB/s (NVLS), ring 370 GB/s; NDR
+  // NIC 47 GB/s. For large messages the alpha term vanishes.
+  ClusterSpec c = cluster("dgx-h100", 64);
+  Collectives coll{c};
+  double bytes = 8e9;
+  double ar = coll.allReduce(bytes, 8, 8);
+  EXPECT_NEAR(2.0 * 7 / 8 * bytes / ar / 1e9, 480, 480 * 0.01);
+  double ag = coll.allGather(bytes, 8, 8);
+  EXPECT_NEAR(7.0 / 8 * bytes / ag / 1e9, 370, 370 * 0.01);
+  // One GPU per node across 8 nodes: each GPU's share of its node's NICs.
+  double inter = coll.allReduce(bytes, 8, 1);
+  EXPECT_NEAR(2.0 * 7 / 8 * bytes / inter / 1e9, 47, 47 * 0.01);
+  // Small messages cost NCCL's latency: base + 2(n-1) ring steps.
+  EXPECT_NEAR(coll.allReduce(8, 8, 8), 8.4e-6 + 14 * 3.4e-6, 1e-7);
+  // Hierarchical: two nodes of 8 are slower than one node, faster than the
+  // network alone would allow for the whole message.
+  double two = coll.allReduce(bytes, 16, 8);
+  EXPECT_GT(two, ar);
+  EXPECT_LT(two, 2.0 * bytes / (47e9));
 }
 
 } // namespace
