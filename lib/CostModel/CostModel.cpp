@@ -103,8 +103,13 @@ double Collectives::allReduce(double bytes, int n, int perNode) const {
     return c.collectiveBaseLatency + 2.0 * (n - 1) * c.intraStepLatency +
            2.0 * (n - 1) / n * bytes / intraBw;
   // Reduce-scatter inside the node, all-reduce of 1/perNode across nodes
-  // (every GPU of a node on its share of the NICs), all-gather inside.
-  double t = c.collectiveBaseLatency + 2.0 * (nodes - 1) * c.interStepLatency +
+  // (every GPU of a node on its share of the NICs), all-gather inside. Across
+  // nodes NCCL picks a ring (2(N-1) latency steps) or a double binary tree
+  // (2 log2 N steps, the same bandwidth term): the cheaper one.
+  double ringSteps = 2.0 * (nodes - 1);
+  double treeSteps = 2.0 * std::ceil(std::log2(double(nodes)));
+  double t = c.collectiveBaseLatency +
+             std::min(ringSteps, treeSteps) * c.interStepLatency +
              2.0 * (nodes - 1) / nodes * (bytes / perNode) / c.nicShareBandwidth();
   if (perNode > 1)
     t += 2.0 * (perNode - 1) * c.intraStepLatency +

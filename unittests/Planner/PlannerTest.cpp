@@ -206,6 +206,28 @@ TEST(Planner, PerStageRecomputationWhereUniformDoesNotFit) {
 
 namespace {
 
+TEST(Planner, NeverWorseThanTorchtitansFsdpConfig) {
+  // torchtitan_h100.json, 8 GPUs: FSDP over 8, local batch 2, selective
+  // checkpointing on the benchmark's 96 GB GPUs. The search must find a plan
+  // at least as fast, and it must fit.
+  ModelDesc m = llama(32, 4096, 32, 8, 14336, 128256);
+  ClusterSpec c = cluster("dgx-h100", 8);
+  c.gpu.hbmBytes = 96.0 * (1ull << 30);
+  JobSpec j = job(16, 8192);
+  ParallelConfig pub;
+  pub.dp = 8;
+  pub.zero = 3;
+  pub.recompute = Recompute::Selective;
+  pub.microBatch = 2;
+  pub.numMicroBatches = 1;
+  PlanEval published = evaluate(m, c, j, pub);
+  ASSERT_TRUE(published.feasible()) << published.detail;
+  SearchResult s = search(m, c, j, SearchOptions());
+  ASSERT_FALSE(s.plans.empty());
+  EXPECT_GE(s.plans.front().tokensPerS, published.tokensPerS * (1 - 1e-9));
+  EXPECT_LE(s.plans.front().peak.total(), c.gpu.hbmBytes);
+}
+
 TEST(Planner, UnevenStagesWhenTheHeadIsHeavy) {
   // Llama-3 8B's 128256-entry vocabulary makes the last stage (head + loss)
   // heavier than a layer: the balancer gives it fewer layers, which beats the
@@ -249,6 +271,11 @@ TEST(Collectives, MatchNcclTestsBusBandwidth) {
   double two = coll.allReduce(bytes, 16, 8);
   EXPECT_GT(two, ar);
   EXPECT_LT(two, 2.0 * bytes / (47e9));
+  // Across 1024 nodes a small all-reduce takes the tree: 2 log2(1024) = 20
+  // network steps, not the ring's 2046.
+  ClusterSpec big = cluster("dgx-h100", 8192);
+  Collectives wide{big};
+  EXPECT_NEAR(wide.allReduce(8, 1024, 1), 8.4e-6 + 20 * 14e-6, 1e-7);
 }
 
 } // namespace
