@@ -1,0 +1,125 @@
+//===- attention.cpp - scaled dot-product attention, forward and backward -===//
+//
+// Row by row, keeping the log-sum-exp of each query's scores (as a fused
+// kernel does):
+//   forward:  p_j = exp(s_j - lse),  out = sum_j p_j v_j
+//   backward: dp_j = dout . v_j,  D = dout . out,  ds_j = p_j (dp_j - D)
+//             dq = scale sum_j ds_j k_j,  dk_j += scale ds_j q,  dv_j += p_j dout
+// Query head h reads kv head h / (heads / kvHeads); a causal query i sees keys
+// j <= i, and with a window only j > i - window.
+//
+//===----------------------------------------------------------------------===//
+
+#include "llmopt-kernels/cpu.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+namespace llmopt::kernels::cpu {
+
+namespace {
+struct Index {
+  const AttentionShape &a;
+  int64_t qRow(int64_t b, int64_t s, int64_t h) const {
+    return ((b * a.seq + s) * a.heads + h) * a.headDim;
+  }
+  int64_t kvRow(int64_t b, int64_t s, int64_t h) const {
+    return ((b * a.seq + s) * a.kvHeads + h) * a.headDim;
+  }
+  void keyRange(int64_t i, int64_t &first, int64_t &last) const {
+    first = 0;
+    last = a.causal ? i : a.seq - 1;
+    if (a.causal && a.window > 0)
+      first = std::max<int64_t>(0, i - a.window + 1);
+  }
+};
+} // namespace
+
+void attentionForward(const float *q, const float *k, const float *v, float *out,
+                      float *lse, const AttentionShape &a) {
+  Index ix{a};
+  int64_t group = a.heads / a.kvHeads;
+  std::vector<float> scores(a.seq);
+  for (int64_t b = 0; b < a.batch; ++b)
+    for (int64_t h = 0; h < a.heads; ++h) {
+      int64_t kvh = h / group;
+      for (int64_t i = 0; i < a.seq; ++i) {
+        const float *qi = q + ix.qRow(b, i, h);
+        int64_t first, last;
+        ix.keyRange(i, first, last);
+        float m = -std::numeric_limits<float>::infinity();
+        for (int64_t j = first; j <= last; ++j) {
+          const float *kj = k + ix.kvRow(b, j, kvh);
+          float s = 0;
+          for (int64_t d = 0; d < a.headDim; ++d)
+            s += qi[d] * kj[d];
+          scores[j] = s * a.scale;
+          m = std::max(m, scores[j]);
+        }
+        float sum = 0;
+        for (int64_t j = first; j <= last; ++j)
+          sum += std::exp(scores[j] - m);
+        float l = m + std::log(sum);
+        lse[(b * a.heads + h) * a.seq + i] = l;
+        float *o = out + ix.qRow(b, i, h);
+        for (int64_t d = 0; d < a.headDim; ++d)
+          o[d] = 0;
+        for (int64_t j = first; j <= last; ++j) {
+          float p = std::exp(scores[j] - l);
+          const float *vj = v + ix.kvRow(b, j, kvh);
+          for (int64_t d = 0; d < a.headDim; ++d)
+            o[d] += p * vj[d];
+        }
+      }
+    }
+}
+
+void attentionBackward(const float *dout, const float *q, const float *k, const float *v,
+                       const float *out, const float *lse, float *dq, float *dk, float *dv,
+                       const AttentionShape &a) {
+  Index ix{a};
+  int64_t group = a.heads / a.kvHeads;
+  int64_t qCount = a.batch * a.seq * a.heads * a.headDim;
+  int64_t kvCount = a.batch * a.seq * a.kvHeads * a.headDim;
+  std::fill(dq, dq + qCount, 0.0f);
+  std::fill(dk, dk + kvCount, 0.0f);
+  std::fill(dv, dv + kvCount, 0.0f);
+  for (int64_t b = 0; b < a.batch; ++b)
+    for (int64_t h = 0; h < a.heads; ++h) {
+      int64_t kvh = h / group;
+      for (int64_t i = 0; i < a.seq; ++i) {
+        const float *qi = q + ix.qRow(b, i, h);
+        const float *go = dout + ix.qRow(b, i, h);
+        const float *oi = out + ix.qRow(b, i, h);
+        float *dqi = dq + ix.qRow(b, i, h);
+        float l = lse[(b * a.heads + h) * a.seq + i];
+        float D = 0;
+        for (int64_t d = 0; d < a.headDim; ++d)
+          D += go[d] * oi[d];
+        int64_t first, last;
+        ix.keyRange(i, first, last);
+        for (int64_t j = first; j <= last; ++j) {
+          const float *kj = k + ix.kvRow(b, j, kvh);
+          const float *vj = v + ix.kvRow(b, j, kvh);
+          float s = 0, dp = 0;
+          for (int64_t d = 0; d < a.headDim; ++d) {
+            s += qi[d] * kj[d];
+            dp += go[d] * vj[d];
+          }
+          float p = std::exp(s * a.scale - l);
+          float ds = p * (dp - D);
+          float *dkj = dk + ix.kvRow(b, j, kvh);
+          float *dvj = dv + ix.kvRow(b, j, kvh);
+          for (int64_t d = 0; d < a.headDim; ++d) {
+            dqi[d] += a.scale * ds * kj[d];
+            dkj[d] += a.scale * ds * qi[d];
+            dvj[d] += p * go[d];
+          }
+        }
+      }
+    }
+}
+
+} // namespace llmopt::kernels::cpu

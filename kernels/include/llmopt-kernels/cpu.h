@@ -1,0 +1,135 @@
+//===- cpu.h - reference kernels (plain C++, fp32) ---------------*- C++ -*-===//
+//
+// The CPU reference of every kernel a training plan runs: the CPU backend
+// executes them, and the CUDA kernels are validated against them. Plain
+// C++17, no LLVM, fp32 storage and fp32 accumulation, row-major tensors.
+//
+// Conventions:
+//  - activations are [N, C] with N = batch * seq rows (attention and rotary
+//    take batch and seq separately);
+//  - weights of linear layers are [out, in] (nn.Linear), or [in, out] when
+//    `transposed` (GPT-2's Conv1D);
+//  - backward kernels ACCUMULATE parameter gradients (+=) so micro-batches
+//    and tied weights add up, and WRITE activation gradients (=).
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef LLMOPT_KERNELS_CPU_H
+#define LLMOPT_KERNELS_CPU_H
+
+#include <cstdint>
+
+namespace llmopt::kernels::cpu {
+
+// --- embeddings (embedding.cpp) ---------------------------------------------
+/// out[n, :] = table[tokens[n], :]. Tokens outside [0, vocab) are an error
+/// the caller checks first (returns false).
+bool embeddingForward(const int32_t *tokens, const float *table, float *out,
+                      int64_t n, int64_t vocab, int64_t hidden);
+/// dtable[tokens[n], :] += dout[n, :].
+void embeddingBackward(const int32_t *tokens, const float *dout, float *dtable,
+                       int64_t n, int64_t hidden);
+/// out[b, s, :] = x[b, s, :] + table[s, :] (in place allowed).
+void positionEmbeddingForward(const float *x, const float *table, float *out,
+                              int64_t batch, int64_t seq, int64_t hidden);
+/// dtable[s, :] += sum_b dout[b, s, :].
+void positionEmbeddingBackward(const float *dout, float *dtable, int64_t batch,
+                               int64_t seq, int64_t hidden);
+
+// --- norms (norm.cpp) ---------------------------------------------------------
+/// Layer norm over the last dimension; keeps mean and rstd per row for
+/// backward. `bias` may be null.
+void layerNormForward(const float *x, const float *weight, const float *bias,
+                      float *out, float *mean, float *rstd, int64_t n, int64_t c,
+                      float eps);
+void layerNormBackward(const float *dout, const float *x, const float *weight,
+                       const float *mean, const float *rstd, float *dx, float *dweight,
+                       float *dbias, int64_t n, int64_t c);
+/// RMS norm over the last dimension; keeps rstd per row.
+void rmsNormForward(const float *x, const float *weight, float *out, float *rstd,
+                    int64_t n, int64_t c, float eps);
+void rmsNormBackward(const float *dout, const float *x, const float *weight,
+                     const float *rstd, float *dx, float *dweight, int64_t n, int64_t c);
+
+// --- linear (linear.cpp) -------------------------------------------------------
+/// out[n, o] = sum_i x[n, i] W[o, i] + b[o]; W is [in, out] when transposed.
+/// `bias` may be null.
+void linearForward(const float *x, const float *weight, const float *bias, float *out,
+                   int64_t n, int64_t in, int64_t out_features, bool transposed);
+/// dx = dout W (written; may be null), dW += dout^T x, db += sum_n dout (may
+/// be null).
+void linearBackward(const float *dout, const float *x, const float *weight, float *dx,
+                    float *dweight, float *dbias, int64_t n, int64_t in,
+                    int64_t out_features, bool transposed);
+
+// --- activations (activation.cpp) ----------------------------------------------
+/// GeLU, exact (erf) or with the tanh approximation.
+void geluForward(const float *x, float *out, int64_t count, bool tanhApprox);
+void geluBackward(const float *dout, const float *x, float *dx, int64_t count,
+                  bool tanhApprox);
+/// out = silu(gate) * up.
+void swigluForward(const float *gate, const float *up, float *out, int64_t count);
+void swigluBackward(const float *dout, const float *gate, const float *up, float *dgate,
+                    float *dup, int64_t count);
+
+// --- rotary embedding (rotary.cpp) ----------------------------------------------
+/// Llama-3 style context extension (rope_type "llama3"); factor 0 disables.
+struct RopeScaling {
+  float factor = 0;
+  float lowFreqFactor = 1;
+  float highFreqFactor = 4;
+  float originalMaxPositions = 8192;
+};
+/// Rotates each head of x [batch, seq, heads * headDim] in place-safe fashion
+/// (pairs (i, i + headDim/2), the Hugging Face layout). `inverse` rotates
+/// back (the backward pass).
+void rotary(const float *x, float *out, int64_t batch, int64_t seq, int64_t heads,
+            int64_t headDim, float theta, const RopeScaling &scaling, bool inverse);
+
+// --- attention (attention.cpp) --------------------------------------------------
+struct AttentionShape {
+  int64_t batch = 1, seq = 1, heads = 1, kvHeads = 1, headDim = 1;
+  float scale = 1;
+  bool causal = true;
+  int64_t window = 0; ///< 0: unlimited
+};
+/// out [b, s, heads * d] = softmax(q k^T * scale + mask) v per head, with
+/// GQA (query head h reads kv head h / (heads / kvHeads)). Keeps the
+/// log-sum-exp [b, heads, s] for backward.
+void attentionForward(const float *q, const float *k, const float *v, float *out,
+                      float *lse, const AttentionShape &shape);
+/// Writes dq, dk, dv (kv gradients summed over the query heads sharing them).
+void attentionBackward(const float *dout, const float *q, const float *k, const float *v,
+                       const float *out, const float *lse, float *dq, float *dk, float *dv,
+                       const AttentionShape &shape);
+
+// --- loss (loss.cpp) ------------------------------------------------------------
+/// Mean cross-entropy over rows whose label != ignoreIndex; returns the loss
+/// and the number of counted rows in `counted`. Labels outside the vocabulary
+/// (other than ignoreIndex) make it return false.
+bool crossEntropyForward(const float *logits, const int32_t *labels, int64_t n,
+                         int64_t vocab, int64_t ignoreIndex, float *loss, int64_t *counted);
+/// dlogits = (softmax(logits) - onehot(label)) * dloss / counted, zero rows
+/// for ignored labels.
+void crossEntropyBackward(const float *logits, const int32_t *labels, float dloss,
+                          int64_t counted, float *dlogits, int64_t n, int64_t vocab,
+                          int64_t ignoreIndex);
+
+// --- optimizer (adamw.cpp) -------------------------------------------------------
+/// Sum of squares of a gradient buffer (the global norm is the square root of
+/// the sum over all buffers and ranks).
+double sumOfSquares(const float *x, int64_t count);
+struct AdamWParams {
+  float lr = 3e-4f, beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f, weightDecay = 0.1f;
+  /// Multiplies the gradient first (clipping: min(1, maxNorm / norm)).
+  float gradScale = 1;
+  int64_t step = 1; ///< 1-based, for bias correction
+};
+/// Decoupled weight decay Adam (Loshchilov and Hutter 2019), in place on the
+/// fp32 parameter and moments.
+void adamw(float *param, const float *grad, float *m, float *v, int64_t count,
+           const AdamWParams &p);
+
+} // namespace llmopt::kernels::cpu
+
+#endif // LLMOPT_KERNELS_CPU_H
