@@ -4,6 +4,7 @@
 #define LLMOPT_INITALLDIALECTS_H
 
 #include "llmopt/Dialect/LLM/IR/LLMDialect.h"
+#include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/DialectRegistry.h"
 
@@ -11,7 +12,7 @@ namespace llmopt {
 
 /// Our dialects and the upstream ones our pipelines produce.
 inline void registerAllDialects(mlir::DialectRegistry &registry) {
-  registry.insert<llm::LLMDialect, mlir::func::FuncDialect>();
+  registry.insert<llm::LLMDialect, mlir::func::FuncDialect, mlir::arith::ArithDialect>();
 }
 
 } // namespace llmopt

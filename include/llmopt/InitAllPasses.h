@@ -4,6 +4,7 @@
 #define LLMOPT_INITALLPASSES_H
 
 #include "llmopt/Dialect/LLM/Transforms/Passes.h"
+#include "llmopt/Transforms/Passes.h"
 #include "mlir/Transforms/Passes.h"
 
 namespace llmopt {
@@ -11,6 +12,7 @@ namespace llmopt {
 /// Our passes and the upstream ones our pipelines use.
 inline void registerAllPasses() {
   llm::registerLLMPasses();
+  registerLLMOptTransformsPasses();
   mlir::registerCanonicalizerPass();
   mlir::registerCSEPass();
   mlir::registerSymbolDCEPass();

@@ -727,9 +727,11 @@ func.func @swiglu_gate_dynamic_features(%x: tensor<?x?x?xf32>) {
 
 // -----
 
-func.func @add_lhs_not_rank_3(%x: tensor<8xf32>) {
+// Activations are [batch, seq, features]; only static tensors (gradients of
+// weights being summed) may have another rank.
+func.func @add_dynamic_lhs_not_rank_3(%x: tensor<?xf32>) {
   // expected-error @+1 {{lhs must be rank 3 [batch, seq, features], got rank 1}}
-  %y = llm.add %x, %x : tensor<8xf32>
+  %y = llm.add %x, %x : tensor<?xf32>
   return
 }
 

@@ -25,4 +25,26 @@ def LLM_CostOpInterface : OpInterface<"CostOpInterface"> {
   ];
 }
 
+
+def LLM_GradientOpInterface : OpInterface<"GradientOpInterface"> {
+  let cppNamespace = "::llmopt::llm";
+  let description = [{
+    Reverse-mode differentiation of one op: given the gradients of its results
+    (null where no gradient flows), emits the ops computing the gradients of
+    its operands at the builder's insertion point. `llm-build-training-step`
+    calls it on the forward ops in reverse order.
+  }];
+  let methods = [
+    InterfaceMethod<
+      [{Emits the backward of this op. `resultGrads` has one entry per result
+        (null: no gradient). Fills `operandGrads` with one entry per operand
+        (null: not differentiable or no gradient). Fails with an error on the
+        op when it cannot be differentiated.}],
+      "::mlir::LogicalResult", "emitGradient",
+      (ins "::mlir::OpBuilder &":$builder,
+           "::llvm::ArrayRef<::mlir::Value>":$resultGrads,
+           "::llvm::SmallVectorImpl<::mlir::Value> &":$operandGrads)>,
+  ];
+}
+
 #endif // LLMOPT_DIALECT_LLM_IR_LLMINTERFACES_TD

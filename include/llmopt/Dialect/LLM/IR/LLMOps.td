@@ -23,6 +23,11 @@ class LLM_CostOp<string mnemonic, list<Trait> traits = []>
   let hasVerifier = 1;
 }
 
+/// A forward op with a backward (GradientOpInterface).
+class LLM_DiffOp<string mnemonic, list<Trait> traits = []>
+    : LLM_CostOp<mnemonic, !listconcat(traits,
+          [DeclareOpInterfaceMethods<LLM_GradientOpInterface>])>;
+
 //===----------------------------------------------------------------------===//
 // Parameters and structure.
 //===----------------------------------------------------------------------===//
@@ -115,7 +120,7 @@ def LLM_YieldOp : LLM_Op<"yield", [Pure, Terminator, ReturnLike,
 // Embeddings.
 //===----------------------------------------------------------------------===//
 
-def LLM_EmbeddingOp : LLM_CostOp<"embedding", [Pure]> {
+def LLM_EmbeddingOp : LLM_DiffOp<"embedding", [Pure]> {
   let summary = "token embedding lookup";
   let description = [{
     Gathers rows of `table` [vocab, hidden] for integer `tokens` [batch, seq].
@@ -134,7 +139,7 @@ def LLM_EmbeddingOp : LLM_CostOp<"embedding", [Pure]> {
   }];
 }
 
-def LLM_PositionEmbeddingOp : LLM_CostOp<"position_embedding", [Pure,
+def LLM_PositionEmbeddingOp : LLM_DiffOp<"position_embedding", [Pure,
     AllTypesMatch<["input", "result"]>]> {
   let summary = "adds learned absolute position embeddings";
   let description = [{
@@ -155,13 +160,14 @@ def LLM_PositionEmbeddingOp : LLM_CostOp<"position_embedding", [Pure,
   }];
 }
 
-def LLM_RotaryOp : LLM_CostOp<"rotary", [Pure,
+def LLM_RotaryOp : LLM_DiffOp<"rotary", [Pure,
     AllTypesMatch<["q", "q_out"]>, AllTypesMatch<["k", "k_out"]>]> {
   let summary = "rotary position embedding of queries and keys";
   let description = [{
     Rotates each head of `q` [batch, seq, heads * head_dim] and `k`
     [batch, seq, kv_heads * head_dim] by position-dependent angles with base
-    `theta` (RoFormer, Su et al. 2021). `scaling` carries a context-extension
+    `theta` (RoFormer, Su et al. 2021). `inverse` rotates back: it is the
+    gradient of the rotation. `scaling` carries a context-extension
     rule as Hugging Face names it (`rope_type`, `factor`, `low_freq_factor`,
     `high_freq_factor`, `original_max_position_embeddings`).
 
@@ -174,11 +180,11 @@ def LLM_RotaryOp : LLM_CostOp<"rotary", [Pure,
   }];
   let arguments = (ins LLM_Activation:$q, LLM_Activation:$k,
                        I64Attr:$head_dim, F64Attr:$theta,
-                       OptionalAttr<DictionaryAttr>:$scaling);
+                       OptionalAttr<DictionaryAttr>:$scaling, UnitAttr:$inverse);
   let results = (outs LLM_Activation:$q_out, LLM_Activation:$k_out);
   let assemblyFormat = [{
     $q `,` $k `head_dim` $head_dim `theta` $theta (`scaling` $scaling^)?
-    attr-dict `:` type($q) `,` type($k)
+    (`inverse` $inverse^)? attr-dict `:` type($q) `,` type($k)
   }];
 }
 
@@ -186,7 +192,7 @@ def LLM_RotaryOp : LLM_CostOp<"rotary", [Pure,
 // Norms, linear layers, activations.
 //===----------------------------------------------------------------------===//
 
-def LLM_LayerNormOp : LLM_CostOp<"layer_norm", [Pure,
+def LLM_LayerNormOp : LLM_DiffOp<"layer_norm", [Pure,
     AllTypesMatch<["input", "result"]>]> {
   let summary = "layer normalization over the last dimension";
   let description = [{
@@ -208,7 +214,7 @@ def LLM_LayerNormOp : LLM_CostOp<"layer_norm", [Pure,
   }];
 }
 
-def LLM_RMSNormOp : LLM_CostOp<"rms_norm", [Pure,
+def LLM_RMSNormOp : LLM_DiffOp<"rms_norm", [Pure,
     AllTypesMatch<["input", "result"]>]> {
   let summary = "RMS normalization over the last dimension";
   let description = [{
@@ -229,7 +235,7 @@ def LLM_RMSNormOp : LLM_CostOp<"rms_norm", [Pure,
   }];
 }
 
-def LLM_LinearOp : LLM_CostOp<"linear", [Pure]> {
+def LLM_LinearOp : LLM_DiffOp<"linear", [Pure]> {
   let summary = "affine map over the last dimension";
   let description = [{
     `y = x W^T + b` with `weight` [out, in] (nn.Linear), or `y = x W + b` with
@@ -262,7 +268,7 @@ def LLM_LinearOp : LLM_CostOp<"linear", [Pure]> {
   }];
 }
 
-def LLM_SplitOp : LLM_CostOp<"split", [Pure]> {
+def LLM_SplitOp : LLM_DiffOp<"split", [Pure]> {
   let summary = "splits the last dimension into consecutive pieces";
   let description = [{
     Splits a fused projection (GPT-2's `c_attn`) into its parts.
@@ -281,7 +287,7 @@ def LLM_SplitOp : LLM_CostOp<"split", [Pure]> {
   }];
 }
 
-def LLM_AttentionOp : LLM_CostOp<"attention", [Pure,
+def LLM_AttentionOp : LLM_DiffOp<"attention", [Pure,
     AllTypesMatch<["q", "result"]>, AllTypesMatch<["k", "v"]>]> {
   let summary = "scaled dot-product attention core (MHA, GQA, MQA)";
   let description = [{
@@ -314,7 +320,7 @@ def LLM_AttentionOp : LLM_CostOp<"attention", [Pure,
   }];
 }
 
-def LLM_GeluOp : LLM_CostOp<"gelu", [Pure, AllTypesMatch<["input", "result"]>]> {
+def LLM_GeluOp : LLM_DiffOp<"gelu", [Pure, AllTypesMatch<["input", "result"]>]> {
   let summary = "GeLU activation (exact or tanh approximation)";
   let description = [{
     Gaussian error linear unit (Hendrycks and Gimpel 2016); `tanh` is GPT-2's
@@ -329,7 +335,7 @@ def LLM_GeluOp : LLM_CostOp<"gelu", [Pure, AllTypesMatch<["input", "result"]>]> 
   let assemblyFormat = "$input $approximate attr-dict `:` type($input)";
 }
 
-def LLM_SwiGLUOp : LLM_CostOp<"swiglu", [Pure,
+def LLM_SwiGLUOp : LLM_DiffOp<"swiglu", [Pure,
     AllTypesMatch<["gate", "up", "result"]>]> {
   let summary = "SwiGLU gating: silu(gate) * up";
   let description = [{
@@ -344,7 +350,7 @@ def LLM_SwiGLUOp : LLM_CostOp<"swiglu", [Pure,
   let assemblyFormat = "$gate `,` $up attr-dict `:` type($gate)";
 }
 
-def LLM_AddOp : LLM_CostOp<"add", [Pure, Commutative,
+def LLM_AddOp : LLM_DiffOp<"add", [Pure, Commutative,
     AllTypesMatch<["lhs", "rhs", "result"]>]> {
   let summary = "residual add";
   let description = [{
@@ -472,7 +478,7 @@ def LLM_MoECombineOp : LLM_CostOp<"moe_combine", [Pure]> {
 // Head and loss.
 //===----------------------------------------------------------------------===//
 
-def LLM_LMHeadOp : LLM_CostOp<"lm_head", [Pure]> {
+def LLM_LMHeadOp : LLM_DiffOp<"lm_head", [Pure]> {
   let summary = "projection to vocabulary logits";
   let description = [{
     `logits = x W^T` with `weight` [vocab, hidden]. A tied head uses the same
@@ -492,7 +498,7 @@ def LLM_LMHeadOp : LLM_CostOp<"lm_head", [Pure]> {
   }];
 }
 
-def LLM_CrossEntropyOp : LLM_CostOp<"cross_entropy", [Pure]> {
+def LLM_CrossEntropyOp : LLM_DiffOp<"cross_entropy", [Pure]> {
   let summary = "mean token cross-entropy loss";
   let description = [{
     Mean over tokens of `-log softmax(logits)[label]`, skipping labels equal to
@@ -511,5 +517,7 @@ def LLM_CrossEntropyOp : LLM_CostOp<"cross_entropy", [Pure]> {
     $logits `,` $labels attr-dict `:` type($logits) `,` type($labels) `->` type($loss)
   }];
 }
+
+include "llmopt/Dialect/LLM/IR/LLMGradOps.td"
 
 #endif // LLMOPT_DIALECT_LLM_IR_LLMOPS_TD

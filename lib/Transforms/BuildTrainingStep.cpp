@@ -1,0 +1,160 @@
+//===- BuildTrainingStep.cpp - forward + backward + AdamW -----------------===//
+
+#include "llmopt/Dialect/LLM/IR/LLMOps.h"
+#include "llmopt/Transforms/Passes.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/BuiltinAttributes.h"
+#include "mlir/IR/IRMapping.h"
+#include "llvm/ADT/MapVector.h"
+
+namespace llmopt {
+#define GEN_PASS_DEF_BUILDTRAININGSTEP
+#include "llmopt/Transforms/Passes.h.inc"
+} // namespace llmopt
+
+using namespace mlir;
+using namespace llmopt;
+using namespace llmopt::llm;
+
+namespace {
+
+/// Replaces every llm.layer by its body, tagging the ops with the layer index.
+void inlineLayers(func::FuncOp func) {
+  SmallVector<LayerOp> layers(func.getBody().front().getOps<LayerOp>());
+  for (LayerOp layer : layers) {
+    OpBuilder b(layer);
+    IRMapping map;
+    Block &body = layer.getBody().front();
+    map.map(body.getArgument(0), layer.getInput());
+    auto index = b.getI64IntegerAttr(layer.getIndexAttr().getInt());
+    for (Operation &op : body.without_terminator()) {
+      Operation *clone = b.clone(op, map);
+      clone->setAttr("llm.layer", index);
+    }
+    Value out = map.lookup(cast<YieldOp>(body.getTerminator()).getValue());
+    layer.getResult().replaceAllUsesWith(out);
+    layer.erase();
+  }
+}
+
+struct BuildTrainingStepPass
+    : public llmopt::impl::BuildTrainingStepBase<BuildTrainingStepPass> {
+  using Base::Base;
+
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    func::FuncOp forward = module.lookupSymbol<func::FuncOp>("forward");
+    if (!forward || forward.isExternal()) {
+      module.emitError() << "llm-build-training-step: no func.func @forward to train";
+      return signalPassFailure();
+    }
+    if (module.lookupSymbol("train_step")) {
+      module.emitError() << "llm-build-training-step: the module already has @train_step";
+      return signalPassFailure();
+    }
+    auto ret = cast<func::ReturnOp>(forward.getBody().front().getTerminator());
+    if (ret.getNumOperands() != 1 || !ret.getOperand(0).getDefiningOp<CrossEntropyOp>()) {
+      forward.emitError() << "llm-build-training-step: @forward must return the loss of "
+                             "one llm.cross_entropy";
+      return signalPassFailure();
+    }
+
+    // @train_step starts as a copy of @forward with its layers inlined.
+    OpBuilder mb(module.getContext());
+    mb.setInsertionPointAfter(forward);
+    auto step = cast<func::FuncOp>(mb.clone(*forward));
+    step.setSymName("train_step");
+    inlineLayers(step);
+    Block &body = step.getBody().front();
+    auto stepRet = cast<func::ReturnOp>(body.getTerminator());
+    Value loss = stepRet.getOperand(0);
+
+    // Reverse mode. Backward ops go before the return, in reverse order of
+    // the forward ops they differentiate.
+    OpBuilder b(stepRet);
+    Location loc = step.getLoc();
+    llvm::MapVector<Value, Value> grads;
+    auto accumulate = [&](Value v, Value g) {
+      if (!g)
+        return;
+      auto [it, inserted] = grads.insert({v, g});
+      if (!inserted)
+        it->second = AddOp::create(b, loc, g.getType(), it->second, g);
+    };
+    auto oneTy = RankedTensorType::get({}, b.getF32Type());
+    accumulate(loss, arith::ConstantOp::create(
+                         b, loc, oneTy, DenseElementsAttr::get(oneTy, b.getF32FloatAttr(1.0f))));
+
+    SmallVector<Operation *> forwardOps;
+    for (Operation &op : body.without_terminator())
+      if (op.getBlock() == &body)
+        forwardOps.push_back(&op);
+    for (Operation *op : llvm::reverse(forwardOps)) {
+      if (isa<ParamOp, arith::ConstantOp>(op))
+        continue;
+      SmallVector<Value> resultGrads;
+      bool any = false;
+      for (Value r : op->getResults()) {
+        auto it = grads.find(r);
+        resultGrads.push_back(it == grads.end() ? Value() : it->second);
+        any |= bool(resultGrads.back());
+      }
+      if (!any)
+        continue;
+      auto diff = dyn_cast<GradientOpInterface>(op);
+      if (!diff) {
+        op->emitOpError() << "has no backward yet: llm-build-training-step cannot "
+                             "differentiate it";
+        return signalPassFailure();
+      }
+      SmallVector<Value> operandGrads;
+      Operation *lastBefore = stepRet->getPrevNode();
+      if (failed(diff.emitGradient(b, resultGrads, operandGrads)))
+        return signalPassFailure();
+      if (operandGrads.size() != op->getNumOperands()) {
+        op->emitOpError() << "backward returned " << operandGrads.size()
+                          << " gradients for " << op->getNumOperands() << " operands";
+        return signalPassFailure();
+      }
+      for (auto [operand, g] : llvm::zip(op->getOperands(), operandGrads))
+        accumulate(operand, g);
+      // The ops just created (backward and accumulation) belong to the
+      // forward op's layer.
+      if (IntegerAttr layer = op->getAttrOfType<IntegerAttr>("llm.layer"))
+        for (Operation *n = lastBefore->getNextNode(); n != stepRet.getOperation();
+             n = n->getNextNode())
+          n->setAttr("llm.layer", layer);
+    }
+
+    // Parameters: global norm, then AdamW, in declaration order.
+    SmallVector<ParamOp> params;
+    for (Operation *op : forwardOps)
+      if (auto p = dyn_cast<ParamOp>(op))
+        params.push_back(p);
+    SmallVector<Value> paramGrads;
+    for (ParamOp p : params) {
+      auto it = grads.find(p.getResult());
+      if (it == grads.end()) {
+        p.emitOpError() << "parameter '" << p.getName()
+                        << "' gets no gradient: it does not affect the loss";
+        return signalPassFailure();
+      }
+      paramGrads.push_back(it->second);
+    }
+    Value norm = GlobalNormOp::create(b, loc, oneTy, paramGrads);
+    for (auto [p, g] : llvm::zip(params, paramGrads))
+      AdamWOp::create(b, loc, p.getNameAttr(), g, norm, b.getF64FloatAttr(lr),
+                      b.getF64FloatAttr(beta1), b.getF64FloatAttr(beta2),
+                      b.getF64FloatAttr(eps), b.getF64FloatAttr(weightDecay),
+                      b.getF64FloatAttr(maxGradNorm));
+
+    func::ReturnOp::create(b, loc, ValueRange{loss, norm});
+    stepRet.erase();
+    step.setType(FunctionType::get(module.getContext(), step.getArgumentTypes(),
+                                   {oneTy, oneTy}));
+  }
+};
+} // namespace
