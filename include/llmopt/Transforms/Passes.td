@@ -63,4 +63,56 @@ def BuildTrainingStep : Pass<"llm-build-training-step", "::mlir::ModuleOp"> {
   let dependentDialects = ["::llmopt::llm::LLMDialect", "::mlir::arith::ArithDialect"];
 }
 
+
+def SpecializeShapes : Pass<"llm-specialize-shapes", "::mlir::ModuleOp"> {
+  let summary = "Fix the batch and sequence dimensions to the plan's";
+  let description = [{
+    Replaces the dynamic batch and sequence dimensions of every function's
+    values (`tensor<?x?x768xbf16>`) by the micro-batch and sequence length
+    (`tensor<4x1024x768xbf16>`), so that buffers get sizes and kernels get
+    shapes. The defaults come from the module's `#llm.plan` (micro_batch) and
+    `llm.seq_len`; the options override them. MoE capacity dimensions are
+    left dynamic (they depend on the routing) and make the pass fail.
+
+    ```mlir
+    // --llm-specialize-shapes="batch=2 seq=8"
+    %x = llm.embedding %t, %w : tensor<2x8xi32>, tensor<96x64xf32> -> tensor<2x8x64xf32>
+    ```
+  }];
+  let options = [
+    Option<"batch", "batch", "int64_t", /*default=*/"0",
+           "micro-batch size (default: the plan's)">,
+    Option<"seq", "seq", "int64_t", /*default=*/"0",
+           "sequence length (default: llm.seq_len)">,
+  ];
+}
+
+def PlanMemory : Pass<"llm-plan-memory", "::mlir::ModuleOp"> {
+  let summary = "Assign arena offsets to every transient tensor by liveness";
+  let description = [{
+    Static memory planning of `@train_step` (or the only function) with
+    static shapes: each op result other than a parameter is a transient
+    buffer live from its definition to its last use (results returned live to
+    the end). Buffers are placed greedily by size, largest first, at the
+    lowest 256-byte aligned offset that overlaps no buffer with an
+    overlapping lifetime. Each op gets `llm.offsets` (one per result, -1 for
+    parameters, which live in the persistent state), the function gets
+    `llm.arena_bytes` (the peak) and `llm.state_bytes` (parameters in the
+    training dtype plus fp32 master weights, gradients accumulation and AdamW
+    moments, as the cost model counts them). With `report=-` it prints the
+    arena beside the planner's prediction for the same plan.
+
+    ```mlir
+    %0 = llm.rms_norm %x, %w eps 1.0e-05 {llm.offsets = array<i64: 4096>} : ...
+    func.func @train_step(...) attributes {llm.arena_bytes = 1048576 : i64, llm.state_bytes = ...}
+    ```
+  }];
+  let options = [
+    Option<"alignment", "alignment", "int64_t", /*default=*/"256",
+           "buffer alignment in bytes">,
+    Option<"report", "report", "std::string", /*default=*/"\"\"",
+           "print the memory plan summary (- for standard output)">,
+  ];
+}
+
 #endif // LLMOPT_TRANSFORMS_PASSES_TD

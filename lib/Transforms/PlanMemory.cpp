@@ -1,0 +1,166 @@
+//===- PlanMemory.cpp - static memory planning by liveness ----------------===//
+//
+// Greedy by size (largest first), each buffer at the lowest aligned offset
+// free over its whole lifetime: the strategy TFLite's and XLA's static
+// planners use, near-optimal on the long-lived activation / short-lived
+// temporary mix of a training step.
+//
+//===----------------------------------------------------------------------===//
+
+#include "llmopt/Dialect/LLM/IR/LLMOps.h"
+#include "llmopt/Support/Output.h"
+#include "llmopt/Transforms/Passes.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Builders.h"
+#include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/MathExtras.h"
+
+#include <algorithm>
+
+namespace llmopt {
+#define GEN_PASS_DEF_PLANMEMORY
+#include "llmopt/Transforms/Passes.h.inc"
+} // namespace llmopt
+
+using namespace mlir;
+using namespace llmopt;
+using namespace llmopt::llm;
+
+namespace {
+
+struct Buffer {
+  Value value;
+  int64_t bytes = 0;
+  int64_t first = 0, last = 0; // op positions, inclusive
+  int64_t offset = -1;
+};
+
+struct PlanMemoryPass : public llmopt::impl::PlanMemoryBase<PlanMemoryPass> {
+  using Base::Base;
+
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    func::FuncOp func = module.lookupSymbol<func::FuncOp>("train_step");
+    if (!func) {
+      auto funcs = module.getOps<func::FuncOp>();
+      if (std::distance(funcs.begin(), funcs.end()) == 1)
+        func = *funcs.begin();
+    }
+    if (!func || func.isExternal()) {
+      module.emitError() << "llm-plan-memory: no @train_step (or single function) to plan";
+      return signalPassFailure();
+    }
+    if (alignment <= 0 || !llvm::isPowerOf2_64(alignment)) {
+      module.emitError() << "llm-plan-memory: alignment must be a power of two, got "
+                         << static_cast<int64_t>(alignment);
+      return signalPassFailure();
+    }
+    Block &body = func.getBody().front();
+    if (!body.getOps<LayerOp>().empty()) {
+      func.emitError() << "llm-plan-memory: inline the llm.layer regions first "
+                          "(llm-build-training-step does)";
+      return signalPassFailure();
+    }
+
+    // Positions and lifetimes.
+    llvm::DenseMap<Operation *, int64_t> pos;
+    int64_t n = 0;
+    for (Operation &op : body)
+      pos[&op] = n++;
+    std::vector<Buffer> buffers;
+    llvm::DenseMap<Value, size_t> index;
+    double stateBytes = 0;
+    for (Operation &op : body) {
+      if (auto p = dyn_cast<ParamOp>(op)) {
+        double count = double(p.getNumElements());
+        // 16-bit weight + fp32 master, gradient accumulator, two moments.
+        stateBytes += count * (elementBytes(p.getType(), CostContext()) + 16);
+        continue;
+      }
+      for (Value r : op.getResults()) {
+        auto t = dyn_cast<RankedTensorType>(r.getType());
+        if (!t)
+          continue;
+        if (!t.hasStaticShape()) {
+          op.emitOpError() << "llm-plan-memory: " << t
+                           << " has no static size; run llm-specialize-shapes first";
+          return signalPassFailure();
+        }
+        Buffer b;
+        b.value = r;
+        b.bytes = int64_t(tensorBytes(t, CostContext()));
+        b.first = b.last = pos[&op];
+        for (Operation *user : r.getUsers()) {
+          Operation *top = body.findAncestorOpInBlock(*user);
+          b.last = std::max(b.last, isa<func::ReturnOp>(top) ? n : pos[top]);
+        }
+        index[r] = buffers.size();
+        buffers.push_back(b);
+      }
+    }
+
+    // Greedy by size.
+    std::vector<size_t> order(buffers.size());
+    for (size_t i = 0; i < order.size(); ++i)
+      order[i] = i;
+    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+      return buffers[a].bytes > buffers[b].bytes;
+    });
+    std::vector<size_t> placed;
+    int64_t peak = 0;
+    for (size_t i : order) {
+      Buffer &b = buffers[i];
+      // Occupied intervals of buffers alive at the same time, by offset.
+      std::vector<std::pair<int64_t, int64_t>> busy;
+      for (size_t j : placed) {
+        const Buffer &o = buffers[j];
+        if (o.first <= b.last && b.first <= o.last)
+          busy.push_back({o.offset, o.offset + o.bytes});
+      }
+      std::sort(busy.begin(), busy.end());
+      int64_t offset = 0;
+      for (auto [lo, hi] : busy) {
+        if (offset + b.bytes <= lo)
+          break;
+        offset = std::max(offset, int64_t(llvm::alignTo(hi, alignment)));
+      }
+      b.offset = offset;
+      peak = std::max(peak, offset + b.bytes);
+      placed.push_back(i);
+    }
+
+    Builder builder(&getContext());
+    for (Operation &op : body) {
+      if (op.getNumResults() == 0)
+        continue;
+      SmallVector<int64_t> offsets;
+      for (Value r : op.getResults()) {
+        auto it = index.find(r);
+        offsets.push_back(it == index.end() ? -1 : buffers[it->second].offset);
+      }
+      op.setAttr("llm.offsets", builder.getDenseI64ArrayAttr(offsets));
+    }
+    func->setAttr("llm.arena_bytes", builder.getI64IntegerAttr(peak));
+    func->setAttr("llm.state_bytes", builder.getI64IntegerAttr(int64_t(stateBytes)));
+
+    if (!report.empty()) {
+      double total = 0;
+      for (const Buffer &b : buffers)
+        total += b.bytes;
+      std::string text = llvm::formatv(
+          "memory plan of @{0}: {1} buffers, {2:f1} MiB if never reused, arena {3:f1} MiB "
+          "(peak), parameter and optimizer state {4:f1} MiB\n",
+          func.getSymName(), buffers.size(), total / (1 << 20), double(peak) / (1 << 20),
+          stateBytes / (1 << 20));
+      if (auto plan = module->getAttrOfType<PlanAttr>("llm.plan"))
+        text += llvm::formatv("planner's prediction for the peak rank: {0:f1} MiB; this "
+                              "single-rank plan: {1:f1} MiB\n",
+                              double(plan.getPeakMemoryBytes()) / (1 << 20),
+                              (double(peak) + stateBytes) / (1 << 20));
+      if (report == "-")
+        writeReportToStdout(text);
+    }
+  }
+};
+} // namespace

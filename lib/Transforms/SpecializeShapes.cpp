@@ -1,0 +1,84 @@
+//===- SpecializeShapes.cpp - fix batch and sequence dimensions -----------===//
+
+#include "llmopt/Dialect/LLM/IR/LLMOps.h"
+#include "llmopt/Transforms/Passes.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/BuiltinTypes.h"
+
+namespace llmopt {
+#define GEN_PASS_DEF_SPECIALIZESHAPES
+#include "llmopt/Transforms/Passes.h.inc"
+} // namespace llmopt
+
+using namespace mlir;
+using namespace llmopt;
+using namespace llmopt::llm;
+
+namespace {
+struct SpecializeShapesPass
+    : public llmopt::impl::SpecializeShapesBase<SpecializeShapesPass> {
+  using Base::Base;
+
+  /// [?, ?, ...] -> [batch, seq, ...]; other dynamic dimensions are an error.
+  FailureOr<Type> specialize(Type t, int64_t b, int64_t s, Location loc) {
+    auto r = dyn_cast<RankedTensorType>(t);
+    if (!r || r.hasStaticShape())
+      return t;
+    SmallVector<int64_t> shape(r.getShape());
+    for (auto [i, d] : llvm::enumerate(shape)) {
+      if (!ShapedType::isDynamic(d))
+        continue;
+      // Only [?, ?, ...] and [?, ...] are batch and sequence; [4, ?, 8] is an
+      // MoE capacity.
+      if (i > 1 || (i == 1 && !ShapedType::isDynamic(r.getDimSize(0)))) {
+        emitError(loc) << "llm-specialize-shapes: dimension " << i << " of " << t
+                       << " is dynamic and is not batch or sequence (MoE capacity is "
+                          "decided at run time)";
+        return failure();
+      }
+      d = i == 0 ? b : s;
+    }
+    return Type(RankedTensorType::get(shape, r.getElementType(), r.getEncoding()));
+  }
+
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    int64_t b = batch, s = seq;
+    if (auto plan = module->getAttrOfType<PlanAttr>("llm.plan"); plan && b == 0)
+      b = plan.getMicroBatch();
+    if (auto seqAttr = module->getAttrOfType<IntegerAttr>("llm.seq_len"); seqAttr && s == 0)
+      s = seqAttr.getInt();
+    if (b <= 0 || s <= 0) {
+      module.emitError() << "llm-specialize-shapes: no batch or sequence length: pass "
+                            "batch=N seq=N, or plan the module first";
+      return signalPassFailure();
+    }
+    for (auto func : module.getOps<func::FuncOp>()) {
+      WalkResult res = func.walk([&](Block *block) -> WalkResult {
+        for (BlockArgument arg : block->getArguments()) {
+          FailureOr<Type> t = specialize(arg.getType(), b, s, func.getLoc());
+          if (failed(t))
+            return WalkResult::interrupt();
+          arg.setType(*t);
+        }
+        for (Operation &op : *block)
+          for (Value r : op.getResults()) {
+            FailureOr<Type> t = specialize(r.getType(), b, s, op.getLoc());
+            if (failed(t))
+              return WalkResult::interrupt();
+            r.setType(*t);
+          }
+        return WalkResult::advance();
+      });
+      if (res.wasInterrupted())
+        return signalPassFailure();
+      func.setType(FunctionType::get(func.getContext(),
+                                     func.getBody().front().getArgumentTypes(),
+                                     func.getBody().front().getTerminator()->getOperandTypes()));
+    }
+    module->setAttr("llm.micro_batch", IntegerAttr::get(IntegerType::get(&getContext(), 64), b));
+    module->setAttr("llm.seq_len", IntegerAttr::get(IntegerType::get(&getContext(), 64), s));
+  }
+};
+} // namespace

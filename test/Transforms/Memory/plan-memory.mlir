@@ -1,0 +1,57 @@
+// RUN: llm-opt %s -split-input-file --llm-plan-memory -verify-diagnostics | FileCheck %s
+
+// Four f32 buffers of 4 KiB (1x32x32), placed at the lowest free offset:
+// %a and %b are live together (0, 4096); %c is live with both (8192); %d is
+// live with %b and %c but %a is dead by then, so it reuses 0. Peak: three
+// buffers. State: 32 fp32 parameters x (4 + 16 bytes of master weight,
+// gradient and moments) = 640.
+// CHECK-LABEL: func.func @train_step
+// CHECK-SAME: llm.arena_bytes = 12288 : i64
+// CHECK-SAME: llm.state_bytes = 640 : i64
+// CHECK: llm.param "g" {{.*}}llm.offsets = array<i64: -1>
+// CHECK: llm.rms_norm {{.*}}llm.offsets = array<i64: 0>
+// CHECK: llm.rms_norm {{.*}}llm.offsets = array<i64: 4096>
+// CHECK: llm.add {{.*}}llm.offsets = array<i64: 8192>
+// CHECK: llm.add {{.*}}llm.offsets = array<i64: 0>
+module {
+  func.func @train_step(%x: tensor<1x32x32xf32>) -> tensor<1x32x32xf32> {
+    %g = llm.param "g" ones : tensor<32xf32>
+    %a = llm.rms_norm %x, %g eps 1.0e-05 : tensor<1x32x32xf32>, tensor<32xf32>
+    %b = llm.rms_norm %x, %g eps 1.0e-05 : tensor<1x32x32xf32>, tensor<32xf32>
+    %c = llm.add %a, %b : tensor<1x32x32xf32>
+    %d = llm.add %b, %c : tensor<1x32x32xf32>
+    return %d : tensor<1x32x32xf32>
+  }
+}
+
+// -----
+
+module {
+  func.func @train_step(%x: tensor<?x?x32xf32>) -> tensor<?x?x32xf32> {
+    %g = llm.param "g" ones : tensor<32xf32>
+    // expected-error @+1 {{llm-plan-memory: 'tensor<?x?x32xf32>' has no static size; run llm-specialize-shapes first}}
+    %a = llm.rms_norm %x, %g eps 1.0e-05 : tensor<?x?x32xf32>, tensor<32xf32>
+    return %a : tensor<?x?x32xf32>
+  }
+}
+
+// -----
+
+module {
+  // expected-error @+1 {{llm-plan-memory: inline the llm.layer regions first}}
+  func.func @train_step(%x: tensor<1x2x4xf32>) -> tensor<1x2x4xf32> {
+    %y = llm.layer 0 (%x) : tensor<1x2x4xf32> {
+    ^bb0(%in: tensor<1x2x4xf32>):
+      llm.yield %in : tensor<1x2x4xf32>
+    }
+    return %y : tensor<1x2x4xf32>
+  }
+}
+
+// -----
+
+// expected-error @+1 {{llm-plan-memory: no @train_step (or single function) to plan}}
+module {
+  func.func @a() { return }
+  func.func @b() { return }
+}
