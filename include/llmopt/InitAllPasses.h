@@ -4,6 +4,8 @@
 #define LLMOPT_INITALLPASSES_H
 
 #include "llmopt/Dialect/LLM/Transforms/Passes.h"
+#include "llmopt/Conversion/Passes.h"
+#include "llmopt/Pipelines/Pipelines.h"
 #include "llmopt/Transforms/Passes.h"
 #include "mlir/Transforms/Passes.h"
 
@@ -13,6 +15,8 @@ namespace llmopt {
 inline void registerAllPasses() {
   llm::registerLLMPasses();
   registerLLMOptTransformsPasses();
+  registerLLMOptConversionPasses();
+  registerPipelines();
   mlir::registerCanonicalizerPass();
   mlir::registerCSEPass();
   mlir::registerSymbolDCEPass();

@@ -12,6 +12,7 @@
 
 #include <cmath>
 #include <random>
+#include <unordered_map>
 
 using namespace mlir;
 using namespace llmopt;
@@ -71,14 +72,18 @@ namespace {
 /// Execution of one function.
 struct Run {
   Interpreter &in;
-  llvm::DenseMap<Value, Tensor> env;
+  /// Node-based so that references to tensors stay valid while results are
+  /// added (a kernel reads its inputs while its outputs are created).
+  std::unordered_map<const void *, Tensor> env;
+
+  Tensor &slot(Value v) { return env[v.getAsOpaquePointer()]; }
 
   LogicalResult fail(Operation *op, const Twine &msg) {
     in.error = (op->getName().getStringRef() + ": " + msg).str();
     return failure();
   }
 
-  const Tensor &get(Value v) { return env.find(v)->second; }
+  const Tensor &get(Value v) { return env.at(v.getAsOpaquePointer()); }
 
   /// The shape of a result: static dims from the type, the dynamic ones
   /// (batch, seq) from `like`.
@@ -95,7 +100,7 @@ struct Run {
     Tensor t;
     t.shape = std::move(shape);
     t.data.assign(t.numElements(), 0.0f);
-    return env[result] = std::move(t);
+    return slot(result) = std::move(t);
   }
 
   static int64_t rows(const Tensor &t) { return t.shape[0] * t.shape[1]; }
@@ -159,7 +164,7 @@ LogicalResult Run::exec(Operation *op) {
         auto it = in.params.find(p.getName());
         if (it == in.params.end())
           return fail(op, "parameter '" + p.getName() + "' was not initialized");
-        env[p.getResult()] = Tensor::floats(it->second.shape, it->second.value);
+        slot(p.getResult()) = Tensor::floats(it->second.shape, it->second.value);
         return success();
       })
       .Case([&](arith::ConstantOp c) {
@@ -174,11 +179,11 @@ LogicalResult Run::exec(Operation *op) {
       })
       .Case([&](LayerOp l) {
         Block &body = l.getBody().front();
-        env[body.getArgument(0)] = get(l.getInput());
+        slot(body.getArgument(0)) = get(l.getInput());
         SmallVector<Tensor> out;
         if (failed(runBlock(body, out)))
           return failure();
-        env[l.getResult()] = out.front();
+        slot(l.getResult()) = out.front();
         return success();
       })
       .Case([&](EmbeddingOp e) {
@@ -455,7 +460,7 @@ FailureOr<std::vector<Tensor>> Interpreter::run(func::FuncOp func, ArrayRef<Tens
     return failure();
   }
   for (auto [arg, t] : llvm::zip(entry.getArguments(), args))
-    r.env[arg] = t;
+    r.slot(arg) = t;
   SmallVector<Tensor> results;
   if (failed(r.runBlock(entry, results)))
     return failure();

@@ -115,4 +115,19 @@ def PlanMemory : Pass<"llm-plan-memory", "::mlir::ModuleOp"> {
   ];
 }
 
+
+def EmitPlan : Pass<"llm-emit-plan", "::mlir::ModuleOp"> {
+  let summary = "Write the exec programs as a plan directory";
+  let description = [{
+    Writes `dir/plan.json` (format `llm-opt-plan`, version 1: the mesh, the
+    step inputs, every parameter with its shape and init, and per class of
+    ranks the instruction stream) and `dir/checksums.sha256` (SHA-256 of
+    plan.json, in `sha256sum -c` form). docs/plan-format.md specifies it.
+    Files are replaced atomically; identical inputs give identical bytes.
+  }];
+  let options = [
+    Option<"dir", "dir", "std::string", /*default=*/"\"\"", "plan directory">,
+  ];
+}
+
 #endif // LLMOPT_TRANSFORMS_PASSES_TD

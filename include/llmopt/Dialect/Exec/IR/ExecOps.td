@@ -1,0 +1,106 @@
+//===- ExecOps.td - per-rank executable programs -----------*- tablegen -*-===//
+//
+// The `exec` dialect: what one class of ranks runs, as an ordered list of
+// kernel calls and collectives on buffers with fixed places (offsets into
+// the rank's arena, parameter state by name, step inputs). One-to-one with
+// the instruction stream of a plan file (docs/plan-format.md).
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef LLMOPT_DIALECT_EXEC_IR_EXECOPS_TD
+#define LLMOPT_DIALECT_EXEC_IR_EXECOPS_TD
+
+include "mlir/IR/OpBase.td"
+include "mlir/IR/AttrTypeBase.td"
+include "mlir/IR/BuiltinAttributeInterfaces.td"
+
+def Exec_Dialect : Dialect {
+  let name = "exec";
+  let cppNamespace = "::llmopt::exec";
+  let summary = "Per-rank instruction streams: kernels and collectives on placed buffers";
+  let description = [{
+    The last IR before a plan file. Values are gone: every operand is a
+    `#exec.buf` naming where the data lives. Instructions run in order; the
+    runtime maps kernel names to its CPU or CUDA kernels through
+    kernels/include/llmopt-kernels/abi.h.
+  }];
+  let useDefaultAttributePrinterParser = 1;
+}
+
+class Exec_Op<string mnemonic, list<Trait> traits = []>
+    : Op<Exec_Dialect, mnemonic, traits>;
+
+def Exec_BufAttr : AttrDef<Exec_Dialect, "Buf"> {
+  let mnemonic = "buf";
+  let summary = "a placed buffer";
+  let description = [{
+    `space` is `arena` (at `offset` bytes into the rank's arena), `input` (step
+    input number `offset`: 0 tokens, 1 labels) or `state` (the parameter
+    `name`, in the training dtype). `shape` and `dtype` describe the data.
+
+    ```mlir
+    #exec.buf<space = "arena", offset = 4096, name = "", shape = array<i64: 2, 8, 64>, dtype = f32>
+    ```
+  }];
+  let parameters = (ins "::mlir::StringAttr":$space, "int64_t":$offset,
+                        "::mlir::StringAttr":$name, "::mlir::DenseI64ArrayAttr":$shape,
+                        "::mlir::Type":$dtype);
+  let assemblyFormat = "`<` struct(params) `>`";
+  let genVerifyDecl = 1;
+  let extraClassDeclaration = [{
+    int64_t getNumElements() const;
+    int64_t getBytes() const;
+  }];
+}
+
+def Exec_ProgramOp : Exec_Op<"program", [NoTerminator, SingleBlock, IsolatedFromAbove]> {
+  let summary = "the instruction stream of a class of ranks";
+  let description = [{
+    ```mlir
+    exec.program "train_step" ranks [0, 1] arena 199936 {
+      exec.kernel "embedding_fwd" ins [...] outs [...] {}
+      ...
+    }
+    ```
+    `outputs` names the buffers the runtime reports (loss, grad_norm).
+    Verified: ranks are distinct and non-negative; every arena buffer fits in
+    `arena` bytes.
+  }];
+  let arguments = (ins StrAttr:$name, DenseI64ArrayAttr:$ranks, I64Attr:$arena,
+                       DictionaryAttr:$outputs);
+  let regions = (region SizedRegion<1>:$body);
+  let assemblyFormat = [{
+    $name `ranks` $ranks `arena` $arena `outputs` $outputs attr-dict-with-keyword $body
+  }];
+  let hasVerifier = 1;
+}
+
+def Exec_KernelOp : Exec_Op<"kernel", [HasParent<"ProgramOp">]> {
+  let summary = "calls a kernel of the kernel ABI";
+  let description = [{
+    ```mlir
+    exec.kernel "rms_norm_fwd" ins [#exec.buf<...>, #exec.buf<...>] outs [#exec.buf<...>] {eps = 1.0e-05 : f64}
+    ```
+    Verified: the kernel exists in the ABI and takes this many buffers; every
+    buffer is an `#exec.buf`; outputs are not step inputs.
+  }];
+  let arguments = (ins StrAttr:$kernel, ArrayAttr:$ins, ArrayAttr:$outs,
+                       DictionaryAttr:$params);
+  let assemblyFormat = "$kernel `ins` $ins `outs` $outs $params attr-dict";
+  let hasVerifier = 1;
+}
+
+def Exec_AllReduceOp : Exec_Op<"all_reduce", [HasParent<"ProgramOp">]> {
+  let summary = "all-reduces buffers in place over a mesh axis";
+  let description = [{
+    `reduce` is `sum` or `avg`.
+    ```mlir
+    exec.all_reduce "dp" avg [#exec.buf<...>, ...]
+    ```
+  }];
+  let arguments = (ins StrAttr:$axis, StrAttr:$reduce, ArrayAttr:$buffers);
+  let assemblyFormat = "$axis $reduce $buffers attr-dict";
+  let hasVerifier = 1;
+}
+
+#endif // LLMOPT_DIALECT_EXEC_IR_EXECOPS_TD

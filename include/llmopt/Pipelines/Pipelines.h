@@ -1,0 +1,36 @@
+//===- Pipelines.h - pass pipelines -----------------------------*- C++ -*-===//
+
+#ifndef LLMOPT_PIPELINES_PIPELINES_H
+#define LLMOPT_PIPELINES_PIPELINES_H
+
+#include "mlir/Pass/PassManager.h"
+#include "mlir/Pass/PassOptions.h"
+
+namespace llmopt {
+
+struct LowerToPlanOptions : public mlir::PassPipelineOptions<LowerToPlanOptions> {
+  Option<std::string> dir{*this, "dir", llvm::cl::desc("plan directory to write")};
+  Option<double> lr{*this, "lr", llvm::cl::desc("learning rate"), llvm::cl::init(3e-4)};
+  Option<double> maxGradNorm{*this, "max-grad-norm",
+                             llvm::cl::desc("global-norm clipping (0: none)"),
+                             llvm::cl::init(1.0)};
+  Option<int64_t> batch{*this, "batch",
+                        llvm::cl::desc("micro-batch (default: the plan's)"), llvm::cl::init(0)};
+  Option<int64_t> seq{*this, "seq", llvm::cl::desc("sequence length (default: the model's)"),
+                      llvm::cl::init(0)};
+};
+
+/// From a model (planned or not) to a plan directory:
+///  llm-build-training-step  forward + backward + AdamW as @train_step
+///  llm-specialize-shapes    fixed micro-batch and sequence: buffers get sizes
+///  llm-plan-memory          arena offsets by liveness
+///  convert-llm-to-exec      kernel calls and collectives per rank class
+///  llm-emit-plan            plan.json + checksums
+void buildLowerToPlanPipeline(mlir::OpPassManager &pm, const LowerToPlanOptions &options);
+
+/// Registers `llm-lower-to-plan`.
+void registerPipelines();
+
+} // namespace llmopt
+
+#endif // LLMOPT_PIPELINES_PIPELINES_H

@@ -1,0 +1,299 @@
+//===- LLMToExec.cpp - convert-llm-to-exec --------------------------------===//
+
+#include "llmopt/Conversion/Passes.h"
+#include "llmopt/Dialect/Exec/IR/ExecOps.h"
+#include "llmopt/Dialect/LLM/IR/LLMOps.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Builders.h"
+#include "llvm/ADT/TypeSwitch.h"
+
+namespace llmopt {
+#define GEN_PASS_DEF_CONVERTLLMTOEXEC
+#include "llmopt/Conversion/Passes.h.inc"
+} // namespace llmopt
+
+using namespace mlir;
+using namespace llmopt;
+using namespace llmopt::llm;
+using namespace llmopt::exec;
+
+namespace {
+
+struct Converter {
+  func::FuncOp func;
+  Builder b;
+  OpBuilder ob;
+  llvm::DenseMap<Value, int64_t> offsets;
+
+  Converter(func::FuncOp f) : func(f), b(f.getContext()), ob(f.getContext()) {}
+
+  FailureOr<BufAttr> buf(Value v) {
+    auto t = cast<RankedTensorType>(v.getType());
+    auto shape = b.getDenseI64ArrayAttr(t.getShape());
+    Type elt = t.getElementType();
+    if (auto arg = dyn_cast<BlockArgument>(v))
+      return BufAttr::get(b.getContext(), b.getStringAttr("input"), arg.getArgNumber(),
+                          b.getStringAttr(""), shape, elt);
+    if (auto p = v.getDefiningOp<ParamOp>())
+      return BufAttr::get(b.getContext(), b.getStringAttr("state"), 0, p.getNameAttr(), shape,
+                          elt);
+    auto it = offsets.find(v);
+    if (it == offsets.end() || it->second < 0) {
+      emitError(v.getLoc()) << "convert-llm-to-exec: a value has no arena offset; run "
+                               "llm-plan-memory first";
+      return failure();
+    }
+    return BufAttr::get(b.getContext(), b.getStringAttr("arena"), it->second,
+                        b.getStringAttr(""), shape, elt);
+  }
+
+  FailureOr<ArrayAttr> bufs(ValueRange values) {
+    SmallVector<Attribute> out;
+    for (Value v : values) {
+      FailureOr<BufAttr> a = buf(v);
+      if (failed(a))
+        return failure();
+      out.push_back(*a);
+    }
+    return b.getArrayAttr(out);
+  }
+
+  LogicalResult kernel(Location loc, StringRef name, ValueRange ins, ValueRange outs,
+                       ArrayRef<NamedAttribute> params = {}) {
+    FailureOr<ArrayAttr> i = bufs(ins), o = bufs(outs);
+    if (failed(i) || failed(o))
+      return failure();
+    KernelOp::create(ob, loc, b.getStringAttr(name), *i, *o, b.getDictionaryAttr(params));
+    return success();
+  }
+
+  NamedAttribute f64(StringRef k, double v) { return b.getNamedAttr(k, b.getF64FloatAttr(v)); }
+  NamedAttribute i64(StringRef k, int64_t v) {
+    return b.getNamedAttr(k, b.getI64IntegerAttr(v));
+  }
+  NamedAttribute flag(StringRef k, bool v) { return b.getNamedAttr(k, b.getBoolAttr(v)); }
+
+  template <typename AttnOp>
+  SmallVector<NamedAttribute> attnParams(AttnOp a) {
+    return {i64("heads", a.getNumHeadsAttr().getInt()),
+            i64("kv_heads", a.getNumKvHeadsAttr().getInt()),
+            i64("head_dim", a.getHeadDimAttr().getInt()),
+            f64("scale", a.getScale().convertToDouble()), flag("causal", a.getCausal()),
+            i64("window", a.getWindowAttr() ? a.getWindowAttr().getInt() : 0)};
+  }
+
+  LogicalResult convert(Operation *op, int64_t dp);
+};
+
+LogicalResult Converter::convert(Operation *op, int64_t dp) {
+  Location loc = op->getLoc();
+  return llvm::TypeSwitch<Operation *, LogicalResult>(op)
+      .Case([&](ParamOp) { return success(); })
+      .Case([&](arith::ConstantOp c) -> LogicalResult {
+        auto dense = dyn_cast<DenseElementsAttr>(c.getValue());
+        if (!dense || !dense.isSplat() || !isa<FloatType>(dense.getElementType()))
+          return c.emitOpError() << "convert-llm-to-exec: only splat float constants";
+        return kernel(loc, "fill", {}, c.getResult(),
+                      {f64("value", dense.getSplatValue<APFloat>().convertToDouble())});
+      })
+      .Case([&](EmbeddingOp e) {
+        return kernel(loc, "embedding_fwd", {e.getTokens(), e.getTable()}, e.getResult());
+      })
+      .Case([&](PositionEmbeddingOp e) {
+        return kernel(loc, "position_embedding_fwd", {e.getInput(), e.getTable()},
+                      e.getResult());
+      })
+      .Case([&](RotaryOp r) {
+        SmallVector<NamedAttribute> p = {i64("head_dim", r.getHeadDimAttr().getInt()),
+                                         f64("theta", r.getTheta().convertToDouble()),
+                                         flag("inverse", r.getInverse())};
+        auto num = [&](StringRef key, double dflt) {
+          if (DictionaryAttr d = r.getScalingAttr()) {
+            if (auto f = dyn_cast_or_null<FloatAttr>(d.get(key)))
+              return f.getValueAsDouble();
+            if (auto i = dyn_cast_or_null<IntegerAttr>(d.get(key)))
+              return double(i.getInt());
+          }
+          return dflt;
+        };
+        p.push_back(f64("factor", num("factor", 0)));
+        p.push_back(f64("low_freq_factor", num("low_freq_factor", 1)));
+        p.push_back(f64("high_freq_factor", num("high_freq_factor", 4)));
+        p.push_back(f64("original_max_positions", num("original_max_position_embeddings", 8192)));
+        return kernel(loc, "rotary", {r.getQ(), r.getK()}, {r.getQOut(), r.getKOut()}, p);
+      })
+      .Case([&](LayerNormOp n) {
+        SmallVector<Value> ins = {n.getInput(), n.getWeight()};
+        if (n.getBias())
+          ins.push_back(n.getBias());
+        return kernel(loc, "layer_norm_fwd", ins, n.getResult(),
+                      {f64("eps", n.getEps().convertToDouble())});
+      })
+      .Case([&](RMSNormOp n) {
+        return kernel(loc, "rms_norm_fwd", {n.getInput(), n.getWeight()}, n.getResult(),
+                      {f64("eps", n.getEps().convertToDouble())});
+      })
+      .Case([&](LinearOp l) -> LogicalResult {
+        if (l.getGemm())
+          return l.emitOpError() << "convert-llm-to-exec: fp8 GEMMs are not lowered yet";
+        SmallVector<Value> ins = {l.getInput(), l.getWeight()};
+        if (l.getBias())
+          ins.push_back(l.getBias());
+        return kernel(loc, "linear_fwd", ins, l.getResult(),
+                      {flag("transposed", l.getTransposed())});
+      })
+      .Case([&](SplitOp s) { return kernel(loc, "split", s.getInput(), s.getResults()); })
+      .Case([&](ConcatOp c) { return kernel(loc, "concat", c.getInputs(), c.getResult()); })
+      .Case([&](AttentionOp a) {
+        return kernel(loc, "attention_fwd", {a.getQ(), a.getK(), a.getV()}, a.getResult(),
+                      attnParams(a));
+      })
+      .Case([&](GeluOp g) {
+        return kernel(loc, "gelu_fwd", g.getInput(), g.getResult(),
+                      {flag("tanh", g.getApproximate() == GeluApprox::tanh)});
+      })
+      .Case([&](SwiGLUOp s) {
+        return kernel(loc, "swiglu_fwd", {s.getGate(), s.getUp()}, s.getResult());
+      })
+      .Case([&](AddOp a) { return kernel(loc, "add", {a.getLhs(), a.getRhs()}, a.getResult()); })
+      .Case([&](LMHeadOp h) {
+        return kernel(loc, "linear_fwd", {h.getInput(), h.getWeight()}, h.getResult(),
+                      {flag("transposed", false)});
+      })
+      .Case([&](CrossEntropyOp c) {
+        return kernel(loc, "cross_entropy_fwd", {c.getLogits(), c.getLabels()}, c.getLoss(),
+                      {i64("ignore_index", c.getIgnoreIndexAttr().getInt())});
+      })
+      .Case([&](CrossEntropyGradOp g) {
+        return kernel(loc, "cross_entropy_bwd", {g.getLogits(), g.getLabels(), g.getLossGrad()},
+                      g.getResult(), {i64("ignore_index", g.getIgnoreIndexAttr().getInt())});
+      })
+      .Case([&](LMHeadGradOp g) {
+        return kernel(loc, "linear_bwd", {g.getGrad(), g.getInput(), g.getWeight()},
+                      {g.getInputGrad(), g.getWeightGrad()}, {flag("transposed", false)});
+      })
+      .Case([&](LinearGradOp g) {
+        SmallVector<Value> outs = {g.getInputGrad(), g.getWeightGrad()};
+        if (g.getBiasGrad())
+          outs.push_back(g.getBiasGrad());
+        return kernel(loc, "linear_bwd", {g.getGrad(), g.getInput(), g.getWeight()}, outs,
+                      {flag("transposed", g.getTransposed())});
+      })
+      .Case([&](LayerNormGradOp g) {
+        SmallVector<Value> outs = {g.getInputGrad(), g.getWeightGrad()};
+        if (g.getBiasGrad())
+          outs.push_back(g.getBiasGrad());
+        return kernel(loc, "layer_norm_bwd", {g.getGrad(), g.getInput(), g.getWeight()}, outs,
+                      {f64("eps", g.getEps().convertToDouble())});
+      })
+      .Case([&](RMSNormGradOp g) {
+        return kernel(loc, "rms_norm_bwd", {g.getGrad(), g.getInput(), g.getWeight()},
+                      {g.getInputGrad(), g.getWeightGrad()},
+                      {f64("eps", g.getEps().convertToDouble())});
+      })
+      .Case([&](AttentionGradOp g) {
+        return kernel(loc, "attention_bwd", {g.getGrad(), g.getQ(), g.getK(), g.getV(), g.getOut()},
+                      {g.getQGrad(), g.getKGrad(), g.getVGrad()}, attnParams(g));
+      })
+      .Case([&](GeluGradOp g) {
+        return kernel(loc, "gelu_bwd", {g.getGrad(), g.getInput()}, g.getResult(),
+                      {flag("tanh", g.getApproximate() == GeluApprox::tanh)});
+      })
+      .Case([&](SwiGLUGradOp g) {
+        return kernel(loc, "swiglu_bwd", {g.getGrad(), g.getGate(), g.getUp()},
+                      {g.getGateGrad(), g.getUpGrad()});
+      })
+      .Case([&](EmbeddingGradOp g) {
+        return kernel(loc, "embedding_bwd", {g.getTokens(), g.getGrad()}, g.getResult());
+      })
+      .Case([&](PositionEmbeddingGradOp g) {
+        return kernel(loc, "position_embedding_bwd", g.getGrad(), g.getResult());
+      })
+      .Case([&](GlobalNormOp g) {
+        if (dp > 1) {
+          FailureOr<ArrayAttr> grads = bufs(g.getGrads());
+          if (failed(grads))
+            return failure();
+          AllReduceOp::create(ob, loc, b.getStringAttr("dp"), b.getStringAttr("avg"), *grads);
+        }
+        return kernel(loc, "global_norm", g.getGrads(), g.getResult());
+      })
+      .Case([&](AdamWOp a) {
+        return kernel(loc, "adamw", {a.getGrad(), a.getNorm()}, {},
+                      {b.getNamedAttr("param", a.getNameAttr()),
+                       f64("lr", a.getLr().convertToDouble()),
+                       f64("beta1", a.getBeta1().convertToDouble()),
+                       f64("beta2", a.getBeta2().convertToDouble()),
+                       f64("eps", a.getEps().convertToDouble()),
+                       f64("weight_decay", a.getWeightDecay().convertToDouble()),
+                       f64("max_norm", a.getMaxNorm().convertToDouble())});
+      })
+      .Default([&](Operation *o) -> LogicalResult {
+        return o->emitOpError() << "convert-llm-to-exec: no kernel for this op yet";
+      });
+}
+
+struct ConvertLLMToExecPass
+    : public llmopt::impl::ConvertLLMToExecBase<ConvertLLMToExecPass> {
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    auto func = module.lookupSymbol<func::FuncOp>("train_step");
+    if (!func || !func->hasAttr("llm.arena_bytes")) {
+      module.emitError() << "convert-llm-to-exec: needs a memory-planned @train_step "
+                            "(llm-build-training-step, llm-specialize-shapes, llm-plan-memory)";
+      return signalPassFailure();
+    }
+    int64_t dp = 1;
+    if (auto plan = module->getAttrOfType<PlanAttr>("llm.plan")) {
+      if (plan.getTp() != 1 || plan.getPp() != 1 || plan.getCp() != 1 || plan.getEp() != 1 ||
+          plan.getNumMicroBatches() != 1) {
+        module.emitError() << "convert-llm-to-exec: only data-parallel plans with one "
+                              "micro-batch per step are lowered yet; this plan has tp "
+                           << plan.getTp() << ", pp " << plan.getPp() << ", cp "
+                           << plan.getCp() << ", ep " << plan.getEp() << " and "
+                           << plan.getNumMicroBatches() << " micro-batches";
+        return signalPassFailure();
+      }
+      dp = plan.getDp();
+    }
+
+    Converter cv(func);
+    Block &body = func.getBody().front();
+    for (Operation &op : body)
+      if (auto offs = op.getAttrOfType<DenseI64ArrayAttr>("llm.offsets"))
+        for (auto [r, off] : llvm::zip(op.getResults(), offs.asArrayRef()))
+          cv.offsets[r] = off;
+
+    OpBuilder mb(module.getContext());
+    mb.setInsertionPointToEnd(module.getBody());
+    SmallVector<int64_t> ranks;
+    for (int64_t r = 0; r < dp; ++r)
+      ranks.push_back(r);
+    auto ret = cast<func::ReturnOp>(body.getTerminator());
+    if (ret.getNumOperands() != 2) {
+      func.emitError() << "convert-llm-to-exec: @train_step must return (loss, grad_norm)";
+      return signalPassFailure();
+    }
+    FailureOr<BufAttr> loss = cv.buf(ret.getOperand(0)), norm = cv.buf(ret.getOperand(1));
+    if (failed(loss) || failed(norm))
+      return signalPassFailure();
+    auto outputs = mb.getDictionaryAttr(
+        {mb.getNamedAttr("loss", *loss), mb.getNamedAttr("grad_norm", *norm)});
+    auto program = ProgramOp::create(
+        mb, func.getLoc(), mb.getStringAttr("train_step"), mb.getDenseI64ArrayAttr(ranks),
+        mb.getI64IntegerAttr(func->getAttrOfType<IntegerAttr>("llm.arena_bytes").getInt()),
+        outputs);
+    Block *block = new Block();
+    program.getBody().push_back(block);
+    cv.ob.setInsertionPointToEnd(block);
+    for (Operation &op : body.without_terminator())
+      if (failed(cv.convert(&op, dp)))
+        return signalPassFailure();
+    if (dp > 1)
+      AllReduceOp::create(cv.ob, func.getLoc(), mb.getStringAttr("dp"), mb.getStringAttr("avg"),
+                          mb.getArrayAttr({*loss}));
+  }
+};
+} // namespace

@@ -1,0 +1,116 @@
+//===- ExecDialect.cpp - exec dialect -------------------------------------===//
+
+#include "llmopt/Dialect/Exec/IR/ExecOps.h"
+#include "llmopt-kernels/abi.h"
+
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/DialectImplementation.h"
+#include "llvm/ADT/DenseSet.h"
+#include "llvm/ADT/TypeSwitch.h"
+
+using namespace mlir;
+using namespace llmopt::exec;
+
+#include "llmopt/Dialect/Exec/IR/ExecDialect.cpp.inc"
+
+#define GET_ATTRDEF_CLASSES
+#include "llmopt/Dialect/Exec/IR/ExecAttrs.cpp.inc"
+
+#define GET_OP_CLASSES
+#include "llmopt/Dialect/Exec/IR/ExecOps.cpp.inc"
+
+void ExecDialect::initialize() {
+  addAttributes<
+#define GET_ATTRDEF_LIST
+#include "llmopt/Dialect/Exec/IR/ExecAttrs.cpp.inc"
+      >();
+  addOperations<
+#define GET_OP_LIST
+#include "llmopt/Dialect/Exec/IR/ExecOps.cpp.inc"
+      >();
+}
+
+int64_t BufAttr::getNumElements() const {
+  int64_t n = 1;
+  for (int64_t d : getShape().asArrayRef())
+    n *= d;
+  return n;
+}
+
+int64_t BufAttr::getBytes() const {
+  return getNumElements() * std::max<int64_t>(1, getDtype().getIntOrFloatBitWidth() / 8);
+}
+
+LogicalResult BufAttr::verify(function_ref<InFlightDiagnostic()> emitError, StringAttr space,
+                              int64_t offset, StringAttr name, DenseI64ArrayAttr shape,
+                              Type dtype) {
+  if (!space || !name || !shape || !dtype)
+    return emitError() << "buf: every field needs a value";
+  StringRef s = space.getValue();
+  if (s != "arena" && s != "input" && s != "state")
+    return emitError() << "buf: space must be arena, input or state, got '" << s << "'";
+  if (offset < 0)
+    return emitError() << "buf: offset must not be negative";
+  if ((s == "state") != !name.getValue().empty())
+    return emitError() << "buf: a state buffer has a name, other buffers none";
+  for (int64_t d : shape.asArrayRef())
+    if (d <= 0)
+      return emitError() << "buf: dimensions must be positive";
+  if (!dtype.isIntOrFloat())
+    return emitError() << "buf: dtype must be an integer or float type";
+  return success();
+}
+
+LogicalResult ProgramOp::verify() {
+  llvm::DenseSet<int64_t> seen;
+  for (int64_t r : getRanks())
+    if (r < 0 || !seen.insert(r).second)
+      return emitOpError() << "ranks must be distinct and non-negative";
+  int64_t arena = getArena();
+  WalkResult res = getBody().walk([&](Operation *op) -> WalkResult {
+    for (NamedAttribute na : op->getAttrs())
+      if (auto list = dyn_cast<ArrayAttr>(na.getValue()))
+        for (Attribute a : list)
+          if (auto b = dyn_cast<BufAttr>(a);
+              b && b.getSpace().getValue() == "arena" && b.getOffset() + b.getBytes() > arena)
+            return op->emitOpError()
+                   << "buffer at offset " << b.getOffset() << " of " << b.getBytes()
+                   << " bytes overruns the " << arena << "-byte arena";
+    return WalkResult::advance();
+  });
+  return failure(res.wasInterrupted());
+}
+
+static LogicalResult verifyBufs(Operation *op, ArrayAttr list, StringRef what) {
+  for (Attribute a : list)
+    if (!isa<BufAttr>(a))
+      return op->emitOpError() << what << " must be #exec.buf attributes";
+  return success();
+}
+
+LogicalResult KernelOp::verify() {
+  const llmopt::kernels::KernelInfo *k = llmopt::kernels::findKernel(getKernel().str().c_str());
+  if (!k)
+    return emitOpError() << "unknown kernel '" << getKernel()
+                         << "': not in kernels/include/llmopt-kernels/abi.h";
+  if (failed(verifyBufs(*this, getIns(), "ins")) || failed(verifyBufs(*this, getOuts(), "outs")))
+    return failure();
+  if (k->inputs >= 0 && int64_t(getIns().size()) != k->inputs)
+    return emitOpError() << "kernel '" << getKernel() << "' takes " << k->inputs
+                         << " inputs, got " << getIns().size();
+  if (k->outputs >= 0 && int64_t(getOuts().size()) != k->outputs)
+    return emitOpError() << "kernel '" << getKernel() << "' writes " << k->outputs
+                         << " outputs, got " << getOuts().size();
+  for (Attribute a : getOuts())
+    if (cast<BufAttr>(a).getSpace().getValue() == "input")
+      return emitOpError() << "must not write a step input";
+  return success();
+}
+
+LogicalResult AllReduceOp::verify() {
+  if (getReduce() != "sum" && getReduce() != "avg")
+    return emitOpError() << "reduce must be sum or avg, got '" << getReduce() << "'";
+  if (getBuffers().empty())
+    return emitOpError() << "needs at least one buffer";
+  return verifyBufs(*this, getBuffers(), "buffers");
+}

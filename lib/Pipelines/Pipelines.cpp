@@ -1,0 +1,32 @@
+//===- Pipelines.cpp - pass pipelines -------------------------------------===//
+
+#include "llmopt/Pipelines/Pipelines.h"
+#include "llmopt/Conversion/Passes.h"
+#include "llmopt/Transforms/Passes.h"
+
+#include "mlir/Pass/PassRegistry.h"
+
+using namespace mlir;
+
+void llmopt::buildLowerToPlanPipeline(OpPassManager &pm, const LowerToPlanOptions &o) {
+  BuildTrainingStepOptions step;
+  step.lr = o.lr;
+  step.maxGradNorm = o.maxGradNorm;
+  pm.addPass(createBuildTrainingStep(step));
+  SpecializeShapesOptions shapes;
+  shapes.batch = o.batch;
+  shapes.seq = o.seq;
+  pm.addPass(createSpecializeShapes(shapes));
+  pm.addPass(createPlanMemory());
+  pm.addPass(createConvertLLMToExec());
+  EmitPlanOptions emit;
+  emit.dir = o.dir;
+  pm.addPass(createEmitPlan(emit));
+}
+
+void llmopt::registerPipelines() {
+  PassPipelineRegistration<LowerToPlanOptions>(
+      "llm-lower-to-plan",
+      "Lower a model (and its #llm.plan) to a plan directory the runtime executes",
+      buildLowerToPlanPipeline);
+}

@@ -1,0 +1,206 @@
+//===- EmitPlan.cpp - llm-emit-plan ---------------------------------------===//
+
+#include "llmopt/Dialect/Exec/IR/ExecOps.h"
+#include "llmopt/Dialect/LLM/IR/LLMOps.h"
+#include "llmopt/Transforms/Passes.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "llvm/ADT/StringSet.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/JSON.h"
+#include "llvm/Support/Path.h"
+#include "llvm/Support/SHA256.h"
+
+namespace llmopt {
+#define GEN_PASS_DEF_EMITPLAN
+#include "llmopt/Transforms/Passes.h.inc"
+} // namespace llmopt
+
+using namespace mlir;
+using namespace llmopt;
+namespace json = llvm::json;
+
+namespace {
+
+std::string dtypeName(Type t) {
+  if (t.isF32())
+    return "f32";
+  if (t.isBF16())
+    return "bf16";
+  if (t.isF16())
+    return "f16";
+  if (t.isInteger(32))
+    return "i32";
+  if (t.isInteger(64))
+    return "i64";
+  std::string s;
+  llvm::raw_string_ostream os(s);
+  os << t;
+  return s;
+}
+
+json::Array shapeJSON(ArrayRef<int64_t> shape) {
+  json::Array a;
+  for (int64_t d : shape)
+    a.push_back(d);
+  return a;
+}
+
+json::Value bufJSON(exec::BufAttr b) {
+  json::Object o{{"space", b.getSpace().str()},
+                 {"shape", shapeJSON(b.getShape().asArrayRef())},
+                 {"dtype", dtypeName(b.getDtype())}};
+  if (b.getSpace().getValue() == "state")
+    o["name"] = b.getName().str();
+  else
+    o["offset"] = b.getOffset();
+  return o;
+}
+
+json::Array bufsJSON(ArrayAttr list) {
+  json::Array a;
+  for (Attribute x : list)
+    a.push_back(bufJSON(cast<exec::BufAttr>(x)));
+  return a;
+}
+
+json::Value attrJSON(Attribute a) {
+  if (auto f = dyn_cast<FloatAttr>(a))
+    return f.getValueAsDouble();
+  if (auto b = dyn_cast<BoolAttr>(a))
+    return b.getValue();
+  if (auto i = dyn_cast<IntegerAttr>(a))
+    return i.getInt();
+  if (auto s = dyn_cast<StringAttr>(a))
+    return s.str();
+  return nullptr;
+}
+
+LogicalResult writeAtomically(StringRef path, StringRef text, Operation *op) {
+  if (llvm::Error e = llvm::writeToOutput(path, [&](llvm::raw_ostream &os) {
+        os << text;
+        return llvm::Error::success();
+      })) {
+    op->emitError() << "llm-emit-plan: cannot write '" << path
+                    << "': " << llvm::toString(std::move(e));
+    return failure();
+  }
+  return success();
+}
+
+struct EmitPlanPass : public llmopt::impl::EmitPlanBase<EmitPlanPass> {
+  using Base::Base;
+
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    if (dir.empty()) {
+      module.emitError() << "llm-emit-plan: pass dir=PATH";
+      return signalPassFailure();
+    }
+    SmallVector<exec::ProgramOp> programs(module.getOps<exec::ProgramOp>());
+    auto step = module.lookupSymbol<func::FuncOp>("train_step");
+    if (programs.empty() || !step) {
+      module.emitError() << "llm-emit-plan: nothing to emit: run convert-llm-to-exec first";
+      return signalPassFailure();
+    }
+
+    json::Object root;
+    root["format"] = "llm-opt-plan";
+    root["version"] = 1;
+    if (auto name = module->getAttrOfType<StringAttr>("llm.name"))
+      root["model"] = name.str();
+    if (auto a = module->getAttrOfType<IntegerAttr>("llm.micro_batch"))
+      root["micro_batch"] = a.getInt();
+    if (auto a = module->getAttrOfType<IntegerAttr>("llm.seq_len"))
+      root["seq_len"] = a.getInt();
+    int64_t dp = 1;
+    json::Object mesh{{"dp", 1}, {"tp", 1}, {"pp", 1}, {"cp", 1}, {"ep", 1}};
+    if (auto plan = module->getAttrOfType<llm::PlanAttr>("llm.plan")) {
+      dp = plan.getDp();
+      mesh = json::Object{{"dp", plan.getDp()}, {"tp", plan.getTp()}, {"pp", plan.getPp()},
+                          {"cp", plan.getCp()}, {"ep", plan.getEp()}};
+      root["prediction"] = json::Object{
+          {"step_time_s", plan.getStepTimeS().getValueAsDouble()},
+          {"peak_memory_bytes", plan.getPeakMemoryBytes()},
+          {"num_micro_batches", plan.getNumMicroBatches()},
+          {"zero", plan.getZero()}};
+    }
+    root["mesh"] = std::move(mesh);
+    root["world_size"] = dp;
+
+    json::Array inputs;
+    static const char *inputNames[] = {"tokens", "labels"};
+    for (auto [i, t] : llvm::enumerate(step.getArgumentTypes())) {
+      auto rt = cast<RankedTensorType>(t);
+      inputs.push_back(json::Object{{"name", i < 2 ? inputNames[i] : "input"},
+                                    {"shape", shapeJSON(rt.getShape())},
+                                    {"dtype", dtypeName(rt.getElementType())}});
+    }
+    root["inputs"] = std::move(inputs);
+
+    json::Array params;
+    llvm::StringSet<> seen;
+    step.walk([&](llm::ParamOp p) {
+      if (!seen.insert(p.getName()).second)
+        return;
+      json::Object o{{"name", p.getName().str()},
+                     {"shape", shapeJSON(p.getType().getShape())},
+                     {"dtype", dtypeName(p.getType().getElementType())},
+                     {"init", llm::stringifyInitKind(p.getInit()).str()}};
+      if (p.getStd())
+        o["std"] = p.getStd()->convertToDouble();
+      params.push_back(std::move(o));
+    });
+    root["params"] = std::move(params);
+
+    json::Array progs;
+    for (exec::ProgramOp prog : programs) {
+      json::Array instrs;
+      for (Operation &op : prog.getBody().front()) {
+        if (auto k = dyn_cast<exec::KernelOp>(op)) {
+          json::Object ps;
+          for (NamedAttribute na : k.getParams())
+            ps[na.getName().str()] = attrJSON(na.getValue());
+          instrs.push_back(json::Object{{"kernel", k.getKernel().str()},
+                                        {"ins", bufsJSON(k.getIns())},
+                                        {"outs", bufsJSON(k.getOuts())},
+                                        {"params", std::move(ps)}});
+        } else if (auto ar = dyn_cast<exec::AllReduceOp>(op)) {
+          instrs.push_back(json::Object{{"collective", "all_reduce"},
+                                        {"axis", ar.getAxis().str()},
+                                        {"reduce", ar.getReduce().str()},
+                                        {"buffers", bufsJSON(ar.getBuffers())}});
+        }
+      }
+      json::Array ranks;
+      for (int64_t r : prog.getRanks())
+        ranks.push_back(r);
+      json::Object outs;
+      for (NamedAttribute na : prog.getOutputs())
+        outs[na.getName().str()] = bufJSON(cast<exec::BufAttr>(na.getValue()));
+      progs.push_back(json::Object{{"name", prog.getName().str()},
+                                   {"ranks", std::move(ranks)},
+                                   {"arena_bytes", prog.getArena()},
+                                   {"outputs", std::move(outs)},
+                                   {"instructions", std::move(instrs)}});
+    }
+    root["programs"] = std::move(progs);
+
+    std::string text = llvm::formatv("{0:1}", json::Value(std::move(root))).str() + "\n";
+    if (std::error_code ec = llvm::sys::fs::create_directories(dir)) {
+      module.emitError() << "llm-emit-plan: cannot create '" << dir << "': " << ec.message();
+      return signalPassFailure();
+    }
+    std::array<uint8_t, 32> hash = llvm::SHA256::hash(
+        ArrayRef<uint8_t>(reinterpret_cast<const uint8_t *>(text.data()), text.size()));
+    std::string hex = llvm::toHex(hash, /*LowerCase=*/true);
+    SmallString<256> planPath(dir), sumPath(dir);
+    llvm::sys::path::append(planPath, "plan.json");
+    llvm::sys::path::append(sumPath, "checksums.sha256");
+    if (failed(writeAtomically(planPath, text, module)) ||
+        failed(writeAtomically(sumPath, hex + "  plan.json\n", module)))
+      return signalPassFailure();
+  }
+};
+} // namespace

@@ -1,0 +1,54 @@
+// RUN: llm-opt %s -split-input-file -verify-diagnostics
+
+exec.program "p" ranks [0] arena 64 outputs {} {
+  // expected-error @+1 {{unknown kernel 'softmax_fwd': not in kernels/include/llmopt-kernels/abi.h}}
+  exec.kernel "softmax_fwd" ins [] outs [] {}
+}
+
+// -----
+
+exec.program "p" ranks [0] arena 64 outputs {} {
+  // expected-error @+1 {{kernel 'add' takes 2 inputs, got 1}}
+  exec.kernel "add" ins [#exec.buf<space = "arena", offset = 0, name = "", shape = [4], dtype = f32>] outs [#exec.buf<space = "arena", offset = 16, name = "", shape = [4], dtype = f32>] {}
+}
+
+// -----
+
+exec.program "p" ranks [0] arena 64 outputs {} {
+  // expected-error @+1 {{buffer at offset 48 of 32 bytes overruns the 64-byte arena}}
+  exec.kernel "fill" ins [] outs [#exec.buf<space = "arena", offset = 48, name = "", shape = [8], dtype = f32>] {value = 1.0 : f64}
+}
+
+// -----
+
+// expected-error @+1 {{ranks must be distinct and non-negative}}
+exec.program "p" ranks [0, 0] arena 64 outputs {} {
+}
+
+// -----
+
+exec.program "p" ranks [0] arena 64 outputs {} {
+  // expected-error @+1 {{must not write a step input}}
+  exec.kernel "fill" ins [] outs [#exec.buf<space = "input", offset = 0, name = "", shape = [4], dtype = f32>] {value = 1.0 : f64}
+}
+
+// -----
+
+exec.program "p" ranks [0] arena 64 outputs {} {
+  // expected-error @+1 {{reduce must be sum or avg, got 'max'}}
+  exec.all_reduce "dp" "max" [#exec.buf<space = "arena", offset = 0, name = "", shape = [4], dtype = f32>]
+}
+
+// -----
+
+exec.program "p" ranks [0] arena 64 outputs {} {
+  // expected-error @+1 {{buf: a state buffer has a name, other buffers none}}
+  exec.kernel "fill" ins [] outs [#exec.buf<space = "state", offset = 0, name = "", shape = [4], dtype = f32>] {value = 1.0 : f64}
+}
+
+// -----
+
+exec.program "p" ranks [0] arena 64 outputs {} {
+  // expected-error @+1 {{buf: space must be arena, input or state, got 'host'}}
+  exec.kernel "fill" ins [] outs [#exec.buf<space = "host", offset = 0, name = "", shape = [4], dtype = f32>] {value = 1.0 : f64}
+}
