@@ -3,6 +3,7 @@
 #include "llmopt/Reference/Interpreter.h"
 #include "llmopt/Dialect/LLM/IR/LLMOps.h"
 #include "llmopt-kernels/cpu.h"
+#include "llmopt-kernels/init.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -56,13 +57,10 @@ void Interpreter::initParams(func::FuncOp func, uint64_t seed) {
     case InitKind::ones:
       std::fill(st.value.begin(), st.value.end(), 1.0f);
       break;
-    case InitKind::normal: {
-      std::mt19937_64 gen(seed ^ llvm::hash_value(p.getName()));
-      std::normal_distribution<float> d(0.0f, float(p.getStd()->convertToDouble()));
-      for (float &x : st.value)
-        x = d(gen);
+    case InitKind::normal:
+      llmopt::kernels::initNormal(st.value.data(), n, float(p.getStd()->convertToDouble()),
+                                  seed, std::string_view(p.getName().data(), p.getName().size()));
       break;
-    }
     }
   });
 }

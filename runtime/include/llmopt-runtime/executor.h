@@ -1,0 +1,59 @@
+//===- executor.h - running a plan on the CPU -----------------------*- C++ -*-===//
+//
+// The CPU backend: one arena per rank, parameters with their fp32 master
+// copy and AdamW moments, the rank's instruction stream executed with the
+// reference kernels. It runs fp32 plans (lower with --hf-dtype=f32): it is
+// the numerical proof that distributed plans train like the single-device
+// model, not a fast path.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef LLMOPT_RUNTIME_EXECUTOR_H
+#define LLMOPT_RUNTIME_EXECUTOR_H
+
+#include "llmopt-runtime/comm.h"
+#include "llmopt-runtime/plan.h"
+
+#include <map>
+#include <string>
+#include <vector>
+
+namespace llmopt::runtime {
+
+struct ParamState {
+  std::vector<float> value, m, v;
+};
+
+struct StepResult {
+  float loss = 0;
+  float gradNorm = 0;
+};
+
+class CpuExecutor {
+public:
+  /// Prepares rank `rank` of `plan`: checks the plan is fp32, allocates the
+  /// arena, initializes parameters from their specs (seeded, as the
+  /// reference interpreter does).
+  bool init(const Plan &plan, int rank, uint64_t seed, std::string &error);
+
+  /// Runs one step on this rank's micro-batch of token ids and labels.
+  bool step(const std::vector<int32_t> &tokens, const std::vector<int32_t> &labels,
+            Communicator &comm, StepResult &result, std::string &error);
+
+  std::map<std::string, ParamState> params;
+  int64_t steps = 0;
+
+private:
+  const Plan *plan = nullptr;
+  const Program *program = nullptr;
+  std::vector<float> arena;
+  const std::vector<int32_t> *tokens = nullptr, *labels = nullptr;
+
+  float *data(const Buffer &b);
+  const int32_t *ids(const Buffer &b, std::string &error);
+  bool run(const Instruction &ins, Communicator &comm, std::string &error);
+};
+
+} // namespace llmopt::runtime
+
+#endif // LLMOPT_RUNTIME_EXECUTOR_H

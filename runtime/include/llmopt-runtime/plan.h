@@ -1,0 +1,91 @@
+//===- plan.h - loading and validating a plan directory ------------*- C++ -*-===//
+//
+// Reads DIR/plan.json (docs/plan-format.md), checks DIR/checksums.sha256,
+// and validates everything before anything runs: format and version, every
+// buffer (space, shape, dtype, bounds inside the arena, parameter names and
+// shapes, input numbers), every kernel against the kernel ABI, and that the
+// programs cover each rank exactly once. Errors name the instruction and the
+// field.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef LLMOPT_RUNTIME_PLAN_H
+#define LLMOPT_RUNTIME_PLAN_H
+
+#include "llmopt-kernels/abi.h"
+#include "llmopt-runtime/json.h"
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace llmopt::runtime {
+
+enum class DType { F32, BF16, F16, I32, I64 };
+int64_t bytesOf(DType d);
+
+struct Buffer {
+  enum class Space { Arena, Input, State } space = Space::Arena;
+  int64_t offset = 0;
+  std::string name;
+  std::vector<int64_t> shape;
+  DType dtype = DType::F32;
+  int64_t elements = 1;
+  int64_t bytes = 0;
+};
+
+struct Instruction {
+  enum class Kind { Kernel, AllReduce } kind = Kind::Kernel;
+  const kernels::KernelInfo *kernel = nullptr;
+  std::vector<Buffer> ins, outs;
+  std::map<std::string, json::Value> params;
+  std::string axis, reduce;
+  std::vector<Buffer> buffers;
+
+  double number(const std::string &key, double dflt = 0) const;
+  bool flag(const std::string &key) const;
+  std::string text(const std::string &key) const;
+};
+
+struct Program {
+  std::string name;
+  std::vector<int> ranks;
+  int64_t arenaBytes = 0;
+  Buffer loss, gradNorm;
+  std::vector<Instruction> instructions;
+};
+
+struct ParamSpec {
+  std::string name;
+  std::vector<int64_t> shape;
+  DType dtype = DType::F32;
+  std::string init;
+  double stddev = 0;
+  int64_t elements = 1;
+};
+
+struct Plan {
+  int version = 0;
+  std::string model;
+  int64_t microBatch = 0, seqLen = 0;
+  int worldSize = 1;
+  std::map<std::string, int> mesh;
+  std::vector<Buffer> inputs;
+  std::vector<ParamSpec> params;
+  std::vector<Program> programs;
+
+  const Program *programFor(int rank) const;
+  const ParamSpec *param(const std::string &name) const;
+};
+
+/// Loads and validates the plan in `dir`. On failure returns false with
+/// `error` saying what is wrong and where.
+bool loadPlan(const std::string &dir, Plan &plan, std::string &error);
+
+/// Validates an already parsed plan.json (`loadPlan` without the files).
+bool parsePlan(const json::Value &root, Plan &plan, std::string &error);
+
+} // namespace llmopt::runtime
+
+#endif // LLMOPT_RUNTIME_PLAN_H

@@ -1,0 +1,312 @@
+//===- executor.cpp - running a plan on the CPU ---------------------------===//
+
+#include "llmopt-runtime/executor.h"
+#include "llmopt-kernels/cpu.h"
+#include "llmopt-kernels/init.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace llmopt::runtime {
+
+namespace k = llmopt::kernels::cpu;
+using kernels::KernelId;
+
+bool CpuExecutor::init(const Plan &p, int rank, uint64_t seed, std::string &error) {
+  plan = &p;
+  program = p.programFor(rank);
+  if (!program) {
+    error = "no program for rank " + std::to_string(rank);
+    return false;
+  }
+  for (const ParamSpec &s : p.params)
+    if (s.dtype != DType::F32) {
+      error = "the CPU backend runs fp32 plans; parameter '" + s.name +
+              "' is not f32 (import with --hf-dtype=f32)";
+      return false;
+    }
+  arena.assign(size_t((program->arenaBytes + 3) / 4), 0.0f);
+  params.clear();
+  for (const ParamSpec &s : p.params) {
+    ParamState &st = params[s.name];
+    st.value.assign(size_t(s.elements), s.init == "ones" ? 1.0f : 0.0f);
+    st.m.assign(size_t(s.elements), 0.0f);
+    st.v.assign(size_t(s.elements), 0.0f);
+    if (s.init == "normal")
+      kernels::initNormal(st.value.data(), s.elements, float(s.stddev), seed, s.name);
+  }
+  steps = 0;
+  return true;
+}
+
+float *CpuExecutor::data(const Buffer &b) {
+  if (b.space == Buffer::Space::State)
+    return params[b.name].value.data();
+  return arena.data() + b.offset / 4;
+}
+
+const int32_t *CpuExecutor::ids(const Buffer &b, std::string &error) {
+  if (b.space != Buffer::Space::Input || b.dtype != DType::I32) {
+    error = "token ids must be an i32 step input";
+    return nullptr;
+  }
+  return (b.offset == 0 ? tokens : labels)->data();
+}
+
+bool CpuExecutor::step(const std::vector<int32_t> &tok, const std::vector<int32_t> &lab,
+                       Communicator &comm, StepResult &result, std::string &error) {
+  if (plan->inputs.size() < 2 || int64_t(tok.size()) != plan->inputs[0].elements ||
+      int64_t(lab.size()) != plan->inputs[1].elements) {
+    error = "the step needs " + std::to_string(plan->inputs[0].elements) +
+            " tokens and labels per rank";
+    return false;
+  }
+  tokens = &tok;
+  labels = &lab;
+  for (const Instruction &ins : program->instructions)
+    if (!run(ins, comm, error))
+      return false;
+  result.loss = *data(program->loss);
+  result.gradNorm = *data(program->gradNorm);
+  ++steps;
+  return true;
+}
+
+static int64_t rowsOf(const Buffer &b) { return b.elements / b.shape.back(); }
+
+bool CpuExecutor::run(const Instruction &ins, Communicator &comm, std::string &error) {
+  for (const std::vector<Buffer> *list : {&ins.ins, &ins.outs, &ins.buffers})
+    for (const Buffer &b : *list)
+      if (b.space == Buffer::Space::Arena && b.dtype != DType::F32) {
+        error = "the CPU backend runs fp32 plans; a buffer is not f32";
+        return false;
+      }
+  if (ins.kind == Instruction::Kind::AllReduce) {
+    for (const Buffer &b : ins.buffers)
+      if (!comm.allReduce(ins.axis, data(b), b.elements, ins.reduce == "avg", error))
+        return false;
+    return true;
+  }
+  const std::vector<Buffer> &in = ins.ins, &out = ins.outs;
+  auto zero = [&](const Buffer &b) { std::fill_n(data(b), b.elements, 0.0f); };
+  switch (ins.kernel->id) {
+  case KernelId::EmbeddingFwd: {
+    const int32_t *t = ids(in[0], error);
+    if (!t)
+      return false;
+    if (!k::embeddingForward(t, data(in[1]), data(out[0]), in[0].elements, in[1].shape[0],
+                             in[1].shape[1])) {
+      error = "a token id is outside the vocabulary of " + std::to_string(in[1].shape[0]);
+      return false;
+    }
+    return true;
+  }
+  case KernelId::EmbeddingBwd: {
+    const int32_t *t = ids(in[0], error);
+    if (!t)
+      return false;
+    zero(out[0]);
+    k::embeddingBackward(t, data(in[1]), data(out[0]), in[0].elements, out[0].shape[1]);
+    return true;
+  }
+  case KernelId::PositionEmbeddingFwd:
+    k::positionEmbeddingForward(data(in[0]), data(in[1]), data(out[0]), in[0].shape[0],
+                                in[0].shape[1], in[0].shape[2]);
+    return true;
+  case KernelId::PositionEmbeddingBwd:
+    zero(out[0]);
+    k::positionEmbeddingBackward(data(in[0]), data(out[0]), in[0].shape[0], in[0].shape[1],
+                                 in[0].shape[2]);
+    return true;
+  case KernelId::LayerNormFwd: {
+    int64_t n = rowsOf(in[0]), c = in[0].shape.back();
+    std::vector<float> mean(n), rstd(n);
+    k::layerNormForward(data(in[0]), data(in[1]), in.size() > 2 ? data(in[2]) : nullptr,
+                        data(out[0]), mean.data(), rstd.data(), n, c, float(ins.number("eps")));
+    return true;
+  }
+  case KernelId::LayerNormBwd: {
+    int64_t n = rowsOf(in[1]), c = in[1].shape.back();
+    std::vector<float> tmp(in[1].elements), mean(n), rstd(n);
+    k::layerNormForward(data(in[1]), data(in[2]), nullptr, tmp.data(), mean.data(), rstd.data(),
+                        n, c, float(ins.number("eps")));
+    for (size_t i = 1; i < out.size(); ++i)
+      zero(out[i]);
+    k::layerNormBackward(data(in[0]), data(in[1]), data(in[2]), mean.data(), rstd.data(),
+                         data(out[0]), data(out[1]), out.size() > 2 ? data(out[2]) : nullptr,
+                         n, c);
+    return true;
+  }
+  case KernelId::RMSNormFwd: {
+    int64_t n = rowsOf(in[0]), c = in[0].shape.back();
+    std::vector<float> rstd(n);
+    k::rmsNormForward(data(in[0]), data(in[1]), data(out[0]), rstd.data(), n, c,
+                      float(ins.number("eps")));
+    return true;
+  }
+  case KernelId::RMSNormBwd: {
+    int64_t n = rowsOf(in[1]), c = in[1].shape.back();
+    std::vector<float> tmp(in[1].elements), rstd(n);
+    k::rmsNormForward(data(in[1]), data(in[2]), tmp.data(), rstd.data(), n, c,
+                      float(ins.number("eps")));
+    zero(out[1]);
+    k::rmsNormBackward(data(in[0]), data(in[1]), data(in[2]), rstd.data(), data(out[0]),
+                       data(out[1]), n, c);
+    return true;
+  }
+  case KernelId::LinearFwd: {
+    bool tr = ins.flag("transposed");
+    const Buffer &w = in[1];
+    int64_t inF = tr ? w.shape[0] : w.shape[1], outF = tr ? w.shape[1] : w.shape[0];
+    k::linearForward(data(in[0]), data(w), in.size() > 2 ? data(in[2]) : nullptr, data(out[0]),
+                     rowsOf(in[0]), inF, outF, tr);
+    return true;
+  }
+  case KernelId::LinearBwd: {
+    bool tr = ins.flag("transposed");
+    const Buffer &w = in[2];
+    int64_t inF = tr ? w.shape[0] : w.shape[1], outF = tr ? w.shape[1] : w.shape[0];
+    for (size_t i = 1; i < out.size(); ++i)
+      zero(out[i]);
+    k::linearBackward(data(in[0]), data(in[1]), data(w), data(out[0]), data(out[1]),
+                      out.size() > 2 ? data(out[2]) : nullptr, rowsOf(in[1]), inF, outF, tr);
+    return true;
+  }
+  case KernelId::Split: {
+    int64_t rows = rowsOf(in[0]), c = in[0].shape.back(), offset = 0;
+    const float *x = data(in[0]);
+    for (const Buffer &o : out) {
+      int64_t size = o.shape.back();
+      float *y = data(o);
+      for (int64_t r = 0; r < rows; ++r)
+        std::copy_n(x + r * c + offset, size, y + r * size);
+      offset += size;
+    }
+    return true;
+  }
+  case KernelId::Concat: {
+    int64_t rows = rowsOf(out[0]), c = out[0].shape.back(), offset = 0;
+    float *y = data(out[0]);
+    for (const Buffer &i : in) {
+      int64_t size = i.shape.back();
+      const float *x = data(i);
+      for (int64_t r = 0; r < rows; ++r)
+        std::copy_n(x + r * size, size, y + r * c + offset);
+      offset += size;
+    }
+    return true;
+  }
+  case KernelId::Rotary: {
+    int64_t hd = int64_t(ins.number("head_dim"));
+    k::RopeScaling sc;
+    sc.factor = float(ins.number("factor"));
+    sc.lowFreqFactor = float(ins.number("low_freq_factor", 1));
+    sc.highFreqFactor = float(ins.number("high_freq_factor", 4));
+    sc.originalMaxPositions = float(ins.number("original_max_positions", 8192));
+    for (int i = 0; i < 2; ++i)
+      k::rotary(data(in[i]), data(out[i]), in[i].shape[0], in[i].shape[1],
+                in[i].shape[2] / hd, hd, float(ins.number("theta")), sc, ins.flag("inverse"));
+    return true;
+  }
+  case KernelId::AttentionFwd:
+  case KernelId::AttentionBwd: {
+    bool fwd = ins.kernel->id == KernelId::AttentionFwd;
+    const Buffer &q = fwd ? in[0] : in[1];
+    k::AttentionShape a;
+    a.batch = q.shape[0];
+    a.seq = q.shape[1];
+    a.heads = int64_t(ins.number("heads"));
+    a.kvHeads = int64_t(ins.number("kv_heads"));
+    a.headDim = int64_t(ins.number("head_dim"));
+    a.scale = float(ins.number("scale"));
+    a.causal = ins.flag("causal");
+    a.window = int64_t(ins.number("window"));
+    std::vector<float> lse(a.batch * a.heads * a.seq);
+    if (fwd) {
+      k::attentionForward(data(in[0]), data(in[1]), data(in[2]), data(out[0]), lse.data(), a);
+      return true;
+    }
+    std::vector<float> o(q.elements);
+    k::attentionForward(data(in[1]), data(in[2]), data(in[3]), o.data(), lse.data(), a);
+    k::attentionBackward(data(in[0]), data(in[1]), data(in[2]), data(in[3]), data(in[4]),
+                         lse.data(), data(out[0]), data(out[1]), data(out[2]), a);
+    return true;
+  }
+  case KernelId::GeluFwd:
+    k::geluForward(data(in[0]), data(out[0]), in[0].elements, ins.flag("tanh"));
+    return true;
+  case KernelId::GeluBwd:
+    k::geluBackward(data(in[0]), data(in[1]), data(out[0]), in[1].elements, ins.flag("tanh"));
+    return true;
+  case KernelId::SwiGLUFwd:
+    k::swigluForward(data(in[0]), data(in[1]), data(out[0]), in[0].elements);
+    return true;
+  case KernelId::SwiGLUBwd:
+    k::swigluBackward(data(in[0]), data(in[1]), data(in[2]), data(out[0]), data(out[1]),
+                      in[1].elements);
+    return true;
+  case KernelId::Add: {
+    const float *a = data(in[0]), *b = data(in[1]);
+    float *y = data(out[0]);
+    for (int64_t i = 0; i < out[0].elements; ++i)
+      y[i] = a[i] + b[i];
+    return true;
+  }
+  case KernelId::Fill:
+    std::fill_n(data(out[0]), out[0].elements, float(ins.number("value")));
+    return true;
+  case KernelId::CrossEntropyFwd: {
+    const int32_t *l = ids(in[1], error);
+    if (!l)
+      return false;
+    int64_t counted;
+    if (!k::crossEntropyForward(data(in[0]), l, rowsOf(in[0]), in[0].shape.back(),
+                                int64_t(ins.number("ignore_index", -100)), data(out[0]),
+                                &counted)) {
+      error = "a label is outside the vocabulary";
+      return false;
+    }
+    return true;
+  }
+  case KernelId::CrossEntropyBwd: {
+    const int32_t *l = ids(in[1], error);
+    if (!l)
+      return false;
+    int64_t ignore = int64_t(ins.number("ignore_index", -100)), counted = 0;
+    for (int64_t i = 0; i < in[1].elements; ++i)
+      counted += l[i] != ignore;
+    k::crossEntropyBackward(data(in[0]), l, *data(in[2]), counted, data(out[0]), rowsOf(in[0]),
+                            in[0].shape.back(), ignore);
+    return true;
+  }
+  case KernelId::GlobalNorm: {
+    double sum = 0;
+    for (const Buffer &b : in)
+      sum += k::sumOfSquares(data(b), b.elements);
+    *data(out[0]) = float(std::sqrt(sum));
+    return true;
+  }
+  case KernelId::AdamW: {
+    ParamState &st = params[ins.text("param")];
+    k::AdamWParams p;
+    p.lr = float(ins.number("lr"));
+    p.beta1 = float(ins.number("beta1"));
+    p.beta2 = float(ins.number("beta2"));
+    p.eps = float(ins.number("eps"));
+    p.weightDecay = float(ins.number("weight_decay"));
+    double maxNorm = ins.number("max_norm");
+    float norm = *data(in[1]);
+    if (maxNorm > 0)
+      p.gradScale = float(std::min(1.0, maxNorm / (double(norm) + 1e-6)));
+    p.step = steps + 1;
+    k::adamw(st.value.data(), data(in[0]), st.m.data(), st.v.data(), int64_t(st.value.size()), p);
+    return true;
+  }
+  case KernelId::NumKernels:
+    break;
+  }
+  error = std::string("the CPU backend has no kernel '") + ins.kernel->name + "'";
+  return false;
+}
+
+} // namespace llmopt::runtime

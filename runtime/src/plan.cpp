@@ -1,0 +1,374 @@
+//===- plan.cpp - loading and validating a plan directory -----------------===//
+
+#include "llmopt-runtime/plan.h"
+#include "llmopt-runtime/sha256.h"
+
+#include <fstream>
+#include <set>
+#include <sstream>
+
+namespace llmopt::runtime {
+
+int64_t bytesOf(DType d) {
+  switch (d) {
+  case DType::F32:
+  case DType::I32:
+    return 4;
+  case DType::BF16:
+  case DType::F16:
+    return 2;
+  case DType::I64:
+    return 8;
+  }
+  return 4;
+}
+
+double Instruction::number(const std::string &key, double dflt) const {
+  auto it = params.find(key);
+  return it != params.end() && it->second.isNumber() ? it->second.number : dflt;
+}
+
+bool Instruction::flag(const std::string &key) const {
+  auto it = params.find(key);
+  return it != params.end() && it->second.isBool() && it->second.boolean;
+}
+
+std::string Instruction::text(const std::string &key) const {
+  auto it = params.find(key);
+  return it != params.end() && it->second.isString() ? it->second.string : std::string();
+}
+
+const Program *Plan::programFor(int rank) const {
+  for (const Program &p : programs)
+    for (int r : p.ranks)
+      if (r == rank)
+        return &p;
+  return nullptr;
+}
+
+const ParamSpec *Plan::param(const std::string &name) const {
+  for (const ParamSpec &p : params)
+    if (p.name == name)
+      return &p;
+  return nullptr;
+}
+
+namespace {
+
+struct Checker {
+  std::string &error;
+  bool fail(const std::string &where, const std::string &msg) {
+    if (error.empty())
+      error = where + ": " + msg;
+    return false;
+  }
+
+  bool integer(const json::Value *v, const std::string &where, int64_t &out, int64_t min = 0) {
+    if (!v || !v->isNumber() || !v->isInteger)
+      return fail(where, "must be an integer");
+    if (v->integer < min)
+      return fail(where, "must be at least " + std::to_string(min));
+    out = v->integer;
+    return true;
+  }
+
+  bool string(const json::Value *v, const std::string &where, std::string &out) {
+    if (!v || !v->isString())
+      return fail(where, "must be a string");
+    out = v->string;
+    return true;
+  }
+
+  bool dtype(const json::Value *v, const std::string &where, DType &out) {
+    std::string s;
+    if (!string(v, where, s))
+      return false;
+    static const std::map<std::string, DType> names = {
+        {"f32", DType::F32}, {"bf16", DType::BF16}, {"f16", DType::F16},
+        {"i32", DType::I32}, {"i64", DType::I64}};
+    auto it = names.find(s);
+    if (it == names.end())
+      return fail(where, "unknown dtype '" + s + "'");
+    out = it->second;
+    return true;
+  }
+
+  bool shape(const json::Value *v, const std::string &where, std::vector<int64_t> &out,
+             int64_t &elements) {
+    if (!v || !v->isArray())
+      return fail(where, "must be an array of sizes");
+    out.clear();
+    elements = 1;
+    for (const json::Value &d : v->array) {
+      int64_t n = 0;
+      if (!integer(&d, where, n, 1))
+        return false;
+      if (n > (int64_t(1) << 40) / elements)
+        return fail(where, "is too large");
+      out.push_back(n);
+      elements *= n;
+    }
+    return true;
+  }
+
+  bool buffer(const json::Value &v, const std::string &where, const Plan &plan,
+              int64_t arenaBytes, Buffer &b) {
+    if (!v.isObject())
+      return fail(where, "a buffer must be an object");
+    std::string space;
+    if (!string(v.get("space"), where + ".space", space) ||
+        !shape(v.get("shape"), where + ".shape", b.shape, b.elements) ||
+        !dtype(v.get("dtype"), where + ".dtype", b.dtype))
+      return false;
+    b.bytes = b.elements * bytesOf(b.dtype);
+    if (space == "arena") {
+      b.space = Buffer::Space::Arena;
+      if (!integer(v.get("offset"), where + ".offset", b.offset))
+        return false;
+      if (b.offset + b.bytes > arenaBytes)
+        return fail(where, "buffer [" + std::to_string(b.offset) + ", " +
+                               std::to_string(b.offset + b.bytes) + ") overruns the " +
+                               std::to_string(arenaBytes) + "-byte arena");
+    } else if (space == "input") {
+      b.space = Buffer::Space::Input;
+      if (!integer(v.get("offset"), where + ".offset", b.offset))
+        return false;
+      if (b.offset >= int64_t(plan.inputs.size()))
+        return fail(where, "input " + std::to_string(b.offset) + " does not exist");
+      const Buffer &in = plan.inputs[b.offset];
+      if (in.shape != b.shape || in.dtype != b.dtype)
+        return fail(where, "does not match the shape and dtype of input " +
+                               std::to_string(b.offset));
+    } else if (space == "state") {
+      b.space = Buffer::Space::State;
+      if (!string(v.get("name"), where + ".name", b.name))
+        return false;
+      const ParamSpec *p = plan.param(b.name);
+      if (!p)
+        return fail(where, "no parameter named '" + b.name + "'");
+      if (p->shape != b.shape || p->dtype != b.dtype)
+        return fail(where, "does not match parameter '" + b.name + "'");
+    } else {
+      return fail(where + ".space", "must be arena, input or state, got '" + space + "'");
+    }
+    return true;
+  }
+};
+
+} // namespace
+
+bool parsePlan(const json::Value &root, Plan &plan, std::string &error) {
+  error.clear();
+  plan = Plan();
+  Checker c{error};
+  if (!root.isObject())
+    return c.fail("plan.json", "must be a JSON object");
+  std::string format;
+  if (!c.string(root.get("format"), "format", format))
+    return false;
+  if (format != "llm-opt-plan")
+    return c.fail("format", "is '" + format + "', not an llm-opt plan");
+  int64_t version;
+  if (!c.integer(root.get("version"), "version", version, 1))
+    return false;
+  if (version != 1)
+    return c.fail("version", "is " + std::to_string(version) +
+                                 "; this runtime reads version 1: rebuild llm-run or re-emit");
+  plan.version = int(version);
+  if (const json::Value *m = root.get("model"); m && m->isString())
+    plan.model = m->string;
+  int64_t world;
+  if (!c.integer(root.get("world_size"), "world_size", world, 1))
+    return false;
+  plan.worldSize = int(world);
+  if (root.get("micro_batch"))
+    c.integer(root.get("micro_batch"), "micro_batch", plan.microBatch, 1);
+  if (root.get("seq_len"))
+    c.integer(root.get("seq_len"), "seq_len", plan.seqLen, 1);
+  if (const json::Value *mesh = root.get("mesh"); mesh && mesh->isObject())
+    for (const auto &[k, v] : mesh->object) {
+      int64_t n = 0;
+      if (!c.integer(&v, "mesh." + k, n, 1))
+        return false;
+      plan.mesh[k] = int(n);
+    }
+
+  const json::Value *inputs = root.get("inputs");
+  if (!inputs || !inputs->isArray())
+    return c.fail("inputs", "must be an array");
+  for (size_t i = 0; i < inputs->array.size(); ++i) {
+    std::string where = "inputs[" + std::to_string(i) + "]";
+    Buffer b;
+    b.space = Buffer::Space::Input;
+    b.offset = int64_t(i);
+    if (!c.shape(inputs->array[i].get("shape"), where + ".shape", b.shape, b.elements) ||
+        !c.dtype(inputs->array[i].get("dtype"), where + ".dtype", b.dtype))
+      return false;
+    b.bytes = b.elements * bytesOf(b.dtype);
+    plan.inputs.push_back(b);
+  }
+
+  const json::Value *params = root.get("params");
+  if (!params || !params->isArray())
+    return c.fail("params", "must be an array");
+  std::set<std::string> names;
+  for (size_t i = 0; i < params->array.size(); ++i) {
+    const json::Value &pv = params->array[i];
+    std::string where = "params[" + std::to_string(i) + "]";
+    ParamSpec p;
+    if (!c.string(pv.get("name"), where + ".name", p.name) ||
+        !c.shape(pv.get("shape"), where + ".shape", p.shape, p.elements) ||
+        !c.dtype(pv.get("dtype"), where + ".dtype", p.dtype) ||
+        !c.string(pv.get("init"), where + ".init", p.init))
+      return false;
+    if (p.init != "zeros" && p.init != "ones" && p.init != "normal")
+      return c.fail(where + ".init", "must be zeros, ones or normal");
+    if (p.init == "normal") {
+      const json::Value *s = pv.get("std");
+      if (!s || !s->isNumber() || !(s->number > 0))
+        return c.fail(where + ".std", "normal initialization needs a positive std");
+      p.stddev = s->number;
+    }
+    if (!names.insert(p.name).second)
+      return c.fail(where + ".name", "duplicate parameter '" + p.name + "'");
+    plan.params.push_back(p);
+  }
+
+  const json::Value *programs = root.get("programs");
+  if (!programs || !programs->isArray() || programs->array.empty())
+    return c.fail("programs", "must be a non-empty array");
+  std::set<int> covered;
+  for (size_t pi = 0; pi < programs->array.size(); ++pi) {
+    const json::Value &pv = programs->array[pi];
+    std::string where = "programs[" + std::to_string(pi) + "]";
+    Program prog;
+    if (!c.string(pv.get("name"), where + ".name", prog.name) ||
+        !c.integer(pv.get("arena_bytes"), where + ".arena_bytes", prog.arenaBytes))
+      return false;
+    const json::Value *ranks = pv.get("ranks");
+    if (!ranks || !ranks->isArray())
+      return c.fail(where + ".ranks", "must be an array");
+    for (const json::Value &r : ranks->array) {
+      int64_t rank;
+      if (!c.integer(&r, where + ".ranks", rank))
+        return false;
+      if (rank >= plan.worldSize || !covered.insert(int(rank)).second)
+        return c.fail(where + ".ranks", "rank " + std::to_string(rank) +
+                                            " is outside the world or listed twice");
+      prog.ranks.push_back(int(rank));
+    }
+    const json::Value *outs = pv.get("outputs");
+    if (!outs || !outs->get("loss") || !outs->get("grad_norm"))
+      return c.fail(where + ".outputs", "needs loss and grad_norm buffers");
+    if (!c.buffer(*outs->get("loss"), where + ".outputs.loss", plan, prog.arenaBytes,
+                  prog.loss) ||
+        !c.buffer(*outs->get("grad_norm"), where + ".outputs.grad_norm", plan,
+                  prog.arenaBytes, prog.gradNorm))
+      return false;
+    const json::Value *instrs = pv.get("instructions");
+    if (!instrs || !instrs->isArray())
+      return c.fail(where + ".instructions", "must be an array");
+    for (size_t ii = 0; ii < instrs->array.size(); ++ii) {
+      const json::Value &iv = instrs->array[ii];
+      std::string iw = where + ".instructions[" + std::to_string(ii) + "]";
+      Instruction ins;
+      auto bufferList = [&](const char *key, std::vector<Buffer> &out) {
+        const json::Value *list = iv.get(key);
+        if (!list || !list->isArray())
+          return c.fail(iw + "." + key, "must be an array of buffers");
+        for (size_t bi = 0; bi < list->array.size(); ++bi) {
+          Buffer b;
+          if (!c.buffer(list->array[bi], iw + "." + key + "[" + std::to_string(bi) + "]",
+                        plan, prog.arenaBytes, b))
+            return false;
+          out.push_back(b);
+        }
+        return true;
+      };
+      if (const json::Value *k = iv.get("kernel")) {
+        if (!k->isString())
+          return c.fail(iw + ".kernel", "must be a string");
+        ins.kernel = kernels::findKernel(k->string.c_str());
+        if (!ins.kernel)
+          return c.fail(iw + ".kernel", "unknown kernel '" + k->string + "'");
+        if (!bufferList("ins", ins.ins) || !bufferList("outs", ins.outs))
+          return false;
+        if ((ins.kernel->inputs >= 0 && int(ins.ins.size()) != ins.kernel->inputs) ||
+            (ins.kernel->outputs >= 0 && int(ins.outs.size()) != ins.kernel->outputs))
+          return c.fail(iw, std::string("wrong number of buffers for '") + ins.kernel->name +
+                                "'");
+        for (const Buffer &b : ins.outs)
+          if (b.space == Buffer::Space::Input)
+            return c.fail(iw + ".outs", "a kernel must not write a step input");
+        if (const json::Value *ps = iv.get("params"); ps && ps->isObject())
+          ins.params = ps->object;
+        if (ins.kernel->id == kernels::KernelId::AdamW && !plan.param(ins.text("param")))
+          return c.fail(iw + ".params.param", "no parameter named '" + ins.text("param") + "'");
+      } else if (const json::Value *col = iv.get("collective")) {
+        if (!col->isString() || col->string != "all_reduce")
+          return c.fail(iw + ".collective", "only all_reduce is known");
+        ins.kind = Instruction::Kind::AllReduce;
+        if (!c.string(iv.get("axis"), iw + ".axis", ins.axis) ||
+            !c.string(iv.get("reduce"), iw + ".reduce", ins.reduce) ||
+            !bufferList("buffers", ins.buffers))
+          return false;
+        if (ins.reduce != "sum" && ins.reduce != "avg")
+          return c.fail(iw + ".reduce", "must be sum or avg");
+        if (!plan.mesh.count(ins.axis))
+          return c.fail(iw + ".axis", "no mesh axis '" + ins.axis + "'");
+      } else {
+        return c.fail(iw, "is neither a kernel nor a collective");
+      }
+      prog.instructions.push_back(std::move(ins));
+    }
+    plan.programs.push_back(std::move(prog));
+  }
+  if (int(covered.size()) != plan.worldSize)
+    return c.fail("programs", "cover " + std::to_string(covered.size()) + " of " +
+                                  std::to_string(plan.worldSize) + " ranks");
+  return true;
+}
+
+static bool readFile(const std::string &path, std::string &out) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f)
+    return false;
+  std::ostringstream ss;
+  ss << f.rdbuf();
+  out = ss.str();
+  return true;
+}
+
+bool loadPlan(const std::string &dir, Plan &plan, std::string &error) {
+  std::string text, sums;
+  if (!readFile(dir + "/plan.json", text)) {
+    error = dir + "/plan.json: cannot read it (is '" + dir + "' a plan directory?)";
+    return false;
+  }
+  if (!readFile(dir + "/checksums.sha256", sums)) {
+    error = dir + "/checksums.sha256: missing; refusing an unchecked plan";
+    return false;
+  }
+  std::string want = sums.substr(0, sums.find(' '));
+  if (sums.find("  plan.json") == std::string::npos || want.size() != 64) {
+    error = dir + "/checksums.sha256: malformed";
+    return false;
+  }
+  if (sha256Hex(text) != want) {
+    error = dir + "/plan.json: checksum mismatch: the file is truncated or was modified";
+    return false;
+  }
+  json::Value root;
+  std::string jsonError;
+  if (!json::parse(text, root, jsonError)) {
+    error = dir + "/plan.json: " + jsonError;
+    return false;
+  }
+  if (!parsePlan(root, plan, error)) {
+    error = dir + "/plan.json: " + error;
+    return false;
+  }
+  return true;
+}
+
+} // namespace llmopt::runtime

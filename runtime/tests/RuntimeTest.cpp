@@ -1,0 +1,146 @@
+//===- RuntimeTest.cpp - JSON, SHA-256 and plan validation ----------------===//
+
+#include "llmopt-runtime/json.h"
+#include "llmopt-runtime/plan.h"
+#include "llmopt-runtime/sha256.h"
+
+#include "gtest/gtest.h"
+#include <cstdio>
+#include <fstream>
+#include <string>
+
+using namespace llmopt::runtime;
+
+namespace {
+
+TEST(Json, ParsesValues) {
+  json::Value v;
+  std::string e;
+  ASSERT_TRUE(json::parse(R"({"a": [1, -2.5, true, null, "x\n\u00e9\ud83d\ude00"], "b": {}})", v, e))
+      << e;
+  const json::Value *a = v.get("a");
+  ASSERT_TRUE(a && a->isArray());
+  EXPECT_EQ(a->array[0].integer, 1);
+  EXPECT_TRUE(a->array[0].isInteger);
+  EXPECT_DOUBLE_EQ(a->array[1].number, -2.5);
+  EXPECT_FALSE(a->array[1].isInteger);
+  EXPECT_TRUE(a->array[2].boolean);
+  EXPECT_EQ(a->array[4].string, "x\n\xc3\xa9\xf0\x9f\x98\x80");
+}
+
+TEST(Json, ErrorsSayWhere) {
+  json::Value v;
+  std::string e;
+  EXPECT_FALSE(json::parse("{\n  \"a\" 1\n}", v, e));
+  EXPECT_EQ(e, "line 2, column 7: expected ':'");
+  EXPECT_FALSE(json::parse("[1, 2", v, e));
+  EXPECT_NE(e.find("expected ',' or ']'"), std::string::npos);
+  EXPECT_FALSE(json::parse(R"({"a": 1, "a": 2})", v, e));
+  EXPECT_NE(e.find("duplicate key 'a'"), std::string::npos);
+  EXPECT_FALSE(json::parse(std::string(1000, '[') + std::string(1000, ']'), v, e));
+  EXPECT_NE(e.find("nested deeper than 256 levels"), std::string::npos);
+  EXPECT_FALSE(json::parse("{} x", v, e));
+  EXPECT_FALSE(json::parse("1e999", v, e));
+}
+
+TEST(Sha256, KnownVectors) {
+  // FIPS 180-4 examples.
+  EXPECT_EQ(sha256Hex(""), "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+  EXPECT_EQ(sha256Hex("abc"), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+  EXPECT_EQ(sha256Hex("abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq"),
+            "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
+  EXPECT_EQ(sha256Hex(std::string(1000000, 'a')),
+            "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
+}
+
+/// A minimal valid plan: one rank, fill then global_norm, and one parameter
+/// updated by AdamW.
+std::string minimalPlan() {
+  return R"({
+  "format": "llm-opt-plan", "version": 1, "world_size": 1,
+  "mesh": {"dp": 1},
+  "inputs": [{"name": "tokens", "shape": [1, 2], "dtype": "i32"},
+             {"name": "labels", "shape": [1, 2], "dtype": "i32"}],
+  "params": [{"name": "w", "shape": [4], "dtype": "f32", "init": "ones"}],
+  "programs": [{"name": "train_step", "ranks": [0], "arena_bytes": 32,
+    "outputs": {"loss": {"space": "arena", "offset": 0, "shape": [], "dtype": "f32"},
+                "grad_norm": {"space": "arena", "offset": 4, "shape": [], "dtype": "f32"}},
+    "instructions": [
+      {"kernel": "fill", "ins": [], "outs": [{"space": "arena", "offset": 16, "shape": [4], "dtype": "f32"}], "params": {"value": 1.0}},
+      {"kernel": "global_norm", "ins": [{"space": "arena", "offset": 16, "shape": [4], "dtype": "f32"}],
+       "outs": [{"space": "arena", "offset": 4, "shape": [], "dtype": "f32"}], "params": {}},
+      {"kernel": "adamw", "ins": [{"space": "arena", "offset": 16, "shape": [4], "dtype": "f32"},
+                                  {"space": "arena", "offset": 4, "shape": [], "dtype": "f32"}],
+       "outs": [], "params": {"param": "w", "lr": 0.1, "beta1": 0.9, "beta2": 0.95, "eps": 1e-8,
+                              "weight_decay": 0.0, "max_norm": 1.0}}
+    ]}]
+})";
+}
+
+std::string validate(std::string text) {
+  json::Value v;
+  std::string e;
+  if (!json::parse(text, v, e))
+    return "json: " + e;
+  Plan p;
+  return parsePlan(v, p, e) ? "ok" : e;
+}
+
+void replace(std::string &s, const std::string &from, const std::string &to) {
+  size_t at = s.find(from);
+  ASSERT_NE(at, std::string::npos) << from;
+  s.replace(at, from.size(), to);
+}
+
+TEST(Plan, ValidatesEverything) {
+  EXPECT_EQ(validate(minimalPlan()), "ok");
+  struct Case {
+    std::string from, to, message;
+  };
+  const Case cases[] = {
+      {R"("version": 1)", R"("version": 2)", "version: is 2; this runtime reads version 1"},
+      {R"("format": "llm-opt-plan")", R"("format": "onnx")", "format: is 'onnx'"},
+      {R"("kernel": "fill")", R"("kernel": "fill_all")",
+       "programs[0].instructions[0].kernel: unknown kernel 'fill_all'"},
+      {R"("offset": 16, "shape": [4], "dtype": "f32"}], "params": {"value")",
+       R"("offset": 24, "shape": [4], "dtype": "f32"}], "params": {"value")",
+       "programs[0].instructions[0].outs[0]: buffer [24, 40) overruns the 32-byte arena"},
+      {R"("param": "w")", R"("param": "v")",
+       "programs[0].instructions[2].params.param: no parameter named 'v'"},
+      {R"("ranks": [0])", R"("ranks": [1])", "rank 1 is outside the world or listed twice"},
+      {R"("init": "ones")", R"("init": "normal")", "params[0].std: normal initialization needs"},
+      {R"("shape": [4], "dtype": "f32", "init")", R"("shape": [0], "dtype": "f32", "init")",
+       "params[0].shape: must be at least 1"},
+      {R"("dtype": "f32", "init")", R"("dtype": "f64", "init")", "unknown dtype 'f64'"},
+  };
+  for (const Case &c : cases) {
+    std::string text = minimalPlan();
+    replace(text, c.from, c.to);
+    std::string got = validate(text);
+    EXPECT_NE(got.find(c.message), std::string::npos) << "got: " << got;
+  }
+}
+
+TEST(Plan, LoadChecksTheChecksum) {
+  std::string dir = ::testing::TempDir() + "/llmopt-plan-test";
+  std::system(("mkdir -p " + dir).c_str());
+  std::string text = minimalPlan();
+  std::ofstream(dir + "/plan.json") << text;
+  std::ofstream(dir + "/checksums.sha256") << sha256Hex(text) << "  plan.json\n";
+  Plan p;
+  std::string e;
+  ASSERT_TRUE(loadPlan(dir, p, e)) << e;
+  EXPECT_EQ(p.programs.size(), 1u);
+  std::ofstream(dir + "/plan.json") << text.substr(0, text.size() - 10);
+  EXPECT_FALSE(loadPlan(dir, p, e));
+  EXPECT_NE(e.find("checksum mismatch: the file is truncated or was modified"),
+            std::string::npos)
+      << e;
+  std::remove((dir + "/checksums.sha256").c_str());
+  EXPECT_FALSE(loadPlan(dir, p, e));
+  EXPECT_NE(e.find("missing; refusing an unchecked plan"), std::string::npos) << e;
+  EXPECT_FALSE(loadPlan(dir + "/nowhere", p, e));
+  EXPECT_NE(e.find("cannot read it"), std::string::npos) << e;
+}
+
+} // namespace
