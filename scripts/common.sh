@@ -11,6 +11,8 @@ LLMOPT_APT_PACKAGES=(
   cmake ninja-build g++ lld ccache python3
   libmlir-22-dev mlir-22-tools llvm-22-dev llvm-22-tools libzstd-dev
   libgtest-dev libbenchmark-dev
+  # The HTML plan report is tested in a real browser (python-frontend/tests).
+  chromium fonts-dejavu-core
 )
 
 log() { printf '\033[1m[llm-opt]\033[0m %s\n' "$*"; }
@@ -23,14 +25,36 @@ install_deps() {
   done
   if ((${#missing[@]} == 0)); then
     log "dependencies present"
+  else
+    log "installing: ${missing[*]}"
+    local sudo=()
+    if [[ $(id -u) -ne 0 ]]; then sudo=(sudo); fi
+    "${sudo[@]}" apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq --no-install-recommends \
+      "${missing[@]}" >/dev/null
+  fi
+  install_pytest
+}
+
+# pytest for python-frontend/tests, in the python3 that ctest runs (the first
+# on PATH). Debian's own python3 refuses pip installs into it (PEP 668); its
+# python3-pytest package is the fallback there.
+install_pytest() {
+  if python3 -c 'import pytest' 2>/dev/null; then
     return
   fi
-  log "installing: ${missing[*]}"
-  local sudo=()
-  if [[ $(id -u) -ne 0 ]]; then sudo=(sudo); fi
-  "${sudo[@]}" apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq --no-install-recommends \
-    "${missing[@]}" >/dev/null
+  log "installing pytest"
+  python3 -m pip install --quiet pytest 2>/dev/null ||
+    python3 -m pip install --quiet --user --break-system-packages pytest 2>/dev/null || {
+    local sudo=()
+    if [[ $(id -u) -ne 0 ]]; then sudo=(sudo); fi
+    DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq \
+      --no-install-recommends python3-pytest >/dev/null
+  }
+  python3 -c 'import pytest' || {
+    log "pytest is not importable by $(command -v python3)"
+    return 1
+  }
 }
 
 configure() {

@@ -691,6 +691,16 @@ struct Evaluator {
       double fwd = range(st.fwdWindow, first, sm.layers);
       double bwd = range(st.bwdWindow, first, sm.layers);
       stageTimes[sIdx] = perMbTime(sIdx, first, sm.layers) + p2p;
+      {
+        double fwdWork = fwd + (sIdx == 0 ? embedTime : 0) +
+                         (sIdx == c.pp - 1 ? headFwd : 0);
+        double bwdWork = bwd + (sIdx == 0 ? embedTime : 0) +
+                         (sIdx == c.pp - 1 ? headBwd : 0);
+        double comm = stageTimes[sIdx] - fwdWork - bwdWork;
+        double share = fwdWork + bwdWork > 0 ? fwdWork / (fwdWork + bwdWork) : 0.5;
+        sm.forwardSeconds = fwdWork + comm * share;
+        sm.backwardSeconds = stageTimes[sIdx] - sm.forwardSeconds;
+      }
       double total = mem.total();
       if (total > peakTotal) {
         peakTotal = total;

@@ -198,6 +198,34 @@ SearchResult llmopt::planner::search(const ModelDesc &model, const ClusterSpec &
       maxExperts = std::max(maxExperts, l.experts);
     }
 
+  // Progress: the share of outer TP x CP x PP choices done, reported about
+  // every `progressInterval` seconds (the clock is read every 256
+  // candidates).
+  double fraction = 0;
+  double lastProgress = 0;
+  auto elapsed = [&] {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+        .count();
+  };
+  auto progress = [&](bool done) {
+    SearchProgress p;
+    p.fraction = done ? 1.0 : fraction;
+    p.evaluated = result.evaluated;
+    p.feasible = result.feasible;
+    p.seconds = elapsed();
+    p.done = done;
+    lastProgress = p.seconds;
+    opts.progress(p);
+  };
+  auto tick = [&] {
+    if (opts.progress && (result.evaluated & 255) == 0 &&
+        elapsed() - lastProgress >= opts.progressInterval)
+      progress(false);
+  };
+
+  if (opts.progress)
+    progress(/*done=*/false); // the start, so that a display can open at once
+
   std::vector<PlanEval> kept;
   auto reject = [&](const PlanEval &e) {
     Rejection &r = result.rejected[toString(e.reason)];
@@ -215,6 +243,7 @@ SearchResult llmopt::planner::search(const ModelDesc &model, const ClusterSpec &
   };
   auto consider = [&](PlanEval &&e) {
     ++result.evaluated;
+    tick();
     if (!e.feasible()) {
       reject(e);
       return;
@@ -251,21 +280,31 @@ SearchResult llmopt::planner::search(const ModelDesc &model, const ClusterSpec &
     if (d <= cluster.gpusPerNode || fixedInt("tp"))
       tps.push_back(d);
 
-  for (int64_t tp : choices("tp", tps)) {
+  const std::vector<int64_t> tpChoices = choices("tp", tps);
+  for (size_t iTp = 0; iTp < tpChoices.size(); ++iTp) {
+    const int64_t tp = tpChoices[iTp];
     if (gpus % tp)
       continue;
     std::vector<int64_t> cps;
     for (int64_t d : divisors(gpus / tp))
       if (d == 1 || job.seqLen / d >= 256) // chunks of at least 256 tokens
         cps.push_back(d);
-    for (int64_t cp : choices("cp", cps)) {
+    const std::vector<int64_t> cpChoices = choices("cp", cps);
+    for (size_t iCp = 0; iCp < cpChoices.size(); ++iCp) {
+      const int64_t cp = cpChoices[iCp];
       if ((gpus / tp) % cp)
         continue;
       std::vector<int64_t> pps;
       for (int64_t d : divisors(gpus / (tp * cp)))
         if (d <= layers)
           pps.push_back(d);
-      for (int64_t pp : choices("pp", pps)) {
+      const std::vector<int64_t> ppChoices = choices("pp", pps);
+      for (size_t iPp = 0; iPp < ppChoices.size(); ++iPp) {
+        const int64_t pp = ppChoices[iPp];
+        fraction = (double(iTp) +
+                    (double(iCp) + double(iPp) / double(ppChoices.size())) /
+                        double(cpChoices.size())) /
+                   double(tpChoices.size());
         if ((gpus / (tp * cp)) % pp)
           continue;
         int64_t dp = gpus / (tp * cp * pp);
@@ -394,7 +433,8 @@ SearchResult llmopt::planner::search(const ModelDesc &model, const ClusterSpec &
   if (kept.size() > size_t(std::max(1, opts.topK)))
     kept.resize(std::max(1, opts.topK));
   result.plans = std::move(kept);
-  result.seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  result.seconds = elapsed();
+  if (opts.progress)
+    progress(/*done=*/true);
   return result;
 }

@@ -58,13 +58,16 @@ static json::Object configJSON(const ParallelConfig &c) {
 }
 
 static json::Object planJSON(const PlanEval &p) {
-  json::Array byStage;
+  json::Array byStage, timeByStage;
   for (const StageMemory &s : p.stages) {
     json::Object o = memoryJSON(s.memory);
     o["stage"] = s.stage;
     o["layers"] = s.layers;
     o["in_flight_micro_batches"] = s.inFlight;
     byStage.push_back(std::move(o));
+    timeByStage.push_back(json::Object{{"stage", s.stage},
+                                       {"forward_s", s.forwardSeconds},
+                                       {"backward_s", s.backwardSeconds}});
   }
   const TimeBreakdown &t = p.time;
   return json::Object{
@@ -90,6 +93,7 @@ static json::Object planJSON(const PlanEval &p) {
            {"bubble", t.bubble},
            {"optimizer", t.optimizer},
        }},
+      {"time_by_stage", std::move(timeByStage)},
   };
 }
 

@@ -2,8 +2,13 @@
 
 #include "llmopt/Planner/Planner.h"
 
+#include "llvm/Support/JSON.h"
+#include "llvm/Support/raw_ostream.h"
+
 #include "gtest/gtest.h"
 #include <cstdio>
+#include <map>
+#include <tuple>
 
 using namespace llmopt::cost;
 using namespace llmopt::planner;
@@ -276,6 +281,244 @@ TEST(Collectives, MatchNcclTestsBusBandwidth) {
   ClusterSpec big = cluster("dgx-h100", 8192);
   Collectives wide{big};
   EXPECT_NEAR(wide.allReduce(8, 1024, 1), 8.4e-6 + 20 * 14e-6, 1e-7);
+}
+
+} // namespace
+
+//===----------------------------------------------------------------------===//
+// Pipeline timeline, search progress and the HTML report
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+PipelineTimeline simulate(Schedule s, int pp, int vpp, int64_t m, double f, double b) {
+  PipelineTimeline t;
+  std::string error;
+  EXPECT_TRUE(simulatePipeline(s, vpp, m, std::vector<double>(pp, f),
+                               std::vector<double>(pp, b), t, error))
+      << error;
+  return t;
+}
+
+/// Checks what every schedule must hold: each pass runs once, a stage runs
+/// one pass at a time, a forward follows the previous virtual stage's, a
+/// backward the next one's. Returns the most micro-batch chunks any stage
+/// holds in flight (forwards whose backward has not run).
+std::vector<int> checkTimeline(const PipelineTimeline &t) {
+  const int pp = t.stages, vpp = t.chunks;
+  const int64_t m = t.microBatches;
+  EXPECT_EQ(t.blocks.size(), size_t(2 * pp * vpp * m));
+  std::map<std::tuple<int, int64_t, bool>, std::pair<double, double>> when;
+  std::vector<int> inFlight(pp, 0), peak(pp, 0);
+  int lastStage = -1;
+  double stageFree = 0;
+  for (const PipelineBlock &b : t.blocks) {
+    if (b.stage != lastStage) {
+      lastStage = b.stage;
+      stageFree = 0;
+    }
+    EXPECT_GE(b.start, stageFree - 1e-12) << "stage " << b.stage << " overlaps itself";
+    stageFree = b.end;
+    int v = b.chunk * pp + b.stage;
+    EXPECT_TRUE(when.insert({{v, b.microBatch, b.backward}, {b.start, b.end}}).second);
+    inFlight[b.stage] += b.backward ? -1 : 1;
+    peak[b.stage] = std::max(peak[b.stage], inFlight[b.stage]);
+  }
+  for (const auto &[key, se] : when) {
+    auto [v, mb, backward] = key;
+    // Forward: after the previous virtual stage's forward. Backward: after
+    // the next one's backward, or the last forward.
+    std::tuple<int, int64_t, bool> input =
+        !backward ? std::make_tuple(v - 1, mb, false)
+        : v < pp * vpp - 1 ? std::make_tuple(v + 1, mb, true)
+                           : std::make_tuple(v, mb, false);
+    if (backward || v > 0) {
+      EXPECT_TRUE(when.count(input));
+      EXPECT_GE(se.first, when[input].second - 1e-12);
+    }
+  }
+  return peak;
+}
+
+TEST(PipelineTimeline, OneFOneBAndGPipeTakeTheTextbookTime) {
+  // p equal stages of f + b per micro-batch: (m + p - 1)(f + b) (Huang et al.
+  // 2019, Narayanan et al. 2021). 1F1B keeps p - s micro-batches in flight on
+  // stage s, GPipe all m: the cost model's memory assumption.
+  for (int pp : {1, 2, 4, 8}) {
+    for (int64_t m : {int64_t(pp), int64_t(2 * pp), int64_t(3 * pp + 1)}) {
+      PipelineTimeline ofob = simulate(Schedule::OneFOneB, pp, 1, m, 1.0, 2.0);
+      EXPECT_DOUBLE_EQ(ofob.makespan, double(m + pp - 1) * 3.0) << pp << " " << m;
+      std::vector<int> peak = checkTimeline(ofob);
+      for (int s = 0; s < pp; ++s)
+        EXPECT_EQ(peak[s], std::min<int64_t>(pp - s, m)) << "stage " << s;
+      PipelineTimeline gpipe = simulate(Schedule::GPipe, pp, 1, m, 1.0, 2.0);
+      EXPECT_DOUBLE_EQ(gpipe.makespan, double(m + pp - 1) * 3.0);
+      for (int peakOnStage : checkTimeline(gpipe))
+        EXPECT_EQ(peakOnStage, m);
+    }
+  }
+}
+
+TEST(PipelineTimeline, InterleavingDividesTheBubbleByTheChunks) {
+  // Narayanan et al. 2021: the bubble of the interleaved schedule is
+  // (p - 1)(f + b) / v.
+  for (auto [pp, vpp, m] : {std::tuple<int, int, int64_t>{4, 2, 8}, {4, 4, 16}, {8, 2, 16},
+                            {2, 3, 4}, {4, 2, 4}}) {
+    PipelineTimeline t = simulate(Schedule::Interleaved, pp, vpp, m, 1.0, 2.0);
+    EXPECT_NEAR(t.makespan, double(m) * 3.0 + double(pp - 1) * 3.0 / vpp, 1e-9)
+        << pp << " " << vpp << " " << m;
+    std::vector<int> peak = checkTimeline(t);
+    // In flight, in chunks of 1/v micro-batch: Megatron's warm-up plus one.
+    for (int s = 0; s < pp; ++s)
+      EXPECT_EQ(peak[s], std::min<int64_t>(2 * (pp - s - 1) + (vpp - 1) * pp + 1, m * vpp))
+          << "stage " << s;
+  }
+}
+
+TEST(PipelineTimeline, ASlowStageSetsThePace) {
+  // The middle stage takes twice as long: the others wait for it. The step
+  // is at least the slow stage's work plus the first forward and the last
+  // backward of stage 0 (1 + 8 x 6 + 2) and at most what the cost model
+  // charges (m x slowest + the other stages' time as bubble, 8 x 6 + 3 + 3).
+  PipelineTimeline t;
+  std::string error;
+  ASSERT_TRUE(simulatePipeline(Schedule::OneFOneB, 1, 8, {1, 2, 1}, {2, 4, 2}, t, error))
+      << error;
+  checkTimeline(t);
+  EXPECT_GE(t.makespan, 1 + 8 * 6.0 + 2);
+  EXPECT_LE(t.makespan, 8 * 6.0 + 3 + 3);
+  double slowBusy = 0, fastBusy = 0;
+  for (const PipelineBlock &b : t.blocks)
+    (b.stage == 1 ? slowBusy : fastBusy) += b.end - b.start;
+  EXPECT_DOUBLE_EQ(slowBusy, 8 * 6.0);
+  EXPECT_DOUBLE_EQ(fastBusy, 2 * 8 * 3.0);
+}
+
+TEST(PipelineTimeline, RejectsWhatNoScheduleRuns) {
+  PipelineTimeline t;
+  std::string error;
+  EXPECT_FALSE(simulatePipeline(Schedule::Interleaved, 2, 6, {1, 1, 1, 1}, {2, 2, 2, 2},
+                                t, error));
+  EXPECT_NE(error.find("multiple of the 4 stages"), std::string::npos) << error;
+  EXPECT_FALSE(simulatePipeline(Schedule::OneFOneB, 1, 0, {1}, {2}, t, error));
+  EXPECT_FALSE(simulatePipeline(Schedule::OneFOneB, 1, 4, {1, 1}, {2}, t, error));
+  EXPECT_FALSE(simulatePipeline(Schedule::OneFOneB, 1, 4, {}, {}, t, error));
+  EXPECT_FALSE(simulatePipeline(Schedule::OneFOneB, 1, 4, {1, -1}, {2, 2}, t, error));
+}
+
+TEST(PipelineTimeline, FromAPlanAgreesWithItsStepTime) {
+  // Llama-3 8B on 16 H100 with 4 stages: each stage's forward and backward
+  // add up to its time per micro-batch, the slowest stage times m is the
+  // step's compute part, and the laid-out schedule takes what the step time
+  // says the pipeline takes.
+  ModelDesc m = llama(32, 4096, 32, 8, 14336, 128256);
+  for (const char *fix : {"pp:4,tp:2,schedule:1f1b,micro_batch:1",
+                          "pp:4,tp:2,schedule:interleaved-1f1b,vpp:2,micro_batch:1",
+                          "pp:4,tp:2,schedule:gpipe,micro_batch:1,recompute:full",
+                          "pp:1,tp:2,micro_batch:1"}) {
+    SearchOptions o;
+    std::string error;
+    ASSERT_TRUE(Constraints::parse(fix, o.fixed, error)) << error;
+    SearchResult r = search(m, cluster("dgx-h100", 16), job(64, 4096), o);
+    ASSERT_FALSE(r.plans.empty()) << fix;
+    const PlanEval &p = r.plans.front();
+    const TimeBreakdown &tb = p.time;
+    double slowest = 0;
+    std::vector<double> f, b;
+    for (const StageMemory &s : p.stages) {
+      EXPECT_GT(s.forwardSeconds, 0);
+      EXPECT_GT(s.backwardSeconds, s.forwardSeconds);
+      slowest = std::max(slowest, s.forwardSeconds + s.backwardSeconds);
+    }
+    double perMb = tb.compute + tb.recompute + tb.tpComm + tb.cpComm + tb.epComm + tb.ppComm;
+    int64_t mbs = p.config.numMicroBatches;
+    EXPECT_NEAR(slowest * mbs, perMb, 1e-9 * perMb) << fix;
+
+    PipelineTimeline all = pipelineTimeline(p);
+    EXPECT_EQ(all.stages, p.config.pp);
+    EXPECT_EQ(all.chunks, p.config.vpp);
+    EXPECT_EQ(all.microBatches, mbs);
+    checkTimeline(all);
+    // The step time's bubble assumes every stage waits only for fill and
+    // drain; a laid-out schedule agrees within a few percent.
+    EXPECT_NEAR(all.makespan, perMb + tb.bubble, 0.03 * (perMb + tb.bubble)) << fix;
+
+    PipelineTimeline shown = pipelineTimeline(p, 8);
+    EXPECT_EQ(shown.totalMicroBatches, mbs);
+    EXPECT_LE(shown.microBatches, std::max<int64_t>(8, 2 * p.config.pp));
+    EXPECT_EQ(shown.microBatches % p.config.pp, 0);
+  }
+}
+
+TEST(Planner, ProgressIsReportedUntilDone) {
+  ModelDesc m = llama(32, 4096, 32, 8, 14336, 128256);
+  SearchOptions o;
+  o.progressInterval = 0; // every 256 candidates
+  std::vector<SearchProgress> calls;
+  o.progress = [&](const SearchProgress &p) { calls.push_back(p); };
+  SearchResult r = search(m, cluster("dgx-h100", 64), job(256, 8192), o);
+  ASSERT_GE(calls.size(), 3u);
+  for (size_t i = 1; i < calls.size(); ++i) {
+    EXPECT_GE(calls[i].fraction, calls[i - 1].fraction);
+    EXPECT_GE(calls[i].evaluated, calls[i - 1].evaluated);
+    EXPECT_GE(calls[i].seconds, calls[i - 1].seconds);
+    EXPECT_EQ(calls[i - 1].done, false);
+  }
+  EXPECT_TRUE(calls.back().done);
+  EXPECT_EQ(calls.back().fraction, 1.0);
+  EXPECT_EQ(calls.back().evaluated, r.evaluated);
+  EXPECT_EQ(calls.back().feasible, r.feasible);
+  EXPECT_LT(calls[calls.size() / 2].fraction, 1.0);
+  // No callback, no calls; the same plans either way.
+  SearchOptions quiet;
+  SearchResult q = search(m, cluster("dgx-h100", 64), job(256, 8192), quiet);
+  EXPECT_EQ(describe(q.plans.front().config), describe(r.plans.front().config));
+}
+
+TEST(HTMLReport, OnePageWithTheDataAndNoNetwork) {
+  ModelDesc m = llama(32, 4096, 32, 8, 14336, 128256);
+  // A name that would end the data's <script> element if it were not escaped.
+  m.name = "evil</script><script>alert(1)</script>&\"";
+  SearchOptions o;
+  o.topK = 3;
+  JobSpec j = job(64, 4096);
+  ClusterSpec c = cluster("dgx-h100", 16);
+  SearchResult r = search(m, c, j, o);
+  std::string page;
+  llvm::raw_string_ostream os(page);
+  printHTMLReport(os, m, c, j, r);
+  EXPECT_EQ(page.rfind("<!DOCTYPE html>", 0), 0u);
+  EXPECT_EQ(page.find("__LLMOPT_"), std::string::npos) << "a placeholder was left";
+  EXPECT_NE(page.find("<title>llm-opt plan: evil&lt;/script&gt;&lt;script&gt;alert(1)"
+                      "&lt;/script&gt;&amp;&quot; on 16 x H100-SXM5-80GB</title>"),
+            std::string::npos);
+  EXPECT_EQ(page.find("<script>alert"), std::string::npos);
+  for (const char *remote : {"src=\"http", "href=\"http", "src=\"//", "href=\"//", "@import",
+                             "url(http"})
+    EXPECT_EQ(page.find(remote), std::string::npos) << remote;
+
+  // The embedded data is the report plus one timeline per plan.
+  const std::string open = "<script type=\"application/json\" id=\"llmopt-data\">";
+  size_t begin = page.find(open);
+  ASSERT_NE(begin, std::string::npos);
+  begin += open.size();
+  size_t end = page.find("</script>", begin);
+  ASSERT_NE(end, std::string::npos);
+  llvm::Expected<llvm::json::Value> data =
+      llvm::json::parse(llvm::StringRef(page).slice(begin, end));
+  ASSERT_TRUE(bool(data)) << llvm::toString(data.takeError());
+  const llvm::json::Object *obj = data->getAsObject();
+  ASSERT_TRUE(obj);
+  const llvm::json::Object *report = obj->getObject("report");
+  ASSERT_TRUE(report);
+  EXPECT_EQ(*report->getObject("model")->getString("name"), m.name);
+  EXPECT_EQ(report->getArray("plans")->size(), r.plans.size());
+  const llvm::json::Array *timelines = obj->getArray("timelines");
+  ASSERT_TRUE(timelines);
+  ASSERT_EQ(timelines->size(), r.plans.size());
+  const llvm::json::Object *t0 = (*timelines)[0].getAsObject();
+  EXPECT_EQ(*t0->getInteger("stages"), r.plans[0].config.pp);
+  EXPECT_FALSE(t0->getArray("blocks")->empty());
 }
 
 } // namespace

@@ -78,6 +78,14 @@ struct StageMemory {
   /// Micro-batches whose activations the stage holds at its peak.
   double inFlight = 0;
   MemoryBreakdown memory;
+  /// Seconds one micro-batch spends in the stage (all its layers, every
+  /// virtual chunk together), forward and backward. Backward includes
+  /// recomputation; the stage's exposed TP/CP/EP collectives and pipeline
+  /// sends are shared in proportion. They add up to the stage's time per
+  /// micro-batch, whose maximum times the micro-batch count is the compute
+  /// part of the step.
+  double forwardSeconds = 0;
+  double backwardSeconds = 0;
 };
 
 /// Seconds per step by cause; they add up to `step`.

@@ -14,6 +14,7 @@
 #include "llmopt/CostModel/CostModel.h"
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -43,6 +44,18 @@ struct Constraints {
   static bool parse(const std::string &text, Constraints &out, std::string &error);
 };
 
+/// Where a running search stands, for a progress display.
+struct SearchProgress {
+  /// Fraction of the search space done, 0 to 1 (by outer TP x CP x PP
+  /// choices, so it advances in steps); exactly 1 on the last call.
+  double fraction = 0;
+  int64_t evaluated = 0;
+  int64_t feasible = 0;
+  double seconds = 0;
+  /// True on the last call, made once the search is over.
+  bool done = false;
+};
+
 struct SearchOptions {
   int topK = 5;
   Constraints fixed;
@@ -50,6 +63,12 @@ struct SearchOptions {
   int64_t maxMicroBatch = 64;
   /// Largest number of virtual stages per pipeline rank tried.
   int maxVirtualStages = 8;
+  /// Called from the searching thread when the search starts, about every
+  /// `progressInterval` seconds while it runs, and once more with `done` set
+  /// at the end. The callee decides whether to show anything (the pass shows a
+  /// line only after a second, and only on a terminal).
+  std::function<void(const SearchProgress &)> progress;
+  double progressInterval = 0.1;
 };
 
 struct Rejection {
@@ -84,6 +103,61 @@ llvm::json::Value reportJSON(const cost::ModelDesc &model,
 void printTable(llvm::raw_ostream &os, const cost::ModelDesc &model,
                 const cost::ClusterSpec &cluster, const cost::JobSpec &job,
                 const SearchResult &result);
+
+/// One forward or backward pass of one micro-batch through one model chunk
+/// of a pipeline stage.
+struct PipelineBlock {
+  int stage = 0;
+  /// Model chunk of the stage (virtual stage `chunk * pp + stage`); 0
+  /// without interleaving.
+  int chunk = 0;
+  int64_t microBatch = 0;
+  bool backward = false;
+  double start = 0, end = 0;
+};
+
+/// The pipeline schedule of one step laid out in time: what each stage
+/// computes when, with idle gaps where it waits for its neighbours.
+struct PipelineTimeline {
+  cost::Schedule schedule = cost::Schedule::None;
+  int stages = 1;
+  int chunks = 1;
+  /// Micro-batches laid out, and the step's total; fewer are laid out when
+  /// the step has many (the steady state repeats).
+  int64_t microBatches = 0;
+  int64_t totalMicroBatches = 0;
+  std::vector<PipelineBlock> blocks; ///< per stage in execution order
+  /// End of the last block.
+  double makespan = 0;
+};
+
+/// Lays out `microBatches` micro-batches on `fwd.size()` stages that take
+/// `fwd[s]` and `bwd[s]` seconds per micro-batch (all chunks together), in
+/// the order `schedule` runs them on each stage: GPipe (all forwards, then
+/// all backwards), 1F1B (pp - s - 1 warm-up forwards, then alternating) or
+/// Megatron's interleaved 1F1B over `chunks` model chunks per stage (which
+/// needs a micro-batch count that is a multiple of the stage count). A pass
+/// starts when its stage is free and its input is ready (forward: the
+/// previous virtual stage's forward; backward: the next one's backward, or
+/// the last forward). Point-to-point time is part of the stage times. Fails
+/// with `error` on inputs no schedule can run.
+bool simulatePipeline(cost::Schedule schedule, int chunks, int64_t microBatches,
+                      const std::vector<double> &fwd, const std::vector<double> &bwd,
+                      PipelineTimeline &out, std::string &error);
+
+/// The timeline of a scored plan from its per-stage forward and backward
+/// times, with at most about `maxMicroBatches` micro-batches (0: all).
+PipelineTimeline pipelineTimeline(const cost::PlanEval &plan,
+                                  int64_t maxMicroBatches = 0);
+
+/// A self-contained HTML page for the search (no network needed to view):
+/// the report JSON and each top plan's pipeline timeline embedded as data,
+/// with an inline script that draws the top plans side by side, memory per
+/// rank by category and stage against the GPU's capacity, the step time
+/// split, the pipeline schedule and the rejection reasons as SVG.
+void printHTMLReport(llvm::raw_ostream &os, const cost::ModelDesc &model,
+                     const cost::ClusterSpec &cluster, const cost::JobSpec &job,
+                     const SearchResult &result);
 
 /// The chosen plan for users who keep their trainer: Megatron-LM command-line
 /// arguments, a DeepSpeed JSON config, or a torchtitan TOML section.

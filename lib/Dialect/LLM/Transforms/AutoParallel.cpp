@@ -2,8 +2,9 @@
 //
 // Bridges the IR and the MLIR-free planner: extracts the model summary,
 // reads the cluster and job, runs the search, attaches the chosen plan and
-// writes the reports. All outputs are written only after the search
-// succeeded; files are replaced atomically.
+// writes the reports (table, JSON, exports, the HTML page). All outputs are
+// written only after the search succeeded; files are replaced atomically.
+// Long searches show a progress line on standard error.
 //
 //===----------------------------------------------------------------------===//
 
@@ -20,7 +21,11 @@
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/JSON.h"
 #include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/Process.h"
 #include "llvm/Support/raw_ostream.h"
+
+#include <cmath>
+#include <optional>
 
 namespace llmopt::llm {
 #define GEN_PASS_DEF_LLMAUTOPARALLEL
@@ -45,6 +50,53 @@ LogicalResult writeFileAtomically(StringRef path, StringRef text, std::string &e
   }
   return success();
 }
+
+/// The search's progress as one line on standard error, rewritten in place
+/// (`\r`). Shown only once the search has run for a second and only when
+/// standard error is a terminal, so quick searches, pipes and logs stay
+/// clean; LLMOPT_PROGRESS=1 shows it from the start whatever standard error
+/// is (tests), LLMOPT_PROGRESS=0 never.
+class ProgressLine {
+public:
+  ProgressLine() {
+    std::optional<std::string> env = llvm::sys::Process::GetEnv("LLMOPT_PROGRESS");
+    if (env && *env == "1")
+      forced = true;
+    else if (env && *env == "0")
+      enabled = false;
+    else
+      enabled = llvm::errs().is_displayed();
+  }
+
+  bool wanted() const { return forced || enabled; }
+
+  void operator()(const planner::SearchProgress &p) {
+    if (!forced && (!enabled || (!shown && p.seconds < 1.0)))
+      return;
+    if (!shown && p.done && !forced)
+      return; // finished before the first update was due
+    std::string line = llvm::formatv("llm-auto-parallel: searching {0,3}% | {1} "
+                                     "configurations, {2} fit | {3:f1} s",
+                                     int(std::floor(100 * p.fraction)), p.evaluated,
+                                     p.feasible, p.seconds)
+                           .str();
+    size_t width = line.size();
+    if (line.size() < lastWidth)
+      line.append(lastWidth - line.size(), ' ');
+    lastWidth = width;
+    llvm::errs() << '\r' << line;
+    if (p.done)
+      llvm::errs() << '\n';
+    llvm::errs().flush();
+    shown = true;
+  }
+
+private:
+  bool forced = false;
+  bool enabled = true;
+  bool shown = false;
+  size_t lastWidth = 0;
+};
 
 PlanAttr planAttr(Builder &b, const cost::PlanEval &p) {
   const cost::ParallelConfig &c = p.config;
@@ -139,6 +191,11 @@ struct LLMAutoParallelPass
     opts.topK = int(topK);
     if (!planner::Constraints::parse(fix, opts.fixed, error))
       return fail(error);
+    if (reportHtml == "-")
+      return fail("report-html needs a file path, e.g. report-html=plan.html");
+    ProgressLine progress;
+    if (progress.wanted())
+      opts.progress = [&](const planner::SearchProgress &p) { progress(p); };
 
     FailureOr<func::FuncOp> func = findModelFunc(module);
     if (failed(func))
@@ -187,7 +244,14 @@ struct LLMAutoParallelPass
       if (!planner::exportPlan(os, exportFormat, *model, job, result.plans.front(), error))
         return fail(error);
     }
+    std::string html;
+    if (!reportHtml.empty()) {
+      llvm::raw_string_ostream os(html);
+      planner::printHTMLReport(os, *model, cl, job, result);
+    }
 
+    if (!html.empty() && failed(writeFileAtomically(reportHtml, html, error)))
+      return fail("cannot write HTML report '" + reportHtml + "': " + error);
     if (!report.empty() && report != "-" &&
         failed(writeFileAtomically(report, reportText, error)))
       return fail("cannot write report '" + report + "': " + error);

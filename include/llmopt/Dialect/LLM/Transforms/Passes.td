@@ -63,6 +63,10 @@ def LLMAutoParallel : Pass<"llm-auto-parallel", "::mlir::ModuleOp"> {
     as `llm.plan`. Prints a table of the top plans on standard output, writes
     the JSON report to `report` (`-` for standard output instead of the
     table), and can export the plan for Megatron-LM, DeepSpeed or torchtitan.
+    `report-html` writes one self-contained web page of the search (no
+    network needed to view it). Searches that run longer than a second show
+    a progress line on standard error when it is a terminal
+    (`LLMOPT_PROGRESS=1` forces it, `0` turns it off).
 
     ```
     $ llm-opt examples/models/llama3-70b.json -o /dev/null \
@@ -107,6 +111,9 @@ def LLMAutoParallel : Pass<"llm-auto-parallel", "::mlir::ModuleOp"> {
            "export the best plan: megatron, deepspeed or torchtitan">,
     Option<"exportFile", "export-file", "std::string", /*default=*/"\"-\"",
            "where the export goes (default: standard output)">,
+    Option<"reportHtml", "report-html", "std::string", /*default=*/"\"\"",
+           "write a self-contained HTML page of the search here (top plans, "
+           "memory, step time, pipeline schedule, rejections)">,
   ];
   let dependentDialects = ["::llmopt::llm::LLMDialect"];
 }

@@ -1,0 +1,86 @@
+"""The llmopt command: in process (main) and as python -m llmopt."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from llmopt.cli import main
+
+PLAN = ["plan", "--cluster", "dgx-h100", "--gpus", "16", "--global-batch", "64",
+        "--seq-len", "4096"]
+
+
+def test_plan_table_export_and_html(examples: Path, tmp_path: Path,
+                                    capsys: pytest.CaptureFixture[str]) -> None:
+    html = tmp_path / "plan.html"
+    assert main([*PLAN[:1], str(examples / "llama3-8b.json"), *PLAN[1:], "--top-k", "2",
+                 "--export", "megatron", "--html", str(html)]) == 0
+    out, err = capsys.readouterr()
+    assert out.startswith("llama3-8b: 8.03 B parameters")
+    assert "\n2    dp" in out and "\n3    dp" not in out
+    assert "# Megatron-LM (megatron-core) arguments for llama3-8b" in out
+    assert html.read_text().startswith("<!DOCTYPE html>")
+    assert f"wrote {html}" in err
+
+
+def test_plan_json_with_fix_and_overrides(examples: Path,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([*PLAN[:1], str(examples / "llama3-8b.json"), *PLAN[1:], "--json",
+                 "--fix", "tp:4,pp:1", "--set", "gpu.hbm_gib=96", "--grad-dtype", "fp32",
+                 "--no-flash-attention", "--dropout"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["cluster"]["gpu"]["hbm_gib"] == 96
+    assert report["job"]["grad_bytes"] == 4 and report["job"]["flash_attention"] is False
+    assert all(p["config"]["tp"] == 4 and p["config"]["pp"] == 1 for p in report["plans"])
+
+
+def test_errors_exit_1_with_the_message(examples: Path,
+                                        capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([*PLAN[:1], str(examples / "llama3-70b.json"), "--cluster", "dgx-a100-40gb",
+                 "--gpus", "4", "--global-batch", "64", "--seq-len", "4096"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("llmopt: error: ")
+    assert "no valid configuration of llama3-70b fits 4 x A100-SXM4-40GB" in err
+    assert main(["plan", str(examples / "nope.json"), "--cluster", "dgx-h100",
+                 "--global-batch", "8"]) == 1
+    assert "no model file" in capsys.readouterr().err
+    assert main(["plan", str(examples / "gpt2-124m.json"), "--cluster", "dgx-q",
+                 "--global-batch", "8"]) == 1
+    assert "unknown cluster preset 'dgx-q'" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as e:
+        main(["plan", str(examples / "gpt2-124m.json"), "--cluster", "dgx-h100"])
+    assert e.value.code == 2  # argparse: --global-batch is required
+
+
+def test_stats_and_mlir(examples: Path, tmp_path: Path,
+                        capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["stats", str(examples / "gpt2-124m.json"), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["params_total"] == 124_439_808
+    assert main(["stats", str(examples / "gpt2-124m.json")]) == 0
+    assert "124,439,808" in capsys.readouterr().out
+    out = tmp_path / "gpt2.mlir"
+    assert main(["mlir", str(examples / "gpt2-124m.json"), "-o", str(out)]) == 0
+    assert 'llm.name = "gpt2-124m"' in out.read_text()
+
+
+def test_python_dash_m(examples: Path) -> None:
+    env = dict(os.environ)
+    src = str(Path(__file__).resolve().parents[1])
+    env["PYTHONPATH"] = src + os.pathsep + env.get("PYTHONPATH", "")
+    proc = subprocess.run(
+        [sys.executable, "-m", "llmopt", "plan", str(examples / "gpt2-124m.json"),
+         "--cluster", "dgx-a100-80gb", "--global-batch", "64", "--top-k", "1",
+         "--export", "deepspeed"],
+        capture_output=True, text=True, env=env, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("gpt2-124m: 0.12 B parameters")
+    assert '"train_batch_size": 64' in proc.stdout
+    version = subprocess.run([sys.executable, "-m", "llmopt", "--version"],
+                             capture_output=True, text=True, env=env, check=True)
+    assert version.stdout.startswith("llmopt ")

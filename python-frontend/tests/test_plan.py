@@ -1,0 +1,140 @@
+"""plan(), evaluate(), the result objects, exports and errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+import llmopt
+from llmopt import Cluster, Job, Model
+
+
+def test_plans_mirror_the_json_report(llama8b_16: llmopt.PlanResult) -> None:
+    r = llama8b_16
+    assert r.model.name == "llama3-8b" and r.model.layers == 32
+    assert r.search.evaluated > r.search.feasible > 0
+    assert len(r.plans) == 5 and r.best is r.plans[0]
+    assert [p.step_time_s for p in r.plans] == sorted(p.step_time_s for p in r.plans)
+    for p, raw in zip(r.plans, r.report["plans"]):
+        assert p.config.gpus == 16
+        assert p.config.describe() in r.table()
+        assert p.step_time_s == raw["step_time_s"]
+        assert p.peak_memory_bytes == raw["peak_memory_bytes"]
+        assert p.peak_memory_bytes <= 80 * 2**30
+        assert 0 < p.mfu < 1
+        assert p.time_breakdown.total == pytest.approx(p.step_time_s, rel=1e-9)
+        assert p.memory_breakdown.total == pytest.approx(
+            p.memory_by_stage[p.peak_memory_stage].total)
+        assert len(p.memory_by_stage) == len(p.time_by_stage) == p.config.pp
+        assert sum(s.layers for s in p.memory_by_stage) == 32
+        assert sum(p.config.stage_layers) == 32
+        # The slowest stage's forward and backward, times the micro-batch
+        # count, are the step's compute part (everything but bubble, data
+        # parallel communication and the optimizer).
+        t = p.time_breakdown
+        per_mb = max(s.forward_s + s.backward_s for s in p.time_by_stage)
+        busy = (t.compute + t.recompute + t.exposed_communication.total
+                - t.exposed_communication.dp)
+        assert per_mb * p.config.num_micro_batches == pytest.approx(busy, rel=1e-9)
+        assert p.tokens_per_s == pytest.approx(64 * 8192 / p.step_time_s)
+    assert "out_of_memory" in r.rejected
+    oom = r.rejected["out_of_memory"]
+    assert oom.count > 0 and "OOM by" in oom.example
+    assert r.table().startswith("llama3-8b: 8.03 B parameters, 32 layers | 16 x H100")
+
+
+def test_fix_as_string_dict_or_config(examples: Path) -> None:
+    model = Model(examples / "llama3-8b.json")
+    cluster = Cluster.preset("dgx-h100", gpus=16)
+    job = Job(global_batch=64, seq_len=4096)
+    a = llmopt.plan(model, cluster, job, fix="tp:2,pp:2,sp:1", top_k=3)
+    b = llmopt.plan(model, cluster, job, fix={"tp": 2, "pp": 2, "sp": True}, top_k=3)
+    assert [p.config for p in a.plans] == [p.config for p in b.plans]
+    for p in a.plans:
+        assert (p.config.tp, p.config.pp, p.config.sp) == (2, 2, True)
+    c = llmopt.plan(model, cluster, job, fix=a.plans[1].config, top_k=3)
+    assert len(c.plans) == 1 and c.best.config == a.plans[1].config
+    with pytest.raises(ValueError, match="unknown key 'tq'"):
+        llmopt.plan(model, cluster, job, fix={"tq": 2})
+    with pytest.raises(llmopt.LLMOptError, match="fix: tp must be a positive integer"):
+        llmopt.plan(model, cluster, job, fix="tp:0")
+    with pytest.raises(ValueError):
+        llmopt.plan(model, cluster, job, top_k=0)
+    with pytest.raises(TypeError):
+        llmopt.plan("llama", cluster, job)  # type: ignore[arg-type]
+
+
+def test_evaluate_a_known_configuration(examples: Path) -> None:
+    # Megatron's Llama-3 70B layout on 64 H100 (docs/planner.md).
+    model = Model(examples / "llama3-70b.json")
+    cluster = Cluster.preset("dgx-h100", gpus=64)
+    job = Job(global_batch=512, seq_len=8192)
+    given = {"dp": 2, "tp": 8, "pp": 4, "vpp": 5, "sp": True, "zero": 1,
+             "recompute": "selective", "micro_batch": 1,
+             "schedule": "interleaved-1f1b", "placement": "tp-cp-dp-pp"}
+    p = llmopt.evaluate(model, cluster, job, given)
+    assert p.config.describe() == "dp2 tp8 pp4 vpp5 sp zero1 rc:selective mb1x256 interleaved-1f1b"
+    assert p.config.stage_layers == (20, 20, 20, 20)
+    # A report's config dict is accepted as it is, and scores the same.
+    again = llmopt.evaluate(model, cluster, job, json.loads(json.dumps(p.config.as_fix())))
+    assert again == p
+    # What does not fit says why, with the tool's numbers.
+    with pytest.raises(llmopt.NoFeasiblePlanError) as e:
+        llmopt.evaluate(model, cluster, job, {**given, "recompute": "none", "micro_batch": 4})
+    assert "no valid configuration of llama3-70b fits 64 x H100-SXM5-80GB" in str(e.value)
+    assert any(n.startswith("closest: OOM by") for n in e.value.notes)
+
+
+def test_exports(llama8b_16: llmopt.PlanResult) -> None:
+    r = llama8b_16
+    c = r.best.config
+    megatron = r.export("megatron")
+    assert megatron.startswith(f"# Megatron-LM (megatron-core) arguments for llama3-8b: {c.describe()}")
+    assert f"--tensor-model-parallel-size {c.tp} --pipeline-model-parallel-size {c.pp}" in megatron
+    ds = json.loads(r.export("deepspeed"))
+    assert ds["train_batch_size"] == 64
+    assert ds["train_micro_batch_size_per_gpu"] == c.micro_batch
+    assert ds["zero_optimization"]["stage"] == c.zero
+    titan = r.export("torchtitan")
+    assert "[parallelism]" in titan and f"tensor_parallel_degree = {c.tp}" in titan
+    # Any of the top plans, by rank or object.
+    second = r.plans[1].config
+    assert r.export("megatron", 1).startswith(
+        f"# Megatron-LM (megatron-core) arguments for llama3-8b: {second.describe()}")
+    assert r.export("torchtitan", r.plans[1]) == r.export("torchtitan", 1)
+    with pytest.raises(ValueError, match="unknown export format"):
+        r.export("nemo")
+
+
+def test_result_from_a_report_alone(llama8b_16: llmopt.PlanResult) -> None:
+    r = llmopt.PlanResult.from_json(llama8b_16.report)
+    assert r.plans == llama8b_16.plans
+    with pytest.raises(ValueError, match="run plan"):
+        r.export("megatron")
+
+
+def test_finding_llm_opt(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, llm_opt: str) -> None:
+    monkeypatch.setenv("LLMOPT_OPT", str(tmp_path / "nothing"))
+    with pytest.raises(llmopt.LLMOptNotFoundError, match="LLMOPT_OPT"):
+        llmopt.find_llm_opt()
+    with pytest.raises(llmopt.LLMOptNotFoundError):
+        Model.gpt().stats()
+    # Then PATH.
+    monkeypatch.delenv("LLMOPT_OPT")
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (bindir / "llm-opt").symlink_to(llm_opt)
+    monkeypatch.setenv("PATH", str(bindir))
+    assert llmopt.find_llm_opt() == str(bindir / "llm-opt")
+    assert Model.gpt().stats().params_total == 124_439_808
+    # Then the build directories next to the source tree, if any; otherwise
+    # a message that says what to do.
+    monkeypatch.setenv("PATH", str(tmp_path))
+    try:
+        found = llmopt.find_llm_opt()
+    except llmopt.LLMOptNotFoundError as e:
+        assert "set LLMOPT_OPT" in str(e)
+    else:
+        assert Path(found).parent.name == "bin" and Path(found).parent.parent.name.startswith("build")
