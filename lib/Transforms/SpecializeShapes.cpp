@@ -45,8 +45,14 @@ struct SpecializeShapesPass
   void runOnOperation() override {
     ModuleOp module = getOperation();
     int64_t b = batch, s = seq;
-    if (auto plan = module->getAttrOfType<PlanAttr>("llm.plan"); plan && b == 0)
-      b = plan.getMicroBatch();
+    // The plan was made for a job: its micro-batch and sequence length win
+    // over the model's default length.
+    if (auto plan = module->getAttrOfType<PlanAttr>("llm.plan")) {
+      if (b == 0)
+        b = plan.getMicroBatch();
+      if (s == 0)
+        s = plan.getSeqLen();
+    }
     if (auto seqAttr = module->getAttrOfType<IntegerAttr>("llm.seq_len"); seqAttr && s == 0)
       s = seqAttr.getInt();
     if (b <= 0 || s <= 0) {

@@ -1,70 +1,75 @@
 // RUN: llm-opt %s -split-input-file -verify-diagnostics
 
 // expected-error @+1 {{plan: tp must be positive, got 0}}
-module attributes {llm.plan = #llm.plan<dp = 2, tp = 0, pp = 1, vpp = 1, cp = 1, ep = 1, sp = false, zero = 1, offload = false, recompute = "none", stage_recompute = [], micro_batch = 1, num_micro_batches = 4, schedule = "none", placement = "tp-cp-dp-pp", stage_layers = [12], step_time_s = 1.0 : f64, peak_memory_bytes = 1>} {}
+module attributes {llm.plan = #llm.plan<dp = 2, tp = 0, pp = 1, vpp = 1, cp = 1, ep = 1, sp = false, zero = 1, offload = false, recompute = "none", stage_recompute = [], micro_batch = 1, num_micro_batches = 4, seq_len = 1024, schedule = "none", placement = "tp-cp-dp-pp", stage_layers = [12], step_time_s = 1.0 : f64, peak_memory_bytes = 1>} {}
 
 // -----
 
 // expected-error @+1 {{plan: zero must be 0, 1, 2 or 3, got 4}}
-module attributes {llm.plan = #llm.plan<dp = 2, tp = 1, pp = 1, vpp = 1, cp = 1, ep = 1, sp = false, zero = 4, offload = false, recompute = "none", stage_recompute = [], micro_batch = 1, num_micro_batches = 4, schedule = "none", placement = "tp-cp-dp-pp", stage_layers = [12], step_time_s = 1.0 : f64, peak_memory_bytes = 1>} {}
+module attributes {llm.plan = #llm.plan<dp = 2, tp = 1, pp = 1, vpp = 1, cp = 1, ep = 1, sp = false, zero = 4, offload = false, recompute = "none", stage_recompute = [], micro_batch = 1, num_micro_batches = 4, seq_len = 1024, schedule = "none", placement = "tp-cp-dp-pp", stage_layers = [12], step_time_s = 1.0 : f64, peak_memory_bytes = 1>} {}
 
 // -----
 
 // expected-error @+1 {{plan: recompute must be none, selective, full or per-stage, got 'some'}}
-module attributes {llm.plan = #llm.plan<dp = 2, tp = 1, pp = 1, vpp = 1, cp = 1, ep = 1, sp = false, zero = 0, offload = false, recompute = "some", stage_recompute = [], micro_batch = 1, num_micro_batches = 4, schedule = "none", placement = "tp-cp-dp-pp", stage_layers = [12], step_time_s = 1.0 : f64, peak_memory_bytes = 1>} {}
+module attributes {llm.plan = #llm.plan<dp = 2, tp = 1, pp = 1, vpp = 1, cp = 1, ep = 1, sp = false, zero = 0, offload = false, recompute = "some", stage_recompute = [], micro_batch = 1, num_micro_batches = 4, seq_len = 1024, schedule = "none", placement = "tp-cp-dp-pp", stage_layers = [12], step_time_s = 1.0 : f64, peak_memory_bytes = 1>} {}
 
 // -----
 
 // expected-error @+1 {{plan: schedule must be none, gpipe, 1f1b or interleaved-1f1b, got 'zb'}}
-module attributes {llm.plan = #llm.plan<dp = 1, tp = 1, pp = 2, vpp = 1, cp = 1, ep = 1, sp = false, zero = 0, offload = false, recompute = "none", stage_recompute = [], micro_batch = 1, num_micro_batches = 4, schedule = "zb", placement = "tp-cp-dp-pp", stage_layers = [6, 6], step_time_s = 1.0 : f64, peak_memory_bytes = 1>} {}
+module attributes {llm.plan = #llm.plan<dp = 1, tp = 1, pp = 2, vpp = 1, cp = 1, ep = 1, sp = false, zero = 0, offload = false, recompute = "none", stage_recompute = [], micro_batch = 1, num_micro_batches = 4, seq_len = 1024, schedule = "zb", placement = "tp-cp-dp-pp", stage_layers = [6, 6], step_time_s = 1.0 : f64, peak_memory_bytes = 1>} {}
 
 // -----
 
 // expected-error @+1 {{plan: schedule 'none' does not match pp 2}}
-module attributes {llm.plan = #llm.plan<dp = 1, tp = 1, pp = 2, vpp = 1, cp = 1, ep = 1, sp = false, zero = 0, offload = false, recompute = "none", stage_recompute = [], micro_batch = 1, num_micro_batches = 4, schedule = "none", placement = "tp-cp-dp-pp", stage_layers = [6, 6], step_time_s = 1.0 : f64, peak_memory_bytes = 1>} {}
+module attributes {llm.plan = #llm.plan<dp = 1, tp = 1, pp = 2, vpp = 1, cp = 1, ep = 1, sp = false, zero = 0, offload = false, recompute = "none", stage_recompute = [], micro_batch = 1, num_micro_batches = 4, seq_len = 1024, schedule = "none", placement = "tp-cp-dp-pp", stage_layers = [6, 6], step_time_s = 1.0 : f64, peak_memory_bytes = 1>} {}
 
 // -----
 
 // expected-error @+1 {{plan: vpp 2 needs the interleaved-1f1b schedule}}
-module attributes {llm.plan = #llm.plan<dp = 1, tp = 1, pp = 2, vpp = 2, cp = 1, ep = 1, sp = false, zero = 0, offload = false, recompute = "none", stage_recompute = [], micro_batch = 1, num_micro_batches = 4, schedule = "1f1b", placement = "tp-cp-dp-pp", stage_layers = [6, 6], step_time_s = 1.0 : f64, peak_memory_bytes = 1>} {}
+module attributes {llm.plan = #llm.plan<dp = 1, tp = 1, pp = 2, vpp = 2, cp = 1, ep = 1, sp = false, zero = 0, offload = false, recompute = "none", stage_recompute = [], micro_batch = 1, num_micro_batches = 4, seq_len = 1024, schedule = "1f1b", placement = "tp-cp-dp-pp", stage_layers = [6, 6], step_time_s = 1.0 : f64, peak_memory_bytes = 1>} {}
 
 // -----
 
 // expected-error @+1 {{plan: stage_layers has 1 entries for pp 2}}
-module attributes {llm.plan = #llm.plan<dp = 1, tp = 1, pp = 2, vpp = 1, cp = 1, ep = 1, sp = false, zero = 0, offload = false, recompute = "none", stage_recompute = [], micro_batch = 1, num_micro_batches = 4, schedule = "1f1b", placement = "tp-cp-dp-pp", stage_layers = [12], step_time_s = 1.0 : f64, peak_memory_bytes = 1>} {}
+module attributes {llm.plan = #llm.plan<dp = 1, tp = 1, pp = 2, vpp = 1, cp = 1, ep = 1, sp = false, zero = 0, offload = false, recompute = "none", stage_recompute = [], micro_batch = 1, num_micro_batches = 4, seq_len = 1024, schedule = "1f1b", placement = "tp-cp-dp-pp", stage_layers = [12], step_time_s = 1.0 : f64, peak_memory_bytes = 1>} {}
 
 // -----
 
 // expected-error @+1 {{plan: every stage needs at least one layer}}
-module attributes {llm.plan = #llm.plan<dp = 1, tp = 1, pp = 2, vpp = 1, cp = 1, ep = 1, sp = false, zero = 0, offload = false, recompute = "none", stage_recompute = [], micro_batch = 1, num_micro_batches = 4, schedule = "1f1b", placement = "tp-cp-dp-pp", stage_layers = [12, 0], step_time_s = 1.0 : f64, peak_memory_bytes = 1>} {}
+module attributes {llm.plan = #llm.plan<dp = 1, tp = 1, pp = 2, vpp = 1, cp = 1, ep = 1, sp = false, zero = 0, offload = false, recompute = "none", stage_recompute = [], micro_batch = 1, num_micro_batches = 4, seq_len = 1024, schedule = "1f1b", placement = "tp-cp-dp-pp", stage_layers = [12, 0], step_time_s = 1.0 : f64, peak_memory_bytes = 1>} {}
 
 // -----
 
 // expected-error @+1 {{plan: placement must be tp-cp-dp-pp or tp-cp-pp-dp}}
-module attributes {llm.plan = #llm.plan<dp = 1, tp = 1, pp = 1, vpp = 1, cp = 1, ep = 1, sp = false, zero = 0, offload = false, recompute = "none", stage_recompute = [], micro_batch = 1, num_micro_batches = 4, schedule = "none", placement = "dp-tp", stage_layers = [12], step_time_s = 1.0 : f64, peak_memory_bytes = 1>} {}
+module attributes {llm.plan = #llm.plan<dp = 1, tp = 1, pp = 1, vpp = 1, cp = 1, ep = 1, sp = false, zero = 0, offload = false, recompute = "none", stage_recompute = [], micro_batch = 1, num_micro_batches = 4, seq_len = 1024, schedule = "none", placement = "dp-tp", stage_layers = [12], step_time_s = 1.0 : f64, peak_memory_bytes = 1>} {}
 
 // -----
 
 // expected-error @+1 {{plan: predictions must not be negative}}
-module attributes {llm.plan = #llm.plan<dp = 1, tp = 1, pp = 1, vpp = 1, cp = 1, ep = 1, sp = false, zero = 0, offload = false, recompute = "none", stage_recompute = [], micro_batch = 1, num_micro_batches = 4, schedule = "none", placement = "tp-cp-dp-pp", stage_layers = [12], step_time_s = -1.0 : f64, peak_memory_bytes = 1>} {}
+module attributes {llm.plan = #llm.plan<dp = 1, tp = 1, pp = 1, vpp = 1, cp = 1, ep = 1, sp = false, zero = 0, offload = false, recompute = "none", stage_recompute = [], micro_batch = 1, num_micro_batches = 4, seq_len = 1024, schedule = "none", placement = "tp-cp-dp-pp", stage_layers = [12], step_time_s = -1.0 : f64, peak_memory_bytes = 1>} {}
 
 // -----
 
 // A missing field is a parse error at the closing bracket.
 // expected-error @+1 {{expected ','}}
-module attributes {llm.plan = #llm.plan<dp = 1, tp = 1, pp = 1, vpp = 1, cp = 1, ep = 1, sp = false, zero = 0, offload = false, recompute = "none", stage_recompute = [], micro_batch = 1, num_micro_batches = 4, schedule = "none", placement = "tp-cp-dp-pp", stage_layers = [12], step_time_s = 1.0 : f64>} {}
+module attributes {llm.plan = #llm.plan<dp = 1, tp = 1, pp = 1, vpp = 1, cp = 1, ep = 1, sp = false, zero = 0, offload = false, recompute = "none", stage_recompute = [], micro_batch = 1, num_micro_batches = 4, seq_len = 1024, schedule = "none", placement = "tp-cp-dp-pp", stage_layers = [12], step_time_s = 1.0 : f64>} {}
 
 // -----
 
 // expected-error @+1 {{plan: per-stage recompute needs one level per stage, got 1 for pp 2}}
-module attributes {llm.plan = #llm.plan<dp = 1, tp = 1, pp = 2, vpp = 1, cp = 1, ep = 1, sp = false, zero = 0, offload = false, recompute = "per-stage", stage_recompute = ["full"], micro_batch = 1, num_micro_batches = 4, schedule = "1f1b", placement = "tp-cp-dp-pp", stage_layers = [6, 6], step_time_s = 1.0 : f64, peak_memory_bytes = 1>} {}
+module attributes {llm.plan = #llm.plan<dp = 1, tp = 1, pp = 2, vpp = 1, cp = 1, ep = 1, sp = false, zero = 0, offload = false, recompute = "per-stage", stage_recompute = ["full"], micro_batch = 1, num_micro_batches = 4, seq_len = 1024, schedule = "1f1b", placement = "tp-cp-dp-pp", stage_layers = [6, 6], step_time_s = 1.0 : f64, peak_memory_bytes = 1>} {}
 
 // -----
 
 // expected-error @+1 {{plan: stage_recompute entries must be "none", "selective" or "full"}}
-module attributes {llm.plan = #llm.plan<dp = 1, tp = 1, pp = 2, vpp = 1, cp = 1, ep = 1, sp = false, zero = 0, offload = false, recompute = "per-stage", stage_recompute = ["full", "most"], micro_batch = 1, num_micro_batches = 4, schedule = "1f1b", placement = "tp-cp-dp-pp", stage_layers = [6, 6], step_time_s = 1.0 : f64, peak_memory_bytes = 1>} {}
+module attributes {llm.plan = #llm.plan<dp = 1, tp = 1, pp = 2, vpp = 1, cp = 1, ep = 1, sp = false, zero = 0, offload = false, recompute = "per-stage", stage_recompute = ["full", "most"], micro_batch = 1, num_micro_batches = 4, seq_len = 1024, schedule = "1f1b", placement = "tp-cp-dp-pp", stage_layers = [6, 6], step_time_s = 1.0 : f64, peak_memory_bytes = 1>} {}
 
 // -----
 
 // expected-error @+1 {{plan: stage_recompute is only for recompute = "per-stage"}}
-module attributes {llm.plan = #llm.plan<dp = 1, tp = 1, pp = 2, vpp = 1, cp = 1, ep = 1, sp = false, zero = 0, offload = false, recompute = "full", stage_recompute = ["full", "none"], micro_batch = 1, num_micro_batches = 4, schedule = "1f1b", placement = "tp-cp-dp-pp", stage_layers = [6, 6], step_time_s = 1.0 : f64, peak_memory_bytes = 1>} {}
+module attributes {llm.plan = #llm.plan<dp = 1, tp = 1, pp = 2, vpp = 1, cp = 1, ep = 1, sp = false, zero = 0, offload = false, recompute = "full", stage_recompute = ["full", "none"], micro_batch = 1, num_micro_batches = 4, seq_len = 1024, schedule = "1f1b", placement = "tp-cp-dp-pp", stage_layers = [6, 6], step_time_s = 1.0 : f64, peak_memory_bytes = 1>} {}
+
+// -----
+
+// expected-error @+1 {{plan: seq_len must be positive, got 0}}
+module attributes {llm.plan = #llm.plan<dp = 1, tp = 1, pp = 1, vpp = 1, cp = 1, ep = 1, sp = false, zero = 0, offload = false, recompute = "none", stage_recompute = [], micro_batch = 1, num_micro_batches = 4, seq_len = 0, schedule = "none", placement = "tp-cp-dp-pp", stage_layers = [12], step_time_s = 1.0 : f64, peak_memory_bytes = 1>} {}

@@ -20,7 +20,7 @@ LogicalResult PlanAttr::verify(function_ref<InFlightDiagnostic()> emitError, int
                                BoolAttr sp, int64_t zero, BoolAttr offload,
                                StringAttr recompute, ArrayAttr stageRecompute,
                                int64_t microBatch,
-                               int64_t numMicroBatches, StringAttr schedule,
+                               int64_t numMicroBatches, int64_t seqLen, StringAttr schedule,
                                StringAttr placement, DenseI64ArrayAttr stageLayers,
                                FloatAttr stepTime, int64_t peakMemoryBytes) {
   for (auto [name, v] : {std::pair<const char *, int64_t>{"dp", dp},
@@ -30,7 +30,8 @@ LogicalResult PlanAttr::verify(function_ref<InFlightDiagnostic()> emitError, int
                          {"cp", cp},
                          {"ep", ep},
                          {"micro_batch", microBatch},
-                         {"num_micro_batches", numMicroBatches}})
+                         {"num_micro_batches", numMicroBatches},
+                         {"seq_len", seqLen}})
     if (v < 1)
       return emitError() << "plan: " << name << " must be positive, got " << v;
   if (zero < 0 || zero > 3)

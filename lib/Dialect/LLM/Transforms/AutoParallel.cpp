@@ -98,7 +98,7 @@ private:
   size_t lastWidth = 0;
 };
 
-PlanAttr planAttr(Builder &b, const cost::PlanEval &p) {
+PlanAttr planAttr(Builder &b, const cost::PlanEval &p, int64_t seqLen) {
   const cost::ParallelConfig &c = p.config;
   SmallVector<Attribute> levels;
   for (cost::Recompute r : c.stageRecompute)
@@ -107,7 +107,7 @@ PlanAttr planAttr(Builder &b, const cost::PlanEval &p) {
       b.getContext(), c.dp, c.tp, c.pp, c.vpp, c.cp, c.ep, b.getBoolAttr(c.sp), c.zero,
       b.getBoolAttr(c.offloadOptimizer), b.getStringAttr(cost::toString(c.recompute)),
       b.getArrayAttr(levels),
-      c.microBatch, c.numMicroBatches, b.getStringAttr(cost::toString(c.schedule)),
+      c.microBatch, c.numMicroBatches, seqLen, b.getStringAttr(cost::toString(c.schedule)),
       b.getStringAttr(c.placement()),
       b.getDenseI64ArrayAttr(
           SmallVector<int64_t>(c.stageLayers.begin(), c.stageLayers.end())),
@@ -265,7 +265,7 @@ struct LLMAutoParallelPass
     writeReportToStdout(out);
 
     Builder b(module.getContext());
-    module->setAttr("llm.plan", planAttr(b, result.plans.front()));
+    module->setAttr("llm.plan", planAttr(b, result.plans.front(), job.seqLen));
   }
 };
 } // namespace

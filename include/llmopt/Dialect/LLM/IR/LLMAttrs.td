@@ -23,7 +23,7 @@ def LLM_PlanAttr : LLM_Attr<"Plan", "plan"> {
     module attributes {llm.plan = #llm.plan<dp = 16, tp = 1, pp = 1, vpp = 1,
         cp = 4, ep = 1, sp = false, zero = 3, offload = true,
         recompute = "selective", stage_recompute = [], micro_batch = 2,
-        num_micro_batches = 16,
+        num_micro_batches = 16, seq_len = 8192,
         schedule = "none", placement = "tp-cp-dp-pp", stage_layers = array<i64: 80>,
         step_time_s = 44.96 : f64, peak_memory_bytes = 76986433536>} { ... }
     ```
@@ -32,7 +32,10 @@ def LLM_PlanAttr : LLM_Attr<"Plan", "plan"> {
     `stage_recompute` then lists the level of each stage, and is empty
     otherwise.
 
-    Verified: degrees and micro-batch sizes are positive; zero is 0-3;
+    `seq_len` is the sequence length the plan was made for (the job's, which
+    may differ from the model's default `llm.seq_len`).
+
+    Verified: degrees, micro-batch sizes and the sequence length are positive; zero is 0-3;
     recompute is none, selective, full or per-stage, with one level per stage
     exactly when per-stage; schedule is none, gpipe, 1f1b or
     interleaved-1f1b (none exactly when pp is 1); pp stage layer counts, each
@@ -43,7 +46,7 @@ def LLM_PlanAttr : LLM_Attr<"Plan", "plan"> {
     "int64_t":$cp, "int64_t":$ep, "::mlir::BoolAttr":$sp, "int64_t":$zero,
     "::mlir::BoolAttr":$offload, "::mlir::StringAttr":$recompute,
     "::mlir::ArrayAttr":$stage_recompute,
-    "int64_t":$micro_batch, "int64_t":$num_micro_batches,
+    "int64_t":$micro_batch, "int64_t":$num_micro_batches, "int64_t":$seq_len,
     "::mlir::StringAttr":$schedule, "::mlir::StringAttr":$placement,
     "::mlir::DenseI64ArrayAttr":$stage_layers, "::mlir::FloatAttr":$step_time_s,
     "int64_t":$peak_memory_bytes
