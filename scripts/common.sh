@@ -11,6 +11,8 @@ LLMOPT_APT_PACKAGES=(
   cmake ninja-build g++ lld ccache python3
   libmlir-22-dev mlir-22-tools llvm-22-dev llvm-22-tools libzstd-dev
   libgtest-dev libbenchmark-dev
+  # The CPU backend's multi-process runs (mpirun -np N llm-run ...).
+  libopenmpi-dev openmpi-bin
   # The HTML plan report is tested in a real browser (python-frontend/tests).
   chromium fonts-dejavu-core
 )

@@ -20,6 +20,16 @@ llvm_config.with_system_environment(["HOME", "INCLUDE", "LIB", "TMP", "TEMP"])
 llvm_config.use_default_substitutions()
 
 tool_dirs = [config.llmopt_tools_dir, config.llvm_tools_dir]
-tools = ["llm-opt", "llm-translate"]
+tools = ["llm-opt", "llm-translate", "llm-run", "llm-data"]
 llvm_config.add_tool_substitutions(tools, tool_dirs)
 llvm_config.with_environment("PATH", config.llvm_tools_dir, append_path=True)
+
+# Multi-process tests need OpenMPI and a runtime built with it. As root,
+# mpirun needs to be told that is fine; more ranks than cores need
+# --oversubscribe (the tests pass it).
+import shutil
+if getattr(config, "llmopt_have_mpi", False) and shutil.which("mpirun"):
+    config.available_features.add("mpi")
+    config.environment["OMPI_ALLOW_RUN_AS_ROOT"] = "1"
+    config.environment["OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"] = "1"
+    config.environment["OMPI_MCA_rmaps_base_oversubscribe"] = "1"

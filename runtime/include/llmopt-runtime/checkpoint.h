@@ -1,0 +1,34 @@
+//===- checkpoint.h - atomic, checksummed, resumable checkpoints ----*- C++ -*-===//
+//
+// DIR/step-00000005/{manifest.json, rank-0.bin, rank-1.bin, ...} and
+// DIR/LATEST naming the newest complete one. Every rank writes its own file
+// into DIR/.step-00000005.partial; rank 0 then writes the manifest (step,
+// world size, the plan's SHA-256, each file's SHA-256), renames the
+// directory into place and replaces LATEST, so a crash at any point leaves
+// the previous checkpoint intact. Resuming checks all of it and restores
+// parameters, AdamW moments and the step: training continues bit-exactly.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef LLMOPT_RUNTIME_CHECKPOINT_H
+#define LLMOPT_RUNTIME_CHECKPOINT_H
+
+#include "llmopt-runtime/comm.h"
+#include "llmopt-runtime/executor.h"
+
+#include <string>
+
+namespace llmopt::runtime {
+
+/// Collective: every rank calls it after step `exe.steps`.
+bool saveCheckpoint(const std::string &dir, const CpuExecutor &exe, const Plan &plan,
+                    const std::string &planSha256, Communicator &comm, std::string &error);
+
+/// Restores this rank's state from the newest checkpoint in `dir`.
+bool loadCheckpoint(const std::string &dir, CpuExecutor &exe, const Plan &plan,
+                    const std::string &planSha256, int rank, int worldSize,
+                    std::string &error);
+
+} // namespace llmopt::runtime
+
+#endif // LLMOPT_RUNTIME_CHECKPOINT_H

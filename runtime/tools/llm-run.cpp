@@ -1,0 +1,282 @@
+//===- llm-run.cpp - train a plan ------------------------------------------===//
+//
+//   mpirun -np N llm-run PLAN_DIR --data SHARD[,SHARD...] --steps N
+//          [--metrics FILE.jsonl] [--seed S] [--checkpoint-dir DIR]
+//          [--checkpoint-every K] [--resume DIR] [--peak-tflops T] [--quiet]
+//
+// Ranks come from the launcher: mpirun (OMPI_COMM_WORLD_*), srun
+// (SLURM_PROCID / SLURM_NTASKS), PMI (PMI_RANK / PMI_SIZE), or
+// RANK / WORLD_SIZE. Runs the CPU backend. Exits non-zero with a message on
+// any error; with several ranks a failing rank aborts the job, so no rank is
+// left waiting in a collective.
+//
+//===----------------------------------------------------------------------===//
+
+#include "llmopt-runtime/checkpoint.h"
+#include "llmopt-runtime/data.h"
+#include "llmopt-runtime/executor.h"
+#include "llmopt-runtime/mpi_comm.h"
+#include "llmopt-runtime/sha256.h"
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <unistd.h>
+#include <vector>
+
+using namespace llmopt::runtime;
+
+namespace {
+
+struct Options {
+  std::string plan, metrics, checkpointDir, resume;
+  std::vector<std::string> data;
+  int64_t steps = 0, checkpointEvery = 0;
+  uint64_t seed = 42;
+  double peakTflops = 0;
+  bool quiet = false;
+};
+
+int envInt(const char *a, const char *b, const char *c, const char *d, int dflt) {
+  for (const char *name : {a, b, c, d})
+    if (const char *v = std::getenv(name))
+      return std::atoi(v);
+  return dflt;
+}
+
+int usage(const char *msg) {
+  std::fprintf(stderr,
+               "llm-run: %s\nusage: llm-run PLAN_DIR --data SHARD[,SHARD] --steps N "
+               "[--metrics FILE.jsonl] [--seed S] [--checkpoint-dir DIR] "
+               "[--checkpoint-every K] [--resume DIR] [--peak-tflops T] [--quiet]\n",
+               msg);
+  return 2;
+}
+
+bool parse(int argc, char **argv, Options &o, std::string &error) {
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto value = [&](const char *flag) -> const char * {
+      if (i + 1 >= argc) {
+        error = std::string(flag) + " needs a value";
+        return nullptr;
+      }
+      return argv[++i];
+    };
+    auto number = [&](const char *flag, int64_t &out) {
+      const char *v = value(flag);
+      if (!v)
+        return false;
+      char *end = nullptr;
+      long long n = std::strtoll(v, &end, 10);
+      if (!*v || *end || n < 0) {
+        error = std::string(flag) + " must be a non-negative integer, got '" + v + "'";
+        return false;
+      }
+      out = n;
+      return true;
+    };
+    if (a == "--data") {
+      const char *v = value("--data");
+      if (!v)
+        return false;
+      std::stringstream ss(v);
+      std::string part;
+      while (std::getline(ss, part, ','))
+        if (!part.empty())
+          o.data.push_back(part);
+    } else if (a == "--steps") {
+      if (!number("--steps", o.steps))
+        return false;
+    } else if (a == "--metrics") {
+      const char *v = value("--metrics");
+      if (!v)
+        return false;
+      o.metrics = v;
+    } else if (a == "--seed") {
+      int64_t s;
+      if (!number("--seed", s))
+        return false;
+      o.seed = uint64_t(s);
+    } else if (a == "--checkpoint-dir") {
+      const char *v = value("--checkpoint-dir");
+      if (!v)
+        return false;
+      o.checkpointDir = v;
+    } else if (a == "--checkpoint-every") {
+      if (!number("--checkpoint-every", o.checkpointEvery))
+        return false;
+    } else if (a == "--resume") {
+      const char *v = value("--resume");
+      if (!v)
+        return false;
+      o.resume = v;
+    } else if (a == "--peak-tflops") {
+      const char *v = value("--peak-tflops");
+      if (!v)
+        return false;
+      o.peakTflops = std::atof(v);
+    } else if (a == "--quiet") {
+      o.quiet = true;
+    } else if (!a.empty() && a[0] == '-') {
+      error = "unknown option '" + a + "'";
+      return false;
+    } else if (o.plan.empty()) {
+      o.plan = a;
+    } else {
+      error = "unexpected argument '" + a + "'";
+      return false;
+    }
+  }
+  if (o.plan.empty())
+    error = "no plan directory";
+  else if (o.steps <= 0)
+    error = "--steps N is required";
+  return error.empty();
+}
+
+/// A communicator that counts the time spent in it.
+class Timed final : public Communicator {
+public:
+  explicit Timed(Communicator &inner) : inner(inner) {}
+  int rank() const override { return inner.rank(); }
+  int size() const override { return inner.size(); }
+  bool allReduce(const std::string &axis, float *data, int64_t count, bool average,
+                 std::string &error) override {
+    auto t0 = std::chrono::steady_clock::now();
+    bool ok = inner.allReduce(axis, data, count, average, error);
+    seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return ok;
+  }
+  double seconds = 0;
+
+private:
+  Communicator &inner;
+};
+
+} // namespace
+
+int main(int argc, char **argv) {
+  Options o;
+  std::string error;
+  if (!parse(argc, argv, o, error))
+    return usage(error.c_str());
+
+  int world = envInt("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS", "WORLD_SIZE", 1);
+  int rank = envInt("OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID", "RANK", 0);
+  auto fail = [&](const std::string &msg) {
+    std::fprintf(stderr, "llm-run: rank %d: error: %s\n", rank, msg.c_str());
+    std::fflush(stderr);
+    if (world > 1)
+      abortAll(1);
+    return 1;
+  };
+
+  std::unique_ptr<Communicator> mpi;
+  SingleRank single;
+  Communicator *comm = &single;
+  if (world > 1) {
+    mpi = makeMPICommunicator(&argc, &argv, error);
+    if (!mpi)
+      return fail(error);
+    comm = mpi.get();
+    rank = comm->rank();
+    world = comm->size();
+  }
+
+  Plan plan;
+  if (!loadPlan(o.plan, plan, error))
+    return fail(error);
+  if (plan.worldSize != world)
+    return fail("the plan is for " + std::to_string(plan.worldSize) +
+                " ranks; launch it with mpirun -np " + std::to_string(plan.worldSize));
+  std::string planText;
+  {
+    std::ifstream f(o.plan + "/plan.json", std::ios::binary);
+    std::ostringstream ss;
+    ss << f.rdbuf();
+    planText = ss.str();
+  }
+  std::string planHash = sha256Hex(planText);
+
+  TokenData data;
+  if (!data.open(o.data, error))
+    return fail(error);
+  int64_t vocab = 0;
+  for (const ParamSpec &p : plan.params)
+    if (p.name.find("embed") != std::string::npos || p.name.find("wte") != std::string::npos)
+      vocab = p.shape[0];
+  if (vocab && data.maxToken() >= vocab)
+    return fail("the data holds token " + std::to_string(data.maxToken()) +
+                ", outside the model's vocabulary of " + std::to_string(vocab));
+
+  CpuExecutor exe;
+  if (!exe.init(plan, rank, o.seed, error))
+    return fail(error);
+  if (!o.resume.empty() &&
+      !loadCheckpoint(o.resume, exe, plan, planHash, rank, world, error))
+    return fail(error);
+
+  std::FILE *metrics = nullptr;
+  if (rank == 0 && !o.metrics.empty()) {
+    metrics = std::fopen(o.metrics.c_str(), o.resume.empty() ? "w" : "a");
+    if (!metrics)
+      return fail(o.metrics + ": cannot write the metrics file");
+  }
+  const Buffer &tokensIn = plan.inputs[0];
+  int64_t perRank = tokensIn.shape[0], seq = tokensIn.shape[1];
+  int dp = plan.mesh.count("dp") ? plan.mesh.at("dp") : 1;
+  int64_t stateBytes = 0;
+  for (const ParamSpec &p : plan.params)
+    stateBytes += p.elements * 12;
+  int64_t memory = plan.programFor(rank)->arenaBytes + stateBytes;
+  bool tty = isatty(2) && !o.quiet;
+  const char *failRank = std::getenv("LLMOPT_TEST_FAIL_RANK");
+  const char *failStep = std::getenv("LLMOPT_TEST_FAIL_STEP");
+
+  Timed timed(*comm);
+  std::vector<int32_t> x, y;
+  while (exe.steps < o.steps) {
+    int64_t step = exe.steps;
+    if (failRank && failStep && std::atoi(failRank) == rank && std::atoll(failStep) == step + 1)
+      return fail("injected failure at step " + std::to_string(step + 1) +
+                  " (LLMOPT_TEST_FAIL_RANK)");
+    data.batch(step, perRank * dp, perRank * (rank % dp), perRank, seq, x, y);
+    timed.seconds = 0;
+    auto t0 = std::chrono::steady_clock::now();
+    StepResult r;
+    if (!exe.step(x, y, timed, r, error))
+      return fail("step " + std::to_string(step + 1) + ": " + error);
+    double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    double tokensPerS = double(perRank * dp * seq) / dt;
+    if (metrics) {
+      std::fprintf(metrics,
+                   "{\"step\": %lld, \"loss\": %.9g, \"grad_norm\": %.9g, \"tokens_per_s\": %.6g, "
+                   "\"step_time_s\": %.6g, \"peak_memory_bytes\": %lld, "
+                   "\"exposed_comm_share\": %.6g",
+                   static_cast<long long>(exe.steps), r.loss, r.gradNorm, tokensPerS, dt,
+                   static_cast<long long>(memory), dt > 0 ? timed.seconds / dt : 0.0);
+      std::fprintf(metrics, o.peakTflops > 0 ? ", \"mfu\": null}\n" : "}\n");
+      std::fflush(metrics);
+    }
+    if (rank == 0 && !o.quiet)
+      std::fprintf(stderr, "%sstep %lld/%lld  loss %.4f  grad norm %.3f  %.0f tok/s%s",
+                   tty ? "\r" : "", static_cast<long long>(exe.steps),
+                   static_cast<long long>(o.steps), r.loss, r.gradNorm, tokensPerS,
+                   tty ? "" : "\n");
+    if (!o.checkpointDir.empty() && o.checkpointEvery > 0 &&
+        exe.steps % o.checkpointEvery == 0 &&
+        !saveCheckpoint(o.checkpointDir, exe, plan, planHash, *comm, error))
+      return fail("checkpoint: " + error);
+  }
+  if (tty && rank == 0)
+    std::fprintf(stderr, "\n");
+  if (metrics)
+    std::fclose(metrics);
+  finalizeMPI();
+  return 0;
+}
