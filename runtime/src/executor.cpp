@@ -42,6 +42,12 @@ bool CpuExecutor::init(const Plan &p, int rank, uint64_t seed, std::string &erro
 float *CpuExecutor::data(const Buffer &b) {
   if (b.space == Buffer::Space::State)
     return params[b.name].value.data();
+  if (b.space == Buffer::Space::Accum) {
+    std::vector<float> &a = accum[b.name];
+    if (int64_t(a.size()) < b.elements)
+      a.resize(size_t(b.elements), 0.0f);
+    return a.data();
+  }
   return arena.data() + b.offset / 4;
 }
 
@@ -53,17 +59,30 @@ const int32_t *CpuExecutor::ids(const Buffer &b, std::string &error) {
   return (b.offset == 0 ? tokens : labels)->data();
 }
 
-bool CpuExecutor::step(const std::vector<int32_t> &tok, const std::vector<int32_t> &lab,
-                       Communicator &comm, StepResult &result, std::string &error) {
-  if (plan->inputs.size() < 2 || int64_t(tok.size()) != plan->inputs[0].elements ||
-      int64_t(lab.size()) != plan->inputs[1].elements) {
-    error = "the step needs " + std::to_string(plan->inputs[0].elements) +
-            " tokens and labels per rank";
+bool CpuExecutor::step(const std::vector<std::vector<int32_t>> &tok,
+                       const std::vector<std::vector<int32_t>> &lab, Communicator &comm,
+                       StepResult &result, std::string &error) {
+  if (int64_t(tok.size()) != program->numMicroBatches || tok.size() != lab.size()) {
+    error = "the plan runs " + std::to_string(program->numMicroBatches) +
+            " micro-batches per step";
     return false;
   }
-  tokens = &tok;
-  labels = &lab;
-  for (const Instruction &ins : program->instructions)
+  for (auto &[name, a] : accum)
+    std::fill(a.begin(), a.end(), 0.0f);
+  for (size_t i = 0; i < tok.size(); ++i) {
+    if (plan->inputs.size() < 2 || int64_t(tok[i].size()) != plan->inputs[0].elements ||
+        int64_t(lab[i].size()) != plan->inputs[1].elements) {
+      error = "each micro-batch needs " + std::to_string(plan->inputs[0].elements) +
+              " tokens and labels per rank";
+      return false;
+    }
+    tokens = &tok[i];
+    labels = &lab[i];
+    for (const Instruction &ins : program->microBatch)
+      if (!run(ins, comm, error))
+        return false;
+  }
+  for (const Instruction &ins : program->step)
     if (!run(ins, comm, error))
       return false;
   result.loss = *data(program->loss);
@@ -255,6 +274,13 @@ bool CpuExecutor::run(const Instruction &ins, Communicator &comm, std::string &e
   case KernelId::Fill:
     std::fill_n(data(out[0]), out[0].elements, float(ins.number("value")));
     return true;
+  case KernelId::Scale: {
+    const float *x = data(in[0]);
+    float *y = data(out[0]), f = float(ins.number("factor", 1));
+    for (int64_t i = 0; i < out[0].elements; ++i)
+      y[i] = x[i] * f;
+    return true;
+  }
   case KernelId::CrossEntropyFwd: {
     const int32_t *l = ids(in[1], error);
     if (!l)

@@ -148,8 +148,22 @@ struct Checker {
         return fail(where, "no parameter named '" + b.name + "'");
       if (p->shape != b.shape || p->dtype != b.dtype)
         return fail(where, "does not match parameter '" + b.name + "'");
+    } else if (space == "accum") {
+      b.space = Buffer::Space::Accum;
+      if (!string(v.get("name"), where + ".name", b.name))
+        return false;
+      if (b.dtype != DType::F32)
+        return fail(where, "accumulators are f32");
+      if (b.name.rfind("grad:", 0) == 0) {
+        const ParamSpec *p = plan.param(b.name.substr(5));
+        if (!p || p->shape != b.shape)
+          return fail(where, "no parameter of this shape for accumulator '" + b.name + "'");
+      } else if (b.name != "loss") {
+        return fail(where, "unknown accumulator '" + b.name + "' (loss, grad:<parameter>)");
+      }
     } else {
-      return fail(where + ".space", "must be arena, input or state, got '" + space + "'");
+      return fail(where + ".space",
+                  "must be arena, input, state or accum, got '" + space + "'");
     }
     return true;
   }
@@ -265,12 +279,18 @@ bool parsePlan(const json::Value &root, Plan &plan, std::string &error) {
         !c.buffer(*outs->get("grad_norm"), where + ".outputs.grad_norm", plan,
                   prog.arenaBytes, prog.gradNorm))
       return false;
-    const json::Value *instrs = pv.get("instructions");
+    if (!c.integer(pv.get("num_micro_batches"), where + ".num_micro_batches",
+                   prog.numMicroBatches, 1))
+      return false;
+    for (const char *phase : {"micro_batch_instructions", "step_instructions"}) {
+    const json::Value *instrs = pv.get(phase);
     if (!instrs || !instrs->isArray())
-      return c.fail(where + ".instructions", "must be an array");
+      return c.fail(where + "." + phase, "must be an array");
+    std::vector<Instruction> &list =
+        std::string(phase) == "step_instructions" ? prog.step : prog.microBatch;
     for (size_t ii = 0; ii < instrs->array.size(); ++ii) {
       const json::Value &iv = instrs->array[ii];
-      std::string iw = where + ".instructions[" + std::to_string(ii) + "]";
+      std::string iw = where + "." + phase + "[" + std::to_string(ii) + "]";
       Instruction ins;
       auto bufferList = [&](const char *key, std::vector<Buffer> &out) {
         const json::Value *list = iv.get(key);
@@ -319,7 +339,8 @@ bool parsePlan(const json::Value &root, Plan &plan, std::string &error) {
       } else {
         return c.fail(iw, "is neither a kernel nor a collective");
       }
-      prog.instructions.push_back(std::move(ins));
+      list.push_back(std::move(ins));
+    }
     }
     plan.programs.push_back(std::move(prog));
   }

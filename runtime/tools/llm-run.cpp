@@ -239,20 +239,26 @@ int main(int argc, char **argv) {
   const char *failStep = std::getenv("LLMOPT_TEST_FAIL_STEP");
 
   Timed timed(*comm);
-  std::vector<int32_t> x, y;
+  int64_t micro = plan.programFor(rank)->numMicroBatches;
+  std::vector<std::vector<int32_t>> x(static_cast<size_t>(micro)),
+      y(static_cast<size_t>(micro));
   while (exe.steps < o.steps) {
     int64_t step = exe.steps;
     if (failRank && failStep && std::atoi(failRank) == rank && std::atoll(failStep) == step + 1)
       return fail("injected failure at step " + std::to_string(step + 1) +
                   " (LLMOPT_TEST_FAIL_RANK)");
-    data.batch(step, perRank * dp, perRank * (rank % dp), perRank, seq, x, y);
+    // Micro-batch i of rank r: sequences [(i * dp + r) * b, + b) of the
+    // step's global batch of b * dp * micro sequences.
+    for (int64_t i = 0; i < micro; ++i)
+      data.batch(step, perRank * dp * micro, (i * dp + rank % dp) * perRank, perRank, seq,
+                 x[size_t(i)], y[size_t(i)]);
     timed.seconds = 0;
     auto t0 = std::chrono::steady_clock::now();
     StepResult r;
     if (!exe.step(x, y, timed, r, error))
       return fail("step " + std::to_string(step + 1) + ": " + error);
     double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    double tokensPerS = double(perRank * dp * seq) / dt;
+    double tokensPerS = double(perRank * dp * micro * seq) / dt;
     if (metrics) {
       std::fprintf(metrics,
                    "{\"step\": %lld, \"loss\": %.9g, \"grad_norm\": %.9g, \"tokens_per_s\": %.6g, "

@@ -101,7 +101,7 @@ TEST_P(RuntimeMatchesReference, OneRankBitIdentical) {
   for (int s = 0; s < 3; ++s) {
     std::vector<int32_t> tokens = randomIds(gen, 16), labels = randomIds(gen, 16);
     runtime::StepResult r;
-    ASSERT_TRUE(exe.step(tokens, labels, comm, r, error)) << error;
+    ASSERT_TRUE(exe.step({tokens}, {labels}, comm, r, error)) << error;
     FailureOr<std::vector<reference::Tensor>> out =
         ref.run(step, {reference::Tensor::idsOf({2, 8}, tokens),
                        reference::Tensor::idsOf({2, 8}, labels)});
@@ -136,7 +136,7 @@ TEST_P(RuntimeMatchesReference, DataParallelEqualsOneRankOnTheWholeBatch) {
   for (int s = 0; s < 4; ++s) {
     std::vector<int32_t> tokens = randomIds(gen, 32), labels = randomIds(gen, 32);
     runtime::StepResult r1;
-    ASSERT_TRUE(one.step(tokens, labels, single, r1, error)) << error;
+    ASSERT_TRUE(one.step({tokens}, {labels}, single, r1, error)) << error;
     runtime::StepResult rr[2];
     std::string errs[2];
     bool ok[2];
@@ -146,7 +146,7 @@ TEST_P(RuntimeMatchesReference, DataParallelEqualsOneRankOnTheWholeBatch) {
         // Rank r takes sequences [2r, 2r + 2) of the global batch.
         std::vector<int32_t> t(tokens.begin() + 16 * r, tokens.begin() + 16 * (r + 1));
         std::vector<int32_t> l(labels.begin() + 16 * r, labels.begin() + 16 * (r + 1));
-        ok[r] = rank[r].step(t, l, *comms[r], rr[r], errs[r]);
+        ok[r] = rank[r].step({t}, {l}, *comms[r], rr[r], errs[r]);
       });
     for (auto &t : threads)
       t.join();

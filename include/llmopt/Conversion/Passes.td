@@ -12,13 +12,14 @@ def ConvertLLMToExec : Pass<"convert-llm-to-exec", "::mlir::ModuleOp"> {
     `llm-specialize-shapes` and `llm-plan-memory`) becomes a call of its
     kernel from the kernel ABI, with its operands and results as placed
     buffers: step inputs, parameter state by name, or the arena offsets the
-    memory plan assigned. With a plan of `dp` > 1 the gradients are averaged
-    over the data-parallel ranks (`exec.all_reduce "dp" avg`) before the norm
-    and the update, and so is the reported loss.
+    memory plan assigned. Forward and backward form the micro-batch phase,
+    which adds each weight gradient and the loss to fp32 accumulators; the step
+    phase averages them over the plan's micro-batches (`scale`) and, with `dp`
+    > 1, over the data-parallel ranks (`exec.all_reduce "dp" avg`), then
+    computes the norm and applies AdamW.
 
-    Plans with tensor, pipeline, context or expert parallelism, or with more
-    than one micro-batch per step, are not lowered yet and are rejected with
-    an error saying so.
+    Plans with tensor, pipeline, context or expert parallelism are not lowered
+    yet and are rejected with an error saying so.
   }];
   let dependentDialects = ["::llmopt::exec::ExecDialect"];
 }

@@ -41,6 +41,7 @@
   LLMOPT_KERNEL(SwiGLUBwd, "swiglu_bwd", 3, 2, "")                                       \
   LLMOPT_KERNEL(Add, "add", 2, 1, "")                                                    \
   LLMOPT_KERNEL(Fill, "fill", 0, 1, "value")                                             \
+  LLMOPT_KERNEL(Scale, "scale", 1, 1, "factor")                                          \
   LLMOPT_KERNEL(CrossEntropyFwd, "cross_entropy_fwd", 2, 1, "ignore_index")              \
   LLMOPT_KERNEL(CrossEntropyBwd, "cross_entropy_bwd", 3, 1, "ignore_index")              \
   LLMOPT_KERNEL(GlobalNorm, "global_norm", -1, 1, "")                                    \

@@ -84,10 +84,10 @@ struct Converter {
             i64("window", a.getWindowAttr() ? a.getWindowAttr().getInt() : 0)};
   }
 
-  LogicalResult convert(Operation *op, int64_t dp);
+  LogicalResult convert(Operation *op);
 };
 
-LogicalResult Converter::convert(Operation *op, int64_t dp) {
+LogicalResult Converter::convert(Operation *op) {
   Location loc = op->getLoc();
   return llvm::TypeSwitch<Operation *, LogicalResult>(op)
       .Case([&](ParamOp) { return success(); })
@@ -212,12 +212,6 @@ LogicalResult Converter::convert(Operation *op, int64_t dp) {
         return kernel(loc, "position_embedding_bwd", g.getGrad(), g.getResult());
       })
       .Case([&](GlobalNormOp g) {
-        if (dp > 1) {
-          FailureOr<ArrayAttr> grads = bufs(g.getGrads());
-          if (failed(grads))
-            return failure();
-          AllReduceOp::create(ob, loc, b.getStringAttr("dp"), b.getStringAttr("avg"), *grads);
-        }
         return kernel(loc, "global_norm", g.getGrads(), g.getResult());
       })
       .Case([&](AdamWOp a) {
@@ -245,18 +239,17 @@ struct ConvertLLMToExecPass
                             "(llm-build-training-step, llm-specialize-shapes, llm-plan-memory)";
       return signalPassFailure();
     }
-    int64_t dp = 1;
+    int64_t dp = 1, micro = 1;
     if (auto plan = module->getAttrOfType<PlanAttr>("llm.plan")) {
-      if (plan.getTp() != 1 || plan.getPp() != 1 || plan.getCp() != 1 || plan.getEp() != 1 ||
-          plan.getNumMicroBatches() != 1) {
-        module.emitError() << "convert-llm-to-exec: only data-parallel plans with one "
-                              "micro-batch per step are lowered yet; this plan has tp "
+      if (plan.getTp() != 1 || plan.getPp() != 1 || plan.getCp() != 1 || plan.getEp() != 1) {
+        module.emitError() << "convert-llm-to-exec: only data-parallel plans are lowered "
+                              "yet; this plan has tp "
                            << plan.getTp() << ", pp " << plan.getPp() << ", cp "
-                           << plan.getCp() << ", ep " << plan.getEp() << " and "
-                           << plan.getNumMicroBatches() << " micro-batches";
+                           << plan.getCp() << " and ep " << plan.getEp();
         return signalPassFailure();
       }
       dp = plan.getDp();
+      micro = plan.getNumMicroBatches();
     }
 
     Converter cv(func);
@@ -266,34 +259,93 @@ struct ConvertLLMToExecPass
         for (auto [r, off] : llvm::zip(op.getResults(), offs.asArrayRef()))
           cv.offsets[r] = off;
 
-    OpBuilder mb(module.getContext());
-    mb.setInsertionPointToEnd(module.getBody());
-    SmallVector<int64_t> ranks;
-    for (int64_t r = 0; r < dp; ++r)
-      ranks.push_back(r);
     auto ret = cast<func::ReturnOp>(body.getTerminator());
-    if (ret.getNumOperands() != 2) {
-      func.emitError() << "convert-llm-to-exec: @train_step must return (loss, grad_norm)";
+    SmallVector<AdamWOp> updates(body.getOps<AdamWOp>());
+    SmallVector<GlobalNormOp> norms(body.getOps<GlobalNormOp>());
+    if (ret.getNumOperands() != 2 || norms.size() != 1 || updates.empty()) {
+      func.emitError() << "convert-llm-to-exec: @train_step must end in one llm.global_norm "
+                          "and llm.adamw updates, and return (loss, grad_norm)";
       return signalPassFailure();
     }
     FailureOr<BufAttr> loss = cv.buf(ret.getOperand(0)), norm = cv.buf(ret.getOperand(1));
     if (failed(loss) || failed(norm))
       return signalPassFailure();
+    MLIRContext *ctx = module.getContext();
+    Builder b(ctx);
+    auto accum = [&](StringRef name, Value like) {
+      auto t = cast<RankedTensorType>(like.getType());
+      return BufAttr::get(ctx, b.getStringAttr("accum"), 0, b.getStringAttr(name),
+                          b.getDenseI64ArrayAttr(t.getShape()), b.getF32Type());
+    };
+    BufAttr lossAcc = accum("loss", ret.getOperand(0));
+    SmallVector<Attribute> gradAccs;
+    for (AdamWOp a : updates)
+      gradAccs.push_back(accum(("grad:" + a.getName()).str(), a.getGrad()));
+
+    OpBuilder mb(ctx);
+    mb.setInsertionPointToEnd(module.getBody());
+    SmallVector<int64_t> ranks;
+    for (int64_t r = 0; r < dp; ++r)
+      ranks.push_back(r);
     auto outputs = mb.getDictionaryAttr(
-        {mb.getNamedAttr("loss", *loss), mb.getNamedAttr("grad_norm", *norm)});
+        {mb.getNamedAttr("loss", lossAcc), mb.getNamedAttr("grad_norm", *norm)});
     auto program = ProgramOp::create(
         mb, func.getLoc(), mb.getStringAttr("train_step"), mb.getDenseI64ArrayAttr(ranks),
         mb.getI64IntegerAttr(func->getAttrOfType<IntegerAttr>("llm.arena_bytes").getInt()),
-        outputs);
-    Block *block = new Block();
-    program.getBody().push_back(block);
-    cv.ob.setInsertionPointToEnd(block);
-    for (Operation &op : body.without_terminator())
-      if (failed(cv.convert(&op, dp)))
+        mb.getI64IntegerAttr(micro), outputs);
+    Block *microBlock = new Block(), *stepBlock = new Block();
+    program.getMicroBatch().push_back(microBlock);
+    program.getStep().push_back(stepBlock);
+    Location loc = func.getLoc();
+
+    // Micro-batch phase: forward and backward, then the gradients and the
+    // loss added to their accumulators.
+    cv.ob.setInsertionPointToEnd(microBlock);
+    for (Operation &op : body.without_terminator()) {
+      if (isa<AdamWOp, GlobalNormOp>(op))
+        continue;
+      if (failed(cv.convert(&op)))
         return signalPassFailure();
+    }
+    auto addInto = [&](BufAttr acc, BufAttr value) {
+      KernelOp::create(cv.ob, loc, b.getStringAttr("add"), b.getArrayAttr({acc, value}),
+                       b.getArrayAttr({acc}), b.getDictionaryAttr({}));
+    };
+    for (auto [a, acc] : llvm::zip(updates, gradAccs)) {
+      FailureOr<BufAttr> g = cv.buf(a.getGrad());
+      if (failed(g))
+        return signalPassFailure();
+      addInto(cast<BufAttr>(acc), *g);
+    }
+    addInto(lossAcc, *loss);
+
+    // Step phase: average over micro-batches and data-parallel ranks, norm,
+    // update.
+    cv.ob.setInsertionPointToEnd(stepBlock);
+    SmallVector<Attribute> all(gradAccs);
+    all.push_back(lossAcc);
+    if (micro > 1)
+      for (Attribute acc : all)
+        KernelOp::create(cv.ob, loc, b.getStringAttr("scale"), b.getArrayAttr({acc}),
+                         b.getArrayAttr({acc}),
+                         b.getDictionaryAttr({cv.f64("factor", 1.0 / double(micro))}));
     if (dp > 1)
-      AllReduceOp::create(cv.ob, func.getLoc(), mb.getStringAttr("dp"), mb.getStringAttr("avg"),
-                          mb.getArrayAttr({*loss}));
+      AllReduceOp::create(cv.ob, loc, b.getStringAttr("dp"), b.getStringAttr("avg"),
+                          b.getArrayAttr(all));
+    KernelOp::create(cv.ob, loc, b.getStringAttr("global_norm"), b.getArrayAttr(gradAccs),
+                     b.getArrayAttr({*norm}), b.getDictionaryAttr({}));
+    for (auto [a, acc] : llvm::zip(updates, gradAccs)) {
+      KernelOp::create(cv.ob, loc, b.getStringAttr("adamw"), b.getArrayAttr({acc, *norm}),
+                       b.getArrayAttr({}),
+                       b.getDictionaryAttr({b.getNamedAttr("param", a.getNameAttr()),
+                                            cv.f64("lr", a.getLr().convertToDouble()),
+                                            cv.f64("beta1", a.getBeta1().convertToDouble()),
+                                            cv.f64("beta2", a.getBeta2().convertToDouble()),
+                                            cv.f64("eps", a.getEps().convertToDouble()),
+                                            cv.f64("weight_decay",
+                                                   a.getWeightDecay().convertToDouble()),
+                                            cv.f64("max_norm", a.getMaxNorm().convertToDouble())}));
+    }
   }
 };
 } // namespace

@@ -51,7 +51,7 @@ json::Value bufJSON(exec::BufAttr b) {
   json::Object o{{"space", b.getSpace().str()},
                  {"shape", shapeJSON(b.getShape().asArrayRef())},
                  {"dtype", dtypeName(b.getDtype())}};
-  if (b.getSpace().getValue() == "state")
+  if (b.getSpace().getValue() == "state" || b.getSpace().getValue() == "accum")
     o["name"] = b.getName().str();
   else
     o["offset"] = b.getOffset();
@@ -156,23 +156,28 @@ struct EmitPlanPass : public llmopt::impl::EmitPlanBase<EmitPlanPass> {
 
     json::Array progs;
     for (exec::ProgramOp prog : programs) {
-      json::Array instrs;
-      for (Operation &op : prog.getBody().front()) {
-        if (auto k = dyn_cast<exec::KernelOp>(op)) {
-          json::Object ps;
-          for (NamedAttribute na : k.getParams())
-            ps[na.getName().str()] = attrJSON(na.getValue());
-          instrs.push_back(json::Object{{"kernel", k.getKernel().str()},
-                                        {"ins", bufsJSON(k.getIns())},
-                                        {"outs", bufsJSON(k.getOuts())},
-                                        {"params", std::move(ps)}});
-        } else if (auto ar = dyn_cast<exec::AllReduceOp>(op)) {
-          instrs.push_back(json::Object{{"collective", "all_reduce"},
-                                        {"axis", ar.getAxis().str()},
-                                        {"reduce", ar.getReduce().str()},
-                                        {"buffers", bufsJSON(ar.getBuffers())}});
+      auto instructions = [&](Region &region) {
+        json::Array instrs;
+        if (region.empty())
+          return instrs;
+        for (Operation &op : region.front()) {
+          if (auto k = dyn_cast<exec::KernelOp>(op)) {
+            json::Object ps;
+            for (NamedAttribute na : k.getParams())
+              ps[na.getName().str()] = attrJSON(na.getValue());
+            instrs.push_back(json::Object{{"kernel", k.getKernel().str()},
+                                          {"ins", bufsJSON(k.getIns())},
+                                          {"outs", bufsJSON(k.getOuts())},
+                                          {"params", std::move(ps)}});
+          } else if (auto ar = dyn_cast<exec::AllReduceOp>(op)) {
+            instrs.push_back(json::Object{{"collective", "all_reduce"},
+                                          {"axis", ar.getAxis().str()},
+                                          {"reduce", ar.getReduce().str()},
+                                          {"buffers", bufsJSON(ar.getBuffers())}});
+          }
         }
-      }
+        return instrs;
+      };
       json::Array ranks;
       for (int64_t r : prog.getRanks())
         ranks.push_back(r);
@@ -182,8 +187,10 @@ struct EmitPlanPass : public llmopt::impl::EmitPlanBase<EmitPlanPass> {
       progs.push_back(json::Object{{"name", prog.getName().str()},
                                    {"ranks", std::move(ranks)},
                                    {"arena_bytes", prog.getArena()},
+                                   {"num_micro_batches", prog.getMicroBatches()},
                                    {"outputs", std::move(outs)},
-                                   {"instructions", std::move(instrs)}});
+                                   {"micro_batch_instructions", instructions(prog.getMicroBatch())},
+                                   {"step_instructions", instructions(prog.getStep())}});
     }
     root["programs"] = std::move(progs);
 

@@ -36,9 +36,11 @@ public:
   /// reference interpreter does).
   bool init(const Plan &plan, int rank, uint64_t seed, std::string &error);
 
-  /// Runs one step on this rank's micro-batch of token ids and labels.
-  bool step(const std::vector<int32_t> &tokens, const std::vector<int32_t> &labels,
-            Communicator &comm, StepResult &result, std::string &error);
+  /// Runs one step on this rank's micro-batches of token ids and labels (as
+  /// many as the plan's num_micro_batches).
+  bool step(const std::vector<std::vector<int32_t>> &tokens,
+            const std::vector<std::vector<int32_t>> &labels, Communicator &comm,
+            StepResult &result, std::string &error);
 
   std::map<std::string, ParamState> params;
   int64_t steps = 0;
@@ -47,6 +49,7 @@ private:
   const Plan *plan = nullptr;
   const Program *program = nullptr;
   std::vector<float> arena;
+  std::map<std::string, std::vector<float>> accum;
   const std::vector<int32_t> *tokens = nullptr, *labels = nullptr;
 
   float *data(const Buffer &b);

@@ -26,7 +26,7 @@ enum class DType { F32, BF16, F16, I32, I64 };
 int64_t bytesOf(DType d);
 
 struct Buffer {
-  enum class Space { Arena, Input, State } space = Space::Arena;
+  enum class Space { Arena, Input, State, Accum } space = Space::Arena;
   int64_t offset = 0;
   std::string name;
   std::vector<int64_t> shape;
@@ -52,8 +52,10 @@ struct Program {
   std::string name;
   std::vector<int> ranks;
   int64_t arenaBytes = 0;
+  int64_t numMicroBatches = 1;
   Buffer loss, gradNorm;
-  std::vector<Instruction> instructions;
+  /// Run once per micro-batch, then `step` once.
+  std::vector<Instruction> microBatch, step;
 };
 
 struct ParamSpec {

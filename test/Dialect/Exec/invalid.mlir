@@ -1,54 +1,69 @@
 // RUN: llm-opt %s -split-input-file -verify-diagnostics
 
-exec.program "p" ranks [0] arena 64 outputs {} {
+exec.program "p" ranks [0] arena 64 micro_batches 1 outputs {} micro_batch {
   // expected-error @+1 {{unknown kernel 'softmax_fwd': not in kernels/include/llmopt-kernels/abi.h}}
   exec.kernel "softmax_fwd" ins [] outs [] {}
+} step {
 }
 
 // -----
 
-exec.program "p" ranks [0] arena 64 outputs {} {
+exec.program "p" ranks [0] arena 64 micro_batches 1 outputs {} micro_batch {
   // expected-error @+1 {{kernel 'add' takes 2 inputs, got 1}}
   exec.kernel "add" ins [#exec.buf<space = "arena", offset = 0, name = "", shape = [4], dtype = f32>] outs [#exec.buf<space = "arena", offset = 16, name = "", shape = [4], dtype = f32>] {}
+} step {
 }
 
 // -----
 
-exec.program "p" ranks [0] arena 64 outputs {} {
+exec.program "p" ranks [0] arena 64 micro_batches 1 outputs {} micro_batch {
   // expected-error @+1 {{buffer at offset 48 of 32 bytes overruns the 64-byte arena}}
   exec.kernel "fill" ins [] outs [#exec.buf<space = "arena", offset = 48, name = "", shape = [8], dtype = f32>] {value = 1.0 : f64}
+} step {
 }
 
 // -----
 
 // expected-error @+1 {{ranks must be distinct and non-negative}}
-exec.program "p" ranks [0, 0] arena 64 outputs {} {
+exec.program "p" ranks [0, 0] arena 64 micro_batches 1 outputs {} micro_batch {
+} step {
 }
 
 // -----
 
-exec.program "p" ranks [0] arena 64 outputs {} {
+exec.program "p" ranks [0] arena 64 micro_batches 1 outputs {} micro_batch {
   // expected-error @+1 {{must not write a step input}}
   exec.kernel "fill" ins [] outs [#exec.buf<space = "input", offset = 0, name = "", shape = [4], dtype = f32>] {value = 1.0 : f64}
+} step {
 }
 
 // -----
 
-exec.program "p" ranks [0] arena 64 outputs {} {
+exec.program "p" ranks [0] arena 64 micro_batches 1 outputs {} micro_batch {
   // expected-error @+1 {{reduce must be sum or avg, got 'max'}}
   exec.all_reduce "dp" "max" [#exec.buf<space = "arena", offset = 0, name = "", shape = [4], dtype = f32>]
+} step {
 }
 
 // -----
 
-exec.program "p" ranks [0] arena 64 outputs {} {
-  // expected-error @+1 {{buf: a state buffer has a name, other buffers none}}
+exec.program "p" ranks [0] arena 64 micro_batches 1 outputs {} micro_batch {
+  // expected-error @+1 {{buf: state and accum buffers have a name, other buffers none}}
   exec.kernel "fill" ins [] outs [#exec.buf<space = "state", offset = 0, name = "", shape = [4], dtype = f32>] {value = 1.0 : f64}
+} step {
 }
 
 // -----
 
-exec.program "p" ranks [0] arena 64 outputs {} {
-  // expected-error @+1 {{buf: space must be arena, input or state, got 'host'}}
+exec.program "p" ranks [0] arena 64 micro_batches 1 outputs {} micro_batch {
+  // expected-error @+1 {{buf: space must be arena, input, state or accum, got 'host'}}
   exec.kernel "fill" ins [] outs [#exec.buf<space = "host", offset = 0, name = "", shape = [4], dtype = f32>] {value = 1.0 : f64}
+} step {
+}
+
+// -----
+
+// expected-error @+1 {{needs at least one micro-batch}}
+exec.program "p" ranks [0] arena 64 micro_batches 0 outputs {} micro_batch {
+} step {
 }

@@ -47,12 +47,13 @@ LogicalResult BufAttr::verify(function_ref<InFlightDiagnostic()> emitError, Stri
   if (!space || !name || !shape || !dtype)
     return emitError() << "buf: every field needs a value";
   StringRef s = space.getValue();
-  if (s != "arena" && s != "input" && s != "state")
-    return emitError() << "buf: space must be arena, input or state, got '" << s << "'";
+  if (s != "arena" && s != "input" && s != "state" && s != "accum")
+    return emitError() << "buf: space must be arena, input, state or accum, got '" << s
+                       << "'";
   if (offset < 0)
     return emitError() << "buf: offset must not be negative";
-  if ((s == "state") != !name.getValue().empty())
-    return emitError() << "buf: a state buffer has a name, other buffers none";
+  if ((s == "state" || s == "accum") != !name.getValue().empty())
+    return emitError() << "buf: state and accum buffers have a name, other buffers none";
   for (int64_t d : shape.asArrayRef())
     if (d <= 0)
       return emitError() << "buf: dimensions must be positive";
@@ -67,7 +68,9 @@ LogicalResult ProgramOp::verify() {
     if (r < 0 || !seen.insert(r).second)
       return emitOpError() << "ranks must be distinct and non-negative";
   int64_t arena = getArena();
-  WalkResult res = getBody().walk([&](Operation *op) -> WalkResult {
+  if (getMicroBatches() < 1)
+    return emitOpError() << "needs at least one micro-batch";
+  auto check = [&](Operation *op) -> WalkResult {
     for (NamedAttribute na : op->getAttrs())
       if (auto list = dyn_cast<ArrayAttr>(na.getValue()))
         for (Attribute a : list)
@@ -77,8 +80,11 @@ LogicalResult ProgramOp::verify() {
                    << "buffer at offset " << b.getOffset() << " of " << b.getBytes()
                    << " bytes overruns the " << arena << "-byte arena";
     return WalkResult::advance();
-  });
-  return failure(res.wasInterrupted());
+  };
+  for (Region *r : {&getMicroBatch(), &getStep()})
+    if (r->walk(check).wasInterrupted())
+      return failure();
+  return success();
 }
 
 static LogicalResult verifyBufs(Operation *op, ArrayAttr list, StringRef what) {

@@ -13,7 +13,8 @@ for prog in plan["programs"]:
     arena = prog["arena_bytes"]
     sizes = {"f32": 4, "bf16": 2, "f16": 2, "i32": 4, "i64": 8}
     collectives = []
-    for n, ins in enumerate(prog["instructions"]):
+    instructions = prog["micro_batch_instructions"] + prog["step_instructions"]
+    for n, ins in enumerate(instructions):
         bufs = ins.get("ins", []) + ins.get("outs", []) + ins.get("buffers", [])
         for b in bufs:
             size = sizes[b["dtype"]]
@@ -24,16 +25,21 @@ for prog in plan["programs"]:
             elif b["space"] == "state":
                 assert b["name"] in params, b["name"]
                 assert params[b["name"]]["shape"] == b["shape"], b
+            elif b["space"] == "accum":
+                name = b["name"]
+                assert name == "loss" or params[name[len("grad:"):]]["shape"] == b["shape"], b
         if "collective" in ins:
             collectives.append((n, ins))
         if ins.get("kernel") == "adamw":
             assert ins["params"]["param"] in params
-    print(f"program {prog['name']} ranks {prog['ranks']}: {len(prog['instructions'])} "
-          "instructions, every arena buffer inside {} bytes, every state buffer a parameter"
-          .format(arena))
-    kernels = [i.get("kernel") for i in prog["instructions"]]
+    print(f"program {prog['name']} ranks {prog['ranks']}, {prog['num_micro_batches']} "
+          f"micro-batches: {len(instructions)} instructions, every arena buffer inside "
+          f"{arena} bytes, every state buffer a parameter")
+    step = prog["step_instructions"]
+    kernels = [i.get("kernel") for i in step]
     if collectives:
-        first, last = collectives[0][0], collectives[-1][0]
-        assert kernels[first + 1] == "global_norm"
-        assert kernels[last - 1] == "adamw" and last == len(kernels) - 1
-        print("all_reduce dp avg before global_norm and after the last adamw")
+        n = kernels.index(None)
+        assert kernels[n + 1] == "global_norm" and kernels[-1] == "adamw"
+        reduced = {b["name"] for b in step[n]["buffers"]}
+        assert reduced == {b["name"] for i in step if i.get("kernel") == "adamw" for b in i["ins"][:1]} | {"loss"}
+        print("all_reduce dp avg of every gradient and the loss, before global_norm")

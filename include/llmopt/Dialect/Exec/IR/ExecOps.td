@@ -35,8 +35,11 @@ def Exec_BufAttr : AttrDef<Exec_Dialect, "Buf"> {
   let summary = "a placed buffer";
   let description = [{
     `space` is `arena` (at `offset` bytes into the rank's arena), `input` (step
-    input number `offset`: 0 tokens, 1 labels) or `state` (the parameter
-    `name`, in the training dtype). `shape` and `dtype` describe the data.
+    input number `offset`: 0 tokens, 1 labels, of the current micro-batch),
+    `state` (the parameter `name`, in the training dtype) or `accum` (the
+    accumulator `name`, fp32, zeroed at the start of every step and kept across
+    its micro-batches: `grad:<parameter>` and `loss`). `shape` and `dtype`
+    describe the data.
 
     ```mlir
     #exec.buf<space = "arena", offset = 4096, name = "", shape = array<i64: 2, 8, 64>, dtype = f32>
@@ -53,24 +56,35 @@ def Exec_BufAttr : AttrDef<Exec_Dialect, "Buf"> {
   }];
 }
 
-def Exec_ProgramOp : Exec_Op<"program", [NoTerminator, SingleBlock, IsolatedFromAbove]> {
+def Exec_ProgramOp : Exec_Op<"program", [NoTerminator, IsolatedFromAbove]> {
   let summary = "the instruction stream of a class of ranks";
   let description = [{
+    A step runs the `micro_batch` region once per micro-batch (forward and
+    backward, accumulating gradients and the loss), then the `step` region
+    once (averaging, the collectives the plan needs, the norm and the
+    optimizer).
+
     ```mlir
-    exec.program "train_step" ranks [0, 1] arena 199936 {
+    exec.program "train_step" ranks [0, 1] arena 199936 micro_batches 4 outputs {...}
+    micro_batch {
       exec.kernel "embedding_fwd" ins [...] outs [...] {}
       ...
+    } step {
+      exec.kernel "scale" ...
+      exec.all_reduce "dp" "avg" [...]
+      exec.kernel "adamw" ...
     }
     ```
     `outputs` names the buffers the runtime reports (loss, grad_norm).
-    Verified: ranks are distinct and non-negative; every arena buffer fits in
-    `arena` bytes.
+    Verified: ranks are distinct and non-negative; at least one micro-batch;
+    every arena buffer fits in `arena` bytes.
   }];
   let arguments = (ins StrAttr:$name, DenseI64ArrayAttr:$ranks, I64Attr:$arena,
-                       DictionaryAttr:$outputs);
-  let regions = (region SizedRegion<1>:$body);
+                       I64Attr:$micro_batches, DictionaryAttr:$outputs);
+  let regions = (region MaxSizedRegion<1>:$micro_batch, MaxSizedRegion<1>:$step);
   let assemblyFormat = [{
-    $name `ranks` $ranks `arena` $arena `outputs` $outputs attr-dict-with-keyword $body
+    $name `ranks` $ranks `arena` $arena `micro_batches` $micro_batches `outputs` $outputs
+    attr-dict-with-keyword `micro_batch` $micro_batch `step` $step
   }];
   let hasVerifier = 1;
 }
