@@ -199,6 +199,8 @@ bool parsePlan(const json::Value &root, Plan &plan, std::string &error) {
     c.integer(root.get("micro_batch"), "micro_batch", plan.microBatch, 1);
   if (root.get("seq_len"))
     c.integer(root.get("seq_len"), "seq_len", plan.seqLen, 1);
+  if (const json::Value *f = root.get("train_flops_per_token"); f && f->isNumber())
+    plan.trainFlopsPerToken = f->number;
   if (const json::Value *mesh = root.get("mesh"); mesh && mesh->isObject())
     for (const auto &[k, v] : mesh->object) {
       int64_t n = 0;

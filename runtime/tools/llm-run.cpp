@@ -119,7 +119,13 @@ bool parse(int argc, char **argv, Options &o, std::string &error) {
       const char *v = value("--peak-tflops");
       if (!v)
         return false;
-      o.peakTflops = std::atof(v);
+      char *end = nullptr;
+      o.peakTflops = std::strtod(v, &end);
+      if (!*v || *end || !(o.peakTflops > 0) || o.peakTflops > 1e6) {
+        error = std::string("--peak-tflops must be a positive number of TFLOP/s per device "
+                            "(e.g. 989 for an H100 SXM in bf16), got '") + v + "'";
+        return false;
+      }
     } else if (a == "--quiet") {
       o.quiet = true;
     } else if (!a.empty() && a[0] == '-') {
@@ -238,6 +244,7 @@ int main(int argc, char **argv) {
   const char *failRank = std::getenv("LLMOPT_TEST_FAIL_RANK");
   const char *failStep = std::getenv("LLMOPT_TEST_FAIL_STEP");
 
+  const int64_t startStep = exe.steps;
   Timed timed(*comm);
   int64_t micro = plan.programFor(rank)->numMicroBatches;
   std::vector<std::vector<int32_t>> x(static_cast<size_t>(micro)),
@@ -266,7 +273,12 @@ int main(int argc, char **argv) {
                    "\"exposed_comm_share\": %.6g",
                    static_cast<long long>(exe.steps), r.loss, r.gradNorm, tokensPerS, dt,
                    static_cast<long long>(memory), dt > 0 ? timed.seconds / dt : 0.0);
-      std::fprintf(metrics, o.peakTflops > 0 ? ", \"mfu\": null}\n" : "}\n");
+      // MFU against the per-GPU peak the user names (none on the CPU).
+      if (o.peakTflops > 0 && plan.trainFlopsPerToken > 0)
+        std::fprintf(metrics, ", \"mfu\": %.6g}\n",
+                     plan.trainFlopsPerToken * tokensPerS / (o.peakTflops * 1e12 * world));
+      else
+        std::fprintf(metrics, "}\n");
       std::fflush(metrics);
     }
     if (rank == 0 && !o.quiet)
@@ -281,6 +293,11 @@ int main(int argc, char **argv) {
   }
   if (tty && rank == 0)
     std::fprintf(stderr, "\n");
+  // The last step is always saved, so a finished run can be extended later.
+  if (!o.checkpointDir.empty() && exe.steps > startStep &&
+      (o.checkpointEvery == 0 || exe.steps % o.checkpointEvery != 0) &&
+      !saveCheckpoint(o.checkpointDir, exe, plan, planHash, *comm, error))
+    return fail("checkpoint: " + error);
   if (metrics)
     std::fclose(metrics);
   finalizeMPI();

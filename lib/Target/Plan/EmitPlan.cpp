@@ -1,6 +1,7 @@
 //===- EmitPlan.cpp - llm-emit-plan ---------------------------------------===//
 
 #include "llmopt/Dialect/Exec/IR/ExecOps.h"
+#include "llmopt/Dialect/LLM/Analysis/ModelStats.h"
 #include "llmopt/Dialect/LLM/IR/LLMOps.h"
 #include "llmopt/Transforms/Passes.h"
 
@@ -128,6 +129,16 @@ struct EmitPlanPass : public llmopt::impl::EmitPlanBase<EmitPlanPass> {
     }
     root["mesh"] = std::move(mesh);
     root["world_size"] = dp;
+    // Model FLOPs per token (6N + attention), for the runtime's MFU.
+    if (auto forward = module.lookupSymbol<func::FuncOp>("forward")) {
+      llm::CostContext ctx;
+      ctx.seqLen = module->getAttrOfType<IntegerAttr>("llm.seq_len")
+                       ? module->getAttrOfType<IntegerAttr>("llm.seq_len").getInt()
+                       : 1;
+      ScopedDiagnosticHandler quiet(module.getContext(), [](Diagnostic &) { return success(); });
+      if (FailureOr<llm::ModelStats> st = llm::computeModelStats(forward, ctx); succeeded(st))
+        root["train_flops_per_token"] = st->trainFlopsPerToken;
+    }
 
     json::Array inputs;
     static const char *inputNames[] = {"tokens", "labels"};
@@ -207,6 +218,37 @@ struct EmitPlanPass : public llmopt::impl::EmitPlanBase<EmitPlanPass> {
     llvm::sys::path::append(sumPath, "checksums.sha256");
     if (failed(writeAtomically(planPath, text, module)) ||
         failed(writeAtomically(sumPath, hex + "  plan.json\n", module)))
+      return signalPassFailure();
+
+    // A Slurm batch script launching the plan (one task per rank).
+    int64_t perNode = std::max<int64_t>(1, std::min<int64_t>(gpusPerNode, dp));
+    int64_t nodes = (dp + perNode - 1) / perNode;
+    // Built by concatenation: the shell's ${VAR:-default} braces would clash
+    // with formatv's replacement syntax.
+    std::string ranks = std::to_string(dp), per = std::to_string(perNode);
+    std::string slurm =
+        "#!/bin/bash\n"
+        "# Launches the plan in this directory: " + ranks + " ranks, " + per + " per node.\n"
+        "# Submit from the plan directory (or set PLAN):\n"
+        "#   DATA=/path/to/shard.bin STEPS=1000 sbatch run.slurm\n"
+        "#SBATCH --job-name=llm-opt\n"
+        "#SBATCH --nodes=" + std::to_string(nodes) + "\n"
+        "#SBATCH --ntasks-per-node=" + per + "\n"
+        "#SBATCH --gpus-per-node=" + per + "\n"
+        "#SBATCH --cpus-per-task=8\n"
+        "set -euo pipefail\n"
+        "PLAN=\"${PLAN:-${SLURM_SUBMIT_DIR:-$(pwd)}}\"\n"
+        "CKPT=\"${CHECKPOINTS:-checkpoints}\"\n"
+        "# A requeued job resumes from the newest complete checkpoint.\n"
+        "RESUME=()\n"
+        "if [ -f \"$CKPT/LATEST\" ]; then RESUME=(--resume \"$CKPT\"); fi\n"
+        "srun llm-run \"$PLAN\" --data \"${DATA:?set DATA to the token shards}\" \\\n"
+        "  --steps \"${STEPS:-1000}\" --metrics \"${METRICS:-metrics.jsonl}\" \\\n"
+        "  --checkpoint-dir \"$CKPT\" --checkpoint-every \"${EVERY:-100}\" \\\n"
+        "  \"${RESUME[@]}\"\n";
+    SmallString<256> slurmPath(dir);
+    llvm::sys::path::append(slurmPath, "run.slurm");
+    if (failed(writeAtomically(slurmPath, slurm, module)))
       return signalPassFailure();
   }
 };

@@ -72,6 +72,8 @@ struct Plan {
   std::string model;
   int64_t microBatch = 0, seqLen = 0;
   int worldSize = 1;
+  /// Model FLOPs per token (6N + attention), 0 when the plan does not say.
+  double trainFlopsPerToken = 0;
   std::map<std::string, int> mesh;
   std::vector<Buffer> inputs;
   std::vector<ParamSpec> params;
