@@ -15,7 +15,8 @@ namespace llmopt::runtime {
 
 namespace {
 
-constexpr char kMagic[8] = {'L', 'L', 'M', 'C', 'K', 'P', 'T', '1'};
+// Version 2: AdamW moments may be this rank's ZeRO chunk, with its own count.
+constexpr char kMagic[8] = {'L', 'L', 'M', 'C', 'K', 'P', 'T', '2'};
 
 std::string stepName(int64_t step) {
   char buf[32];
@@ -97,8 +98,9 @@ bool saveCheckpoint(const std::string &dir, const CpuExecutor &exe, const Plan &
     uint32_t len = uint32_t(p.name.size());
     put(blob, &len, 4);
     put(blob, p.name.data(), len);
-    int64_t n = int64_t(st.value.size());
+    int64_t n = int64_t(st.value.size()), shard[2] = {st.shard.begin, st.shard.end};
     put(blob, &n, 8);
+    put(blob, shard, 16);
     for (const std::vector<float> *v : {&st.value, &st.m, &st.v})
       put(blob, v->data(), v->size() * sizeof(float));
   }
@@ -219,9 +221,17 @@ bool loadCheckpoint(const std::string &dir, CpuExecutor &exe, const Plan &plan,
       return false;
     }
     ParamState &st = exe.params[p.name];
+    int64_t shard[2] = {0, 0};
+    if (!take(shard, 16) || shard[0] != st.shard.begin || shard[1] != st.shard.end) {
+      error = stepDir + "/" + file + ": parameter '" + p.name +
+              "' was saved with a different optimizer sharding (ZeRO stage or dp degree) "
+              "than this plan's";
+      return false;
+    }
     for (std::vector<float> *v : {&st.value, &st.m, &st.v}) {
-      v->resize(size_t(n));
-      if (!take(v->data(), size_t(n) * sizeof(float))) {
+      size_t count = v == &st.value ? size_t(n) : size_t(st.shard.size());
+      v->resize(count);
+      if (!take(v->data(), count * sizeof(float))) {
         error = stepDir + "/" + file + ": truncated";
         return false;
       }

@@ -26,16 +26,43 @@ bool CpuExecutor::init(const Plan &p, int rank, uint64_t seed, std::string &erro
       return false;
     }
   arena.assign(size_t((program->arenaBytes + 3) / 4), 0.0f);
+  this->rank = rank;
+  // ZeRO: parameters whose update is sharded keep moments for their chunk.
+  std::map<std::string, std::string> shardAxis;
+  for (const Instruction &ins : program->step)
+    if (ins.kind == Instruction::Kind::Kernel && ins.kernel->id == KernelId::AdamW &&
+        !ins.text("shard").empty())
+      shardAxis[ins.text("param")] = ins.text("shard");
   params.clear();
   for (const ParamSpec &s : p.params) {
     ParamState &st = params[s.name];
     st.value.assign(size_t(s.elements), s.init == "ones" ? 1.0f : 0.0f);
-    st.m.assign(size_t(s.elements), 0.0f);
-    st.v.assign(size_t(s.elements), 0.0f);
+    st.shard = {0, s.elements};
+    if (auto it = shardAxis.find(s.name); it != shardAxis.end()) {
+      int index = 0, size = 1;
+      if (!axis(it->second, index, size, error))
+        return false;
+      st.shard = shardChunk(s.elements, size, index);
+    }
+    st.m.assign(size_t(st.shard.size()), 0.0f);
+    st.v.assign(size_t(st.shard.size()), 0.0f);
     if (s.init == "normal")
       kernels::initNormal(st.value.data(), s.elements, float(s.stddev), seed, s.name);
   }
   steps = 0;
+  return true;
+}
+
+bool CpuExecutor::axis(const std::string &name, int &index, int &size,
+                       std::string &error) const {
+  // The lowering emits data parallelism only: `dp` spans every rank.
+  auto it = plan->mesh.find(name);
+  if (name != "dp" || it == plan->mesh.end() || it->second != plan->worldSize) {
+    error = "the CPU backend shards over the dp axis spanning all ranks only, not '" + name + "'";
+    return false;
+  }
+  size = int(it->second);
+  index = rank % size;
   return true;
 }
 
@@ -100,12 +127,29 @@ bool CpuExecutor::run(const Instruction &ins, Communicator &comm, std::string &e
         error = "the CPU backend runs fp32 plans; a buffer is not f32";
         return false;
       }
-  if (ins.kind == Instruction::Kind::AllReduce) {
+  switch (ins.kind) {
+  case Instruction::Kind::AllReduce:
     for (const Buffer &b : ins.buffers)
       if (!comm.allReduce(ins.axis, data(b), b.elements, ins.reduce == "avg", error))
         return false;
     return true;
+  case Instruction::Kind::ReduceScatter:
+    for (const Buffer &b : ins.buffers)
+      if (!comm.reduceScatter(ins.axis, data(b), b.elements, ins.reduce == "avg", error))
+        return false;
+    return true;
+  case Instruction::Kind::AllGather:
+    for (const Buffer &b : ins.buffers)
+      if (!comm.allGather(ins.axis, data(b), b.elements, error))
+        return false;
+    return true;
+  case Instruction::Kind::Kernel:
+    break;
   }
+  // A kernel with `shard` touches this rank's chunk of each buffer only.
+  int shardIndex = 0, shardSize = 1;
+  if (std::string s = ins.text("shard"); !s.empty() && !axis(s, shardIndex, shardSize, error))
+    return false;
   const std::vector<Buffer> &in = ins.ins, &out = ins.outs;
   auto zero = [&](const Buffer &b) { std::fill_n(data(b), b.elements, 0.0f); };
   switch (ins.kernel->id) {
@@ -305,6 +349,19 @@ bool CpuExecutor::run(const Instruction &ins, Communicator &comm, std::string &e
                             in[0].shape.back(), ignore);
     return true;
   }
+  case KernelId::SumSquares: {
+    double sum = 0;
+    for (const Buffer &b : in) {
+      Chunk c = shardChunk(b.elements, shardSize, shardIndex);
+      sum += k::sumOfSquares(data(b) + c.begin, c.size());
+    }
+    *data(out[0]) = float(sum);
+    return true;
+  }
+  case KernelId::Sqrt:
+    for (int64_t i = 0; i < in[0].elements; ++i)
+      data(out[0])[i] = std::sqrt(std::max(0.0f, data(in[0])[i]));
+    return true;
   case KernelId::GlobalNorm: {
     double sum = 0;
     for (const Buffer &b : in)
@@ -325,7 +382,12 @@ bool CpuExecutor::run(const Instruction &ins, Communicator &comm, std::string &e
     if (maxNorm > 0)
       p.gradScale = float(std::min(1.0, maxNorm / (double(norm) + 1e-6)));
     p.step = steps + 1;
-    k::adamw(st.value.data(), data(in[0]), st.m.data(), st.v.data(), int64_t(st.value.size()), p);
+    if (in[0].elements != int64_t(st.value.size()) || st.m.size() != size_t(st.shard.size())) {
+      error = "adamw of '" + ins.text("param") + "': gradient or moments do not match the parameter";
+      return false;
+    }
+    k::adamw(st.value.data() + st.shard.begin, data(in[0]) + st.shard.begin, st.m.data(),
+             st.v.data(), st.shard.size(), p);
     return true;
   }
   case KernelId::NumKernels:

@@ -2,7 +2,9 @@
 
 #include "llmopt-runtime/mpi_comm.h"
 
+#include <algorithm>
 #include <cstdlib>
+#include <vector>
 
 #ifdef LLMOPT_HAVE_MPI
 #include <mpi.h>
@@ -35,6 +37,43 @@ public:
     if (average)
       for (int64_t i = 0; i < count; ++i)
         data[i] /= float(size_);
+    return true;
+  }
+
+  bool reduceScatter(const std::string &axis, float *data, int64_t count, bool average,
+                     std::string &error) override {
+    int64_t c = (count + size_ - 1) / size_;
+    if (c * size_ > (int64_t(1) << 30))
+      return Communicator::reduceScatter(axis, data, count, average, error);
+    std::vector<float> padded(size_t(c * size_), 0.0f);
+    std::vector<float> mine(size_t(c), 0.0f);
+    std::copy(data, data + count, padded.begin());
+    int rc = MPI_Reduce_scatter_block(padded.data(), mine.data(), int(c), MPI_FLOAT, MPI_SUM,
+                                      MPI_COMM_WORLD);
+    if (rc != MPI_SUCCESS) {
+      error = "MPI_Reduce_scatter_block failed with code " + std::to_string(rc);
+      return false;
+    }
+    Chunk own = shardChunk(count, size_, rank_);
+    for (int64_t i = 0; i < own.size(); ++i)
+      data[own.begin + i] = average ? mine[size_t(i)] / float(size_) : mine[size_t(i)];
+    return true;
+  }
+
+  bool allGather(const std::string &axis, float *data, int64_t count,
+                 std::string &error) override {
+    int64_t c = (count + size_ - 1) / size_;
+    if (c * size_ > (int64_t(1) << 30))
+      return Communicator::allGather(axis, data, count, error);
+    std::vector<float> padded(size_t(c * size_), 0.0f);
+    std::copy(data, data + count, padded.begin());
+    int rc = MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, padded.data(), int(c), MPI_FLOAT,
+                           MPI_COMM_WORLD);
+    if (rc != MPI_SUCCESS) {
+      error = "MPI_Allgather failed with code " + std::to_string(rc);
+      return false;
+    }
+    std::copy(padded.begin(), padded.begin() + count, data);
     return true;
   }
 

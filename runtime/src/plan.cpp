@@ -326,16 +326,26 @@ bool parsePlan(const json::Value &root, Plan &plan, std::string &error) {
           ins.params = ps->object;
         if (ins.kernel->id == kernels::KernelId::AdamW && !plan.param(ins.text("param")))
           return c.fail(iw + ".params.param", "no parameter named '" + ins.text("param") + "'");
+        if (std::string axis = ins.text("shard"); !axis.empty() && !plan.mesh.count(axis))
+          return c.fail(iw + ".params.shard", "no mesh axis '" + axis + "'");
       } else if (const json::Value *col = iv.get("collective")) {
-        if (!col->isString() || col->string != "all_reduce")
-          return c.fail(iw + ".collective", "only all_reduce is known");
-        ins.kind = Instruction::Kind::AllReduce;
+        if (!col->isString() || (col->string != "all_reduce" && col->string != "reduce_scatter" &&
+                                 col->string != "all_gather"))
+          return c.fail(iw + ".collective",
+                        "must be all_reduce, reduce_scatter or all_gather");
+        ins.kind = col->string == "all_reduce"       ? Instruction::Kind::AllReduce
+                   : col->string == "reduce_scatter" ? Instruction::Kind::ReduceScatter
+                                                     : Instruction::Kind::AllGather;
         if (!c.string(iv.get("axis"), iw + ".axis", ins.axis) ||
-            !c.string(iv.get("reduce"), iw + ".reduce", ins.reduce) ||
+            (ins.kind != Instruction::Kind::AllGather &&
+             !c.string(iv.get("reduce"), iw + ".reduce", ins.reduce)) ||
             !bufferList("buffers", ins.buffers))
           return false;
-        if (ins.reduce != "sum" && ins.reduce != "avg")
+        if (ins.kind != Instruction::Kind::AllGather && ins.reduce != "sum" && ins.reduce != "avg")
           return c.fail(iw + ".reduce", "must be sum or avg");
+        for (const Buffer &b : ins.buffers)
+          if (b.space == Buffer::Space::Input)
+            return c.fail(iw + ".buffers", "a collective must not write a step input");
         if (!plan.mesh.count(ins.axis))
           return c.fail(iw + ".axis", "no mesh axis '" + ins.axis + "'");
       } else {

@@ -237,8 +237,9 @@ int main(int argc, char **argv) {
   int64_t perRank = tokensIn.shape[0], seq = tokensIn.shape[1];
   int dp = plan.mesh.count("dp") ? plan.mesh.at("dp") : 1;
   int64_t stateBytes = 0;
+  // fp32 value and gradient accumulator, AdamW moments (a chunk under ZeRO).
   for (const ParamSpec &p : plan.params)
-    stateBytes += p.elements * 12;
+    stateBytes += p.elements * 8 + exe.params.at(p.name).shard.size() * 8;
   int64_t memory = plan.programFor(rank)->arenaBytes + stateBytes;
   bool tty = isatty(2) && !o.quiet;
   const char *failRank = std::getenv("LLMOPT_TEST_FAIL_RANK");

@@ -9,6 +9,9 @@
 //  - inputs / outputs: buffer counts (-1: as many as the instruction lists);
 //  - params: the scalar parameters, comma-separated, in the plan's `attrs`.
 // Shapes come with each buffer: rows = batch * seq, etc. are read from them.
+// `shard` (optional, a mesh axis name): the kernel touches only this rank's
+// ZeRO chunk of each buffer, [r * c, min(n, (r + 1) * c)) with
+// c = ceil(n / axis size), as exec.reduce_scatter leaves it.
 //
 //===----------------------------------------------------------------------===//
 
@@ -45,8 +48,10 @@
   LLMOPT_KERNEL(CrossEntropyFwd, "cross_entropy_fwd", 2, 1, "ignore_index")              \
   LLMOPT_KERNEL(CrossEntropyBwd, "cross_entropy_bwd", 3, 1, "ignore_index")              \
   LLMOPT_KERNEL(GlobalNorm, "global_norm", -1, 1, "")                                    \
+  LLMOPT_KERNEL(SumSquares, "sum_squares", -1, 1, "shard")                               \
+  LLMOPT_KERNEL(Sqrt, "sqrt", 1, 1, "")                                                  \
   LLMOPT_KERNEL(AdamW, "adamw", 2, 0,                                                    \
-                "lr,beta1,beta2,eps,weight_decay,max_norm")
+                "lr,beta1,beta2,eps,weight_decay,max_norm,shard")
 
 namespace llmopt::kernels {
 

@@ -239,7 +239,7 @@ struct ConvertLLMToExecPass
                             "(llm-build-training-step, llm-specialize-shapes, llm-plan-memory)";
       return signalPassFailure();
     }
-    int64_t dp = 1, micro = 1;
+    int64_t dp = 1, micro = 1, zero = 0;
     if (auto plan = module->getAttrOfType<PlanAttr>("llm.plan")) {
       if (plan.getTp() != 1 || plan.getPp() != 1 || plan.getCp() != 1 || plan.getEp() != 1) {
         module.emitError() << "convert-llm-to-exec: only data-parallel plans are lowered "
@@ -250,6 +250,15 @@ struct ConvertLLMToExecPass
       }
       dp = plan.getDp();
       micro = plan.getNumMicroBatches();
+      zero = plan.getZero();
+      if (zero == 3) {
+        module.emitError() << "convert-llm-to-exec: ZeRO-3 (parameters sharded and gathered "
+                              "per layer) is not lowered yet; plan with fix=zero:2 or lower";
+        return signalPassFailure();
+      }
+      // Sharding over one rank is no sharding.
+      if (dp == 1)
+        zero = 0;
     }
 
     Converter cv(func);
@@ -329,23 +338,46 @@ struct ConvertLLMToExecPass
         KernelOp::create(cv.ob, loc, b.getStringAttr("scale"), b.getArrayAttr({acc}),
                          b.getArrayAttr({acc}),
                          b.getDictionaryAttr({cv.f64("factor", 1.0 / double(micro))}));
-    if (dp > 1)
-      AllReduceOp::create(cv.ob, loc, b.getStringAttr("dp"), b.getStringAttr("avg"),
-                          b.getArrayAttr(all));
-    KernelOp::create(cv.ob, loc, b.getStringAttr("global_norm"), b.getArrayAttr(gradAccs),
-                     b.getArrayAttr({*norm}), b.getDictionaryAttr({}));
-    for (auto [a, acc] : llvm::zip(updates, gradAccs)) {
-      KernelOp::create(cv.ob, loc, b.getStringAttr("adamw"), b.getArrayAttr({acc, *norm}),
-                       b.getArrayAttr({}),
-                       b.getDictionaryAttr({b.getNamedAttr("param", a.getNameAttr()),
-                                            cv.f64("lr", a.getLr().convertToDouble()),
-                                            cv.f64("beta1", a.getBeta1().convertToDouble()),
-                                            cv.f64("beta2", a.getBeta2().convertToDouble()),
-                                            cv.f64("eps", a.getEps().convertToDouble()),
-                                            cv.f64("weight_decay",
-                                                   a.getWeightDecay().convertToDouble()),
-                                            cv.f64("max_norm", a.getMaxNorm().convertToDouble())}));
+    StringAttr dpAxis = b.getStringAttr("dp"), avg = b.getStringAttr("avg");
+    if (zero == 0) {
+      if (dp > 1)
+        AllReduceOp::create(cv.ob, loc, dpAxis, avg, b.getArrayAttr(all));
+      KernelOp::create(cv.ob, loc, b.getStringAttr("global_norm"), b.getArrayAttr(gradAccs),
+                       b.getArrayAttr({*norm}), b.getDictionaryAttr({}));
+    } else {
+      // ZeRO-1/2: each rank reduces, clips and updates only its chunk of
+      // every gradient and keeps AdamW moments for that chunk; the norm is
+      // the square root of the chunks' summed squares; the updated chunks
+      // are gathered back into whole parameters.
+      AllReduceOp::create(cv.ob, loc, dpAxis, avg, b.getArrayAttr({lossAcc}));
+      ReduceScatterOp::create(cv.ob, loc, dpAxis, avg, b.getArrayAttr(gradAccs));
+      KernelOp::create(cv.ob, loc, b.getStringAttr("sum_squares"), b.getArrayAttr(gradAccs),
+                       b.getArrayAttr({*norm}),
+                       b.getDictionaryAttr({b.getNamedAttr("shard", dpAxis)}));
+      AllReduceOp::create(cv.ob, loc, dpAxis, b.getStringAttr("sum"), b.getArrayAttr({*norm}));
+      KernelOp::create(cv.ob, loc, b.getStringAttr("sqrt"), b.getArrayAttr({*norm}),
+                       b.getArrayAttr({*norm}), b.getDictionaryAttr({}));
     }
+    SmallVector<Attribute> states;
+    for (auto [a, acc] : llvm::zip(updates, gradAccs)) {
+      SmallVector<NamedAttribute> ps = {b.getNamedAttr("param", a.getNameAttr()),
+                                        cv.f64("lr", a.getLr().convertToDouble()),
+                                        cv.f64("beta1", a.getBeta1().convertToDouble()),
+                                        cv.f64("beta2", a.getBeta2().convertToDouble()),
+                                        cv.f64("eps", a.getEps().convertToDouble()),
+                                        cv.f64("weight_decay",
+                                               a.getWeightDecay().convertToDouble()),
+                                        cv.f64("max_norm", a.getMaxNorm().convertToDouble())};
+      if (zero > 0)
+        ps.push_back(b.getNamedAttr("shard", dpAxis));
+      KernelOp::create(cv.ob, loc, b.getStringAttr("adamw"), b.getArrayAttr({acc, *norm}),
+                       b.getArrayAttr({}), b.getDictionaryAttr(ps));
+      auto t = cast<RankedTensorType>(a.getGrad().getType());
+      states.push_back(BufAttr::get(ctx, b.getStringAttr("state"), 0, a.getNameAttr(),
+                                    b.getDenseI64ArrayAttr(t.getShape()), t.getElementType()));
+    }
+    if (zero > 0)
+      AllGatherOp::create(cv.ob, loc, dpAxis, b.getArrayAttr(states));
   }
 };
 } // namespace

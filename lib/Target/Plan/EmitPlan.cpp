@@ -127,6 +127,12 @@ struct EmitPlanPass : public llmopt::impl::EmitPlanBase<EmitPlanPass> {
           {"num_micro_batches", plan.getNumMicroBatches()},
           {"zero", plan.getZero()}};
     }
+    // The optimizer sharding the program really does (none over one rank).
+    int64_t zero = 0;
+    for (exec::ProgramOp prog : programs)
+      if (!prog.getStep().empty() && !prog.getStep().front().getOps<exec::AllGatherOp>().empty())
+        zero = module->getAttrOfType<llm::PlanAttr>("llm.plan").getZero();
+    root["zero_stage"] = zero;
     root["mesh"] = std::move(mesh);
     root["world_size"] = dp;
     // Model FLOPs per token (6N + attention), for the runtime's MFU.
@@ -185,6 +191,15 @@ struct EmitPlanPass : public llmopt::impl::EmitPlanBase<EmitPlanPass> {
                                           {"axis", ar.getAxis().str()},
                                           {"reduce", ar.getReduce().str()},
                                           {"buffers", bufsJSON(ar.getBuffers())}});
+          } else if (auto rs = dyn_cast<exec::ReduceScatterOp>(op)) {
+            instrs.push_back(json::Object{{"collective", "reduce_scatter"},
+                                          {"axis", rs.getAxis().str()},
+                                          {"reduce", rs.getReduce().str()},
+                                          {"buffers", bufsJSON(rs.getBuffers())}});
+          } else if (auto ag = dyn_cast<exec::AllGatherOp>(op)) {
+            instrs.push_back(json::Object{{"collective", "all_gather"},
+                                          {"axis", ag.getAxis().str()},
+                                          {"buffers", bufsJSON(ag.getBuffers())}});
           }
         }
         return instrs;

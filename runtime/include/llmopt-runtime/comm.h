@@ -1,7 +1,7 @@
 //===- comm.h - collectives between ranks ---------------------------*- C++ -*-===//
 //
-// What an executor needs from the other ranks: an in-place all-reduce over a
-// mesh axis. Implementations: one rank (nothing to do), ranks as threads of
+// What an executor needs from the other ranks: in-place all-reduce,
+// reduce-scatter and all-gather over a mesh axis. Implementations: one rank (nothing to do), ranks as threads of
 // one process (tests), and, with the runtime issue, Gloo and MPI across
 // processes and NCCL on GPUs.
 //
@@ -10,6 +10,7 @@
 #ifndef LLMOPT_RUNTIME_COMM_H
 #define LLMOPT_RUNTIME_COMM_H
 
+#include <algorithm>
 #include <condition_variable>
 #include <cstdint>
 #include <memory>
@@ -18,6 +19,18 @@
 #include <vector>
 
 namespace llmopt::runtime {
+
+/// Rank `rank`'s ZeRO chunk of `n` elements split over `size` ranks:
+/// [rank * c, min(n, (rank + 1) * c)) with c = ceil(n / size), clamped to n.
+struct Chunk {
+  int64_t begin = 0, end = 0;
+  int64_t size() const { return end - begin; }
+};
+inline Chunk shardChunk(int64_t n, int size, int rank) {
+  int64_t c = (n + size - 1) / size;
+  int64_t b = std::min(n, c * rank);
+  return {b, std::min(n, b + c)};
+}
 
 class Communicator {
 public:
@@ -28,6 +41,22 @@ public:
   /// the ranks of `axis`. Returns false with `error` set on failure.
   virtual bool allReduce(const std::string &axis, float *data, int64_t count, bool average,
                          std::string &error) = 0;
+  /// Leaves the reduction in this rank's chunk (shardChunk) of `data`; the
+  /// rest is unspecified. By default an all-reduce, which is a superset.
+  virtual bool reduceScatter(const std::string &axis, float *data, int64_t count, bool average,
+                             std::string &error) {
+    return allReduce(axis, data, count, average, error);
+  }
+  /// Every rank's chunk of `data` gathered into all of `data` on every rank.
+  /// By default a sum in which each rank contributes zeros outside its chunk
+  /// (exact: x + 0 = x).
+  virtual bool allGather(const std::string &axis, float *data, int64_t count,
+                         std::string &error) {
+    Chunk c = shardChunk(count, size(), rank());
+    std::fill(data, data + c.begin, 0.0f);
+    std::fill(data + c.end, data + count, 0.0f);
+    return allReduce(axis, data, count, /*average=*/false, error);
+  }
 };
 
 /// A world of one.

@@ -21,7 +21,11 @@
 namespace llmopt::runtime {
 
 struct ParamState {
-  std::vector<float> value, m, v;
+  std::vector<float> value;
+  /// AdamW moments: the whole parameter, or under ZeRO this rank's chunk
+  /// (elements [shard.begin, shard.end) of `value`).
+  std::vector<float> m, v;
+  Chunk shard;
 };
 
 struct StepResult {
@@ -49,6 +53,9 @@ private:
   const Plan *plan = nullptr;
   const Program *program = nullptr;
   std::vector<float> arena;
+  int rank = 0;
+  /// This rank's index and the size of a mesh axis (only `dp` is lowered).
+  bool axis(const std::string &name, int &index, int &size, std::string &error) const;
   std::map<std::string, std::vector<float>> accum;
   const std::vector<int32_t> *tokens = nullptr, *labels = nullptr;
 

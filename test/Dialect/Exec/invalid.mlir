@@ -67,3 +67,27 @@ exec.program "p" ranks [0] arena 64 micro_batches 1 outputs {} micro_batch {
 exec.program "p" ranks [0] arena 64 micro_batches 0 outputs {} micro_batch {
 } step {
 }
+
+// -----
+
+exec.program "p" ranks [0] arena 64 micro_batches 1 outputs {} micro_batch {
+} step {
+  // expected-error @+1 {{reduce must be sum or avg, got 'max'}}
+  exec.reduce_scatter "dp" "max" [#exec.buf<space = "arena", offset = 0, name = "", shape = [4], dtype = f32>]
+}
+
+// -----
+
+exec.program "p" ranks [0] arena 64 micro_batches 1 outputs {} micro_batch {
+} step {
+  // expected-error @+1 {{must not write a step input}}
+  exec.all_gather "dp" [#exec.buf<space = "input", offset = 0, name = "", shape = [4], dtype = i32>]
+}
+
+// -----
+
+exec.program "p" ranks [0] arena 64 micro_batches 1 outputs {} micro_batch {
+} step {
+  // expected-error @+1 {{needs at least one buffer}}
+  exec.all_gather "dp" []
+}

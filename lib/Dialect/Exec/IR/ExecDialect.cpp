@@ -113,10 +113,23 @@ LogicalResult KernelOp::verify() {
   return success();
 }
 
-LogicalResult AllReduceOp::verify() {
-  if (getReduce() != "sum" && getReduce() != "avg")
-    return emitOpError() << "reduce must be sum or avg, got '" << getReduce() << "'";
-  if (getBuffers().empty())
-    return emitOpError() << "needs at least one buffer";
-  return verifyBufs(*this, getBuffers(), "buffers");
+static LogicalResult verifyCollective(Operation *op, StringRef reduce, ArrayAttr buffers) {
+  if (!reduce.empty() && reduce != "sum" && reduce != "avg")
+    return op->emitOpError() << "reduce must be sum or avg, got '" << reduce << "'";
+  if (buffers.empty())
+    return op->emitOpError() << "needs at least one buffer";
+  for (Attribute a : buffers)
+    if (auto b = dyn_cast<BufAttr>(a); b && b.getSpace().getValue() == "input")
+      return op->emitOpError() << "must not write a step input";
+  return verifyBufs(op, buffers, "buffers");
 }
+
+LogicalResult AllReduceOp::verify() {
+  return verifyCollective(*this, getReduce(), getBuffers());
+}
+
+LogicalResult ReduceScatterOp::verify() {
+  return verifyCollective(*this, getReduce(), getBuffers());
+}
+
+LogicalResult AllGatherOp::verify() { return verifyCollective(*this, "", getBuffers()); }

@@ -117,4 +117,35 @@ def Exec_AllReduceOp : Exec_Op<"all_reduce", [HasParent<"ProgramOp">]> {
   let hasVerifier = 1;
 }
 
+def Exec_ReduceScatterOp : Exec_Op<"reduce_scatter", [HasParent<"ProgramOp">]> {
+  let summary = "reduces buffers over a mesh axis, each rank keeping its chunk";
+  let description = [{
+    ZeRO sharding of a buffer of `n` elements over an axis of size `d`: rank
+    `r` of the axis owns the chunk `[r * c, min(n, (r + 1) * c))` with
+    `c = ceil(n / d)`. After `reduce_scatter`, each rank's chunk of each
+    buffer holds the reduction (`sum` or `avg`) over the axis; the rest of
+    the buffer is unspecified.
+    ```mlir
+    exec.reduce_scatter "dp" avg [#exec.buf<...>, ...]
+    ```
+  }];
+  let arguments = (ins StrAttr:$axis, StrAttr:$reduce, ArrayAttr:$buffers);
+  let assemblyFormat = "$axis $reduce $buffers attr-dict";
+  let hasVerifier = 1;
+}
+
+def Exec_AllGatherOp : Exec_Op<"all_gather", [HasParent<"ProgramOp">]> {
+  let summary = "gathers each rank's chunk of buffers over a mesh axis";
+  let description = [{
+    The inverse of `reduce_scatter`'s split: every rank contributes its chunk
+    (same chunking) and ends with the whole buffer.
+    ```mlir
+    exec.all_gather "dp" [#exec.buf<...>, ...]
+    ```
+  }];
+  let arguments = (ins StrAttr:$axis, ArrayAttr:$buffers);
+  let assemblyFormat = "$axis $buffers attr-dict";
+  let hasVerifier = 1;
+}
+
 #endif // LLMOPT_DIALECT_EXEC_IR_EXECOPS_TD
