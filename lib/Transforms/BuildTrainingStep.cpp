@@ -92,6 +92,47 @@ struct BuildTrainingStepPass
     for (Operation &op : body.without_terminator())
       if (op.getBlock() == &body)
         forwardOps.push_back(&op);
+
+    // Full activation recomputation (the plan's `recompute`, or this pass's
+    // option): a layer's forward ops are cloned right before its backward,
+    // which then reads the clones, so the originals' activations die at the
+    // end of the forward pass and only layer inputs stay alive. Selective
+    // recomputation (the attention core) is what the fused attention kernels
+    // already do: attention_bwd recomputes the scores from q, k, v.
+    std::string mode = recompute;
+    if (mode.empty())
+      if (auto plan = module->getAttrOfType<PlanAttr>("llm.plan")) {
+        mode = plan.getRecompute().getValue().str();
+        if (mode == "per-stage" && plan.getStageRecompute() && !plan.getStageRecompute().empty())
+          mode = cast<StringAttr>(plan.getStageRecompute()[0]).getValue().str();
+      }
+    if (mode.empty())
+      mode = "none";
+    if (mode != "none" && mode != "selective" && mode != "full") {
+      module.emitError() << "llm-build-training-step: recompute must be none, selective or "
+                            "full, got '"
+                         << mode << "'";
+      return signalPassFailure();
+    }
+    llvm::DenseMap<int64_t, SmallVector<Operation *>> layerOps;
+    if (mode == "full")
+      for (Operation *op : forwardOps)
+        if (auto layer = op->getAttrOfType<IntegerAttr>("llm.layer"))
+          if (!isa<ParamOp, arith::ConstantOp>(op))
+            layerOps[layer.getInt()].push_back(op);
+    llvm::DenseMap<Operation *, Operation *> recomputed;
+    SmallVector<Operation *> clones;
+    auto recomputeLayer = [&](int64_t layer) {
+      IRMapping map;
+      for (Operation *op : layerOps[layer]) {
+        Operation *clone = b.clone(*op, map);
+        clone->setAttr("llm.recompute", b.getUnitAttr());
+        recomputed[op] = clone;
+        clones.push_back(clone);
+      }
+      layerOps.erase(layer);
+    };
+
     for (Operation *op : llvm::reverse(forwardOps)) {
       if (isa<ParamOp, arith::ConstantOp>(op))
         continue;
@@ -104,7 +145,12 @@ struct BuildTrainingStepPass
       }
       if (!any)
         continue;
-      auto diff = dyn_cast<GradientOpInterface>(op);
+      if (auto layer = op->getAttrOfType<IntegerAttr>("llm.layer");
+          layer && layerOps.count(layer.getInt()))
+        recomputeLayer(layer.getInt());
+      // The backward of a recomputed op reads the clone's operands and results.
+      Operation *source = recomputed.lookup(op) ? recomputed.lookup(op) : op;
+      auto diff = dyn_cast<GradientOpInterface>(source);
       if (!diff) {
         op->emitOpError() << "has no backward yet: llm-build-training-step cannot "
                              "differentiate it";
@@ -150,6 +196,11 @@ struct BuildTrainingStepPass
                       b.getF64FloatAttr(beta1), b.getF64FloatAttr(beta2),
                       b.getF64FloatAttr(eps), b.getF64FloatAttr(weightDecay),
                       b.getF64FloatAttr(maxGradNorm));
+
+    // Clones whose results no backward op reads are dropped.
+    for (Operation *clone : llvm::reverse(clones))
+      if (clone->use_empty())
+        clone->erase();
 
     func::ReturnOp::create(b, loc, ValueRange{loss, norm});
     stepRet.erase();

@@ -48,9 +48,18 @@ def BuildTrainingStep : Pass<"llm-build-training-step", "::mlir::ModuleOp"> {
       return %loss, %norm : tensor<f32>, tensor<f32>
     }
     ```
+    With full activation recomputation (`recompute=full`, or the module's
+    `llm.plan` saying so), each layer's forward ops are cloned (tagged
+    `llm.recompute`) right before that layer's backward, which reads the
+    clones: only the layers' inputs stay alive between forward and backward.
+    `selective` (the attention core) changes nothing here: the attention
+    backward recomputes its scores anyway.
+
     Fails with an error on the op when a forward op has no backward yet.
   }];
   let options = [
+    Option<"recompute", "recompute", "std::string", /*default=*/"\"\"",
+           "none, selective or full (default: the module's llm.plan, else none)">,
     Option<"lr", "lr", "double", /*default=*/"3e-4", "learning rate">,
     Option<"beta1", "beta1", "double", /*default=*/"0.9", "AdamW beta1">,
     Option<"beta2", "beta2", "double", /*default=*/"0.95", "AdamW beta2">,
