@@ -12,6 +12,7 @@ void llmopt::buildLowerToPlanPipeline(OpPassManager &pm, const LowerToPlanOption
   BuildTrainingStepOptions step;
   step.lr = o.lr;
   step.maxGradNorm = o.maxGradNorm;
+  pm.addPass(createPartitionTP());
   pm.addPass(createBuildTrainingStep(step));
   SpecializeShapesOptions shapes;
   shapes.batch = o.batch;

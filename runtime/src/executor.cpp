@@ -46,8 +46,29 @@ bool CpuExecutor::init(const Plan &p, int rank, uint64_t seed, std::string &erro
     }
     st.m.assign(size_t(st.shard.size()), 0.0f);
     st.v.assign(size_t(st.shard.size()), 0.0f);
-    if (s.init == "normal")
+    if (s.init == "normal" && s.shardDim < 0)
       kernels::initNormal(st.value.data(), s.elements, float(s.stddev), seed, s.name);
+    if (s.init == "normal" && s.shardDim >= 0) {
+      // Initialize the whole tensor as the unpartitioned model does, keep
+      // this rank's part of each block.
+      int index = 0, size = 1;
+      if (!axis(s.shardAxis, index, size, error))
+        return false;
+      int64_t dim = s.shardDim, outer = 1, inner = 1;
+      for (int64_t d = 0; d < dim; ++d)
+        outer *= s.shape[size_t(d)];
+      for (size_t d = size_t(dim) + 1; d < s.shape.size(); ++d)
+        inner *= s.shape[d];
+      int64_t local = s.shape[size_t(dim)], whole = local * s.shardParts;
+      int64_t part = local / s.shardBlocks, block = whole / s.shardBlocks;
+      std::vector<float> full(size_t(s.elements * s.shardParts));
+      kernels::initNormal(full.data(), int64_t(full.size()), float(s.stddev), seed, s.name);
+      for (int64_t o = 0; o < outer; ++o)
+        for (int64_t bk = 0; bk < s.shardBlocks; ++bk)
+          for (int64_t j = 0; j < part; ++j)
+            std::copy_n(full.data() + ((o * whole) + bk * block + index * part + j) * inner,
+                        inner, st.value.data() + ((o * local) + bk * part + j) * inner);
+    }
   }
   steps = 0;
   return true;
@@ -55,14 +76,18 @@ bool CpuExecutor::init(const Plan &p, int rank, uint64_t seed, std::string &erro
 
 bool CpuExecutor::axis(const std::string &name, int &index, int &size,
                        std::string &error) const {
-  // The lowering emits data parallelism only: `dp` spans every rank.
-  auto it = plan->mesh.find(name);
-  if (name != "dp" || it == plan->mesh.end() || it->second != plan->worldSize) {
-    error = "the CPU backend shards over the dp axis spanning all ranks only, not '" + name + "'";
+  // Ranks are laid out dp-major, tp-minor: rank = dp index * tp + tp index.
+  auto get = [&](const char *axisName) {
+    auto it = plan->mesh.find(axisName);
+    return it == plan->mesh.end() ? 1 : it->second;
+  };
+  int dp = get("dp"), tp = get("tp");
+  if (dp * tp != plan->worldSize || (name != "dp" && name != "tp")) {
+    error = "the CPU backend runs dp x tp meshes; cannot place axis '" + name + "'";
     return false;
   }
-  size = int(it->second);
-  index = rank % size;
+  size = name == "dp" ? dp : tp;
+  index = name == "dp" ? rank / tp : rank % tp;
   return true;
 }
 
@@ -308,6 +333,29 @@ bool CpuExecutor::run(const Instruction &ins, Communicator &comm, std::string &e
     k::swigluBackward(data(in[0]), data(in[1]), data(in[2]), data(out[0]), data(out[1]),
                       in[1].elements);
     return true;
+  case KernelId::Copy:
+    if (data(out[0]) != data(in[0]))
+      std::copy_n(data(in[0]), out[0].elements, data(out[0]));
+    return true;
+  case KernelId::BiasAdd: {
+    const float *x = data(in[0]), *bias = data(in[1]);
+    float *y = data(out[0]);
+    int64_t n = in[1].elements;
+    for (int64_t i = 0; i < out[0].elements; ++i)
+      y[i] = x[i] + bias[i % n];
+    return true;
+  }
+  case KernelId::SumRows: {
+    const float *g = data(in[0]);
+    int64_t n = out[0].elements, rows = in[0].elements / n;
+    std::vector<double> sum(size_t(n), 0.0);
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t j = 0; j < n; ++j)
+        sum[size_t(j)] += g[r * n + j];
+    for (int64_t j = 0; j < n; ++j)
+      data(out[0])[j] = float(sum[size_t(j)]);
+    return true;
+  }
   case KernelId::Add: {
     const float *a = data(in[0]), *b = data(in[1]);
     float *y = data(out[0]);

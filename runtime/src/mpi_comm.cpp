@@ -22,53 +22,77 @@ public:
   }
   int rank() const override { return rank_; }
   int size() const override { return size_; }
-  bool allReduce(const std::string &, float *data, int64_t count, bool average,
+  bool useMesh(int dp, int tp, std::string &error) override {
+    if (dp * tp != size_) {
+      error = "a " + std::to_string(dp) + " x " + std::to_string(tp) + " mesh needs " +
+              std::to_string(dp * tp) + " ranks, not " + std::to_string(size_);
+      return false;
+    }
+    if (MPI_Comm_split(MPI_COMM_WORLD, rank_ / tp, rank_ % tp, &tpComm) != MPI_SUCCESS ||
+        MPI_Comm_split(MPI_COMM_WORLD, rank_ % tp, rank_ / tp, &dpComm) != MPI_SUCCESS) {
+      error = "MPI_Comm_split failed";
+      return false;
+    }
+    return true;
+  }
+
+  bool allReduce(const std::string &axis, float *data, int64_t count, bool average,
                  std::string &error) override {
+    MPI_Comm comm = commFor(axis);
+    int n = 1;
+    MPI_Comm_size(comm, &n);
     // Chunks below 2^31 elements (MPI counts are int).
     for (int64_t at = 0; at < count;) {
-      int n = int(std::min<int64_t>(count - at, int64_t(1) << 30));
-      int rc = MPI_Allreduce(MPI_IN_PLACE, data + at, n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+      int len = int(std::min<int64_t>(count - at, int64_t(1) << 30));
+      int rc = MPI_Allreduce(MPI_IN_PLACE, data + at, len, MPI_FLOAT, MPI_SUM, comm);
       if (rc != MPI_SUCCESS) {
         error = "MPI_Allreduce failed with code " + std::to_string(rc);
         return false;
       }
-      at += n;
+      at += len;
     }
     if (average)
       for (int64_t i = 0; i < count; ++i)
-        data[i] /= float(size_);
+        data[i] /= float(n);
     return true;
   }
 
   bool reduceScatter(const std::string &axis, float *data, int64_t count, bool average,
                      std::string &error) override {
-    int64_t c = (count + size_ - 1) / size_;
-    if (c * size_ > (int64_t(1) << 30))
+    MPI_Comm comm = commFor(axis);
+    int size = 1, rank = 0;
+    MPI_Comm_size(comm, &size);
+    MPI_Comm_rank(comm, &rank);
+    int64_t c = (count + size - 1) / size;
+    if (c * size > (int64_t(1) << 30))
       return Communicator::reduceScatter(axis, data, count, average, error);
-    std::vector<float> padded(size_t(c * size_), 0.0f);
+    std::vector<float> padded(size_t(c * size), 0.0f);
     std::vector<float> mine(size_t(c), 0.0f);
     std::copy(data, data + count, padded.begin());
     int rc = MPI_Reduce_scatter_block(padded.data(), mine.data(), int(c), MPI_FLOAT, MPI_SUM,
-                                      MPI_COMM_WORLD);
+                                      comm);
     if (rc != MPI_SUCCESS) {
       error = "MPI_Reduce_scatter_block failed with code " + std::to_string(rc);
       return false;
     }
-    Chunk own = shardChunk(count, size_, rank_);
+    Chunk own = shardChunk(count, size, rank);
     for (int64_t i = 0; i < own.size(); ++i)
-      data[own.begin + i] = average ? mine[size_t(i)] / float(size_) : mine[size_t(i)];
+      data[own.begin + i] = average ? mine[size_t(i)] / float(size) : mine[size_t(i)];
     return true;
   }
 
   bool allGather(const std::string &axis, float *data, int64_t count,
                  std::string &error) override {
-    int64_t c = (count + size_ - 1) / size_;
-    if (c * size_ > (int64_t(1) << 30))
+    MPI_Comm comm = commFor(axis);
+    int size = 1;
+    MPI_Comm_size(comm, &size);
+    int64_t c = (count + size - 1) / size;
+    if (c * size > (int64_t(1) << 30))
       return Communicator::allGather(axis, data, count, error);
-    std::vector<float> padded(size_t(c * size_), 0.0f);
+    std::vector<float> padded(size_t(c * size), 0.0f);
     std::copy(data, data + count, padded.begin());
     int rc = MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, padded.data(), int(c), MPI_FLOAT,
-                           MPI_COMM_WORLD);
+                           comm);
     if (rc != MPI_SUCCESS) {
       error = "MPI_Allgather failed with code " + std::to_string(rc);
       return false;
@@ -79,6 +103,10 @@ public:
 
 private:
   int rank_ = 0, size_ = 1;
+  MPI_Comm dpComm = MPI_COMM_WORLD, tpComm = MPI_COMM_WORLD;
+  MPI_Comm commFor(const std::string &axis) const {
+    return axis == "tp" ? tpComm : axis == "dp" ? dpComm : MPI_COMM_WORLD;
+  }
 };
 } // namespace
 

@@ -158,8 +158,9 @@ struct Checker {
         const ParamSpec *p = plan.param(b.name.substr(5));
         if (!p || p->shape != b.shape)
           return fail(where, "no parameter of this shape for accumulator '" + b.name + "'");
-      } else if (b.name != "loss") {
-        return fail(where, "unknown accumulator '" + b.name + "' (loss, grad:<parameter>)");
+      } else if (b.name != "loss" && b.name != "norm_sq_replicated") {
+        return fail(where, "unknown accumulator '" + b.name +
+                               "' (loss, norm_sq_replicated, grad:<parameter>)");
       }
     } else {
       return fail(where + ".space",
@@ -208,6 +209,14 @@ bool parsePlan(const json::Value &root, Plan &plan, std::string &error) {
         return false;
       plan.mesh[k] = int(n);
     }
+  {
+    int64_t product = 1;
+    for (const auto &[k, n] : plan.mesh)
+      product *= n;
+    if (!plan.mesh.empty() && product != plan.worldSize)
+      return c.fail("world_size", "is " + std::to_string(plan.worldSize) +
+                                      " but the mesh has " + std::to_string(product) + " ranks");
+  }
 
   const json::Value *inputs = root.get("inputs");
   if (!inputs || !inputs->isArray())
@@ -244,6 +253,22 @@ bool parsePlan(const json::Value &root, Plan &plan, std::string &error) {
       if (!s || !s->isNumber() || !(s->number > 0))
         return c.fail(where + ".std", "normal initialization needs a positive std");
       p.stddev = s->number;
+    }
+    if (const json::Value *sh = pv.get("shard")) {
+      std::string sw = where + ".shard";
+      if (!sh->isObject())
+        return c.fail(sw, "must be an object {axis, dim, blocks, parts}");
+      if (!c.string(sh->get("axis"), sw + ".axis", p.shardAxis) ||
+          !c.integer(sh->get("dim"), sw + ".dim", p.shardDim, 0) ||
+          !c.integer(sh->get("blocks"), sw + ".blocks", p.shardBlocks, 1) ||
+          !c.integer(sh->get("parts"), sw + ".parts", p.shardParts, 1))
+        return false;
+      auto axis = plan.mesh.find(p.shardAxis);
+      if (axis == plan.mesh.end() || axis->second != p.shardParts)
+        return c.fail(sw + ".parts", "must equal the size of mesh axis '" + p.shardAxis + "'");
+      if (p.shardDim >= int64_t(p.shape.size()) ||
+          p.shape[size_t(p.shardDim)] % p.shardBlocks != 0)
+        return c.fail(sw, "dim out of range or not divisible into blocks");
     }
     if (!names.insert(p.name).second)
       return c.fail(where + ".name", "duplicate parameter '" + p.name + "'");

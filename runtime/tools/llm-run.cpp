@@ -158,6 +158,23 @@ public:
     seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     return ok;
   }
+  bool reduceScatter(const std::string &axis, float *data, int64_t count, bool average,
+                     std::string &error) override {
+    auto t0 = std::chrono::steady_clock::now();
+    bool ok = inner.reduceScatter(axis, data, count, average, error);
+    seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return ok;
+  }
+  bool allGather(const std::string &axis, float *data, int64_t count,
+                 std::string &error) override {
+    auto t0 = std::chrono::steady_clock::now();
+    bool ok = inner.allGather(axis, data, count, error);
+    seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return ok;
+  }
+  bool useMesh(int dp, int tp, std::string &error) override {
+    return inner.useMesh(dp, tp, error);
+  }
   double seconds = 0;
 
 private:
@@ -208,6 +225,10 @@ int main(int argc, char **argv) {
     planText = ss.str();
   }
   std::string planHash = sha256Hex(planText);
+  int dp = plan.mesh.count("dp") ? plan.mesh.at("dp") : 1;
+  int tp = plan.mesh.count("tp") ? plan.mesh.at("tp") : 1;
+  if (!comm->useMesh(dp, tp, error))
+    return fail(error);
 
   TokenData data;
   if (!data.open(o.data, error))
@@ -235,7 +256,6 @@ int main(int argc, char **argv) {
   }
   const Buffer &tokensIn = plan.inputs[0];
   int64_t perRank = tokensIn.shape[0], seq = tokensIn.shape[1];
-  int dp = plan.mesh.count("dp") ? plan.mesh.at("dp") : 1;
   int64_t stateBytes = 0;
   // fp32 value and gradient accumulator, AdamW moments (a chunk under ZeRO).
   for (const ParamSpec &p : plan.params)
@@ -255,10 +275,11 @@ int main(int argc, char **argv) {
     if (failRank && failStep && std::atoi(failRank) == rank && std::atoll(failStep) == step + 1)
       return fail("injected failure at step " + std::to_string(step + 1) +
                   " (LLMOPT_TEST_FAIL_RANK)");
-    // Micro-batch i of rank r: sequences [(i * dp + r) * b, + b) of the
+    // Micro-batch i of data-parallel index r (= rank / tp: the tp ranks of a
+    // group share their batch): sequences [(i * dp + r) * b, + b) of the
     // step's global batch of b * dp * micro sequences.
     for (int64_t i = 0; i < micro; ++i)
-      data.batch(step, perRank * dp * micro, (i * dp + rank % dp) * perRank, perRank, seq,
+      data.batch(step, perRank * dp * micro, (i * dp + rank / tp) * perRank, perRank, seq,
                  x[size_t(i)], y[size_t(i)]);
     timed.seconds = 0;
     auto t0 = std::chrono::steady_clock::now();

@@ -73,6 +73,36 @@ def BuildTrainingStep : Pass<"llm-build-training-step", "::mlir::ModuleOp"> {
 }
 
 
+def PartitionTP : Pass<"llm-partition-tp", "::mlir::ModuleOp"> {
+  let summary = "Megatron tensor parallelism: shard attention by heads and the MLP";
+  let description = [{
+    Rewrites `@forward` into the program of one rank of a tensor-parallel
+    group of `tp` ranks (Shoeybi et al. 2019). In each layer:
+
+    - the linears producing attention's q, k, v (through `llm.rotary` and
+      GPT-2's fused `llm.split`) and those feeding GeLU / SwiGLU are
+      column-parallel: their weight (and bias) keep `1/tp` of the output
+      features, in equal blocks when a split follows; their input enters
+      through `llm.tp_copy` (all-reduce of its gradient);
+    - attention keeps `heads/tp` query heads and `kv_heads/tp` KV heads
+      (GQA-aware: both must be divisible by `tp`);
+    - the linear after attention and the one after the activation are
+      row-parallel: their weight keeps `1/tp` of the input features, their
+      output is summed by `llm.tp_reduce`, which adds the bias once.
+
+    Embeddings, norms and the LM head stay replicated. Each sharded
+    `llm.param` gets `llm.shard = {axis = "tp", dim, blocks, parts}`: the
+    runtime initializes the whole tensor as the unpartitioned model would and
+    keeps its part, so the partitioned model computes the same function.
+    Sequence parallelism is not done here (plans with `sp` are refused).
+  }];
+  let options = [
+    Option<"tp", "tp", "int64_t", /*default=*/"0",
+           "tensor-parallel degree (default: the module's llm.plan, else 1)">,
+  ];
+  let dependentDialects = ["::llmopt::llm::LLMDialect"];
+}
+
 def SpecializeShapes : Pass<"llm-specialize-shapes", "::mlir::ModuleOp"> {
   let summary = "Fix the batch and sequence dimensions to the plan's";
   let description = [{

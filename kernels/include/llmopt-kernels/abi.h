@@ -43,6 +43,9 @@
   LLMOPT_KERNEL(SwiGLUFwd, "swiglu_fwd", 2, 1, "")                                       \
   LLMOPT_KERNEL(SwiGLUBwd, "swiglu_bwd", 3, 2, "")                                       \
   LLMOPT_KERNEL(Add, "add", 2, 1, "")                                                    \
+  LLMOPT_KERNEL(Copy, "copy", 1, 1, "")                                                  \
+  LLMOPT_KERNEL(BiasAdd, "bias_add", 2, 1, "")                                           \
+  LLMOPT_KERNEL(SumRows, "sum_rows", 1, 1, "")                                           \
   LLMOPT_KERNEL(Fill, "fill", 0, 1, "value")                                             \
   LLMOPT_KERNEL(Scale, "scale", 1, 1, "factor")                                          \
   LLMOPT_KERNEL(CrossEntropyFwd, "cross_entropy_fwd", 2, 1, "ignore_index")              \

@@ -7,6 +7,7 @@
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
+#include "llvm/ADT/StringSet.h"
 #include "llvm/ADT/TypeSwitch.h"
 
 namespace llmopt {
@@ -82,6 +83,15 @@ struct Converter {
             i64("head_dim", a.getHeadDimAttr().getInt()),
             f64("scale", a.getScale().convertToDouble()), flag("causal", a.getCausal()),
             i64("window", a.getWindowAttr() ? a.getWindowAttr().getInt() : 0)};
+  }
+
+  LogicalResult allReduce(Location loc, StringRef axis, Value v) {
+    FailureOr<BufAttr> a = buf(v);
+    if (failed(a))
+      return failure();
+    exec::AllReduceOp::create(ob, loc, b.getStringAttr(axis), b.getStringAttr("sum"),
+                              b.getArrayAttr({*a}));
+    return success();
   }
 
   LogicalResult convert(Operation *op);
@@ -211,6 +221,22 @@ LogicalResult Converter::convert(Operation *op) {
       .Case([&](PositionEmbeddingGradOp g) {
         return kernel(loc, "position_embedding_bwd", g.getGrad(), g.getResult());
       })
+      .Case([&](TPCopyOp c) { return kernel(loc, "copy", c.getInput(), c.getResult()); })
+      .Case([&](llm::AllReduceOp a) -> LogicalResult {
+        if (failed(kernel(loc, "copy", a.getInput(), a.getResult())))
+          return failure();
+        return allReduce(loc, a.getAxis(), a.getResult());
+      })
+      .Case([&](TPReduceOp r) -> LogicalResult {
+        // Sum the partial outputs, then add the bias once.
+        if (failed(kernel(loc, "copy", r.getInput(), r.getResult())) ||
+            failed(allReduce(loc, r.getAxis(), r.getResult())))
+          return failure();
+        if (!r.getBias())
+          return success();
+        return kernel(loc, "bias_add", {r.getResult(), r.getBias()}, r.getResult());
+      })
+      .Case([&](BiasGradOp g) { return kernel(loc, "sum_rows", g.getGrad(), g.getResult()); })
       .Case([&](GlobalNormOp g) {
         return kernel(loc, "global_norm", g.getGrads(), g.getResult());
       })
@@ -239,13 +265,19 @@ struct ConvertLLMToExecPass
                             "(llm-build-training-step, llm-specialize-shapes, llm-plan-memory)";
       return signalPassFailure();
     }
-    int64_t dp = 1, micro = 1, zero = 0;
+    int64_t dp = 1, tp = 1, micro = 1, zero = 0;
     if (auto plan = module->getAttrOfType<PlanAttr>("llm.plan")) {
-      if (plan.getTp() != 1 || plan.getPp() != 1 || plan.getCp() != 1 || plan.getEp() != 1) {
-        module.emitError() << "convert-llm-to-exec: only data-parallel plans are lowered "
-                              "yet; this plan has tp "
-                           << plan.getTp() << ", pp " << plan.getPp() << ", cp "
-                           << plan.getCp() << " and ep " << plan.getEp();
+      if (plan.getPp() != 1 || plan.getCp() != 1 || plan.getEp() != 1) {
+        module.emitError() << "convert-llm-to-exec: only data- and tensor-parallel plans are "
+                              "lowered yet; this plan has pp "
+                           << plan.getPp() << ", cp " << plan.getCp() << " and ep "
+                           << plan.getEp();
+        return signalPassFailure();
+      }
+      tp = plan.getTp();
+      if (tp > 1 && plan.getZero() > 0 && plan.getDp() > 1) {
+        module.emitError() << "convert-llm-to-exec: ZeRO together with tensor parallelism is "
+                              "not lowered yet; plan with fix=zero:0";
         return signalPassFailure();
       }
       dp = plan.getDp();
@@ -294,7 +326,7 @@ struct ConvertLLMToExecPass
     OpBuilder mb(ctx);
     mb.setInsertionPointToEnd(module.getBody());
     SmallVector<int64_t> ranks;
-    for (int64_t r = 0; r < dp; ++r)
+    for (int64_t r = 0; r < dp * tp; ++r)
       ranks.push_back(r);
     auto outputs = mb.getDictionaryAttr(
         {mb.getNamedAttr("loss", lossAcc), mb.getNamedAttr("grad_norm", *norm)});
@@ -339,9 +371,34 @@ struct ConvertLLMToExecPass
                          b.getArrayAttr({acc}),
                          b.getDictionaryAttr({cv.f64("factor", 1.0 / double(micro))}));
     StringAttr dpAxis = b.getStringAttr("dp"), avg = b.getStringAttr("avg");
-    if (zero == 0) {
+    // Parameters sharded by tensor parallelism: their squares are summed over
+    // the tp ranks; replicated ones count once.
+    llvm::StringSet<> tpSharded;
+    for (ParamOp p : body.getOps<ParamOp>())
+      if (p->hasAttr("llm.shard"))
+        tpSharded.insert(p.getName());
+    if (zero == 0 && tp > 1) {
       if (dp > 1)
-        AllReduceOp::create(cv.ob, loc, dpAxis, avg, b.getArrayAttr(all));
+        exec::AllReduceOp::create(cv.ob, loc, dpAxis, avg, b.getArrayAttr(all));
+      SmallVector<Attribute> sharded, replicated;
+      for (auto [a, acc] : llvm::zip(updates, gradAccs))
+        (tpSharded.contains(a.getName()) ? sharded : replicated).push_back(acc);
+      BufAttr rest = BufAttr::get(ctx, b.getStringAttr("accum"), 0,
+                                  b.getStringAttr("norm_sq_replicated"),
+                                  b.getDenseI64ArrayAttr({}), b.getF32Type());
+      KernelOp::create(cv.ob, loc, b.getStringAttr("sum_squares"), b.getArrayAttr(sharded),
+                       b.getArrayAttr({*norm}), b.getDictionaryAttr({}));
+      exec::AllReduceOp::create(cv.ob, loc, b.getStringAttr("tp"), b.getStringAttr("sum"),
+                                b.getArrayAttr({*norm}));
+      KernelOp::create(cv.ob, loc, b.getStringAttr("sum_squares"), b.getArrayAttr(replicated),
+                       b.getArrayAttr({rest}), b.getDictionaryAttr({}));
+      KernelOp::create(cv.ob, loc, b.getStringAttr("add"), b.getArrayAttr({*norm, rest}),
+                       b.getArrayAttr({*norm}), b.getDictionaryAttr({}));
+      KernelOp::create(cv.ob, loc, b.getStringAttr("sqrt"), b.getArrayAttr({*norm}),
+                       b.getArrayAttr({*norm}), b.getDictionaryAttr({}));
+    } else if (zero == 0) {
+      if (dp > 1)
+        exec::AllReduceOp::create(cv.ob, loc, dpAxis, avg, b.getArrayAttr(all));
       KernelOp::create(cv.ob, loc, b.getStringAttr("global_norm"), b.getArrayAttr(gradAccs),
                        b.getArrayAttr({*norm}), b.getDictionaryAttr({}));
     } else {
@@ -349,12 +406,12 @@ struct ConvertLLMToExecPass
       // every gradient and keeps AdamW moments for that chunk; the norm is
       // the square root of the chunks' summed squares; the updated chunks
       // are gathered back into whole parameters.
-      AllReduceOp::create(cv.ob, loc, dpAxis, avg, b.getArrayAttr({lossAcc}));
+      exec::AllReduceOp::create(cv.ob, loc, dpAxis, avg, b.getArrayAttr({lossAcc}));
       ReduceScatterOp::create(cv.ob, loc, dpAxis, avg, b.getArrayAttr(gradAccs));
       KernelOp::create(cv.ob, loc, b.getStringAttr("sum_squares"), b.getArrayAttr(gradAccs),
                        b.getArrayAttr({*norm}),
                        b.getDictionaryAttr({b.getNamedAttr("shard", dpAxis)}));
-      AllReduceOp::create(cv.ob, loc, dpAxis, b.getStringAttr("sum"), b.getArrayAttr({*norm}));
+      exec::AllReduceOp::create(cv.ob, loc, dpAxis, b.getStringAttr("sum"), b.getArrayAttr({*norm}));
       KernelOp::create(cv.ob, loc, b.getStringAttr("sqrt"), b.getArrayAttr({*norm}),
                        b.getArrayAttr({*norm}), b.getDictionaryAttr({}));
     }

@@ -134,7 +134,10 @@ struct EmitPlanPass : public llmopt::impl::EmitPlanBase<EmitPlanPass> {
         zero = module->getAttrOfType<llm::PlanAttr>("llm.plan").getZero();
     root["zero_stage"] = zero;
     root["mesh"] = std::move(mesh);
-    root["world_size"] = dp;
+    int64_t tpDegree = 1;
+    if (auto plan = module->getAttrOfType<llm::PlanAttr>("llm.plan"))
+      tpDegree = plan.getTp();
+    root["world_size"] = dp * tpDegree;
     // Model FLOPs per token (6N + attention), for the runtime's MFU.
     if (auto forward = module.lookupSymbol<func::FuncOp>("forward")) {
       llm::CostContext ctx;
@@ -167,6 +170,14 @@ struct EmitPlanPass : public llmopt::impl::EmitPlanBase<EmitPlanPass> {
                      {"init", llm::stringifyInitKind(p.getInit()).str()}};
       if (p.getStd())
         o["std"] = p.getStd()->convertToDouble();
+      // A tensor-parallel part: the runtime initializes the whole tensor and
+      // keeps part `tp index` of each of `blocks` equal blocks along `dim`.
+      if (auto shard = p->getAttrOfType<DictionaryAttr>("llm.shard")) {
+        json::Object so;
+        for (NamedAttribute na : shard)
+          so[na.getName().str()] = attrJSON(na.getValue());
+        o["shard"] = std::move(so);
+      }
       params.push_back(std::move(o));
     });
     root["params"] = std::move(params);
@@ -236,11 +247,12 @@ struct EmitPlanPass : public llmopt::impl::EmitPlanBase<EmitPlanPass> {
       return signalPassFailure();
 
     // A Slurm batch script launching the plan (one task per rank).
-    int64_t perNode = std::max<int64_t>(1, std::min<int64_t>(gpusPerNode, dp));
-    int64_t nodes = (dp + perNode - 1) / perNode;
+    int64_t world = dp * tpDegree;
+    int64_t perNode = std::max<int64_t>(1, std::min<int64_t>(gpusPerNode, world));
+    int64_t nodes = (world + perNode - 1) / perNode;
     // Built by concatenation: the shell's ${VAR:-default} braces would clash
     // with formatv's replacement syntax.
-    std::string ranks = std::to_string(dp), per = std::to_string(perNode);
+    std::string ranks = std::to_string(world), per = std::to_string(perNode);
     std::string slurm =
         "#!/bin/bash\n"
         "# Launches the plan in this directory: " + ranks + " ranks, " + per + " per node.\n"

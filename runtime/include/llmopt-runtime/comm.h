@@ -41,6 +41,16 @@ public:
   /// the ranks of `axis`. Returns false with `error` set on failure.
   virtual bool allReduce(const std::string &axis, float *data, int64_t count, bool average,
                          std::string &error) = 0;
+  /// Lays the ranks out as a dp x tp mesh (rank = dp index * tp + tp index)
+  /// so that collectives over "dp" and "tp" reach the ranks of that axis.
+  /// By default only meshes with one non-trivial axis (which is the world).
+  virtual bool useMesh(int dp, int tp, std::string &error) {
+    if (dp == 1 || tp == 1)
+      return true;
+    error = "this communicator cannot split the ranks into a " + std::to_string(dp) + " x " +
+            std::to_string(tp) + " mesh (use MPI)";
+    return false;
+  }
   /// Leaves the reduction in this rank's chunk (shardChunk) of `data`; the
   /// rest is unspecified. By default an all-reduce, which is a superset.
   virtual bool reduceScatter(const std::string &axis, float *data, int64_t count, bool average,

@@ -65,6 +65,11 @@ struct ParamSpec {
   std::string init;
   double stddev = 0;
   int64_t elements = 1;
+  /// A tensor-parallel part (shardDim >= 0): `shape` is the part; the whole
+  /// tensor has `shardParts` times its size along `shardDim`, made of
+  /// `shardBlocks` equal blocks of which this rank keeps part `axis index`.
+  std::string shardAxis;
+  int64_t shardDim = -1, shardBlocks = 1, shardParts = 1;
 };
 
 struct Plan {

@@ -1291,3 +1291,27 @@ func.func @moe_combine_zero_experts(%e: tensor<0x?x8xf32>, %p: tensor<?x?x2xf32>
   %y = llm.moe_combine %e, %p, %i : tensor<0x?x8xf32>, tensor<?x?x2xf32>, tensor<?x?x2xi32> -> tensor<?x?x8xf32>
   return
 }
+
+// -----
+
+func.func @bad_bias(%x: tensor<?x?x8xf32>, %b: tensor<4xf32>) {
+  // expected-error @+1 {{bias 'tensor<4xf32>' must be a vector of the last dimension of 'tensor<?x?x8xf32>'}}
+  %r = llm.tp_reduce %x bias %b : tensor<4xf32> axis "tp" : tensor<?x?x8xf32>
+  return
+}
+
+// -----
+
+func.func @no_axis(%x: tensor<?x?x8xf32>) {
+  // expected-error @+1 {{needs a mesh axis name}}
+  %c = llm.tp_copy %x axis "" : tensor<?x?x8xf32>
+  return
+}
+
+// -----
+
+func.func @bad_bias_grad(%g: tensor<?x?x8xf32>) {
+  // expected-error @+1 {{must be a vector of the last dimension}}
+  %b = llm.bias_grad %g : tensor<?x?x8xf32> -> tensor<8x2xf32>
+  return
+}

@@ -519,5 +519,6 @@ def LLM_CrossEntropyOp : LLM_DiffOp<"cross_entropy", [Pure]> {
 }
 
 include "llmopt/Dialect/LLM/IR/LLMGradOps.td"
+include "llmopt/Dialect/LLM/IR/LLMParallelOps.td"
 
 #endif // LLMOPT_DIALECT_LLM_IR_LLMOPS_TD

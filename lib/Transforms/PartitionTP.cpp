@@ -1,0 +1,241 @@
+//===- PartitionTP.cpp - Megatron tensor parallelism -----------------------===//
+//
+// Column- and row-parallel linears, attention split by heads, the f / g
+// conjugate operators as llm.tp_copy / llm.tp_reduce. See Passes.td.
+//
+//===----------------------------------------------------------------------===//
+
+#include "llmopt/Dialect/LLM/IR/LLMOps.h"
+#include "llmopt/Transforms/Passes.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Builders.h"
+#include "llvm/ADT/SetVector.h"
+
+namespace llmopt {
+#define GEN_PASS_DEF_PARTITIONTP
+#include "llmopt/Transforms/Passes.h.inc"
+} // namespace llmopt
+
+using namespace mlir;
+using namespace llmopt;
+using namespace llmopt::llm;
+
+namespace {
+
+RankedTensorType withDim(Type t, int64_t dim, int64_t size) {
+  auto r = cast<RankedTensorType>(t);
+  SmallVector<int64_t> shape(r.getShape());
+  shape[size_t(dim)] = size;
+  return RankedTensorType::get(shape, r.getElementType());
+}
+
+/// Divides the last dimension of `v`'s type by `tp`.
+void shrinkLast(Value v, int64_t tp) {
+  auto t = cast<RankedTensorType>(v.getType());
+  int64_t last = t.getRank() - 1;
+  v.setType(withDim(t, last, t.getDimSize(last) / tp));
+}
+
+struct Partitioner {
+  int64_t tp;
+  StringAttr axis;
+  llvm::DenseMap<Value, Value> entered; // input -> its tp_copy
+
+  /// Shards parameter `v` along `dim` into `tp` parts of each of `blocks`
+  /// equal blocks.
+  LogicalResult shardParam(Operation *user, Value v, int64_t dim, int64_t blocks) {
+    auto p = v.getDefiningOp<ParamOp>();
+    if (!p || !v.hasOneUse())
+      return user->emitOpError() << "llm-partition-tp: expects an llm.param used only here";
+    auto t = cast<RankedTensorType>(v.getType());
+    int64_t size = t.getDimSize(dim);
+    if (size % (blocks * tp) != 0)
+      return p.emitOpError() << "llm-partition-tp: dimension " << dim << " of '" << p.getName()
+                             << "' (" << size << ") does not split into " << blocks
+                             << " block(s) of " << tp << " parts; choose a tp that divides it";
+    Builder b(p.getContext());
+    p->setAttr("llm.shard", b.getDictionaryAttr({b.getNamedAttr("axis", axis),
+                                                 b.getNamedAttr("dim", b.getI64IntegerAttr(dim)),
+                                                 b.getNamedAttr("blocks",
+                                                                b.getI64IntegerAttr(blocks)),
+                                                 b.getNamedAttr("parts", b.getI64IntegerAttr(tp))}));
+    v.setType(withDim(t, dim, size / tp));
+    return success();
+  }
+
+  LogicalResult column(LinearOp l) {
+    if (l.getGemm())
+      return l.emitOpError() << "llm-partition-tp: fp8 GEMMs are not partitioned yet";
+    int64_t blocks = 1;
+    SplitOp split;
+    if (l->hasOneUse())
+      split = dyn_cast<SplitOp>(*l->getUsers().begin());
+    if (split) {
+      ArrayRef<int64_t> sizes = split.getSizes();
+      if (!llvm::all_equal(sizes))
+        return split.emitOpError() << "llm-partition-tp: only equal split sizes are partitioned";
+      blocks = int64_t(sizes.size());
+    }
+    int64_t outDim = l.getTransposed() ? 1 : 0;
+    if (failed(shardParam(l, l.getWeight(), outDim, blocks)) ||
+        (l.getBias() && failed(shardParam(l, l.getBias(), 0, blocks))))
+      return failure();
+    shrinkLast(l.getResult(), tp);
+    if (split) {
+      SmallVector<int64_t> sizes;
+      for (int64_t s : split.getSizes())
+        sizes.push_back(s / tp);
+      split.setSizes(sizes);
+      for (Value r : split.getResults())
+        shrinkLast(r, tp);
+    }
+    // The input enters the parallel region once, however many linears read it.
+    Value x = l.getInput();
+    Value &in = entered[x];
+    if (!in) {
+      OpBuilder b(l);
+      in = TPCopyOp::create(b, l.getLoc(), x.getType(), x, axis);
+    }
+    l.getInputMutable().assign(in);
+    return success();
+  }
+
+  LogicalResult row(LinearOp l) {
+    if (l.getGemm())
+      return l.emitOpError() << "llm-partition-tp: fp8 GEMMs are not partitioned yet";
+    int64_t inDim = l.getTransposed() ? 0 : 1;
+    if (failed(shardParam(l, l.getWeight(), inDim, 1)))
+      return failure();
+    OpBuilder b(l->getContext());
+    b.setInsertionPointAfter(l);
+    Value bias = l.getBias();
+    if (bias)
+      l.getBiasMutable().clear();
+    auto reduce = TPReduceOp::create(b, l.getLoc(), l.getType(), l.getResult(), bias, axis);
+    l.getResult().replaceAllUsesExcept(reduce.getResult(), reduce);
+    return success();
+  }
+
+  /// The linear producing `v`, through rotary and split.
+  LinearOp producer(Value v) {
+    Operation *def = v.getDefiningOp();
+    if (auto r = dyn_cast_or_null<RotaryOp>(def))
+      return producer(cast<OpResult>(v).getResultNumber() == 0 ? r.getQ() : r.getK());
+    if (auto s = dyn_cast_or_null<SplitOp>(def))
+      return producer(s.getInput());
+    return dyn_cast_or_null<LinearOp>(def);
+  }
+
+  LinearOp consumer(Value v) {
+    if (!v.hasOneUse())
+      return {};
+    auto l = dyn_cast<LinearOp>(*v.getUsers().begin());
+    return l && l.getInput() == v ? l : LinearOp();
+  }
+
+  LogicalResult layer(LayerOp layerOp) {
+    Block &body = layerOp.getBody().front();
+    llvm::SetVector<Operation *> columns, rows;
+    SmallVector<Operation *> retype; // rotary, attention, activations
+    auto need = [&](LinearOp l, Operation *at, StringRef what) -> LogicalResult {
+      if (!l)
+        return at->emitOpError() << "llm-partition-tp: the " << what
+                                 << " is not an llm.linear; cannot partition this layer";
+      return success();
+    };
+    for (Operation &op : body)
+      if (isa<MoERouterOp, MoEDispatchOp, MoEExpertsOp, MoECombineOp>(op))
+        return op.emitOpError() << "llm-partition-tp: MoE layers are not partitioned yet "
+                                   "(expert parallelism is the way to split them)";
+    for (Operation &op : body) {
+      if (auto a = dyn_cast<AttentionOp>(op)) {
+        int64_t h = a.getNumHeads(), kv = a.getNumKvHeads();
+        if (h % tp || kv % tp)
+          return a.emitOpError() << "llm-partition-tp: " << h << " query heads and " << kv
+                                 << " KV heads do not split over tp " << tp
+                                 << "; choose a tp dividing both";
+        for (Value v : {a.getQ(), a.getK(), a.getV()}) {
+          LinearOp l = producer(v);
+          if (failed(need(l, a, "projection before attention")))
+            return failure();
+          columns.insert(l);
+        }
+        LinearOp out = consumer(a.getResult());
+        if (failed(need(out, a, "projection after attention")))
+          return failure();
+        rows.insert(out);
+        retype.push_back(a);
+        for (Value v : {a.getQ(), a.getK()})
+          if (auto r = v.getDefiningOp<RotaryOp>())
+            if (!llvm::is_contained(retype, r.getOperation()))
+              retype.push_back(r);
+      } else if (isa<GeluOp, SwiGLUOp>(op)) {
+        for (Value in : op.getOperands()) {
+          LinearOp l = producer(in);
+          if (failed(need(l, &op, "linear before the activation")))
+            return failure();
+          columns.insert(l);
+        }
+        LinearOp out = consumer(op.getResult(0));
+        if (failed(need(out, &op, "linear after the activation")))
+          return failure();
+        rows.insert(out);
+        retype.push_back(&op);
+      }
+    }
+    // Column linears in block order, so that a shared input's tp_copy comes
+    // before all of its readers.
+    SmallVector<Operation *> ordered(columns.begin(), columns.end());
+    llvm::sort(ordered, [](Operation *a, Operation *b) { return a->isBeforeInBlock(b); });
+    for (Operation *op : ordered)
+      if (failed(column(cast<LinearOp>(op))))
+        return failure();
+    for (Operation *op : retype) {
+      if (auto a = dyn_cast<AttentionOp>(op)) {
+        Builder b(a.getContext());
+        a.setNumHeadsAttr(b.getI64IntegerAttr(a.getNumHeads() / tp));
+        a.setNumKvHeadsAttr(b.getI64IntegerAttr(a.getNumKvHeads() / tp));
+        shrinkLast(a.getResult(), tp);
+      } else if (auto r = dyn_cast<RotaryOp>(op)) {
+        r.getQOut().setType(r.getQ().getType());
+        r.getKOut().setType(r.getK().getType());
+      } else {
+        shrinkLast(op->getResult(0), tp);
+      }
+    }
+    for (Operation *op : rows)
+      if (failed(row(cast<LinearOp>(op))))
+        return failure();
+    return success();
+  }
+};
+
+struct PartitionTPPass : public llmopt::impl::PartitionTPBase<PartitionTPPass> {
+  using Base::Base;
+
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    int64_t degree = tp;
+    auto plan = module->getAttrOfType<PlanAttr>("llm.plan");
+    if (degree == 0)
+      degree = plan ? plan.getTp() : 1;
+    if (degree <= 1)
+      return;
+    if (plan && plan.getSp() && plan.getSp().getValue()) {
+      module.emitError() << "llm-partition-tp: sequence parallelism is not lowered yet; plan "
+                            "with fix=sp:0";
+      return signalPassFailure();
+    }
+    auto forward = module.lookupSymbol<func::FuncOp>("forward");
+    if (!forward) {
+      module.emitError() << "llm-partition-tp: no func.func @forward to partition";
+      return signalPassFailure();
+    }
+    Partitioner p{degree, StringAttr::get(module.getContext(), "tp"), {}};
+    for (LayerOp layer : llvm::to_vector(forward.getBody().front().getOps<LayerOp>()))
+      if (failed(p.layer(layer)))
+        return signalPassFailure();
+  }
+};
+} // namespace

@@ -1,0 +1,16 @@
+// RUN: llm-opt %s | llm-opt | FileCheck %s
+
+// CHECK-LABEL: func.func @tp
+// CHECK: %[[C:.*]] = llm.tp_copy %arg0 axis "tp" : tensor<?x?x8xf32>
+// CHECK: llm.tp_reduce %[[C]] bias %arg1 : tensor<8xf32> axis "tp" : tensor<?x?x8xf32>
+// CHECK: llm.tp_reduce %[[C]] axis "tp" : tensor<?x?x8xf32>
+// CHECK: llm.all_reduce %[[C]] axis "tp" : tensor<?x?x8xf32>
+// CHECK: llm.bias_grad %[[C]] : tensor<?x?x8xf32> -> tensor<8xf32>
+func.func @tp(%x: tensor<?x?x8xf32>, %b: tensor<8xf32>) -> tensor<8xf32> {
+  %c = llm.tp_copy %x axis "tp" : tensor<?x?x8xf32>
+  %r = llm.tp_reduce %c bias %b : tensor<8xf32> axis "tp" : tensor<?x?x8xf32>
+  %r2 = llm.tp_reduce %c axis "tp" : tensor<?x?x8xf32>
+  %a = llm.all_reduce %c axis "tp" : tensor<?x?x8xf32>
+  %g = llm.bias_grad %c : tensor<?x?x8xf32> -> tensor<8xf32>
+  return %g : tensor<8xf32>
+}
