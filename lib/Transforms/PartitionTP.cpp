@@ -12,6 +12,8 @@
 #include "mlir/IR/Builders.h"
 #include "llvm/ADT/SetVector.h"
 
+#include <functional>
+
 namespace llmopt {
 #define GEN_PASS_DEF_PARTITIONTP
 #include "llmopt/Transforms/Passes.h.inc"
@@ -40,7 +42,8 @@ void shrinkLast(Value v, int64_t tp) {
 struct Partitioner {
   int64_t tp;
   StringAttr axis;
-  llvm::DenseMap<Value, Value> entered; // input -> its tp_copy
+  bool sp = false;
+  llvm::DenseMap<Value, Value> entered; // input -> its tp_copy / sp_gather
 
   /// Shards parameter `v` along `dim` into `tp` parts of each of `blocks`
   /// equal blocks.
@@ -95,7 +98,11 @@ struct Partitioner {
     Value &in = entered[x];
     if (!in) {
       OpBuilder b(l);
-      in = TPCopyOp::create(b, l.getLoc(), x.getType(), x, axis);
+      if (sp)
+        in = SPGatherOp::create(b, l.getLoc(), withSeqParts(x.getType(), 1), x, axis,
+                                /*replicated=*/nullptr);
+      else
+        in = TPCopyOp::create(b, l.getLoc(), x.getType(), x, axis);
     }
     l.getInputMutable().assign(in);
     return success();
@@ -112,8 +119,16 @@ struct Partitioner {
     Value bias = l.getBias();
     if (bias)
       l.getBiasMutable().clear();
-    auto reduce = TPReduceOp::create(b, l.getLoc(), l.getType(), l.getResult(), bias, axis);
-    l.getResult().replaceAllUsesExcept(reduce.getResult(), reduce);
+    Operation *reduce;
+    if (sp) {
+      reduce = SPScatterOp::create(b, l.getLoc(), withSeqParts(l.getType(), tp), l.getResult(),
+                                   bias, axis);
+      if (bias)
+        bias.getDefiningOp()->setAttr("llm.sp_partial", b.getUnitAttr());
+    } else {
+      reduce = TPReduceOp::create(b, l.getLoc(), l.getType(), l.getResult(), bias, axis);
+    }
+    l.getResult().replaceAllUsesExcept(reduce->getResult(0), reduce);
     return success();
   }
 
@@ -211,6 +226,58 @@ struct Partitioner {
   }
 };
 
+/// Sequence parallelism: the residual stream between the layers' parallel
+/// regions is a chunk of the sequence. Enters before the first layer
+/// (sp_split), propagates through norms and residual adds (whose parameters
+/// then get partial gradients: `llm.sp_partial`), and leaves before the LM
+/// head (sp_gather).
+LogicalResult sequenceParallel(func::FuncOp forward, Partitioner &p) {
+  Block &top = forward.getBody().front();
+  SmallVector<LayerOp> layers(top.getOps<LayerOp>());
+  if (layers.empty())
+    return success();
+  OpBuilder b(layers.front());
+  Value x = layers.front().getInput();
+  auto split = SPSplitOp::create(b, layers.front().getLoc(), withSeqParts(x.getType(), p.tp), x,
+                                 p.axis);
+  layers.front().getInputMutable().assign(split);
+  auto chunked = [](Value v) { return seqParts(v.getType()) > 1; };
+  std::function<LogicalResult(Block &)> propagate = [&](Block &block) -> LogicalResult {
+    for (Operation &op : block) {
+      if (isa<SPSplitOp, SPGatherOp, SPScatterOp, ParamOp, YieldOp>(op))
+        continue;
+      bool any = llvm::any_of(op.getOperands(), chunked);
+      if (auto layer = dyn_cast<LayerOp>(op)) {
+        Block &body = layer.getBody().front();
+        body.getArgument(0).setType(layer.getInput().getType());
+        if (failed(propagate(body)))
+          return failure();
+        layer.getResult().setType(cast<YieldOp>(body.getTerminator()).getValue().getType());
+        continue;
+      }
+      if (!any)
+        continue;
+      if (isa<LMHeadOp>(op)) {
+        OpBuilder ob(&op);
+        Value in = op.getOperand(0);
+        op.setOperand(0, SPGatherOp::create(ob, op.getLoc(), withSeqParts(in.getType(), 1), in,
+                                            p.axis, ob.getUnitAttr()));
+        continue;
+      }
+      if (!isa<RMSNormOp, LayerNormOp, AddOp>(op))
+        return op.emitOpError() << "llm-partition-tp: sequence parallelism does not know how "
+                                   "to run this op on a sequence chunk";
+      for (Value operand : op.getOperands())
+        if (auto param = operand.getDefiningOp<ParamOp>())
+          param->setAttr("llm.sp_partial", UnitAttr::get(op.getContext()));
+      for (Value r : op.getResults())
+        r.setType(withSeqParts(r.getType(), p.tp));
+    }
+    return success();
+  };
+  return propagate(top);
+}
+
 struct PartitionTPPass : public llmopt::impl::PartitionTPBase<PartitionTPPass> {
   using Base::Base;
 
@@ -222,20 +289,20 @@ struct PartitionTPPass : public llmopt::impl::PartitionTPBase<PartitionTPPass> {
       degree = plan ? plan.getTp() : 1;
     if (degree <= 1)
       return;
-    if (plan && plan.getSp() && plan.getSp().getValue()) {
-      module.emitError() << "llm-partition-tp: sequence parallelism is not lowered yet; plan "
-                            "with fix=sp:0";
-      return signalPassFailure();
-    }
+    bool seqParallel = plan && plan.getSp() && plan.getSp().getValue();
     auto forward = module.lookupSymbol<func::FuncOp>("forward");
     if (!forward) {
       module.emitError() << "llm-partition-tp: no func.func @forward to partition";
       return signalPassFailure();
     }
-    Partitioner p{degree, StringAttr::get(module.getContext(), "tp"), {}};
+    Partitioner p{degree, StringAttr::get(module.getContext(), "tp"), seqParallel, {}};
     for (LayerOp layer : llvm::to_vector(forward.getBody().front().getOps<LayerOp>()))
       if (failed(p.layer(layer)))
         return signalPassFailure();
+    // With sequence parallelism, the chunk types then flow from the split
+    // before the first layer and from each sp_scatter.
+    if (seqParallel && failed(sequenceParallel(forward, p)))
+      return signalPassFailure();
   }
 };
 } // namespace

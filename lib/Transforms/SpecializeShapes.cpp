@@ -38,6 +38,17 @@ struct SpecializeShapesPass
         return failure();
       }
       d = i == 0 ? b : s;
+      // A sequence chunk (sequence parallelism) holds 1/parts of it.
+      if (i == 1) {
+        int64_t parts = seqParts(t);
+        if (s % parts != 0) {
+          emitError(loc) << "llm-specialize-shapes: sequence length " << s
+                         << " does not split into " << parts
+                         << " chunks for sequence parallelism; choose a multiple of " << parts;
+          return failure();
+        }
+        d = s / parts;
+      }
     }
     return Type(RankedTensorType::get(shape, r.getElementType(), r.getEncoding()));
   }

@@ -91,6 +91,41 @@ bool CpuExecutor::axis(const std::string &name, int &index, int &size,
   return true;
 }
 
+bool CpuExecutor::runSeq(const Instruction &ins, Communicator &comm, std::string &error) {
+  int index = 0, parts = 1;
+  if (!axis(ins.axis, index, parts, error))
+    return false;
+  bool gathers = ins.kind == Instruction::Kind::SeqAllGather;
+  const Buffer &whole = gathers ? ins.outs[0] : ins.ins[0],
+               &chunk = gathers ? ins.ins[0] : ins.outs[0];
+  int64_t batch = whole.shape[0], c = chunk.shape[1], h = whole.shape[2], s = whole.shape[1];
+  int64_t block = batch * c * h;
+  const float *in = data(ins.ins[0]);
+  float *out = data(ins.outs[0]);
+  // Rank-major blocks [parts][batch][c][h] <-> the sequence-major [batch][s][h].
+  auto toBlocks = [&](const float *x, float *blocks) {
+    for (int64_t r = 0; r < parts; ++r)
+      for (int64_t bi = 0; bi < batch; ++bi)
+        std::copy_n(x + (bi * s + r * c) * h, c * h, blocks + r * block + bi * c * h);
+  };
+  if (ins.kind == Instruction::Kind::SeqSplit) {
+    for (int64_t bi = 0; bi < batch; ++bi)
+      std::copy_n(in + (bi * s + index * c) * h, c * h, out + bi * c * h);
+    return true;
+  }
+  std::vector<float> blocks(size_t(block * parts));
+  if (gathers) {
+    if (!comm.allGatherBlocks(ins.axis, in, blocks.data(), block, error))
+      return false;
+    for (int64_t r = 0; r < parts; ++r)
+      for (int64_t bi = 0; bi < batch; ++bi)
+        std::copy_n(blocks.data() + r * block + bi * c * h, c * h, out + (bi * s + r * c) * h);
+    return true;
+  }
+  toBlocks(in, blocks.data());
+  return comm.reduceScatterBlocks(ins.axis, blocks.data(), out, block, error);
+}
+
 float *CpuExecutor::data(const Buffer &b) {
   if (b.space == Buffer::Space::State)
     return params[b.name].value.data();
@@ -168,6 +203,10 @@ bool CpuExecutor::run(const Instruction &ins, Communicator &comm, std::string &e
       if (!comm.allGather(ins.axis, data(b), b.elements, error))
         return false;
     return true;
+  case Instruction::Kind::SeqAllGather:
+  case Instruction::Kind::SeqReduceScatter:
+  case Instruction::Kind::SeqSplit:
+    return runSeq(ins, comm, error);
   case Instruction::Kind::Kernel:
     break;
   }

@@ -36,6 +36,37 @@ public:
     return true;
   }
 
+  void axisPosition(const std::string &axis, int &index, int &size) const override {
+    MPI_Comm comm = commFor(axis);
+    MPI_Comm_rank(comm, &index);
+    MPI_Comm_size(comm, &size);
+  }
+
+  bool allGatherBlocks(const std::string &axis, const float *mine, float *all, int64_t count,
+                       std::string &error) override {
+    if (count > (int64_t(1) << 30))
+      return Communicator::allGatherBlocks(axis, mine, all, count, error);
+    int rc = MPI_Allgather(mine, int(count), MPI_FLOAT, all, int(count), MPI_FLOAT,
+                           commFor(axis));
+    if (rc != MPI_SUCCESS) {
+      error = "MPI_Allgather failed with code " + std::to_string(rc);
+      return false;
+    }
+    return true;
+  }
+
+  bool reduceScatterBlocks(const std::string &axis, const float *all, float *mine,
+                           int64_t count, std::string &error) override {
+    if (count > (int64_t(1) << 30))
+      return Communicator::reduceScatterBlocks(axis, all, mine, count, error);
+    int rc = MPI_Reduce_scatter_block(all, mine, int(count), MPI_FLOAT, MPI_SUM, commFor(axis));
+    if (rc != MPI_SUCCESS) {
+      error = "MPI_Reduce_scatter_block failed with code " + std::to_string(rc);
+      return false;
+    }
+    return true;
+  }
+
   bool allReduce(const std::string &axis, float *data, int64_t count, bool average,
                  std::string &error) override {
     MPI_Comm comm = commFor(axis);

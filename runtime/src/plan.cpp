@@ -353,11 +353,36 @@ bool parsePlan(const json::Value &root, Plan &plan, std::string &error) {
           return c.fail(iw + ".params.param", "no parameter named '" + ins.text("param") + "'");
         if (std::string axis = ins.text("shard"); !axis.empty() && !plan.mesh.count(axis))
           return c.fail(iw + ".params.shard", "no mesh axis '" + axis + "'");
+      } else if (const json::Value *col = iv.get("collective");
+                 col && col->isString() && col->string.rfind("seq_", 0) == 0) {
+        ins.kind = col->string == "seq_all_gather"       ? Instruction::Kind::SeqAllGather
+                   : col->string == "seq_reduce_scatter" ? Instruction::Kind::SeqReduceScatter
+                   : col->string == "seq_split"          ? Instruction::Kind::SeqSplit
+                                                         : Instruction::Kind::Kernel;
+        if (ins.kind == Instruction::Kind::Kernel)
+          return c.fail(iw + ".collective",
+                        "must be seq_all_gather, seq_reduce_scatter or seq_split");
+        if (!c.string(iv.get("axis"), iw + ".axis", ins.axis) || !bufferList("ins", ins.ins) ||
+            !bufferList("outs", ins.outs))
+          return false;
+        if (!plan.mesh.count(ins.axis))
+          return c.fail(iw + ".axis", "no mesh axis '" + ins.axis + "'");
+        int parts = plan.mesh.at(ins.axis);
+        if (ins.ins.size() != 1 || ins.outs.size() != 1 || ins.ins[0].shape.size() != 3 ||
+            ins.outs[0].shape.size() != 3 || ins.outs[0].space == Buffer::Space::Input)
+          return c.fail(iw, "takes one [b, s, h] input and one output buffer");
+        bool gathers = ins.kind == Instruction::Kind::SeqAllGather;
+        const Buffer &whole = gathers ? ins.outs[0] : ins.ins[0],
+                     &chunk = gathers ? ins.ins[0] : ins.outs[0];
+        if (whole.shape[0] != chunk.shape[0] || whole.shape[2] != chunk.shape[2] ||
+            whole.shape[1] != chunk.shape[1] * parts)
+          return c.fail(iw, "the sequence is not " + std::to_string(parts) +
+                                " chunks of the other buffer's");
       } else if (const json::Value *col = iv.get("collective")) {
         if (!col->isString() || (col->string != "all_reduce" && col->string != "reduce_scatter" &&
                                  col->string != "all_gather"))
           return c.fail(iw + ".collective",
-                        "must be all_reduce, reduce_scatter or all_gather");
+                        "must be all_reduce, reduce_scatter, all_gather or seq_*");
         ins.kind = col->string == "all_reduce"       ? Instruction::Kind::AllReduce
                    : col->string == "reduce_scatter" ? Instruction::Kind::ReduceScatter
                                                      : Instruction::Kind::AllGather;

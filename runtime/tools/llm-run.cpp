@@ -175,6 +175,23 @@ public:
   bool useMesh(int dp, int tp, std::string &error) override {
     return inner.useMesh(dp, tp, error);
   }
+  void axisPosition(const std::string &axis, int &index, int &size) const override {
+    inner.axisPosition(axis, index, size);
+  }
+  bool allGatherBlocks(const std::string &axis, const float *mine, float *all, int64_t count,
+                       std::string &error) override {
+    auto t0 = std::chrono::steady_clock::now();
+    bool ok = inner.allGatherBlocks(axis, mine, all, count, error);
+    seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return ok;
+  }
+  bool reduceScatterBlocks(const std::string &axis, const float *all, float *mine, int64_t count,
+                           std::string &error) override {
+    auto t0 = std::chrono::steady_clock::now();
+    bool ok = inner.reduceScatterBlocks(axis, all, mine, count, error);
+    seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return ok;
+  }
   double seconds = 0;
 
 private:

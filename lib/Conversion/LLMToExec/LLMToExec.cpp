@@ -94,6 +94,14 @@ struct Converter {
     return success();
   }
 
+  LogicalResult seq(Location loc, StringRef kind, StringRef axis, Value in, Value out) {
+    FailureOr<ArrayAttr> i = bufs(in), o = bufs(out);
+    if (failed(i) || failed(o))
+      return failure();
+    SeqOp::create(ob, loc, b.getStringAttr(kind), b.getStringAttr(axis), *i, *o);
+    return success();
+  }
+
   LogicalResult convert(Operation *op);
 };
 
@@ -237,6 +245,15 @@ LogicalResult Converter::convert(Operation *op) {
         return kernel(loc, "bias_add", {r.getResult(), r.getBias()}, r.getResult());
       })
       .Case([&](BiasGradOp g) { return kernel(loc, "sum_rows", g.getGrad(), g.getResult()); })
+      .Case([&](SPGatherOp g) { return seq(loc, "all_gather", g.getAxis(), g.getInput(), g.getResult()); })
+      .Case([&](SPSplitOp g) { return seq(loc, "split", g.getAxis(), g.getInput(), g.getResult()); })
+      .Case([&](SPScatterOp r) -> LogicalResult {
+        if (failed(seq(loc, "reduce_scatter", r.getAxis(), r.getInput(), r.getResult())))
+          return failure();
+        if (!r.getBias())
+          return success();
+        return kernel(loc, "bias_add", {r.getResult(), r.getBias()}, r.getResult());
+      })
       .Case([&](GlobalNormOp g) {
         return kernel(loc, "global_norm", g.getGrads(), g.getResult());
       })
@@ -380,6 +397,19 @@ struct ConvertLLMToExecPass
     if (zero == 0 && tp > 1) {
       if (dp > 1)
         exec::AllReduceOp::create(cv.ob, loc, dpAxis, avg, b.getArrayAttr(all));
+      // Sequence parallelism: parameters applied to sequence chunks (norms,
+      // row-parallel biases) have one partial gradient per chunk.
+      llvm::StringSet<> spPartial;
+      for (ParamOp p : body.getOps<ParamOp>())
+        if (p->hasAttr("llm.sp_partial"))
+          spPartial.insert(p.getName());
+      SmallVector<Attribute> partial;
+      for (auto [a, acc] : llvm::zip(updates, gradAccs))
+        if (spPartial.contains(a.getName()))
+          partial.push_back(acc);
+      if (!partial.empty())
+        exec::AllReduceOp::create(cv.ob, loc, b.getStringAttr("tp"), b.getStringAttr("sum"),
+                                  b.getArrayAttr(partial));
       SmallVector<Attribute> sharded, replicated;
       for (auto [a, acc] : llvm::zip(updates, gradAccs))
         (tpSharded.contains(a.getName()) ? sharded : replicated).push_back(acc);

@@ -207,6 +207,11 @@ struct EmitPlanPass : public llmopt::impl::EmitPlanBase<EmitPlanPass> {
                                           {"axis", rs.getAxis().str()},
                                           {"reduce", rs.getReduce().str()},
                                           {"buffers", bufsJSON(rs.getBuffers())}});
+          } else if (auto sq = dyn_cast<exec::SeqOp>(op)) {
+            instrs.push_back(json::Object{{"collective", ("seq_" + sq.getKind()).str()},
+                                          {"axis", sq.getAxis().str()},
+                                          {"ins", bufsJSON(sq.getIns())},
+                                          {"outs", bufsJSON(sq.getOuts())}});
           } else if (auto ag = dyn_cast<exec::AllGatherOp>(op)) {
             instrs.push_back(json::Object{{"collective", "all_gather"},
                                           {"axis", ag.getAxis().str()},

@@ -51,6 +51,33 @@ public:
             std::to_string(tp) + " mesh (use MPI)";
     return false;
   }
+  /// Index of this rank on `axis` and the axis size. By default the world
+  /// (meshes with one non-trivial axis).
+  virtual void axisPosition(const std::string &axis, int &index, int &size) const {
+    index = rank();
+    size = this->size();
+  }
+  /// `count` floats from every rank of `axis`, in axis order, into `all`.
+  virtual bool allGatherBlocks(const std::string &axis, const float *mine, float *all,
+                               int64_t count, std::string &error) {
+    int index = 0, n = 1;
+    axisPosition(axis, index, n);
+    std::fill(all, all + count * n, 0.0f);
+    std::copy(mine, mine + count, all + count * index);
+    return allReduce(axis, all, count * n, /*average=*/false, error);
+  }
+  /// Sums `all` (count floats per rank of `axis`) over the axis and keeps
+  /// this rank's block in `mine`.
+  virtual bool reduceScatterBlocks(const std::string &axis, const float *all, float *mine,
+                                   int64_t count, std::string &error) {
+    int index = 0, n = 1;
+    axisPosition(axis, index, n);
+    std::vector<float> sum(all, all + count * n);
+    if (!allReduce(axis, sum.data(), count * n, /*average=*/false, error))
+      return false;
+    std::copy(sum.begin() + count * index, sum.begin() + count * (index + 1), mine);
+    return true;
+  }
   /// Leaves the reduction in this rank's chunk (shardChunk) of `data`; the
   /// rest is unspecified. By default an all-reduce, which is a superset.
   virtual bool reduceScatter(const std::string &axis, float *data, int64_t count, bool average,

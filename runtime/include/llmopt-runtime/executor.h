@@ -62,6 +62,7 @@ private:
   float *data(const Buffer &b);
   const int32_t *ids(const Buffer &b, std::string &error);
   bool run(const Instruction &ins, Communicator &comm, std::string &error);
+  bool runSeq(const Instruction &ins, Communicator &comm, std::string &error);
 };
 
 } // namespace llmopt::runtime

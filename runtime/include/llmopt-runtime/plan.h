@@ -36,7 +36,15 @@ struct Buffer {
 };
 
 struct Instruction {
-  enum class Kind { Kernel, AllReduce, ReduceScatter, AllGather } kind = Kind::Kernel;
+  enum class Kind {
+    Kernel,
+    AllReduce,
+    ReduceScatter,
+    AllGather,
+    SeqAllGather,
+    SeqReduceScatter,
+    SeqSplit
+  } kind = Kind::Kernel;
   const kernels::KernelInfo *kernel = nullptr;
   std::vector<Buffer> ins, outs;
   std::map<std::string, json::Value> params;

@@ -86,8 +86,24 @@ exec.program "p" ranks [0] arena 64 micro_batches 1 outputs {} micro_batch {
 
 // -----
 
-exec.program "p" ranks [0] arena 64 micro_batches 1 outputs {} micro_batch {
+exec.program "p" ranks [0] arena 256 micro_batches 1 outputs {} micro_batch {
 } step {
   // expected-error @+1 {{needs at least one buffer}}
   exec.all_gather "dp" []
+}
+
+// -----
+
+exec.program "p" ranks [0] arena 256 micro_batches 1 outputs {} micro_batch {
+  // expected-error @+1 {{kind must be all_gather, reduce_scatter or split, got 'shuffle'}}
+  exec.seq "shuffle" "tp" ins [#exec.buf<space = "arena", offset = 0, name = "", shape = [1, 2, 4], dtype = f32>] outs [#exec.buf<space = "arena", offset = 32, name = "", shape = [1, 4, 4], dtype = f32>]
+} step {
+}
+
+// -----
+
+exec.program "p" ranks [0] arena 256 micro_batches 1 outputs {} micro_batch {
+  // expected-error @+1 {{sequence 3 is not several chunks of 2}}
+  exec.seq "all_gather" "tp" ins [#exec.buf<space = "arena", offset = 0, name = "", shape = [1, 2, 4], dtype = f32>] outs [#exec.buf<space = "arena", offset = 32, name = "", shape = [1, 3, 4], dtype = f32>]
+} step {
 }

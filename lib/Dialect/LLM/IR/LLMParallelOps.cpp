@@ -68,3 +68,93 @@ LogicalResult TPReduceOp::emitGradient(OpBuilder &b, ArrayRef<Value> grads,
     out.push_back(BiasGradOp::create(b, getLoc(), getBias().getType(), grads[0]));
   return success();
 }
+
+//===----------------------------------------------------------------------===//
+// Sequence parallelism
+//===----------------------------------------------------------------------===//
+
+int64_t llmopt::llm::seqParts(Type t) {
+  auto r = dyn_cast<RankedTensorType>(t);
+  auto enc = r ? dyn_cast_or_null<DictionaryAttr>(r.getEncoding()) : DictionaryAttr();
+  auto parts = enc ? dyn_cast_or_null<IntegerAttr>(enc.get("seq_parts")) : IntegerAttr();
+  return parts ? parts.getInt() : 1;
+}
+
+RankedTensorType llmopt::llm::withSeqParts(Type t, int64_t parts) {
+  auto r = cast<RankedTensorType>(t);
+  MLIRContext *ctx = r.getContext();
+  Attribute enc;
+  if (parts > 1)
+    enc = DictionaryAttr::get(
+        ctx, {NamedAttribute(StringAttr::get(ctx, "seq_parts"),
+                             IntegerAttr::get(IntegerType::get(ctx, 64), parts))});
+  return RankedTensorType::get(r.getShape(), r.getElementType(), enc);
+}
+
+/// `chunk` is `whole` cut into parts along the sequence (same batch, hidden
+/// and element type; static sequence sizes divide).
+static LogicalResult verifyChunk(Operation *op, Value whole, Value chunk) {
+  RankedTensorType w = ty(whole), c = ty(chunk);
+  int64_t parts = seqParts(c);
+  if (w.getRank() != 3 || c.getRank() != 3 || seqParts(w) != 1 || parts < 2 ||
+      w.getElementType() != c.getElementType() || w.getDimSize(0) != c.getDimSize(0) ||
+      w.getDimSize(2) != c.getDimSize(2))
+    return op->emitOpError() << "expects a whole [b, s, h] tensor and its chunk [b, s/t, h] "
+                                "with encoding {seq_parts = t}, got "
+                             << w << " and " << c;
+  if (!ShapedType::isDynamic(w.getDimSize(1)) &&
+      (ShapedType::isDynamic(c.getDimSize(1)) || c.getDimSize(1) * parts != w.getDimSize(1)))
+    return op->emitOpError() << "sequence " << w.getDimSize(1) << " is not " << parts
+                             << " chunks of " << c.getDimSize(1);
+  return success();
+}
+
+LogicalResult SPGatherOp::verify() {
+  if (failed(verifyAxis(*this, getAxis())))
+    return failure();
+  return verifyChunk(*this, getResult(), getInput());
+}
+
+LogicalResult SPScatterOp::verify() {
+  if (failed(verifyAxis(*this, getAxis())) ||
+      failed(verifyChunk(*this, getInput(), getResult())))
+    return failure();
+  return getBias() ? verifyBias(*this, getInput(), getBias()) : success();
+}
+
+LogicalResult SPSplitOp::verify() {
+  if (failed(verifyAxis(*this, getAxis())))
+    return failure();
+  return verifyChunk(*this, getInput(), getResult());
+}
+
+OpCost SPGatherOp::getCost(const CostContext &c) { return touches(getInput(), getResult(), c); }
+OpCost SPScatterOp::getCost(const CostContext &c) { return touches(getInput(), getResult(), c); }
+OpCost SPSplitOp::getCost(const CostContext &c) { return touches(getInput(), getResult(), c); }
+
+LogicalResult SPGatherOp::emitGradient(OpBuilder &b, ArrayRef<Value> grads,
+                                       SmallVectorImpl<Value> &out) {
+  if (getReplicated())
+    out.assign({(Value)SPSplitOp::create(b, getLoc(), getInput().getType(), grads[0],
+                                         getAxisAttr())});
+  else
+    out.assign({(Value)SPScatterOp::create(b, getLoc(), getInput().getType(), grads[0], Value(),
+                                           getAxisAttr())});
+  return success();
+}
+
+LogicalResult SPScatterOp::emitGradient(OpBuilder &b, ArrayRef<Value> grads,
+                                        SmallVectorImpl<Value> &out) {
+  out.assign({(Value)SPGatherOp::create(b, getLoc(), getInput().getType(), grads[0],
+                                        getAxisAttr(), /*replicated=*/nullptr)});
+  if (getBias())
+    out.push_back(BiasGradOp::create(b, getLoc(), getBias().getType(), grads[0]));
+  return success();
+}
+
+LogicalResult SPSplitOp::emitGradient(OpBuilder &b, ArrayRef<Value> grads,
+                                      SmallVectorImpl<Value> &out) {
+  out.assign({(Value)SPGatherOp::create(b, getLoc(), getInput().getType(), grads[0],
+                                        getAxisAttr(), /*replicated=*/nullptr)});
+  return success();
+}

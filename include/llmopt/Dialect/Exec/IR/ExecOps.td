@@ -148,4 +148,23 @@ def Exec_AllGatherOp : Exec_Op<"all_gather", [HasParent<"ProgramOp">]> {
   let hasVerifier = 1;
 }
 
+def Exec_SeqOp : Exec_Op<"seq", [HasParent<"ProgramOp">]> {
+  let summary = "sequence-parallel data movement over a mesh axis";
+  let description = [{
+    On `[b, s, h]` activations whose sequence is split into one chunk
+    `[b, s/t, h]` per rank of `axis` (`t` ranks):
+    - `all_gather`: chunk in, whole sequence out (every rank's chunk in rank
+      order);
+    - `reduce_scatter`: the ranks' whole partial sums in, this rank's chunk of
+      their sum out;
+    - `split`: whole sequence in, this rank's chunk out (no communication).
+    ```mlir
+    exec.seq all_gather "tp" ins [#exec.buf<...>] outs [#exec.buf<...>]
+    ```
+  }];
+  let arguments = (ins StrAttr:$kind, StrAttr:$axis, ArrayAttr:$ins, ArrayAttr:$outs);
+  let assemblyFormat = "$kind $axis `ins` $ins `outs` $outs attr-dict";
+  let hasVerifier = 1;
+}
+
 #endif // LLMOPT_DIALECT_EXEC_IR_EXECOPS_TD

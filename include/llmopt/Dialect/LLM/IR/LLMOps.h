@@ -22,4 +22,12 @@
 #define GET_OP_CLASSES
 #include "llmopt/Dialect/LLM/IR/LLMOps.h.inc"
 
+namespace llmopt::llm {
+/// Sequence parallelism marks a chunk of the sequence by the tensor type's
+/// encoding `{seq_parts = t}`; 1 for a whole tensor.
+int64_t seqParts(mlir::Type t);
+/// `t` with the encoding for `parts` chunks (none for 1).
+mlir::RankedTensorType withSeqParts(mlir::Type t, int64_t parts);
+} // namespace llmopt::llm
+
 #endif // LLMOPT_DIALECT_LLM_IR_LLMOPS_H

@@ -68,4 +68,57 @@ def LLM_BiasGradOp : LLM_CostOp<"bias_grad", [Pure]> {
   let assemblyFormat = "$grad attr-dict `:` type($grad) `->` type($result)";
 }
 
+def LLM_SPGatherOp : LLM_DiffOp<"sp_gather", [Pure]> {
+  let summary = "sequence parallelism: all-gather the sequence chunks";
+  let description = [{
+    Each rank of `axis` holds a chunk of the sequence, `[b, s/t, h]` (a type
+    whose encoding is `{seq_parts = t}`); the result is the whole `[b, s, h]`
+    on every rank (Korthikanti et al. 2022, the `g` operator before a
+    column-parallel linear). Backward: `llm.sp_scatter` (reduce-scatter): the
+    ranks' consumers are partitioned, so their gradients are partial sums.
+    With `replicated` (before the LM head, which every rank computes whole)
+    the gradient is the same on every rank and the backward is `llm.sp_split`.
+    ```mlir
+    %full = llm.sp_gather %chunk axis "tp" : tensor<?x?x64xf32, {seq_parts = 2 : i64}> -> tensor<?x?x64xf32>
+    ```
+  }];
+  let arguments = (ins LLM_Activation:$input, StrAttr:$axis, UnitAttr:$replicated);
+  let results = (outs LLM_Activation:$result);
+  let assemblyFormat = [{
+    $input `axis` $axis (`replicated` $replicated^)? attr-dict `:` type($input) `->` type($result)
+  }];
+}
+
+def LLM_SPScatterOp : LLM_DiffOp<"sp_scatter", [Pure]> {
+  let summary = "sequence parallelism: reduce-scatter into sequence chunks";
+  let description = [{
+    Sums the ranks' partial `[b, s, h]` (a row-parallel linear's output) and
+    keeps this rank's sequence chunk, then adds the replicated `bias` (the
+    `g-bar` operator). Backward: `llm.sp_gather` of the gradient; the bias
+    gradient is partial over the chunks (`llm.sp_partial` on the parameter).
+    ```mlir
+    %y = llm.sp_scatter %partial bias %b : tensor<64xf32> axis "tp" : tensor<?x?x64xf32> -> tensor<?x?x64xf32, {seq_parts = 2 : i64}>
+    ```
+  }];
+  let arguments = (ins LLM_Activation:$input, Optional<LLM_Weight>:$bias, StrAttr:$axis);
+  let results = (outs LLM_Activation:$result);
+  let assemblyFormat = [{
+    $input (`bias` $bias^ `:` type($bias))? `axis` $axis attr-dict `:` type($input) `->` type($result)
+  }];
+}
+
+def LLM_SPSplitOp : LLM_DiffOp<"sp_split", [Pure]> {
+  let summary = "sequence parallelism: keep this rank's chunk of a replicated sequence";
+  let description = [{
+    Enters the sequence-parallel region from a value every rank holds whole
+    (the embeddings). Backward: `llm.sp_gather` of the chunks' gradients.
+    ```mlir
+    %chunk = llm.sp_split %x axis "tp" : tensor<?x?x64xf32> -> tensor<?x?x64xf32, {seq_parts = 2 : i64}>
+    ```
+  }];
+  let arguments = (ins LLM_Activation:$input, StrAttr:$axis);
+  let results = (outs LLM_Activation:$result);
+  let assemblyFormat = "$input `axis` $axis attr-dict `:` type($input) `->` type($result)";
+}
+
 #endif // LLMOPT_DIALECT_LLM_IR_LLMPARALLELOPS_TD
