@@ -292,11 +292,6 @@ struct ConvertLLMToExecPass
         return signalPassFailure();
       }
       tp = plan.getTp();
-      if (tp > 1 && plan.getZero() > 0 && plan.getDp() > 1) {
-        module.emitError() << "convert-llm-to-exec: ZeRO together with tensor parallelism is "
-                              "not lowered yet; plan with fix=zero:0";
-        return signalPassFailure();
-      }
       dp = plan.getDp();
       micro = plan.getNumMicroBatches();
       zero = plan.getZero();
@@ -388,60 +383,64 @@ struct ConvertLLMToExecPass
                          b.getArrayAttr({acc}),
                          b.getDictionaryAttr({cv.f64("factor", 1.0 / double(micro))}));
     StringAttr dpAxis = b.getStringAttr("dp"), avg = b.getStringAttr("avg");
-    // Parameters sharded by tensor parallelism: their squares are summed over
-    // the tp ranks; replicated ones count once.
-    llvm::StringSet<> tpSharded;
-    for (ParamOp p : body.getOps<ParamOp>())
+    // The gradient norm over the whole model. Squares of tp-sharded
+    // gradients are summed over tp, replicated ones count once; under ZeRO
+    // each rank squares its dp chunk and the sums go over dp.
+    llvm::StringSet<> tpSharded, spPartial;
+    for (ParamOp p : body.getOps<ParamOp>()) {
       if (p->hasAttr("llm.shard"))
         tpSharded.insert(p.getName());
-    if (zero == 0 && tp > 1) {
-      if (dp > 1)
-        exec::AllReduceOp::create(cv.ob, loc, dpAxis, avg, b.getArrayAttr(all));
       // Sequence parallelism: parameters applied to sequence chunks (norms,
       // row-parallel biases) have one partial gradient per chunk.
-      llvm::StringSet<> spPartial;
-      for (ParamOp p : body.getOps<ParamOp>())
-        if (p->hasAttr("llm.sp_partial"))
-          spPartial.insert(p.getName());
-      SmallVector<Attribute> partial;
-      for (auto [a, acc] : llvm::zip(updates, gradAccs))
-        if (spPartial.contains(a.getName()))
-          partial.push_back(acc);
-      if (!partial.empty())
-        exec::AllReduceOp::create(cv.ob, loc, b.getStringAttr("tp"), b.getStringAttr("sum"),
-                                  b.getArrayAttr(partial));
-      SmallVector<Attribute> sharded, replicated;
-      for (auto [a, acc] : llvm::zip(updates, gradAccs))
-        (tpSharded.contains(a.getName()) ? sharded : replicated).push_back(acc);
-      BufAttr rest = BufAttr::get(ctx, b.getStringAttr("accum"), 0,
-                                  b.getStringAttr("norm_sq_replicated"),
-                                  b.getDenseI64ArrayAttr({}), b.getF32Type());
-      KernelOp::create(cv.ob, loc, b.getStringAttr("sum_squares"), b.getArrayAttr(sharded),
-                       b.getArrayAttr({*norm}), b.getDictionaryAttr({}));
+      if (p->hasAttr("llm.sp_partial"))
+        spPartial.insert(p.getName());
+    }
+    SmallVector<Attribute> sharded, replicated, partial;
+    for (auto [a, acc] : llvm::zip(updates, gradAccs)) {
+      (tpSharded.contains(a.getName()) ? sharded : replicated).push_back(acc);
+      if (spPartial.contains(a.getName()))
+        partial.push_back(acc);
+    }
+    if (!partial.empty())
       exec::AllReduceOp::create(cv.ob, loc, b.getStringAttr("tp"), b.getStringAttr("sum"),
-                                b.getArrayAttr({*norm}));
-      KernelOp::create(cv.ob, loc, b.getStringAttr("sum_squares"), b.getArrayAttr(replicated),
-                       b.getArrayAttr({rest}), b.getDictionaryAttr({}));
-      KernelOp::create(cv.ob, loc, b.getStringAttr("add"), b.getArrayAttr({*norm, rest}),
-                       b.getArrayAttr({*norm}), b.getDictionaryAttr({}));
-      KernelOp::create(cv.ob, loc, b.getStringAttr("sqrt"), b.getArrayAttr({*norm}),
-                       b.getArrayAttr({*norm}), b.getDictionaryAttr({}));
-    } else if (zero == 0) {
-      if (dp > 1)
-        exec::AllReduceOp::create(cv.ob, loc, dpAxis, avg, b.getArrayAttr(all));
+                                b.getArrayAttr(partial));
+    if (zero == 0 && dp > 1)
+      exec::AllReduceOp::create(cv.ob, loc, dpAxis, avg, b.getArrayAttr(all));
+    if (zero > 0) {
+      // ZeRO-1/2: each rank reduces, clips and updates only its chunk of
+      // every gradient and keeps AdamW moments for that chunk; the updated
+      // chunks are gathered back into whole parameters.
+      exec::AllReduceOp::create(cv.ob, loc, dpAxis, avg, b.getArrayAttr({lossAcc}));
+      ReduceScatterOp::create(cv.ob, loc, dpAxis, avg, b.getArrayAttr(gradAccs));
+    }
+    if (zero == 0 && tp == 1) {
       KernelOp::create(cv.ob, loc, b.getStringAttr("global_norm"), b.getArrayAttr(gradAccs),
                        b.getArrayAttr({*norm}), b.getDictionaryAttr({}));
     } else {
-      // ZeRO-1/2: each rank reduces, clips and updates only its chunk of
-      // every gradient and keeps AdamW moments for that chunk; the norm is
-      // the square root of the chunks' summed squares; the updated chunks
-      // are gathered back into whole parameters.
-      exec::AllReduceOp::create(cv.ob, loc, dpAxis, avg, b.getArrayAttr({lossAcc}));
-      ReduceScatterOp::create(cv.ob, loc, dpAxis, avg, b.getArrayAttr(gradAccs));
-      KernelOp::create(cv.ob, loc, b.getStringAttr("sum_squares"), b.getArrayAttr(gradAccs),
-                       b.getArrayAttr({*norm}),
-                       b.getDictionaryAttr({b.getNamedAttr("shard", dpAxis)}));
-      exec::AllReduceOp::create(cv.ob, loc, dpAxis, b.getStringAttr("sum"), b.getArrayAttr({*norm}));
+      SmallVector<NamedAttribute> shard;
+      if (zero > 0)
+        shard.push_back(b.getNamedAttr("shard", dpAxis));
+      auto sumSquares = [&](ArrayRef<Attribute> grads, BufAttr into, bool overTp) {
+        KernelOp::create(cv.ob, loc, b.getStringAttr("sum_squares"), b.getArrayAttr(grads),
+                         b.getArrayAttr({into}), b.getDictionaryAttr(shard));
+        if (zero > 0)
+          exec::AllReduceOp::create(cv.ob, loc, dpAxis, b.getStringAttr("sum"),
+                                    b.getArrayAttr({into}));
+        if (overTp)
+          exec::AllReduceOp::create(cv.ob, loc, b.getStringAttr("tp"), b.getStringAttr("sum"),
+                                    b.getArrayAttr({into}));
+      };
+      if (tp > 1) {
+        BufAttr rest = BufAttr::get(ctx, b.getStringAttr("accum"), 0,
+                                    b.getStringAttr("norm_sq_replicated"),
+                                    b.getDenseI64ArrayAttr({}), b.getF32Type());
+        sumSquares(sharded, *norm, /*overTp=*/true);
+        sumSquares(replicated, rest, /*overTp=*/false);
+        KernelOp::create(cv.ob, loc, b.getStringAttr("add"), b.getArrayAttr({*norm, rest}),
+                         b.getArrayAttr({*norm}), b.getDictionaryAttr({}));
+      } else {
+        sumSquares(gradAccs, *norm, /*overTp=*/false);
+      }
       KernelOp::create(cv.ob, loc, b.getStringAttr("sqrt"), b.getArrayAttr({*norm}),
                        b.getArrayAttr({*norm}), b.getDictionaryAttr({}));
     }
