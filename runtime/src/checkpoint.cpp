@@ -3,6 +3,9 @@
 #include "llmopt-runtime/checkpoint.h"
 #include "llmopt-runtime/json.h"
 #include "llmopt-runtime/sha256.h"
+#include "llmopt-runtime/shard.h"
+
+#include <map>
 
 #include <cerrno>
 #include <cstdio>
@@ -61,6 +64,58 @@ void put(std::string &out, const void *p, size_t n) {
   out.append(static_cast<const char *>(p), n);
 }
 
+/// One parameter of a rank file: its value and its chunk of the moments.
+struct Saved {
+  int64_t begin = 0, end = 0;
+  std::vector<float> value, m, v;
+};
+
+/// Parses a rank file written under plan `of`.
+bool parseRank(const std::string &blob, const Plan &of, int64_t step, const std::string &where,
+               std::map<std::string, Saved> &out, std::string &error) {
+  size_t at = 0;
+  auto take = [&](void *p, size_t n) {
+    if (at + n > blob.size())
+      return false;
+    std::memcpy(p, blob.data() + at, n);
+    at += n;
+    return true;
+  };
+  char magic[8];
+  int64_t savedStep = 0, count = 0;
+  if (!take(magic, 8) || std::memcmp(magic, kMagic, 8) != 0 || !take(&savedStep, 8) ||
+      !take(&count, 8) || count != int64_t(of.params.size()) || savedStep != step) {
+    error = where + ": does not match its plan's parameters";
+    return false;
+  }
+  for (const ParamSpec &p : of.params) {
+    uint32_t len = 0;
+    if (!take(&len, 4) || len != p.name.size()) {
+      error = where + ": parameter order differs from the plan";
+      return false;
+    }
+    std::string name(len, '\0');
+    int64_t n = 0, shard[2] = {0, 0};
+    if (!take(name.data(), len) || name != p.name || !take(&n, 8) || n != p.elements ||
+        !take(shard, 16) || shard[0] < 0 || shard[1] < shard[0] || shard[1] > n) {
+      error = where + ": parameter '" + p.name + "' does not match the plan";
+      return false;
+    }
+    Saved &sv = out[p.name];
+    sv.begin = shard[0];
+    sv.end = shard[1];
+    for (std::vector<float> *v : {&sv.value, &sv.m, &sv.v}) {
+      size_t c = v == &sv.value ? size_t(n) : size_t(shard[1] - shard[0]);
+      v->resize(c);
+      if (!take(v->data(), c * sizeof(float))) {
+        error = where + ": truncated";
+        return false;
+      }
+    }
+  }
+  return true;
+}
+
 bool barrier(Communicator &comm, std::string &error) {
   float x = 0;
   return comm.allReduce("world", &x, 1, false, error);
@@ -69,7 +124,8 @@ bool barrier(Communicator &comm, std::string &error) {
 } // namespace
 
 bool saveCheckpoint(const std::string &dir, const CpuExecutor &exe, const Plan &plan,
-                    const std::string &planSha256, Communicator &comm, std::string &error) {
+                    const std::string &planText, Communicator &comm, std::string &error) {
+  std::string planSha256 = sha256Hex(planText);
   int rank = comm.rank();
   std::string name = stepName(exe.steps);
   std::string partial = dir + "/." + name + ".partial";
@@ -126,6 +182,12 @@ bool saveCheckpoint(const std::string &dir, const CpuExecutor &exe, const Plan &
       manifest += std::string(r ? "," : "") + "\n    \"" + f + "\": \"" + sha256Hex(data) + "\"";
     }
     manifest += "\n  }\n}\n";
+    // The plan travels with the checkpoint, so that another plan can reshard it.
+    if (!writeAll(partial + "/plan.json", planText) ||
+        !writeAll(partial + "/checksums.sha256", planSha256 + "  plan.json\n")) {
+      error = partial + "/plan.json: write failed";
+      return false;
+    }
     std::string final = dir + "/" + name;
     if (!writeAll(partial + "/manifest.json", manifest)) {
       error = partial + "/manifest.json: write failed";
@@ -177,67 +239,104 @@ bool loadCheckpoint(const std::string &dir, CpuExecutor &exe, const Plan &plan,
     error = stepDir + "/manifest.json: not an llm-opt checkpoint manifest";
     return false;
   }
-  if (world->integer != worldSize || planHash->string != planSha256) {
-    error = stepDir + ": written under another plan (world size " +
-            std::to_string(world->integer) +
-            "); resuming needs the same plan: resharding between plans is not supported yet";
-    return false;
-  }
-  std::string file = "rank-" + std::to_string(rank) + ".bin", blob;
-  const json::Value *want = files->get(file);
-  if (!want || !want->isString() || !readAll(stepDir + "/" + file, blob)) {
-    error = stepDir + "/" + file + ": missing";
-    return false;
-  }
-  if (sha256Hex(blob) != want->string) {
-    error = stepDir + "/" + file + ": checksum mismatch: the checkpoint is corrupt";
-    return false;
-  }
-  size_t at = 0;
-  auto take = [&](void *p, size_t n) {
-    if (at + n > blob.size())
+  auto readRank = [&](int r, const Plan &of, std::map<std::string, Saved> &out) {
+    std::string file = "rank-" + std::to_string(r) + ".bin", blob;
+    const json::Value *want = files->get(file);
+    if (!want || !want->isString() || !readAll(stepDir + "/" + file, blob)) {
+      error = stepDir + "/" + file + ": missing";
       return false;
-    std::memcpy(p, blob.data() + at, n);
-    at += n;
-    return true;
+    }
+    if (sha256Hex(blob) != want->string) {
+      error = stepDir + "/" + file + ": checksum mismatch: the checkpoint is corrupt";
+      return false;
+    }
+    return parseRank(blob, of, stepV->integer, stepDir + "/" + file, out, error);
   };
-  char magic[8];
-  int64_t step = 0, count = 0;
-  if (!take(magic, 8) || std::memcmp(magic, kMagic, 8) != 0 || !take(&step, 8) ||
-      !take(&count, 8) || count != int64_t(plan.params.size()) || step != stepV->integer) {
-    error = stepDir + "/" + file + ": does not match the plan's parameters";
-    return false;
-  }
-  for (const ParamSpec &p : plan.params) {
-    uint32_t len = 0;
-    if (!take(&len, 4) || len != p.name.size()) {
-      error = stepDir + "/" + file + ": parameter order differs from the plan";
+
+  if (world->integer == worldSize && planHash->string == planSha256) {
+    // The same plan: this rank's file holds exactly its state.
+    std::map<std::string, Saved> saved;
+    if (!readRank(rank, plan, saved))
       return false;
-    }
-    std::string name(len, '\0');
-    int64_t n = 0;
-    if (!take(name.data(), len) || name != p.name || !take(&n, 8) || n != p.elements) {
-      error = stepDir + "/" + file + ": parameter '" + p.name + "' does not match the plan";
-      return false;
-    }
-    ParamState &st = exe.params[p.name];
-    int64_t shard[2] = {0, 0};
-    if (!take(shard, 16) || shard[0] != st.shard.begin || shard[1] != st.shard.end) {
-      error = stepDir + "/" + file + ": parameter '" + p.name +
-              "' was saved with a different optimizer sharding (ZeRO stage or dp degree) "
-              "than this plan's";
-      return false;
-    }
-    for (std::vector<float> *v : {&st.value, &st.m, &st.v}) {
-      size_t count = v == &st.value ? size_t(n) : size_t(st.shard.size());
-      v->resize(count);
-      if (!take(v->data(), count * sizeof(float))) {
-        error = stepDir + "/" + file + ": truncated";
+    for (const ParamSpec &p : plan.params) {
+      ParamState &st = exe.params[p.name];
+      Saved &sv = saved[p.name];
+      if (sv.begin != st.shard.begin || sv.end != st.shard.end) {
+        error = stepDir + ": parameter '" + p.name +
+                "' was saved with a different optimizer sharding than this plan's";
         return false;
       }
+      st.value = std::move(sv.value);
+      st.m = std::move(sv.m);
+      st.v = std::move(sv.v);
     }
+    exe.steps = stepV->integer;
+    return true;
   }
-  exe.steps = step;
+
+  // Another plan (other dp / tp / ZeRO): rebuild every whole tensor from the
+  // saved parts and chunks, then cut this rank's.
+  Plan src;
+  std::string planError;
+  if (!loadPlan(stepDir, src, planError)) {
+    error = stepDir + ": written under another plan (world size " +
+            std::to_string(world->integer) + ") and its plan cannot be read: " + planError;
+    return false;
+  }
+  if (src.worldSize != world->integer) {
+    error = stepDir + "/plan.json: world size disagrees with the manifest";
+    return false;
+  }
+  std::vector<std::map<std::string, Saved>> ranks(size_t(src.worldSize));
+  for (int r = 0; r < src.worldSize; ++r)
+    if (!readRank(r, src, ranks[size_t(r)]))
+      return false;
+  auto meshOf = [](const Plan &p, const char *axis) {
+    auto it = p.mesh.find(axis);
+    return it == p.mesh.end() ? 1 : it->second;
+  };
+  int srcTp = meshOf(src, "tp"), srcDp = meshOf(src, "dp"), tp = meshOf(plan, "tp");
+  for (const ParamSpec &p : plan.params) {
+    const ParamSpec *sp = src.param(p.name);
+    std::vector<int64_t> a = p.shape, b = sp ? sp->shape : std::vector<int64_t>();
+    if (sp && p.shardDim >= 0)
+      a[size_t(p.shardDim)] *= p.shardParts;
+    if (sp && sp->shardDim >= 0)
+      b[size_t(sp->shardDim)] *= sp->shardParts;
+    if (!sp || a != b) {
+      error = stepDir + ": parameter '" + p.name +
+              "' is missing or has another shape: the checkpoint is of another model";
+      return false;
+    }
+    int64_t n = wholeElements(p);
+    std::vector<float> whole[3];
+    for (auto &w : whole)
+      w.assign(size_t(n), 0.0f);
+    for (int j = 0; j < srcTp; ++j) {
+      std::vector<float> part[3];
+      part[0] = ranks[size_t(j)].at(p.name).value;
+      for (int k : {1, 2}) {
+        part[k].assign(size_t(sp->elements), 0.0f);
+        for (int i = 0; i < srcDp; ++i) {
+          const Saved &sv = ranks[size_t(i * srcTp + j)].at(p.name);
+          const std::vector<float> &chunk = k == 1 ? sv.m : sv.v;
+          std::copy(chunk.begin(), chunk.end(), part[k].begin() + sv.begin);
+        }
+      }
+      for (int k = 0; k < 3; ++k)
+        copyPart(*sp, j, whole[k].data(), part[k].data(), /*toPart=*/false);
+    }
+    ParamState &st = exe.params[p.name];
+    std::vector<float> mine[3];
+    for (int k = 0; k < 3; ++k) {
+      mine[k].assign(size_t(p.elements), 0.0f);
+      copyPart(p, rank % tp, whole[k].data(), mine[k].data(), /*toPart=*/true);
+    }
+    st.value = std::move(mine[0]);
+    st.m.assign(mine[1].begin() + st.shard.begin, mine[1].begin() + st.shard.end);
+    st.v.assign(mine[2].begin() + st.shard.begin, mine[2].begin() + st.shard.end);
+  }
+  exe.steps = stepV->integer;
   return true;
 }
 

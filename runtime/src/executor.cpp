@@ -1,6 +1,7 @@
 //===- executor.cpp - running a plan on the CPU ---------------------------===//
 
 #include "llmopt-runtime/executor.h"
+#include "llmopt-runtime/shard.h"
 #include "llmopt-kernels/cpu.h"
 #include "llmopt-kernels/init.h"
 
@@ -54,20 +55,9 @@ bool CpuExecutor::init(const Plan &p, int rank, uint64_t seed, std::string &erro
       int index = 0, size = 1;
       if (!axis(s.shardAxis, index, size, error))
         return false;
-      int64_t dim = s.shardDim, outer = 1, inner = 1;
-      for (int64_t d = 0; d < dim; ++d)
-        outer *= s.shape[size_t(d)];
-      for (size_t d = size_t(dim) + 1; d < s.shape.size(); ++d)
-        inner *= s.shape[d];
-      int64_t local = s.shape[size_t(dim)], whole = local * s.shardParts;
-      int64_t part = local / s.shardBlocks, block = whole / s.shardBlocks;
-      std::vector<float> full(size_t(s.elements * s.shardParts));
+      std::vector<float> full(size_t(wholeElements(s)));
       kernels::initNormal(full.data(), int64_t(full.size()), float(s.stddev), seed, s.name);
-      for (int64_t o = 0; o < outer; ++o)
-        for (int64_t bk = 0; bk < s.shardBlocks; ++bk)
-          for (int64_t j = 0; j < part; ++j)
-            std::copy_n(full.data() + ((o * whole) + bk * block + index * part + j) * inner,
-                        inner, st.value.data() + ((o * local) + bk * part + j) * inner);
+      copyPart(s, index, full.data(), st.value.data(), /*toPart=*/true);
     }
   }
   steps = 0;

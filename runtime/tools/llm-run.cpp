@@ -327,7 +327,7 @@ int main(int argc, char **argv) {
                    tty ? "" : "\n");
     if (!o.checkpointDir.empty() && o.checkpointEvery > 0 &&
         exe.steps % o.checkpointEvery == 0 &&
-        !saveCheckpoint(o.checkpointDir, exe, plan, planHash, *comm, error))
+        !saveCheckpoint(o.checkpointDir, exe, plan, planText, *comm, error))
       return fail("checkpoint: " + error);
   }
   if (tty && rank == 0)
@@ -335,7 +335,7 @@ int main(int argc, char **argv) {
   // The last step is always saved, so a finished run can be extended later.
   if (!o.checkpointDir.empty() && exe.steps > startStep &&
       (o.checkpointEvery == 0 || exe.steps % o.checkpointEvery != 0) &&
-      !saveCheckpoint(o.checkpointDir, exe, plan, planHash, *comm, error))
+      !saveCheckpoint(o.checkpointDir, exe, plan, planText, *comm, error))
     return fail("checkpoint: " + error);
   if (metrics)
     std::fclose(metrics);

@@ -1,6 +1,7 @@
 //===- checkpoint.h - atomic, checksummed, resumable checkpoints ----*- C++ -*-===//
 //
-// DIR/step-00000005/{manifest.json, rank-0.bin, rank-1.bin, ...} and
+// DIR/step-00000005/{manifest.json, plan.json, checksums.sha256, rank-0.bin,
+// rank-1.bin, ...} and
 // DIR/LATEST naming the newest complete one. Every rank writes its own file
 // into DIR/.step-00000005.partial; rank 0 then writes the manifest (step,
 // world size, the plan's SHA-256, each file's SHA-256), renames the
@@ -22,9 +23,11 @@ namespace llmopt::runtime {
 
 /// Collective: every rank calls it after step `exe.steps`.
 bool saveCheckpoint(const std::string &dir, const CpuExecutor &exe, const Plan &plan,
-                    const std::string &planSha256, Communicator &comm, std::string &error);
+                    const std::string &planText, Communicator &comm, std::string &error);
 
-/// Restores this rank's state from the newest checkpoint in `dir`.
+/// Restores this rank's state from the newest checkpoint in `dir`. A
+/// checkpoint of another plan of the same model (other dp, tp, ZeRO) is
+/// resharded from the plan stored with it.
 bool loadCheckpoint(const std::string &dir, CpuExecutor &exe, const Plan &plan,
                     const std::string &planSha256, int rank, int worldSize,
                     std::string &error);
