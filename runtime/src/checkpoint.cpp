@@ -206,9 +206,16 @@ bool saveCheckpoint(const std::string &dir, const CpuExecutor &exe, const Plan &
   return barrier(comm, error);
 }
 
-bool loadCheckpoint(const std::string &dir, CpuExecutor &exe, const Plan &plan,
-                    const std::string &planSha256, int rank, int worldSize,
-                    std::string &error) {
+namespace {
+/// The newest checkpoint in a directory, its manifest checked.
+struct Opened {
+  std::string stepDir;
+  json::Value manifest;
+  int64_t step = 0, world = 0;
+  std::string planHash;
+};
+
+bool openCheckpoint(const std::string &dir, Opened &o, std::string &error) {
   std::string latest;
   if (!readAll(dir + "/LATEST", latest)) {
     error = dir + "/LATEST: no checkpoint to resume from";
@@ -220,49 +227,123 @@ bool loadCheckpoint(const std::string &dir, CpuExecutor &exe, const Plan &plan,
     error = dir + "/LATEST: malformed ('" + latest + "')";
     return false;
   }
-  std::string stepDir = dir + "/" + latest, text;
-  if (!readAll(stepDir + "/manifest.json", text)) {
-    error = stepDir + "/manifest.json: missing: the checkpoint is incomplete";
+  o.stepDir = dir + "/" + latest;
+  std::string text;
+  if (!readAll(o.stepDir + "/manifest.json", text)) {
+    error = o.stepDir + "/manifest.json: missing: the checkpoint is incomplete";
     return false;
   }
-  json::Value m;
-  if (!json::parse(text, m, error)) {
-    error = stepDir + "/manifest.json: " + error;
+  if (!json::parse(text, o.manifest, error)) {
+    error = o.stepDir + "/manifest.json: " + error;
     return false;
   }
+  const json::Value &m = o.manifest;
   const json::Value *format = m.get("format"), *world = m.get("world_size"),
                     *planHash = m.get("plan_sha256"), *files = m.get("files"),
                     *stepV = m.get("step");
   if (!format || !format->isString() || format->string != "llm-opt-checkpoint" || !world ||
       !world->isInteger || !planHash || !planHash->isString() || !files ||
       !files->isObject() || !stepV || !stepV->isInteger) {
-    error = stepDir + "/manifest.json: not an llm-opt checkpoint manifest";
+    error = o.stepDir + "/manifest.json: not an llm-opt checkpoint manifest";
     return false;
   }
-  auto readRank = [&](int r, const Plan &of, std::map<std::string, Saved> &out) {
-    std::string file = "rank-" + std::to_string(r) + ".bin", blob;
-    const json::Value *want = files->get(file);
-    if (!want || !want->isString() || !readAll(stepDir + "/" + file, blob)) {
-      error = stepDir + "/" + file + ": missing";
-      return false;
-    }
-    if (sha256Hex(blob) != want->string) {
-      error = stepDir + "/" + file + ": checksum mismatch: the checkpoint is corrupt";
-      return false;
-    }
-    return parseRank(blob, of, stepV->integer, stepDir + "/" + file, out, error);
-  };
+  o.step = stepV->integer;
+  o.world = world->integer;
+  o.planHash = planHash->string;
+  return true;
+}
 
-  if (world->integer == worldSize && planHash->string == planSha256) {
+bool readRank(const Opened &o, int r, const Plan &of, std::map<std::string, Saved> &out,
+              std::string &error) {
+  std::string file = "rank-" + std::to_string(r) + ".bin", blob;
+  const json::Value *want = o.manifest.get("files")->get(file);
+  if (!want || !want->isString() || !readAll(o.stepDir + "/" + file, blob)) {
+    error = o.stepDir + "/" + file + ": missing";
+    return false;
+  }
+  if (sha256Hex(blob) != want->string) {
+    error = o.stepDir + "/" + file + ": checksum mismatch: the checkpoint is corrupt";
+    return false;
+  }
+  return parseRank(blob, of, o.step, o.stepDir + "/" + file, out, error);
+}
+
+int meshOf(const Plan &p, const char *axis) {
+  auto it = p.mesh.find(axis);
+  return it == p.mesh.end() ? 1 : it->second;
+}
+
+/// Every whole tensor of an opened checkpoint, from its stored plan.
+bool readWhole(const Opened &o, Plan &src, std::vector<WholeTensor> &out, std::string &error) {
+  std::string planError;
+  if (!loadPlan(o.stepDir, src, planError)) {
+    error = o.stepDir + ": written under another plan (world size " + std::to_string(o.world) +
+            ") and its plan cannot be read: " + planError;
+    return false;
+  }
+  if (src.worldSize != o.world) {
+    error = o.stepDir + "/plan.json: world size disagrees with the manifest";
+    return false;
+  }
+  std::vector<std::map<std::string, Saved>> ranks(size_t(src.worldSize));
+  for (int r = 0; r < src.worldSize; ++r)
+    if (!readRank(o, r, src, ranks[size_t(r)], error))
+      return false;
+  int srcTp = meshOf(src, "tp"), srcDp = meshOf(src, "dp");
+  for (const ParamSpec &sp : src.params) {
+    WholeTensor w;
+    w.name = sp.name;
+    w.shape = sp.shape;
+    if (sp.shardDim >= 0)
+      w.shape[size_t(sp.shardDim)] *= sp.shardParts;
+    std::vector<float> *whole[3] = {&w.value, &w.m, &w.v};
+    for (std::vector<float> *x : whole)
+      x->assign(size_t(wholeElements(sp)), 0.0f);
+    for (int j = 0; j < srcTp; ++j) {
+      std::vector<float> part[3];
+      part[0] = ranks[size_t(j)].at(sp.name).value;
+      for (int k : {1, 2}) {
+        part[k].assign(size_t(sp.elements), 0.0f);
+        for (int i = 0; i < srcDp; ++i) {
+          const Saved &sv = ranks[size_t(i * srcTp + j)].at(sp.name);
+          const std::vector<float> &chunk = k == 1 ? sv.m : sv.v;
+          std::copy(chunk.begin(), chunk.end(), part[k].begin() + sv.begin);
+        }
+      }
+      for (int k = 0; k < 3; ++k)
+        copyPart(sp, j, whole[k]->data(), part[k].data(), /*toPart=*/false);
+    }
+    out.push_back(std::move(w));
+  }
+  return true;
+}
+} // namespace
+
+bool readWholeCheckpoint(const std::string &dir, Plan &plan, int64_t &step,
+                         std::vector<WholeTensor> &tensors, std::string &error) {
+  Opened o;
+  if (!openCheckpoint(dir, o, error) || !readWhole(o, plan, tensors, error))
+    return false;
+  step = o.step;
+  return true;
+}
+
+bool loadCheckpoint(const std::string &dir, CpuExecutor &exe, const Plan &plan,
+                    const std::string &planSha256, int rank, int worldSize,
+                    std::string &error) {
+  Opened o;
+  if (!openCheckpoint(dir, o, error))
+    return false;
+  if (o.world == worldSize && o.planHash == planSha256) {
     // The same plan: this rank's file holds exactly its state.
     std::map<std::string, Saved> saved;
-    if (!readRank(rank, plan, saved))
+    if (!readRank(o, rank, plan, saved, error))
       return false;
     for (const ParamSpec &p : plan.params) {
       ParamState &st = exe.params[p.name];
       Saved &sv = saved[p.name];
       if (sv.begin != st.shard.begin || sv.end != st.shard.end) {
-        error = stepDir + ": parameter '" + p.name +
+        error = o.stepDir + ": parameter '" + p.name +
                 "' was saved with a different optimizer sharding than this plan's";
         return false;
       }
@@ -270,73 +351,44 @@ bool loadCheckpoint(const std::string &dir, CpuExecutor &exe, const Plan &plan,
       st.m = std::move(sv.m);
       st.v = std::move(sv.v);
     }
-    exe.steps = stepV->integer;
+    exe.steps = o.step;
     return true;
   }
 
   // Another plan (other dp / tp / ZeRO): rebuild every whole tensor from the
   // saved parts and chunks, then cut this rank's.
   Plan src;
-  std::string planError;
-  if (!loadPlan(stepDir, src, planError)) {
-    error = stepDir + ": written under another plan (world size " +
-            std::to_string(world->integer) + ") and its plan cannot be read: " + planError;
+  std::vector<WholeTensor> tensors;
+  if (!readWhole(o, src, tensors, error))
     return false;
-  }
-  if (src.worldSize != world->integer) {
-    error = stepDir + "/plan.json: world size disagrees with the manifest";
-    return false;
-  }
-  std::vector<std::map<std::string, Saved>> ranks(size_t(src.worldSize));
-  for (int r = 0; r < src.worldSize; ++r)
-    if (!readRank(r, src, ranks[size_t(r)]))
-      return false;
-  auto meshOf = [](const Plan &p, const char *axis) {
-    auto it = p.mesh.find(axis);
-    return it == p.mesh.end() ? 1 : it->second;
-  };
-  int srcTp = meshOf(src, "tp"), srcDp = meshOf(src, "dp"), tp = meshOf(plan, "tp");
+  std::map<std::string, const WholeTensor *> byName;
+  for (const WholeTensor &w : tensors)
+    byName[w.name] = &w;
+  int tp = meshOf(plan, "tp");
   for (const ParamSpec &p : plan.params) {
-    const ParamSpec *sp = src.param(p.name);
-    std::vector<int64_t> a = p.shape, b = sp ? sp->shape : std::vector<int64_t>();
-    if (sp && p.shardDim >= 0)
-      a[size_t(p.shardDim)] *= p.shardParts;
-    if (sp && sp->shardDim >= 0)
-      b[size_t(sp->shardDim)] *= sp->shardParts;
-    if (!sp || a != b) {
-      error = stepDir + ": parameter '" + p.name +
+    std::vector<int64_t> shape = p.shape;
+    if (p.shardDim >= 0)
+      shape[size_t(p.shardDim)] *= p.shardParts;
+    auto it = byName.find(p.name);
+    if (it == byName.end() || it->second->shape != shape) {
+      error = o.stepDir + ": parameter '" + p.name +
               "' is missing or has another shape: the checkpoint is of another model";
       return false;
     }
-    int64_t n = wholeElements(p);
-    std::vector<float> whole[3];
-    for (auto &w : whole)
-      w.assign(size_t(n), 0.0f);
-    for (int j = 0; j < srcTp; ++j) {
-      std::vector<float> part[3];
-      part[0] = ranks[size_t(j)].at(p.name).value;
-      for (int k : {1, 2}) {
-        part[k].assign(size_t(sp->elements), 0.0f);
-        for (int i = 0; i < srcDp; ++i) {
-          const Saved &sv = ranks[size_t(i * srcTp + j)].at(p.name);
-          const std::vector<float> &chunk = k == 1 ? sv.m : sv.v;
-          std::copy(chunk.begin(), chunk.end(), part[k].begin() + sv.begin);
-        }
-      }
-      for (int k = 0; k < 3; ++k)
-        copyPart(*sp, j, whole[k].data(), part[k].data(), /*toPart=*/false);
-    }
+    const WholeTensor &w = *it->second;
+    const std::vector<float> *whole[3] = {&w.value, &w.m, &w.v};
     ParamState &st = exe.params[p.name];
     std::vector<float> mine[3];
     for (int k = 0; k < 3; ++k) {
       mine[k].assign(size_t(p.elements), 0.0f);
-      copyPart(p, rank % tp, whole[k].data(), mine[k].data(), /*toPart=*/true);
+      copyPart(p, rank % tp, const_cast<float *>(whole[k]->data()), mine[k].data(),
+               /*toPart=*/true);
     }
     st.value = std::move(mine[0]);
     st.m.assign(mine[1].begin() + st.shard.begin, mine[1].begin() + st.shard.end);
     st.v.assign(mine[2].begin() + st.shard.begin, mine[2].begin() + st.shard.end);
   }
-  exe.steps = stepV->integer;
+  exe.steps = o.step;
   return true;
 }
 

@@ -18,6 +18,7 @@
 #include "llmopt-runtime/executor.h"
 
 #include <string>
+#include <vector>
 
 namespace llmopt::runtime {
 
@@ -31,6 +32,18 @@ bool saveCheckpoint(const std::string &dir, const CpuExecutor &exe, const Plan &
 bool loadCheckpoint(const std::string &dir, CpuExecutor &exe, const Plan &plan,
                     const std::string &planSha256, int rank, int worldSize,
                     std::string &error);
+
+/// A parameter as the unpartitioned model holds it, with its AdamW moments.
+struct WholeTensor {
+  std::string name;
+  std::vector<int64_t> shape;
+  std::vector<float> value, m, v;
+};
+
+/// Reads the newest checkpoint in `dir` as whole tensors, whatever plan wrote
+/// it (`plan` is set to that plan), in its plan's parameter order.
+bool readWholeCheckpoint(const std::string &dir, Plan &plan, int64_t &step,
+                         std::vector<WholeTensor> &tensors, std::string &error);
 
 } // namespace llmopt::runtime
 
