@@ -680,7 +680,7 @@ public:
                                 InitKind::normal, c.initStd);
     Value logits = LMHeadOp::create(b, loc, act(c.vocab), x, head);
     Value l = CrossEntropyOp::create(b, loc, loss, logits, labels,
-                                     b.getI64IntegerAttr(-100));
+                                     b.getI64IntegerAttr(-100), /*vocab_axis=*/StringAttr());
     func::ReturnOp::create(b, loc, l);
     if (reader.failed())
       return nullptr;

@@ -226,6 +226,36 @@ struct Partitioner {
   }
 };
 
+/// Vocabulary parallelism for an untied LM head (Megatron): the head's
+/// weight keeps V/tp rows, each rank computes its part of the logits and the
+/// cross-entropy's softmax spans the ranks. A head tied to the input
+/// embedding stays replicated (vocabulary-parallel embeddings are not done).
+LogicalResult vocabParallel(func::FuncOp forward, Partitioner &p) {
+  for (LMHeadOp head : llvm::to_vector(forward.getBody().front().getOps<LMHeadOp>())) {
+    Value w = head.getWeight();
+    if (!w.hasOneUse() || !w.getDefiningOp<ParamOp>())
+      continue; // tied
+    if (!head.getResult().hasOneUse())
+      continue;
+    auto ce = dyn_cast<CrossEntropyOp>(*head.getResult().getUsers().begin());
+    if (!ce)
+      continue;
+    int64_t vocab = cast<RankedTensorType>(w.getType()).getDimSize(0);
+    if (vocab % p.tp != 0)
+      continue; // stays replicated: the vocabulary does not split evenly
+    if (failed(p.shardParam(head, w, 0, 1)))
+      return failure();
+    shrinkLast(head.getResult(), p.tp);
+    ce.setVocabAxisAttr(p.axis);
+    if (!p.sp) {
+      OpBuilder b(head);
+      Value x = head.getInput();
+      head->setOperand(0, TPCopyOp::create(b, head.getLoc(), x.getType(), x, p.axis));
+    }
+  }
+  return success();
+}
+
 /// Sequence parallelism: the residual stream between the layers' parallel
 /// regions is a chunk of the sequence. Enters before the first layer
 /// (sp_split), propagates through norms and residual adds (whose parameters
@@ -260,8 +290,13 @@ LogicalResult sequenceParallel(func::FuncOp forward, Partitioner &p) {
       if (isa<LMHeadOp>(op)) {
         OpBuilder ob(&op);
         Value in = op.getOperand(0);
+        // A vocabulary-parallel head is partitioned: its input gradient is a
+        // partial sum (reduce-scatter); a replicated one is whole everywhere.
+        bool parallelHead = cast<LMHeadOp>(op).getWeight().getDefiningOp() &&
+                            cast<LMHeadOp>(op).getWeight().getDefiningOp()->hasAttr("llm.shard");
         op.setOperand(0, SPGatherOp::create(ob, op.getLoc(), withSeqParts(in.getType(), 1), in,
-                                            p.axis, ob.getUnitAttr()));
+                                            p.axis,
+                                            parallelHead ? UnitAttr() : ob.getUnitAttr()));
         continue;
       }
       if (!isa<RMSNormOp, LayerNormOp, AddOp>(op))
@@ -299,6 +334,8 @@ struct PartitionTPPass : public llmopt::impl::PartitionTPBase<PartitionTPPass> {
     for (LayerOp layer : llvm::to_vector(forward.getBody().front().getOps<LayerOp>()))
       if (failed(p.layer(layer)))
         return signalPassFailure();
+    if (failed(vocabParallel(forward, p)))
+      return signalPassFailure();
     // With sequence parallelism, the chunk types then flow from the split
     // before the first layer and from each sp_scatter.
     if (seqParallel && failed(sequenceParallel(forward, p)))

@@ -439,6 +439,84 @@ bool CpuExecutor::run(const Instruction &ins, Communicator &comm, std::string &e
     for (int64_t i = 0; i < in[0].elements; ++i)
       data(out[0])[i] = std::sqrt(std::max(0.0f, data(in[0])[i]));
     return true;
+  case KernelId::VPCEStats: {
+    // This rank's vocabulary part: per row, log-sum-exp of its logits and the
+    // label's logit if the label falls in the part (else 0).
+    const int32_t *l = ids(in[1], error);
+    if (!l)
+      return false;
+    const float *z = data(in[0]);
+    int64_t part = in[0].shape.back(), rows = in[0].elements / part, off = shardIndex * part;
+    int64_t ignore = int64_t(ins.number("ignore_index", -100));
+    float *lse = data(out[0]), *target = data(out[1]);
+    for (int64_t r = 0; r < rows; ++r) {
+      const float *zr = z + r * part;
+      float mx = *std::max_element(zr, zr + part);
+      double sum = 0;
+      for (int64_t j = 0; j < part; ++j)
+        sum += std::exp(double(zr[j] - mx));
+      lse[r] = mx + float(std::log(sum));
+      int64_t label = l[r];
+      target[r] = label != ignore && label >= off && label < off + part ? zr[label - off] : 0.0f;
+    }
+    return true;
+  }
+  case KernelId::VPCELoss: {
+    const int32_t *l = ids(in[2], error);
+    if (!l)
+      return false;
+    const float *all = data(in[0]), *target = data(in[1]);
+    int64_t rows = in[1].elements, parts = in[0].elements / rows;
+    int64_t ignore = int64_t(ins.number("ignore_index", -100)), counted = 0;
+    double total = 0;
+    for (int64_t r = 0; r < rows; ++r) {
+      if (l[r] == ignore)
+        continue;
+      double mx = all[r];
+      for (int64_t p = 1; p < parts; ++p)
+        mx = std::max(mx, double(all[p * rows + r]));
+      double sum = 0;
+      for (int64_t p = 0; p < parts; ++p)
+        sum += std::exp(double(all[p * rows + r]) - mx);
+      total += mx + std::log(sum) - double(target[r]);
+      ++counted;
+    }
+    *data(out[0]) = counted ? float(total / double(counted)) : 0.0f;
+    return true;
+  }
+  case KernelId::VPCEBwd: {
+    const int32_t *l = ids(in[1], error);
+    if (!l)
+      return false;
+    const float *z = data(in[0]), *all = data(in[2]);
+    float dloss = *data(in[3]);
+    int64_t part = in[0].shape.back(), rows = in[0].elements / part, off = shardIndex * part;
+    int64_t parts = in[2].elements / rows, ignore = int64_t(ins.number("ignore_index", -100));
+    int64_t counted = 0;
+    for (int64_t r = 0; r < rows; ++r)
+      counted += l[r] != ignore;
+    float *g = data(out[0]);
+    for (int64_t r = 0; r < rows; ++r) {
+      float *gr = g + r * part;
+      if (l[r] == ignore || counted == 0) {
+        std::fill_n(gr, part, 0.0f);
+        continue;
+      }
+      double mx = all[r];
+      for (int64_t p = 1; p < parts; ++p)
+        mx = std::max(mx, double(all[p * rows + r]));
+      double sum = 0;
+      for (int64_t p = 0; p < parts; ++p)
+        sum += std::exp(double(all[p * rows + r]) - mx);
+      double lse = mx + std::log(sum), scale = double(dloss) / double(counted);
+      const float *zr = z + r * part;
+      for (int64_t j = 0; j < part; ++j) {
+        double p = std::exp(double(zr[j]) - lse);
+        gr[j] = float((p - (off + j == l[r] ? 1.0 : 0.0)) * scale);
+      }
+    }
+    return true;
+  }
   case KernelId::GlobalNorm: {
     double sum = 0;
     for (const Buffer &b : in)

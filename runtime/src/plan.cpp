@@ -158,9 +158,10 @@ struct Checker {
         const ParamSpec *p = plan.param(b.name.substr(5));
         if (!p || p->shape != b.shape)
           return fail(where, "no parameter of this shape for accumulator '" + b.name + "'");
-      } else if (b.name != "loss" && b.name != "norm_sq_replicated") {
+      } else if (b.name != "loss" && b.name != "norm_sq_replicated" &&
+                 b.name.rfind("scratch:", 0) != 0) {
         return fail(where, "unknown accumulator '" + b.name +
-                               "' (loss, norm_sq_replicated, grad:<parameter>)");
+                               "' (loss, norm_sq_replicated, scratch:<name>, grad:<parameter>)");
       }
     } else {
       return fail(where + ".space",

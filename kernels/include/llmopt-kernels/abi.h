@@ -50,6 +50,9 @@
   LLMOPT_KERNEL(Scale, "scale", 1, 1, "factor")                                          \
   LLMOPT_KERNEL(CrossEntropyFwd, "cross_entropy_fwd", 2, 1, "ignore_index")              \
   LLMOPT_KERNEL(CrossEntropyBwd, "cross_entropy_bwd", 3, 1, "ignore_index")              \
+  LLMOPT_KERNEL(VPCEStats, "vp_ce_stats", 2, 2, "shard,ignore_index")                  \
+  LLMOPT_KERNEL(VPCELoss, "vp_ce_loss", 3, 1, "ignore_index")                            \
+  LLMOPT_KERNEL(VPCEBwd, "vp_ce_bwd", 4, 1, "shard,ignore_index")                        \
   LLMOPT_KERNEL(GlobalNorm, "global_norm", -1, 1, "")                                    \
   LLMOPT_KERNEL(SumSquares, "sum_squares", -1, 1, "shard")                               \
   LLMOPT_KERNEL(Sqrt, "sqrt", 1, 1, "")                                                  \

@@ -102,6 +102,35 @@ struct Converter {
     return success();
   }
 
+  /// Scratch buffers of the vocabulary-parallel cross-entropy: per-row local
+  /// log-sum-exp [1, rows, 1], every rank's [1, parts * rows, 1], and the
+  /// target logit [rows].
+  std::tuple<BufAttr, BufAttr, BufAttr> vpScratch(BufAttr logits, StringRef axis) {
+    ArrayRef<int64_t> shape = logits.getShape().asArrayRef();
+    int64_t rows = 1;
+    for (int64_t d : shape.drop_back())
+      rows *= d;
+    auto scratch = [&](StringRef name, ArrayRef<int64_t> dims) {
+      return BufAttr::get(b.getContext(), b.getStringAttr("accum"), 0,
+                          b.getStringAttr(("scratch:" + name).str()),
+                          b.getDenseI64ArrayAttr(dims), b.getF32Type());
+    };
+    return {scratch("vp_lse", {1, rows, 1}), scratch("vp_lse_all", {1, rows * vpParts, 1}),
+            scratch("vp_target", {rows})};
+  }
+
+  void vpStats(Location loc, BufAttr logits, BufAttr labels, BufAttr lse, BufAttr all,
+               BufAttr target, StringRef axis, int64_t ignore) {
+    KernelOp::create(ob, loc, b.getStringAttr("vp_ce_stats"), b.getArrayAttr({logits, labels}),
+                     b.getArrayAttr({lse, target}),
+                     b.getDictionaryAttr({b.getNamedAttr("shard", b.getStringAttr(axis)),
+                                          i64("ignore_index", ignore)}));
+    SeqOp::create(ob, loc, b.getStringAttr("all_gather"), b.getStringAttr(axis),
+                  b.getArrayAttr({lse}), b.getArrayAttr({all}));
+  }
+
+  int64_t vpParts = 1;
+
   LogicalResult convert(Operation *op);
 };
 
@@ -180,13 +209,43 @@ LogicalResult Converter::convert(Operation *op) {
         return kernel(loc, "linear_fwd", {h.getInput(), h.getWeight()}, h.getResult(),
                       {flag("transposed", false)});
       })
-      .Case([&](CrossEntropyOp c) {
+      .Case([&](CrossEntropyOp c) -> LogicalResult {
+        int64_t ignore = c.getIgnoreIndexAttr().getInt();
+        if (auto axis = c.getVocabAxisAttr()) {
+          // Vocabulary-parallel: local log-sum-exp and target logit per row,
+          // gathered / summed over the axis, combined into the mean loss.
+          FailureOr<BufAttr> logits = buf(c.getLogits()), labels = buf(c.getLabels()),
+                             loss = buf(c.getLoss());
+          if (failed(logits) || failed(labels) || failed(loss))
+            return failure();
+          auto [lse, all, target] = vpScratch(*logits, axis.getValue());
+          vpStats(loc, *logits, *labels, lse, all, target, axis.getValue(), ignore);
+          exec::AllReduceOp::create(ob, loc, axis, b.getStringAttr("sum"), b.getArrayAttr({target}));
+          KernelOp::create(ob, loc, b.getStringAttr("vp_ce_loss"),
+                           b.getArrayAttr({all, target, *labels}), b.getArrayAttr({*loss}),
+                           b.getDictionaryAttr({i64("ignore_index", ignore)}));
+          return success();
+        }
         return kernel(loc, "cross_entropy_fwd", {c.getLogits(), c.getLabels()}, c.getLoss(),
-                      {i64("ignore_index", c.getIgnoreIndexAttr().getInt())});
+                      {i64("ignore_index", ignore)});
       })
-      .Case([&](CrossEntropyGradOp g) {
+      .Case([&](CrossEntropyGradOp g) -> LogicalResult {
+        int64_t ignore = g.getIgnoreIndexAttr().getInt();
+        if (auto axis = g.getVocabAxisAttr()) {
+          FailureOr<BufAttr> logits = buf(g.getLogits()), labels = buf(g.getLabels()),
+                             dloss = buf(g.getLossGrad()), out = buf(g.getResult());
+          if (failed(logits) || failed(labels) || failed(dloss) || failed(out))
+            return failure();
+          auto [lse, all, target] = vpScratch(*logits, axis.getValue());
+          vpStats(loc, *logits, *labels, lse, all, target, axis.getValue(), ignore);
+          KernelOp::create(ob, loc, b.getStringAttr("vp_ce_bwd"),
+                           b.getArrayAttr({*logits, *labels, all, *dloss}), b.getArrayAttr({*out}),
+                           b.getDictionaryAttr({b.getNamedAttr("shard", axis),
+                                                i64("ignore_index", ignore)}));
+          return success();
+        }
         return kernel(loc, "cross_entropy_bwd", {g.getLogits(), g.getLabels(), g.getLossGrad()},
-                      g.getResult(), {i64("ignore_index", g.getIgnoreIndexAttr().getInt())});
+                      g.getResult(), {i64("ignore_index", ignore)});
       })
       .Case([&](LMHeadGradOp g) {
         return kernel(loc, "linear_bwd", {g.getGrad(), g.getInput(), g.getWeight()},
@@ -306,6 +365,7 @@ struct ConvertLLMToExecPass
     }
 
     Converter cv(func);
+    cv.vpParts = tp;
     Block &body = func.getBody().front();
     for (Operation &op : body)
       if (auto offs = op.getAttrOfType<DenseI64ArrayAttr>("llm.offsets"))

@@ -152,7 +152,8 @@ LogicalResult LMHeadOp::emitGradient(OpBuilder &b, ArrayRef<Value> grads,
 LogicalResult CrossEntropyOp::emitGradient(OpBuilder &b, ArrayRef<Value> grads,
                                            SmallVectorImpl<Value> &out) {
   out.assign({(Value)CrossEntropyGradOp::create(b, getLoc(), getLogits().getType(), getLogits(),
-                                    getLabels(), grads[0], getIgnoreIndexAttr()),
+                                    getLabels(), grads[0], getIgnoreIndexAttr(),
+                                    getVocabAxisAttr()),
          Value()});
   return success();
 }

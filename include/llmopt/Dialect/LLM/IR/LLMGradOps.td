@@ -188,7 +188,8 @@ def LLM_CrossEntropyGradOp : LLM_CostOp<"cross_entropy_grad", [Pure,
   }];
   let arguments = (ins LLM_Activation:$logits, LLM_IndexTensor:$labels,
                        LLM_Scalar:$loss_grad,
-                       DefaultValuedAttr<I64Attr, "-100">:$ignore_index);
+                       DefaultValuedAttr<I64Attr, "-100">:$ignore_index,
+                       OptionalAttr<StrAttr>:$vocab_axis);
   let results = (outs LLM_Activation:$result);
   let assemblyFormat = [{
     $logits `,` $labels `,` $loss_grad attr-dict `:` type($logits) `,` type($labels) `,`

@@ -508,10 +508,16 @@ def LLM_CrossEntropyOp : LLM_DiffOp<"cross_entropy", [Pure]> {
     %loss = llm.cross_entropy %logits, %labels : tensor<?x?x50257xf32>, tensor<?x?xi32> -> tensor<f32>
     ```
 
+    With `vocab_axis` (tensor parallelism, `llm-partition-tp`), `logits` are
+    this rank's part of the vocabulary (rank `i` of the axis holds entries
+    `[i * V/t, (i + 1) * V/t)`) and the softmax spans the ranks (Megatron's
+    vocabulary-parallel cross-entropy); the loss is the same on every rank.
+
     Verified: labels have the logits' leading dimensions.
   }];
   let arguments = (ins LLM_Activation:$logits, LLM_IndexTensor:$labels,
-                       DefaultValuedAttr<I64Attr, "-100">:$ignore_index);
+                       DefaultValuedAttr<I64Attr, "-100">:$ignore_index,
+                       OptionalAttr<StrAttr>:$vocab_axis);
   let results = (outs LLM_Scalar:$loss);
   let assemblyFormat = [{
     $logits `,` $labels attr-dict `:` type($logits) `,` type($labels) `->` type($loss)
