@@ -18,6 +18,7 @@ void llmopt::buildLowerToPlanPipeline(OpPassManager &pm, const LowerToPlanOption
   shapes.batch = o.batch;
   shapes.seq = o.seq;
   pm.addPass(createSpecializeShapes(shapes));
+  pm.addPass(createPartitionPP());
   pm.addPass(createPlanMemory());
   pm.addPass(createConvertLLMToExec());
   EmitPlanOptions emit;

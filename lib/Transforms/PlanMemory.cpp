@@ -34,7 +34,15 @@ struct Buffer {
   int64_t bytes = 0;
   int64_t first = 0, last = 0; // op positions, inclusive
   int64_t offset = -1;
+  /// Pipeline stage (llm.stage) owning the buffer; each stage has its own
+  /// arena. -1: the per-step tail every stage runs; -2: no stages.
+  int64_t stage = -2;
 };
+
+/// Whether two buffers live in the same arena.
+bool sameArena(const Buffer &a, const Buffer &b) {
+  return a.stage == b.stage || a.stage == -1 || b.stage == -1;
+}
 
 struct PlanMemoryPass : public llmopt::impl::PlanMemoryBase<PlanMemoryPass> {
   using Base::Base;
@@ -89,6 +97,8 @@ struct PlanMemoryPass : public llmopt::impl::PlanMemoryBase<PlanMemoryPass> {
         }
         Buffer b;
         b.value = r;
+        if (auto st = op.getAttrOfType<IntegerAttr>("llm.stage"))
+          b.stage = st.getInt();
         b.bytes = int64_t(tensorBytes(t, CostContext()));
         b.first = b.last = pos[&op];
         for (Operation *user : r.getUsers()) {
@@ -115,7 +125,7 @@ struct PlanMemoryPass : public llmopt::impl::PlanMemoryBase<PlanMemoryPass> {
       std::vector<std::pair<int64_t, int64_t>> busy;
       for (size_t j : placed) {
         const Buffer &o = buffers[j];
-        if (o.first <= b.last && b.first <= o.last)
+        if (o.first <= b.last && b.first <= o.last && sameArena(o, b))
           busy.push_back({o.offset, o.offset + o.bytes});
       }
       std::sort(busy.begin(), busy.end());
@@ -142,6 +152,15 @@ struct PlanMemoryPass : public llmopt::impl::PlanMemoryBase<PlanMemoryPass> {
       op.setAttr("llm.offsets", builder.getDenseI64ArrayAttr(offsets));
     }
     func->setAttr("llm.arena_bytes", builder.getI64IntegerAttr(peak));
+    // Pipeline stages: each stage's arena holds its buffers and the tail's.
+    if (auto pp = module->getAttrOfType<IntegerAttr>("llm.pp")) {
+      SmallVector<int64_t> stagePeak(size_t(pp.getInt()), 0);
+      for (const Buffer &b : buffers)
+        for (int64_t s = 0; s < pp.getInt(); ++s)
+          if (b.stage == s || b.stage < 0)
+            stagePeak[size_t(s)] = std::max(stagePeak[size_t(s)], b.offset + b.bytes);
+      func->setAttr("llm.stage_arena_bytes", builder.getDenseI64ArrayAttr(stagePeak));
+    }
     func->setAttr("llm.state_bytes", builder.getI64IntegerAttr(int64_t(stateBytes)));
 
     if (!report.empty()) {

@@ -84,24 +84,26 @@ bool parseRank(const std::string &blob, const Plan &of, int64_t step, const std:
   char magic[8];
   int64_t savedStep = 0, count = 0;
   if (!take(magic, 8) || std::memcmp(magic, kMagic, 8) != 0 || !take(&savedStep, 8) ||
-      !take(&count, 8) || count != int64_t(of.params.size()) || savedStep != step) {
+      !take(&count, 8) || count < 0 || count > int64_t(of.params.size()) || savedStep != step) {
     error = where + ": does not match its plan's parameters";
     return false;
   }
-  for (const ParamSpec &p : of.params) {
+  for (int64_t i = 0; i < count; ++i) {
     uint32_t len = 0;
-    if (!take(&len, 4) || len != p.name.size()) {
-      error = where + ": parameter order differs from the plan";
+    if (!take(&len, 4) || len > 4096) {
+      error = where + ": malformed parameter entry";
       return false;
     }
     std::string name(len, '\0');
     int64_t n = 0, shard[2] = {0, 0};
-    if (!take(name.data(), len) || name != p.name || !take(&n, 8) || n != p.elements ||
-        !take(shard, 16) || shard[0] < 0 || shard[1] < shard[0] || shard[1] > n) {
-      error = where + ": parameter '" + p.name + "' does not match the plan";
+    const ParamSpec *p = nullptr;
+    if (!take(name.data(), len) || !(p = of.param(name)) || !take(&n, 8) || n != p->elements ||
+        !take(shard, 16) || shard[0] < 0 || shard[1] < shard[0] || shard[1] > n ||
+        out.count(name)) {
+      error = where + ": parameter '" + name + "' does not match the plan";
       return false;
     }
-    Saved &sv = out[p.name];
+    Saved &sv = out[name];
     sv.begin = shard[0];
     sv.end = shard[1];
     for (std::vector<float> *v : {&sv.value, &sv.m, &sv.v}) {
@@ -146,10 +148,13 @@ bool saveCheckpoint(const std::string &dir, const CpuExecutor &exe, const Plan &
   // This rank's state, in the plan's parameter order.
   std::string blob;
   put(blob, kMagic, 8);
-  int64_t step = exe.steps, count = int64_t(plan.params.size());
+  // The parameters this rank holds (a pipeline stage holds its own).
+  int64_t step = exe.steps, count = int64_t(exe.params.size());
   put(blob, &step, 8);
   put(blob, &count, 8);
   for (const ParamSpec &p : plan.params) {
+    if (!exe.params.count(p.name))
+      continue;
     const ParamState &st = exe.params.at(p.name);
     uint32_t len = uint32_t(p.name.size());
     put(blob, &len, 4);
@@ -291,6 +296,15 @@ bool readWhole(const Opened &o, Plan &src, std::vector<WholeTensor> &out, std::s
       return false;
   int srcTp = meshOf(src, "tp"), srcDp = meshOf(src, "dp");
   for (const ParamSpec &sp : src.params) {
+    // The pipeline stage holding the parameter: the first rank that saved it.
+    int base = -1;
+    for (int r = 0; r < src.worldSize && base < 0; ++r)
+      if (ranks[size_t(r)].count(sp.name))
+        base = r - r % (srcDp * srcTp);
+    if (base < 0) {
+      error = o.stepDir + ": no rank saved parameter '" + sp.name + "'";
+      return false;
+    }
     WholeTensor w;
     w.name = sp.name;
     w.shape = sp.shape;
@@ -301,11 +315,11 @@ bool readWhole(const Opened &o, Plan &src, std::vector<WholeTensor> &out, std::s
       x->assign(size_t(wholeElements(sp)), 0.0f);
     for (int j = 0; j < srcTp; ++j) {
       std::vector<float> part[3];
-      part[0] = ranks[size_t(j)].at(sp.name).value;
+      part[0] = ranks[size_t(base + j)].at(sp.name).value;
       for (int k : {1, 2}) {
         part[k].assign(size_t(sp.elements), 0.0f);
         for (int i = 0; i < srcDp; ++i) {
-          const Saved &sv = ranks[size_t(i * srcTp + j)].at(sp.name);
+          const Saved &sv = ranks[size_t(base + i * srcTp + j)].at(sp.name);
           const std::vector<float> &chunk = k == 1 ? sv.m : sv.v;
           std::copy(chunk.begin(), chunk.end(), part[k].begin() + sv.begin);
         }
@@ -340,7 +354,13 @@ bool loadCheckpoint(const std::string &dir, CpuExecutor &exe, const Plan &plan,
     if (!readRank(o, rank, plan, saved, error))
       return false;
     for (const ParamSpec &p : plan.params) {
+      if (!exe.params.count(p.name))
+        continue;
       ParamState &st = exe.params[p.name];
+      if (!saved.count(p.name)) {
+        error = o.stepDir + ": parameter '" + p.name + "' is missing from this rank's file";
+        return false;
+      }
       Saved &sv = saved[p.name];
       if (sv.begin != st.shard.begin || sv.end != st.shard.end) {
         error = o.stepDir + ": parameter '" + p.name +
@@ -366,6 +386,8 @@ bool loadCheckpoint(const std::string &dir, CpuExecutor &exe, const Plan &plan,
     byName[w.name] = &w;
   int tp = meshOf(plan, "tp");
   for (const ParamSpec &p : plan.params) {
+    if (!exe.params.count(p.name))
+      continue;
     std::vector<int64_t> shape = p.shape;
     if (p.shardDim >= 0)
       shape[size_t(p.shardDim)] *= p.shardParts;

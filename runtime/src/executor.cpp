@@ -2,6 +2,8 @@
 
 #include "llmopt-runtime/executor.h"
 #include "llmopt-runtime/shard.h"
+
+#include <set>
 #include "llmopt-kernels/cpu.h"
 #include "llmopt-kernels/init.h"
 
@@ -34,8 +36,21 @@ bool CpuExecutor::init(const Plan &p, int rank, uint64_t seed, std::string &erro
     if (ins.kind == Instruction::Kind::Kernel && ins.kernel->id == KernelId::AdamW &&
         !ins.text("shard").empty())
       shardAxis[ins.text("param")] = ins.text("shard");
+  // A pipeline stage holds only the parameters its program touches.
+  std::set<std::string> used;
+  for (const std::vector<Instruction> *list : {&program->microBatch, &program->step})
+    for (const Instruction &ins : *list) {
+      for (const std::vector<Buffer> *bufs : {&ins.ins, &ins.outs, &ins.buffers})
+        for (const Buffer &b : *bufs)
+          if (b.space == Buffer::Space::State)
+            used.insert(b.name);
+      if (ins.kind == Instruction::Kind::Kernel && ins.kernel->id == KernelId::AdamW)
+        used.insert(ins.text("param"));
+    }
   params.clear();
   for (const ParamSpec &s : p.params) {
+    if (!used.count(s.name))
+      continue;
     ParamState &st = params[s.name];
     st.value.assign(size_t(s.elements), s.init == "ones" ? 1.0f : 0.0f);
     st.shard = {0, s.elements};
@@ -71,13 +86,13 @@ bool CpuExecutor::axis(const std::string &name, int &index, int &size,
     auto it = plan->mesh.find(axisName);
     return it == plan->mesh.end() ? 1 : it->second;
   };
-  int dp = get("dp"), tp = get("tp");
-  if (dp * tp != plan->worldSize || (name != "dp" && name != "tp")) {
-    error = "the CPU backend runs dp x tp meshes; cannot place axis '" + name + "'";
+  int dp = get("dp"), tp = get("tp"), pp = get("pp");
+  if (pp * dp * tp != plan->worldSize || (name != "dp" && name != "tp" && name != "pp")) {
+    error = "the CPU backend runs pp x dp x tp meshes; cannot place axis '" + name + "'";
     return false;
   }
-  size = name == "dp" ? dp : tp;
-  index = name == "dp" ? rank / tp : rank % tp;
+  size = name == "dp" ? dp : name == "tp" ? tp : pp;
+  index = name == "dp" ? (rank / tp) % dp : name == "tp" ? rank % tp : rank / (dp * tp);
   return true;
 }
 
@@ -193,6 +208,16 @@ bool CpuExecutor::run(const Instruction &ins, Communicator &comm, std::string &e
       if (!comm.allGather(ins.axis, data(b), b.elements, error))
         return false;
     return true;
+  case Instruction::Kind::Send:
+  case Instruction::Kind::Recv: {
+    int stage = 0, stages = 1;
+    if (!axis("pp", stage, stages, error))
+      return false;
+    int peer = rank + (ins.peer - stage) * (plan->worldSize / stages);
+    const Buffer &b = ins.buffers[0];
+    return ins.kind == Instruction::Kind::Send ? comm.send(peer, data(b), b.elements, error)
+                                               : comm.recv(peer, data(b), b.elements, error);
+  }
   case Instruction::Kind::SeqAllGather:
   case Instruction::Kind::SeqReduceScatter:
   case Instruction::Kind::SeqSplit:

@@ -22,16 +22,44 @@ public:
   }
   int rank() const override { return rank_; }
   int size() const override { return size_; }
-  bool useMesh(int dp, int tp, std::string &error) override {
-    if (dp * tp != size_) {
-      error = "a " + std::to_string(dp) + " x " + std::to_string(tp) + " mesh needs " +
-              std::to_string(dp * tp) + " ranks, not " + std::to_string(size_);
+  bool useMesh(int pp, int dp, int tp, std::string &error) override {
+    if (pp * dp * tp != size_) {
+      error = "a " + std::to_string(pp) + " x " + std::to_string(dp) + " x " +
+              std::to_string(tp) + " mesh needs " + std::to_string(pp * dp * tp) +
+              " ranks, not " + std::to_string(size_);
       return false;
     }
-    if (MPI_Comm_split(MPI_COMM_WORLD, rank_ / tp, rank_ % tp, &tpComm) != MPI_SUCCESS ||
-        MPI_Comm_split(MPI_COMM_WORLD, rank_ % tp, rank_ / tp, &dpComm) != MPI_SUCCESS) {
+    int stage = rank_ / (dp * tp), dpIndex = (rank_ / tp) % dp, tpIndex = rank_ % tp;
+    if (MPI_Comm_split(MPI_COMM_WORLD, rank_ / tp, tpIndex, &tpComm) != MPI_SUCCESS ||
+        MPI_Comm_split(MPI_COMM_WORLD, stage * tp + tpIndex, dpIndex, &dpComm) != MPI_SUCCESS ||
+        MPI_Comm_split(MPI_COMM_WORLD, rank_ % (dp * tp), stage, &ppComm) != MPI_SUCCESS) {
       error = "MPI_Comm_split failed";
       return false;
+    }
+    return true;
+  }
+
+  bool send(int peer, const float *data, int64_t count, std::string &error) override {
+    for (int64_t at = 0; at < count;) {
+      int len = int(std::min<int64_t>(count - at, int64_t(1) << 30));
+      if (MPI_Send(data + at, len, MPI_FLOAT, peer, 0, MPI_COMM_WORLD) != MPI_SUCCESS) {
+        error = "MPI_Send to rank " + std::to_string(peer) + " failed";
+        return false;
+      }
+      at += len;
+    }
+    return true;
+  }
+
+  bool recv(int peer, float *data, int64_t count, std::string &error) override {
+    for (int64_t at = 0; at < count;) {
+      int len = int(std::min<int64_t>(count - at, int64_t(1) << 30));
+      if (MPI_Recv(data + at, len, MPI_FLOAT, peer, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE) !=
+          MPI_SUCCESS) {
+        error = "MPI_Recv from rank " + std::to_string(peer) + " failed";
+        return false;
+      }
+      at += len;
     }
     return true;
   }
@@ -134,9 +162,9 @@ public:
 
 private:
   int rank_ = 0, size_ = 1;
-  MPI_Comm dpComm = MPI_COMM_WORLD, tpComm = MPI_COMM_WORLD;
+  MPI_Comm dpComm = MPI_COMM_WORLD, tpComm = MPI_COMM_WORLD, ppComm = MPI_COMM_WORLD;
   MPI_Comm commFor(const std::string &axis) const {
-    return axis == "tp" ? tpComm : axis == "dp" ? dpComm : MPI_COMM_WORLD;
+    return axis == "tp" ? tpComm : axis == "dp" ? dpComm : axis == "pp" ? ppComm : MPI_COMM_WORLD;
   }
 };
 } // namespace

@@ -355,6 +355,21 @@ bool parsePlan(const json::Value &root, Plan &plan, std::string &error) {
         if (std::string axis = ins.text("shard"); !axis.empty() && !plan.mesh.count(axis))
           return c.fail(iw + ".params.shard", "no mesh axis '" + axis + "'");
       } else if (const json::Value *col = iv.get("collective");
+                 col && col->isString() && (col->string == "send" || col->string == "recv")) {
+        ins.kind = col->string == "send" ? Instruction::Kind::Send : Instruction::Kind::Recv;
+        int64_t peer = 0;
+        if (!c.integer(iv.get("peer"), iw + ".peer", peer) || !bufferList("buffers", ins.buffers))
+          return false;
+        int pp = plan.mesh.count("pp") ? plan.mesh.at("pp") : 1;
+        if (peer >= pp)
+          return c.fail(iw + ".peer", "no pipeline stage " + std::to_string(peer) + " of " +
+                                          std::to_string(pp));
+        ins.peer = int(peer);
+        ins.axis = "pp";
+        if (ins.buffers.size() != 1 ||
+            (ins.kind == Instruction::Kind::Recv && ins.buffers[0].space == Buffer::Space::Input))
+          return c.fail(iw + ".buffers", "one buffer, not a step input for recv");
+      } else if (const json::Value *col = iv.get("collective");
                  col && col->isString() && col->string.rfind("seq_", 0) == 0) {
         ins.kind = col->string == "seq_all_gather"       ? Instruction::Kind::SeqAllGather
                    : col->string == "seq_reduce_scatter" ? Instruction::Kind::SeqReduceScatter
@@ -383,7 +398,7 @@ bool parsePlan(const json::Value &root, Plan &plan, std::string &error) {
         if (!col->isString() || (col->string != "all_reduce" && col->string != "reduce_scatter" &&
                                  col->string != "all_gather"))
           return c.fail(iw + ".collective",
-                        "must be all_reduce, reduce_scatter, all_gather or seq_*");
+                        "must be all_reduce, reduce_scatter, all_gather, send, recv or seq_*");
         ins.kind = col->string == "all_reduce"       ? Instruction::Kind::AllReduce
                    : col->string == "reduce_scatter" ? Instruction::Kind::ReduceScatter
                                                      : Instruction::Kind::AllGather;

@@ -172,8 +172,20 @@ public:
     seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     return ok;
   }
-  bool useMesh(int dp, int tp, std::string &error) override {
-    return inner.useMesh(dp, tp, error);
+  bool useMesh(int pp, int dp, int tp, std::string &error) override {
+    return inner.useMesh(pp, dp, tp, error);
+  }
+  bool send(int peer, const float *data, int64_t count, std::string &error) override {
+    auto t0 = std::chrono::steady_clock::now();
+    bool ok = inner.send(peer, data, count, error);
+    seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return ok;
+  }
+  bool recv(int peer, float *data, int64_t count, std::string &error) override {
+    auto t0 = std::chrono::steady_clock::now();
+    bool ok = inner.recv(peer, data, count, error);
+    seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return ok;
   }
   void axisPosition(const std::string &axis, int &index, int &size) const override {
     inner.axisPosition(axis, index, size);
@@ -244,7 +256,8 @@ int main(int argc, char **argv) {
   std::string planHash = sha256Hex(planText);
   int dp = plan.mesh.count("dp") ? plan.mesh.at("dp") : 1;
   int tp = plan.mesh.count("tp") ? plan.mesh.at("tp") : 1;
-  if (!comm->useMesh(dp, tp, error))
+  int pp = plan.mesh.count("pp") ? plan.mesh.at("pp") : 1;
+  if (!comm->useMesh(pp, dp, tp, error))
     return fail(error);
 
   TokenData data;
@@ -276,7 +289,8 @@ int main(int argc, char **argv) {
   int64_t stateBytes = 0;
   // fp32 value and gradient accumulator, AdamW moments (a chunk under ZeRO).
   for (const ParamSpec &p : plan.params)
-    stateBytes += p.elements * 8 + exe.params.at(p.name).shard.size() * 8;
+    if (exe.params.count(p.name))
+      stateBytes += p.elements * 8 + exe.params.at(p.name).shard.size() * 8;
   int64_t memory = plan.programFor(rank)->arenaBytes + stateBytes;
   bool tty = isatty(2) && !o.quiet;
   const char *failRank = std::getenv("LLMOPT_TEST_FAIL_RANK");
@@ -296,7 +310,7 @@ int main(int argc, char **argv) {
     // group share their batch): sequences [(i * dp + r) * b, + b) of the
     // step's global batch of b * dp * micro sequences.
     for (int64_t i = 0; i < micro; ++i)
-      data.batch(step, perRank * dp * micro, (i * dp + rank / tp) * perRank, perRank, seq,
+      data.batch(step, perRank * dp * micro, (i * dp + (rank / tp) % dp) * perRank, perRank, seq,
                  x[size_t(i)], y[size_t(i)]);
     timed.seconds = 0;
     auto t0 = std::chrono::steady_clock::now();

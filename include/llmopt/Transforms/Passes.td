@@ -103,6 +103,24 @@ def PartitionTP : Pass<"llm-partition-tp", "::mlir::ModuleOp"> {
   let dependentDialects = ["::llmopt::llm::LLMDialect"];
 }
 
+def PartitionPP : Pass<"llm-partition-pp", "::mlir::ModuleOp"> {
+  let summary = "Pipeline parallelism: assign @train_step's ops to stages";
+  let description = [{
+    Tags every op of `@train_step` with `llm.stage` from the plan's
+    `stage_layers`: a layer's forward and backward ops go to its stage, the
+    embeddings (and their backward) to the first stage, the final norm, LM
+    head and loss (and their backward) to the last. Where a value crosses a
+    stage boundary, `llm.pp_transfer` carries it: activations forward,
+    gradients backward. Each stage's ops keep the step's order, so running
+    every stage's ops in that order, with blocking sends and receives, is a
+    valid (sequential) pipeline schedule.
+
+    Not yet: interleaved (virtual) stages and parameters shared between
+    stages (an LM head tied to the input embedding).
+  }];
+  let dependentDialects = ["::llmopt::llm::LLMDialect"];
+}
+
 def SpecializeShapes : Pass<"llm-specialize-shapes", "::mlir::ModuleOp"> {
   let summary = "Fix the batch and sequence dimensions to the plan's";
   let description = [{

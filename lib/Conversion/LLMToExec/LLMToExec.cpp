@@ -7,6 +7,7 @@
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
+#include "llvm/ADT/StringMap.h"
 #include "llvm/ADT/StringSet.h"
 #include "llvm/ADT/TypeSwitch.h"
 
@@ -343,11 +344,15 @@ struct ConvertLLMToExecPass
     }
     int64_t dp = 1, tp = 1, micro = 1, zero = 0;
     if (auto plan = module->getAttrOfType<PlanAttr>("llm.plan")) {
-      if (plan.getPp() != 1 || plan.getCp() != 1 || plan.getEp() != 1) {
-        module.emitError() << "convert-llm-to-exec: only data- and tensor-parallel plans are "
-                              "lowered yet; this plan has pp "
-                           << plan.getPp() << ", cp " << plan.getCp() << " and ep "
-                           << plan.getEp();
+      if (plan.getCp() != 1 || plan.getEp() != 1) {
+        module.emitError() << "convert-llm-to-exec: context and expert parallelism are not "
+                              "lowered yet; this plan has cp "
+                           << plan.getCp() << " and ep " << plan.getEp();
+        return signalPassFailure();
+      }
+      if (plan.getPp() > 1 && !module->hasAttr("llm.pp")) {
+        module.emitError() << "convert-llm-to-exec: the plan has pp " << plan.getPp()
+                           << "; run llm-partition-pp first";
         return signalPassFailure();
       }
       tp = plan.getTp();
@@ -395,17 +400,43 @@ struct ConvertLLMToExecPass
     for (AdamWOp a : updates)
       gradAccs.push_back(accum(("grad:" + a.getName()).str(), a.getGrad()));
 
+    int64_t pp = 1;
+    if (auto a = module->getAttrOfType<IntegerAttr>("llm.pp"))
+      pp = a.getInt();
+    auto stageOf = [](Operation *op) -> int64_t {
+      auto a = op->getAttrOfType<IntegerAttr>("llm.stage");
+      return a ? a.getInt() : -2;
+    };
+    llvm::StringMap<int64_t> paramStage;
+    for (ParamOp p : body.getOps<ParamOp>())
+      paramStage[p.getName()] = stageOf(p);
+    SmallVector<AdamWOp> allUpdates = updates;
+    SmallVector<Attribute> allGradAccs = gradAccs;
+    // One program per pipeline stage (stage -2: no pipeline, one program).
+    auto build = [&](int64_t stage) -> LogicalResult {
+    SmallVector<AdamWOp> updates;
+    SmallVector<Attribute> gradAccs;
+    for (auto [a, acc] : llvm::zip(allUpdates, allGradAccs))
+      if (stage < 0 || paramStage.lookup(a.getName()) == stage) {
+        updates.push_back(a);
+        gradAccs.push_back(acc);
+      }
     OpBuilder mb(ctx);
     mb.setInsertionPointToEnd(module.getBody());
     SmallVector<int64_t> ranks;
-    for (int64_t r = 0; r < dp * tp; ++r)
+    int64_t group = dp * tp, firstRank = stage >= 0 ? stage * group : 0;
+    for (int64_t r = firstRank; r < firstRank + group; ++r)
       ranks.push_back(r);
     auto outputs = mb.getDictionaryAttr(
         {mb.getNamedAttr("loss", lossAcc), mb.getNamedAttr("grad_norm", *norm)});
-    auto program = ProgramOp::create(
-        mb, func.getLoc(), mb.getStringAttr("train_step"), mb.getDenseI64ArrayAttr(ranks),
-        mb.getI64IntegerAttr(func->getAttrOfType<IntegerAttr>("llm.arena_bytes").getInt()),
-        mb.getI64IntegerAttr(micro), outputs);
+    int64_t arena = func->getAttrOfType<IntegerAttr>("llm.arena_bytes").getInt();
+    if (auto perStage = func->getAttrOfType<DenseI64ArrayAttr>("llm.stage_arena_bytes");
+        perStage && stage >= 0)
+      arena = perStage[stage];
+    std::string name = stage >= 0 ? "stage_" + std::to_string(stage) : "train_step";
+    auto program = ProgramOp::create(mb, func.getLoc(), mb.getStringAttr(name),
+                                     mb.getDenseI64ArrayAttr(ranks), mb.getI64IntegerAttr(arena),
+                                     mb.getI64IntegerAttr(micro), outputs);
     Block *microBlock = new Block(), *stepBlock = new Block();
     program.getMicroBatch().push_back(microBlock);
     program.getStep().push_back(stepBlock);
@@ -417,8 +448,22 @@ struct ConvertLLMToExecPass
     for (Operation &op : body.without_terminator()) {
       if (isa<AdamWOp, GlobalNormOp>(op))
         continue;
+      if (auto t = dyn_cast<PPTransferOp>(op); t && stage >= 0) {
+        // One side sends what the other receives, in the step's order.
+        int64_t from = t.getFrom(), to = t.getTo();
+        if (from != stage && to != stage)
+          continue;
+        FailureOr<BufAttr> x = cv.buf(from == stage ? t.getInput() : t.getResult());
+        if (failed(x))
+          return failure();
+        P2POp::create(cv.ob, op.getLoc(), b.getStringAttr(from == stage ? "send" : "recv"),
+                      b.getI64IntegerAttr(from == stage ? to : from), *x);
+        continue;
+      }
+      if (stage >= 0 && stageOf(&op) != stage)
+        continue;
       if (failed(cv.convert(&op)))
-        return signalPassFailure();
+        return failure();
     }
     auto addInto = [&](BufAttr acc, BufAttr value) {
       KernelOp::create(cv.ob, loc, b.getStringAttr("add"), b.getArrayAttr({acc, value}),
@@ -427,10 +472,11 @@ struct ConvertLLMToExecPass
     for (auto [a, acc] : llvm::zip(updates, gradAccs)) {
       FailureOr<BufAttr> g = cv.buf(a.getGrad());
       if (failed(g))
-        return signalPassFailure();
+        return failure();
       addInto(cast<BufAttr>(acc), *g);
     }
-    addInto(lossAcc, *loss);
+    if (stage < 0 || stage == pp - 1)
+      addInto(lossAcc, *loss);
 
     // Step phase: average over micro-batches and data-parallel ranks, norm,
     // update.
@@ -473,7 +519,11 @@ struct ConvertLLMToExecPass
       exec::AllReduceOp::create(cv.ob, loc, dpAxis, avg, b.getArrayAttr({lossAcc}));
       ReduceScatterOp::create(cv.ob, loc, dpAxis, avg, b.getArrayAttr(gradAccs));
     }
-    if (zero == 0 && tp == 1) {
+    // Only the last stage computed the loss; the others add their zero.
+    if (pp > 1)
+      exec::AllReduceOp::create(cv.ob, loc, b.getStringAttr("pp"), b.getStringAttr("sum"),
+                                b.getArrayAttr({lossAcc}));
+    if (zero == 0 && tp == 1 && pp == 1) {
       KernelOp::create(cv.ob, loc, b.getStringAttr("global_norm"), b.getArrayAttr(gradAccs),
                        b.getArrayAttr({*norm}), b.getDictionaryAttr({}));
     } else {
@@ -501,6 +551,10 @@ struct ConvertLLMToExecPass
       } else {
         sumSquares(gradAccs, *norm, /*overTp=*/false);
       }
+      // Every stage squares its own parameters' gradients.
+      if (pp > 1)
+        exec::AllReduceOp::create(cv.ob, loc, b.getStringAttr("pp"), b.getStringAttr("sum"),
+                                  b.getArrayAttr({*norm}));
       KernelOp::create(cv.ob, loc, b.getStringAttr("sqrt"), b.getArrayAttr({*norm}),
                        b.getArrayAttr({*norm}), b.getDictionaryAttr({}));
     }
@@ -524,6 +578,11 @@ struct ConvertLLMToExecPass
     }
     if (zero > 0)
       AllGatherOp::create(cv.ob, loc, dpAxis, b.getArrayAttr(states));
+    return success();
+    };
+    for (int64_t stage = pp > 1 ? 0 : -2; stage < (pp > 1 ? pp : -1); ++stage)
+      if (failed(build(stage)))
+        return signalPassFailure();
   }
 };
 } // namespace

@@ -136,7 +136,7 @@ struct EmitPlanPass : public llmopt::impl::EmitPlanBase<EmitPlanPass> {
     root["mesh"] = std::move(mesh);
     int64_t tpDegree = 1;
     if (auto plan = module->getAttrOfType<llm::PlanAttr>("llm.plan"))
-      tpDegree = plan.getTp();
+      tpDegree = plan.getTp() * plan.getPp();
     root["world_size"] = dp * tpDegree;
     // Model FLOPs per token (6N + attention), for the runtime's MFU.
     if (auto forward = module.lookupSymbol<func::FuncOp>("forward")) {
@@ -207,6 +207,11 @@ struct EmitPlanPass : public llmopt::impl::EmitPlanBase<EmitPlanPass> {
                                           {"axis", rs.getAxis().str()},
                                           {"reduce", rs.getReduce().str()},
                                           {"buffers", bufsJSON(rs.getBuffers())}});
+          } else if (auto p2p = dyn_cast<exec::P2POp>(op)) {
+            instrs.push_back(json::Object{{"collective", p2p.getKind().str()},
+                                          {"axis", "pp"},
+                                          {"peer", p2p.getPeer()},
+                                          {"buffers", bufsJSON(ArrayAttr::get(p2p.getContext(), {p2p.getBuffer()}))}});
           } else if (auto sq = dyn_cast<exec::SeqOp>(op)) {
             instrs.push_back(json::Object{{"collective", ("seq_" + sq.getKind()).str()},
                                           {"axis", sq.getAxis().str()},

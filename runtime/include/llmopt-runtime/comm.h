@@ -41,14 +41,25 @@ public:
   /// the ranks of `axis`. Returns false with `error` set on failure.
   virtual bool allReduce(const std::string &axis, float *data, int64_t count, bool average,
                          std::string &error) = 0;
-  /// Lays the ranks out as a dp x tp mesh (rank = dp index * tp + tp index)
+  /// Lays the ranks out as a pp x dp x tp mesh
+  /// (rank = (pp index * dp + dp index) * tp + tp index)
   /// so that collectives over "dp" and "tp" reach the ranks of that axis.
   /// By default only meshes with one non-trivial axis (which is the world).
-  virtual bool useMesh(int dp, int tp, std::string &error) {
-    if (dp == 1 || tp == 1)
+  virtual bool useMesh(int pp, int dp, int tp, std::string &error) {
+    if ((pp == 1 && (dp == 1 || tp == 1)) || (dp == 1 && tp == 1))
       return true;
-    error = "this communicator cannot split the ranks into a " + std::to_string(dp) + " x " +
-            std::to_string(tp) + " mesh (use MPI)";
+    error = "this communicator cannot split the ranks into a " + std::to_string(pp) + " x " +
+            std::to_string(dp) + " x " + std::to_string(tp) + " mesh (use MPI)";
+    return false;
+  }
+  /// Point-to-point (pipeline stages): blocking send to / receive from world
+  /// rank `peer`.
+  virtual bool send(int peer, const float *data, int64_t count, std::string &error) {
+    error = "this communicator has no point-to-point transfers (use MPI)";
+    return false;
+  }
+  virtual bool recv(int peer, float *data, int64_t count, std::string &error) {
+    error = "this communicator has no point-to-point transfers (use MPI)";
     return false;
   }
   /// Index of this rank on `axis` and the axis size. By default the world

@@ -43,8 +43,11 @@ struct Instruction {
     AllGather,
     SeqAllGather,
     SeqReduceScatter,
-    SeqSplit
+    SeqSplit,
+    Send,
+    Recv
   } kind = Kind::Kernel;
+  int peer = 0; // Send / Recv: the other pipeline stage
   const kernels::KernelInfo *kernel = nullptr;
   std::vector<Buffer> ins, outs;
   std::map<std::string, json::Value> params;

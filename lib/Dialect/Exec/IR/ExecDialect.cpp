@@ -154,3 +154,11 @@ LogicalResult SeqOp::verify() {
     return emitOpError() << "sequence " << whole << " is not several chunks of " << chunk;
   return success();
 }
+
+LogicalResult P2POp::verify() {
+  if (getKind() != "send" && getKind() != "recv")
+    return emitOpError() << "kind must be send or recv, got '" << getKind() << "'";
+  if (getKind() == "recv" && getBuffer().getSpace().getValue() == "input")
+    return emitOpError() << "must not write a step input";
+  return verifyBufs(*this, ArrayAttr::get(getContext(), {getBuffer()}), "buffer");
+}

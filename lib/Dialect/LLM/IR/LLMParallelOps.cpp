@@ -158,3 +158,13 @@ LogicalResult SPSplitOp::emitGradient(OpBuilder &b, ArrayRef<Value> grads,
                                         getAxisAttr(), /*replicated=*/nullptr)});
   return success();
 }
+
+LogicalResult PPTransferOp::verify() {
+  if (getFrom() == getTo())
+    return emitOpError() << "sends stage " << getFrom() << " to itself";
+  return success();
+}
+
+OpCost PPTransferOp::getCost(const CostContext &c) {
+  return touches(getInput(), getResult(), c);
+}

@@ -167,4 +167,19 @@ def Exec_SeqOp : Exec_Op<"seq", [HasParent<"ProgramOp">]> {
   let hasVerifier = 1;
 }
 
+def Exec_P2POp : Exec_Op<"p2p", [HasParent<"ProgramOp">]> {
+  let summary = "pipeline send or receive of one buffer to or from another stage";
+  let description = [{
+    `send` blocks until stage `peer` (same coordinates on every other axis)
+    has the buffer; `recv` blocks until it arrives. Both sides list their
+    transfers in the same order.
+    ```mlir
+    exec.p2p "send" peer 1 #exec.buf<...>
+    ```
+  }];
+  let arguments = (ins StrAttr:$kind, I64Attr:$peer, Exec_BufAttr:$buffer);
+  let assemblyFormat = "$kind `peer` $peer $buffer attr-dict";
+  let hasVerifier = 1;
+}
+
 #endif // LLMOPT_DIALECT_EXEC_IR_EXECOPS_TD

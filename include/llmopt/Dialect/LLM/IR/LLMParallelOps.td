@@ -121,4 +121,19 @@ def LLM_SPSplitOp : LLM_DiffOp<"sp_split", [Pure]> {
   let assemblyFormat = "$input `axis` $axis attr-dict `:` type($input) `->` type($result)";
 }
 
+def LLM_PPTransferOp : LLM_CostOp<"pp_transfer", [Pure, AllTypesMatch<["input", "result"]>]> {
+  let summary = "pipeline parallelism: a value sent from one stage to another";
+  let description = [{
+    `input` is computed on stage `from`; the result is its copy on stage `to`
+    (a send there, a receive here). Inserted by `llm-partition-pp` where a
+    value crosses a stage boundary: activations forward, gradients backward.
+    ```mlir
+    %y1 = llm.pp_transfer %y from 0 to 1 : tensor<2x32x64xf32>
+    ```
+  }];
+  let arguments = (ins AnyRankedTensor:$input, I64Attr:$from, I64Attr:$to);
+  let results = (outs AnyRankedTensor:$result);
+  let assemblyFormat = "$input `from` $from `to` $to attr-dict `:` type($input)";
+}
+
 #endif // LLMOPT_DIALECT_LLM_IR_LLMPARALLELOPS_TD

@@ -1,0 +1,159 @@
+//===- PartitionPP.cpp - pipeline stages of the training step --------------===//
+//
+// See Passes.td. Stage -1 marks the per-step tail (global norm, AdamW),
+// which every stage runs for its own parameters.
+//
+//===----------------------------------------------------------------------===//
+
+#include "llmopt/Dialect/LLM/IR/LLMOps.h"
+#include "llmopt/Transforms/Passes.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Builders.h"
+
+namespace llmopt {
+#define GEN_PASS_DEF_PARTITIONPP
+#include "llmopt/Transforms/Passes.h.inc"
+} // namespace llmopt
+
+using namespace mlir;
+using namespace llmopt;
+using namespace llmopt::llm;
+
+namespace {
+
+struct PartitionPPPass : public llmopt::impl::PartitionPPBase<PartitionPPPass> {
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    auto plan = module->getAttrOfType<PlanAttr>("llm.plan");
+    if (!plan || plan.getPp() <= 1)
+      return;
+    int64_t pp = plan.getPp();
+    if (plan.getVpp() > 1) {
+      module.emitError() << "llm-partition-pp: interleaved stages (vpp " << plan.getVpp()
+                         << ") are not lowered yet; plan with fix=vpp:1";
+      return signalPassFailure();
+    }
+    auto func = module.lookupSymbol<func::FuncOp>("train_step");
+    if (!func) {
+      module.emitError() << "llm-partition-pp: no @train_step; run llm-build-training-step first";
+      return signalPassFailure();
+    }
+    ArrayRef<int64_t> counts = plan.getStageLayers().asArrayRef();
+    if (int64_t(counts.size()) != pp) {
+      module.emitError() << "llm-partition-pp: the plan has " << counts.size()
+                         << " stage layer counts for pp " << pp;
+      return signalPassFailure();
+    }
+    SmallVector<int64_t> stageOfLayer;
+    for (auto [s, n] : llvm::enumerate(counts))
+      for (int64_t i = 0; i < n; ++i)
+        stageOfLayer.push_back(int64_t(s));
+
+    Block &body = func.getBody().front();
+    SmallVector<Operation *> ops;
+    for (Operation &op : body.without_terminator())
+      ops.push_back(&op);
+    // Positions of the first and last op that belongs to a layer.
+    int64_t first = -1, last = -1;
+    for (auto [i, op] : llvm::enumerate(ops))
+      if (op->hasAttr("llm.layer")) {
+        if (first < 0)
+          first = int64_t(i);
+        last = int64_t(i);
+      }
+    if (first < 0) {
+      func.emitError() << "llm-partition-pp: no layers to split into stages";
+      return signalPassFailure();
+    }
+    Builder b(module.getContext());
+    auto setStage = [&](Operation *op, int64_t s) {
+      op->setAttr("llm.stage", b.getI64IntegerAttr(s));
+    };
+    auto stageOf = [&](Operation *op) -> int64_t {
+      auto a = op->getAttrOfType<IntegerAttr>("llm.stage");
+      return a ? a.getInt() : -2;
+    };
+    for (auto [i, op] : llvm::enumerate(ops)) {
+      if (isa<ParamOp, arith::ConstantOp>(op))
+        continue;
+      if (isa<GlobalNormOp, AdamWOp>(op)) {
+        setStage(op, -1);
+        continue;
+      }
+      if (auto layer = op->getAttrOfType<IntegerAttr>("llm.layer")) {
+        int64_t l = layer.getInt();
+        if (l < 0 || l >= int64_t(stageOfLayer.size())) {
+          op->emitOpError() << "llm-partition-pp: layer " << l
+                            << " is outside the plan's stage_layers";
+          return signalPassFailure();
+        }
+        setStage(op, stageOfLayer[size_t(l)]);
+        continue;
+      }
+      // Before the layers: embeddings; between the last forward and the first
+      // backward layer op: the head and its backward; after: embedding
+      // backward.
+      int64_t idx = int64_t(i);
+      bool head = idx > first && idx < last;
+      setStage(op, head ? pp - 1 : 0);
+    }
+    // Parameters and constants live where they are used.
+    for (Operation *op : ops) {
+      if (!isa<ParamOp, arith::ConstantOp>(op))
+        continue;
+      llvm::SmallSetVector<int64_t, 2> stages;
+      for (Operation *user : op->getUsers())
+        if (stageOf(user) >= 0)
+          stages.insert(stageOf(user));
+      if (stages.empty()) {
+        setStage(op, 0);
+        continue;
+      }
+      if (isa<ParamOp>(op) && stages.size() > 1) {
+        op->emitOpError() << "llm-partition-pp: parameter '" << cast<ParamOp>(op).getName()
+                          << "' is used by stages " << stages[0] << " and " << stages[1]
+                          << " (tied weights across stages are not lowered yet)";
+        return signalPassFailure();
+      }
+      setStage(op, stages[0]);
+      // A constant used on several stages gets a copy on each.
+      for (int64_t s : llvm::drop_begin(stages)) {
+        OpBuilder ob(op);
+        Operation *copy = ob.clone(*op);
+        setStage(copy, s);
+        op->getResult(0).replaceUsesWithIf(copy->getResult(0), [&](OpOperand &use) {
+          return stageOf(use.getOwner()) == s;
+        });
+      }
+    }
+    // Values used on another stage travel there right after they are made.
+    for (Operation *op : ops) {
+      int64_t from = stageOf(op);
+      if (from < 0 || isa<ParamOp>(op))
+        continue;
+      for (Value r : op->getResults()) {
+        llvm::SmallSetVector<int64_t, 2> targets;
+        for (Operation *user : r.getUsers()) {
+          int64_t to = stageOf(user);
+          if (to >= 0 && to != from)
+            targets.insert(to);
+        }
+        OpBuilder ob(op->getContext());
+        ob.setInsertionPointAfter(op);
+        for (int64_t to : targets) {
+          auto t = PPTransferOp::create(ob, op->getLoc(), r.getType(), r,
+                                        ob.getI64IntegerAttr(from), ob.getI64IntegerAttr(to));
+          setStage(t, to);
+          r.replaceUsesWithIf(t.getResult(), [&](OpOperand &use) {
+            return use.getOwner() != t && stageOf(use.getOwner()) == to;
+          });
+          ob.setInsertionPointAfter(t);
+        }
+      }
+    }
+    module->setAttr("llm.pp", b.getI64IntegerAttr(pp));
+  }
+};
+} // namespace
