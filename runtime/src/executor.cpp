@@ -28,7 +28,20 @@ bool CpuExecutor::init(const Plan &p, int rank, uint64_t seed, std::string &erro
               "' is not f32 (import with --hf-dtype=f32)";
       return false;
     }
-  arena.assign(size_t((program->arenaBytes + 3) / 4), 0.0f);
+  // A pipeline stage keeps one arena per micro-batch in flight: 1F1B has at
+  // most (stages - stage) of them, GPipe all.
+  size_t slots = 1;
+  if (program->backwardStart >= 0) {
+    int stage = 0, stages = 1;
+    this->rank = rank;
+    if (!axis("pp", stage, stages, error))
+      return false;
+    slots = program->schedule == "gpipe"
+                ? size_t(program->numMicroBatches)
+                : size_t(std::min<int64_t>(program->numMicroBatches, stages - stage));
+  }
+  arenas.assign(slots, std::vector<float>(size_t((program->arenaBytes + 3) / 4), 0.0f));
+  slot = 0;
   this->rank = rank;
   // ZeRO: parameters whose update is sharded keep moments for their chunk.
   std::map<std::string, std::string> shardAxis;
@@ -140,7 +153,7 @@ float *CpuExecutor::data(const Buffer &b) {
       a.resize(size_t(b.elements), 0.0f);
     return a.data();
   }
-  return arena.data() + b.offset / 4;
+  return arenas[slot].data() + b.offset / 4;
 }
 
 const int32_t *CpuExecutor::ids(const Buffer &b, std::string &error) {
@@ -168,15 +181,50 @@ bool CpuExecutor::step(const std::vector<std::vector<int32_t>> &tok,
               " tokens and labels per rank";
       return false;
     }
-    tokens = &tok[i];
-    labels = &lab[i];
-    for (const Instruction &ins : program->microBatch)
-      if (!run(ins, comm, error))
+  }
+  // Runs the forward (or backward) half of micro-batch m in its arena.
+  size_t half = program->backwardStart >= 0 ? size_t(program->backwardStart)
+                                            : program->microBatch.size();
+  auto runHalf = [&](int64_t m, bool backward) {
+    tokens = &tok[size_t(m)];
+    labels = &lab[size_t(m)];
+    slot = size_t(m) % arenas.size();
+    size_t begin = backward ? half : 0, end = backward ? program->microBatch.size() : half;
+    for (size_t k = begin; k < end; ++k)
+      if (!run(program->microBatch[k], comm, error))
+        return false;
+    return true;
+  };
+  int64_t micro = program->numMicroBatches;
+  if (program->backwardStart < 0) {
+    for (int64_t m = 0; m < micro; ++m)
+      if (!runHalf(m, false) || !runHalf(m, true))
+        return false;
+  } else {
+    // 1F1B (Narayanan et al. 2021): warm up with the forwards that fill the
+    // pipeline below this stage, then one forward and one backward, then
+    // drain; GPipe: every forward, then every backward. Backwards run in
+    // micro-batch order either way, so gradients accumulate as without a
+    // pipeline.
+    int64_t warmup = int64_t(arenas.size()) - 1;
+    if (program->schedule == "gpipe")
+      warmup = micro;
+    for (int64_t m = 0; m < warmup; ++m)
+      if (!runHalf(m, false))
+        return false;
+    for (int64_t m = warmup; m < micro; ++m)
+      if (!runHalf(m, false) || !runHalf(m - warmup, true))
+        return false;
+    for (int64_t m = std::max<int64_t>(0, micro - warmup); m < micro; ++m)
+      if (!runHalf(m, true))
         return false;
   }
+  slot = 0;
   for (const Instruction &ins : program->step)
     if (!run(ins, comm, error))
       return false;
+  if (!comm.flush(error))
+    return false;
   result.loss = *data(program->loss);
   result.gradNorm = *data(program->gradNorm);
   ++steps;

@@ -3,6 +3,7 @@
 #include "llmopt-runtime/mpi_comm.h"
 
 #include <algorithm>
+#include <list>
 #include <cstdlib>
 #include <vector>
 
@@ -40,14 +41,32 @@ public:
   }
 
   bool send(int peer, const float *data, int64_t count, std::string &error) override {
+    // Non-blocking from a private copy: the caller may reuse its buffer at
+    // once, and two stages sending to each other cannot deadlock.
+    pending.push_back(Pending{std::vector<float>(data, data + count), {}});
+    Pending &p = pending.back();
     for (int64_t at = 0; at < count;) {
       int len = int(std::min<int64_t>(count - at, int64_t(1) << 30));
-      if (MPI_Send(data + at, len, MPI_FLOAT, peer, 0, MPI_COMM_WORLD) != MPI_SUCCESS) {
-        error = "MPI_Send to rank " + std::to_string(peer) + " failed";
+      MPI_Request r;
+      if (MPI_Isend(p.data.data() + at, len, MPI_FLOAT, peer, 0, MPI_COMM_WORLD, &r) !=
+          MPI_SUCCESS) {
+        error = "MPI_Isend to rank " + std::to_string(peer) + " failed";
         return false;
       }
+      p.requests.push_back(r);
       at += len;
     }
+    return true;
+  }
+
+  bool flush(std::string &error) override {
+    for (Pending &p : pending)
+      if (MPI_Waitall(int(p.requests.size()), p.requests.data(), MPI_STATUSES_IGNORE) !=
+          MPI_SUCCESS) {
+        error = "MPI_Waitall on pipeline sends failed";
+        return false;
+      }
+    pending.clear();
     return true;
   }
 
@@ -161,6 +180,11 @@ public:
   }
 
 private:
+  struct Pending {
+    std::vector<float> data;
+    std::vector<MPI_Request> requests;
+  };
+  std::list<Pending> pending;
   int rank_ = 0, size_ = 1;
   MPI_Comm dpComm = MPI_COMM_WORLD, tpComm = MPI_COMM_WORLD, ppComm = MPI_COMM_WORLD;
   MPI_Comm commFor(const std::string &axis) const {

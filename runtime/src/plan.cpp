@@ -310,6 +310,13 @@ bool parsePlan(const json::Value &root, Plan &plan, std::string &error) {
     if (!c.integer(pv.get("num_micro_batches"), where + ".num_micro_batches",
                    prog.numMicroBatches, 1))
       return false;
+    if (pv.get("backward_start")) {
+      if (!c.integer(pv.get("backward_start"), where + ".backward_start", prog.backwardStart) ||
+          !c.string(pv.get("schedule"), where + ".schedule", prog.schedule))
+        return false;
+      if (prog.schedule != "1f1b" && prog.schedule != "gpipe")
+        return c.fail(where + ".schedule", "must be 1f1b or gpipe");
+    }
     for (const char *phase : {"micro_batch_instructions", "step_instructions"}) {
     const json::Value *instrs = pv.get(phase);
     if (!instrs || !instrs->isArray())
@@ -420,6 +427,8 @@ bool parsePlan(const json::Value &root, Plan &plan, std::string &error) {
       list.push_back(std::move(ins));
     }
     }
+    if (prog.backwardStart > int64_t(prog.microBatch.size()))
+      return c.fail(where + ".backward_start", "is past the micro-batch instructions");
     plan.programs.push_back(std::move(prog));
   }
   if (int(covered.size()) != plan.worldSize)

@@ -181,6 +181,7 @@ public:
     seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     return ok;
   }
+  bool flush(std::string &error) override { return inner.flush(error); }
   bool recv(int peer, float *data, int64_t count, std::string &error) override {
     auto t0 = std::chrono::steady_clock::now();
     bool ok = inner.recv(peer, data, count, error);
@@ -291,7 +292,7 @@ int main(int argc, char **argv) {
   for (const ParamSpec &p : plan.params)
     if (exe.params.count(p.name))
       stateBytes += p.elements * 8 + exe.params.at(p.name).shard.size() * 8;
-  int64_t memory = plan.programFor(rank)->arenaBytes + stateBytes;
+  int64_t memory = plan.programFor(rank)->arenaBytes * int64_t(exe.arenaSlots()) + stateBytes;
   bool tty = isatty(2) && !o.quiet;
   const char *failRank = std::getenv("LLMOPT_TEST_FAIL_RANK");
   const char *failStep = std::getenv("LLMOPT_TEST_FAIL_STEP");

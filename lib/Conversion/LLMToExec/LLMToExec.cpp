@@ -445,9 +445,20 @@ struct ConvertLLMToExecPass
     // Micro-batch phase: forward and backward, then the gradients and the
     // loss added to their accumulators.
     cv.ob.setInsertionPointToEnd(microBlock);
+    // Pipeline stages mark where each micro-batch's backward begins: at the
+    // first of the stage's ops after the loss.
+    Operation *lossOp = ret.getOperand(0).getDefiningOp();
+    bool marked = stage < 0;
     for (Operation &op : body.without_terminator()) {
       if (isa<AdamWOp, GlobalNormOp>(op))
         continue;
+      bool mine = stageOf(&op) == stage;
+      if (auto t = dyn_cast<PPTransferOp>(op))
+        mine = t.getFrom() == stage || t.getTo() == stage;
+      if (!marked && mine && lossOp && lossOp->isBeforeInBlock(&op)) {
+        BackwardOp::create(cv.ob, op.getLoc());
+        marked = true;
+      }
       if (auto t = dyn_cast<PPTransferOp>(op); t && stage >= 0) {
         // One side sends what the other receives, in the step's order.
         int64_t from = t.getFrom(), to = t.getTo();

@@ -231,13 +231,32 @@ struct EmitPlanPass : public llmopt::impl::EmitPlanBase<EmitPlanPass> {
       json::Object outs;
       for (NamedAttribute na : prog.getOutputs())
         outs[na.getName().str()] = bufJSON(cast<exec::BufAttr>(na.getValue()));
-      progs.push_back(json::Object{{"name", prog.getName().str()},
+      json::Array microInstrs = instructions(prog.getMicroBatch());
+      int64_t backwardStart = -1, at = 0;
+      if (!prog.getMicroBatch().empty())
+        for (Operation &op : prog.getMicroBatch().front()) {
+          if (isa<exec::BackwardOp>(op)) {
+            backwardStart = at;
+            break;
+          }
+          if (isa<exec::KernelOp, exec::AllReduceOp, exec::ReduceScatterOp, exec::AllGatherOp,
+                  exec::SeqOp, exec::P2POp>(op))
+            ++at;
+        }
+      json::Object progJSON{{"name", prog.getName().str()},
                                    {"ranks", std::move(ranks)},
                                    {"arena_bytes", prog.getArena()},
                                    {"num_micro_batches", prog.getMicroBatches()},
                                    {"outputs", std::move(outs)},
-                                   {"micro_batch_instructions", instructions(prog.getMicroBatch())},
-                                   {"step_instructions", instructions(prog.getStep())}});
+                                   {"micro_batch_instructions", std::move(microInstrs)},
+                                   {"step_instructions", instructions(prog.getStep())}};
+      if (backwardStart >= 0) {
+        progJSON["backward_start"] = backwardStart;
+        auto plan = module->getAttrOfType<llm::PlanAttr>("llm.plan");
+        progJSON["schedule"] =
+            plan && plan.getSchedule().getValue() == "gpipe" ? "gpipe" : "1f1b";
+      }
+      progs.push_back(std::move(progJSON));
     }
     root["programs"] = std::move(progs);
 

@@ -62,6 +62,9 @@ public:
     error = "this communicator has no point-to-point transfers (use MPI)";
     return false;
   }
+  /// Completes every send still in flight (sends may return before the peer
+  /// has received: pipeline schedules need that to avoid deadlock).
+  virtual bool flush(std::string &error) { return true; }
   /// Index of this rank on `axis` and the axis size. By default the world
   /// (meshes with one non-trivial axis).
   virtual void axisPosition(const std::string &axis, int &index, int &size) const {

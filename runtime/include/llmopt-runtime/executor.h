@@ -48,11 +48,16 @@ public:
 
   std::map<std::string, ParamState> params;
   int64_t steps = 0;
+  /// Arenas kept (one per micro-batch a pipeline schedule has in flight).
+  size_t arenaSlots() const { return arenas.size(); }
 
 private:
   const Plan *plan = nullptr;
   const Program *program = nullptr;
-  std::vector<float> arena;
+  /// One arena per micro-batch in flight (pipeline schedules); `slot` is
+  /// the one instructions address now.
+  std::vector<std::vector<float>> arenas;
+  size_t slot = 0;
   int rank = 0;
   /// This rank's index and the size of a mesh axis (only `dp` is lowered).
   bool axis(const std::string &name, int &index, int &size, std::string &error) const;

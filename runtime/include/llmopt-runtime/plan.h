@@ -67,6 +67,10 @@ struct Program {
   Buffer loss, gradNorm;
   /// Run once per micro-batch, then `step` once.
   std::vector<Instruction> microBatch, step;
+  /// Pipeline stages: microBatch[backwardStart..] is the backward half, run
+  /// by `schedule` ("1f1b" or "gpipe"); -1: the micro-batches run whole.
+  int64_t backwardStart = -1;
+  std::string schedule;
 };
 
 struct ParamSpec {

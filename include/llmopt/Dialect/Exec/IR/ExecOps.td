@@ -182,4 +182,15 @@ def Exec_P2POp : Exec_Op<"p2p", [HasParent<"ProgramOp">]> {
   let hasVerifier = 1;
 }
 
+def Exec_BackwardOp : Exec_Op<"backward", [HasParent<"ProgramOp">]> {
+  let summary = "marks where a micro-batch's backward half begins";
+  let description = [{
+    In a pipeline stage's micro-batch instructions, what precedes is the
+    forward half and what follows the backward half; a 1F1B or GPipe
+    schedule runs the halves of different micro-batches interleaved, each
+    micro-batch in flight in its own copy of the arena.
+  }];
+  let assemblyFormat = "attr-dict";
+}
+
 #endif // LLMOPT_DIALECT_EXEC_IR_EXECOPS_TD
