@@ -135,9 +135,14 @@ json::Value llmopt::planner::reportJSON(const ModelDesc &model, const ClusterSpe
 void llmopt::planner::printTable(llvm::raw_ostream &os, const ModelDesc &model,
                                  const ClusterSpec &cluster, const JobSpec &job,
                                  const SearchResult &r) {
-  os << llvm::formatv("{0}: {1:f2} B parameters, {2} layers | {3} x {4} ({5} {6} of {7}) "
+  // Parameters in the unit that keeps two decimals meaningful (B, M or K).
+  double params = model.totalParams();
+  std::string count = params >= 1e9   ? llvm::formatv("{0:f2} B", params / 1e9).str()
+                      : params >= 1e6 ? llvm::formatv("{0:f2} M", params / 1e6).str()
+                                      : llvm::formatv("{0:f2} K", params / 1e3).str();
+  os << llvm::formatv("{0}: {1} parameters, {2} layers | {3} x {4} ({5} {6} of {7}) "
                       "| global batch {8} x {9} tokens, {10}\n",
-                      model.name, model.totalParams() / 1e9, model.layers.size(),
+                      model.name, count, model.layers.size(),
                       cluster.totalGpus(), cluster.gpu.name, cluster.numNodes,
                       cluster.numNodes == 1 ? "node" : "nodes", cluster.gpusPerNode,
                       job.globalBatch, job.seqLen,

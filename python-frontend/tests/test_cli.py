@@ -79,7 +79,7 @@ def test_python_dash_m(examples: Path) -> None:
          "--export", "deepspeed"],
         capture_output=True, text=True, env=env, check=False)
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.startswith("gpt2-124m: 0.12 B parameters")
+    assert proc.stdout.startswith("gpt2-124m: 124.44 M parameters")
     assert '"train_batch_size": 64' in proc.stdout
     version = subprocess.run([sys.executable, "-m", "llmopt", "--version"],
                              capture_output=True, text=True, env=env, check=True)
