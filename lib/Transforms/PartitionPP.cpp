@@ -111,11 +111,51 @@ struct PartitionPPPass : public llmopt::impl::PartitionPPBase<PartitionPPPass> {
         setStage(op, 0);
         continue;
       }
-      if (isa<ParamOp>(op) && stages.size() > 1) {
-        op->emitOpError() << "llm-partition-pp: parameter '" << cast<ParamOp>(op).getName()
-                          << "' is used by stages " << stages[0] << " and " << stages[1]
-                          << " (tied weights across stages are not lowered yet)";
-        return signalPassFailure();
+      if (auto param = dyn_cast<ParamOp>(op); param && stages.size() > 1) {
+        // A weight shared by the first and the last stage (an LM head tied
+        // to the token embedding, as Megatron's embedding group): each stage
+        // keeps a copy, computes its part of the gradient, and the step sums
+        // the parts over the two stages (axis "pp_tied") before both apply
+        // the same update.
+        llvm::SmallSetVector<int64_t, 2> ends;
+        ends.insert(0);
+        ends.insert(pp - 1);
+        if (stages.size() != 2 || !llvm::all_of(stages, [&](int64_t s) {
+              return ends.contains(s);
+            })) {
+          op->emitOpError() << "llm-partition-pp: parameter '" << param.getName()
+                            << "' is used by stages " << stages[0] << " and " << stages[1]
+                            << "; only the first and last stage may share a weight";
+          return signalPassFailure();
+        }
+        AdamWOp update;
+        for (Operation *user : op->getUsers())
+          if (auto a = dyn_cast<AdamWOp>(user))
+            update = a;
+        for (AdamWOp a : body.getOps<AdamWOp>())
+          if (a.getName() == param.getName())
+            update = a;
+        auto sum = update ? update.getGrad().getDefiningOp<AddOp>() : AddOp();
+        if (!sum || stageOf(sum.getLhs().getDefiningOp()) ==
+                        stageOf(sum.getRhs().getDefiningOp())) {
+          op->emitOpError() << "llm-partition-pp: the gradient of shared parameter '"
+                            << param.getName() << "' is not a sum of the two stages' parts";
+          return signalPassFailure();
+        }
+        // The sum happens in the step (over "pp_tied"), not per micro-batch.
+        setStage(sum, -1);
+        sum->setAttr("llm.pp_tied_sum", b.getUnitAttr());
+        OpBuilder ob(op);
+        ob.setInsertionPointAfter(op);
+        Operation *copy = ob.clone(*op);
+        setStage(op, 0);
+        setStage(copy, pp - 1);
+        op->setAttr("llm.pp_tied", b.getUnitAttr());
+        copy->setAttr("llm.pp_tied", b.getUnitAttr());
+        op->getResult(0).replaceUsesWithIf(copy->getResult(0), [&](OpOperand &use) {
+          return stageOf(use.getOwner()) == pp - 1;
+        });
+        continue;
       }
       setStage(op, stages[0]);
       // A constant used on several stages gets a copy on each.

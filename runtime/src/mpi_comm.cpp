@@ -33,7 +33,12 @@ public:
     int stage = rank_ / (dp * tp), dpIndex = (rank_ / tp) % dp, tpIndex = rank_ % tp;
     if (MPI_Comm_split(MPI_COMM_WORLD, rank_ / tp, tpIndex, &tpComm) != MPI_SUCCESS ||
         MPI_Comm_split(MPI_COMM_WORLD, stage * tp + tpIndex, dpIndex, &dpComm) != MPI_SUCCESS ||
-        MPI_Comm_split(MPI_COMM_WORLD, rank_ % (dp * tp), stage, &ppComm) != MPI_SUCCESS) {
+        MPI_Comm_split(MPI_COMM_WORLD, rank_ % (dp * tp), stage, &ppComm) != MPI_SUCCESS ||
+        // The first and last stage, for weights they share.
+        MPI_Comm_split(MPI_COMM_WORLD,
+                       pp > 1 && (stage == 0 || stage == pp - 1) ? rank_ % (dp * tp)
+                                                                 : MPI_UNDEFINED,
+                       stage, &tiedComm) != MPI_SUCCESS) {
       error = "MPI_Comm_split failed";
       return false;
     }
@@ -186,9 +191,14 @@ private:
   };
   std::list<Pending> pending;
   int rank_ = 0, size_ = 1;
-  MPI_Comm dpComm = MPI_COMM_WORLD, tpComm = MPI_COMM_WORLD, ppComm = MPI_COMM_WORLD;
+  MPI_Comm dpComm = MPI_COMM_WORLD, tpComm = MPI_COMM_WORLD, ppComm = MPI_COMM_WORLD,
+           tiedComm = MPI_COMM_NULL;
   MPI_Comm commFor(const std::string &axis) const {
-    return axis == "tp" ? tpComm : axis == "dp" ? dpComm : axis == "pp" ? ppComm : MPI_COMM_WORLD;
+    return axis == "tp"        ? tpComm
+           : axis == "dp"      ? dpComm
+           : axis == "pp"      ? ppComm
+           : axis == "pp_tied" ? tiedComm
+                               : MPI_COMM_WORLD;
   }
 };
 } // namespace

@@ -419,7 +419,9 @@ bool parsePlan(const json::Value &root, Plan &plan, std::string &error) {
         for (const Buffer &b : ins.buffers)
           if (b.space == Buffer::Space::Input)
             return c.fail(iw + ".buffers", "a collective must not write a step input");
-        if (!plan.mesh.count(ins.axis))
+        // pp_tied: the first and last pipeline stage (a shared weight).
+        if (!plan.mesh.count(ins.axis) &&
+            !(ins.axis == "pp_tied" && plan.mesh.count("pp") && plan.mesh.at("pp") > 1))
           return c.fail(iw + ".axis", "no mesh axis '" + ins.axis + "'");
       } else {
         return c.fail(iw, "is neither a kernel nor a collective");

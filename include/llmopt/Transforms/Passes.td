@@ -115,8 +115,10 @@ def PartitionPP : Pass<"llm-partition-pp", "::mlir::ModuleOp"> {
     every stage's ops in that order, with blocking sends and receives, is a
     valid (sequential) pipeline schedule.
 
-    Not yet: interleaved (virtual) stages and parameters shared between
-    stages (an LM head tied to the input embedding).
+    A weight shared by the first and the last stage (an LM head tied to the
+    token embedding) is copied to both (`llm.pp_tied`); its gradient parts
+    are summed over the two stages in the step, as Megatron's embedding
+    group does. Not yet: interleaved (virtual) stages.
   }];
   let dependentDialects = ["::llmopt::llm::LLMDialect"];
 }

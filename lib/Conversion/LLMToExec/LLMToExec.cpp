@@ -408,8 +408,12 @@ struct ConvertLLMToExecPass
       return a ? a.getInt() : -2;
     };
     llvm::StringMap<int64_t> paramStage;
-    for (ParamOp p : body.getOps<ParamOp>())
+    llvm::StringSet<> tied; // shared by the first and last pipeline stage
+    for (ParamOp p : body.getOps<ParamOp>()) {
       paramStage[p.getName()] = stageOf(p);
+      if (p->hasAttr("llm.pp_tied"))
+        tied.insert(p.getName());
+    }
     SmallVector<AdamWOp> allUpdates = updates;
     SmallVector<Attribute> allGradAccs = gradAccs;
     // One program per pipeline stage (stage -2: no pipeline, one program).
@@ -417,7 +421,8 @@ struct ConvertLLMToExecPass
     SmallVector<AdamWOp> updates;
     SmallVector<Attribute> gradAccs;
     for (auto [a, acc] : llvm::zip(allUpdates, allGradAccs))
-      if (stage < 0 || paramStage.lookup(a.getName()) == stage) {
+      if (stage < 0 || paramStage.lookup(a.getName()) == stage ||
+          (tied.contains(a.getName()) && (stage == 0 || stage == pp - 1))) {
         updates.push_back(a);
         gradAccs.push_back(acc);
       }
@@ -481,7 +486,11 @@ struct ConvertLLMToExecPass
                        b.getArrayAttr({acc}), b.getDictionaryAttr({}));
     };
     for (auto [a, acc] : llvm::zip(updates, gradAccs)) {
-      FailureOr<BufAttr> g = cv.buf(a.getGrad());
+      // A shared weight's gradient: this stage's part (summed in the step).
+      Value grad = a.getGrad();
+      if (auto sum = grad.getDefiningOp<AddOp>(); sum && sum->hasAttr("llm.pp_tied_sum"))
+        grad = stageOf(sum.getLhs().getDefiningOp()) == stage ? sum.getLhs() : sum.getRhs();
+      FailureOr<BufAttr> g = cv.buf(grad);
       if (failed(g))
         return failure();
       addInto(cast<BufAttr>(acc), *g);
@@ -500,6 +509,13 @@ struct ConvertLLMToExecPass
                          b.getArrayAttr({acc}),
                          b.getDictionaryAttr({cv.f64("factor", 1.0 / double(micro))}));
     StringAttr dpAxis = b.getStringAttr("dp"), avg = b.getStringAttr("avg");
+    SmallVector<Attribute> tiedAccs;
+    for (auto [a, acc] : llvm::zip(updates, gradAccs))
+      if (tied.contains(a.getName()))
+        tiedAccs.push_back(acc);
+    if (!tiedAccs.empty())
+      exec::AllReduceOp::create(cv.ob, loc, b.getStringAttr("pp_tied"), b.getStringAttr("sum"),
+                                b.getArrayAttr(tiedAccs));
     // The gradient norm over the whole model. Squares of tp-sharded
     // gradients are summed over tp, replicated ones count once; under ZeRO
     // each rank squares its dp chunk and the sums go over dp.
@@ -514,6 +530,9 @@ struct ConvertLLMToExecPass
     }
     SmallVector<Attribute> sharded, replicated, partial;
     for (auto [a, acc] : llvm::zip(updates, gradAccs)) {
+      // A shared weight counts once in the norm: on the first stage.
+      if (tied.contains(a.getName()) && stage != 0)
+        continue;
       (tpSharded.contains(a.getName()) ? sharded : replicated).push_back(acc);
       if (spPartial.contains(a.getName()))
         partial.push_back(acc);
@@ -560,7 +579,7 @@ struct ConvertLLMToExecPass
         KernelOp::create(cv.ob, loc, b.getStringAttr("add"), b.getArrayAttr({*norm, rest}),
                          b.getArrayAttr({*norm}), b.getDictionaryAttr({}));
       } else {
-        sumSquares(gradAccs, *norm, /*overTp=*/false);
+        sumSquares(replicated, *norm, /*overTp=*/false); // tp 1: nothing is tp-sharded
       }
       // Every stage squares its own parameters' gradients.
       if (pp > 1)
