@@ -19,6 +19,7 @@ void llmopt::buildLowerToPlanPipeline(OpPassManager &pm, const LowerToPlanOption
   shapes.seq = o.seq;
   pm.addPass(createSpecializeShapes(shapes));
   pm.addPass(createPartitionPP());
+  pm.addPass(createShardParams());
   pm.addPass(createPlanMemory());
   pm.addPass(createConvertLLMToExec());
   EmitPlanOptions emit;

@@ -67,6 +67,7 @@ void put(std::string &out, const void *p, size_t n) {
 /// One parameter of a rank file: its value and its chunk of the moments.
 struct Saved {
   int64_t begin = 0, end = 0;
+  bool valueChunk = false; // ZeRO-3: the value is the chunk too
   std::vector<float> value, m, v;
 };
 
@@ -97,15 +98,16 @@ bool parseRank(const std::string &blob, const Plan &of, int64_t step, const std:
     std::string name(len, '\0');
     int64_t n = 0, shard[2] = {0, 0};
     const ParamSpec *p = nullptr;
-    if (!take(name.data(), len) || !(p = of.param(name)) || !take(&n, 8) || n != p->elements ||
-        !take(shard, 16) || shard[0] < 0 || shard[1] < shard[0] || shard[1] > n ||
-        out.count(name)) {
+    if (!take(name.data(), len) || !(p = of.param(name)) || !take(&n, 8) ||
+        !take(shard, 16) || shard[0] < 0 || shard[1] < shard[0] || shard[1] > p->elements ||
+        (n != p->elements && n != shard[1] - shard[0]) || out.count(name)) {
       error = where + ": parameter '" + name + "' does not match the plan";
       return false;
     }
     Saved &sv = out[name];
     sv.begin = shard[0];
     sv.end = shard[1];
+    sv.valueChunk = n != p->elements;
     for (std::vector<float> *v : {&sv.value, &sv.m, &sv.v}) {
       size_t c = v == &sv.value ? size_t(n) : size_t(shard[1] - shard[0]);
       v->resize(c);
@@ -315,12 +317,16 @@ bool readWhole(const Opened &o, Plan &src, std::vector<WholeTensor> &out, std::s
       x->assign(size_t(wholeElements(sp)), 0.0f);
     for (int j = 0; j < srcTp; ++j) {
       std::vector<float> part[3];
-      part[0] = ranks[size_t(base + j)].at(sp.name).value;
-      for (int k : {1, 2}) {
+      const Saved &first = ranks[size_t(base + j)].at(sp.name);
+      for (int k : {0, 1, 2}) {
+        if (k == 0 && !first.valueChunk) {
+          part[0] = first.value;
+          continue;
+        }
         part[k].assign(size_t(sp.elements), 0.0f);
         for (int i = 0; i < srcDp; ++i) {
           const Saved &sv = ranks[size_t(base + i * srcTp + j)].at(sp.name);
-          const std::vector<float> &chunk = k == 1 ? sv.m : sv.v;
+          const std::vector<float> &chunk = k == 0 ? sv.value : k == 1 ? sv.m : sv.v;
           std::copy(chunk.begin(), chunk.end(), part[k].begin() + sv.begin);
         }
       }
@@ -362,7 +368,8 @@ bool loadCheckpoint(const std::string &dir, CpuExecutor &exe, const Plan &plan,
         return false;
       }
       Saved &sv = saved[p.name];
-      if (sv.begin != st.shard.begin || sv.end != st.shard.end) {
+      if (sv.begin != st.shard.begin || sv.end != st.shard.end ||
+          sv.valueChunk != st.valueChunked) {
         error = o.stepDir + ": parameter '" + p.name +
                 "' was saved with a different optimizer sharding than this plan's";
         return false;
@@ -406,7 +413,10 @@ bool loadCheckpoint(const std::string &dir, CpuExecutor &exe, const Plan &plan,
       copyPart(p, rank % tp, const_cast<float *>(whole[k]->data()), mine[k].data(),
                /*toPart=*/true);
     }
-    st.value = std::move(mine[0]);
+    if (st.valueChunked)
+      st.value.assign(mine[0].begin() + st.shard.begin, mine[0].begin() + st.shard.end);
+    else
+      st.value = std::move(mine[0]);
     st.m.assign(mine[1].begin() + st.shard.begin, mine[1].begin() + st.shard.end);
     st.v.assign(mine[2].begin() + st.shard.begin, mine[2].begin() + st.shard.end);
   }

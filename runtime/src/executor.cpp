@@ -43,7 +43,12 @@ bool CpuExecutor::init(const Plan &p, int rank, uint64_t seed, std::string &erro
   arenas.assign(slots, std::vector<float>(size_t((program->arenaBytes + 3) / 4), 0.0f));
   slot = 0;
   this->rank = rank;
-  // ZeRO: parameters whose update is sharded keep moments for their chunk.
+  // ZeRO: parameters whose update is sharded keep moments for their chunk;
+  // under ZeRO-3 (gathered where used) their values too.
+  std::set<std::string> gathered;
+  for (const Instruction &ins : program->microBatch)
+    if (ins.kind == Instruction::Kind::ParamGather)
+      gathered.insert(ins.text("param"));
   std::map<std::string, std::string> shardAxis;
   for (const Instruction &ins : program->step)
     if (ins.kind == Instruction::Kind::Kernel && ins.kernel->id == KernelId::AdamW &&
@@ -75,6 +80,7 @@ bool CpuExecutor::init(const Plan &p, int rank, uint64_t seed, std::string &erro
     }
     st.m.assign(size_t(st.shard.size()), 0.0f);
     st.v.assign(size_t(st.shard.size()), 0.0f);
+    st.valueChunked = gathered.count(s.name) > 0;
     if (s.init == "normal" && s.shardDim < 0)
       kernels::initNormal(st.value.data(), s.elements, float(s.stddev), seed, s.name);
     if (s.init == "normal" && s.shardDim >= 0) {
@@ -86,6 +92,14 @@ bool CpuExecutor::init(const Plan &p, int rank, uint64_t seed, std::string &erro
       std::vector<float> full(size_t(wholeElements(s)));
       kernels::initNormal(full.data(), int64_t(full.size()), float(s.stddev), seed, s.name);
       copyPart(s, index, full.data(), st.value.data(), /*toPart=*/true);
+    }
+    if (st.valueChunked) {
+      if (!shardAxis.count(s.name)) {
+        error = "parameter '" + s.name + "' is gathered (ZeRO-3) but its update is not sharded";
+        return false;
+      }
+      st.value = std::vector<float>(st.value.begin() + st.shard.begin,
+                                    st.value.begin() + st.shard.end);
     }
   }
   steps = 0;
@@ -256,6 +270,21 @@ bool CpuExecutor::run(const Instruction &ins, Communicator &comm, std::string &e
       if (!comm.allGather(ins.axis, data(b), b.elements, error))
         return false;
     return true;
+  case Instruction::Kind::ParamGather: {
+    // Every rank's chunk (padded to ceil(n / size)) gathered, then trimmed.
+    const ParamState &st = params.at(ins.text("param"));
+    int index = 0, size = 1;
+    if (!axis(ins.axis, index, size, error))
+      return false;
+    const Buffer &out = ins.buffers[0];
+    int64_t n = out.elements, c = (n + size - 1) / size;
+    std::vector<float> mine(size_t(c), 0.0f), all(size_t(c * size));
+    std::copy(st.value.begin(), st.value.end(), mine.begin());
+    if (!comm.allGatherBlocks(ins.axis, mine.data(), all.data(), c, error))
+      return false;
+    std::copy_n(all.data(), n, data(out));
+    return true;
+  }
   case Instruction::Kind::Send:
   case Instruction::Kind::Recv: {
     int stage = 0, stages = 1;
@@ -610,12 +639,14 @@ bool CpuExecutor::run(const Instruction &ins, Communicator &comm, std::string &e
     if (maxNorm > 0)
       p.gradScale = float(std::min(1.0, maxNorm / (double(norm) + 1e-6)));
     p.step = steps + 1;
-    if (in[0].elements != int64_t(st.value.size()) || st.m.size() != size_t(st.shard.size())) {
+    int64_t held = st.valueChunked ? st.shard.size() : in[0].elements;
+    if (int64_t(st.value.size()) != held || st.shard.end > in[0].elements ||
+        st.m.size() != size_t(st.shard.size())) {
       error = "adamw of '" + ins.text("param") + "': gradient or moments do not match the parameter";
       return false;
     }
-    k::adamw(st.value.data() + st.shard.begin, data(in[0]) + st.shard.begin, st.m.data(),
-             st.v.data(), st.shard.size(), p);
+    k::adamw(st.value.data() + (st.valueChunked ? 0 : st.shard.begin),
+             data(in[0]) + st.shard.begin, st.m.data(), st.v.data(), st.shard.size(), p);
     return true;
   }
   case KernelId::NumKernels:

@@ -362,6 +362,24 @@ bool parsePlan(const json::Value &root, Plan &plan, std::string &error) {
         if (std::string axis = ins.text("shard"); !axis.empty() && !plan.mesh.count(axis))
           return c.fail(iw + ".params.shard", "no mesh axis '" + axis + "'");
       } else if (const json::Value *col = iv.get("collective");
+                 col && col->isString() && col->string == "param_gather") {
+        ins.kind = Instruction::Kind::ParamGather;
+        std::string param;
+        if (!c.string(iv.get("axis"), iw + ".axis", ins.axis) ||
+            !c.string(iv.get("param"), iw + ".param", param) || !bufferList("buffers", ins.buffers))
+          return false;
+        const ParamSpec *spec = plan.param(param);
+        if (!spec)
+          return c.fail(iw + ".param", "no parameter named '" + param + "'");
+        if (!plan.mesh.count(ins.axis))
+          return c.fail(iw + ".axis", "no mesh axis '" + ins.axis + "'");
+        if (ins.buffers.size() != 1 || ins.buffers[0].space != Buffer::Space::Arena ||
+            ins.buffers[0].elements != spec->elements)
+          return c.fail(iw + ".buffers", "one arena buffer the size of '" + param + "'");
+        ins.params["param"] = json::Value();
+        ins.params["param"].kind = json::Value::Kind::String;
+        ins.params["param"].string = param;
+      } else if (const json::Value *col = iv.get("collective");
                  col && col->isString() && (col->string == "send" || col->string == "recv")) {
         ins.kind = col->string == "send" ? Instruction::Kind::Send : Instruction::Kind::Recv;
         int64_t peer = 0;
@@ -405,7 +423,8 @@ bool parsePlan(const json::Value &root, Plan &plan, std::string &error) {
         if (!col->isString() || (col->string != "all_reduce" && col->string != "reduce_scatter" &&
                                  col->string != "all_gather"))
           return c.fail(iw + ".collective",
-                        "must be all_reduce, reduce_scatter, all_gather, send, recv or seq_*");
+                        "must be all_reduce, reduce_scatter, all_gather, param_gather, send, recv "
+                        "or seq_*");
         ins.kind = col->string == "all_reduce"       ? Instruction::Kind::AllReduce
                    : col->string == "reduce_scatter" ? Instruction::Kind::ReduceScatter
                                                      : Instruction::Kind::AllGather;

@@ -291,7 +291,9 @@ int main(int argc, char **argv) {
   // fp32 value and gradient accumulator, AdamW moments (a chunk under ZeRO).
   for (const ParamSpec &p : plan.params)
     if (exe.params.count(p.name))
-      stateBytes += p.elements * 8 + exe.params.at(p.name).shard.size() * 8;
+      stateBytes += p.elements * 4 /* gradient accumulator */ +
+                    int64_t(exe.params.at(p.name).value.size()) * 4 +
+                    exe.params.at(p.name).shard.size() * 8;
   int64_t memory = plan.programFor(rank)->arenaBytes * int64_t(exe.arenaSlots()) + stateBytes;
   bool tty = isatty(2) && !o.quiet;
   const char *failRank = std::getenv("LLMOPT_TEST_FAIL_RANK");

@@ -123,6 +123,18 @@ def PartitionPP : Pass<"llm-partition-pp", "::mlir::ModuleOp"> {
   let dependentDialects = ["::llmopt::llm::LLMDialect"];
 }
 
+def ShardParams : Pass<"llm-shard-params", "::mlir::ModuleOp"> {
+  let summary = "ZeRO-3: parameters stored as dp chunks, gathered where used";
+  let description = [{
+    When the plan has ZeRO stage 3 (and dp > 1), every use of a parameter in
+    `@train_step` (forward and backward, not the AdamW update) reads an
+    `llm.zero_gather` placed right before it, so a gathered copy lives only
+    as long as its use; parameters are marked `llm.zero3`. The runtime keeps
+    each rank's chunk of the values and moments only.
+  }];
+  let dependentDialects = ["::llmopt::llm::LLMDialect"];
+}
+
 def SpecializeShapes : Pass<"llm-specialize-shapes", "::mlir::ModuleOp"> {
   let summary = "Fix the batch and sequence dimensions to the plan's";
   let description = [{

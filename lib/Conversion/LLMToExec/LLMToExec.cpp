@@ -305,6 +305,14 @@ LogicalResult Converter::convert(Operation *op) {
         return kernel(loc, "bias_add", {r.getResult(), r.getBias()}, r.getResult());
       })
       .Case([&](BiasGradOp g) { return kernel(loc, "sum_rows", g.getGrad(), g.getResult()); })
+      .Case([&](ZeroGatherOp g) -> LogicalResult {
+        FailureOr<BufAttr> out = buf(g.getResult());
+        if (failed(out))
+          return failure();
+        ParamGatherOp::create(ob, loc, g.getAxisAttr(),
+                              g.getParam().getDefiningOp<ParamOp>().getNameAttr(), *out);
+        return success();
+      })
       .Case([&](SPGatherOp g) { return seq(loc, "all_gather", g.getAxis(), g.getInput(), g.getResult()); })
       .Case([&](SPSplitOp g) { return seq(loc, "split", g.getAxis(), g.getInput(), g.getResult()); })
       .Case([&](SPScatterOp r) -> LogicalResult {
@@ -330,6 +338,11 @@ LogicalResult Converter::convert(Operation *op) {
       .Default([&](Operation *o) -> LogicalResult {
         return o->emitOpError() << "convert-llm-to-exec: no kernel for this op yet";
       });
+}
+
+bool body0HasNoGathers(ModuleOp module) {
+  auto func = module.lookupSymbol<func::FuncOp>("train_step");
+  return !func || func.getBody().front().getOps<ZeroGatherOp>().empty();
 }
 
 struct ConvertLLMToExecPass
@@ -359,9 +372,9 @@ struct ConvertLLMToExecPass
       dp = plan.getDp();
       micro = plan.getNumMicroBatches();
       zero = plan.getZero();
-      if (zero == 3) {
-        module.emitError() << "convert-llm-to-exec: ZeRO-3 (parameters sharded and gathered "
-                              "per layer) is not lowered yet; plan with fix=zero:2 or lower";
+      if (zero == 3 && plan.getDp() > 1 && body0HasNoGathers(module)) {
+        module.emitError() << "convert-llm-to-exec: the plan has ZeRO-3; run llm-shard-params "
+                              "first";
         return signalPassFailure();
       }
       // Sharding over one rank is no sharding.
@@ -606,7 +619,9 @@ struct ConvertLLMToExecPass
       states.push_back(BufAttr::get(ctx, b.getStringAttr("state"), 0, a.getNameAttr(),
                                     b.getDenseI64ArrayAttr(t.getShape()), t.getElementType()));
     }
-    if (zero > 0)
+    // ZeRO-1/2 gather the updated chunks into whole parameters; ZeRO-3 keeps
+    // chunks and gathers where they are used.
+    if (zero > 0 && zero < 3)
       AllGatherOp::create(cv.ob, loc, dpAxis, b.getArrayAttr(states));
     return success();
     };

@@ -130,7 +130,10 @@ struct EmitPlanPass : public llmopt::impl::EmitPlanBase<EmitPlanPass> {
     // The optimizer sharding the program really does (none over one rank).
     int64_t zero = 0;
     for (exec::ProgramOp prog : programs)
-      if (!prog.getStep().empty() && !prog.getStep().front().getOps<exec::AllGatherOp>().empty())
+      if ((!prog.getStep().empty() &&
+           !prog.getStep().front().getOps<exec::AllGatherOp>().empty()) ||
+          (!prog.getMicroBatch().empty() &&
+           !prog.getMicroBatch().front().getOps<exec::ParamGatherOp>().empty()))
         zero = module->getAttrOfType<llm::PlanAttr>("llm.plan").getZero();
     root["zero_stage"] = zero;
     root["mesh"] = std::move(mesh);
@@ -207,6 +210,12 @@ struct EmitPlanPass : public llmopt::impl::EmitPlanBase<EmitPlanPass> {
                                           {"axis", rs.getAxis().str()},
                                           {"reduce", rs.getReduce().str()},
                                           {"buffers", bufsJSON(rs.getBuffers())}});
+          } else if (auto pg = dyn_cast<exec::ParamGatherOp>(op)) {
+            instrs.push_back(json::Object{{"collective", "param_gather"},
+                                          {"axis", pg.getAxis().str()},
+                                          {"param", pg.getParam().str()},
+                                          {"buffers", bufsJSON(ArrayAttr::get(
+                                                          pg.getContext(), {pg.getBuffer()}))}});
           } else if (auto p2p = dyn_cast<exec::P2POp>(op)) {
             instrs.push_back(json::Object{{"collective", p2p.getKind().str()},
                                           {"axis", "pp"},
@@ -240,7 +249,7 @@ struct EmitPlanPass : public llmopt::impl::EmitPlanBase<EmitPlanPass> {
             break;
           }
           if (isa<exec::KernelOp, exec::AllReduceOp, exec::ReduceScatterOp, exec::AllGatherOp,
-                  exec::SeqOp, exec::P2POp>(op))
+                  exec::SeqOp, exec::P2POp, exec::ParamGatherOp>(op))
             ++at;
         }
       json::Object progJSON{{"name", prog.getName().str()},

@@ -26,6 +26,8 @@ struct ParamState {
   /// (elements [shard.begin, shard.end) of `value`).
   std::vector<float> m, v;
   Chunk shard;
+  /// ZeRO-3: `value` too holds only this rank's chunk.
+  bool valueChunked = false;
 };
 
 struct StepResult {

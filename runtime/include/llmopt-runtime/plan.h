@@ -45,7 +45,8 @@ struct Instruction {
     SeqReduceScatter,
     SeqSplit,
     Send,
-    Recv
+    Recv,
+    ParamGather
   } kind = Kind::Kernel;
   int peer = 0; // Send / Recv: the other pipeline stage
   const kernels::KernelInfo *kernel = nullptr;

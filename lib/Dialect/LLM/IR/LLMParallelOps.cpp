@@ -168,3 +168,11 @@ LogicalResult PPTransferOp::verify() {
 OpCost PPTransferOp::getCost(const CostContext &c) {
   return touches(getInput(), getResult(), c);
 }
+
+LogicalResult ZeroGatherOp::verify() {
+  if (!getParam().getDefiningOp<ParamOp>())
+    return emitOpError() << "gathers an llm.param";
+  return verifyAxis(*this, getAxis());
+}
+
+OpCost ZeroGatherOp::getCost(const CostContext &c) { return touches(getParam(), getResult(), c); }

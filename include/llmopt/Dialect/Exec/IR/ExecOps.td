@@ -193,4 +193,17 @@ def Exec_BackwardOp : Exec_Op<"backward", [HasParent<"ProgramOp">]> {
   let assemblyFormat = "attr-dict";
 }
 
+def Exec_ParamGatherOp : Exec_Op<"param_gather", [HasParent<"ProgramOp">]> {
+  let summary = "ZeRO-3: gathers a parameter's chunks into a whole buffer";
+  let description = [{
+    Every rank of `axis` contributes its chunk of parameter `param` (ZeRO
+    chunking, see `reduce_scatter`); `buffer` receives the whole value.
+    ```mlir
+    exec.param_gather "dp" "w" #exec.buf<space = "arena", ...>
+    ```
+  }];
+  let arguments = (ins StrAttr:$axis, StrAttr:$param, Exec_BufAttr:$buffer);
+  let assemblyFormat = "$axis $param $buffer attr-dict";
+}
+
 #endif // LLMOPT_DIALECT_EXEC_IR_EXECOPS_TD

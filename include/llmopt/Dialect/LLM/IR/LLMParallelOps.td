@@ -136,4 +136,19 @@ def LLM_PPTransferOp : LLM_CostOp<"pp_transfer", [Pure, AllTypesMatch<["input", 
   let assemblyFormat = "$input `from` $from `to` $to attr-dict `:` type($input)";
 }
 
+def LLM_ZeroGatherOp : LLM_CostOp<"zero_gather", [Pure, AllTypesMatch<["param", "result"]>]> {
+  let summary = "ZeRO-3: the whole parameter, gathered from the ranks' chunks";
+  let description = [{
+    Under ZeRO-3 each rank of `axis` stores only its chunk of every
+    parameter; each use reads a gathered copy that lives only as long as that
+    use needs it. Inserted by `llm-shard-params`.
+    ```mlir
+    %w = llm.zero_gather %param axis "dp" : tensor<64x64xf32>
+    ```
+  }];
+  let arguments = (ins LLM_Weight:$param, StrAttr:$axis);
+  let results = (outs LLM_Weight:$result);
+  let assemblyFormat = "$param `axis` $axis attr-dict `:` type($param)";
+}
+
 #endif // LLMOPT_DIALECT_LLM_IR_LLMPARALLELOPS_TD
