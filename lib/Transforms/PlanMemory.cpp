@@ -172,9 +172,15 @@ struct PlanMemoryPass : public llmopt::impl::PlanMemoryBase<PlanMemoryPass> {
           "(peak), parameter and optimizer state {4:f1} MiB\n",
           func.getSymName(), buffers.size(), total / (1 << 20), double(peak) / (1 << 20),
           stateBytes / (1 << 20));
+      if (auto stages = func->getAttrOfType<DenseI64ArrayAttr>("llm.stage_arena_bytes"))
+        for (auto [s, bytes] : llvm::enumerate(stages.asArrayRef()))
+          text += llvm::formatv("  pipeline stage {0}: arena {1:f1} MiB\n", s,
+                                double(bytes) / (1 << 20));
       if (auto plan = module->getAttrOfType<PlanAttr>("llm.plan"))
-        text += llvm::formatv("planner's prediction for the peak rank: {0:f1} MiB; this "
-                              "single-rank plan: {1:f1} MiB\n",
+        text += llvm::formatv("planner's prediction for the peak rank: {0:f1} MiB (state "
+                              "sharded by the plan's TP/PP/ZeRO, activations for its "
+                              "micro-batches in flight); arena + parameter state before ZeRO: "
+                              "{1:f1} MiB\n",
                               double(plan.getPeakMemoryBytes()) / (1 << 20),
                               (double(peak) + stateBytes) / (1 << 20));
       if (report == "-")
