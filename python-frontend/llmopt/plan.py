@@ -7,7 +7,7 @@ import os
 import tempfile
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from ._tool import quote_option as _quote, run_llm_opt
 from .cluster import Cluster, Job
@@ -294,6 +294,8 @@ def _run(
     export: Optional[Tuple[str, Path]] = None,
     fix: Optional[str] = None,
     top_k: Optional[int] = None,
+    extra: Sequence[str] = (),
+    before: Sequence[str] = (),
 ) -> str:
     with request.model._file() as model_path, request.cluster._options(tmp) as cluster_opts:
         options = list(cluster_opts)
@@ -309,7 +311,8 @@ def _run(
         if export is not None:
             options += [f"export={export[0]}", f"export-file={_quote(str(export[1]))}"]
         return run_llm_opt(
-            [model_path, "-o", os.devnull, "--llm-auto-parallel=" + " ".join(options)]
+            [model_path, *before, "-o", os.devnull,
+             "--llm-auto-parallel=" + " ".join(options), *extra]
         )
 
 
@@ -387,6 +390,39 @@ class PlanResult:
         target = Path(path).absolute()
         with tempfile.TemporaryDirectory(prefix="llmopt-") as tmp:
             _run(request, Path(tmp), html=target)
+        return target
+
+    def lower(
+        self,
+        directory: PathLike,
+        plan: Union[int, Plan] = 0,
+        *,
+        lr: float = 3e-4,
+        max_grad_norm: float = 1.0,
+        dtype: Optional[str] = None,
+    ) -> Path:
+        """Lowers a plan (the best by default) to a plan directory that
+        ``llm-run`` trains: ``plan.json``, its checksum and ``run.slurm``
+        (docs/plan-format.md). ``dtype`` re-imports a ``config.json`` model
+        in that element type (``"f32"`` for the CPU backend).
+
+        Raises:
+            LLMOptError: the plan needs lowering that is not written yet (the
+                message names it), or the directory cannot be written.
+        """
+        if not isinstance(lr, (int, float)) or not lr > 0:
+            raise ValueError(f"lr must be positive, got {lr!r}")
+        if not isinstance(max_grad_norm, (int, float)) or max_grad_norm < 0:
+            raise ValueError(f"max_grad_norm must be non-negative, got {max_grad_norm!r}")
+        request = self._need_request()
+        chosen = self._plan_index(plan)
+        target = Path(directory).absolute()
+        before = [f"--hf-dtype={dtype}"] if dtype else []
+        lowering = (f"--llm-lower-to-plan=dir={_quote(str(target))} lr={lr!r} "
+                    f"max-grad-norm={max_grad_norm!r}")
+        with tempfile.TemporaryDirectory(prefix="llmopt-") as tmp:
+            _run(request, Path(tmp), fix=_fix_text(chosen.config), top_k=1,
+                 extra=[lowering], before=before)
         return target
 
     def _need_request(self) -> _Request:
