@@ -103,6 +103,11 @@ struct PlanMemoryPass : public llmopt::impl::PlanMemoryBase<PlanMemoryPass> {
         b.first = b.last = pos[&op];
         for (Operation *user : r.getUsers()) {
           Operation *top = body.findAncestorOpInBlock(*user);
+          // The update reads gradients from their accumulators, into which
+          // each is added as soon as it is made (convert-llm-to-exec): these
+          // uses do not keep the micro-batch's buffer alive.
+          if (isa<AdamWOp, GlobalNormOp>(top) || top->hasAttr("llm.pp_tied_sum"))
+            continue;
           b.last = std::max(b.last, isa<func::ReturnOp>(top) ? n : pos[top]);
         }
         index[r] = buffers.size();

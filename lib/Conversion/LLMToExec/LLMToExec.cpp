@@ -463,6 +463,22 @@ struct ConvertLLMToExecPass
     // Micro-batch phase: forward and backward, then the gradients and the
     // loss added to their accumulators.
     cv.ob.setInsertionPointToEnd(microBlock);
+    auto addInto = [&](BufAttr acc, BufAttr value) {
+      KernelOp::create(cv.ob, loc, b.getStringAttr("add"), b.getArrayAttr({acc, value}),
+                       b.getArrayAttr({acc}), b.getDictionaryAttr({}));
+    };
+    // Each parameter's gradient is added to its accumulator as soon as it is
+    // made, so that its buffer is free for the rest of the backward (the
+    // memory plan counts it live only until then).
+    llvm::DenseMap<Value, BufAttr> accumulateAt;
+    for (auto [a, acc] : llvm::zip(updates, gradAccs)) {
+      // A shared weight's gradient: this stage's part (summed in the step).
+      Value grad = a.getGrad();
+      if (auto sum = grad.getDefiningOp<AddOp>(); sum && sum->hasAttr("llm.pp_tied_sum"))
+        grad = stageOf(sum.getLhs().getDefiningOp()) == stage ? sum.getLhs() : sum.getRhs();
+      accumulateAt[grad] = cast<BufAttr>(acc);
+    }
+
     // Pipeline stages mark where each micro-batch's backward begins: at the
     // first of the stage's ops after the loss.
     Operation *lossOp = ret.getOperand(0).getDefiningOp();
@@ -493,20 +509,19 @@ struct ConvertLLMToExecPass
         continue;
       if (failed(cv.convert(&op)))
         return failure();
+      for (Value r : op.getResults())
+        if (auto it = accumulateAt.find(r); it != accumulateAt.end()) {
+          FailureOr<BufAttr> g = cv.buf(r);
+          if (failed(g))
+            return failure();
+          addInto(it->second, *g);
+          accumulateAt.erase(it);
+        }
     }
-    auto addInto = [&](BufAttr acc, BufAttr value) {
-      KernelOp::create(cv.ob, loc, b.getStringAttr("add"), b.getArrayAttr({acc, value}),
-                       b.getArrayAttr({acc}), b.getDictionaryAttr({}));
-    };
-    for (auto [a, acc] : llvm::zip(updates, gradAccs)) {
-      // A shared weight's gradient: this stage's part (summed in the step).
-      Value grad = a.getGrad();
-      if (auto sum = grad.getDefiningOp<AddOp>(); sum && sum->hasAttr("llm.pp_tied_sum"))
-        grad = stageOf(sum.getLhs().getDefiningOp()) == stage ? sum.getLhs() : sum.getRhs();
-      FailureOr<BufAttr> g = cv.buf(grad);
-      if (failed(g))
-        return failure();
-      addInto(cast<BufAttr>(acc), *g);
+    if (!accumulateAt.empty()) {
+      func.emitError() << "convert-llm-to-exec: a parameter gradient is not computed on the "
+                          "stage that updates it";
+      return failure();
     }
     if (stage < 0 || stage == pp - 1)
       addInto(lossAcc, *loss);
