@@ -197,6 +197,27 @@ struct BuildTrainingStepPass
                       b.getF64FloatAttr(eps), b.getF64FloatAttr(weightDecay),
                       b.getF64FloatAttr(maxGradNorm));
 
+    // Sequence parallelism (Korthikanti et al. 2022, section 4.2.2): the
+    // gathered input of a column-parallel linear is not kept for the
+    // backward; the backward gathers the chunk again right before using it.
+    Operation *lossDef = loss.getDefiningOp();
+    for (Operation *op : forwardOps) {
+      auto gather = dyn_cast<SPGatherOp>(op);
+      if (!gather || gather.getReplicated())
+        continue;
+      for (OpOperand &use : llvm::make_early_inc_range(gather.getResult().getUses())) {
+        Operation *user = use.getOwner();
+        if (user->getBlock() != &body || !lossDef || !lossDef->isBeforeInBlock(user))
+          continue;
+        OpBuilder ub(user);
+        Operation *again = ub.clone(*gather);
+        again->setAttr("llm.recompute", ub.getUnitAttr());
+        if (Attribute layer = user->getAttr("llm.layer"))
+          again->setAttr("llm.layer", layer);
+        use.set(again->getResult(0));
+      }
+    }
+
     // Clones whose results no backward op reads are dropped.
     for (Operation *clone : llvm::reverse(clones))
       if (clone->use_empty())
