@@ -20,7 +20,7 @@ llvm_config.with_system_environment(["HOME", "INCLUDE", "LIB", "TMP", "TEMP"])
 llvm_config.use_default_substitutions()
 
 tool_dirs = [config.llmopt_tools_dir, config.llvm_tools_dir]
-tools = ["llm-opt", "llm-translate", "llm-run", "llm-data", "llm-ckpt"]
+tools = ["llm-opt", "llm-translate", "llm-run", "llm-data", "llm-ckpt", "llm-c-api-demo"]
 llvm_config.add_tool_substitutions(tools, tool_dirs)
 llvm_config.with_environment("PATH", config.llvm_tools_dir, append_path=True)
 
