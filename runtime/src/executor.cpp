@@ -123,6 +123,18 @@ bool CpuExecutor::axis(const std::string &name, int &index, int &size,
   return true;
 }
 
+/// Row `r`'s log-sum-exp over the whole vocabulary from the vocabulary
+/// parts' log-sum-exps, gathered rank-major ([parts][rows]).
+static double gatheredLogSumExp(const float *all, int64_t rows, int64_t parts, int64_t r) {
+  double mx = all[r];
+  for (int64_t p = 1; p < parts; ++p)
+    mx = std::max(mx, double(all[p * rows + r]));
+  double sum = 0;
+  for (int64_t p = 0; p < parts; ++p)
+    sum += std::exp(double(all[p * rows + r]) - mx);
+  return mx + std::log(sum);
+}
+
 bool CpuExecutor::runSeq(const Instruction &ins, Communicator &comm, std::string &error) {
   int index = 0, parts = 1;
   if (!axis(ins.axis, index, parts, error))
@@ -574,13 +586,7 @@ bool CpuExecutor::run(const Instruction &ins, Communicator &comm, std::string &e
     for (int64_t r = 0; r < rows; ++r) {
       if (l[r] == ignore)
         continue;
-      double mx = all[r];
-      for (int64_t p = 1; p < parts; ++p)
-        mx = std::max(mx, double(all[p * rows + r]));
-      double sum = 0;
-      for (int64_t p = 0; p < parts; ++p)
-        sum += std::exp(double(all[p * rows + r]) - mx);
-      total += mx + std::log(sum) - double(target[r]);
+      total += gatheredLogSumExp(all, rows, parts, r) - double(target[r]);
       ++counted;
     }
     *data(out[0]) = counted ? float(total / double(counted)) : 0.0f;
@@ -604,13 +610,8 @@ bool CpuExecutor::run(const Instruction &ins, Communicator &comm, std::string &e
         std::fill_n(gr, part, 0.0f);
         continue;
       }
-      double mx = all[r];
-      for (int64_t p = 1; p < parts; ++p)
-        mx = std::max(mx, double(all[p * rows + r]));
-      double sum = 0;
-      for (int64_t p = 0; p < parts; ++p)
-        sum += std::exp(double(all[p * rows + r]) - mx);
-      double lse = mx + std::log(sum), scale = double(dloss) / double(counted);
+      double lse = gatheredLogSumExp(all, rows, parts, r);
+      double scale = double(dloss) / double(counted);
       const float *zr = z + r * part;
       for (int64_t j = 0; j < part; ++j) {
         double p = std::exp(double(zr[j]) - lse);
