@@ -10,6 +10,8 @@
 #include "mlir/IR/IRMapping.h"
 #include "llvm/ADT/MapVector.h"
 
+#include <functional>
+
 namespace llmopt {
 #define GEN_PASS_DEF_BUILDTRAININGSTEP
 #include "llmopt/Transforms/Passes.h.inc"
@@ -97,8 +99,7 @@ struct BuildTrainingStepPass
     // option): a layer's forward ops are cloned right before its backward,
     // which then reads the clones, so the originals' activations die at the
     // end of the forward pass and only layer inputs stay alive. Selective
-    // recomputation (the attention core) is what the fused attention kernels
-    // already do: attention_bwd recomputes the scores from q, k, v.
+    // recomputation is handled after the backward is built (below).
     std::string mode = recompute;
     if (mode.empty())
       if (auto plan = module->getAttrOfType<PlanAttr>("llm.plan")) {
@@ -197,24 +198,54 @@ struct BuildTrainingStepPass
                       b.getF64FloatAttr(eps), b.getF64FloatAttr(weightDecay),
                       b.getF64FloatAttr(maxGradNorm));
 
-    // Sequence parallelism (Korthikanti et al. 2022, section 4.2.2): the
-    // gathered input of a column-parallel linear is not kept for the
-    // backward; the backward gathers the chunk again right before using it.
+    // Values the backward makes again instead of keeping them from the
+    // forward, cloned right before each backward use (their inputs too, when
+    // they are themselves recomputable):
+    //  - sequence parallelism (Korthikanti et al. 2022, 4.2.2): the gathered
+    //    input of a column-parallel linear;
+    //  - selective recomputation with fused attention (the planner's model,
+    //    torchtitan's op-level policy): norm outputs, the MLP activation
+    //    output, and the tp_copy of a norm output.
     Operation *lossDef = loss.getDefiningOp();
-    for (Operation *op : forwardOps) {
-      auto gather = dyn_cast<SPGatherOp>(op);
-      if (!gather || gather.getReplicated())
-        continue;
-      for (OpOperand &use : llvm::make_early_inc_range(gather.getResult().getUses())) {
-        Operation *user = use.getOwner();
-        if (user->getBlock() != &body || !lossDef || !lossDef->isBeforeInBlock(user))
+    bool selective = mode == "selective";
+    std::function<bool(Operation *)> recomputable = [&](Operation *op) -> bool {
+      if (!op || op->getBlock() != &body || !lossDef || !op->isBeforeInBlock(lossDef))
+        return false;
+      if (auto g = dyn_cast<SPGatherOp>(op))
+        return !g.getReplicated();
+      if (!selective)
+        return false;
+      if (isa<RMSNormOp, LayerNormOp, GeluOp, SwiGLUOp>(op))
+        return op->hasAttr("llm.layer");
+      if (auto c = dyn_cast<TPCopyOp>(op))
+        return recomputable(c.getInput().getDefiningOp());
+      return false;
+    };
+    std::function<Value(Value, Operation *)> remake = [&](Value v, Operation *before) -> Value {
+      Operation *def = v.getDefiningOp();
+      if (!recomputable(def))
+        return v;
+      OpBuilder ub(before);
+      IRMapping map;
+      for (Value operand : def->getOperands())
+        map.map(operand, remake(operand, before));
+      Operation *again = ub.clone(*def, map);
+      again->setAttr("llm.recompute", ub.getUnitAttr());
+      if (Attribute layer = before->getAttr("llm.layer"))
+        again->setAttr("llm.layer", layer);
+      return again->getResult(cast<OpResult>(v).getResultNumber());
+    };
+    if (lossDef) {
+      SmallVector<Operation *> backward;
+      for (Operation *op = lossDef->getNextNode(); op && op != stepRet.getOperation();
+           op = op->getNextNode())
+        backward.push_back(op);
+      for (Operation *user : backward) {
+        if (isa<GlobalNormOp, AdamWOp>(user) || user->hasAttr("llm.recompute"))
           continue;
-        OpBuilder ub(user);
-        Operation *again = ub.clone(*gather);
-        again->setAttr("llm.recompute", ub.getUnitAttr());
-        if (Attribute layer = user->getAttr("llm.layer"))
-          again->setAttr("llm.layer", layer);
-        use.set(again->getResult(0));
+        for (OpOperand &use : user->getOpOperands())
+          if (recomputable(use.get().getDefiningOp()))
+            use.set(remake(use.get(), user));
       }
     }
 

@@ -52,8 +52,10 @@ def BuildTrainingStep : Pass<"llm-build-training-step", "::mlir::ModuleOp"> {
     `llm.plan` saying so), each layer's forward ops are cloned (tagged
     `llm.recompute`) right before that layer's backward, which reads the
     clones: only the layers' inputs stay alive between forward and backward.
-    `selective` (the attention core) changes nothing here: the attention
-    backward recomputes its scores anyway.
+    `selective` recomputes the norm outputs and the MLP activation output in
+    the backward (the attention backward recomputes its scores anyway); with
+    sequence parallelism the gathered inputs of column-parallel linears are
+    gathered again in the backward in every mode.
 
     Fails with an error on the op when a forward op has no backward yet.
   }];
