@@ -30,11 +30,7 @@ struct PartitionPPPass : public llmopt::impl::PartitionPPBase<PartitionPPPass> {
     if (!plan || plan.getPp() <= 1)
       return;
     int64_t pp = plan.getPp();
-    if (plan.getVpp() > 1) {
-      module.emitError() << "llm-partition-pp: interleaved stages (vpp " << plan.getVpp()
-                         << ") are not lowered yet; plan with fix=vpp:1";
-      return signalPassFailure();
-    }
+    int64_t vpp = plan.getVpp();
     auto func = module.lookupSymbol<func::FuncOp>("train_step");
     if (!func) {
       module.emitError() << "llm-partition-pp: no @train_step; run llm-build-training-step first";
@@ -47,9 +43,26 @@ struct PartitionPPPass : public llmopt::impl::PartitionPPBase<PartitionPPPass> {
       return signalPassFailure();
     }
     SmallVector<int64_t> stageOfLayer;
-    for (auto [s, n] : llvm::enumerate(counts))
-      for (int64_t i = 0; i < n; ++i)
-        stageOfLayer.push_back(int64_t(s));
+    if (vpp > 1) {
+      // Interleaved stages (Narayanan et al. 2021): the layers form pp x vpp
+      // equal chunks; chunk v runs on stage v mod pp.
+      int64_t layers = 0;
+      for (int64_t n : counts)
+        layers += n;
+      if (layers % (pp * vpp) != 0 || !llvm::all_equal(counts)) {
+        module.emitError() << "llm-partition-pp: interleaved stages need the " << layers
+                           << " layers to split evenly into pp x vpp = " << pp * vpp
+                           << " chunks; plan with fix=vpp:1 or a divisor";
+        return signalPassFailure();
+      }
+      int64_t chunk = layers / (pp * vpp);
+      for (int64_t l = 0; l < layers; ++l)
+        stageOfLayer.push_back((l / chunk) % pp);
+    } else {
+      for (auto [s, n] : llvm::enumerate(counts))
+        for (int64_t i = 0; i < n; ++i)
+          stageOfLayer.push_back(int64_t(s));
+    }
 
     Block &body = func.getBody().front();
     SmallVector<Operation *> ops;

@@ -36,9 +36,10 @@ bool CpuExecutor::init(const Plan &p, int rank, uint64_t seed, std::string &erro
     this->rank = rank;
     if (!axis("pp", stage, stages, error))
       return false;
-    slots = program->schedule == "gpipe"
-                ? size_t(program->numMicroBatches)
-                : size_t(std::min<int64_t>(program->numMicroBatches, stages - stage));
+    slots = program->schedule == "gpipe"        ? size_t(program->numMicroBatches)
+            : program->schedule == "sequential" ? 1
+                                                : size_t(std::min<int64_t>(
+                                                      program->numMicroBatches, stages - stage));
   }
   arenas.assign(slots, std::vector<float>(size_t((program->arenaBytes + 3) / 4), 0.0f));
   slot = 0;

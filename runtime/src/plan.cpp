@@ -314,8 +314,8 @@ bool parsePlan(const json::Value &root, Plan &plan, std::string &error) {
       if (!c.integer(pv.get("backward_start"), where + ".backward_start", prog.backwardStart) ||
           !c.string(pv.get("schedule"), where + ".schedule", prog.schedule))
         return false;
-      if (prog.schedule != "1f1b" && prog.schedule != "gpipe")
-        return c.fail(where + ".schedule", "must be 1f1b or gpipe");
+      if (prog.schedule != "1f1b" && prog.schedule != "gpipe" && prog.schedule != "sequential")
+        return c.fail(where + ".schedule", "must be 1f1b, gpipe or sequential");
     }
     for (const char *phase : {"micro_batch_instructions", "step_instructions"}) {
     const json::Value *instrs = pv.get(phase);

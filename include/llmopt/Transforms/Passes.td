@@ -120,7 +120,8 @@ def PartitionPP : Pass<"llm-partition-pp", "::mlir::ModuleOp"> {
     A weight shared by the first and the last stage (an LM head tied to the
     token embedding) is copied to both (`llm.pp_tied`); its gradient parts
     are summed over the two stages in the step, as Megatron's embedding
-    group does. Not yet: interleaved (virtual) stages.
+    group does. With `vpp` > 1 (interleaved stages) the layers form pp x vpp
+    equal chunks and chunk v goes to stage v mod pp.
   }];
   let dependentDialects = ["::llmopt::llm::LLMDialect"];
 }

@@ -262,8 +262,13 @@ struct EmitPlanPass : public llmopt::impl::EmitPlanBase<EmitPlanPass> {
       if (backwardStart >= 0) {
         progJSON["backward_start"] = backwardStart;
         auto plan = module->getAttrOfType<llm::PlanAttr>("llm.plan");
-        progJSON["schedule"] =
-            plan && plan.getSchedule().getValue() == "gpipe" ? "gpipe" : "1f1b";
+        // Interleaved stages hold several model chunks each: their halves
+        // cannot be reordered per stage without deadlock, so the micro-batches
+        // run one after another (correct, without the pipeline's overlap).
+        progJSON["schedule"] = plan && plan.getVpp() > 1 ? "sequential"
+                               : plan && plan.getSchedule().getValue() == "gpipe"
+                                   ? "gpipe"
+                                   : "1f1b";
       }
       progs.push_back(std::move(progJSON));
     }
