@@ -4,18 +4,14 @@
 
 #include "llmopt-runtime/checkpoint.h"
 #include "llmopt-runtime/executor.h"
-#include "llmopt-runtime/sha256.h"
 
 #include <cstring>
-#include <fstream>
-#include <sstream>
 #include <string>
 
 using namespace llmopt::runtime;
 
 struct llmopt_trainer {
   Plan plan;
-  std::string planText;
   CpuExecutor exe;
   SingleRank comm;
 };
@@ -52,10 +48,6 @@ llmopt_trainer *llmopt_trainer_open(const char *plan_dir, uint64_t seed, char *e
     delete t;
     return nullptr;
   }
-  std::ifstream f(std::string(plan_dir) + "/plan.json", std::ios::binary);
-  std::ostringstream ss;
-  ss << f.rdbuf();
-  t->planText = ss.str();
   if (!t->exe.init(t->plan, 0, seed, error)) {
     fail(err, err_len, error);
     delete t;
@@ -105,7 +97,7 @@ int llmopt_trainer_save(llmopt_trainer *t, const char *dir, char *err, size_t er
   if (!t || !dir)
     return fail(err, err_len, "trainer and dir must not be NULL");
   std::string error;
-  if (!saveCheckpoint(dir, t->exe, t->plan, t->planText, t->comm, error))
+  if (!saveCheckpoint(dir, t->exe, t->plan, t->comm, error))
     return fail(err, err_len, error);
   return 0;
 }
@@ -114,7 +106,7 @@ int llmopt_trainer_resume(llmopt_trainer *t, const char *dir, char *err, size_t 
   if (!t || !dir)
     return fail(err, err_len, "trainer and dir must not be NULL");
   std::string error;
-  if (!loadCheckpoint(dir, t->exe, t->plan, sha256Hex(t->planText), 0, 1, error))
+  if (!loadCheckpoint(dir, t->exe, t->plan, 0, 1, error))
     return fail(err, err_len, error);
   return 0;
 }

@@ -11,7 +11,6 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
-#include <sstream>
 #include <sys/stat.h>
 
 namespace llmopt::runtime {
@@ -25,16 +24,6 @@ std::string stepName(int64_t step) {
   char buf[32];
   std::snprintf(buf, sizeof(buf), "step-%08lld", static_cast<long long>(step));
   return buf;
-}
-
-bool readAll(const std::string &path, std::string &out) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f)
-    return false;
-  std::ostringstream ss;
-  ss << f.rdbuf();
-  out = ss.str();
-  return true;
 }
 
 bool writeAll(const std::string &path, const std::string &data) {
@@ -128,8 +117,12 @@ bool barrier(Communicator &comm, std::string &error) {
 } // namespace
 
 bool saveCheckpoint(const std::string &dir, const CpuExecutor &exe, const Plan &plan,
-                    const std::string &planText, Communicator &comm, std::string &error) {
-  std::string planSha256 = sha256Hex(planText);
+                    Communicator &comm, std::string &error) {
+  if (plan.text.empty()) {
+    error = "checkpoints need a plan loaded from its directory (loadPlan)";
+    return false;
+  }
+  const std::string &planSha256 = plan.sha256;
   int rank = comm.rank();
   std::string name = stepName(exe.steps);
   std::string partial = dir + "/." + name + ".partial";
@@ -182,7 +175,7 @@ bool saveCheckpoint(const std::string &dir, const CpuExecutor &exe, const Plan &
                            ",\n  \"plan_sha256\": \"" + planSha256 + "\",\n  \"files\": {";
     for (int r = 0; r < comm.size(); ++r) {
       std::string f = "rank-" + std::to_string(r) + ".bin", data;
-      if (!readAll(partial + "/" + f, data)) {
+      if (!readFile(partial + "/" + f, data)) {
         error = partial + "/" + f + ": missing after every rank wrote";
         return false;
       }
@@ -190,7 +183,7 @@ bool saveCheckpoint(const std::string &dir, const CpuExecutor &exe, const Plan &
     }
     manifest += "\n  }\n}\n";
     // The plan travels with the checkpoint, so that another plan can reshard it.
-    if (!writeAll(partial + "/plan.json", planText) ||
+    if (!writeAll(partial + "/plan.json", plan.text) ||
         !writeAll(partial + "/checksums.sha256", planSha256 + "  plan.json\n")) {
       error = partial + "/plan.json: write failed";
       return false;
@@ -224,7 +217,7 @@ struct Opened {
 
 bool openCheckpoint(const std::string &dir, Opened &o, std::string &error) {
   std::string latest;
-  if (!readAll(dir + "/LATEST", latest)) {
+  if (!readFile(dir + "/LATEST", latest)) {
     error = dir + "/LATEST: no checkpoint to resume from";
     return false;
   }
@@ -236,7 +229,7 @@ bool openCheckpoint(const std::string &dir, Opened &o, std::string &error) {
   }
   o.stepDir = dir + "/" + latest;
   std::string text;
-  if (!readAll(o.stepDir + "/manifest.json", text)) {
+  if (!readFile(o.stepDir + "/manifest.json", text)) {
     error = o.stepDir + "/manifest.json: missing: the checkpoint is incomplete";
     return false;
   }
@@ -264,7 +257,7 @@ bool readRank(const Opened &o, int r, const Plan &of, std::map<std::string, Save
               std::string &error) {
   std::string file = "rank-" + std::to_string(r) + ".bin", blob;
   const json::Value *want = o.manifest.get("files")->get(file);
-  if (!want || !want->isString() || !readAll(o.stepDir + "/" + file, blob)) {
+  if (!want || !want->isString() || !readFile(o.stepDir + "/" + file, blob)) {
     error = o.stepDir + "/" + file + ": missing";
     return false;
   }
@@ -273,11 +266,6 @@ bool readRank(const Opened &o, int r, const Plan &of, std::map<std::string, Save
     return false;
   }
   return parseRank(blob, of, o.step, o.stepDir + "/" + file, out, error);
-}
-
-int meshOf(const Plan &p, const char *axis) {
-  auto it = p.mesh.find(axis);
-  return it == p.mesh.end() ? 1 : it->second;
 }
 
 /// Every whole tensor of an opened checkpoint, from its stored plan.
@@ -296,7 +284,7 @@ bool readWhole(const Opened &o, Plan &src, std::vector<WholeTensor> &out, std::s
   for (int r = 0; r < src.worldSize; ++r)
     if (!readRank(o, r, src, ranks[size_t(r)], error))
       return false;
-  int srcTp = meshOf(src, "tp"), srcDp = meshOf(src, "dp");
+  int srcTp = src.axisSize("tp"), srcDp = src.axisSize("dp");
   for (const ParamSpec &sp : src.params) {
     // The pipeline stage holding the parameter: the first rank that saved it.
     int base = -1;
@@ -348,13 +336,12 @@ bool readWholeCheckpoint(const std::string &dir, Plan &plan, int64_t &step,
   return true;
 }
 
-bool loadCheckpoint(const std::string &dir, CpuExecutor &exe, const Plan &plan,
-                    const std::string &planSha256, int rank, int worldSize,
-                    std::string &error) {
+bool loadCheckpoint(const std::string &dir, CpuExecutor &exe, const Plan &plan, int rank,
+                    int worldSize, std::string &error) {
   Opened o;
   if (!openCheckpoint(dir, o, error))
     return false;
-  if (o.world == worldSize && o.planHash == planSha256) {
+  if (o.world == worldSize && o.planHash == plan.sha256) {
     // The same plan: this rank's file holds exactly its state.
     std::map<std::string, Saved> saved;
     if (!readRank(o, rank, plan, saved, error))
@@ -391,7 +378,7 @@ bool loadCheckpoint(const std::string &dir, CpuExecutor &exe, const Plan &plan,
   std::map<std::string, const WholeTensor *> byName;
   for (const WholeTensor &w : tensors)
     byName[w.name] = &w;
-  int tp = meshOf(plan, "tp");
+  int tp = plan.axisSize("tp");
   for (const ParamSpec &p : plan.params) {
     if (!exe.params.count(p.name))
       continue;

@@ -110,11 +110,7 @@ bool CpuExecutor::init(const Plan &p, int rank, uint64_t seed, std::string &erro
 bool CpuExecutor::axis(const std::string &name, int &index, int &size,
                        std::string &error) const {
   // Ranks are laid out dp-major, tp-minor: rank = dp index * tp + tp index.
-  auto get = [&](const char *axisName) {
-    auto it = plan->mesh.find(axisName);
-    return it == plan->mesh.end() ? 1 : it->second;
-  };
-  int dp = get("dp"), tp = get("tp"), pp = get("pp");
+  int dp = plan->axisSize("dp"), tp = plan->axisSize("tp"), pp = plan->axisSize("pp");
   if (pp * dp * tp != plan->worldSize || (name != "dp" && name != "tp" && name != "pp")) {
     error = "the CPU backend runs pp x dp x tp meshes; cannot place axis '" + name + "'";
     return false;

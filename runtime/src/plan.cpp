@@ -46,6 +46,11 @@ const Program *Plan::programFor(int rank) const {
   return nullptr;
 }
 
+int Plan::axisSize(const std::string &name) const {
+  auto it = mesh.find(name);
+  return it == mesh.end() ? 1 : it->second;
+}
+
 const ParamSpec *Plan::param(const std::string &name) const {
   for (const ParamSpec &p : params)
     if (p.name == name)
@@ -385,7 +390,7 @@ bool parsePlan(const json::Value &root, Plan &plan, std::string &error) {
         int64_t peer = 0;
         if (!c.integer(iv.get("peer"), iw + ".peer", peer) || !bufferList("buffers", ins.buffers))
           return false;
-        int pp = plan.mesh.count("pp") ? plan.mesh.at("pp") : 1;
+        int pp = plan.axisSize("pp");
         if (peer >= pp)
           return c.fail(iw + ".peer", "no pipeline stage " + std::to_string(peer) + " of " +
                                           std::to_string(pp));
@@ -440,7 +445,7 @@ bool parsePlan(const json::Value &root, Plan &plan, std::string &error) {
             return c.fail(iw + ".buffers", "a collective must not write a step input");
         // pp_tied: the first and last pipeline stage (a shared weight).
         if (!plan.mesh.count(ins.axis) &&
-            !(ins.axis == "pp_tied" && plan.mesh.count("pp") && plan.mesh.at("pp") > 1))
+            !(ins.axis == "pp_tied" && plan.axisSize("pp") > 1))
           return c.fail(iw + ".axis", "no mesh axis '" + ins.axis + "'");
       } else {
         return c.fail(iw, "is neither a kernel nor a collective");
@@ -458,7 +463,7 @@ bool parsePlan(const json::Value &root, Plan &plan, std::string &error) {
   return true;
 }
 
-static bool readFile(const std::string &path, std::string &out) {
+bool readFile(const std::string &path, std::string &out) {
   std::ifstream f(path, std::ios::binary);
   if (!f)
     return false;
@@ -483,7 +488,8 @@ bool loadPlan(const std::string &dir, Plan &plan, std::string &error) {
     error = dir + "/checksums.sha256: malformed";
     return false;
   }
-  if (sha256Hex(text) != want) {
+  std::string digest = sha256Hex(text);
+  if (digest != want) {
     error = dir + "/plan.json: checksum mismatch: the file is truncated or was modified";
     return false;
   }
@@ -497,6 +503,8 @@ bool loadPlan(const std::string &dir, Plan &plan, std::string &error) {
     error = dir + "/plan.json: " + error;
     return false;
   }
+  plan.text = std::move(text);
+  plan.sha256 = std::move(digest);
   return true;
 }
 

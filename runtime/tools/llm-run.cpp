@@ -16,13 +16,11 @@
 #include "llmopt-runtime/data.h"
 #include "llmopt-runtime/executor.h"
 #include "llmopt-runtime/mpi_comm.h"
-#include "llmopt-runtime/sha256.h"
 
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <sstream>
 #include <string>
 #include <unistd.h>
@@ -247,17 +245,7 @@ int main(int argc, char **argv) {
   if (plan.worldSize != world)
     return fail("the plan is for " + std::to_string(plan.worldSize) +
                 " ranks; launch it with mpirun -np " + std::to_string(plan.worldSize));
-  std::string planText;
-  {
-    std::ifstream f(o.plan + "/plan.json", std::ios::binary);
-    std::ostringstream ss;
-    ss << f.rdbuf();
-    planText = ss.str();
-  }
-  std::string planHash = sha256Hex(planText);
-  int dp = plan.mesh.count("dp") ? plan.mesh.at("dp") : 1;
-  int tp = plan.mesh.count("tp") ? plan.mesh.at("tp") : 1;
-  int pp = plan.mesh.count("pp") ? plan.mesh.at("pp") : 1;
+  int dp = plan.axisSize("dp"), tp = plan.axisSize("tp"), pp = plan.axisSize("pp");
   if (!comm->useMesh(pp, dp, tp, error))
     return fail(error);
 
@@ -276,7 +264,7 @@ int main(int argc, char **argv) {
   if (!exe.init(plan, rank, o.seed, error))
     return fail(error);
   if (!o.resume.empty() &&
-      !loadCheckpoint(o.resume, exe, plan, planHash, rank, world, error))
+      !loadCheckpoint(o.resume, exe, plan, rank, world, error))
     return fail(error);
 
   std::FILE *metrics = nullptr;
@@ -344,7 +332,7 @@ int main(int argc, char **argv) {
                    tty ? "" : "\n");
     if (!o.checkpointDir.empty() && o.checkpointEvery > 0 &&
         exe.steps % o.checkpointEvery == 0 &&
-        !saveCheckpoint(o.checkpointDir, exe, plan, planText, *comm, error))
+        !saveCheckpoint(o.checkpointDir, exe, plan, *comm, error))
       return fail("checkpoint: " + error);
   }
   if (tty && rank == 0)
@@ -352,7 +340,7 @@ int main(int argc, char **argv) {
   // The last step is always saved, so a finished run can be extended later.
   if (!o.checkpointDir.empty() && exe.steps > startStep &&
       (o.checkpointEvery == 0 || exe.steps % o.checkpointEvery != 0) &&
-      !saveCheckpoint(o.checkpointDir, exe, plan, planText, *comm, error))
+      !saveCheckpoint(o.checkpointDir, exe, plan, *comm, error))
     return fail("checkpoint: " + error);
   if (metrics)
     std::fclose(metrics);

@@ -23,15 +23,15 @@
 namespace llmopt::runtime {
 
 /// Collective: every rank calls it after step `exe.steps`.
+/// `plan` must come from loadPlan: its text travels with the checkpoint.
 bool saveCheckpoint(const std::string &dir, const CpuExecutor &exe, const Plan &plan,
-                    const std::string &planText, Communicator &comm, std::string &error);
+                    Communicator &comm, std::string &error);
 
 /// Restores this rank's state from the newest checkpoint in `dir`. A
 /// checkpoint of another plan of the same model (other dp, tp, ZeRO) is
 /// resharded from the plan stored with it.
-bool loadCheckpoint(const std::string &dir, CpuExecutor &exe, const Plan &plan,
-                    const std::string &planSha256, int rank, int worldSize,
-                    std::string &error);
+bool loadCheckpoint(const std::string &dir, CpuExecutor &exe, const Plan &plan, int rank,
+                    int worldSize, std::string &error);
 
 /// A parameter as the unpartitioned model holds it, with its AdamW moments.
 struct WholeTensor {

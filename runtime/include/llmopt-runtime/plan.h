@@ -99,10 +99,19 @@ struct Plan {
   std::vector<Buffer> inputs;
   std::vector<ParamSpec> params;
   std::vector<Program> programs;
+  /// The plan.json bytes and their SHA-256, as loadPlan read and verified
+  /// them (empty for a plan parsed from memory): checkpoints record and
+  /// carry exactly these.
+  std::string text, sha256;
 
   const Program *programFor(int rank) const;
   const ParamSpec *param(const std::string &name) const;
+  /// Ranks along mesh axis `name` (1 when the plan has no such axis).
+  int axisSize(const std::string &name) const;
 };
+
+/// Reads a whole file; false if it cannot be opened.
+bool readFile(const std::string &path, std::string &out);
 
 /// Loads and validates the plan in `dir`. On failure returns false with
 /// `error` saying what is wrong and where.
