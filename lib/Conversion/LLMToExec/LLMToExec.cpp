@@ -132,6 +132,18 @@ struct Converter {
 
   int64_t vpParts = 1;
 
+  /// AdamW's scalar parameters. The norm and the updates are not converted
+  /// op by op: the step phase builds them per program.
+  SmallVector<NamedAttribute> adamwParams(AdamWOp a) {
+    return {b.getNamedAttr("param", a.getNameAttr()),
+            f64("lr", a.getLr().convertToDouble()),
+            f64("beta1", a.getBeta1().convertToDouble()),
+            f64("beta2", a.getBeta2().convertToDouble()),
+            f64("eps", a.getEps().convertToDouble()),
+            f64("weight_decay", a.getWeightDecay().convertToDouble()),
+            f64("max_norm", a.getMaxNorm().convertToDouble())};
+  }
+
   LogicalResult convert(Operation *op);
 };
 
@@ -221,7 +233,8 @@ LogicalResult Converter::convert(Operation *op) {
             return failure();
           auto [lse, all, target] = vpScratch(*logits, axis.getValue());
           vpStats(loc, *logits, *labels, lse, all, target, axis.getValue(), ignore);
-          exec::AllReduceOp::create(ob, loc, axis, b.getStringAttr("sum"), b.getArrayAttr({target}));
+          exec::AllReduceOp::create(ob, loc, axis, b.getStringAttr("sum"),
+                                    b.getArrayAttr({target}));
           KernelOp::create(ob, loc, b.getStringAttr("vp_ce_loss"),
                            b.getArrayAttr({all, target, *labels}), b.getArrayAttr({*loss}),
                            b.getDictionaryAttr({i64("ignore_index", ignore)}));
@@ -313,8 +326,12 @@ LogicalResult Converter::convert(Operation *op) {
                               g.getParam().getDefiningOp<ParamOp>().getNameAttr(), *out);
         return success();
       })
-      .Case([&](SPGatherOp g) { return seq(loc, "all_gather", g.getAxis(), g.getInput(), g.getResult()); })
-      .Case([&](SPSplitOp g) { return seq(loc, "split", g.getAxis(), g.getInput(), g.getResult()); })
+      .Case([&](SPGatherOp g) {
+        return seq(loc, "all_gather", g.getAxis(), g.getInput(), g.getResult());
+      })
+      .Case([&](SPSplitOp g) {
+        return seq(loc, "split", g.getAxis(), g.getInput(), g.getResult());
+      })
       .Case([&](SPScatterOp r) -> LogicalResult {
         if (failed(seq(loc, "reduce_scatter", r.getAxis(), r.getInput(), r.getResult())))
           return failure();
@@ -322,27 +339,9 @@ LogicalResult Converter::convert(Operation *op) {
           return success();
         return kernel(loc, "bias_add", {r.getResult(), r.getBias()}, r.getResult());
       })
-      .Case([&](GlobalNormOp g) {
-        return kernel(loc, "global_norm", g.getGrads(), g.getResult());
-      })
-      .Case([&](AdamWOp a) {
-        return kernel(loc, "adamw", {a.getGrad(), a.getNorm()}, {},
-                      {b.getNamedAttr("param", a.getNameAttr()),
-                       f64("lr", a.getLr().convertToDouble()),
-                       f64("beta1", a.getBeta1().convertToDouble()),
-                       f64("beta2", a.getBeta2().convertToDouble()),
-                       f64("eps", a.getEps().convertToDouble()),
-                       f64("weight_decay", a.getWeightDecay().convertToDouble()),
-                       f64("max_norm", a.getMaxNorm().convertToDouble())});
-      })
       .Default([&](Operation *o) -> LogicalResult {
         return o->emitOpError() << "convert-llm-to-exec: no kernel for this op yet";
       });
-}
-
-bool body0HasNoGathers(ModuleOp module) {
-  auto func = module.lookupSymbol<func::FuncOp>("train_step");
-  return !func || func.getBody().front().getOps<ZeroGatherOp>().empty();
 }
 
 struct ConvertLLMToExecPass
@@ -372,7 +371,8 @@ struct ConvertLLMToExecPass
       dp = plan.getDp();
       micro = plan.getNumMicroBatches();
       zero = plan.getZero();
-      if (zero == 3 && plan.getDp() > 1 && body0HasNoGathers(module)) {
+      if (zero == 3 && plan.getDp() > 1 &&
+          func.getBody().front().getOps<ZeroGatherOp>().empty()) {
         module.emitError() << "convert-llm-to-exec: the plan has ZeRO-3; run llm-shard-params "
                               "first";
         return signalPassFailure();
@@ -420,225 +420,217 @@ struct ConvertLLMToExecPass
       auto a = op->getAttrOfType<IntegerAttr>("llm.stage");
       return a ? a.getInt() : -2;
     };
+    // What the partition passes decided for each parameter: its pipeline
+    // stage; shared by the first and last stage; a TP part (its squares sum
+    // over tp in the norm); applied to sequence chunks (SP: one partial
+    // gradient per chunk).
     llvm::StringMap<int64_t> paramStage;
-    llvm::StringSet<> tied; // shared by the first and last pipeline stage
+    llvm::StringSet<> tied, tpSharded, spPartial;
     for (ParamOp p : body.getOps<ParamOp>()) {
       paramStage[p.getName()] = stageOf(p);
       if (p->hasAttr("llm.pp_tied"))
         tied.insert(p.getName());
+      if (p->hasAttr("llm.shard"))
+        tpSharded.insert(p.getName());
+      if (p->hasAttr("llm.sp_partial"))
+        spPartial.insert(p.getName());
     }
     SmallVector<AdamWOp> allUpdates = updates;
     SmallVector<Attribute> allGradAccs = gradAccs;
     // One program per pipeline stage (stage -2: no pipeline, one program).
     auto build = [&](int64_t stage) -> LogicalResult {
-    SmallVector<AdamWOp> updates;
-    SmallVector<Attribute> gradAccs;
-    for (auto [a, acc] : llvm::zip(allUpdates, allGradAccs))
-      if (stage < 0 || paramStage.lookup(a.getName()) == stage ||
-          (tied.contains(a.getName()) && (stage == 0 || stage == pp - 1))) {
-        updates.push_back(a);
-        gradAccs.push_back(acc);
-      }
-    OpBuilder mb(ctx);
-    mb.setInsertionPointToEnd(module.getBody());
-    SmallVector<int64_t> ranks;
-    int64_t group = dp * tp, firstRank = stage >= 0 ? stage * group : 0;
-    for (int64_t r = firstRank; r < firstRank + group; ++r)
-      ranks.push_back(r);
-    auto outputs = mb.getDictionaryAttr(
-        {mb.getNamedAttr("loss", lossAcc), mb.getNamedAttr("grad_norm", *norm)});
-    int64_t arena = func->getAttrOfType<IntegerAttr>("llm.arena_bytes").getInt();
-    if (auto perStage = func->getAttrOfType<DenseI64ArrayAttr>("llm.stage_arena_bytes");
-        perStage && stage >= 0)
-      arena = perStage[stage];
-    std::string name = stage >= 0 ? "stage_" + std::to_string(stage) : "train_step";
-    auto program = ProgramOp::create(mb, func.getLoc(), mb.getStringAttr(name),
-                                     mb.getDenseI64ArrayAttr(ranks), mb.getI64IntegerAttr(arena),
-                                     mb.getI64IntegerAttr(micro), outputs);
-    Block *microBlock = new Block(), *stepBlock = new Block();
-    program.getMicroBatch().push_back(microBlock);
-    program.getStep().push_back(stepBlock);
-    Location loc = func.getLoc();
-
-    // Micro-batch phase: forward and backward, then the gradients and the
-    // loss added to their accumulators.
-    cv.ob.setInsertionPointToEnd(microBlock);
-    auto addInto = [&](BufAttr acc, BufAttr value) {
-      KernelOp::create(cv.ob, loc, b.getStringAttr("add"), b.getArrayAttr({acc, value}),
-                       b.getArrayAttr({acc}), b.getDictionaryAttr({}));
-    };
-    // Each parameter's gradient is added to its accumulator as soon as it is
-    // made, so that its buffer is free for the rest of the backward (the
-    // memory plan counts it live only until then).
-    llvm::DenseMap<Value, BufAttr> accumulateAt;
-    for (auto [a, acc] : llvm::zip(updates, gradAccs)) {
-      // A shared weight's gradient: this stage's part (summed in the step).
-      Value grad = a.getGrad();
-      if (auto sum = grad.getDefiningOp<AddOp>(); sum && sum->hasAttr("llm.pp_tied_sum"))
-        grad = stageOf(sum.getLhs().getDefiningOp()) == stage ? sum.getLhs() : sum.getRhs();
-      accumulateAt[grad] = cast<BufAttr>(acc);
-    }
-
-    // Pipeline stages mark where each micro-batch's backward begins: at the
-    // first of the stage's ops after the loss.
-    Operation *lossOp = ret.getOperand(0).getDefiningOp();
-    bool marked = stage < 0;
-    for (Operation &op : body.without_terminator()) {
-      if (isa<AdamWOp, GlobalNormOp>(op))
-        continue;
-      bool mine = stageOf(&op) == stage;
-      if (auto t = dyn_cast<PPTransferOp>(op))
-        mine = t.getFrom() == stage || t.getTo() == stage;
-      if (!marked && mine && lossOp && lossOp->isBeforeInBlock(&op)) {
-        BackwardOp::create(cv.ob, op.getLoc());
-        marked = true;
-      }
-      if (auto t = dyn_cast<PPTransferOp>(op); t && stage >= 0) {
-        // One side sends what the other receives, in the step's order.
-        int64_t from = t.getFrom(), to = t.getTo();
-        if (from != stage && to != stage)
-          continue;
-        FailureOr<BufAttr> x = cv.buf(from == stage ? t.getInput() : t.getResult());
-        if (failed(x))
-          return failure();
-        P2POp::create(cv.ob, op.getLoc(), b.getStringAttr(from == stage ? "send" : "recv"),
-                      b.getI64IntegerAttr(from == stage ? to : from), *x);
-        continue;
-      }
-      if (stage >= 0 && stageOf(&op) != stage)
-        continue;
-      if (failed(cv.convert(&op)))
-        return failure();
-      for (Value r : op.getResults())
-        if (auto it = accumulateAt.find(r); it != accumulateAt.end()) {
-          FailureOr<BufAttr> g = cv.buf(r);
-          if (failed(g))
-            return failure();
-          addInto(it->second, *g);
-          accumulateAt.erase(it);
+      SmallVector<AdamWOp> updates;
+      SmallVector<Attribute> gradAccs;
+      for (auto [a, acc] : llvm::zip(allUpdates, allGradAccs))
+        if (stage < 0 || paramStage.lookup(a.getName()) == stage ||
+            (tied.contains(a.getName()) && (stage == 0 || stage == pp - 1))) {
+          updates.push_back(a);
+          gradAccs.push_back(acc);
         }
-    }
-    if (!accumulateAt.empty()) {
-      func.emitError() << "convert-llm-to-exec: a parameter gradient is not computed on the "
-                          "stage that updates it";
-      return failure();
-    }
-    if (stage < 0 || stage == pp - 1)
-      addInto(lossAcc, *loss);
+      OpBuilder mb(ctx);
+      mb.setInsertionPointToEnd(module.getBody());
+      SmallVector<int64_t> ranks;
+      int64_t group = dp * tp, firstRank = stage >= 0 ? stage * group : 0;
+      for (int64_t r = firstRank; r < firstRank + group; ++r)
+        ranks.push_back(r);
+      auto outputs = mb.getDictionaryAttr(
+          {mb.getNamedAttr("loss", lossAcc), mb.getNamedAttr("grad_norm", *norm)});
+      int64_t arena = func->getAttrOfType<IntegerAttr>("llm.arena_bytes").getInt();
+      if (auto perStage = func->getAttrOfType<DenseI64ArrayAttr>("llm.stage_arena_bytes");
+          perStage && stage >= 0)
+        arena = perStage[stage];
+      std::string name = stage >= 0 ? "stage_" + std::to_string(stage) : "train_step";
+      auto program = ProgramOp::create(mb, func.getLoc(), mb.getStringAttr(name),
+                                       mb.getDenseI64ArrayAttr(ranks), mb.getI64IntegerAttr(arena),
+                                       mb.getI64IntegerAttr(micro), outputs);
+      Block *microBlock = new Block(), *stepBlock = new Block();
+      program.getMicroBatch().push_back(microBlock);
+      program.getStep().push_back(stepBlock);
+      Location loc = func.getLoc();
 
-    // Step phase: average over micro-batches and data-parallel ranks, norm,
-    // update.
-    cv.ob.setInsertionPointToEnd(stepBlock);
-    SmallVector<Attribute> all(gradAccs);
-    all.push_back(lossAcc);
-    if (micro > 1)
-      for (Attribute acc : all)
-        KernelOp::create(cv.ob, loc, b.getStringAttr("scale"), b.getArrayAttr({acc}),
-                         b.getArrayAttr({acc}),
-                         b.getDictionaryAttr({cv.f64("factor", 1.0 / double(micro))}));
-    StringAttr dpAxis = b.getStringAttr("dp"), avg = b.getStringAttr("avg");
-    SmallVector<Attribute> tiedAccs;
-    for (auto [a, acc] : llvm::zip(updates, gradAccs))
-      if (tied.contains(a.getName()))
-        tiedAccs.push_back(acc);
-    if (!tiedAccs.empty())
-      exec::AllReduceOp::create(cv.ob, loc, b.getStringAttr("pp_tied"), b.getStringAttr("sum"),
-                                b.getArrayAttr(tiedAccs));
-    // The gradient norm over the whole model. Squares of tp-sharded
-    // gradients are summed over tp, replicated ones count once; under ZeRO
-    // each rank squares its dp chunk and the sums go over dp.
-    llvm::StringSet<> tpSharded, spPartial;
-    for (ParamOp p : body.getOps<ParamOp>()) {
-      if (p->hasAttr("llm.shard"))
-        tpSharded.insert(p.getName());
-      // Sequence parallelism: parameters applied to sequence chunks (norms,
-      // row-parallel biases) have one partial gradient per chunk.
-      if (p->hasAttr("llm.sp_partial"))
-        spPartial.insert(p.getName());
-    }
-    SmallVector<Attribute> sharded, replicated, partial;
-    for (auto [a, acc] : llvm::zip(updates, gradAccs)) {
-      // A shared weight counts once in the norm: on the first stage.
-      if (tied.contains(a.getName()) && stage != 0)
-        continue;
-      (tpSharded.contains(a.getName()) ? sharded : replicated).push_back(acc);
-      if (spPartial.contains(a.getName()))
-        partial.push_back(acc);
-    }
-    if (!partial.empty())
-      exec::AllReduceOp::create(cv.ob, loc, b.getStringAttr("tp"), b.getStringAttr("sum"),
-                                b.getArrayAttr(partial));
-    if (zero == 0 && dp > 1)
-      exec::AllReduceOp::create(cv.ob, loc, dpAxis, avg, b.getArrayAttr(all));
-    if (zero > 0) {
-      // ZeRO-1/2: each rank reduces, clips and updates only its chunk of
-      // every gradient and keeps AdamW moments for that chunk; the updated
-      // chunks are gathered back into whole parameters.
-      exec::AllReduceOp::create(cv.ob, loc, dpAxis, avg, b.getArrayAttr({lossAcc}));
-      ReduceScatterOp::create(cv.ob, loc, dpAxis, avg, b.getArrayAttr(gradAccs));
-    }
-    // Only the last stage computed the loss; the others add their zero.
-    if (pp > 1)
-      exec::AllReduceOp::create(cv.ob, loc, b.getStringAttr("pp"), b.getStringAttr("sum"),
-                                b.getArrayAttr({lossAcc}));
-    if (zero == 0 && tp == 1 && pp == 1) {
-      KernelOp::create(cv.ob, loc, b.getStringAttr("global_norm"), b.getArrayAttr(gradAccs),
-                       b.getArrayAttr({*norm}), b.getDictionaryAttr({}));
-    } else {
-      SmallVector<NamedAttribute> shard;
-      if (zero > 0)
-        shard.push_back(b.getNamedAttr("shard", dpAxis));
-      auto sumSquares = [&](ArrayRef<Attribute> grads, BufAttr into, bool overTp) {
-        KernelOp::create(cv.ob, loc, b.getStringAttr("sum_squares"), b.getArrayAttr(grads),
-                         b.getArrayAttr({into}), b.getDictionaryAttr(shard));
-        if (zero > 0)
-          exec::AllReduceOp::create(cv.ob, loc, dpAxis, b.getStringAttr("sum"),
-                                    b.getArrayAttr({into}));
-        if (overTp)
-          exec::AllReduceOp::create(cv.ob, loc, b.getStringAttr("tp"), b.getStringAttr("sum"),
-                                    b.getArrayAttr({into}));
+      // Micro-batch phase: forward and backward, then the gradients and the
+      // loss added to their accumulators.
+      cv.ob.setInsertionPointToEnd(microBlock);
+      auto addInto = [&](BufAttr acc, BufAttr value) {
+        KernelOp::create(cv.ob, loc, b.getStringAttr("add"), b.getArrayAttr({acc, value}),
+                         b.getArrayAttr({acc}), b.getDictionaryAttr({}));
       };
-      if (tp > 1) {
-        BufAttr rest = BufAttr::get(ctx, b.getStringAttr("accum"), 0,
-                                    b.getStringAttr("norm_sq_replicated"),
-                                    b.getDenseI64ArrayAttr({}), b.getF32Type());
-        sumSquares(sharded, *norm, /*overTp=*/true);
-        sumSquares(replicated, rest, /*overTp=*/false);
-        KernelOp::create(cv.ob, loc, b.getStringAttr("add"), b.getArrayAttr({*norm, rest}),
-                         b.getArrayAttr({*norm}), b.getDictionaryAttr({}));
-      } else {
-        sumSquares(replicated, *norm, /*overTp=*/false); // tp 1: nothing is tp-sharded
+      // Each parameter's gradient is added to its accumulator as soon as it is
+      // made, so that its buffer is free for the rest of the backward (the
+      // memory plan counts it live only until then).
+      llvm::DenseMap<Value, BufAttr> accumulateAt;
+      for (auto [a, acc] : llvm::zip(updates, gradAccs)) {
+        // A shared weight's gradient: this stage's part (summed in the step).
+        Value grad = a.getGrad();
+        if (auto sum = grad.getDefiningOp<AddOp>(); sum && sum->hasAttr("llm.pp_tied_sum"))
+          grad = stageOf(sum.getLhs().getDefiningOp()) == stage ? sum.getLhs() : sum.getRhs();
+        accumulateAt[grad] = cast<BufAttr>(acc);
       }
-      // Every stage squares its own parameters' gradients.
+
+      // Pipeline stages mark where each micro-batch's backward begins: at the
+      // first of the stage's ops after the loss.
+      Operation *lossOp = ret.getOperand(0).getDefiningOp();
+      bool marked = stage < 0;
+      for (Operation &op : body.without_terminator()) {
+        if (isa<AdamWOp, GlobalNormOp>(op))
+          continue;
+        bool mine = stageOf(&op) == stage;
+        if (auto t = dyn_cast<PPTransferOp>(op))
+          mine = t.getFrom() == stage || t.getTo() == stage;
+        if (!marked && mine && lossOp && lossOp->isBeforeInBlock(&op)) {
+          BackwardOp::create(cv.ob, op.getLoc());
+          marked = true;
+        }
+        if (auto t = dyn_cast<PPTransferOp>(op); t && stage >= 0) {
+          // One side sends what the other receives, in the step's order.
+          int64_t from = t.getFrom(), to = t.getTo();
+          if (from != stage && to != stage)
+            continue;
+          FailureOr<BufAttr> x = cv.buf(from == stage ? t.getInput() : t.getResult());
+          if (failed(x))
+            return failure();
+          P2POp::create(cv.ob, op.getLoc(), b.getStringAttr(from == stage ? "send" : "recv"),
+                        b.getI64IntegerAttr(from == stage ? to : from), *x);
+          continue;
+        }
+        if (stage >= 0 && stageOf(&op) != stage)
+          continue;
+        if (failed(cv.convert(&op)))
+          return failure();
+        for (Value r : op.getResults())
+          if (auto it = accumulateAt.find(r); it != accumulateAt.end()) {
+            FailureOr<BufAttr> g = cv.buf(r);
+            if (failed(g))
+              return failure();
+            addInto(it->second, *g);
+            accumulateAt.erase(it);
+          }
+      }
+      if (!accumulateAt.empty()) {
+        func.emitError() << "convert-llm-to-exec: a parameter gradient is not computed on the "
+                            "stage that updates it";
+        return failure();
+      }
+      if (stage < 0 || stage == pp - 1)
+        addInto(lossAcc, *loss);
+
+      // Step phase: average over micro-batches and data-parallel ranks, norm,
+      // update.
+      cv.ob.setInsertionPointToEnd(stepBlock);
+      SmallVector<Attribute> all(gradAccs);
+      all.push_back(lossAcc);
+      if (micro > 1)
+        for (Attribute acc : all)
+          KernelOp::create(cv.ob, loc, b.getStringAttr("scale"), b.getArrayAttr({acc}),
+                           b.getArrayAttr({acc}),
+                           b.getDictionaryAttr({cv.f64("factor", 1.0 / double(micro))}));
+      StringAttr dpAxis = b.getStringAttr("dp"), avg = b.getStringAttr("avg");
+      SmallVector<Attribute> tiedAccs;
+      for (auto [a, acc] : llvm::zip(updates, gradAccs))
+        if (tied.contains(a.getName()))
+          tiedAccs.push_back(acc);
+      if (!tiedAccs.empty())
+        exec::AllReduceOp::create(cv.ob, loc, b.getStringAttr("pp_tied"), b.getStringAttr("sum"),
+                                  b.getArrayAttr(tiedAccs));
+      // The gradient norm over the whole model. Squares of tp-sharded
+      // gradients are summed over tp, replicated ones count once; under ZeRO
+      // each rank squares its dp chunk and the sums go over dp.
+      SmallVector<Attribute> sharded, replicated, partial;
+      for (auto [a, acc] : llvm::zip(updates, gradAccs)) {
+        // A shared weight counts once in the norm: on the first stage.
+        if (tied.contains(a.getName()) && stage != 0)
+          continue;
+        (tpSharded.contains(a.getName()) ? sharded : replicated).push_back(acc);
+        if (spPartial.contains(a.getName()))
+          partial.push_back(acc);
+      }
+      if (!partial.empty())
+        exec::AllReduceOp::create(cv.ob, loc, b.getStringAttr("tp"), b.getStringAttr("sum"),
+                                  b.getArrayAttr(partial));
+      if (zero == 0 && dp > 1)
+        exec::AllReduceOp::create(cv.ob, loc, dpAxis, avg, b.getArrayAttr(all));
+      if (zero > 0) {
+        // ZeRO-1/2: each rank reduces, clips and updates only its chunk of
+        // every gradient and keeps AdamW moments for that chunk; the updated
+        // chunks are gathered back into whole parameters.
+        exec::AllReduceOp::create(cv.ob, loc, dpAxis, avg, b.getArrayAttr({lossAcc}));
+        ReduceScatterOp::create(cv.ob, loc, dpAxis, avg, b.getArrayAttr(gradAccs));
+      }
+      // Only the last stage computed the loss; the others add their zero.
       if (pp > 1)
         exec::AllReduceOp::create(cv.ob, loc, b.getStringAttr("pp"), b.getStringAttr("sum"),
-                                  b.getArrayAttr({*norm}));
-      KernelOp::create(cv.ob, loc, b.getStringAttr("sqrt"), b.getArrayAttr({*norm}),
-                       b.getArrayAttr({*norm}), b.getDictionaryAttr({}));
-    }
-    SmallVector<Attribute> states;
-    for (auto [a, acc] : llvm::zip(updates, gradAccs)) {
-      SmallVector<NamedAttribute> ps = {b.getNamedAttr("param", a.getNameAttr()),
-                                        cv.f64("lr", a.getLr().convertToDouble()),
-                                        cv.f64("beta1", a.getBeta1().convertToDouble()),
-                                        cv.f64("beta2", a.getBeta2().convertToDouble()),
-                                        cv.f64("eps", a.getEps().convertToDouble()),
-                                        cv.f64("weight_decay",
-                                               a.getWeightDecay().convertToDouble()),
-                                        cv.f64("max_norm", a.getMaxNorm().convertToDouble())};
-      if (zero > 0)
-        ps.push_back(b.getNamedAttr("shard", dpAxis));
-      KernelOp::create(cv.ob, loc, b.getStringAttr("adamw"), b.getArrayAttr({acc, *norm}),
-                       b.getArrayAttr({}), b.getDictionaryAttr(ps));
-      auto t = cast<RankedTensorType>(a.getGrad().getType());
-      states.push_back(BufAttr::get(ctx, b.getStringAttr("state"), 0, a.getNameAttr(),
-                                    b.getDenseI64ArrayAttr(t.getShape()), t.getElementType()));
-    }
-    // ZeRO-1/2 gather the updated chunks into whole parameters; ZeRO-3 keeps
-    // chunks and gathers where they are used.
-    if (zero > 0 && zero < 3)
-      AllGatherOp::create(cv.ob, loc, dpAxis, b.getArrayAttr(states));
-    return success();
+                                  b.getArrayAttr({lossAcc}));
+      if (zero == 0 && tp == 1 && pp == 1) {
+        KernelOp::create(cv.ob, loc, b.getStringAttr("global_norm"), b.getArrayAttr(gradAccs),
+                         b.getArrayAttr({*norm}), b.getDictionaryAttr({}));
+      } else {
+        SmallVector<NamedAttribute> shard;
+        if (zero > 0)
+          shard.push_back(b.getNamedAttr("shard", dpAxis));
+        auto sumSquares = [&](ArrayRef<Attribute> grads, BufAttr into, bool overTp) {
+          KernelOp::create(cv.ob, loc, b.getStringAttr("sum_squares"), b.getArrayAttr(grads),
+                           b.getArrayAttr({into}), b.getDictionaryAttr(shard));
+          if (zero > 0)
+            exec::AllReduceOp::create(cv.ob, loc, dpAxis, b.getStringAttr("sum"),
+                                      b.getArrayAttr({into}));
+          if (overTp)
+            exec::AllReduceOp::create(cv.ob, loc, b.getStringAttr("tp"), b.getStringAttr("sum"),
+                                      b.getArrayAttr({into}));
+        };
+        if (tp > 1) {
+          BufAttr rest = BufAttr::get(ctx, b.getStringAttr("accum"), 0,
+                                      b.getStringAttr("norm_sq_replicated"),
+                                      b.getDenseI64ArrayAttr({}), b.getF32Type());
+          sumSquares(sharded, *norm, /*overTp=*/true);
+          sumSquares(replicated, rest, /*overTp=*/false);
+          KernelOp::create(cv.ob, loc, b.getStringAttr("add"), b.getArrayAttr({*norm, rest}),
+                           b.getArrayAttr({*norm}), b.getDictionaryAttr({}));
+        } else {
+          sumSquares(replicated, *norm, /*overTp=*/false); // tp 1: nothing is tp-sharded
+        }
+        // Every stage squares its own parameters' gradients.
+        if (pp > 1)
+          exec::AllReduceOp::create(cv.ob, loc, b.getStringAttr("pp"), b.getStringAttr("sum"),
+                                    b.getArrayAttr({*norm}));
+        KernelOp::create(cv.ob, loc, b.getStringAttr("sqrt"), b.getArrayAttr({*norm}),
+                         b.getArrayAttr({*norm}), b.getDictionaryAttr({}));
+      }
+      SmallVector<Attribute> states;
+      for (auto [a, acc] : llvm::zip(updates, gradAccs)) {
+        SmallVector<NamedAttribute> ps = cv.adamwParams(a);
+        if (zero > 0)
+          ps.push_back(b.getNamedAttr("shard", dpAxis));
+        KernelOp::create(cv.ob, loc, b.getStringAttr("adamw"), b.getArrayAttr({acc, *norm}),
+                         b.getArrayAttr({}), b.getDictionaryAttr(ps));
+        auto t = cast<RankedTensorType>(a.getGrad().getType());
+        states.push_back(BufAttr::get(ctx, b.getStringAttr("state"), 0, a.getNameAttr(),
+                                      b.getDenseI64ArrayAttr(t.getShape()), t.getElementType()));
+      }
+      // ZeRO-1/2 gather the updated chunks into whole parameters; ZeRO-3 keeps
+      // chunks and gathers where they are used.
+      if (zero > 0 && zero < 3)
+        AllGatherOp::create(cv.ob, loc, dpAxis, b.getArrayAttr(states));
+      return success();
     };
     for (int64_t stage = pp > 1 ? 0 : -2; stage < (pp > 1 ? pp : -1); ++stage)
       if (failed(build(stage)))
