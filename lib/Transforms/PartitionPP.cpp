@@ -141,10 +141,8 @@ struct PartitionPPPass : public llmopt::impl::PartitionPPBase<PartitionPPPass> {
                             << "; only the first and last stage may share a weight";
           return signalPassFailure();
         }
+        // AdamW names its parameter (it does not use the param's value).
         AdamWOp update;
-        for (Operation *user : op->getUsers())
-          if (auto a = dyn_cast<AdamWOp>(user))
-            update = a;
         for (AdamWOp a : body.getOps<AdamWOp>())
           if (a.getName() == param.getName())
             update = a;

@@ -115,10 +115,11 @@ struct EmitPlanPass : public llmopt::impl::EmitPlanBase<EmitPlanPass> {
       root["micro_batch"] = a.getInt();
     if (auto a = module->getAttrOfType<IntegerAttr>("llm.seq_len"))
       root["seq_len"] = a.getInt();
-    int64_t dp = 1;
+    // Ranks: the lowered axes (dp x tp x pp; cp and ep are refused earlier).
+    int64_t world = 1;
     json::Object mesh{{"dp", 1}, {"tp", 1}, {"pp", 1}, {"cp", 1}, {"ep", 1}};
     if (auto plan = module->getAttrOfType<llm::PlanAttr>("llm.plan")) {
-      dp = plan.getDp();
+      world = plan.getDp() * plan.getTp() * plan.getPp();
       mesh = json::Object{{"dp", plan.getDp()}, {"tp", plan.getTp()}, {"pp", plan.getPp()},
                           {"cp", plan.getCp()}, {"ep", plan.getEp()}};
       root["prediction"] = json::Object{
@@ -137,10 +138,7 @@ struct EmitPlanPass : public llmopt::impl::EmitPlanBase<EmitPlanPass> {
         zero = module->getAttrOfType<llm::PlanAttr>("llm.plan").getZero();
     root["zero_stage"] = zero;
     root["mesh"] = std::move(mesh);
-    int64_t tpDegree = 1;
-    if (auto plan = module->getAttrOfType<llm::PlanAttr>("llm.plan"))
-      tpDegree = plan.getTp() * plan.getPp();
-    root["world_size"] = dp * tpDegree;
+    root["world_size"] = world;
     // Model FLOPs per token (6N + attention), for the runtime's MFU.
     if (auto forward = module.lookupSymbol<func::FuncOp>("forward")) {
       llm::CostContext ctx;
@@ -290,7 +288,6 @@ struct EmitPlanPass : public llmopt::impl::EmitPlanBase<EmitPlanPass> {
       return signalPassFailure();
 
     // A Slurm batch script launching the plan (one task per rank).
-    int64_t world = dp * tpDegree;
     int64_t perNode = std::max<int64_t>(1, std::min<int64_t>(gpusPerNode, world));
     int64_t nodes = (world + perNode - 1) / perNode;
     // Built by concatenation: the shell's ${VAR:-default} braces would clash

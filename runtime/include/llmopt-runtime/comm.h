@@ -103,7 +103,9 @@ public:
   /// (exact: x + 0 = x).
   virtual bool allGather(const std::string &axis, float *data, int64_t count,
                          std::string &error) {
-    Chunk c = shardChunk(count, size(), rank());
+    int index = 0, n = 1;
+    axisPosition(axis, index, n);
+    Chunk c = shardChunk(count, n, index);
     std::fill(data, data + c.begin, 0.0f);
     std::fill(data + c.end, data + count, 0.0f);
     return allReduce(axis, data, count, /*average=*/false, error);
