@@ -185,11 +185,15 @@ struct EmitPlanPass : public llmopt::impl::EmitPlanBase<EmitPlanPass> {
 
     json::Array progs;
     for (exec::ProgramOp prog : programs) {
-      auto instructions = [&](Region &region) {
+      // `backwardStart`: set to the index of the first instruction after an
+      // exec.backward marker, if the region has one.
+      auto instructions = [&](Region &region, int64_t *backwardStart = nullptr) {
         json::Array instrs;
         if (region.empty())
           return instrs;
         for (Operation &op : region.front()) {
+          if (isa<exec::BackwardOp>(op) && backwardStart)
+            *backwardStart = int64_t(instrs.size());
           if (auto k = dyn_cast<exec::KernelOp>(op)) {
             json::Object ps;
             for (NamedAttribute na : k.getParams())
@@ -218,7 +222,8 @@ struct EmitPlanPass : public llmopt::impl::EmitPlanBase<EmitPlanPass> {
             instrs.push_back(json::Object{{"collective", p2p.getKind().str()},
                                           {"axis", "pp"},
                                           {"peer", p2p.getPeer()},
-                                          {"buffers", bufsJSON(ArrayAttr::get(p2p.getContext(), {p2p.getBuffer()}))}});
+                                          {"buffers", bufsJSON(ArrayAttr::get(
+                                                          p2p.getContext(), {p2p.getBuffer()}))}});
           } else if (auto sq = dyn_cast<exec::SeqOp>(op)) {
             instrs.push_back(json::Object{{"collective", ("seq_" + sq.getKind()).str()},
                                           {"axis", sq.getAxis().str()},
@@ -238,18 +243,8 @@ struct EmitPlanPass : public llmopt::impl::EmitPlanBase<EmitPlanPass> {
       json::Object outs;
       for (NamedAttribute na : prog.getOutputs())
         outs[na.getName().str()] = bufJSON(cast<exec::BufAttr>(na.getValue()));
-      json::Array microInstrs = instructions(prog.getMicroBatch());
-      int64_t backwardStart = -1, at = 0;
-      if (!prog.getMicroBatch().empty())
-        for (Operation &op : prog.getMicroBatch().front()) {
-          if (isa<exec::BackwardOp>(op)) {
-            backwardStart = at;
-            break;
-          }
-          if (isa<exec::KernelOp, exec::AllReduceOp, exec::ReduceScatterOp, exec::AllGatherOp,
-                  exec::SeqOp, exec::P2POp, exec::ParamGatherOp>(op))
-            ++at;
-        }
+      int64_t backwardStart = -1;
+      json::Array microInstrs = instructions(prog.getMicroBatch(), &backwardStart);
       json::Object progJSON{{"name", prog.getName().str()},
                                    {"ranks", std::move(ranks)},
                                    {"arena_bytes", prog.getArena()},
