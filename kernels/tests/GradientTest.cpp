@@ -244,4 +244,75 @@ TEST(Gradient, EmbeddingsAccumulate) {
   checkGradient(pos, dpos, ploss, "position dtable", 1e-3);
 }
 
+struct MoECase {
+  bool swiglu, normalize;
+  int64_t capacity; ///< rows per expert; below n drops tokens
+};
+
+class MoEGradient : public ::testing::TestWithParam<MoECase> {};
+
+TEST_P(MoEGradient, WholeLayer) {
+  // router -> dispatch -> experts -> combine, differentiated end to end.
+  MoECase p = GetParam();
+  const int64_t n = 5, hidden = 4, experts = 3, topK = 2, ffn = 6;
+  MoEExpertShape s{experts, p.capacity, hidden, ffn, p.swiglu};
+  auto x = randomVec(n * hidden, 40), gate = randomVec(experts * hidden, 41);
+  std::vector<std::vector<float>> w = {randomVec(experts * ffn * hidden, 42, 0.5f),
+                                       randomVec(experts * ffn * hidden, 43, 0.5f)};
+  if (p.swiglu)
+    w.push_back(randomVec(experts * hidden * ffn, 44, 0.5f));
+  auto ow = randomVec(n * hidden, 45);
+  size_t rows = size_t(experts * p.capacity * hidden);
+  std::vector<float> probs(n * topK), d(rows), e(rows), y(n * hidden);
+  std::vector<int32_t> idx(n * topK);
+  auto loss = [&] {
+    const float *ws[3] = {w[0].data(), w[1].data(), p.swiglu ? w[2].data() : nullptr};
+    moeRouterForward(x.data(), gate.data(), probs.data(), idx.data(), n, hidden, experts,
+                     topK, p.normalize);
+    EXPECT_TRUE(moeDispatchForward(x.data(), idx.data(), d.data(), n, hidden, topK, experts,
+                                   p.capacity));
+    moeExpertsForward(d.data(), ws, e.data(), s);
+    EXPECT_TRUE(moeCombineForward(e.data(), probs.data(), idx.data(), y.data(), n, hidden,
+                                  topK, experts, p.capacity));
+    return dot(y, ow);
+  };
+  loss();
+  std::vector<float> de(rows), dprobs(n * topK), dd(rows), dxe(n * hidden), dxr(n * hidden);
+  std::vector<float> dgate(gate.size(), 0);
+  std::vector<std::vector<float>> dw;
+  for (auto &v : w)
+    dw.emplace_back(v.size(), 0.0f);
+  ASSERT_TRUE(moeCombineBackward(ow.data(), e.data(), probs.data(), idx.data(), de.data(),
+                                 dprobs.data(), n, hidden, topK, experts, p.capacity));
+  const float *ws[3] = {w[0].data(), w[1].data(), p.swiglu ? w[2].data() : nullptr};
+  float *dws[3] = {dw[0].data(), dw[1].data(), p.swiglu ? dw[2].data() : nullptr};
+  moeExpertsBackward(de.data(), d.data(), ws, dd.data(), dws, s);
+  ASSERT_TRUE(moeDispatchBackward(dd.data(), idx.data(), dxe.data(), n, hidden, topK, experts,
+                                  p.capacity));
+  moeRouterBackward(dprobs.data(), x.data(), gate.data(), probs.data(), idx.data(), dxr.data(),
+                    dgate.data(), n, hidden, experts, topK, p.normalize);
+  for (size_t i = 0; i < dxe.size(); ++i)
+    dxe[i] += dxr[i];
+  checkGradient(x, dxe, loss, "moe dx");
+  checkGradient(gate, dgate, loss, "moe dgate");
+  for (size_t i = 0; i < w.size(); ++i)
+    checkGradient(w[i], dw[i], loss, "moe dweight");
+}
+
+INSTANTIATE_TEST_SUITE_P(Variants, MoEGradient,
+                         ::testing::Values(MoECase{true, true, 5},    // Mixtral, dropless
+                                           MoECase{true, false, 5},   // unnormalized
+                                           MoECase{false, true, 5},   // GeLU experts
+                                           MoECase{true, true, 2}));  // capacity drops
+
+TEST(MoE, SlotsDropPastCapacity) {
+  // Expert 1 takes tokens 0, 1 and 2; with capacity 2 the third copy drops.
+  std::vector<int32_t> idx = {1, 0, 1, 2, 1, 0};
+  std::vector<int64_t> slots(6);
+  ASSERT_TRUE(moeSlots(idx.data(), 3, 2, 3, 2, slots.data()));
+  EXPECT_EQ(slots, (std::vector<int64_t>{0, 0, 1, 0, -1, 1}));
+  idx[3] = 3;
+  EXPECT_FALSE(moeSlots(idx.data(), 3, 2, 3, 2, slots.data()));
+}
+
 } // namespace

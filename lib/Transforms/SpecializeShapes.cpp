@@ -6,6 +6,8 @@
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/BuiltinTypes.h"
 
+#include <cmath>
+
 namespace llmopt {
 #define GEN_PASS_DEF_SPECIALIZESHAPES
 #include "llmopt/Transforms/Passes.h.inc"
@@ -20,7 +22,12 @@ struct SpecializeShapesPass
     : public llmopt::impl::SpecializeShapesBase<SpecializeShapesPass> {
   using Base::Base;
 
-  /// [?, ?, ...] -> [batch, seq, ...]; other dynamic dimensions are an error.
+  /// Rows per expert of the MoE buffers [experts, capacity, hidden]; 0
+  /// while the module has no dispatch.
+  int64_t capacity = 0;
+
+  /// [?, ?, ...] -> [batch, seq, ...] and [experts, ?, hidden] -> [experts,
+  /// capacity, hidden]; other dynamic dimensions are an error.
   FailureOr<Type> specialize(Type t, int64_t b, int64_t s, Location loc) {
     auto r = dyn_cast<RankedTensorType>(t);
     if (!r || r.hasStaticShape())
@@ -31,10 +38,13 @@ struct SpecializeShapesPass
         continue;
       // Only [?, ?, ...] and [?, ...] are batch and sequence; [4, ?, 8] is an
       // MoE capacity.
+      if (i == 1 && !ShapedType::isDynamic(r.getDimSize(0)) && capacity > 0) {
+        d = capacity;
+        continue;
+      }
       if (i > 1 || (i == 1 && !ShapedType::isDynamic(r.getDimSize(0)))) {
         emitError(loc) << "llm-specialize-shapes: dimension " << i << " of " << t
-                       << " is dynamic and is not batch or sequence (MoE capacity is "
-                          "decided at run time)";
+                       << " is dynamic and is not batch or sequence";
         return failure();
       }
       d = i == 0 ? b : s;
@@ -71,6 +81,28 @@ struct SpecializeShapesPass
                             "batch=N seq=N, or plan the module first";
       return signalPassFailure();
     }
+    // Static MoE capacity: with a capacity factor c, ceil(c * tokens * top_k
+    // / experts) rows (at most every token); dropless, every token (top-k
+    // experts are distinct, so no expert takes a token twice).
+    WalkResult caps = module.walk([&](MoEDispatchOp d) {
+      auto idx = cast<RankedTensorType>(d.getIndices().getType());
+      int64_t experts = d.getType().getDimSize(0), tokens = b * s;
+      double cf = d.getCapacityFactor().convertToDouble();
+      int64_t c = tokens;
+      if (cf > 0)
+        c = std::min<int64_t>(
+            tokens, int64_t(std::ceil(cf * double(tokens * idx.getDimSize(2)) / double(experts))));
+      if (capacity > 0 && c != capacity) {
+        d.emitOpError() << "llm-specialize-shapes: MoE layers with different capacities ("
+                        << capacity << " and " << c
+                        << " rows per expert) are not supported; use one capacity factor";
+        return WalkResult::interrupt();
+      }
+      capacity = c;
+      return WalkResult::advance();
+    });
+    if (caps.wasInterrupted())
+      return signalPassFailure();
     for (auto func : module.getOps<func::FuncOp>()) {
       WalkResult res = func.walk([&](Block *block) -> WalkResult {
         for (BlockArgument arg : block->getArguments()) {

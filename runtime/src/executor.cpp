@@ -179,6 +179,15 @@ float *CpuExecutor::data(const Buffer &b) {
   return arenas[slot].data() + b.offset / 4;
 }
 
+int32_t *CpuExecutor::routes(const Buffer &b, std::string &error) {
+  if (b.space != Buffer::Space::Arena || b.dtype != DType::I32) {
+    error = "expert indices must be an i32 arena buffer";
+    return nullptr;
+  }
+  // The arena is 4-byte words; i32 buffers hold their integers in them.
+  return reinterpret_cast<int32_t *>(arenas[slot].data() + b.offset / 4);
+}
+
 const int32_t *CpuExecutor::ids(const Buffer &b, std::string &error) {
   if (b.space != Buffer::Space::Input || b.dtype != DType::I32) {
     error = "token ids must be an i32 step input";
@@ -259,8 +268,8 @@ static int64_t rowsOf(const Buffer &b) { return b.elements / b.shape.back(); }
 bool CpuExecutor::run(const Instruction &ins, Communicator &comm, std::string &error) {
   for (const std::vector<Buffer> *list : {&ins.ins, &ins.outs, &ins.buffers})
     for (const Buffer &b : *list)
-      if (b.space == Buffer::Space::Arena && b.dtype != DType::F32) {
-        error = "the CPU backend runs fp32 plans; a buffer is not f32";
+      if (b.space == Buffer::Space::Arena && b.dtype != DType::F32 && b.dtype != DType::I32) {
+        error = "the CPU backend runs fp32 plans; a buffer is neither f32 nor i32";
         return false;
       }
   switch (ins.kind) {
@@ -615,6 +624,84 @@ bool CpuExecutor::run(const Instruction &ins, Communicator &comm, std::string &e
         gr[j] = float((p - (off + j == l[r] ? 1.0 : 0.0)) * scale);
       }
     }
+    return true;
+  }
+  case KernelId::MoERouterFwd: {
+    int32_t *idx = routes(out[1], error);
+    if (!idx)
+      return false;
+    k::moeRouterForward(data(in[0]), data(in[1]), data(out[0]), idx, rowsOf(in[0]),
+                        in[0].shape.back(), in[1].shape[0], int64_t(ins.number("top_k")),
+                        ins.flag("normalize"));
+    return true;
+  }
+  case KernelId::MoERouterBwd: {
+    const int32_t *idx = routes(in[4], error);
+    if (!idx)
+      return false;
+    zero(out[1]);
+    k::moeRouterBackward(data(in[0]), data(in[1]), data(in[2]), data(in[3]), idx, data(out[0]),
+                         data(out[1]), rowsOf(in[1]), in[1].shape.back(), in[2].shape[0],
+                         int64_t(ins.number("top_k")), ins.flag("normalize"));
+    return true;
+  }
+  case KernelId::MoEDispatchFwd:
+  case KernelId::MoEDispatchBwd:
+  case KernelId::MoECombineFwd:
+  case KernelId::MoECombineBwd: {
+    // Tokens [n, hidden], routes [n, top_k], expert rows [experts, capacity, hidden].
+    KernelId id = ins.kernel->id;
+    const Buffer &routesBuf = id == KernelId::MoECombineFwd   ? in[2]
+                              : id == KernelId::MoECombineBwd ? in[3]
+                                                              : in[1];
+    const Buffer &rows = id == KernelId::MoEDispatchFwd   ? out[0]
+                         : id == KernelId::MoEDispatchBwd ? in[0]
+                                                          : in[id == KernelId::MoECombineFwd ? 0 : 1];
+    const int32_t *idx = routes(routesBuf, error);
+    if (!idx)
+      return false;
+    int64_t topK = routesBuf.shape.back(), n = routesBuf.elements / topK;
+    int64_t experts = rows.shape[0], capacity = rows.shape[1], hidden = rows.shape[2];
+    bool ok = id == KernelId::MoEDispatchFwd
+                  ? k::moeDispatchForward(data(in[0]), idx, data(out[0]), n, hidden, topK,
+                                          experts, capacity)
+              : id == KernelId::MoEDispatchBwd
+                  ? k::moeDispatchBackward(data(in[0]), idx, data(out[0]), n, hidden, topK,
+                                           experts, capacity)
+              : id == KernelId::MoECombineFwd
+                  ? k::moeCombineForward(data(in[0]), data(in[1]), idx, data(out[0]), n, hidden,
+                                         topK, experts, capacity)
+                  : k::moeCombineBackward(data(in[0]), data(in[1]), data(in[2]), idx,
+                                          data(out[0]), data(out[1]), n, hidden, topK, experts,
+                                          capacity);
+    if (!ok)
+      error = "an expert index is outside [0, " + std::to_string(experts) + ")";
+    return ok;
+  }
+  case KernelId::MoEExpertsFwd:
+  case KernelId::MoEExpertsBwd: {
+    bool fwd = ins.kernel->id == KernelId::MoEExpertsFwd;
+    const Buffer &x = in[fwd ? 0 : 1];
+    size_t first = fwd ? 1 : 2, count = ins.flag("swiglu") ? 3 : 2;
+    if (in.size() != first + count || (!fwd && out.size() != 1 + count)) {
+      error = "moe experts take " + std::to_string(count) + " weights";
+      return false;
+    }
+    k::MoEExpertShape sh{x.shape[0], x.shape[1], x.shape[2], in[first].shape[1],
+                         ins.flag("swiglu")};
+    const float *w[3] = {};
+    float *dw[3] = {};
+    for (size_t i = 0; i < count; ++i) {
+      w[i] = data(in[first + i]);
+      if (!fwd) {
+        zero(out[1 + i]);
+        dw[i] = data(out[1 + i]);
+      }
+    }
+    if (fwd)
+      k::moeExpertsForward(data(x), w, data(out[0]), sh);
+    else
+      k::moeExpertsBackward(data(in[0]), data(x), w, data(out[0]), dw, sh);
     return true;
   }
   case KernelId::GlobalNorm: {

@@ -53,6 +53,14 @@
   LLMOPT_KERNEL(VPCEStats, "vp_ce_stats", 2, 2, "shard,ignore_index")                  \
   LLMOPT_KERNEL(VPCELoss, "vp_ce_loss", 3, 1, "ignore_index")                            \
   LLMOPT_KERNEL(VPCEBwd, "vp_ce_bwd", 4, 1, "shard,ignore_index")                        \
+  LLMOPT_KERNEL(MoERouterFwd, "moe_router_fwd", 2, 2, "top_k,normalize")                 \
+  LLMOPT_KERNEL(MoERouterBwd, "moe_router_bwd", 5, 2, "top_k,normalize")                 \
+  LLMOPT_KERNEL(MoEDispatchFwd, "moe_dispatch_fwd", 2, 1, "")                            \
+  LLMOPT_KERNEL(MoEDispatchBwd, "moe_dispatch_bwd", 2, 1, "")                            \
+  LLMOPT_KERNEL(MoEExpertsFwd, "moe_experts_fwd", -1, 1, "swiglu")                       \
+  LLMOPT_KERNEL(MoEExpertsBwd, "moe_experts_bwd", -1, -1, "swiglu")                      \
+  LLMOPT_KERNEL(MoECombineFwd, "moe_combine_fwd", 3, 1, "")                              \
+  LLMOPT_KERNEL(MoECombineBwd, "moe_combine_bwd", 4, 2, "")                              \
   LLMOPT_KERNEL(GlobalNorm, "global_norm", -1, 1, "")                                    \
   LLMOPT_KERNEL(SumSquares, "sum_squares", -1, 1, "shard")                               \
   LLMOPT_KERNEL(Sqrt, "sqrt", 1, 1, "")                                                  \

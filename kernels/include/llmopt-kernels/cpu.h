@@ -115,6 +115,50 @@ void crossEntropyBackward(const float *logits, const int32_t *labels, float dlos
                           int64_t counted, float *dlogits, int64_t n, int64_t vocab,
                           int64_t ignoreIndex);
 
+// --- mixture of experts (moe.cpp) ----------------------------------------------
+/// Rows of the [experts, capacity, hidden] buffers: routed copy i = n * topK + j
+/// of token n takes row slots[i] of expert indices[i], or -1 when the expert
+/// is full (dropped). Returns false for an expert index out of range.
+bool moeSlots(const int32_t *indices, int64_t n, int64_t topK, int64_t experts,
+              int64_t capacity, int64_t *slots);
+/// Softmax over x gate^T [n, experts] (fp32), the topK best experts
+/// (ties to the lower number) and their weights, renormalized to sum to one
+/// when `normalize` (Mixtral).
+void moeRouterForward(const float *x, const float *gate, float *weights, int32_t *indices,
+                      int64_t n, int64_t hidden, int64_t experts, int64_t topK,
+                      bool normalize);
+/// dx written, dgate accumulated; `weights` and `indices` are the forward's.
+void moeRouterBackward(const float *dweights, const float *x, const float *gate,
+                       const float *weights, const int32_t *indices, float *dx,
+                       float *dgate, int64_t n, int64_t hidden, int64_t experts,
+                       int64_t topK, bool normalize);
+/// out [experts, capacity, hidden]: each token's copies at their slots,
+/// zero rows elsewhere. Backward sums a token's copies' gradients.
+bool moeDispatchForward(const float *x, const int32_t *indices, float *out, int64_t n,
+                        int64_t hidden, int64_t topK, int64_t experts, int64_t capacity);
+bool moeDispatchBackward(const float *dout, const int32_t *indices, float *dx, int64_t n,
+                         int64_t hidden, int64_t topK, int64_t experts, int64_t capacity);
+/// out[n] = sum_j weights[n, j] * expertOut[indices[n, j], slot]; backward
+/// writes the expert-output and routing-weight gradients.
+bool moeCombineForward(const float *expertOut, const float *weights, const int32_t *indices,
+                       float *out, int64_t n, int64_t hidden, int64_t topK, int64_t experts,
+                       int64_t capacity);
+bool moeCombineBackward(const float *dout, const float *expertOut, const float *weights,
+                        const int32_t *indices, float *dexpertOut, float *dweights, int64_t n,
+                        int64_t hidden, int64_t topK, int64_t experts, int64_t capacity);
+struct MoEExpertShape {
+  int64_t experts = 1, capacity = 1, hidden = 1, ffn = 1;
+  bool swiglu = true; ///< weights gate, up, down; else fc1, fc2 with exact GeLU
+};
+/// Expert e's MLP on rows [e, :, :] of x; weights [experts, ffn, hidden]
+/// (gate / up / fc1) and [experts, hidden, ffn] (down / fc2), no biases, so
+/// zero rows stay zero. Backward writes dx, accumulates the weight
+/// gradients, and recomputes the hidden activations.
+void moeExpertsForward(const float *x, const float *const *weights, float *out,
+                       const MoEExpertShape &shape);
+void moeExpertsBackward(const float *dout, const float *x, const float *const *weights,
+                        float *dx, float *const *dweights, const MoEExpertShape &shape);
+
 // --- optimizer (adamw.cpp) -------------------------------------------------------
 /// Sum of squares of a gradient buffer (the global norm is the square root of
 /// the sum over all buffers and ranks).

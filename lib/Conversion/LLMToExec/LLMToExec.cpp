@@ -302,6 +302,45 @@ LogicalResult Converter::convert(Operation *op) {
       .Case([&](PositionEmbeddingGradOp g) {
         return kernel(loc, "position_embedding_bwd", g.getGrad(), g.getResult());
       })
+      .Case([&](MoERouterOp r) {
+        return kernel(loc, "moe_router_fwd", {r.getInput(), r.getGate()},
+                      {r.getWeights(), r.getIndices()},
+                      {i64("top_k", r.getTopKAttr().getInt()), flag("normalize", r.getNormalize())});
+      })
+      .Case([&](MoERouterGradOp g) {
+        return kernel(loc, "moe_router_bwd",
+                      {g.getGrad(), g.getInput(), g.getGate(), g.getWeights(), g.getIndices()},
+                      {g.getInputGrad(), g.getGateGrad()},
+                      {i64("top_k", g.getTopKAttr().getInt()), flag("normalize", g.getNormalize())});
+      })
+      .Case([&](MoEDispatchOp d) {
+        return kernel(loc, "moe_dispatch_fwd", {d.getInput(), d.getIndices()}, d.getResult());
+      })
+      .Case([&](MoEDispatchGradOp d) {
+        return kernel(loc, "moe_dispatch_bwd", {d.getGrad(), d.getIndices()}, d.getResult());
+      })
+      .Case([&](MoEExpertsOp e) {
+        SmallVector<Value> ins = {e.getInput()};
+        llvm::append_range(ins, e.getWeights());
+        return kernel(loc, "moe_experts_fwd", ins, e.getResult(),
+                      {flag("swiglu", e.getActivation() == ExpertActivation::swiglu)});
+      })
+      .Case([&](MoEExpertsGradOp e) {
+        SmallVector<Value> ins = {e.getGrad(), e.getInput()}, outs = {e.getInputGrad()};
+        llvm::append_range(ins, e.getWeights());
+        llvm::append_range(outs, e.getWeightGrads());
+        return kernel(loc, "moe_experts_bwd", ins, outs,
+                      {flag("swiglu", e.getActivation() == ExpertActivation::swiglu)});
+      })
+      .Case([&](MoECombineOp c) {
+        return kernel(loc, "moe_combine_fwd", {c.getInput(), c.getWeights(), c.getIndices()},
+                      c.getResult());
+      })
+      .Case([&](MoECombineGradOp c) {
+        return kernel(loc, "moe_combine_bwd",
+                      {c.getGrad(), c.getExpertOut(), c.getWeights(), c.getIndices()},
+                      {c.getExpertOutGrad(), c.getWeightsGrad()});
+      })
       .Case([&](TPCopyOp c) { return kernel(loc, "copy", c.getInput(), c.getResult()); })
       .Case([&](llm::AllReduceOp a) -> LogicalResult {
         if (failed(kernel(loc, "copy", a.getInput(), a.getResult())))

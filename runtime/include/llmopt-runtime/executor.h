@@ -68,6 +68,8 @@ private:
 
   float *data(const Buffer &b);
   const int32_t *ids(const Buffer &b, std::string &error);
+  /// An i32 arena buffer (MoE expert indices).
+  int32_t *routes(const Buffer &b, std::string &error);
   bool run(const Instruction &ins, Communicator &comm, std::string &error);
   bool runSeq(const Instruction &ins, Communicator &comm, std::string &error);
 };

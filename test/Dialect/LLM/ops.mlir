@@ -215,3 +215,21 @@ func.func @cross_entropy_explicit_default(%logits: tensor<?x?x32000xf32>, %label
   // CHECK: return %[[L]]
   return %l : tensor<f32>
 }
+
+// The MoE backward ops.
+// CHECK-LABEL: func.func @moe_grads
+func.func @moe_grads(%g: tensor<2x8x32xf32>, %x: tensor<2x8x32xf32>, %dw: tensor<2x8x2xf32>, %w: tensor<2x8x2xf32>, %i: tensor<2x8x2xi32>, %d: tensor<4x16x32xf32>, %de: tensor<4x16x32xf32>) -> (tensor<2x8x32xf32>, tensor<4x32xf32>, tensor<2x8x32xf32>, tensor<4x16x32xf32>, tensor<4x48x32xf32>, tensor<4x16x32xf32>, tensor<2x8x2xf32>) {
+  %wg = llm.param "gate.weight" normal(0.02) : tensor<4x32xf32>
+  %w1 = llm.param "experts.*.w1.weight" normal(0.02) : tensor<4x48x32xf32>
+  %w3 = llm.param "experts.*.w3.weight" normal(0.02) : tensor<4x48x32xf32>
+  %w2 = llm.param "experts.*.w2.weight" normal(0.02) : tensor<4x32x48xf32>
+  // CHECK: llm.moe_router_grad %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}} top_k 2 normalize : tensor<2x8x2xf32>, tensor<2x8x32xf32>, tensor<4x32xf32>, tensor<2x8x2xi32>
+  %dx, %dg = llm.moe_router_grad %dw, %x, %wg, %w, %i top_k 2 normalize : tensor<2x8x2xf32>, tensor<2x8x32xf32>, tensor<4x32xf32>, tensor<2x8x2xi32>
+  // CHECK: llm.moe_dispatch_grad %{{.*}}, %{{.*}} : tensor<4x16x32xf32>, tensor<2x8x2xi32> -> tensor<2x8x32xf32>
+  %dxd = llm.moe_dispatch_grad %d, %i : tensor<4x16x32xf32>, tensor<2x8x2xi32> -> tensor<2x8x32xf32>
+  // CHECK: llm.moe_experts_grad %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}} swiglu : tensor<4x16x32xf32>, tensor<4x48x32xf32>, tensor<4x48x32xf32>, tensor<4x32x48xf32> -> tensor<4x48x32xf32>, tensor<4x48x32xf32>, tensor<4x32x48xf32>
+  %dd, %dw1, %dw3, %dw2 = llm.moe_experts_grad %de, %d, %w1, %w3, %w2 swiglu : tensor<4x16x32xf32>, tensor<4x48x32xf32>, tensor<4x48x32xf32>, tensor<4x32x48xf32> -> tensor<4x48x32xf32>, tensor<4x48x32xf32>, tensor<4x32x48xf32>
+  // CHECK: llm.moe_combine_grad %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}} : tensor<2x8x32xf32>, tensor<4x16x32xf32>, tensor<2x8x2xf32>, tensor<2x8x2xi32>
+  %dc, %dp = llm.moe_combine_grad %g, %d, %w, %i : tensor<2x8x32xf32>, tensor<4x16x32xf32>, tensor<2x8x2xf32>, tensor<2x8x2xi32>
+  return %dx, %dg, %dxd, %dd, %dw1, %dc, %dp : tensor<2x8x32xf32>, tensor<4x32xf32>, tensor<2x8x32xf32>, tensor<4x16x32xf32>, tensor<4x48x32xf32>, tensor<4x16x32xf32>, tensor<2x8x2xf32>
+}

@@ -122,6 +122,33 @@ LogicalResult CrossEntropyGradOp::verify() {
   return success();
 }
 
+LogicalResult MoERouterGradOp::verify() {
+  if (getGrad().getType() != getWeights().getType() ||
+      ty(getIndices()).getShape() != ty(getWeights()).getShape() || ty(getWeights()).getRank() != 3)
+    return emitOpError() << "weights, their gradient and the indices must share one "
+                            "[batch, seq, top_k] shape";
+  return success();
+}
+
+LogicalResult MoEDispatchGradOp::verify() {
+  if (getType().getRank() != 3 || ty(getGrad()).getRank() != 3 ||
+      getType().getDimSize(2) != ty(getGrad()).getDimSize(2))
+    return emitOpError() << "result must be [batch, seq, " << ty(getGrad()).getDimSize(2)
+                         << "], got " << getType();
+  return success();
+}
+
+LogicalResult MoEExpertsGradOp::verify() {
+  if (getWeights().size() != getWeightGrads().size())
+    return emitOpError() << "needs one weight gradient per weight";
+  for (auto [w, g] : llvm::zip(getWeights(), getWeightGrads()))
+    if (failed(sameType(*this, "weight gradient", g, "weight", w)))
+      return failure();
+  return success();
+}
+
+LogicalResult MoECombineGradOp::verify() { return success(); }
+
 LogicalResult GlobalNormOp::verify() {
   if (getGrads().empty())
     return emitOpError() << "needs at least one gradient";
@@ -251,6 +278,42 @@ OpCost LMHeadGradOp::getCost(const CostContext &c) {
 
 OpCost CrossEntropyGradOp::getCost(const CostContext &c) {
   return elementwiseBackward(getLogits(), {getLabels()}, getOperation()->getResults(), 3, c);
+}
+
+OpCost MoERouterGradOp::getCost(const CostContext &c) {
+  OpCost k;
+  double t = double(c.tokens()), e = ty(getGate()).getDimSize(0),
+         h = ty(getGate()).getDimSize(1);
+  k.fwdFlops = 4 * t * h * e + 5 * t * e;
+  k.fwdBytesRead = bytes(getGrad(), c) + bytes(getInput(), c) + bytes(getGate(), c);
+  k.fwdBytesWritten = bytes(getInputGrad(), c) + bytes(getGateGrad(), c);
+  return k;
+}
+
+OpCost MoEDispatchGradOp::getCost(const CostContext &c) {
+  return elementwiseBackward(getGrad(), {getIndices()}, getOperation()->getResults(), 1, c);
+}
+
+OpCost MoEExpertsGradOp::getCost(const CostContext &c) {
+  // Recomputes the expert GEMMs (gemms x 2 flops per row and weight element)
+  // and runs their backward (twice that).
+  OpCost k;
+  auto x = ty(getInput());
+  double rows = double(x.getDimSize(0)) * double(x.getDimSize(1)), w = 0;
+  for (Value v : getWeights())
+    w += double(ty(v).getNumElements()) / double(x.getDimSize(0));
+  k.fwdFlops = 6 * rows * w;
+  k.fwdBytesRead = 2 * bytes(getGrad(), c) + bytes(getInput(), c);
+  for (Value v : getWeights())
+    k.fwdBytesRead += bytes(v, c);
+  for (Value v : getOperation()->getResults())
+    k.fwdBytesWritten += bytes(v, c);
+  return k;
+}
+
+OpCost MoECombineGradOp::getCost(const CostContext &c) {
+  return elementwiseBackward(getGrad(), {getExpertOut(), getWeights(), getIndices()},
+                             getOperation()->getResults(), 4, c);
 }
 
 OpCost GlobalNormOp::getCost(const CostContext &c) {

@@ -157,3 +157,42 @@ LogicalResult CrossEntropyOp::emitGradient(OpBuilder &b, ArrayRef<Value> grads,
          Value()});
   return success();
 }
+
+LogicalResult MoERouterOp::emitGradient(OpBuilder &b, ArrayRef<Value> grads,
+                                        SmallVectorImpl<Value> &out) {
+  // Indices carry no gradient; unused routing weights would mean no expert
+  // output reaches the loss.
+  if (!grads[0])
+    return emitOpError() << "routing weights are unused: the router gets no gradient";
+  auto g = MoERouterGradOp::create(b, getLoc(), getInput().getType(), getGate().getType(),
+                                   grads[0], getInput(), getGate(), getWeights(), getIndices(),
+                                   getTopKAttr(), getNormalizeAttr());
+  out.assign({g.getInputGrad(), g.getGateGrad()});
+  return success();
+}
+
+LogicalResult MoEDispatchOp::emitGradient(OpBuilder &b, ArrayRef<Value> grads,
+                                          SmallVectorImpl<Value> &out) {
+  out.assign({(Value)MoEDispatchGradOp::create(b, getLoc(), getInput().getType(), grads[0],
+                                               getIndices()),
+              Value()});
+  return success();
+}
+
+LogicalResult MoEExpertsOp::emitGradient(OpBuilder &b, ArrayRef<Value> grads,
+                                         SmallVectorImpl<Value> &out) {
+  auto g = MoEExpertsGradOp::create(b, getLoc(), getInput().getType(),
+                                    getWeights().getTypes(), grads[0], getInput(),
+                                    getWeights(), getActivationAttr());
+  out.assign({g.getInputGrad()});
+  llvm::append_range(out, g.getWeightGrads());
+  return success();
+}
+
+LogicalResult MoECombineOp::emitGradient(OpBuilder &b, ArrayRef<Value> grads,
+                                         SmallVectorImpl<Value> &out) {
+  auto g = MoECombineGradOp::create(b, getLoc(), getInput().getType(), getWeights().getType(),
+                                    grads[0], getInput(), getWeights(), getIndices());
+  out.assign({g.getExpertOutGrad(), g.getWeightsGrad(), Value()});
+  return success();
+}

@@ -197,6 +197,84 @@ def LLM_CrossEntropyGradOp : LLM_CostOp<"cross_entropy_grad", [Pure,
   }];
 }
 
+def LLM_MoERouterGradOp : LLM_CostOp<"moe_router_grad", [Pure,
+    AllTypesMatch<["input", "input_grad"]>, AllTypesMatch<["gate", "gate_grad"]>,
+    AllTypesMatch<["grad", "weights"]>]> {
+  let summary = "gradients of the top-k router";
+  let description = [{
+    Input and gate gradients of `llm.moe_router` from the gradient of its
+    routing weights; `weights` and `indices` are the forward's results (the
+    selection is not redone, so the gradient follows the forward's choice).
+    ```mlir
+    %dx, %dg = llm.moe_router_grad %dw, %x, %wg, %w, %i top_k 2 normalize : tensor<?x?x2xf32>, tensor<?x?x32xf32>, tensor<4x32xf32>, tensor<?x?x2xi32>
+    ```
+    Verified: weights, their gradient and the indices have one shape
+    [batch, seq, top_k].
+  }];
+  let arguments = (ins LLM_ProbTensor:$grad, LLM_Activation:$input, LLM_Weight:$gate,
+                       LLM_ProbTensor:$weights, LLM_IndexTensor:$indices,
+                       I64Attr:$top_k, UnitAttr:$normalize);
+  let results = (outs LLM_Activation:$input_grad, LLM_Weight:$gate_grad);
+  let assemblyFormat = [{
+    $grad `,` $input `,` $gate `,` $weights `,` $indices `top_k` $top_k
+    (`normalize` $normalize^)? attr-dict `:` type($grad) `,` type($input) `,`
+    type($gate) `,` type($indices)
+  }];
+}
+
+def LLM_MoEDispatchGradOp : LLM_CostOp<"moe_dispatch_grad", [Pure]> {
+  let summary = "gradient of the dispatch: each token sums its copies";
+  let description = [{
+    ```mlir
+    %dx = llm.moe_dispatch_grad %g, %i : tensor<4x8x32xf32>, tensor<?x?x2xi32> -> tensor<?x?x32xf32>
+    ```
+    Verified: the result is [batch, seq, hidden] with the gradient's hidden size.
+  }];
+  let arguments = (ins LLM_Activation:$grad, LLM_IndexTensor:$indices);
+  let results = (outs LLM_Activation:$result);
+  let assemblyFormat = [{
+    $grad `,` $indices attr-dict `:` type($grad) `,` type($indices) `->` type($result)
+  }];
+}
+
+def LLM_MoEExpertsGradOp : LLM_CostOp<"moe_experts_grad", [Pure,
+    AllTypesMatch<["grad", "input", "input_grad"]>]> {
+  let summary = "gradients of the expert MLPs";
+  let description = [{
+    Input and weight gradients of `llm.moe_experts`; the experts' hidden
+    activations are recomputed from `input`, not saved.
+    ```mlir
+    %dx, %dw1, %dw3, %dw2 = llm.moe_experts_grad %g, %d, %w1, %w3, %w2 swiglu : tensor<4x8x32xf32>, tensor<4x48x32xf32>, tensor<4x48x32xf32>, tensor<4x32x48xf32> -> tensor<4x48x32xf32>, tensor<4x48x32xf32>, tensor<4x32x48xf32>
+    ```
+    Verified: one weight gradient per weight, of its type.
+  }];
+  let arguments = (ins LLM_Activation:$grad, LLM_Activation:$input,
+                       Variadic<LLM_Weight>:$weights, LLM_ExpertActivation:$activation);
+  let results = (outs LLM_Activation:$input_grad, Variadic<LLM_Weight>:$weight_grads);
+  let assemblyFormat = [{
+    $grad `,` $input `,` $weights $activation attr-dict `:` type($input) `,` type($weights)
+    `->` type($weight_grads)
+  }];
+}
+
+def LLM_MoECombineGradOp : LLM_CostOp<"moe_combine_grad", [Pure,
+    AllTypesMatch<["expert_out", "expert_out_grad"]>,
+    AllTypesMatch<["weights", "weights_grad"]>]> {
+  let summary = "gradients of the combine: expert outputs and routing weights";
+  let description = [{
+    ```mlir
+    %de, %dw = llm.moe_combine_grad %g, %e, %w, %i : tensor<?x?x32xf32>, tensor<4x8x32xf32>, tensor<?x?x2xf32>, tensor<?x?x2xi32>
+    ```
+  }];
+  let arguments = (ins LLM_Activation:$grad, LLM_Activation:$expert_out,
+                       LLM_ProbTensor:$weights, LLM_IndexTensor:$indices);
+  let results = (outs LLM_Activation:$expert_out_grad, LLM_ProbTensor:$weights_grad);
+  let assemblyFormat = [{
+    $grad `,` $expert_out `,` $weights `,` $indices attr-dict `:` type($grad) `,`
+    type($expert_out) `,` type($weights) `,` type($indices)
+  }];
+}
+
 def LLM_GlobalNormOp : LLM_CostOp<"global_norm", [Pure]> {
   let summary = "the L2 norm of all gradients";
   let description = [{

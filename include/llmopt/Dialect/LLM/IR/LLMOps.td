@@ -369,7 +369,7 @@ def LLM_AddOp : LLM_DiffOp<"add", [Pure, Commutative,
 // Mixture of experts.
 //===----------------------------------------------------------------------===//
 
-def LLM_MoERouterOp : LLM_CostOp<"moe_router", [Pure]> {
+def LLM_MoERouterOp : LLM_DiffOp<"moe_router", [Pure]> {
   let summary = "top-k expert routing";
   let description = [{
     Scores each token against `num_experts` experts with the gate weight
@@ -396,7 +396,7 @@ def LLM_MoERouterOp : LLM_CostOp<"moe_router", [Pure]> {
   }];
 }
 
-def LLM_MoEDispatchOp : LLM_CostOp<"moe_dispatch", [Pure]> {
+def LLM_MoEDispatchOp : LLM_DiffOp<"moe_dispatch", [Pure]> {
   let summary = "groups routed tokens by expert";
   let description = [{
     Copies each token to the `top_k` experts its indices name, giving
@@ -423,7 +423,7 @@ def LLM_MoEDispatchOp : LLM_CostOp<"moe_dispatch", [Pure]> {
   }];
 }
 
-def LLM_MoEExpertsOp : LLM_CostOp<"moe_experts", [Pure,
+def LLM_MoEExpertsOp : LLM_DiffOp<"moe_experts", [Pure,
     AllTypesMatch<["input", "result"]>]> {
   let summary = "the expert MLPs, applied to their dispatched tokens";
   let description = [{
@@ -452,7 +452,7 @@ def LLM_MoEExpertsOp : LLM_CostOp<"moe_experts", [Pure,
   }];
 }
 
-def LLM_MoECombineOp : LLM_CostOp<"moe_combine", [Pure]> {
+def LLM_MoECombineOp : LLM_DiffOp<"moe_combine", [Pure]> {
   let summary = "returns expert outputs to their tokens, weighted";
   let description = [{
     Sums each token's `top_k` expert outputs weighted by the router's weights,

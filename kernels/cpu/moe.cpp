@@ -1,0 +1,255 @@
+//===- moe.cpp - mixture-of-experts routing, dispatch, experts, combine ---===//
+//
+// Slot assignment (shared by dispatch, combine and their backward): tokens
+// are scanned in order n = 0..N-1 and, within a token, in top-k order; each
+// routed copy takes the next free row of its expert, and copies past the
+// expert's capacity are dropped. The assignment is a pure function of the
+// indices, so every kernel recomputes it instead of storing it.
+//
+//===----------------------------------------------------------------------===//
+
+#include "llmopt-kernels/cpu.h"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+namespace llmopt::kernels::cpu {
+
+bool moeSlots(const int32_t *indices, int64_t n, int64_t topK, int64_t experts,
+              int64_t capacity, int64_t *slots) {
+  std::vector<int64_t> load(static_cast<size_t>(experts), 0);
+  for (int64_t i = 0; i < n * topK; ++i) {
+    int32_t e = indices[i];
+    if (e < 0 || e >= experts)
+      return false;
+    int64_t s = load[size_t(e)]++;
+    slots[i] = s < capacity ? s : -1;
+  }
+  return true;
+}
+
+/// Router logits [experts] of one token and their softmax, in fp32.
+static void routerProbs(const float *x, const float *gate, int64_t hidden, int64_t experts,
+                        float *probs) {
+  float mx = -INFINITY;
+  for (int64_t e = 0; e < experts; ++e) {
+    const float *w = gate + e * hidden;
+    float acc = 0;
+    for (int64_t i = 0; i < hidden; ++i)
+      acc += x[i] * w[i];
+    probs[e] = acc;
+    mx = std::max(mx, acc);
+  }
+  float sum = 0;
+  for (int64_t e = 0; e < experts; ++e)
+    sum += probs[e] = std::exp(probs[e] - mx);
+  for (int64_t e = 0; e < experts; ++e)
+    probs[e] /= sum;
+}
+
+void moeRouterForward(const float *x, const float *gate, float *weights, int32_t *indices,
+                      int64_t n, int64_t hidden, int64_t experts, int64_t topK,
+                      bool normalize) {
+  std::vector<float> p(static_cast<size_t>(experts));
+  std::vector<int32_t> order(static_cast<size_t>(experts));
+  for (int64_t r = 0; r < n; ++r) {
+    routerProbs(x + r * hidden, gate, hidden, experts, p.data());
+    for (int64_t e = 0; e < experts; ++e)
+      order[size_t(e)] = int32_t(e);
+    // Highest probability first; ties go to the lower expert number.
+    std::partial_sort(order.begin(), order.begin() + topK, order.end(),
+                      [&](int32_t a, int32_t b) { return p[a] > p[b] || (p[a] == p[b] && a < b); });
+    float kept = 0;
+    for (int64_t j = 0; j < topK; ++j)
+      kept += p[size_t(order[size_t(j)])];
+    for (int64_t j = 0; j < topK; ++j) {
+      indices[r * topK + j] = order[size_t(j)];
+      float w = p[size_t(order[size_t(j)])];
+      weights[r * topK + j] = normalize ? w / kept : w;
+    }
+  }
+}
+
+void moeRouterBackward(const float *dweights, const float *x, const float *gate,
+                       const float *weights, const int32_t *indices, float *dx,
+                       float *dgate, int64_t n, int64_t hidden, int64_t experts,
+                       int64_t topK, bool normalize) {
+  std::vector<float> p(static_cast<size_t>(experts)), dlogit(static_cast<size_t>(experts));
+  for (int64_t r = 0; r < n; ++r) {
+    const float *xr = x + r * hidden;
+    const float *dw = dweights + r * topK, *w = weights + r * topK;
+    const int32_t *idx = indices + r * topK;
+    std::fill(dlogit.begin(), dlogit.end(), 0.0f);
+    if (normalize) {
+      // The kept weights are a softmax over the kept logits.
+      float s = 0;
+      for (int64_t j = 0; j < topK; ++j)
+        s += w[j] * dw[j];
+      for (int64_t j = 0; j < topK; ++j)
+        dlogit[size_t(idx[j])] = w[j] * (dw[j] - s);
+    } else {
+      // The kept weights are entries of the softmax over every expert.
+      routerProbs(xr, gate, hidden, experts, p.data());
+      std::vector<float> dp(static_cast<size_t>(experts), 0.0f);
+      for (int64_t j = 0; j < topK; ++j)
+        dp[size_t(idx[j])] += dw[j];
+      float s = 0;
+      for (int64_t e = 0; e < experts; ++e)
+        s += p[size_t(e)] * dp[size_t(e)];
+      for (int64_t e = 0; e < experts; ++e)
+        dlogit[size_t(e)] = p[size_t(e)] * (dp[size_t(e)] - s);
+    }
+    float *d = dx + r * hidden;
+    std::fill_n(d, hidden, 0.0f);
+    for (int64_t e = 0; e < experts; ++e) {
+      float g = dlogit[size_t(e)];
+      if (g == 0.0f)
+        continue;
+      const float *wr = gate + e * hidden;
+      float *dg = dgate + e * hidden;
+      for (int64_t i = 0; i < hidden; ++i) {
+        d[i] += g * wr[i];
+        dg[i] += g * xr[i];
+      }
+    }
+  }
+}
+
+bool moeDispatchForward(const float *x, const int32_t *indices, float *out, int64_t n,
+                        int64_t hidden, int64_t topK, int64_t experts, int64_t capacity) {
+  std::vector<int64_t> slots(size_t(n * topK));
+  if (!moeSlots(indices, n, topK, experts, capacity, slots.data()))
+    return false;
+  std::fill_n(out, experts * capacity * hidden, 0.0f);
+  for (int64_t i = 0; i < n * topK; ++i)
+    if (slots[size_t(i)] >= 0)
+      std::copy_n(x + (i / topK) * hidden, hidden,
+                  out + (indices[i] * capacity + slots[size_t(i)]) * hidden);
+  return true;
+}
+
+bool moeDispatchBackward(const float *dout, const int32_t *indices, float *dx, int64_t n,
+                         int64_t hidden, int64_t topK, int64_t experts, int64_t capacity) {
+  std::vector<int64_t> slots(size_t(n * topK));
+  if (!moeSlots(indices, n, topK, experts, capacity, slots.data()))
+    return false;
+  std::fill_n(dx, n * hidden, 0.0f);
+  for (int64_t i = 0; i < n * topK; ++i) {
+    if (slots[size_t(i)] < 0)
+      continue;
+    const float *g = dout + (indices[i] * capacity + slots[size_t(i)]) * hidden;
+    float *d = dx + (i / topK) * hidden;
+    for (int64_t c = 0; c < hidden; ++c)
+      d[c] += g[c];
+  }
+  return true;
+}
+
+bool moeCombineForward(const float *expertOut, const float *weights, const int32_t *indices,
+                       float *out, int64_t n, int64_t hidden, int64_t topK, int64_t experts,
+                       int64_t capacity) {
+  std::vector<int64_t> slots(size_t(n * topK));
+  if (!moeSlots(indices, n, topK, experts, capacity, slots.data()))
+    return false;
+  std::fill_n(out, n * hidden, 0.0f);
+  for (int64_t i = 0; i < n * topK; ++i) {
+    if (slots[size_t(i)] < 0)
+      continue;
+    const float *e = expertOut + (indices[i] * capacity + slots[size_t(i)]) * hidden;
+    float *o = out + (i / topK) * hidden, w = weights[i];
+    for (int64_t c = 0; c < hidden; ++c)
+      o[c] += w * e[c];
+  }
+  return true;
+}
+
+bool moeCombineBackward(const float *dout, const float *expertOut, const float *weights,
+                        const int32_t *indices, float *dexpertOut, float *dweights, int64_t n,
+                        int64_t hidden, int64_t topK, int64_t experts, int64_t capacity) {
+  std::vector<int64_t> slots(size_t(n * topK));
+  if (!moeSlots(indices, n, topK, experts, capacity, slots.data()))
+    return false;
+  std::fill_n(dexpertOut, experts * capacity * hidden, 0.0f);
+  for (int64_t i = 0; i < n * topK; ++i) {
+    dweights[i] = 0;
+    if (slots[size_t(i)] < 0)
+      continue;
+    int64_t row = (indices[i] * capacity + slots[size_t(i)]) * hidden;
+    const float *g = dout + (i / topK) * hidden, *e = expertOut + row;
+    float *de = dexpertOut + row, w = weights[i], acc = 0;
+    for (int64_t c = 0; c < hidden; ++c) {
+      de[c] = w * g[c];
+      acc += g[c] * e[c];
+    }
+    dweights[i] = acc;
+  }
+  return true;
+}
+
+void moeExpertsForward(const float *x, const float *const *weights, float *out,
+                       const MoEExpertShape &s) {
+  int64_t rows = s.capacity;
+  std::vector<float> h(size_t(rows * s.ffn)), u, a(size_t(rows * s.ffn));
+  if (s.swiglu)
+    u.resize(size_t(rows * s.ffn));
+  for (int64_t e = 0; e < s.experts; ++e) {
+    const float *xe = x + e * rows * s.hidden;
+    const float *w1 = weights[0] + e * s.ffn * s.hidden;
+    linearForward(xe, w1, nullptr, h.data(), rows, s.hidden, s.ffn, false);
+    if (s.swiglu) {
+      const float *w3 = weights[1] + e * s.ffn * s.hidden;
+      linearForward(xe, w3, nullptr, u.data(), rows, s.hidden, s.ffn, false);
+      swigluForward(h.data(), u.data(), a.data(), rows * s.ffn);
+    } else {
+      geluForward(h.data(), a.data(), rows * s.ffn, false);
+    }
+    const float *w2 = weights[s.swiglu ? 2 : 1] + e * s.hidden * s.ffn;
+    linearForward(a.data(), w2, nullptr, out + e * rows * s.hidden, rows, s.ffn, s.hidden,
+                  false);
+  }
+}
+
+void moeExpertsBackward(const float *dout, const float *x, const float *const *weights,
+                        float *dx, float *const *dweights, const MoEExpertShape &s) {
+  int64_t rows = s.capacity, f = s.ffn;
+  std::vector<float> h(size_t(rows * f)), u, a(size_t(rows * f)), da(size_t(rows * f)),
+      dh(size_t(rows * f)), du, dxu;
+  if (s.swiglu) {
+    u.resize(size_t(rows * f));
+    du.resize(size_t(rows * f));
+    dxu.resize(size_t(rows * s.hidden));
+  }
+  for (int64_t e = 0; e < s.experts; ++e) {
+    const float *xe = x + e * rows * s.hidden;
+    const float *w1 = weights[0] + e * f * s.hidden;
+    const float *w3 = s.swiglu ? weights[1] + e * f * s.hidden : nullptr;
+    int w2i = s.swiglu ? 2 : 1;
+    const float *w2 = weights[w2i] + e * s.hidden * f;
+    // The expert's hidden activations are recomputed, not stored.
+    linearForward(xe, w1, nullptr, h.data(), rows, s.hidden, f, false);
+    if (s.swiglu) {
+      linearForward(xe, w3, nullptr, u.data(), rows, s.hidden, f, false);
+      swigluForward(h.data(), u.data(), a.data(), rows * f);
+    } else {
+      geluForward(h.data(), a.data(), rows * f, false);
+    }
+    linearBackward(dout + e * rows * s.hidden, a.data(), w2, da.data(),
+                   dweights[w2i] + e * s.hidden * f, nullptr, rows, f, s.hidden, false);
+    if (s.swiglu)
+      swigluBackward(da.data(), h.data(), u.data(), dh.data(), du.data(), rows * f);
+    else
+      geluBackward(da.data(), h.data(), dh.data(), rows * f, false);
+    float *dxe = dx + e * rows * s.hidden;
+    linearBackward(dh.data(), xe, w1, dxe, dweights[0] + e * f * s.hidden, nullptr, rows,
+                   s.hidden, f, false);
+    if (s.swiglu) {
+      linearBackward(du.data(), xe, w3, dxu.data(), dweights[1] + e * f * s.hidden, nullptr,
+                     rows, s.hidden, f, false);
+      for (int64_t i = 0; i < rows * s.hidden; ++i)
+        dxe[i] += dxu[size_t(i)];
+    }
+  }
+}
+
+} // namespace llmopt::kernels::cpu
