@@ -132,6 +132,51 @@ struct Partitioner {
     return success();
   }
 
+  /// Expert tensor parallelism (Megatron's default for MoE under TP): every
+  /// rank routes all tokens, and each expert's ffn dimension is split like a
+  /// dense MLP's (gate / up by rows, down by columns), so the combine gives
+  /// partial sums. The dispatch reads its input through tp_copy and the
+  /// combine its routing weights through tp_copy (their gradients are partial
+  /// sums over the ranks); the combine's output is reduced. With sequence
+  /// parallelism the router and dispatch read the gathered sequence (the
+  /// router's copy is replicated) and the output is reduce-scattered.
+  LogicalResult experts(MoEExpertsOp e) {
+    auto d = e.getInput().getDefiningOp<MoEDispatchOp>();
+    MoECombineOp c;
+    if (e->hasOneUse())
+      c = dyn_cast<MoECombineOp>(*e->getUsers().begin());
+    auto router = d ? d.getIndices().getDefiningOp<MoERouterOp>() : MoERouterOp();
+    if (!d || !c || !router || c.getIndices() != d.getIndices() ||
+        c.getWeights() != router.getWeights() || router.getInput() != d.getInput())
+      return e.emitOpError() << "llm-partition-tp: expects router -> dispatch -> experts -> "
+                                "combine on one input; cannot partition this MoE layer";
+    int64_t last = int64_t(e.getWeights().size()) - 1;
+    for (auto [i, w] : llvm::enumerate(e.getWeights()))
+      if (failed(shardParam(e, w, int64_t(i) == last ? 2 : 1, 1)))
+        return failure();
+    Value x = d.getInput();
+    OpBuilder b(router);
+    if (sp) {
+      Type full = withSeqParts(x.getType(), 1);
+      router.getInputMutable().assign(
+          SPGatherOp::create(b, router.getLoc(), full, x, axis, b.getUnitAttr()));
+      d.getInputMutable().assign(SPGatherOp::create(b, d.getLoc(), full, x, axis, nullptr));
+    } else {
+      d.getInputMutable().assign(TPCopyOp::create(b, d.getLoc(), x.getType(), x, axis));
+    }
+    b.setInsertionPoint(c);
+    Value w = c.getWeights();
+    c.getWeightsMutable().assign(TPCopyOp::create(b, c.getLoc(), w.getType(), w, axis));
+    b.setInsertionPointAfter(c);
+    Operation *reduce =
+        sp ? (Operation *)SPScatterOp::create(b, c.getLoc(), withSeqParts(c.getType(), tp),
+                                              c.getResult(), nullptr, axis)
+           : (Operation *)TPReduceOp::create(b, c.getLoc(), c.getType(), c.getResult(),
+                                             nullptr, axis);
+    c.getResult().replaceAllUsesExcept(reduce->getResult(0), reduce);
+    return success();
+  }
+
   /// The linear producing `v`, through rotary and split.
   LinearOp producer(Value v) {
     Operation *def = v.getDefiningOp();
@@ -159,10 +204,9 @@ struct Partitioner {
                                  << " is not an llm.linear; cannot partition this layer";
       return success();
     };
-    for (Operation &op : body)
-      if (isa<MoERouterOp, MoEDispatchOp, MoEExpertsOp, MoECombineOp>(op))
-        return op.emitOpError() << "llm-partition-tp: MoE layers are not partitioned yet "
-                                   "(expert parallelism is the way to split them)";
+    for (MoEExpertsOp e : llvm::to_vector(body.getOps<MoEExpertsOp>()))
+      if (failed(experts(e)))
+        return failure();
     for (Operation &op : body) {
       if (auto a = dyn_cast<AttentionOp>(op)) {
         int64_t h = a.getNumHeads(), kv = a.getNumKvHeads();

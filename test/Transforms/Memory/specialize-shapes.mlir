@@ -14,10 +14,36 @@ module {
 
 // -----
 
+// MoE buffers get a static capacity: dropless, every token of the
+// micro-batch (2 x 8); with a capacity factor c, ceil(c * tokens * top_k /
+// experts) = ceil(1.25 * 16 * 2 / 4) = 10 rows per expert.
+// CHECK-LABEL: func.func @moe
+// CHECK: llm.moe_dispatch {{.*}} -> tensor<4x16x8xf32>
 module {
   func.func @moe(%x: tensor<?x?x8xf32>, %i: tensor<?x?x2xi32>) -> tensor<4x?x8xf32> {
-    // expected-error @+1 {{llm-specialize-shapes: dimension 1 of 'tensor<4x?x8xf32>' is dynamic and is not batch or sequence}}
     %d = llm.moe_dispatch %x, %i capacity 0.0 : tensor<?x?x8xf32>, tensor<?x?x2xi32> -> tensor<4x?x8xf32>
     return %d : tensor<4x?x8xf32>
+  }
+}
+
+// -----
+
+// CHECK-LABEL: func.func @capped
+// CHECK: llm.moe_dispatch {{.*}} -> tensor<4x10x8xf32>
+module {
+  func.func @capped(%x: tensor<?x?x8xf32>, %i: tensor<?x?x2xi32>) -> tensor<4x?x8xf32> {
+    %d = llm.moe_dispatch %x, %i capacity 1.25 : tensor<?x?x8xf32>, tensor<?x?x2xi32> -> tensor<4x?x8xf32>
+    return %d : tensor<4x?x8xf32>
+  }
+}
+
+// -----
+
+module {
+  func.func @two(%x: tensor<?x?x8xf32>, %i: tensor<?x?x2xi32>) -> (tensor<4x?x8xf32>, tensor<4x?x8xf32>) {
+    %d = llm.moe_dispatch %x, %i capacity 0.0 : tensor<?x?x8xf32>, tensor<?x?x2xi32> -> tensor<4x?x8xf32>
+    // expected-error @+1 {{MoE layers with different capacities (16 and 10 rows per expert) are not supported}}
+    %e = llm.moe_dispatch %x, %i capacity 1.25 : tensor<?x?x8xf32>, tensor<?x?x2xi32> -> tensor<4x?x8xf32>
+    return %d, %e : tensor<4x?x8xf32>, tensor<4x?x8xf32>
   }
 }

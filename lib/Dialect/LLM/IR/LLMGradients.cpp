@@ -160,10 +160,12 @@ LogicalResult CrossEntropyOp::emitGradient(OpBuilder &b, ArrayRef<Value> grads,
 
 LogicalResult MoERouterOp::emitGradient(OpBuilder &b, ArrayRef<Value> grads,
                                         SmallVectorImpl<Value> &out) {
-  // Indices carry no gradient; unused routing weights would mean no expert
-  // output reaches the loss.
-  if (!grads[0])
-    return emitOpError() << "routing weights are unused: the router gets no gradient";
+  // Indices carry no gradient; without one for the weights the router
+  // contributes none (and its gate is reported as untrained).
+  if (!grads[0]) {
+    out.assign({Value(), Value()});
+    return success();
+  }
   auto g = MoERouterGradOp::create(b, getLoc(), getInput().getType(), getGate().getType(),
                                    grads[0], getInput(), getGate(), getWeights(), getIndices(),
                                    getTopKAttr(), getNormalizeAttr());
