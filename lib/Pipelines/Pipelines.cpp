@@ -13,6 +13,7 @@ void llmopt::buildLowerToPlanPipeline(OpPassManager &pm, const LowerToPlanOption
   step.lr = o.lr;
   step.maxGradNorm = o.maxGradNorm;
   pm.addPass(createPartitionTP());
+  pm.addPass(createPartitionEP());
   pm.addPass(createBuildTrainingStep(step));
   SpecializeShapesOptions shapes;
   shapes.batch = o.batch;

@@ -39,7 +39,8 @@ struct SpecializeShapesPass
       // Only [?, ?, ...] and [?, ...] are batch and sequence; [4, ?, 8] is an
       // MoE capacity.
       if (i == 1 && !ShapedType::isDynamic(r.getDimSize(0)) && capacity > 0) {
-        d = capacity;
+        // After expert parallelism's all-to-all: every rank's rows.
+        d = capacity * expertParts(t);
         continue;
       }
       if (i > 1 || (i == 1 && !ShapedType::isDynamic(r.getDimSize(0)))) {

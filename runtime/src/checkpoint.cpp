@@ -286,6 +286,10 @@ bool readWhole(const Opened &o, Plan &src, std::vector<WholeTensor> &out, std::s
       return false;
   int srcTp = src.axisSize("tp"), srcDp = src.axisSize("dp");
   for (const ParamSpec &sp : src.params) {
+    // Parts of a sharded parameter: over tp (consecutive ranks) or over ep
+    // (the first ep data-parallel ranks, each holding whole optimizer state).
+    bool experts = sp.shardDim >= 0 && sp.shardAxis == "ep";
+    int parts = experts ? sp.shardParts : srcTp, stride = experts ? srcTp : 1;
     // The pipeline stage holding the parameter: the first rank that saved it.
     int base = -1;
     for (int r = 0; r < src.worldSize && base < 0; ++r)
@@ -303,12 +307,12 @@ bool readWhole(const Opened &o, Plan &src, std::vector<WholeTensor> &out, std::s
     std::vector<float> *whole[3] = {&w.value, &w.m, &w.v};
     for (std::vector<float> *x : whole)
       x->assign(size_t(wholeElements(sp)), 0.0f);
-    for (int j = 0; j < srcTp; ++j) {
+    for (int j = 0; j < parts; ++j) {
       std::vector<float> part[3];
-      const Saved &first = ranks[size_t(base + j)].at(sp.name);
+      const Saved &first = ranks[size_t(base + j * stride)].at(sp.name);
       for (int k : {0, 1, 2}) {
-        if (k == 0 && !first.valueChunk) {
-          part[0] = first.value;
+        if ((k == 0 && !first.valueChunk) || experts) {
+          part[k] = k == 0 ? first.value : k == 1 ? first.m : first.v;
           continue;
         }
         part[k].assign(size_t(sp.elements), 0.0f);
@@ -378,7 +382,6 @@ bool loadCheckpoint(const std::string &dir, CpuExecutor &exe, const Plan &plan, 
   std::map<std::string, const WholeTensor *> byName;
   for (const WholeTensor &w : tensors)
     byName[w.name] = &w;
-  int tp = plan.axisSize("tp");
   for (const ParamSpec &p : plan.params) {
     if (!exe.params.count(p.name))
       continue;
@@ -395,9 +398,15 @@ bool loadCheckpoint(const std::string &dir, CpuExecutor &exe, const Plan &plan, 
     const std::vector<float> *whole[3] = {&w.value, &w.m, &w.v};
     ParamState &st = exe.params[p.name];
     std::vector<float> mine[3];
+    int part = 0, parts = 1;
+    if (p.shardDim >= 0 && !plan.place(p.shardAxis, rank, part, parts)) {
+      error = "parameter '" + p.name + "' is sharded over axis '" + p.shardAxis +
+              "', which this plan's mesh cannot place";
+      return false;
+    }
     for (int k = 0; k < 3; ++k) {
       mine[k].assign(size_t(p.elements), 0.0f);
-      copyPart(p, rank % tp, const_cast<float *>(whole[k]->data()), mine[k].data(),
+      copyPart(p, part, const_cast<float *>(whole[k]->data()), mine[k].data(),
                /*toPart=*/true);
     }
     if (st.valueChunked)

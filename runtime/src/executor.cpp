@@ -109,15 +109,42 @@ bool CpuExecutor::init(const Plan &p, int rank, uint64_t seed, std::string &erro
 
 bool CpuExecutor::axis(const std::string &name, int &index, int &size,
                        std::string &error) const {
-  // Ranks are laid out dp-major, tp-minor: rank = dp index * tp + tp index.
-  int dp = plan->axisSize("dp"), tp = plan->axisSize("tp"), pp = plan->axisSize("pp");
-  if (pp * dp * tp != plan->worldSize || (name != "dp" && name != "tp" && name != "pp")) {
-    error = "the CPU backend runs pp x dp x tp meshes; cannot place axis '" + name + "'";
+  if (!plan->place(name, rank, index, size)) {
+    error = "the CPU backend runs pp x dp x tp meshes (ep dividing dp); cannot place axis '" +
+            name + "'";
     return false;
   }
-  size = name == "dp" ? dp : name == "tp" ? tp : pp;
-  index = name == "dp" ? (rank / tp) % dp : name == "tp" ? rank % tp : rank / (dp * tp);
   return true;
+}
+
+bool CpuExecutor::runExperts(const Instruction &ins, Communicator &comm, std::string &error) {
+  int index = 0, parts = 1;
+  if (!axis(ins.axis, index, parts, error))
+    return false;
+  bool dispatch = ins.kind == Instruction::Kind::EPDispatch;
+  const Buffer &rows = dispatch ? ins.ins[0] : ins.outs[0],
+               &share = dispatch ? ins.outs[0] : ins.ins[0];
+  // Blocks [parts][E/t][C][h]: block j goes to / comes from rank j. The share
+  // is [E/t][t][C][h] (rank i's rows at [i C, (i+1) C)); the expert rows
+  // [E][C][h] are already block-major.
+  int64_t local = share.shape[0], c = rows.shape[1], h = rows.shape[2];
+  int64_t block = local * c * h;
+  std::vector<float> blocks(size_t(block * parts));
+  const float *in = data(ins.ins[0]);
+  float *out = data(ins.outs[0]);
+  if (dispatch) {
+    if (!comm.allToAllBlocks(ins.axis, in, blocks.data(), block, error))
+      return false;
+    for (int64_t i = 0; i < parts; ++i)
+      for (int64_t e = 0; e < local; ++e)
+        std::copy_n(blocks.data() + i * block + e * c * h, c * h,
+                    out + (e * parts + i) * c * h);
+    return true;
+  }
+  for (int64_t i = 0; i < parts; ++i)
+    for (int64_t e = 0; e < local; ++e)
+      std::copy_n(in + (e * parts + i) * c * h, c * h, blocks.data() + i * block + e * c * h);
+  return comm.allToAllBlocks(ins.axis, blocks.data(), out, block, error);
 }
 
 /// Row `r`'s log-sum-exp over the whole vocabulary from the vocabulary
@@ -317,6 +344,9 @@ bool CpuExecutor::run(const Instruction &ins, Communicator &comm, std::string &e
   case Instruction::Kind::SeqReduceScatter:
   case Instruction::Kind::SeqSplit:
     return runSeq(ins, comm, error);
+  case Instruction::Kind::EPDispatch:
+  case Instruction::Kind::EPCombine:
+    return runExperts(ins, comm, error);
   case Instruction::Kind::Kernel:
     break;
   }

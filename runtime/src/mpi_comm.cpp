@@ -30,6 +30,7 @@ public:
               " ranks, not " + std::to_string(size_);
       return false;
     }
+    dp_ = dp, tp_ = tp;
     int stage = rank_ / (dp * tp), dpIndex = (rank_ / tp) % dp, tpIndex = rank_ % tp;
     if (MPI_Comm_split(MPI_COMM_WORLD, rank_ / tp, tpIndex, &tpComm) != MPI_SUCCESS ||
         MPI_Comm_split(MPI_COMM_WORLD, stage * tp + tpIndex, dpIndex, &dpComm) != MPI_SUCCESS ||
@@ -40,6 +41,39 @@ public:
                                                                  : MPI_UNDEFINED,
                        stage, &tiedComm) != MPI_SUCCESS) {
       error = "MPI_Comm_split failed";
+      return false;
+    }
+    return true;
+  }
+
+  bool useExpertAxes(int ep, std::string &error) override {
+    if (ep == 1)
+      return true;
+    if (dp_ % ep != 0) {
+      error = "ep " + std::to_string(ep) + " does not divide dp " + std::to_string(dp_);
+      return false;
+    }
+    // Within a dp group (same stage and tp index): consecutive dp ranks form
+    // an ep group; ranks with the same ep index form an edp group.
+    int group = (rank_ / (dp_ * tp_)) * tp_ + rank_ % tp_, dpIndex = (rank_ / tp_) % dp_;
+    if (MPI_Comm_split(MPI_COMM_WORLD, group * dp_ + dpIndex / ep, dpIndex % ep, &epComm) !=
+            MPI_SUCCESS ||
+        MPI_Comm_split(MPI_COMM_WORLD, group * dp_ + dpIndex % ep, dpIndex / ep, &edpComm) !=
+            MPI_SUCCESS) {
+      error = "MPI_Comm_split failed";
+      return false;
+    }
+    return true;
+  }
+
+  bool allToAllBlocks(const std::string &axis, const float *send, float *recv, int64_t count,
+                      std::string &error) override {
+    if (count > (int64_t(1) << 30))
+      return Communicator::allToAllBlocks(axis, send, recv, count, error);
+    int rc = MPI_Alltoall(send, int(count), MPI_FLOAT, recv, int(count), MPI_FLOAT,
+                          commFor(axis));
+    if (rc != MPI_SUCCESS) {
+      error = "MPI_Alltoall failed with code " + std::to_string(rc);
       return false;
     }
     return true;
@@ -190,14 +224,16 @@ private:
     std::vector<MPI_Request> requests;
   };
   std::list<Pending> pending;
-  int rank_ = 0, size_ = 1;
+  int rank_ = 0, size_ = 1, dp_ = 1, tp_ = 1;
   MPI_Comm dpComm = MPI_COMM_WORLD, tpComm = MPI_COMM_WORLD, ppComm = MPI_COMM_WORLD,
-           tiedComm = MPI_COMM_NULL;
+           tiedComm = MPI_COMM_NULL, epComm = MPI_COMM_WORLD, edpComm = MPI_COMM_WORLD;
   MPI_Comm commFor(const std::string &axis) const {
     return axis == "tp"        ? tpComm
            : axis == "dp"      ? dpComm
            : axis == "pp"      ? ppComm
            : axis == "pp_tied" ? tiedComm
+           : axis == "ep"      ? epComm
+           : axis == "edp"     ? edpComm
                                : MPI_COMM_WORLD;
   }
 };

@@ -51,6 +51,31 @@ int Plan::axisSize(const std::string &name) const {
   return it == mesh.end() ? 1 : it->second;
 }
 
+bool Plan::hasAxis(const std::string &axis) const {
+  return mesh.count(axis) || (axis == "pp_tied" && axisSize("pp") > 1) ||
+         (axis == "edp" && axisSize("ep") > 1);
+}
+
+bool Plan::place(const std::string &axis, int rank, int &index, int &size) const {
+  int dp = axisSize("dp"), tp = axisSize("tp"), pp = axisSize("pp"), ep = axisSize("ep");
+  if (pp * dp * tp != worldSize || dp % ep != 0)
+    return false;
+  int dpIndex = (rank / tp) % dp;
+  if (axis == "dp")
+    size = dp, index = dpIndex;
+  else if (axis == "tp")
+    size = tp, index = rank % tp;
+  else if (axis == "pp")
+    size = pp, index = rank / (dp * tp);
+  else if (axis == "ep")
+    size = ep, index = dpIndex % ep;
+  else if (axis == "edp")
+    size = dp / ep, index = dpIndex / ep;
+  else
+    return false;
+  return true;
+}
+
 const ParamSpec *Plan::param(const std::string &name) const {
   for (const ParamSpec &p : params)
     if (p.name == name)
@@ -216,9 +241,14 @@ bool parsePlan(const json::Value &root, Plan &plan, std::string &error) {
       plan.mesh[k] = int(n);
     }
   {
+    // Expert parallelism subdivides dp; the other axes multiply.
     int64_t product = 1;
     for (const auto &[k, n] : plan.mesh)
-      product *= n;
+      if (k != "ep")
+        product *= n;
+    if (plan.axisSize("dp") % plan.axisSize("ep") != 0)
+      return c.fail("mesh.ep", "must divide mesh.dp (expert-parallel ranks are data-parallel "
+                               "ranks)");
     if (!plan.mesh.empty() && product != plan.worldSize)
       return c.fail("world_size", "is " + std::to_string(plan.worldSize) +
                                       " but the mesh has " + std::to_string(product) + " ranks");
@@ -364,7 +394,7 @@ bool parsePlan(const json::Value &root, Plan &plan, std::string &error) {
           ins.params = ps->object;
         if (ins.kernel->id == kernels::KernelId::AdamW && !plan.param(ins.text("param")))
           return c.fail(iw + ".params.param", "no parameter named '" + ins.text("param") + "'");
-        if (std::string axis = ins.text("shard"); !axis.empty() && !plan.mesh.count(axis))
+        if (std::string axis = ins.text("shard"); !axis.empty() && !plan.hasAxis(axis))
           return c.fail(iw + ".params.shard", "no mesh axis '" + axis + "'");
       } else if (const json::Value *col = iv.get("collective");
                  col && col->isString() && col->string == "param_gather") {
@@ -376,7 +406,7 @@ bool parsePlan(const json::Value &root, Plan &plan, std::string &error) {
         const ParamSpec *spec = plan.param(param);
         if (!spec)
           return c.fail(iw + ".param", "no parameter named '" + param + "'");
-        if (!plan.mesh.count(ins.axis))
+        if (!plan.hasAxis(ins.axis))
           return c.fail(iw + ".axis", "no mesh axis '" + ins.axis + "'");
         if (ins.buffers.size() != 1 || ins.buffers[0].space != Buffer::Space::Arena ||
             ins.buffers[0].elements != spec->elements)
@@ -411,7 +441,7 @@ bool parsePlan(const json::Value &root, Plan &plan, std::string &error) {
         if (!c.string(iv.get("axis"), iw + ".axis", ins.axis) || !bufferList("ins", ins.ins) ||
             !bufferList("outs", ins.outs))
           return false;
-        if (!plan.mesh.count(ins.axis))
+        if (!plan.hasAxis(ins.axis))
           return c.fail(iw + ".axis", "no mesh axis '" + ins.axis + "'");
         int parts = plan.mesh.at(ins.axis);
         if (ins.ins.size() != 1 || ins.outs.size() != 1 || ins.ins[0].shape.size() != 3 ||
@@ -424,12 +454,36 @@ bool parsePlan(const json::Value &root, Plan &plan, std::string &error) {
             whole.shape[1] != chunk.shape[1] * parts)
           return c.fail(iw, "the sequence is not " + std::to_string(parts) +
                                 " chunks of the other buffer's");
+      } else if (const json::Value *col = iv.get("collective");
+                 col && col->isString() && col->string.rfind("ep_", 0) == 0) {
+        ins.kind = col->string == "ep_dispatch"  ? Instruction::Kind::EPDispatch
+                   : col->string == "ep_combine" ? Instruction::Kind::EPCombine
+                                                 : Instruction::Kind::Kernel;
+        if (ins.kind == Instruction::Kind::Kernel)
+          return c.fail(iw + ".collective", "must be ep_dispatch or ep_combine");
+        if (!c.string(iv.get("axis"), iw + ".axis", ins.axis) || !bufferList("ins", ins.ins) ||
+            !bufferList("outs", ins.outs))
+          return false;
+        if (!plan.hasAxis(ins.axis))
+          return c.fail(iw + ".axis", "no mesh axis '" + ins.axis + "'");
+        int parts = plan.axisSize(ins.axis);
+        if (ins.ins.size() != 1 || ins.outs.size() != 1 || ins.ins[0].shape.size() != 3 ||
+            ins.outs[0].shape.size() != 3 || ins.outs[0].space == Buffer::Space::Input ||
+            ins.ins[0].dtype != ins.outs[0].dtype)
+          return c.fail(iw, "takes one [E, C, h] and one [E/t, t C, h] buffer of one dtype");
+        bool dispatch = ins.kind == Instruction::Kind::EPDispatch;
+        const Buffer &rows = dispatch ? ins.ins[0] : ins.outs[0],
+                     &share = dispatch ? ins.outs[0] : ins.ins[0];
+        if (rows.shape[0] != share.shape[0] * parts || rows.shape[2] != share.shape[2] ||
+            share.shape[1] != rows.shape[1] * parts)
+          return c.fail(iw, "the expert rows are not " + std::to_string(parts) +
+                                " shares of the other buffer's");
       } else if (const json::Value *col = iv.get("collective")) {
         if (!col->isString() || (col->string != "all_reduce" && col->string != "reduce_scatter" &&
                                  col->string != "all_gather"))
           return c.fail(iw + ".collective",
-                        "must be all_reduce, reduce_scatter, all_gather, param_gather, send, recv "
-                        "or seq_*");
+                        "must be all_reduce, reduce_scatter, all_gather, param_gather, send, recv, "
+                        "seq_* or ep_*");
         ins.kind = col->string == "all_reduce"       ? Instruction::Kind::AllReduce
                    : col->string == "reduce_scatter" ? Instruction::Kind::ReduceScatter
                                                      : Instruction::Kind::AllGather;
@@ -444,8 +498,7 @@ bool parsePlan(const json::Value &root, Plan &plan, std::string &error) {
           if (b.space == Buffer::Space::Input)
             return c.fail(iw + ".buffers", "a collective must not write a step input");
         // pp_tied: the first and last pipeline stage (a shared weight).
-        if (!plan.mesh.count(ins.axis) &&
-            !(ins.axis == "pp_tied" && plan.axisSize("pp") > 1))
+        if (!plan.hasAxis(ins.axis))
           return c.fail(iw + ".axis", "no mesh axis '" + ins.axis + "'");
       } else {
         return c.fail(iw, "is neither a kernel nor a collective");

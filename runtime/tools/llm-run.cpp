@@ -173,6 +173,16 @@ public:
   bool useMesh(int pp, int dp, int tp, std::string &error) override {
     return inner.useMesh(pp, dp, tp, error);
   }
+  bool useExpertAxes(int ep, std::string &error) override {
+    return inner.useExpertAxes(ep, error);
+  }
+  bool allToAllBlocks(const std::string &axis, const float *send, float *recv, int64_t count,
+                      std::string &error) override {
+    auto t0 = std::chrono::steady_clock::now();
+    bool ok = inner.allToAllBlocks(axis, send, recv, count, error);
+    seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return ok;
+  }
   bool send(int peer, const float *data, int64_t count, std::string &error) override {
     auto t0 = std::chrono::steady_clock::now();
     bool ok = inner.send(peer, data, count, error);
@@ -246,7 +256,7 @@ int main(int argc, char **argv) {
     return fail("the plan is for " + std::to_string(plan.worldSize) +
                 " ranks; launch it with mpirun -np " + std::to_string(plan.worldSize));
   int dp = plan.axisSize("dp"), tp = plan.axisSize("tp"), pp = plan.axisSize("pp");
-  if (!comm->useMesh(pp, dp, tp, error))
+  if (!comm->useMesh(pp, dp, tp, error) || !comm->useExpertAxes(plan.axisSize("ep"), error))
     return fail(error);
 
   TokenData data;

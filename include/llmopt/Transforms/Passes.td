@@ -92,15 +92,44 @@ def PartitionTP : Pass<"llm-partition-tp", "::mlir::ModuleOp"> {
       row-parallel: their weight keeps `1/tp` of the input features, their
       output is summed by `llm.tp_reduce`, which adds the bias once.
 
-    Embeddings, norms and the LM head stay replicated. Each sharded
-    `llm.param` gets `llm.shard = {axis = "tp", dim, blocks, parts}`: the
-    runtime initializes the whole tensor as the unpartitioned model would and
-    keeps its part, so the partitioned model computes the same function.
-    Sequence parallelism is not done here (plans with `sp` are refused).
+    - MoE layers split each expert's ffn the same way (expert tensor
+      parallelism): the router runs whole on every rank, the dispatch reads
+      its input and the combine its routing weights through `llm.tp_copy`,
+      and the combine's output is reduced.
+
+    Embeddings, norms and a tied LM head stay replicated; an untied head is
+    vocabulary-parallel. With the plan's `sp`, the residual stream between
+    the parallel regions is a sequence chunk (`llm.sp_split`, `llm.sp_gather`,
+    `llm.sp_scatter`). Each sharded `llm.param` gets `llm.shard = {axis =
+    "tp", dim, blocks, parts}`: the runtime initializes the whole tensor as
+    the unpartitioned model would and keeps its part, so the partitioned
+    model computes the same function.
   }];
   let options = [
     Option<"tp", "tp", "int64_t", /*default=*/"0",
            "tensor-parallel degree (default: the module's llm.plan, else 1)">,
+  ];
+  let dependentDialects = ["::llmopt::llm::LLMDialect"];
+}
+
+def PartitionEP : Pass<"llm-partition-ep", "::mlir::ModuleOp"> {
+  let summary = "expert parallelism: each rank of an `ep` group keeps E/ep experts";
+  let description = [{
+    Rewrites the MoE layers of `@forward` for expert parallelism over the
+    mesh axis `ep` (GShard, Lepikhin et al. 2020; Megatron-Core's EP): the
+    `ep` ranks are data-parallel ranks, each routing its own tokens. Every
+    expert weight keeps `E/ep` experts (`llm.shard = {axis = "ep", dim = 0}`);
+    the dispatched rows go to their experts' ranks through `llm.ep_dispatch`
+    (all-to-all) and come back through `llm.ep_combine`. The router and the
+    combine stay local.
+
+    Expert gradients then already sum the contributions of the `ep` ranks'
+    tokens; the conversion to `exec` averages them over the remaining
+    expert-data-parallel ranks (`edp`, dp / ep) and divides by `ep`.
+  }];
+  let options = [
+    Option<"ep", "ep", "int64_t", /*default=*/"0",
+           "expert-parallel degree (default: the module's llm.plan, else 1)">,
   ];
   let dependentDialects = ["::llmopt::llm::LLMDialect"];
 }

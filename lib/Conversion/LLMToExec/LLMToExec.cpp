@@ -365,6 +365,20 @@ LogicalResult Converter::convert(Operation *op) {
                               g.getParam().getDefiningOp<ParamOp>().getNameAttr(), *out);
         return success();
       })
+      .Case([&](EPDispatchOp e) -> LogicalResult {
+        FailureOr<ArrayAttr> i = bufs(e.getInput()), o = bufs(e.getResult());
+        if (failed(i) || failed(o))
+          return failure();
+        AllToAllOp::create(ob, loc, b.getStringAttr("dispatch"), e.getAxisAttr(), *i, *o);
+        return success();
+      })
+      .Case([&](EPCombineOp e) -> LogicalResult {
+        FailureOr<ArrayAttr> i = bufs(e.getInput()), o = bufs(e.getResult());
+        if (failed(i) || failed(o))
+          return failure();
+        AllToAllOp::create(ob, loc, b.getStringAttr("combine"), e.getAxisAttr(), *i, *o);
+        return success();
+      })
       .Case([&](SPGatherOp g) {
         return seq(loc, "all_gather", g.getAxis(), g.getInput(), g.getResult());
       })
@@ -393,12 +407,19 @@ struct ConvertLLMToExecPass
                             "(llm-build-training-step, llm-specialize-shapes, llm-plan-memory)";
       return signalPassFailure();
     }
-    int64_t dp = 1, tp = 1, micro = 1, zero = 0;
+    int64_t dp = 1, tp = 1, ep = 1, micro = 1, zero = 0;
     if (auto plan = module->getAttrOfType<PlanAttr>("llm.plan")) {
-      if (plan.getCp() != 1 || plan.getEp() != 1) {
-        module.emitError() << "convert-llm-to-exec: context and expert parallelism are not "
-                              "lowered yet; this plan has cp "
-                           << plan.getCp() << " and ep " << plan.getEp();
+      if (plan.getCp() != 1) {
+        module.emitError() << "convert-llm-to-exec: context parallelism is not lowered yet; "
+                              "this plan has cp "
+                           << plan.getCp();
+        return signalPassFailure();
+      }
+      ep = plan.getEp();
+      if (ep > 1 && plan.getZero() > 0 && plan.getDp() > 1) {
+        module.emitError() << "convert-llm-to-exec: ZeRO with expert parallelism is not "
+                              "lowered yet; this plan has zero "
+                           << plan.getZero() << " and ep " << ep << " (use zero 0)";
         return signalPassFailure();
       }
       if (plan.getPp() > 1 && !module->hasAttr("llm.pp")) {
@@ -464,13 +485,15 @@ struct ConvertLLMToExecPass
     // over tp in the norm); applied to sequence chunks (SP: one partial
     // gradient per chunk).
     llvm::StringMap<int64_t> paramStage;
-    llvm::StringSet<> tied, tpSharded, spPartial;
+    llvm::StringSet<> tied, tpSharded, epSharded, spPartial;
     for (ParamOp p : body.getOps<ParamOp>()) {
       paramStage[p.getName()] = stageOf(p);
       if (p->hasAttr("llm.pp_tied"))
         tied.insert(p.getName());
-      if (p->hasAttr("llm.shard"))
-        tpSharded.insert(p.getName());
+      if (auto shard = p->getAttrOfType<DictionaryAttr>("llm.shard")) {
+        auto axis = shard.getAs<StringAttr>("axis");
+        (axis && axis.getValue() == "ep" ? epSharded : tpSharded).insert(p.getName());
+      }
       if (p->hasAttr("llm.sp_partial"))
         spPartial.insert(p.getName());
     }
@@ -594,8 +617,12 @@ struct ConvertLLMToExecPass
       // The gradient norm over the whole model. Squares of tp-sharded
       // gradients are summed over tp, replicated ones count once; under ZeRO
       // each rank squares its dp chunk and the sums go over dp.
-      SmallVector<Attribute> sharded, replicated, partial;
+      SmallVector<Attribute> sharded, replicated, partial, experts;
       for (auto [a, acc] : llvm::zip(updates, gradAccs)) {
+        if (epSharded.contains(a.getName())) {
+          experts.push_back(acc);
+          continue;
+        }
         // A shared weight counts once in the norm: on the first stage.
         if (tied.contains(a.getName()) && stage != 0)
           continue;
@@ -606,8 +633,25 @@ struct ConvertLLMToExecPass
       if (!partial.empty())
         exec::AllReduceOp::create(cv.ob, loc, b.getStringAttr("tp"), b.getStringAttr("sum"),
                                   b.getArrayAttr(partial));
-      if (zero == 0 && dp > 1)
-        exec::AllReduceOp::create(cv.ob, loc, dpAxis, avg, b.getArrayAttr(all));
+      if (zero == 0 && dp > 1) {
+        // Expert gradients already hold the ep ranks' tokens: they average
+        // over the expert-data-parallel ranks and count each rank's share
+        // once (1/ep), which is the average over dp.
+        SmallVector<Attribute> dense;
+        for (Attribute acc : all)
+          if (!llvm::is_contained(experts, acc))
+            dense.push_back(acc);
+        exec::AllReduceOp::create(cv.ob, loc, dpAxis, avg, b.getArrayAttr(dense));
+        if (!experts.empty()) {
+          if (dp / ep > 1)
+            exec::AllReduceOp::create(cv.ob, loc, b.getStringAttr("edp"), avg,
+                                      b.getArrayAttr(experts));
+          for (Attribute acc : experts)
+            KernelOp::create(cv.ob, loc, b.getStringAttr("scale"), b.getArrayAttr({acc}),
+                             b.getArrayAttr({acc}),
+                             b.getDictionaryAttr({cv.f64("factor", 1.0 / double(ep))}));
+        }
+      }
       if (zero > 0) {
         // ZeRO-1/2: each rank reduces, clips and updates only its chunk of
         // every gradient and keeps AdamW moments for that chunk; the updated
@@ -619,7 +663,7 @@ struct ConvertLLMToExecPass
       if (pp > 1)
         exec::AllReduceOp::create(cv.ob, loc, b.getStringAttr("pp"), b.getStringAttr("sum"),
                                   b.getArrayAttr({lossAcc}));
-      if (zero == 0 && tp == 1 && pp == 1) {
+      if (zero == 0 && tp == 1 && pp == 1 && experts.empty()) {
         KernelOp::create(cv.ob, loc, b.getStringAttr("global_norm"), b.getArrayAttr(gradAccs),
                          b.getArrayAttr({*norm}), b.getDictionaryAttr({}));
       } else {
@@ -646,6 +690,17 @@ struct ConvertLLMToExecPass
                            b.getArrayAttr({*norm}), b.getDictionaryAttr({}));
         } else {
           sumSquares(replicated, *norm, /*overTp=*/false); // tp 1: nothing is tp-sharded
+        }
+        if (!experts.empty()) {
+          // Each ep rank squares its own experts.
+          BufAttr mine = BufAttr::get(ctx, b.getStringAttr("accum"), 0,
+                                      b.getStringAttr("scratch:norm_sq_experts"),
+                                      b.getDenseI64ArrayAttr({}), b.getF32Type());
+          sumSquares(experts, mine, /*overTp=*/false);
+          exec::AllReduceOp::create(cv.ob, loc, b.getStringAttr("ep"), b.getStringAttr("sum"),
+                                    b.getArrayAttr({mine}));
+          KernelOp::create(cv.ob, loc, b.getStringAttr("add"), b.getArrayAttr({*norm, mine}),
+                           b.getArrayAttr({*norm}), b.getDictionaryAttr({}));
         }
         // Every stage squares its own parameters' gradients.
         if (pp > 1)

@@ -115,7 +115,8 @@ struct EmitPlanPass : public llmopt::impl::EmitPlanBase<EmitPlanPass> {
       root["micro_batch"] = a.getInt();
     if (auto a = module->getAttrOfType<IntegerAttr>("llm.seq_len"))
       root["seq_len"] = a.getInt();
-    // Ranks: the lowered axes (dp x tp x pp; cp and ep are refused earlier).
+    // Ranks: the lowered axes (pp x dp x tp; ep subdivides dp; cp is
+    // refused earlier).
     int64_t world = 1;
     json::Object mesh{{"dp", 1}, {"tp", 1}, {"pp", 1}, {"cp", 1}, {"ep", 1}};
     if (auto plan = module->getAttrOfType<llm::PlanAttr>("llm.plan")) {
@@ -229,6 +230,11 @@ struct EmitPlanPass : public llmopt::impl::EmitPlanBase<EmitPlanPass> {
                                           {"axis", sq.getAxis().str()},
                                           {"ins", bufsJSON(sq.getIns())},
                                           {"outs", bufsJSON(sq.getOuts())}});
+          } else if (auto a2a = dyn_cast<exec::AllToAllOp>(op)) {
+            instrs.push_back(json::Object{{"collective", ("ep_" + a2a.getKind()).str()},
+                                          {"axis", a2a.getAxis().str()},
+                                          {"ins", bufsJSON(a2a.getIns())},
+                                          {"outs", bufsJSON(a2a.getOuts())}});
           } else if (auto ag = dyn_cast<exec::AllGatherOp>(op)) {
             instrs.push_back(json::Object{{"collective", "all_gather"},
                                           {"axis", ag.getAxis().str()},

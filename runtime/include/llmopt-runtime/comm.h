@@ -92,6 +92,31 @@ public:
     std::copy(sum.begin() + count * index, sum.begin() + count * (index + 1), mine);
     return true;
   }
+  /// All-to-all over `axis`: block j of `send` (count floats each) goes to
+  /// the axis's rank j; block i of `recv` comes from its rank i. By default a
+  /// sum in which each rank fills only its own row of a [from][to] matrix.
+  virtual bool allToAllBlocks(const std::string &axis, const float *send, float *recv,
+                              int64_t count, std::string &error) {
+    int index = 0, n = 1;
+    axisPosition(axis, index, n);
+    std::vector<float> all(size_t(count * n * n), 0.0f);
+    std::copy(send, send + count * n, all.begin() + count * n * index);
+    if (!allReduce(axis, all.data(), count * n * n, /*average=*/false, error))
+      return false;
+    for (int i = 0; i < n; ++i)
+      std::copy_n(all.begin() + (int64_t(i) * n + index) * count, count, recv + i * count);
+    return true;
+  }
+  /// Expert parallelism: `ep` splits each dp group into expert-parallel
+  /// groups of consecutive dp ranks (`ep`) and expert-data-parallel groups
+  /// (`edp`). By default only when the ep group is the whole world.
+  virtual bool useExpertAxes(int ep, std::string &error) {
+    if (ep == 1 || ep == size())
+      return true;
+    error = "this communicator cannot form expert-parallel groups of " + std::to_string(ep) +
+            " ranks (use MPI)";
+    return false;
+  }
   /// Leaves the reduction in this rank's chunk (shardChunk) of `data`; the
   /// rest is unspecified. By default an all-reduce, which is a superset.
   virtual bool reduceScatter(const std::string &axis, float *data, int64_t count, bool average,

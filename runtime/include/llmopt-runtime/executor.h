@@ -71,6 +71,7 @@ private:
   /// An i32 arena buffer (MoE expert indices).
   int32_t *routes(const Buffer &b, std::string &error);
   bool run(const Instruction &ins, Communicator &comm, std::string &error);
+  bool runExperts(const Instruction &ins, Communicator &comm, std::string &error);
   bool runSeq(const Instruction &ins, Communicator &comm, std::string &error);
 };
 

@@ -44,6 +44,8 @@ struct Instruction {
     SeqAllGather,
     SeqReduceScatter,
     SeqSplit,
+    EPDispatch,
+    EPCombine,
     Send,
     Recv,
     ParamGather
@@ -108,6 +110,15 @@ struct Plan {
   const ParamSpec *param(const std::string &name) const;
   /// Ranks along mesh axis `name` (1 when the plan has no such axis).
   int axisSize(const std::string &name) const;
+  /// Whether collectives may name `axis`: a mesh axis, `pp_tied` (first and
+  /// last pipeline stage) or `edp` (the data-parallel ranks holding the same
+  /// experts: dp / ep of them).
+  bool hasAxis(const std::string &axis) const;
+  /// Position of world rank `rank` on `axis` and the axis size. Ranks form a
+  /// pp x dp x tp mesh, rank = (pp index x dp + dp index) x tp + tp index;
+  /// `ep` splits dp: ep index = dp index mod ep, edp index = dp index / ep.
+  /// False for an axis the CPU backend cannot place.
+  bool place(const std::string &axis, int rank, int &index, int &size) const;
 };
 
 /// Reads a whole file; false if it cannot be opened.

@@ -107,3 +107,19 @@ exec.program "p" ranks [0] arena 256 micro_batches 1 outputs {} micro_batch {
   exec.seq "all_gather" "tp" ins [#exec.buf<space = "arena", offset = 0, name = "", shape = [1, 2, 4], dtype = f32>] outs [#exec.buf<space = "arena", offset = 32, name = "", shape = [1, 3, 4], dtype = f32>]
 } step {
 }
+
+// -----
+
+exec.program "p" ranks [0] arena 512 micro_batches 1 outputs {} micro_batch {
+  // expected-error @+1 {{kind must be dispatch or combine, got 'scatter'}}
+  exec.all_to_all "scatter" "ep" ins [#exec.buf<space = "arena", offset = 0, name = "", shape = [4, 2, 4], dtype = f32>] outs [#exec.buf<space = "arena", offset = 128, name = "", shape = [2, 4, 4], dtype = f32>]
+} step {
+}
+
+// -----
+
+exec.program "p" ranks [0] arena 512 micro_batches 1 outputs {} micro_batch {
+  // expected-error @+1 {{expects expert rows [E, C, h] and a share [E/t, t C, h]}}
+  exec.all_to_all "combine" "ep" ins [#exec.buf<space = "arena", offset = 0, name = "", shape = [2, 2, 4], dtype = f32>] outs [#exec.buf<space = "arena", offset = 128, name = "", shape = [4, 2, 4], dtype = f32>]
+} step {
+}

@@ -1315,3 +1315,19 @@ func.func @bad_bias_grad(%g: tensor<?x?x8xf32>) {
   %b = llm.bias_grad %g : tensor<?x?x8xf32> -> tensor<8x2xf32>
   return
 }
+
+// -----
+
+func.func @ep_dispatch_share(%d: tensor<8x16x64xf32>) {
+  // expected-error @+1 {{expects expert rows [E, C, h] and this rank's share [E/t, t C, h] with encoding {ep_parts = t}}}
+  %s = llm.ep_dispatch %d axis "ep" : tensor<8x16x64xf32> -> tensor<4x32x64xf32>
+  return
+}
+
+// -----
+
+func.func @ep_combine_capacity(%s: tensor<4x16x64xf32, {ep_parts = 2 : i64}>) {
+  // expected-error @+1 {{capacity 16 is not 2 x 16}}
+  %c = llm.ep_combine %s axis "ep" : tensor<4x16x64xf32, {ep_parts = 2 : i64}> -> tensor<8x16x64xf32>
+  return
+}

@@ -14,3 +14,12 @@ func.func @tp(%x: tensor<?x?x8xf32>, %b: tensor<8xf32>) -> tensor<8xf32> {
   %g = llm.bias_grad %c : tensor<?x?x8xf32> -> tensor<8xf32>
   return %g : tensor<8xf32>
 }
+
+// CHECK-LABEL: func.func @ep
+// CHECK: %[[S:.*]] = llm.ep_dispatch %{{.*}} axis "ep" : tensor<8x?x64xf32> -> tensor<4x?x64xf32, {ep_parts = 2 : i64}>
+// CHECK: llm.ep_combine %[[S]] axis "ep" : tensor<4x?x64xf32, {ep_parts = 2 : i64}> -> tensor<8x?x64xf32>
+func.func @ep(%d: tensor<8x?x64xf32>) -> tensor<8x?x64xf32> {
+  %s = llm.ep_dispatch %d axis "ep" : tensor<8x?x64xf32> -> tensor<4x?x64xf32, {ep_parts = 2 : i64}>
+  %c = llm.ep_combine %s axis "ep" : tensor<4x?x64xf32, {ep_parts = 2 : i64}> -> tensor<8x?x64xf32>
+  return %c : tensor<8x?x64xf32>
+}

@@ -155,6 +155,24 @@ LogicalResult SeqOp::verify() {
   return success();
 }
 
+LogicalResult AllToAllOp::verify() {
+  StringRef kind = getKind();
+  if (kind != "dispatch" && kind != "combine")
+    return emitOpError() << "kind must be dispatch or combine, got '" << kind << "'";
+  if (getIns().size() != 1 || getOuts().size() != 1)
+    return emitOpError() << "takes one input and one output buffer";
+  if (failed(verifyBufs(*this, getIns(), "ins")) || failed(verifyBufs(*this, getOuts(), "outs")))
+    return failure();
+  auto in = cast<BufAttr>(getIns()[0]), out = cast<BufAttr>(getOuts()[0]);
+  ArrayRef<int64_t> rows = (kind == "dispatch" ? in : out).getShape().asArrayRef(),
+                    share = (kind == "dispatch" ? out : in).getShape().asArrayRef();
+  if (out.getSpace().getValue() == "input" || rows.size() != 3 || share.size() != 3 ||
+      rows[2] != share[2] || share[0] <= 0 || rows[0] % share[0] != 0 || rows[1] <= 0 ||
+      share[1] != rows[1] * (rows[0] / share[0]))
+    return emitOpError() << "expects expert rows [E, C, h] and a share [E/t, t C, h]";
+  return success();
+}
+
 LogicalResult P2POp::verify() {
   if (getKind() != "send" && getKind() != "recv")
     return emitOpError() << "kind must be send or recv, got '" << getKind() << "'";

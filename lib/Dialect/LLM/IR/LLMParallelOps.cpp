@@ -73,22 +73,31 @@ LogicalResult TPReduceOp::emitGradient(OpBuilder &b, ArrayRef<Value> grads,
 // Sequence parallelism
 //===----------------------------------------------------------------------===//
 
-int64_t llmopt::llm::seqParts(Type t) {
+static int64_t encodedParts(Type t, StringRef key) {
   auto r = dyn_cast<RankedTensorType>(t);
   auto enc = r ? dyn_cast_or_null<DictionaryAttr>(r.getEncoding()) : DictionaryAttr();
-  auto parts = enc ? dyn_cast_or_null<IntegerAttr>(enc.get("seq_parts")) : IntegerAttr();
+  auto parts = enc ? dyn_cast_or_null<IntegerAttr>(enc.get(key)) : IntegerAttr();
   return parts ? parts.getInt() : 1;
 }
 
-RankedTensorType llmopt::llm::withSeqParts(Type t, int64_t parts) {
+static RankedTensorType withEncodedParts(Type t, StringRef key, int64_t parts) {
   auto r = cast<RankedTensorType>(t);
   MLIRContext *ctx = r.getContext();
   Attribute enc;
   if (parts > 1)
     enc = DictionaryAttr::get(
-        ctx, {NamedAttribute(StringAttr::get(ctx, "seq_parts"),
+        ctx, {NamedAttribute(StringAttr::get(ctx, key),
                              IntegerAttr::get(IntegerType::get(ctx, 64), parts))});
   return RankedTensorType::get(r.getShape(), r.getElementType(), enc);
+}
+
+int64_t llmopt::llm::seqParts(Type t) { return encodedParts(t, "seq_parts"); }
+RankedTensorType llmopt::llm::withSeqParts(Type t, int64_t parts) {
+  return withEncodedParts(t, "seq_parts", parts);
+}
+int64_t llmopt::llm::expertParts(Type t) { return encodedParts(t, "ep_parts"); }
+RankedTensorType llmopt::llm::withExpertParts(Type t, int64_t parts) {
+  return withEncodedParts(t, "ep_parts", parts);
 }
 
 /// `chunk` is `whole` cut into parts along the sequence (same batch, hidden
@@ -156,6 +165,55 @@ LogicalResult SPSplitOp::emitGradient(OpBuilder &b, ArrayRef<Value> grads,
                                       SmallVectorImpl<Value> &out) {
   out.assign({(Value)SPGatherOp::create(b, getLoc(), getInput().getType(), grads[0],
                                         getAxisAttr(), /*replicated=*/nullptr)});
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Expert parallelism
+//===----------------------------------------------------------------------===//
+
+/// `local` [E/t, t C, h] {ep_parts = t} is this rank's share of `rows` [E, C, h].
+static LogicalResult verifyExpertShare(Operation *op, Value rows, Value local) {
+  RankedTensorType w = ty(rows), l = ty(local);
+  int64_t t = expertParts(l);
+  if (w.getRank() != 3 || l.getRank() != 3 || expertParts(w) != 1 || t < 2 ||
+      w.isDynamicDim(0) || l.isDynamicDim(0) || w.getDimSize(0) != l.getDimSize(0) * t ||
+      w.getDimSize(2) != l.getDimSize(2) || w.getElementType() != l.getElementType())
+    return op->emitOpError() << "expects expert rows [E, C, h] and this rank's share [E/t, t C, h] "
+                                "with encoding {ep_parts = t}, got "
+                             << w << " and " << l;
+  if (!w.isDynamicDim(1) && (l.isDynamicDim(1) || l.getDimSize(1) != w.getDimSize(1) * t))
+    return op->emitOpError() << "capacity " << l.getDimSize(1) << " is not " << t << " x "
+                             << w.getDimSize(1);
+  return success();
+}
+
+LogicalResult EPDispatchOp::verify() {
+  if (failed(verifyAxis(*this, getAxis())))
+    return failure();
+  return verifyExpertShare(*this, getInput(), getResult());
+}
+
+LogicalResult EPCombineOp::verify() {
+  if (failed(verifyAxis(*this, getAxis())))
+    return failure();
+  return verifyExpertShare(*this, getResult(), getInput());
+}
+
+OpCost EPDispatchOp::getCost(const CostContext &c) { return touches(getInput(), getResult(), c); }
+OpCost EPCombineOp::getCost(const CostContext &c) { return touches(getInput(), getResult(), c); }
+
+LogicalResult EPDispatchOp::emitGradient(OpBuilder &b, ArrayRef<Value> grads,
+                                         SmallVectorImpl<Value> &out) {
+  out.assign({(Value)EPCombineOp::create(b, getLoc(), getInput().getType(), grads[0],
+                                         getAxisAttr())});
+  return success();
+}
+
+LogicalResult EPCombineOp::emitGradient(OpBuilder &b, ArrayRef<Value> grads,
+                                        SmallVectorImpl<Value> &out) {
+  out.assign({(Value)EPDispatchOp::create(b, getLoc(), getInput().getType(), grads[0],
+                                          getAxisAttr())});
   return success();
 }
 

@@ -167,6 +167,23 @@ def Exec_SeqOp : Exec_Op<"seq", [HasParent<"ProgramOp">]> {
   let hasVerifier = 1;
 }
 
+def Exec_AllToAllOp : Exec_Op<"all_to_all", [HasParent<"ProgramOp">]> {
+  let summary = "expert-parallel all-to-all of expert rows over a mesh axis";
+  let description = [{
+    With `t` ranks on `axis`, each owning `E/t` consecutive experts:
+    - `dispatch`: `[E, C, h]` rows in (this rank's tokens for every expert),
+      `[E/t, t C, h]` out (this rank's experts' rows from every rank, rank
+      `i`'s at `[i C, (i+1) C)`);
+    - `combine`: the inverse, `[E/t, t C, h]` in, `[E, C, h]` out.
+    ```mlir
+    exec.all_to_all dispatch "ep" ins [#exec.buf<...>] outs [#exec.buf<...>]
+    ```
+  }];
+  let arguments = (ins StrAttr:$kind, StrAttr:$axis, ArrayAttr:$ins, ArrayAttr:$outs);
+  let assemblyFormat = "$kind $axis `ins` $ins `outs` $outs attr-dict";
+  let hasVerifier = 1;
+}
+
 def Exec_P2POp : Exec_Op<"p2p", [HasParent<"ProgramOp">]> {
   let summary = "pipeline send or receive of one buffer to or from another stage";
   let description = [{

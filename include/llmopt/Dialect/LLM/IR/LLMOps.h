@@ -28,6 +28,10 @@ namespace llmopt::llm {
 int64_t seqParts(mlir::Type t);
 /// `t` with the encoding for `parts` chunks (none for 1).
 mlir::RankedTensorType withSeqParts(mlir::Type t, int64_t parts);
+/// Expert parallelism marks the expert rows a rank holds after the
+/// all-to-all, [E/t, t C, h], by the encoding `{ep_parts = t}`; 1 otherwise.
+int64_t expertParts(mlir::Type t);
+mlir::RankedTensorType withExpertParts(mlir::Type t, int64_t parts);
 } // namespace llmopt::llm
 
 #endif // LLMOPT_DIALECT_LLM_IR_LLMOPS_H

@@ -136,6 +136,39 @@ def LLM_PPTransferOp : LLM_CostOp<"pp_transfer", [Pure, AllTypesMatch<["input", 
   let assemblyFormat = "$input `from` $from `to` $to attr-dict `:` type($input)";
 }
 
+def LLM_EPDispatchOp : LLM_DiffOp<"ep_dispatch", [Pure]> {
+  let summary = "expert parallelism: all-to-all of dispatched tokens to their experts' ranks";
+  let description = [{
+    Each rank of `axis` (`t` ranks) holds the rows it routed to every expert,
+    `[E, C, h]`; rank `j` owns experts `[j E/t, (j+1) E/t)`. The result holds
+    this rank's experts' rows from every rank, `[E/t, t C, h]` (rank `i`'s rows
+    at `[i C, (i+1) C)`), marked by the encoding `{ep_parts = t}` (its
+    capacity dimension is `t` times the dispatch's). Backward:
+    `llm.ep_combine`.
+    ```mlir
+    %local = llm.ep_dispatch %d axis "ep" : tensor<8x?x64xf32> -> tensor<4x?x64xf32, {ep_parts = 2 : i64}>
+    ```
+  }];
+  let arguments = (ins LLM_Activation:$input, StrAttr:$axis);
+  let results = (outs LLM_Activation:$result);
+  let assemblyFormat = "$input `axis` $axis attr-dict `:` type($input) `->` type($result)";
+}
+
+def LLM_EPCombineOp : LLM_DiffOp<"ep_combine", [Pure]> {
+  let summary = "expert parallelism: all-to-all of expert outputs back to their tokens' ranks";
+  let description = [{
+    The inverse of `llm.ep_dispatch`: `[E/t, t C, h]` expert outputs in,
+    `[E, C, h]` (every expert's rows for this rank's tokens) out. Backward:
+    `llm.ep_dispatch`.
+    ```mlir
+    %rows = llm.ep_combine %y axis "ep" : tensor<4x?x64xf32, {ep_parts = 2 : i64}> -> tensor<8x?x64xf32>
+    ```
+  }];
+  let arguments = (ins LLM_Activation:$input, StrAttr:$axis);
+  let results = (outs LLM_Activation:$result);
+  let assemblyFormat = "$input `axis` $axis attr-dict `:` type($input) `->` type($result)";
+}
+
 def LLM_ZeroGatherOp : LLM_CostOp<"zero_gather", [Pure, AllTypesMatch<["param", "result"]>]> {
   let summary = "ZeRO-3: the whole parameter, gathered from the ranks' chunks";
   let description = [{
