@@ -5,8 +5,10 @@
 //   forward:  p_j = exp(s_j - lse),  out = sum_j p_j v_j
 //   backward: dp_j = dout . v_j,  D = dout . out,  ds_j = p_j (dp_j - D)
 //             dq = scale sum_j ds_j k_j,  dk_j += scale ds_j q,  dv_j += p_j dout
-// Query head h reads kv head h / (heads / kvHeads); a causal query i sees keys
-// j <= i, and with a window only j > i - window.
+// Query head h reads kv head h / (heads / kvHeads); a causal query at position
+// p sees keys j <= p, and with a window only j > p - window. Under context
+// parallelism the queries are this rank's chunks (positions qPos) and the keys
+// the whole sequence.
 //
 //===----------------------------------------------------------------------===//
 
@@ -25,14 +27,17 @@ struct Index {
   int64_t qRow(int64_t b, int64_t s, int64_t h) const {
     return ((b * a.seq + s) * a.heads + h) * a.headDim;
   }
+  int64_t keys() const { return a.kvSeq > 0 ? a.kvSeq : a.seq; }
   int64_t kvRow(int64_t b, int64_t s, int64_t h) const {
-    return ((b * a.seq + s) * a.kvHeads + h) * a.headDim;
+    return ((b * keys() + s) * a.kvHeads + h) * a.headDim;
   }
+  /// Keys query i sees, by its position in the key sequence.
   void keyRange(int64_t i, int64_t &first, int64_t &last) const {
+    int64_t pos = a.qPos ? a.qPos[i] : i;
     first = 0;
-    last = a.causal ? i : a.seq - 1;
+    last = a.causal ? pos : keys() - 1;
     if (a.causal && a.window > 0)
-      first = std::max<int64_t>(0, i - a.window + 1);
+      first = std::max<int64_t>(0, pos - a.window + 1);
   }
 };
 } // namespace
@@ -41,7 +46,7 @@ void attentionForward(const float *q, const float *k, const float *v, float *out
                       float *lse, const AttentionShape &a) {
   Index ix{a};
   int64_t group = a.heads / a.kvHeads;
-  std::vector<float> scores(a.seq);
+  std::vector<float> scores(static_cast<size_t>(ix.keys()));
   for (int64_t b = 0; b < a.batch; ++b)
     for (int64_t h = 0; h < a.heads; ++h) {
       int64_t kvh = h / group;
@@ -82,7 +87,7 @@ void attentionBackward(const float *dout, const float *q, const float *k, const 
   Index ix{a};
   int64_t group = a.heads / a.kvHeads;
   int64_t qCount = a.batch * a.seq * a.heads * a.headDim;
-  int64_t kvCount = a.batch * a.seq * a.kvHeads * a.headDim;
+  int64_t kvCount = a.batch * ix.keys() * a.kvHeads * a.headDim;
   std::fill(dq, dq + qCount, 0.0f);
   std::fill(dk, dk + kvCount, 0.0f);
   std::fill(dv, dv + kvCount, 0.0f);

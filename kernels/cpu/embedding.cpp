@@ -33,11 +33,12 @@ void embeddingBackward(const int32_t *tokens, const float *dout, float *dtable, 
 }
 
 void positionEmbeddingForward(const float *x, const float *table, float *out,
-                              int64_t batch, int64_t seq, int64_t hidden) {
+                              int64_t batch, int64_t seq, int64_t hidden,
+                              const int32_t *positions) {
   for (int64_t b = 0; b < batch; ++b)
     for (int64_t s = 0; s < seq; ++s) {
       const float *xr = x + (b * seq + s) * hidden;
-      const float *tr = table + s * hidden;
+      const float *tr = table + (positions ? positions[s] : s) * hidden;
       float *o = out + (b * seq + s) * hidden;
       for (int64_t c = 0; c < hidden; ++c)
         o[c] = xr[c] + tr[c];
@@ -45,11 +46,11 @@ void positionEmbeddingForward(const float *x, const float *table, float *out,
 }
 
 void positionEmbeddingBackward(const float *dout, float *dtable, int64_t batch,
-                               int64_t seq, int64_t hidden) {
+                               int64_t seq, int64_t hidden, const int32_t *positions) {
   for (int64_t b = 0; b < batch; ++b)
     for (int64_t s = 0; s < seq; ++s) {
       const float *g = dout + (b * seq + s) * hidden;
-      float *t = dtable + s * hidden;
+      float *t = dtable + (positions ? positions[s] : s) * hidden;
       for (int64_t c = 0; c < hidden; ++c)
         t[c] += g[c];
     }

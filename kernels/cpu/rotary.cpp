@@ -38,12 +38,13 @@ static std::vector<double> inverseFrequencies(int64_t headDim, float theta,
 }
 
 void rotary(const float *x, float *out, int64_t batch, int64_t seq, int64_t heads,
-            int64_t headDim, float theta, const RopeScaling &scaling, bool inverse) {
+            int64_t headDim, float theta, const RopeScaling &scaling, bool inverse,
+            const int32_t *positions) {
   std::vector<double> inv = inverseFrequencies(headDim, theta, scaling);
   int64_t half = headDim / 2;
   for (int64_t s = 0; s < seq; ++s)
     for (int64_t i = 0; i < half; ++i) {
-      double angle = double(s) * inv[i];
+      double angle = double(positions ? positions[s] : s) * inv[i];
       float c = float(std::cos(angle)), sn = float(std::sin(angle));
       if (inverse)
         sn = -sn;

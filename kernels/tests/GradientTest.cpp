@@ -316,3 +316,71 @@ TEST(MoE, SlotsDropPastCapacity) {
 }
 
 } // namespace
+
+namespace {
+TEST(ContextParallel, AttentionOnChunksEqualsWhole) {
+  // cp = 2 over a sequence of 8 in 4 chunks of 2: rank 0 holds positions
+  // {0, 1, 6, 7}, rank 1 {2, 3, 4, 5} (causal load balancing). Each rank's
+  // queries against the whole keys give the whole attention's rows; the
+  // ranks' key / value gradients sum to the whole ones.
+  AttentionShape whole;
+  whole.batch = 1, whole.seq = 8, whole.heads = 2, whole.kvHeads = 1, whole.headDim = 4;
+  whole.scale = 0.5f;
+  int64_t qw = whole.heads * whole.headDim, kw = whole.kvHeads * whole.headDim;
+  auto q = randomVec(8 * qw, 60), k = randomVec(8 * kw, 61), v = randomVec(8 * kw, 62);
+  auto g = randomVec(8 * qw, 63);
+  std::vector<float> out(8 * qw), lse(2 * 8), dq(8 * qw), dk(8 * kw), dv(8 * kw);
+  attentionForward(q.data(), k.data(), v.data(), out.data(), lse.data(), whole);
+  attentionBackward(g.data(), q.data(), k.data(), v.data(), out.data(), lse.data(), dq.data(),
+                    dk.data(), dv.data(), whole);
+  std::vector<float> dkSum(dk.size(), 0), dvSum(dv.size(), 0);
+  for (std::vector<int32_t> pos : {std::vector<int32_t>{0, 1, 6, 7}, {2, 3, 4, 5}}) {
+    AttentionShape a = whole;
+    a.seq = 4, a.kvSeq = 8, a.qPos = pos.data();
+    auto rows = [&](const std::vector<float> &x) {
+      std::vector<float> r;
+      for (int32_t p : pos)
+        r.insert(r.end(), x.begin() + p * qw, x.begin() + (p + 1) * qw);
+      return r;
+    };
+    std::vector<float> lq = rows(q), lg = rows(g), lo(4 * qw), ll(2 * 4), ldq(4 * qw),
+                       ldk(8 * kw), ldv(8 * kw);
+    attentionForward(lq.data(), k.data(), v.data(), lo.data(), ll.data(), a);
+    attentionBackward(lg.data(), lq.data(), k.data(), v.data(), lo.data(), ll.data(), ldq.data(),
+                      ldk.data(), ldv.data(), a);
+    std::vector<float> wo = rows(out), wdq = rows(dq);
+    for (size_t i = 0; i < lo.size(); ++i) {
+      EXPECT_NEAR(lo[i], wo[i], 1e-5) << "out " << i;
+      EXPECT_NEAR(ldq[i], wdq[i], 1e-5) << "dq " << i;
+    }
+    for (size_t i = 0; i < dk.size(); ++i) {
+      dkSum[i] += ldk[i];
+      dvSum[i] += ldv[i];
+    }
+  }
+  for (size_t i = 0; i < dk.size(); ++i) {
+    EXPECT_NEAR(dkSum[i], dk[i], 1e-5) << "dk " << i;
+    EXPECT_NEAR(dvSum[i], dv[i], 1e-5) << "dv " << i;
+  }
+}
+
+TEST(ContextParallel, RotaryAndPositionsAtChunkPositions) {
+  // Rotating rows at explicit positions equals the whole rotation's rows.
+  const int64_t s = 6, h = 1, d = 4;
+  auto x = randomVec(s * h * d, 64), table = randomVec(s * d, 65);
+  std::vector<float> whole(x.size()), wp(x.size());
+  rotary(x.data(), whole.data(), 1, s, h, d, 10000.0f, RopeScaling{}, false);
+  positionEmbeddingForward(x.data(), table.data(), wp.data(), 1, s, d);
+  std::vector<int32_t> pos = {4, 1};
+  std::vector<float> lx, lr(2 * d), lp(2 * d);
+  for (int32_t p : pos)
+    lx.insert(lx.end(), x.begin() + p * d, x.begin() + (p + 1) * d);
+  rotary(lx.data(), lr.data(), 1, 2, h, d, 10000.0f, RopeScaling{}, false, pos.data());
+  positionEmbeddingForward(lx.data(), table.data(), lp.data(), 1, 2, d, pos.data());
+  for (int64_t r = 0; r < 2; ++r)
+    for (int64_t c = 0; c < d; ++c) {
+      EXPECT_FLOAT_EQ(lr[r * d + c], whole[pos[r] * d + c]);
+      EXPECT_FLOAT_EQ(lp[r * d + c], wp[pos[r] * d + c]);
+    }
+}
+} // namespace

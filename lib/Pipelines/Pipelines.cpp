@@ -14,6 +14,7 @@ void llmopt::buildLowerToPlanPipeline(OpPassManager &pm, const LowerToPlanOption
   step.maxGradNorm = o.maxGradNorm;
   pm.addPass(createPartitionTP());
   pm.addPass(createPartitionEP());
+  pm.addPass(createPartitionCP());
   pm.addPass(createBuildTrainingStep(step));
   SpecializeShapesOptions shapes;
   shapes.batch = o.batch;

@@ -25,6 +25,8 @@ struct SpecializeShapesPass
   /// Rows per expert of the MoE buffers [experts, capacity, hidden]; 0
   /// while the module has no dispatch.
   int64_t capacity = 0;
+  /// Context-parallel degree (1: none).
+  int64_t cp = 1;
 
   /// [?, ?, ...] -> [batch, seq, ...] and [experts, ?, hidden] -> [experts,
   /// capacity, hidden]; other dynamic dimensions are an error.
@@ -48,7 +50,7 @@ struct SpecializeShapesPass
                        << " is dynamic and is not batch or sequence";
         return failure();
       }
-      d = i == 0 ? b : s;
+      d = i == 0 ? b : s * (i == 1 ? cpParts(t) : 1);
       // A sequence chunk (sequence parallelism) holds 1/parts of it.
       if (i == 1) {
         int64_t parts = seqParts(t);
@@ -58,7 +60,7 @@ struct SpecializeShapesPass
                          << " chunks for sequence parallelism; choose a multiple of " << parts;
           return failure();
         }
-        d = s / parts;
+        d = s * cpParts(t) / parts;
       }
     }
     return Type(RankedTensorType::get(shape, r.getElementType(), r.getEncoding()));
@@ -81,6 +83,19 @@ struct SpecializeShapesPass
       module.emitError() << "llm-specialize-shapes: no batch or sequence length: pass "
                             "batch=N seq=N, or plan the module first";
       return signalPassFailure();
+    }
+    // Context parallelism (llm-partition-cp): each rank holds 2 of 2 cp
+    // chunks of the sequence; gathered keys and values hold all of it.
+    int64_t full = s;
+    if (auto cpAttr = module->getAttrOfType<IntegerAttr>("llm.cp"); cpAttr && cpAttr.getInt() > 1) {
+      cp = cpAttr.getInt();
+      if (s % (2 * cp) != 0) {
+        module.emitError() << "llm-specialize-shapes: sequence length " << s
+                           << " does not split into 2 x cp = " << 2 * cp
+                           << " chunks for context parallelism; choose a multiple of " << 2 * cp;
+        return signalPassFailure();
+      }
+      s /= cp;
     }
     // Static MoE capacity: with a capacity factor c, ceil(c * tokens * top_k
     // / experts) rows (at most every token); dropless, every token (top-k
@@ -128,7 +143,7 @@ struct SpecializeShapesPass
                                      func.getBody().front().getTerminator()->getOperandTypes()));
     }
     module->setAttr("llm.micro_batch", IntegerAttr::get(IntegerType::get(&getContext(), 64), b));
-    module->setAttr("llm.seq_len", IntegerAttr::get(IntegerType::get(&getContext(), 64), s));
+    module->setAttr("llm.seq_len", IntegerAttr::get(IntegerType::get(&getContext(), 64), full));
   }
 };
 } // namespace

@@ -36,17 +36,23 @@ def test_lower_writes_the_chosen_plan(tiny_tp, tmp_path):
     assert adamw and all(i["params"]["lr"] == pytest.approx(0.003) for i in adamw)
 
 
-def test_lower_names_what_is_not_lowered(examples, tmp_path):
+def test_lower_names_what_is_not_lowered(tmp_path):
+    config = tmp_path / "moe.json"
+    config.write_text(json.dumps({
+        "model_type": "mixtral", "hidden_size": 32, "intermediate_size": 48,
+        "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+        "num_local_experts": 4, "num_experts_per_tok": 2, "vocab_size": 256,
+        "max_position_embeddings": 64}))
     r = llmopt.plan(
-        llmopt.Model(examples / "gpt2-124m.json"),
+        llmopt.Model(config),
         llmopt.Cluster.preset("dgx-h100", gpus=2),
-        llmopt.Job(global_batch=8, seq_len=128),
-        fix={"cp": 2, "micro_batch": 1},
+        llmopt.Job(global_batch=4, seq_len=32),
+        fix={"dp": 2, "ep": 2, "zero": 1, "micro_batch": 1},
         top_k=1,
     )
-    with pytest.raises(llmopt.LLMOptError, match="context and expert parallelism"):
-        r.lower(tmp_path / "cp")
-    assert not (tmp_path / "cp" / "plan.json").exists()
+    with pytest.raises(llmopt.LLMOptError, match="ZeRO with expert parallelism"):
+        r.lower(tmp_path / "epz")
+    assert not (tmp_path / "epz" / "plan.json").exists()
 
 
 def test_lower_checks_its_arguments(tiny_tp, tmp_path):

@@ -284,17 +284,17 @@ bool readWhole(const Opened &o, Plan &src, std::vector<WholeTensor> &out, std::s
   for (int r = 0; r < src.worldSize; ++r)
     if (!readRank(o, r, src, ranks[size_t(r)], error))
       return false;
-  int srcTp = src.axisSize("tp"), srcDp = src.axisSize("dp");
+  int srcTp = src.axisSize("tp"), srcDp = src.axisSize("dp"), srcCp = src.axisSize("cp");
   for (const ParamSpec &sp : src.params) {
     // Parts of a sharded parameter: over tp (consecutive ranks) or over ep
     // (the first ep data-parallel ranks, each holding whole optimizer state).
     bool experts = sp.shardDim >= 0 && sp.shardAxis == "ep";
-    int parts = experts ? sp.shardParts : srcTp, stride = experts ? srcTp : 1;
+    int parts = experts ? sp.shardParts : srcTp, stride = experts ? srcCp * srcTp : 1;
     // The pipeline stage holding the parameter: the first rank that saved it.
     int base = -1;
     for (int r = 0; r < src.worldSize && base < 0; ++r)
       if (ranks[size_t(r)].count(sp.name))
-        base = r - r % (srcDp * srcTp);
+        base = r - r % (srcDp * srcCp * srcTp);
     if (base < 0) {
       error = o.stepDir + ": no rank saved parameter '" + sp.name + "'";
       return false;
@@ -317,7 +317,7 @@ bool readWhole(const Opened &o, Plan &src, std::vector<WholeTensor> &out, std::s
         }
         part[k].assign(size_t(sp.elements), 0.0f);
         for (int i = 0; i < srcDp; ++i) {
-          const Saved &sv = ranks[size_t(base + i * srcTp + j)].at(sp.name);
+          const Saved &sv = ranks[size_t(base + i * srcCp * srcTp + j)].at(sp.name);
           const std::vector<float> &chunk = k == 0 ? sv.value : k == 1 ? sv.m : sv.v;
           std::copy(chunk.begin(), chunk.end(), part[k].begin() + sv.begin);
         }

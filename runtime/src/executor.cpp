@@ -159,26 +159,39 @@ static double gatheredLogSumExp(const float *all, int64_t rows, int64_t parts, i
   return mx + std::log(sum);
 }
 
+/// Position in the whole sequence of row `i` of rank `r`'s local chunk of
+/// `local` rows out of `parts` ranks: contiguous (sequence parallelism), or
+/// chunks r and 2 parts - 1 - r of half a chunk each (context parallelism's
+/// causal load balancing).
+static int64_t wholeRow(bool balanced, int64_t r, int64_t i, int64_t local, int64_t parts) {
+  if (!balanced)
+    return r * local + i;
+  int64_t half = local / 2;
+  return i < half ? r * half + i : (2 * parts - 1 - r) * half + (i - half);
+}
+
 bool CpuExecutor::runSeq(const Instruction &ins, Communicator &comm, std::string &error) {
   int index = 0, parts = 1;
   if (!axis(ins.axis, index, parts, error))
     return false;
-  bool gathers = ins.kind == Instruction::Kind::SeqAllGather;
+  bool gathers = ins.kind == Instruction::Kind::SeqAllGather ||
+                 ins.kind == Instruction::Kind::CPAllGather;
+  bool balanced = ins.kind == Instruction::Kind::CPAllGather ||
+                  ins.kind == Instruction::Kind::CPReduceScatter;
   const Buffer &whole = gathers ? ins.outs[0] : ins.ins[0],
                &chunk = gathers ? ins.ins[0] : ins.outs[0];
   int64_t batch = whole.shape[0], c = chunk.shape[1], h = whole.shape[2], s = whole.shape[1];
   int64_t block = batch * c * h;
   const float *in = data(ins.ins[0]);
   float *out = data(ins.outs[0]);
-  // Rank-major blocks [parts][batch][c][h] <-> the sequence-major [batch][s][h].
-  auto toBlocks = [&](const float *x, float *blocks) {
-    for (int64_t r = 0; r < parts; ++r)
-      for (int64_t bi = 0; bi < batch; ++bi)
-        std::copy_n(x + (bi * s + r * c) * h, c * h, blocks + r * block + bi * c * h);
+  // Rank-major blocks [parts][batch][c][h] <-> the position-ordered [batch][s][h].
+  auto rowOf = [&](int64_t r, int64_t bi, int64_t i) {
+    return (bi * s + wholeRow(balanced, r, i, c, parts)) * h;
   };
   if (ins.kind == Instruction::Kind::SeqSplit) {
     for (int64_t bi = 0; bi < batch; ++bi)
-      std::copy_n(in + (bi * s + index * c) * h, c * h, out + bi * c * h);
+      for (int64_t i = 0; i < c; ++i)
+        std::copy_n(in + rowOf(index, bi, i), h, out + (bi * c + i) * h);
     return true;
   }
   std::vector<float> blocks(size_t(block * parts));
@@ -187,11 +200,34 @@ bool CpuExecutor::runSeq(const Instruction &ins, Communicator &comm, std::string
       return false;
     for (int64_t r = 0; r < parts; ++r)
       for (int64_t bi = 0; bi < batch; ++bi)
-        std::copy_n(blocks.data() + r * block + bi * c * h, c * h, out + (bi * s + r * c) * h);
+        for (int64_t i = 0; i < c; ++i)
+          std::copy_n(blocks.data() + r * block + (bi * c + i) * h, h, out + rowOf(r, bi, i));
     return true;
   }
-  toBlocks(in, blocks.data());
+  for (int64_t r = 0; r < parts; ++r)
+    for (int64_t bi = 0; bi < batch; ++bi)
+      for (int64_t i = 0; i < c; ++i)
+        std::copy_n(in + rowOf(r, bi, i), h, blocks.data() + r * block + (bi * c + i) * h);
   return comm.reduceScatterBlocks(ins.axis, blocks.data(), out, block, error);
+}
+
+bool CpuExecutor::cpPositions(const Instruction &ins, int64_t local,
+                              std::vector<int32_t> &positions, std::string &error) {
+  positions.clear();
+  std::string cpAxis = ins.text("cp");
+  if (cpAxis.empty())
+    return true;
+  int index = 0, parts = 1;
+  if (!axis(cpAxis, index, parts, error))
+    return false;
+  if (local % 2 != 0) {
+    error = "a context-parallel sequence chunk of " + std::to_string(local) +
+            " positions does not halve";
+    return false;
+  }
+  for (int64_t i = 0; i < local; ++i)
+    positions.push_back(int32_t(wholeRow(true, index, i, local, parts)));
+  return true;
 }
 
 float *CpuExecutor::data(const Buffer &b) {
@@ -343,6 +379,8 @@ bool CpuExecutor::run(const Instruction &ins, Communicator &comm, std::string &e
   case Instruction::Kind::SeqAllGather:
   case Instruction::Kind::SeqReduceScatter:
   case Instruction::Kind::SeqSplit:
+  case Instruction::Kind::CPAllGather:
+  case Instruction::Kind::CPReduceScatter:
     return runSeq(ins, comm, error);
   case Instruction::Kind::EPDispatch:
   case Instruction::Kind::EPCombine:
@@ -377,14 +415,21 @@ bool CpuExecutor::run(const Instruction &ins, Communicator &comm, std::string &e
     return true;
   }
   case KernelId::PositionEmbeddingFwd:
-    k::positionEmbeddingForward(data(in[0]), data(in[1]), data(out[0]), in[0].shape[0],
-                                in[0].shape[1], in[0].shape[2]);
-    return true;
-  case KernelId::PositionEmbeddingBwd:
+  case KernelId::PositionEmbeddingBwd: {
+    std::vector<int32_t> pos;
+    if (!cpPositions(ins, in[0].shape[1], pos, error))
+      return false;
+    const int32_t *p = pos.empty() ? nullptr : pos.data();
+    if (ins.kernel->id == KernelId::PositionEmbeddingFwd) {
+      k::positionEmbeddingForward(data(in[0]), data(in[1]), data(out[0]), in[0].shape[0],
+                                  in[0].shape[1], in[0].shape[2], p);
+      return true;
+    }
     zero(out[0]);
     k::positionEmbeddingBackward(data(in[0]), data(out[0]), in[0].shape[0], in[0].shape[1],
-                                 in[0].shape[2]);
+                                 in[0].shape[2], p);
     return true;
+  }
   case KernelId::LayerNormFwd: {
     int64_t n = rowsOf(in[0]), c = in[0].shape.back();
     std::vector<float> mean(n), rstd(n);
@@ -470,9 +515,13 @@ bool CpuExecutor::run(const Instruction &ins, Communicator &comm, std::string &e
     sc.lowFreqFactor = float(ins.number("low_freq_factor", 1));
     sc.highFreqFactor = float(ins.number("high_freq_factor", 4));
     sc.originalMaxPositions = float(ins.number("original_max_positions", 8192));
+    std::vector<int32_t> pos;
+    if (!cpPositions(ins, in[0].shape[1], pos, error))
+      return false;
     for (int i = 0; i < 2; ++i)
       k::rotary(data(in[i]), data(out[i]), in[i].shape[0], in[i].shape[1],
-                in[i].shape[2] / hd, hd, float(ins.number("theta")), sc, ins.flag("inverse"));
+                in[i].shape[2] / hd, hd, float(ins.number("theta")), sc, ins.flag("inverse"),
+                pos.empty() ? nullptr : pos.data());
     return true;
   }
   case KernelId::AttentionFwd:
@@ -488,6 +537,12 @@ bool CpuExecutor::run(const Instruction &ins, Communicator &comm, std::string &e
     a.scale = float(ins.number("scale"));
     a.causal = ins.flag("causal");
     a.window = int64_t(ins.number("window"));
+    // Context parallelism: local queries at their positions, whole keys.
+    std::vector<int32_t> pos;
+    if (!cpPositions(ins, a.seq, pos, error))
+      return false;
+    a.kvSeq = (fwd ? in[1] : in[2]).shape[1];
+    a.qPos = pos.empty() ? nullptr : pos.data();
     std::vector<float> lse(a.batch * a.heads * a.seq);
     if (fwd) {
       k::attentionForward(data(in[0]), data(in[1]), data(in[2]), data(out[0]), lse.data(), a);

@@ -23,21 +23,27 @@ public:
   }
   int rank() const override { return rank_; }
   int size() const override { return size_; }
-  bool useMesh(int pp, int dp, int tp, std::string &error) override {
-    if (pp * dp * tp != size_) {
-      error = "a " + std::to_string(pp) + " x " + std::to_string(dp) + " x " +
-              std::to_string(tp) + " mesh needs " + std::to_string(pp * dp * tp) +
+  bool useMesh(int pp, int dp, int cp, int tp, std::string &error) override {
+    if (pp * dp * cp * tp != size_) {
+      error = "a " + std::to_string(pp) + " x " + std::to_string(dp) + " x " + std::to_string(cp) +
+              " x " + std::to_string(tp) + " mesh needs " + std::to_string(pp * dp * cp * tp) +
               " ranks, not " + std::to_string(size_);
       return false;
     }
-    dp_ = dp, tp_ = tp;
-    int stage = rank_ / (dp * tp), dpIndex = (rank_ / tp) % dp, tpIndex = rank_ % tp;
+    dp_ = dp, cp_ = cp, tp_ = tp;
+    int stageSize = dp * cp * tp;
+    int stage = rank_ / stageSize, dpIndex = (rank_ / (cp * tp)) % dp,
+        cpIndex = (rank_ / tp) % cp, tpIndex = rank_ % tp;
+    // Colors: the coordinates on every other axis.
     if (MPI_Comm_split(MPI_COMM_WORLD, rank_ / tp, tpIndex, &tpComm) != MPI_SUCCESS ||
-        MPI_Comm_split(MPI_COMM_WORLD, stage * tp + tpIndex, dpIndex, &dpComm) != MPI_SUCCESS ||
-        MPI_Comm_split(MPI_COMM_WORLD, rank_ % (dp * tp), stage, &ppComm) != MPI_SUCCESS ||
+        MPI_Comm_split(MPI_COMM_WORLD, (stage * dp + dpIndex) * tp + tpIndex, cpIndex, &cpComm) !=
+            MPI_SUCCESS ||
+        MPI_Comm_split(MPI_COMM_WORLD, (stage * cp + cpIndex) * tp + tpIndex, dpIndex, &dpComm) !=
+            MPI_SUCCESS ||
+        MPI_Comm_split(MPI_COMM_WORLD, rank_ % stageSize, stage, &ppComm) != MPI_SUCCESS ||
         // The first and last stage, for weights they share.
         MPI_Comm_split(MPI_COMM_WORLD,
-                       pp > 1 && (stage == 0 || stage == pp - 1) ? rank_ % (dp * tp)
+                       pp > 1 && (stage == 0 || stage == pp - 1) ? rank_ % stageSize
                                                                  : MPI_UNDEFINED,
                        stage, &tiedComm) != MPI_SUCCESS) {
       error = "MPI_Comm_split failed";
@@ -55,7 +61,9 @@ public:
     }
     // Within a dp group (same stage and tp index): consecutive dp ranks form
     // an ep group; ranks with the same ep index form an edp group.
-    int group = (rank_ / (dp_ * tp_)) * tp_ + rank_ % tp_, dpIndex = (rank_ / tp_) % dp_;
+    int stageSize = dp_ * cp_ * tp_;
+    int group = ((rank_ / stageSize) * cp_ + (rank_ / tp_) % cp_) * tp_ + rank_ % tp_,
+        dpIndex = (rank_ / (cp_ * tp_)) % dp_;
     if (MPI_Comm_split(MPI_COMM_WORLD, group * dp_ + dpIndex / ep, dpIndex % ep, &epComm) !=
             MPI_SUCCESS ||
         MPI_Comm_split(MPI_COMM_WORLD, group * dp_ + dpIndex % ep, dpIndex / ep, &edpComm) !=
@@ -224,14 +232,16 @@ private:
     std::vector<MPI_Request> requests;
   };
   std::list<Pending> pending;
-  int rank_ = 0, size_ = 1, dp_ = 1, tp_ = 1;
+  int rank_ = 0, size_ = 1, dp_ = 1, cp_ = 1, tp_ = 1;
   MPI_Comm dpComm = MPI_COMM_WORLD, tpComm = MPI_COMM_WORLD, ppComm = MPI_COMM_WORLD,
-           tiedComm = MPI_COMM_NULL, epComm = MPI_COMM_WORLD, edpComm = MPI_COMM_WORLD;
+           tiedComm = MPI_COMM_NULL, epComm = MPI_COMM_WORLD, edpComm = MPI_COMM_WORLD,
+           cpComm = MPI_COMM_WORLD;
   MPI_Comm commFor(const std::string &axis) const {
     return axis == "tp"        ? tpComm
            : axis == "dp"      ? dpComm
            : axis == "pp"      ? ppComm
            : axis == "pp_tied" ? tiedComm
+           : axis == "cp"      ? cpComm
            : axis == "ep"      ? epComm
            : axis == "edp"     ? edpComm
                                : MPI_COMM_WORLD;

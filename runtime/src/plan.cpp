@@ -57,16 +57,19 @@ bool Plan::hasAxis(const std::string &axis) const {
 }
 
 bool Plan::place(const std::string &axis, int rank, int &index, int &size) const {
-  int dp = axisSize("dp"), tp = axisSize("tp"), pp = axisSize("pp"), ep = axisSize("ep");
-  if (pp * dp * tp != worldSize || dp % ep != 0)
+  int dp = axisSize("dp"), tp = axisSize("tp"), pp = axisSize("pp"), ep = axisSize("ep"),
+      cp = axisSize("cp");
+  if (pp * dp * cp * tp != worldSize || dp % ep != 0)
     return false;
-  int dpIndex = (rank / tp) % dp;
+  int dpIndex = (rank / (cp * tp)) % dp;
   if (axis == "dp")
     size = dp, index = dpIndex;
   else if (axis == "tp")
     size = tp, index = rank % tp;
+  else if (axis == "cp")
+    size = cp, index = (rank / tp) % cp;
   else if (axis == "pp")
-    size = pp, index = rank / (dp * tp);
+    size = pp, index = rank / (dp * cp * tp);
   else if (axis == "ep")
     size = ep, index = dpIndex % ep;
   else if (axis == "edp")
@@ -431,13 +434,16 @@ bool parsePlan(const json::Value &root, Plan &plan, std::string &error) {
           return c.fail(iw + ".buffers", "one buffer, not a step input for recv");
       } else if (const json::Value *col = iv.get("collective");
                  col && col->isString() && col->string.rfind("seq_", 0) == 0) {
-        ins.kind = col->string == "seq_all_gather"       ? Instruction::Kind::SeqAllGather
-                   : col->string == "seq_reduce_scatter" ? Instruction::Kind::SeqReduceScatter
-                   : col->string == "seq_split"          ? Instruction::Kind::SeqSplit
-                                                         : Instruction::Kind::Kernel;
+        ins.kind = col->string == "seq_all_gather"          ? Instruction::Kind::SeqAllGather
+                   : col->string == "seq_reduce_scatter"    ? Instruction::Kind::SeqReduceScatter
+                   : col->string == "seq_split"             ? Instruction::Kind::SeqSplit
+                   : col->string == "seq_cp_all_gather"     ? Instruction::Kind::CPAllGather
+                   : col->string == "seq_cp_reduce_scatter" ? Instruction::Kind::CPReduceScatter
+                                                            : Instruction::Kind::Kernel;
         if (ins.kind == Instruction::Kind::Kernel)
           return c.fail(iw + ".collective",
-                        "must be seq_all_gather, seq_reduce_scatter or seq_split");
+                        "must be seq_all_gather, seq_reduce_scatter, seq_split, "
+                        "seq_cp_all_gather or seq_cp_reduce_scatter");
         if (!c.string(iv.get("axis"), iw + ".axis", ins.axis) || !bufferList("ins", ins.ins) ||
             !bufferList("outs", ins.outs))
           return false;
@@ -447,7 +453,8 @@ bool parsePlan(const json::Value &root, Plan &plan, std::string &error) {
         if (ins.ins.size() != 1 || ins.outs.size() != 1 || ins.ins[0].shape.size() != 3 ||
             ins.outs[0].shape.size() != 3 || ins.outs[0].space == Buffer::Space::Input)
           return c.fail(iw, "takes one [b, s, h] input and one output buffer");
-        bool gathers = ins.kind == Instruction::Kind::SeqAllGather;
+        bool gathers = ins.kind == Instruction::Kind::SeqAllGather ||
+                       ins.kind == Instruction::Kind::CPAllGather;
         const Buffer &whole = gathers ? ins.outs[0] : ins.ins[0],
                      &chunk = gathers ? ins.ins[0] : ins.outs[0];
         if (whole.shape[0] != chunk.shape[0] || whole.shape[2] != chunk.shape[2] ||

@@ -170,8 +170,8 @@ public:
     seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     return ok;
   }
-  bool useMesh(int pp, int dp, int tp, std::string &error) override {
-    return inner.useMesh(pp, dp, tp, error);
+  bool useMesh(int pp, int dp, int cp, int tp, std::string &error) override {
+    return inner.useMesh(pp, dp, cp, tp, error);
   }
   bool useExpertAxes(int ep, std::string &error) override {
     return inner.useExpertAxes(ep, error);
@@ -256,7 +256,9 @@ int main(int argc, char **argv) {
     return fail("the plan is for " + std::to_string(plan.worldSize) +
                 " ranks; launch it with mpirun -np " + std::to_string(plan.worldSize));
   int dp = plan.axisSize("dp"), tp = plan.axisSize("tp"), pp = plan.axisSize("pp");
-  if (!comm->useMesh(pp, dp, tp, error) || !comm->useExpertAxes(plan.axisSize("ep"), error))
+  int cp = plan.axisSize("cp");
+  if (!comm->useMesh(pp, dp, cp, tp, error) ||
+      !comm->useExpertAxes(plan.axisSize("ep"), error))
     return fail(error);
 
   TokenData data;
@@ -284,7 +286,13 @@ int main(int argc, char **argv) {
       return fail(o.metrics + ": cannot write the metrics file");
   }
   const Buffer &tokensIn = plan.inputs[0];
-  int64_t perRank = tokensIn.shape[0], seq = tokensIn.shape[1];
+  // Under context parallelism a rank's input holds its 2 of 2 cp chunks of
+  // each sequence.
+  int64_t perRank = tokensIn.shape[0], seq = tokensIn.shape[1] * cp;
+  int dpIndex = 0, cpIndex = 0, axisSize = 1;
+  if (!plan.place("dp", rank, dpIndex, axisSize) || !plan.place("cp", rank, cpIndex, axisSize))
+    return fail("the plan's mesh does not place rank " + std::to_string(rank));
+  std::vector<int32_t> wholeX, wholeY;
   int64_t stateBytes = 0;
   // fp32 value and gradient accumulator, AdamW moments (a chunk under ZeRO).
   for (const ParamSpec &p : plan.params)
@@ -307,12 +315,28 @@ int main(int argc, char **argv) {
     if (failRank && failStep && std::atoi(failRank) == rank && std::atoll(failStep) == step + 1)
       return fail("injected failure at step " + std::to_string(step + 1) +
                   " (LLMOPT_TEST_FAIL_RANK)");
-    // Micro-batch i of data-parallel index r (= rank / tp: the tp ranks of a
+    // Micro-batch i of data-parallel index r (the tp and cp ranks of a
     // group share their batch): sequences [(i * dp + r) * b, + b) of the
     // step's global batch of b * dp * micro sequences.
-    for (int64_t i = 0; i < micro; ++i)
-      data.batch(step, perRank * dp * micro, (i * dp + (rank / tp) % dp) * perRank, perRank, seq,
-                 x[size_t(i)], y[size_t(i)]);
+    for (int64_t i = 0; i < micro; ++i) {
+      if (cp == 1) {
+        data.batch(step, perRank * dp * micro, (i * dp + dpIndex) * perRank, perRank, seq,
+                   x[size_t(i)], y[size_t(i)]);
+        continue;
+      }
+      data.batch(step, perRank * dp * micro, (i * dp + dpIndex) * perRank, perRank, seq, wholeX,
+                 wholeY);
+      // Chunks cpIndex and 2 cp - 1 - cpIndex of each sequence.
+      int64_t half = seq / (2 * cp);
+      x[size_t(i)].clear();
+      y[size_t(i)].clear();
+      for (int64_t b = 0; b < perRank; ++b)
+        for (int64_t chunk : {int64_t(cpIndex), int64_t(2 * cp - 1 - cpIndex)}) {
+          int64_t at = b * seq + chunk * half;
+          x[size_t(i)].insert(x[size_t(i)].end(), wholeX.begin() + at, wholeX.begin() + at + half);
+          y[size_t(i)].insert(y[size_t(i)].end(), wholeY.begin() + at, wholeY.begin() + at + half);
+        }
+    }
     timed.seconds = 0;
     auto t0 = std::chrono::steady_clock::now();
     StepResult r;

@@ -134,6 +134,28 @@ def PartitionEP : Pass<"llm-partition-ep", "::mlir::ModuleOp"> {
   let dependentDialects = ["::llmopt::llm::LLMDialect"];
 }
 
+def PartitionCP : Pass<"llm-partition-cp", "::mlir::ModuleOp"> {
+  let summary = "context parallelism: each rank of a `cp` group holds two sequence chunks";
+  let description = [{
+    Splits the sequence over the mesh axis `cp` (`t` ranks) with causal load
+    balancing: the sequence is cut into `2t` chunks and rank `r` holds chunks
+    `r` and `2t - 1 - r`, so every rank does the same attention work. All ops
+    but attention are token-wise and run on the local chunks unchanged;
+    attention's keys and values are gathered whole (`llm.cp_gather`, the
+    all-gather form of context parallelism) and its queries keep their
+    positions. `llm-specialize-shapes` then gives activations `s / t`
+    positions, and the kernels of rotary embeddings, learned positions and
+    attention (`cp` parameter) place the local rows at their positions.
+
+    Gradients of replicated parameters are averaged over `cp` as over `dp`.
+  }];
+  let options = [
+    Option<"cp", "cp", "int64_t", /*default=*/"0",
+           "context-parallel degree (default: the module's llm.plan, else 1)">,
+  ];
+  let dependentDialects = ["::llmopt::llm::LLMDialect"];
+}
+
 def PartitionPP : Pass<"llm-partition-pp", "::mlir::ModuleOp"> {
   let summary = "Pipeline parallelism: assign @train_step's ops to stages";
   let description = [{

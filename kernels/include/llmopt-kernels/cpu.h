@@ -29,12 +29,14 @@ bool embeddingForward(const int32_t *tokens, const float *table, float *out,
 /// dtable[tokens[n], :] += dout[n, :].
 void embeddingBackward(const int32_t *tokens, const float *dout, float *dtable,
                        int64_t n, int64_t hidden);
-/// out[b, s, :] = x[b, s, :] + table[s, :] (in place allowed).
+/// out[b, s, :] = x[b, s, :] + table[pos(s), :] (in place allowed), pos(s) =
+/// positions[s] or s when null.
 void positionEmbeddingForward(const float *x, const float *table, float *out,
-                              int64_t batch, int64_t seq, int64_t hidden);
-/// dtable[s, :] += sum_b dout[b, s, :].
+                              int64_t batch, int64_t seq, int64_t hidden,
+                              const int32_t *positions = nullptr);
+/// dtable[pos(s), :] += sum_b dout[b, s, :].
 void positionEmbeddingBackward(const float *dout, float *dtable, int64_t batch,
-                               int64_t seq, int64_t hidden);
+                               int64_t seq, int64_t hidden, const int32_t *positions = nullptr);
 
 // --- norms (norm.cpp) ---------------------------------------------------------
 /// Layer norm over the last dimension; keeps mean and rstd per row for
@@ -83,8 +85,11 @@ struct RopeScaling {
 /// Rotates each head of x [batch, seq, heads * headDim] in place-safe fashion
 /// (pairs (i, i + headDim/2), the Hugging Face layout). `inverse` rotates
 /// back (the backward pass).
+/// `positions` (null: 0..seq-1) are the tokens' positions in the sequence
+/// (context parallelism holds non-contiguous chunks).
 void rotary(const float *x, float *out, int64_t batch, int64_t seq, int64_t heads,
-            int64_t headDim, float theta, const RopeScaling &scaling, bool inverse);
+            int64_t headDim, float theta, const RopeScaling &scaling, bool inverse,
+            const int32_t *positions = nullptr);
 
 // --- attention (attention.cpp) --------------------------------------------------
 struct AttentionShape {
@@ -92,6 +97,10 @@ struct AttentionShape {
   float scale = 1;
   bool causal = true;
   int64_t window = 0; ///< 0: unlimited
+  /// Context parallelism: keys and values span kvSeq positions (0: seq) and
+  /// query i sits at position qPos[i] among them (null: i).
+  int64_t kvSeq = 0;
+  const int32_t *qPos = nullptr;
 };
 /// out [b, s, heads * d] = softmax(q k^T * scale + mask) v per head, with
 /// GQA (query head h reads kv head h / (heads / kvHeads)). Keeps the

@@ -67,9 +67,20 @@ struct Converter {
     FailureOr<ArrayAttr> i = bufs(ins), o = bufs(outs);
     if (failed(i) || failed(o))
       return failure();
-    KernelOp::create(ob, loc, b.getStringAttr(name), *i, *o, b.getDictionaryAttr(params));
+    SmallVector<NamedAttribute> ps(params);
+    // Under context parallelism the kernels that depend on positions learn
+    // which chunks this rank holds from the cp axis.
+    if (cp > 1 && llvm::is_contained({StringRef("rotary"), StringRef("attention_fwd"),
+                                      StringRef("attention_bwd"),
+                                      StringRef("position_embedding_fwd"),
+                                      StringRef("position_embedding_bwd")},
+                                     name))
+      ps.push_back(b.getNamedAttr("cp", b.getStringAttr("cp")));
+    KernelOp::create(ob, loc, b.getStringAttr(name), *i, *o, b.getDictionaryAttr(ps));
     return success();
   }
+
+  int64_t cp = 1;
 
   NamedAttribute f64(StringRef k, double v) { return b.getNamedAttr(k, b.getF64FloatAttr(v)); }
   NamedAttribute i64(StringRef k, int64_t v) {
@@ -379,6 +390,12 @@ LogicalResult Converter::convert(Operation *op) {
         AllToAllOp::create(ob, loc, b.getStringAttr("combine"), e.getAxisAttr(), *i, *o);
         return success();
       })
+      .Case([&](CPGatherOp g) {
+        return seq(loc, "cp_all_gather", g.getAxis(), g.getInput(), g.getResult());
+      })
+      .Case([&](CPScatterOp g) {
+        return seq(loc, "cp_reduce_scatter", g.getAxis(), g.getInput(), g.getResult());
+      })
       .Case([&](SPGatherOp g) {
         return seq(loc, "all_gather", g.getAxis(), g.getInput(), g.getResult());
       })
@@ -407,12 +424,12 @@ struct ConvertLLMToExecPass
                             "(llm-build-training-step, llm-specialize-shapes, llm-plan-memory)";
       return signalPassFailure();
     }
-    int64_t dp = 1, tp = 1, ep = 1, micro = 1, zero = 0;
+    int64_t dp = 1, tp = 1, ep = 1, cp = 1, micro = 1, zero = 0;
     if (auto plan = module->getAttrOfType<PlanAttr>("llm.plan")) {
-      if (plan.getCp() != 1) {
-        module.emitError() << "convert-llm-to-exec: context parallelism is not lowered yet; "
-                              "this plan has cp "
-                           << plan.getCp();
+      cp = plan.getCp();
+      if (cp > 1 && !module->hasAttr("llm.cp")) {
+        module.emitError() << "convert-llm-to-exec: the plan has cp " << cp
+                           << "; run llm-partition-cp first";
         return signalPassFailure();
       }
       ep = plan.getEp();
@@ -444,6 +461,7 @@ struct ConvertLLMToExecPass
 
     Converter cv(func);
     cv.vpParts = tp;
+    cv.cp = cp;
     Block &body = func.getBody().front();
     for (Operation &op : body)
       if (auto offs = op.getAttrOfType<DenseI64ArrayAttr>("llm.offsets"))
@@ -512,7 +530,7 @@ struct ConvertLLMToExecPass
       OpBuilder mb(ctx);
       mb.setInsertionPointToEnd(module.getBody());
       SmallVector<int64_t> ranks;
-      int64_t group = dp * tp, firstRank = stage >= 0 ? stage * group : 0;
+      int64_t group = dp * cp * tp, firstRank = stage >= 0 ? stage * group : 0;
       for (int64_t r = firstRank; r < firstRank + group; ++r)
         ranks.push_back(r);
       auto outputs = mb.getDictionaryAttr(
@@ -607,6 +625,10 @@ struct ConvertLLMToExecPass
                            b.getArrayAttr({acc}),
                            b.getDictionaryAttr({cv.f64("factor", 1.0 / double(micro))}));
       StringAttr dpAxis = b.getStringAttr("dp"), avg = b.getStringAttr("avg");
+      // Context parallelism: each rank's gradients and loss are of its
+      // chunks' tokens (equal counts); their average is the sequence's.
+      if (cp > 1)
+        exec::AllReduceOp::create(cv.ob, loc, b.getStringAttr("cp"), avg, b.getArrayAttr(all));
       SmallVector<Attribute> tiedAccs;
       for (auto [a, acc] : llvm::zip(updates, gradAccs))
         if (tied.contains(a.getName()))

@@ -115,12 +115,11 @@ struct EmitPlanPass : public llmopt::impl::EmitPlanBase<EmitPlanPass> {
       root["micro_batch"] = a.getInt();
     if (auto a = module->getAttrOfType<IntegerAttr>("llm.seq_len"))
       root["seq_len"] = a.getInt();
-    // Ranks: the lowered axes (pp x dp x tp; ep subdivides dp; cp is
-    // refused earlier).
+    // Ranks: pp x dp x cp x tp; ep subdivides dp.
     int64_t world = 1;
     json::Object mesh{{"dp", 1}, {"tp", 1}, {"pp", 1}, {"cp", 1}, {"ep", 1}};
     if (auto plan = module->getAttrOfType<llm::PlanAttr>("llm.plan")) {
-      world = plan.getDp() * plan.getTp() * plan.getPp();
+      world = plan.getDp() * plan.getTp() * plan.getPp() * plan.getCp();
       mesh = json::Object{{"dp", plan.getDp()}, {"tp", plan.getTp()}, {"pp", plan.getPp()},
                           {"cp", plan.getCp()}, {"ep", plan.getEp()}};
       root["prediction"] = json::Object{

@@ -41,15 +41,18 @@ public:
   /// the ranks of `axis`. Returns false with `error` set on failure.
   virtual bool allReduce(const std::string &axis, float *data, int64_t count, bool average,
                          std::string &error) = 0;
-  /// Lays the ranks out as a pp x dp x tp mesh
-  /// (rank = (pp index * dp + dp index) * tp + tp index)
-  /// so that collectives over "dp" and "tp" reach the ranks of that axis.
-  /// By default only meshes with one non-trivial axis (which is the world).
-  virtual bool useMesh(int pp, int dp, int tp, std::string &error) {
-    if ((pp == 1 && (dp == 1 || tp == 1)) || (dp == 1 && tp == 1))
+  /// Lays the ranks out as a pp x dp x cp x tp mesh
+  /// (rank = ((pp index * dp + dp index) * cp + cp index) * tp + tp index)
+  /// so that collectives over "dp", "cp", "tp" and "pp" reach the ranks of
+  /// that axis. By default only meshes with one non-trivial axis (which is
+  /// the world).
+  virtual bool useMesh(int pp, int dp, int cp, int tp, std::string &error) {
+    int nontrivial = (pp > 1) + (dp > 1) + (cp > 1) + (tp > 1);
+    if (nontrivial <= 1)
       return true;
     error = "this communicator cannot split the ranks into a " + std::to_string(pp) + " x " +
-            std::to_string(dp) + " x " + std::to_string(tp) + " mesh (use MPI)";
+            std::to_string(dp) + " x " + std::to_string(cp) + " x " + std::to_string(tp) +
+            " mesh (use MPI)";
     return false;
   }
   /// Point-to-point (pipeline stages): blocking send to / receive from world

@@ -73,6 +73,10 @@ private:
   bool run(const Instruction &ins, Communicator &comm, std::string &error);
   bool runExperts(const Instruction &ins, Communicator &comm, std::string &error);
   bool runSeq(const Instruction &ins, Communicator &comm, std::string &error);
+  /// Under context parallelism (a `cp` kernel parameter): the positions of
+  /// this rank's `local` rows in the whole sequence; empty otherwise.
+  bool cpPositions(const Instruction &ins, int64_t local, std::vector<int32_t> &positions,
+                   std::string &error);
 };
 
 } // namespace llmopt::runtime

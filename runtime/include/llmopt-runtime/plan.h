@@ -44,6 +44,8 @@ struct Instruction {
     SeqAllGather,
     SeqReduceScatter,
     SeqSplit,
+    CPAllGather,
+    CPReduceScatter,
     EPDispatch,
     EPCombine,
     Send,

@@ -95,7 +95,7 @@ exec.program "p" ranks [0] arena 256 micro_batches 1 outputs {} micro_batch {
 // -----
 
 exec.program "p" ranks [0] arena 256 micro_batches 1 outputs {} micro_batch {
-  // expected-error @+1 {{kind must be all_gather, reduce_scatter or split, got 'shuffle'}}
+  // expected-error @+1 {{kind must be all_gather, reduce_scatter, split, cp_all_gather or cp_reduce_scatter, got 'shuffle'}}
   exec.seq "shuffle" "tp" ins [#exec.buf<space = "arena", offset = 0, name = "", shape = [1, 2, 4], dtype = f32>] outs [#exec.buf<space = "arena", offset = 32, name = "", shape = [1, 4, 4], dtype = f32>]
 } step {
 }

@@ -1331,3 +1331,19 @@ func.func @ep_combine_capacity(%s: tensor<4x16x64xf32, {ep_parts = 2 : i64}>) {
   %c = llm.ep_combine %s axis "ep" : tensor<4x16x64xf32, {ep_parts = 2 : i64}> -> tensor<8x16x64xf32>
   return
 }
+
+// -----
+
+func.func @cp_gather_length(%k: tensor<2x8x32xf32>) {
+  // expected-error @+1 {{sequence 12 is not 2 x 8}}
+  %w = llm.cp_gather %k axis "cp" : tensor<2x8x32xf32> -> tensor<2x12x32xf32, {cp_parts = 2 : i64}>
+  return
+}
+
+// -----
+
+func.func @attention_cp_keys(%q: tensor<2x8x32xf32>, %k: tensor<2x8x32xf32, {cp_parts = 2 : i64}>) {
+  // expected-error @+1 {{context-parallel keys 'tensor<2x8x32xf32, {cp_parts = 2 : i64}>' must be the whole sequence of 2 ranks' queries}}
+  %o = llm.attention %q, %k, %k heads 4 kv_heads 4 head_dim 8 scale 0.35 causal : tensor<2x8x32xf32>, tensor<2x8x32xf32, {cp_parts = 2 : i64}>
+  return
+}

@@ -23,3 +23,12 @@ func.func @ep(%d: tensor<8x?x64xf32>) -> tensor<8x?x64xf32> {
   %c = llm.ep_combine %s axis "ep" : tensor<4x?x64xf32, {ep_parts = 2 : i64}> -> tensor<8x?x64xf32>
   return %c : tensor<8x?x64xf32>
 }
+
+// CHECK-LABEL: func.func @cp
+// CHECK: %[[W:.*]] = llm.cp_gather %{{.*}} axis "cp" : tensor<2x8x32xf32> -> tensor<2x16x32xf32, {cp_parts = 2 : i64}>
+// CHECK: llm.cp_scatter %[[W]] axis "cp" : tensor<2x16x32xf32, {cp_parts = 2 : i64}> -> tensor<2x8x32xf32>
+func.func @cp(%k: tensor<2x8x32xf32>) -> tensor<2x8x32xf32> {
+  %w = llm.cp_gather %k axis "cp" : tensor<2x8x32xf32> -> tensor<2x16x32xf32, {cp_parts = 2 : i64}>
+  %l = llm.cp_scatter %w axis "cp" : tensor<2x16x32xf32, {cp_parts = 2 : i64}> -> tensor<2x8x32xf32>
+  return %l : tensor<2x8x32xf32>
+}

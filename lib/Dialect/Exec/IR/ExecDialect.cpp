@@ -136,9 +136,11 @@ LogicalResult AllGatherOp::verify() { return verifyCollective(*this, "", getBuff
 
 LogicalResult SeqOp::verify() {
   StringRef kind = getKind();
-  if (kind != "all_gather" && kind != "reduce_scatter" && kind != "split")
-    return emitOpError() << "kind must be all_gather, reduce_scatter or split, got '" << kind
-                         << "'";
+  if (kind != "all_gather" && kind != "reduce_scatter" && kind != "split" &&
+      kind != "cp_all_gather" && kind != "cp_reduce_scatter")
+    return emitOpError() << "kind must be all_gather, reduce_scatter, split, cp_all_gather or "
+                            "cp_reduce_scatter, got '"
+                         << kind << "'";
   if (getIns().size() != 1 || getOuts().size() != 1)
     return emitOpError() << "takes one input and one output buffer";
   if (failed(verifyBufs(*this, getIns(), "ins")) || failed(verifyBufs(*this, getOuts(), "outs")))
@@ -148,7 +150,7 @@ LogicalResult SeqOp::verify() {
   if (out.getSpace().getValue() == "input" || a.size() != 3 || b.size() != 3 ||
       a[0] != b[0] || a[2] != b[2])
     return emitOpError() << "expects [b, s, h] buffers that differ only in the sequence";
-  bool gathers = kind == "all_gather";
+  bool gathers = kind == "all_gather" || kind == "cp_all_gather";
   int64_t whole = gathers ? b[1] : a[1], chunk = gathers ? a[1] : b[1];
   if (chunk <= 0 || whole % chunk != 0 || whole == chunk)
     return emitOpError() << "sequence " << whole << " is not several chunks of " << chunk;

@@ -327,9 +327,17 @@ LogicalResult SplitOp::verify() {
 
 LogicalResult AttentionOp::verify() {
   RankedTensorType q = tensorType(getQ()), k = tensorType(getK());
+  // Under context parallelism the queries are this rank's chunks and the
+  // keys the whole sequence ({cp_parts = t}).
+  int64_t cp = cpParts(k);
+  if (cp > 1 && (!dimsCompatible(q.getDimSize(0), k.getDimSize(0)) ||
+                 (!q.isDynamicDim(1) && !k.isDynamicDim(1) &&
+                  k.getDimSize(1) != q.getDimSize(1) * cp)))
+    return emitOpError() << "context-parallel keys " << k << " must be the whole sequence of "
+                         << cp << " ranks' queries " << q;
   if (failed(verifyActivation(*this, "q", q)) ||
       failed(verifyActivation(*this, "k", k)) ||
-      failed(verifyLeadingDims(*this, "q", q, "k", k)) ||
+      (cp == 1 && failed(verifyLeadingDims(*this, "q", q, "k", k))) ||
       failed(verifySameElementType(*this, "q", q, "k and v", k)))
     return failure();
   int64_t h = getNumHeadsAttr().getInt(), kvh = getNumKvHeadsAttr().getInt(),

@@ -95,6 +95,10 @@ int64_t llmopt::llm::seqParts(Type t) { return encodedParts(t, "seq_parts"); }
 RankedTensorType llmopt::llm::withSeqParts(Type t, int64_t parts) {
   return withEncodedParts(t, "seq_parts", parts);
 }
+int64_t llmopt::llm::cpParts(Type t) { return encodedParts(t, "cp_parts"); }
+RankedTensorType llmopt::llm::withCpParts(Type t, int64_t parts) {
+  return withEncodedParts(t, "cp_parts", parts);
+}
 int64_t llmopt::llm::expertParts(Type t) { return encodedParts(t, "ep_parts"); }
 RankedTensorType llmopt::llm::withExpertParts(Type t, int64_t parts) {
   return withEncodedParts(t, "ep_parts", parts);
@@ -214,6 +218,55 @@ LogicalResult EPCombineOp::emitGradient(OpBuilder &b, ArrayRef<Value> grads,
                                         SmallVectorImpl<Value> &out) {
   out.assign({(Value)EPDispatchOp::create(b, getLoc(), getInput().getType(), grads[0],
                                           getAxisAttr())});
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Context parallelism
+//===----------------------------------------------------------------------===//
+
+/// `whole` [b, s, h] {cp_parts = t} is gathered from `local` [b, s/t, h].
+static LogicalResult verifyCpWhole(Operation *op, Value local, Value whole) {
+  RankedTensorType l = ty(local), w = ty(whole);
+  int64_t t = cpParts(w);
+  if (l.getRank() != 3 || w.getRank() != 3 || cpParts(l) != 1 || t < 2 ||
+      l.getDimSize(0) != w.getDimSize(0) || l.getDimSize(2) != w.getDimSize(2) ||
+      l.getElementType() != w.getElementType())
+    return op->emitOpError() << "expects a local [b, s/t, h] tensor and the whole sequence "
+                                "[b, s, h] with encoding {cp_parts = t}, got "
+                             << l << " and " << w;
+  if (!l.isDynamicDim(1) && (w.isDynamicDim(1) || w.getDimSize(1) != l.getDimSize(1) * t))
+    return op->emitOpError() << "sequence " << w.getDimSize(1) << " is not " << t << " x "
+                             << l.getDimSize(1);
+  return success();
+}
+
+LogicalResult CPGatherOp::verify() {
+  if (failed(verifyAxis(*this, getAxis())))
+    return failure();
+  return verifyCpWhole(*this, getInput(), getResult());
+}
+
+LogicalResult CPScatterOp::verify() {
+  if (failed(verifyAxis(*this, getAxis())))
+    return failure();
+  return verifyCpWhole(*this, getResult(), getInput());
+}
+
+OpCost CPGatherOp::getCost(const CostContext &c) { return touches(getInput(), getResult(), c); }
+OpCost CPScatterOp::getCost(const CostContext &c) { return touches(getInput(), getResult(), c); }
+
+LogicalResult CPGatherOp::emitGradient(OpBuilder &b, ArrayRef<Value> grads,
+                                       SmallVectorImpl<Value> &out) {
+  out.assign({(Value)CPScatterOp::create(b, getLoc(), getInput().getType(), grads[0],
+                                         getAxisAttr())});
+  return success();
+}
+
+LogicalResult CPScatterOp::emitGradient(OpBuilder &b, ArrayRef<Value> grads,
+                                        SmallVectorImpl<Value> &out) {
+  out.assign({(Value)CPGatherOp::create(b, getLoc(), getInput().getType(), grads[0],
+                                        getAxisAttr())});
   return success();
 }
 

@@ -157,7 +157,10 @@ def Exec_SeqOp : Exec_Op<"seq", [HasParent<"ProgramOp">]> {
       order);
     - `reduce_scatter`: the ranks' whole partial sums in, this rank's chunk of
       their sum out;
-    - `split`: whole sequence in, this rank's chunk out (no communication).
+    - `split`: whole sequence in, this rank's chunk out (no communication);
+    - `cp_all_gather`, `cp_reduce_scatter`: the same for context parallelism,
+      where rank `r`'s local sequence is chunks `r` and `2t - 1 - r` of the
+      `2t` chunks of the whole.
     ```mlir
     exec.seq all_gather "tp" ins [#exec.buf<...>] outs [#exec.buf<...>]
     ```

@@ -32,6 +32,10 @@ mlir::RankedTensorType withSeqParts(mlir::Type t, int64_t parts);
 /// all-to-all, [E/t, t C, h], by the encoding `{ep_parts = t}`; 1 otherwise.
 int64_t expertParts(mlir::Type t);
 mlir::RankedTensorType withExpertParts(mlir::Type t, int64_t parts);
+/// Context parallelism marks a whole sequence gathered from `t` ranks' local
+/// chunks by the encoding `{cp_parts = t}`; 1 otherwise.
+int64_t cpParts(mlir::Type t);
+mlir::RankedTensorType withCpParts(mlir::Type t, int64_t parts);
 } // namespace llmopt::llm
 
 #endif // LLMOPT_DIALECT_LLM_IR_LLMOPS_H

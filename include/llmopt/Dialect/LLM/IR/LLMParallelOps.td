@@ -169,6 +169,40 @@ def LLM_EPCombineOp : LLM_DiffOp<"ep_combine", [Pure]> {
   let assemblyFormat = "$input `axis` $axis attr-dict `:` type($input) `->` type($result)";
 }
 
+def LLM_CPGatherOp : LLM_DiffOp<"cp_gather", [Pure]> {
+  let summary = "context parallelism: all-gather keys or values over the sequence";
+  let description = [{
+    Under context parallelism each rank of `axis` (`t` ranks) holds two of
+    the sequence's `2t` chunks, `t` and `2t - 1 - r` for rank `r` (causal load
+    balancing), as one `[b, s/t, h]` tensor. Attention's keys and values are
+    gathered into the whole sequence in position order, `[b, s, h]`, marked
+    by the encoding `{cp_parts = t}` (its sequence is `t` local lengths).
+    This is the all-gather form of context parallelism (Megatron-Core's
+    `all_gather` communication, as Llama 3 was trained). Backward:
+    `llm.cp_scatter` (each rank's queries contribute to every key).
+    ```mlir
+    %k_all = llm.cp_gather %k axis "cp" : tensor<?x?x32xf32> -> tensor<?x?x32xf32, {cp_parts = 2 : i64}>
+    ```
+  }];
+  let arguments = (ins LLM_Activation:$input, StrAttr:$axis);
+  let results = (outs LLM_Activation:$result);
+  let assemblyFormat = "$input `axis` $axis attr-dict `:` type($input) `->` type($result)";
+}
+
+def LLM_CPScatterOp : LLM_DiffOp<"cp_scatter", [Pure]> {
+  let summary = "context parallelism: reduce-scatter whole-sequence gradients to their ranks";
+  let description = [{
+    Sums the ranks' `[b, s, h]` partial gradients (encoding `{cp_parts = t}`)
+    and keeps this rank's two chunks, `[b, s/t, h]`. Backward: `llm.cp_gather`.
+    ```mlir
+    %dk = llm.cp_scatter %dk_all axis "cp" : tensor<?x?x32xf32, {cp_parts = 2 : i64}> -> tensor<?x?x32xf32>
+    ```
+  }];
+  let arguments = (ins LLM_Activation:$input, StrAttr:$axis);
+  let results = (outs LLM_Activation:$result);
+  let assemblyFormat = "$input `axis` $axis attr-dict `:` type($input) `->` type($result)";
+}
+
 def LLM_ZeroGatherOp : LLM_CostOp<"zero_gather", [Pure, AllTypesMatch<["param", "result"]>]> {
   let summary = "ZeRO-3: the whole parameter, gathered from the ranks' chunks";
   let description = [{
