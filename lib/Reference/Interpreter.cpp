@@ -391,6 +391,95 @@ LogicalResult Run::exec(Operation *op) {
                         x.numElements(), g.getApproximate() == GeluApprox::tanh);
         return success();
       })
+      .Case([&](MoERouterOp r) {
+        const Tensor &x = get(r.getInput()), &gate = get(r.getGate());
+        int64_t k = r.getTopKAttr().getInt();
+        Tensor &w = make(r.getWeights(), {x.shape[0], x.shape[1], k});
+        Tensor idx = Tensor::idsOf({x.shape[0], x.shape[1], k},
+                                   std::vector<int32_t>(size_t(rows(x) * k)));
+        k::moeRouterForward(x.data.data(), gate.data.data(), w.data.data(), idx.ids.data(),
+                            rows(x), x.shape[2], gate.shape[0], k, r.getNormalize());
+        slot(r.getIndices()) = std::move(idx);
+        return success();
+      })
+      .Case([&](MoEDispatchOp d) -> LogicalResult {
+        const Tensor &x = get(d.getInput()), &idx = get(d.getIndices());
+        auto t = d.getType();
+        int64_t experts = t.getDimSize(0), n = rows(x), k = idx.shape[2], cap = n;
+        double cf = d.getCapacityFactor().convertToDouble();
+        if (!t.isDynamicDim(1))
+          cap = t.getDimSize(1);
+        else if (cf > 0)
+          cap = std::min<int64_t>(n, int64_t(std::ceil(cf * double(n * k) / double(experts))));
+        Tensor &r = make(d.getResult(), {experts, cap, x.shape[2]});
+        if (!k::moeDispatchForward(x.data.data(), idx.ids.data(), r.data.data(), n, x.shape[2],
+                                   k, experts, cap))
+          return fail(d, "an expert index is out of range");
+        return success();
+      })
+      .Case([&](MoEExpertsOp e) {
+        const Tensor &x = get(e.getInput());
+        Tensor &r = make(e.getResult(), x.shape);
+        std::vector<const float *> w;
+        for (Value v : e.getWeights())
+          w.push_back(get(v).data.data());
+        k::MoEExpertShape sh{x.shape[0], x.shape[1], x.shape[2], get(e.getWeights()[0]).shape[1],
+                             e.getActivation() == ExpertActivation::swiglu};
+        k::moeExpertsForward(x.data.data(), w.data(), r.data.data(), sh);
+        return success();
+      })
+      .Case([&](MoECombineOp c) -> LogicalResult {
+        const Tensor &e = get(c.getInput()), &w = get(c.getWeights()), &idx = get(c.getIndices());
+        Tensor &r = make(c.getResult(), {w.shape[0], w.shape[1], e.shape[2]});
+        if (!k::moeCombineForward(e.data.data(), w.data.data(), idx.ids.data(), r.data.data(),
+                                  rows(w), e.shape[2], w.shape[2], e.shape[0], e.shape[1]))
+          return fail(c, "an expert index is out of range");
+        return success();
+      })
+      .Case([&](MoERouterGradOp g) {
+        const Tensor &x = get(g.getInput()), &gate = get(g.getGate()), &w = get(g.getWeights());
+        Tensor &dx = make(g.getInputGrad(), x.shape);
+        Tensor &dg = make(g.getGateGrad(), gate.shape);
+        k::moeRouterBackward(get(g.getGrad()).data.data(), x.data.data(), gate.data.data(),
+                             w.data.data(), get(g.getIndices()).ids.data(), dx.data.data(),
+                             dg.data.data(), rows(x), x.shape[2], gate.shape[0], w.shape[2],
+                             g.getNormalize());
+        return success();
+      })
+      .Case([&](MoEDispatchGradOp g) -> LogicalResult {
+        const Tensor &d = get(g.getGrad()), &idx = get(g.getIndices());
+        Tensor &dx = make(g.getResult(), {idx.shape[0], idx.shape[1], d.shape[2]});
+        if (!k::moeDispatchBackward(d.data.data(), idx.ids.data(), dx.data.data(), rows(idx),
+                                    d.shape[2], idx.shape[2], d.shape[0], d.shape[1]))
+          return fail(g, "an expert index is out of range");
+        return success();
+      })
+      .Case([&](MoEExpertsGradOp g) {
+        const Tensor &x = get(g.getInput());
+        Tensor &dx = make(g.getInputGrad(), x.shape);
+        std::vector<const float *> w;
+        std::vector<float *> dw;
+        for (auto [v, r] : llvm::zip(g.getWeights(), g.getWeightGrads())) {
+          w.push_back(get(v).data.data());
+          dw.push_back(make(r, get(v).shape).data.data());
+        }
+        k::MoEExpertShape sh{x.shape[0], x.shape[1], x.shape[2], get(g.getWeights()[0]).shape[1],
+                             g.getActivation() == ExpertActivation::swiglu};
+        k::moeExpertsBackward(get(g.getGrad()).data.data(), x.data.data(), w.data(),
+                              dx.data.data(), dw.data(), sh);
+        return success();
+      })
+      .Case([&](MoECombineGradOp g) -> LogicalResult {
+        const Tensor &e = get(g.getExpertOut()), &w = get(g.getWeights()),
+                     &idx = get(g.getIndices());
+        Tensor &de = make(g.getExpertOutGrad(), e.shape);
+        Tensor &dw = make(g.getWeightsGrad(), w.shape);
+        if (!k::moeCombineBackward(get(g.getGrad()).data.data(), e.data.data(), w.data.data(),
+                                   idx.ids.data(), de.data.data(), dw.data.data(), rows(w),
+                                   e.shape[2], w.shape[2], e.shape[0], e.shape[1]))
+          return fail(g, "an expert index is out of range");
+        return success();
+      })
       .Case([&](SwiGLUGradOp g) {
         const Tensor &gate = get(g.getGate());
         Tensor &dg = make(g.getGateGrad(), gate.shape);

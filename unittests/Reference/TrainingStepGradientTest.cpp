@@ -52,6 +52,10 @@ const Case kCases[] = {
                   "num_hidden_layers": 1, "num_attention_heads": 4, "num_key_value_heads": 2,
                   "vocab_size": 11, "max_position_embeddings": 64, "tie_word_embeddings": true,
                   "initializer_range": 0.5})"},
+    {"mixtral", R"({"model_type": "mixtral", "hidden_size": 16, "intermediate_size": 24,
+                    "num_hidden_layers": 1, "num_attention_heads": 4, "num_key_value_heads": 2,
+                    "num_local_experts": 4, "num_experts_per_tok": 2, "vocab_size": 11,
+                    "max_position_embeddings": 64, "initializer_range": 0.5})"},
 };
 
 class TrainingStepGradient : public ::testing::TestWithParam<Case> {};
