@@ -18,6 +18,7 @@
 #include "llmopt-runtime/mpi_comm.h"
 
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -312,9 +313,14 @@ int main(int argc, char **argv) {
       y(static_cast<size_t>(micro));
   while (exe.steps < o.steps) {
     int64_t step = exe.steps;
-    if (failRank && failStep && std::atoi(failRank) == rank && std::atoll(failStep) == step + 1)
+    if (failRank && failStep && std::atoi(failRank) == rank && std::atoll(failStep) == step + 1) {
+      // A rank that dies without a word (LLMOPT_TEST_FAIL_MODE=kill): the
+      // launcher must end the others.
+      if (const char *mode = std::getenv("LLMOPT_TEST_FAIL_MODE"); mode && std::string(mode) == "kill")
+        std::raise(SIGKILL);
       return fail("injected failure at step " + std::to_string(step + 1) +
                   " (LLMOPT_TEST_FAIL_RANK)");
+    }
     // Micro-batch i of data-parallel index r (the tp and cp ranks of a
     // group share their batch): sequences [(i * dp + r) * b, + b) of the
     // step's global batch of b * dp * micro sequences.
