@@ -42,7 +42,7 @@ struct PartitionPPPass : public llmopt::impl::PartitionPPBase<PartitionPPPass> {
                          << " stage layer counts for pp " << pp;
       return signalPassFailure();
     }
-    SmallVector<int64_t> stageOfLayer;
+    SmallVector<int64_t> stageOfLayer, chunkOfLayer;
     if (vpp > 1) {
       // Interleaved stages (Narayanan et al. 2021): the layers form pp x vpp
       // equal chunks; chunk v runs on stage v mod pp.
@@ -56,8 +56,10 @@ struct PartitionPPPass : public llmopt::impl::PartitionPPBase<PartitionPPPass> {
         return signalPassFailure();
       }
       int64_t chunk = layers / (pp * vpp);
-      for (int64_t l = 0; l < layers; ++l)
+      for (int64_t l = 0; l < layers; ++l) {
         stageOfLayer.push_back((l / chunk) % pp);
+        chunkOfLayer.push_back((l / chunk) / pp);
+      }
     } else {
       for (auto [s, n] : llvm::enumerate(counts))
         for (int64_t i = 0; i < n; ++i)
@@ -88,6 +90,15 @@ struct PartitionPPPass : public llmopt::impl::PartitionPPBase<PartitionPPPass> {
       auto a = op->getAttrOfType<IntegerAttr>("llm.stage");
       return a ? a.getInt() : -2;
     };
+    // Interleaved stages: the model chunk (0 .. vpp-1) of the stage an op
+    // belongs to, so that the schedule can run one chunk at a time.
+    auto setChunk = [&](Operation *op, int64_t c) {
+      op->setAttr("llm.chunk", b.getI64IntegerAttr(c));
+    };
+    auto chunkOf = [&](Operation *op) -> int64_t {
+      auto a = op->getAttrOfType<IntegerAttr>("llm.chunk");
+      return a ? a.getInt() : 0;
+    };
     for (auto [i, op] : llvm::enumerate(ops)) {
       if (isa<ParamOp, arith::ConstantOp>(op))
         continue;
@@ -103,6 +114,8 @@ struct PartitionPPPass : public llmopt::impl::PartitionPPBase<PartitionPPPass> {
           return signalPassFailure();
         }
         setStage(op, stageOfLayer[size_t(l)]);
+        if (vpp > 1)
+          setChunk(op, chunkOfLayer[size_t(l)]);
         continue;
       }
       // Before the layers: embeddings; between the last forward and the first
@@ -111,6 +124,8 @@ struct PartitionPPPass : public llmopt::impl::PartitionPPBase<PartitionPPPass> {
       int64_t idx = int64_t(i);
       bool head = idx > first && idx < last;
       setStage(op, head ? pp - 1 : 0);
+      if (vpp > 1)
+        setChunk(op, head ? vpp - 1 : 0);
     }
     // Parameters and constants live where they are used.
     for (Operation *op : ops) {
@@ -169,6 +184,12 @@ struct PartitionPPPass : public llmopt::impl::PartitionPPBase<PartitionPPPass> {
         continue;
       }
       setStage(op, stages[0]);
+      if (vpp > 1)
+        for (Operation *user : op->getUsers())
+          if (stageOf(user) == stages[0]) {
+            setChunk(op, chunkOf(user));
+            break;
+          }
       // A constant used on several stages gets a copy on each.
       for (int64_t s : llvm::drop_begin(stages)) {
         OpBuilder ob(op);
@@ -177,6 +198,11 @@ struct PartitionPPPass : public llmopt::impl::PartitionPPBase<PartitionPPPass> {
         op->getResult(0).replaceUsesWithIf(copy->getResult(0), [&](OpOperand &use) {
           return stageOf(use.getOwner()) == s;
         });
+        if (vpp > 1)
+          for (Operation *user : copy->getUsers()) {
+            setChunk(copy, chunkOf(user));
+            break;
+          }
       }
     }
     // Values used on another stage travel there right after they are made.
@@ -197,6 +223,14 @@ struct PartitionPPPass : public llmopt::impl::PartitionPPBase<PartitionPPPass> {
           auto t = PPTransferOp::create(ob, op->getLoc(), r.getType(), r,
                                         ob.getI64IntegerAttr(from), ob.getI64IntegerAttr(to));
           setStage(t, to);
+          if (vpp > 1) {
+            t->setAttr("llm.from_chunk", b.getI64IntegerAttr(chunkOf(op)));
+            for (Operation *user : r.getUsers())
+              if (user != t && stageOf(user) == to) {
+                t->setAttr("llm.to_chunk", b.getI64IntegerAttr(chunkOf(user)));
+                break;
+              }
+          }
           r.replaceUsesWithIf(t.getResult(), [&](OpOperand &use) {
             return use.getOwner() != t && stageOf(use.getOwner()) == to;
           });

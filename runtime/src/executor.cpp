@@ -36,7 +36,8 @@ bool CpuExecutor::init(const Plan &p, int rank, uint64_t seed, std::string &erro
     this->rank = rank;
     if (!axis("pp", stage, stages, error))
       return false;
-    slots = program->schedule == "gpipe"        ? size_t(program->numMicroBatches)
+    slots = program->schedule == "gpipe" || program->schedule == "interleaved"
+                ? size_t(program->numMicroBatches)
             : program->schedule == "sequential" ? 1
                                                 : size_t(std::min<int64_t>(
                                                       program->numMicroBatches, stages - stage));
@@ -277,23 +278,72 @@ bool CpuExecutor::step(const std::vector<std::vector<int32_t>> &tok,
       return false;
     }
   }
-  // Runs the forward (or backward) half of micro-batch m in its arena.
-  size_t half = program->backwardStart >= 0 ? size_t(program->backwardStart)
-                                            : program->microBatch.size();
-  auto runHalf = [&](int64_t m, bool backward) {
+  // The micro-batch instructions as ranges per model chunk and half
+  // (forward, backward): one chunk and two halves unless the stage is
+  // interleaved.
+  size_t n = program->microBatch.size();
+  size_t half = program->backwardStart >= 0 ? size_t(program->backwardStart) : n;
+  int64_t chunks = program->numChunks();
+  std::vector<std::vector<std::pair<size_t, size_t>>> ranges(size_t(2 * chunks));
+  {
+    std::vector<size_t> cuts = {0, half, n};
+    for (const Program::ChunkStart &c : program->chunks)
+      cuts.push_back(size_t(c.begin));
+    std::sort(cuts.begin(), cuts.end());
+    cuts.erase(std::unique(cuts.begin(), cuts.end()), cuts.end());
+    for (size_t i = 0; i + 1 < cuts.size(); ++i) {
+      int64_t chunk = 0;
+      for (const Program::ChunkStart &c : program->chunks)
+        if (size_t(c.begin) <= cuts[i])
+          chunk = c.chunk;
+      ranges[size_t(2 * chunk + (cuts[i] >= half ? 1 : 0))].push_back({cuts[i], cuts[i + 1]});
+    }
+  }
+  // Runs chunk c's forward (or backward) part of micro-batch m in its arena.
+  auto runPart = [&](int64_t m, int64_t c, bool backward) {
     tokens = &tok[size_t(m)];
     labels = &lab[size_t(m)];
     slot = size_t(m) % arenas.size();
-    size_t begin = backward ? half : 0, end = backward ? program->microBatch.size() : half;
-    for (size_t k = begin; k < end; ++k)
-      if (!run(program->microBatch[k], comm, error))
+    for (auto [begin, end] : ranges[size_t(2 * c + (backward ? 1 : 0))])
+      for (size_t k = begin; k < end; ++k)
+        if (!run(program->microBatch[k], comm, error))
+          return false;
+    return true;
+  };
+  auto runHalf = [&](int64_t m, bool backward) {
+    for (int64_t c = 0; c < chunks; ++c)
+      if (!runPart(m, backward ? chunks - 1 - c : c, backward))
         return false;
     return true;
   };
   int64_t micro = program->numMicroBatches;
-  if (program->backwardStart < 0) {
+  if (program->backwardStart < 0 || program->schedule == "sequential") {
     for (int64_t m = 0; m < micro; ++m)
       if (!runHalf(m, false) || !runHalf(m, true))
+        return false;
+  } else if (program->schedule == "interleaved") {
+    // Interleaved 1F1B (Narayanan et al. 2021): forwards go through the
+    // chunks in groups of pp micro-batches, backwards through the chunks in
+    // reverse; warm-up forwards fill the pipeline below this stage, then one
+    // forward and one backward, then the remaining backwards. Each chunk's
+    // backwards still run in micro-batch order.
+    int stage = 0, stages = 1;
+    if (!axis("pp", stage, stages, error))
+      return false;
+    int64_t total = micro * chunks, group = int64_t(stages);
+    auto mbOf = [&](int64_t k) { return (k / (group * chunks)) * group + k % group; };
+    auto fwdChunk = [&](int64_t k) { return (k / group) % chunks; };
+    int64_t warmup =
+        std::min(total, int64_t(stages - stage - 1) * 2 + (chunks - 1) * group);
+    for (int64_t k = 0; k < warmup; ++k)
+      if (!runPart(mbOf(k), fwdChunk(k), false))
+        return false;
+    for (int64_t k = warmup; k < total; ++k)
+      if (!runPart(mbOf(k), fwdChunk(k), false) ||
+          !runPart(mbOf(k - warmup), chunks - 1 - fwdChunk(k - warmup), true))
+        return false;
+    for (int64_t k = total - warmup; k < total; ++k)
+      if (!runPart(mbOf(k), chunks - 1 - fwdChunk(k), true))
         return false;
   } else {
     // 1F1B (Narayanan et al. 2021): warm up with the forwards that fill the
@@ -373,8 +423,9 @@ bool CpuExecutor::run(const Instruction &ins, Communicator &comm, std::string &e
       return false;
     int peer = rank + (ins.peer - stage) * (plan->worldSize / stages);
     const Buffer &b = ins.buffers[0];
-    return ins.kind == Instruction::Kind::Send ? comm.send(peer, data(b), b.elements, error)
-                                               : comm.recv(peer, data(b), b.elements, error);
+    return ins.kind == Instruction::Kind::Send
+               ? comm.send(peer, ins.tag, data(b), b.elements, error)
+               : comm.recv(peer, ins.tag, data(b), b.elements, error);
   }
   case Instruction::Kind::SeqAllGather:
   case Instruction::Kind::SeqReduceScatter:

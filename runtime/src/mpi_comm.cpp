@@ -87,7 +87,7 @@ public:
     return true;
   }
 
-  bool send(int peer, const float *data, int64_t count, std::string &error) override {
+  bool send(int peer, int tag, const float *data, int64_t count, std::string &error) override {
     // Non-blocking from a private copy: the caller may reuse its buffer at
     // once, and two stages sending to each other cannot deadlock.
     pending.push_back(Pending{std::vector<float>(data, data + count), {}});
@@ -95,7 +95,7 @@ public:
     for (int64_t at = 0; at < count;) {
       int len = int(std::min<int64_t>(count - at, int64_t(1) << 30));
       MPI_Request r;
-      if (MPI_Isend(p.data.data() + at, len, MPI_FLOAT, peer, 0, MPI_COMM_WORLD, &r) !=
+      if (MPI_Isend(p.data.data() + at, len, MPI_FLOAT, peer, tag, MPI_COMM_WORLD, &r) !=
           MPI_SUCCESS) {
         error = "MPI_Isend to rank " + std::to_string(peer) + " failed";
         return false;
@@ -117,10 +117,10 @@ public:
     return true;
   }
 
-  bool recv(int peer, float *data, int64_t count, std::string &error) override {
+  bool recv(int peer, int tag, float *data, int64_t count, std::string &error) override {
     for (int64_t at = 0; at < count;) {
       int len = int(std::min<int64_t>(count - at, int64_t(1) << 30));
-      if (MPI_Recv(data + at, len, MPI_FLOAT, peer, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE) !=
+      if (MPI_Recv(data + at, len, MPI_FLOAT, peer, tag, MPI_COMM_WORLD, MPI_STATUS_IGNORE) !=
           MPI_SUCCESS) {
         error = "MPI_Recv from rank " + std::to_string(peer) + " failed";
         return false;

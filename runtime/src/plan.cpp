@@ -46,6 +46,13 @@ const Program *Plan::programFor(int rank) const {
   return nullptr;
 }
 
+int64_t Program::numChunks() const {
+  int64_t n = 1;
+  for (const ChunkStart &c : chunks)
+    n = std::max(n, c.chunk + 1);
+  return n;
+}
+
 int Plan::axisSize(const std::string &name) const {
   auto it = mesh.find(name);
   return it == mesh.end() ? 1 : it->second;
@@ -352,9 +359,28 @@ bool parsePlan(const json::Value &root, Plan &plan, std::string &error) {
       if (!c.integer(pv.get("backward_start"), where + ".backward_start", prog.backwardStart) ||
           !c.string(pv.get("schedule"), where + ".schedule", prog.schedule))
         return false;
-      if (prog.schedule != "1f1b" && prog.schedule != "gpipe" && prog.schedule != "sequential")
-        return c.fail(where + ".schedule", "must be 1f1b, gpipe or sequential");
+      if (prog.schedule != "1f1b" && prog.schedule != "gpipe" && prog.schedule != "sequential" &&
+          prog.schedule != "interleaved")
+        return c.fail(where + ".schedule", "must be 1f1b, gpipe, interleaved or sequential");
     }
+    if (const json::Value *cs = pv.get("chunks")) {
+      if (!cs->isArray())
+        return c.fail(where + ".chunks", "must be an array of {chunk, begin}");
+      int64_t last = -1;
+      for (size_t i = 0; i < cs->array.size(); ++i) {
+        std::string cw = where + ".chunks[" + std::to_string(i) + "]";
+        Program::ChunkStart start;
+        if (!c.integer(cs->array[i].get("chunk"), cw + ".chunk", start.chunk) ||
+            !c.integer(cs->array[i].get("begin"), cw + ".begin", start.begin))
+          return false;
+        if (start.begin < last)
+          return c.fail(cw + ".begin", "must not precede the previous chunk's");
+        last = start.begin;
+        prog.chunks.push_back(start);
+      }
+    }
+    if (prog.schedule == "interleaved" && prog.chunks.empty())
+      return c.fail(where + ".chunks", "an interleaved schedule needs the stage's chunks");
     for (const char *phase : {"micro_batch_instructions", "step_instructions"}) {
     const json::Value *instrs = pv.get(phase);
     if (!instrs || !instrs->isArray())
@@ -428,6 +454,14 @@ bool parsePlan(const json::Value &root, Plan &plan, std::string &error) {
           return c.fail(iw + ".peer", "no pipeline stage " + std::to_string(peer) + " of " +
                                           std::to_string(pp));
         ins.peer = int(peer);
+        if (iv.get("tag")) {
+          int64_t tag = 0;
+          if (!c.integer(iv.get("tag"), iw + ".tag", tag))
+            return false;
+          if (tag > 32767)
+            return c.fail(iw + ".tag", "must be at most 32767 (the MPI minimum tag bound)");
+          ins.tag = int(tag);
+        }
         ins.axis = "pp";
         if (ins.buffers.size() != 1 ||
             (ins.kind == Instruction::Kind::Recv && ins.buffers[0].space == Buffer::Space::Input))
@@ -515,6 +549,10 @@ bool parsePlan(const json::Value &root, Plan &plan, std::string &error) {
     }
     if (prog.backwardStart > int64_t(prog.microBatch.size()))
       return c.fail(where + ".backward_start", "is past the micro-batch instructions");
+    if (!prog.chunks.empty() && prog.chunks.back().begin > int64_t(prog.microBatch.size()))
+      return c.fail(where + ".chunks", "a chunk begins past the micro-batch instructions");
+    if (prog.numChunks() > 64)
+      return c.fail(where + ".chunks", "more than 64 model chunks on one stage");
     plan.programs.push_back(std::move(prog));
   }
   if (int(covered.size()) != plan.worldSize)

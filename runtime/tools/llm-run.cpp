@@ -184,16 +184,16 @@ public:
     seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     return ok;
   }
-  bool send(int peer, const float *data, int64_t count, std::string &error) override {
+  bool send(int peer, int tag, const float *data, int64_t count, std::string &error) override {
     auto t0 = std::chrono::steady_clock::now();
-    bool ok = inner.send(peer, data, count, error);
+    bool ok = inner.send(peer, tag, data, count, error);
     seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     return ok;
   }
   bool flush(std::string &error) override { return inner.flush(error); }
-  bool recv(int peer, float *data, int64_t count, std::string &error) override {
+  bool recv(int peer, int tag, float *data, int64_t count, std::string &error) override {
     auto t0 = std::chrono::steady_clock::now();
-    bool ok = inner.recv(peer, data, count, error);
+    bool ok = inner.recv(peer, tag, data, count, error);
     seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     return ok;
   }

@@ -571,6 +571,16 @@ struct ConvertLLMToExecPass
       // first of the stage's ops after the loss.
       Operation *lossOp = ret.getOperand(0).getDefiningOp();
       bool marked = stage < 0;
+      // Interleaved stages: which model chunk the next instructions belong
+      // to (llm.chunk from llm-partition-pp); a marker where it changes.
+      int64_t chunk = 0, transfers = 0;
+      auto enterChunk = [&](Operation *op, StringRef key, Location at) {
+        auto c = op->getAttrOfType<IntegerAttr>(key);
+        if (!c || c.getInt() == chunk)
+          return;
+        chunk = c.getInt();
+        ChunkOp::create(cv.ob, at, b.getI64IntegerAttr(chunk));
+      };
       for (Operation &op : body.without_terminator()) {
         if (isa<AdamWOp, GlobalNormOp>(op))
           continue;
@@ -582,17 +592,22 @@ struct ConvertLLMToExecPass
           marked = true;
         }
         if (auto t = dyn_cast<PPTransferOp>(op); t && stage >= 0) {
-          // One side sends what the other receives, in the step's order.
-          int64_t from = t.getFrom(), to = t.getTo();
+          // One side sends what the other receives; the tag (the transfer's
+          // number in the step) pairs them whatever order a schedule runs.
+          int64_t from = t.getFrom(), to = t.getTo(), tag = transfers++;
           if (from != stage && to != stage)
             continue;
           FailureOr<BufAttr> x = cv.buf(from == stage ? t.getInput() : t.getResult());
           if (failed(x))
             return failure();
+          enterChunk(&op, from == stage ? "llm.from_chunk" : "llm.to_chunk", op.getLoc());
           P2POp::create(cv.ob, op.getLoc(), b.getStringAttr(from == stage ? "send" : "recv"),
-                        b.getI64IntegerAttr(from == stage ? to : from), *x);
+                        b.getI64IntegerAttr(from == stage ? to : from), b.getI64IntegerAttr(tag),
+                        *x);
           continue;
         }
+        if (mine)
+          enterChunk(&op, "llm.chunk", op.getLoc());
         if (stage >= 0 && stageOf(&op) != stage)
           continue;
         if (failed(cv.convert(&op)))

@@ -187,6 +187,7 @@ struct EmitPlanPass : public llmopt::impl::EmitPlanBase<EmitPlanPass> {
     for (exec::ProgramOp prog : programs) {
       // `backwardStart`: set to the index of the first instruction after an
       // exec.backward marker, if the region has one.
+      json::Array chunks;
       auto instructions = [&](Region &region, int64_t *backwardStart = nullptr) {
         json::Array instrs;
         if (region.empty())
@@ -194,6 +195,9 @@ struct EmitPlanPass : public llmopt::impl::EmitPlanBase<EmitPlanPass> {
         for (Operation &op : region.front()) {
           if (isa<exec::BackwardOp>(op) && backwardStart)
             *backwardStart = int64_t(instrs.size());
+          if (auto c = dyn_cast<exec::ChunkOp>(op))
+            chunks.push_back(json::Object{{"chunk", c.getIndex()},
+                                          {"begin", int64_t(instrs.size())}});
           if (auto k = dyn_cast<exec::KernelOp>(op)) {
             json::Object ps;
             for (NamedAttribute na : k.getParams())
@@ -222,6 +226,7 @@ struct EmitPlanPass : public llmopt::impl::EmitPlanBase<EmitPlanPass> {
             instrs.push_back(json::Object{{"collective", p2p.getKind().str()},
                                           {"axis", "pp"},
                                           {"peer", p2p.getPeer()},
+                                          {"tag", p2p.getTag()},
                                           {"buffers", bufsJSON(ArrayAttr::get(
                                                           p2p.getContext(), {p2p.getBuffer()}))}});
           } else if (auto sq = dyn_cast<exec::SeqOp>(op)) {
@@ -260,13 +265,18 @@ struct EmitPlanPass : public llmopt::impl::EmitPlanBase<EmitPlanPass> {
       if (backwardStart >= 0) {
         progJSON["backward_start"] = backwardStart;
         auto plan = module->getAttrOfType<llm::PlanAttr>("llm.plan");
-        // Interleaved stages hold several model chunks each: their halves
-        // cannot be reordered per stage without deadlock, so the micro-batches
-        // run one after another (correct, without the pipeline's overlap).
-        progJSON["schedule"] = plan && plan.getVpp() > 1 ? "sequential"
-                               : plan && plan.getSchedule().getValue() == "gpipe"
-                                   ? "gpipe"
-                                   : "1f1b";
+        // Interleaved stages hold several model chunks each (`chunks`: where
+        // each chunk's instructions begin); their schedule needs whole groups
+        // of pp micro-batches (Narayanan et al. 2021), else they run one
+        // micro-batch after another.
+        int64_t pp = plan ? plan.getPp() : 1;
+        progJSON["schedule"] =
+            plan && plan.getVpp() > 1
+                ? (prog.getMicroBatches() % pp == 0 ? "interleaved" : "sequential")
+            : plan && plan.getSchedule().getValue() == "gpipe" ? "gpipe"
+                                                                 : "1f1b";
+        if (!chunks.empty())
+          progJSON["chunks"] = std::move(chunks);
       }
       progs.push_back(std::move(progJSON));
     }

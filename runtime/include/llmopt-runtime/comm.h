@@ -55,13 +55,13 @@ public:
             " mesh (use MPI)";
     return false;
   }
-  /// Point-to-point (pipeline stages): blocking send to / receive from world
-  /// rank `peer`.
-  virtual bool send(int peer, const float *data, int64_t count, std::string &error) {
+  /// Point-to-point (pipeline stages): send to / blocking receive from world
+  /// rank `peer`; transfers with one `tag` arrive in order.
+  virtual bool send(int peer, int tag, const float *data, int64_t count, std::string &error) {
     error = "this communicator has no point-to-point transfers (use MPI)";
     return false;
   }
-  virtual bool recv(int peer, float *data, int64_t count, std::string &error) {
+  virtual bool recv(int peer, int tag, float *data, int64_t count, std::string &error) {
     error = "this communicator has no point-to-point transfers (use MPI)";
     return false;
   }

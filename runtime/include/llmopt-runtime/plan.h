@@ -53,6 +53,7 @@ struct Instruction {
     ParamGather
   } kind = Kind::Kernel;
   int peer = 0; // Send / Recv: the other pipeline stage
+  int tag = 0;  // Send / Recv: pairs the two sides of one transfer
   const kernels::KernelInfo *kernel = nullptr;
   std::vector<Buffer> ins, outs;
   std::map<std::string, json::Value> params;
@@ -73,9 +74,18 @@ struct Program {
   /// Run once per micro-batch, then `step` once.
   std::vector<Instruction> microBatch, step;
   /// Pipeline stages: microBatch[backwardStart..] is the backward half, run
-  /// by `schedule` ("1f1b" or "gpipe"); -1: the micro-batches run whole.
+  /// by `schedule` ("1f1b", "gpipe", "interleaved" or "sequential"); -1: the
+  /// micro-batches run whole.
   int64_t backwardStart = -1;
   std::string schedule;
+  /// Interleaved stages: model chunk c's instructions begin at index `begin`
+  /// (until the next entry); before the first entry, chunk 0's.
+  struct ChunkStart {
+    int64_t chunk = 0, begin = 0;
+  };
+  std::vector<ChunkStart> chunks;
+  /// Model chunks of the stage (1 + the largest chunk number).
+  int64_t numChunks() const;
 };
 
 struct ParamSpec {

@@ -190,15 +190,17 @@ def Exec_AllToAllOp : Exec_Op<"all_to_all", [HasParent<"ProgramOp">]> {
 def Exec_P2POp : Exec_Op<"p2p", [HasParent<"ProgramOp">]> {
   let summary = "pipeline send or receive of one buffer to or from another stage";
   let description = [{
-    `send` blocks until stage `peer` (same coordinates on every other axis)
-    has the buffer; `recv` blocks until it arrives. Both sides list their
-    transfers in the same order.
+    `send` hands the buffer to stage `peer` (same coordinates on every other
+    axis) and returns; `recv` blocks until it arrives. `tag` names the
+    transfer (the same on both sides): transfers with one tag are matched in
+    order, so schedules may reorder transfers of different tags (the
+    interleaved schedule does).
     ```mlir
-    exec.p2p "send" peer 1 #exec.buf<...>
+    exec.p2p "send" peer 1 tag 3 #exec.buf<...>
     ```
   }];
-  let arguments = (ins StrAttr:$kind, I64Attr:$peer, Exec_BufAttr:$buffer);
-  let assemblyFormat = "$kind `peer` $peer $buffer attr-dict";
+  let arguments = (ins StrAttr:$kind, I64Attr:$peer, I64Attr:$tag, Exec_BufAttr:$buffer);
+  let assemblyFormat = "$kind `peer` $peer `tag` $tag $buffer attr-dict";
   let hasVerifier = 1;
 }
 
@@ -211,6 +213,23 @@ def Exec_BackwardOp : Exec_Op<"backward", [HasParent<"ProgramOp">]> {
     micro-batch in flight in its own copy of the arena.
   }];
   let assemblyFormat = "attr-dict";
+}
+
+def Exec_ChunkOp : Exec_Op<"chunk", [HasParent<"ProgramOp">]> {
+  let summary = "marks that the following instructions belong to a model chunk";
+  let description = [{
+    A stage of an interleaved pipeline holds several model chunks (virtual
+    stages); its micro-batch instructions are the chunks' forward parts,
+    then their backward parts. `exec.chunk 1` says the instructions up to the
+    next marker are chunk 1's, so that the runtime can run the forward or
+    backward part of one chunk for one micro-batch (the interleaved 1F1B
+    schedule). Instructions before the first marker are chunk 0's.
+    ```mlir
+    exec.chunk 1
+    ```
+  }];
+  let arguments = (ins I64Attr:$index);
+  let assemblyFormat = "$index attr-dict";
 }
 
 def Exec_ParamGatherOp : Exec_Op<"param_gather", [HasParent<"ProgramOp">]> {
