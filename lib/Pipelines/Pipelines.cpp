@@ -22,6 +22,8 @@ void llmopt::buildLowerToPlanPipeline(OpPassManager &pm, const LowerToPlanOption
   pm.addPass(createSpecializeShapes(shapes));
   pm.addPass(createPartitionPP());
   pm.addPass(createShardParams());
+  if (o.fuse)
+    pm.addPass(createFuseElementwise());
   pm.addPass(createPlanMemory());
   pm.addPass(createConvertLLMToExec());
   EmitPlanOptions emit;

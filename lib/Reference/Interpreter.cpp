@@ -149,6 +149,11 @@ struct Run {
         results.push_back(get(y.getValue()));
         return success();
       }
+      if (auto y = dyn_cast<FusedYieldOp>(op)) {
+        for (Value v : y.getValues())
+          results.push_back(get(v));
+        return success();
+      }
       if (failed(exec(&op)))
         return failure();
     }
@@ -182,6 +187,18 @@ LogicalResult Run::exec(Operation *op) {
         if (failed(runBlock(body, out)))
           return failure();
         slot(l.getResult()) = out.front();
+        return success();
+      })
+      .Case([&](llm::FusedOp f) {
+        // The fused kernel computes what its body's ops compute.
+        Block &body = f.getBody().front();
+        for (auto [arg, v] : llvm::zip(body.getArguments(), f.getInputs()))
+          slot(arg) = get(v);
+        SmallVector<Tensor> out;
+        if (failed(runBlock(body, out)))
+          return failure();
+        for (auto [r, t] : llvm::zip(f.getResults(), out))
+          slot(r) = std::move(t);
         return success();
       })
       .Case([&](EmbeddingOp e) {

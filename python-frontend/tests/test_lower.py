@@ -29,7 +29,11 @@ def test_lower_writes_the_chosen_plan(tiny_tp, tmp_path):
     assert all(p["dtype"] == "f32" for p in plan["params"])
     # The checksum file matches, and the Slurm script launches 2 tasks.
     digest = hashlib.sha256((out / "plan.json").read_bytes()).hexdigest()
-    assert (out / "checksums.sha256").read_text() == f"{digest}  plan.json\n"
+    sums = (out / "checksums.sha256").read_text().splitlines()
+    assert sums[0] == f"{digest}  plan.json"
+    # The fused kernels' CUDA source is checksummed beside it.
+    cuda = hashlib.sha256((out / "kernels.cu").read_bytes()).hexdigest()
+    assert sums[1:] == [f"{cuda}  kernels.cu"]
     assert "#SBATCH --ntasks-per-node=2" in (out / "run.slurm").read_text()
     adamw = [i for prog in plan["programs"] for i in prog["step_instructions"]
              if i.get("kernel") == "adamw"]

@@ -232,6 +232,12 @@ bool CpuExecutor::cpPositions(const Instruction &ins, int64_t local,
 }
 
 float *CpuExecutor::data(const Buffer &b) {
+  if (b.space == Buffer::Space::Temp) {
+    std::vector<float> &t = temps[size_t(b.offset)];
+    if (int64_t(t.size()) < b.elements)
+      t.resize(size_t(b.elements));
+    return t.data();
+  }
   if (b.space == Buffer::Space::State)
     return params[b.name].value.data();
   if (b.space == Buffer::Space::Accum) {
@@ -840,6 +846,15 @@ bool CpuExecutor::run(const Instruction &ins, Communicator &comm, std::string &e
       k::moeExpertsBackward(data(in[0]), data(x), w, data(out[0]), dw, sh);
     return true;
   }
+  case KernelId::Fused:
+    // The CPU runs the body's reference kernels one after another; the
+    // temporaries live in host vectors instead of on chip.
+    if (temps.size() < ins.temps.size())
+      temps.resize(ins.temps.size());
+    for (const Instruction &sub : ins.body)
+      if (!run(sub, comm, error))
+        return false;
+    return true;
   case KernelId::GlobalNorm: {
     double sum = 0;
     for (const Buffer &b : in)

@@ -3,6 +3,7 @@
 #include "llmopt-runtime/plan.h"
 #include "llmopt-runtime/sha256.h"
 
+#include <algorithm>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -101,6 +102,93 @@ struct Checker {
     if (error.empty())
       error = where + ": " + msg;
     return false;
+  }
+
+  /// A fused kernel's body: row-wise kernels over its buffers (first its
+  /// ins, then its outs, then its temporaries).
+  bool fused(const json::Value &iv, const std::string &iw, Instruction &ins) {
+    if (!string(iv.get("name"), iw + ".name", ins.fusedName))
+      return false;
+    const json::Value *temps = iv.get("temps"), *body = iv.get("body");
+    if (!temps || !temps->isArray())
+      return fail(iw + ".temps", "must be an array of shapes");
+    for (size_t t = 0; t < temps->array.size(); ++t) {
+      std::vector<int64_t> shape;
+      if (!temps->array[t].isArray())
+        return fail(iw + ".temps[" + std::to_string(t) + "]", "must be a shape");
+      int64_t elements = 1;
+      for (const json::Value &d : temps->array[t].array) {
+        int64_t n = 0;
+        if (!integer(&d, iw + ".temps[" + std::to_string(t) + "]", n, 1))
+          return false;
+        if (n > (int64_t(1) << 40) / elements)
+          return fail(iw + ".temps[" + std::to_string(t) + "]", "is too large");
+        elements *= n;
+        shape.push_back(n);
+      }
+      ins.temps.push_back(shape);
+    }
+    if (!body || !body->isArray() || body->array.empty())
+      return fail(iw + ".body", "must be a non-empty array of kernels");
+    size_t refs = ins.ins.size() + ins.outs.size() + ins.temps.size();
+    auto bufferOf = [&](int64_t r) {
+      if (size_t(r) < ins.ins.size())
+        return ins.ins[size_t(r)];
+      if (size_t(r) < ins.ins.size() + ins.outs.size())
+        return ins.outs[size_t(r) - ins.ins.size()];
+      Buffer b;
+      b.space = Buffer::Space::Temp;
+      b.offset = r - int64_t(ins.ins.size() + ins.outs.size());
+      b.shape = ins.temps[size_t(b.offset)];
+      b.dtype = DType::F32;
+      b.elements = 1;
+      for (int64_t d : b.shape)
+        b.elements *= d;
+      b.bytes = b.elements * 4;
+      return b;
+    };
+    for (size_t k = 0; k < body->array.size(); ++k) {
+      const json::Value &e = body->array[k];
+      std::string ew = iw + ".body[" + std::to_string(k) + "]";
+      Instruction sub;
+      std::string name;
+      if (!string(e.get("kernel"), ew + ".kernel", name))
+        return false;
+      static const char *const kRowWise[] = {"add",        "gelu_fwd",     "gelu_bwd",
+                                             "swiglu_fwd", "swiglu_bwd",   "rms_norm_fwd",
+                                             "layer_norm_fwd"};
+      if (std::find_if(std::begin(kRowWise), std::end(kRowWise),
+                       [&](const char *n) { return name == n; }) == std::end(kRowWise))
+        return fail(ew + ".kernel", "'" + name + "' is not a row-wise kernel a fused kernel runs");
+      sub.kernel = kernels::findKernel(name.c_str());
+      for (const char *list : {"ins", "outs"}) {
+        const json::Value *l = e.get(list);
+        if (!l || !l->isArray())
+          return fail(ew + "." + list, "must be an array of buffer numbers");
+        for (const json::Value &r : l->array) {
+          int64_t n = 0;
+          if (!integer(&r, ew + "." + list, n))
+            return false;
+          if (size_t(n) >= refs)
+            return fail(ew + "." + list, "names buffer " + std::to_string(n) + " of " +
+                                             std::to_string(refs));
+          if (std::string(list) == "outs" && size_t(n) < ins.ins.size())
+            return fail(ew + ".outs", "writes an input of the fused kernel");
+          (std::string(list) == "ins" ? sub.ins : sub.outs).push_back(bufferOf(n));
+        }
+      }
+      if ((sub.kernel->inputs >= 0 && int(sub.ins.size()) != sub.kernel->inputs) ||
+          (sub.kernel->outputs >= 0 && int(sub.outs.size()) != sub.kernel->outputs) ||
+          sub.ins.empty() || sub.outs.empty())
+        return fail(ew, "wrong number of buffers for '" + name + "'");
+      for (const Buffer &b : sub.outs)
+        if (b.elements != sub.ins[0].elements)
+          return fail(ew + ".outs", "a row-wise kernel writes buffers of its input's size");
+      if (const json::Value *ps = e.get("params"); ps && ps->isObject())
+        sub.params = ps->object;
+      ins.body.push_back(std::move(sub));
+    }
+    return true;
   }
 
   bool integer(const json::Value *v, const std::string &where, int64_t &out, int64_t min = 0) {
@@ -421,6 +509,8 @@ bool parsePlan(const json::Value &root, Plan &plan, std::string &error) {
             return c.fail(iw + ".outs", "a kernel must not write a step input");
         if (const json::Value *ps = iv.get("params"); ps && ps->isObject())
           ins.params = ps->object;
+        if (ins.kernel->id == kernels::KernelId::Fused && !c.fused(iv, iw, ins))
+          return false;
         if (ins.kernel->id == kernels::KernelId::AdamW && !plan.param(ins.text("param")))
           return c.fail(iw + ".params.param", "no parameter named '" + ins.text("param") + "'");
         if (std::string axis = ins.text("shard"); !axis.empty() && !plan.hasAxis(axis))

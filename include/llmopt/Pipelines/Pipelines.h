@@ -18,14 +18,21 @@ struct LowerToPlanOptions : public mlir::PassPipelineOptions<LowerToPlanOptions>
                         llvm::cl::desc("micro-batch (default: the plan's)"), llvm::cl::init(0)};
   Option<int64_t> seq{*this, "seq", llvm::cl::desc("sequence length (default: the model's)"),
                       llvm::cl::init(0)};
+  Option<bool> fuse{*this, "fuse",
+                    llvm::cl::desc("fuse chains of row-wise ops into generated kernels"),
+                    llvm::cl::init(true)};
 };
 
 /// From a model (planned or not) to a plan directory:
+///  llm-partition-tp / -ep / -cp  tensor, expert and context parallelism
 ///  llm-build-training-step  forward + backward + AdamW as @train_step
 ///  llm-specialize-shapes    fixed micro-batch and sequence: buffers get sizes
+///  llm-partition-pp         pipeline stages
+///  llm-shard-params         ZeRO-3 gathers
+///  llm-fuse-elementwise     row-wise op chains as fused kernels (fuse=true)
 ///  llm-plan-memory          arena offsets by liveness
 ///  convert-llm-to-exec      kernel calls and collectives per rank class
-///  llm-emit-plan            plan.json + checksums
+///  llm-emit-plan            plan.json, kernels.cu + checksums
 void buildLowerToPlanPipeline(mlir::OpPassManager &pm, const LowerToPlanOptions &options);
 
 /// Registers `llm-lower-to-plan`.

@@ -156,6 +156,22 @@ def PartitionCP : Pass<"llm-partition-cp", "::mlir::ModuleOp"> {
   let dependentDialects = ["::llmopt::llm::LLMDialect"];
 }
 
+def FuseElementwise : Pass<"llm-fuse-elementwise", "::mlir::ModuleOp"> {
+  let summary = "groups consecutive row-wise ops of @train_step into llm.fused regions";
+  let description = [{
+    Elementwise ops (residual add, GeLU, SwiGLU and their backward) and the
+    norms' forward work row by row: when such ops follow one another in the
+    step and each uses a value of the ones before (a residual add and the
+    norm that reads its sum), they become one `llm.fused` region, one kernel
+    that keeps the intermediate values on chip. Members share their
+    activation shape (norm weights and biases are the only other inputs) and
+    their pipeline stage and chunk. Runs after the partition and sharding
+    passes, before `llm-plan-memory` (fused intermediates need no arena
+    space).
+  }];
+  let dependentDialects = ["::llmopt::llm::LLMDialect"];
+}
+
 def PartitionPP : Pass<"llm-partition-pp", "::mlir::ModuleOp"> {
   let summary = "Pipeline parallelism: assign @train_step's ops to stages";
   let description = [{

@@ -9,7 +9,9 @@
 #include "mlir/IR/Builders.h"
 #include "llvm/ADT/StringMap.h"
 #include "llvm/ADT/StringSet.h"
+#include "llvm/ADT/StringExtras.h"
 #include "llvm/ADT/TypeSwitch.h"
+#include "llvm/Support/xxhash.h"
 
 namespace llmopt {
 #define GEN_PASS_DEF_CONVERTLLMTOEXEC
@@ -62,8 +64,26 @@ struct Converter {
     return b.getArrayAttr(out);
   }
 
+  /// While converting the body of an llm.fused: kernels are recorded as
+  /// body entries over buffer numbers instead of emitted.
+  SmallVector<Attribute> *captured = nullptr;
+  llvm::DenseMap<Value, int64_t> refs;
+
   LogicalResult kernel(Location loc, StringRef name, ValueRange ins, ValueRange outs,
                        ArrayRef<NamedAttribute> params = {}) {
+    if (captured) {
+      auto numbers = [&](ValueRange vs) {
+        SmallVector<int64_t> out;
+        for (Value v : vs)
+          out.push_back(refs.lookup(v));
+        return b.getDenseI64ArrayAttr(out);
+      };
+      captured->push_back(b.getDictionaryAttr(
+          {b.getNamedAttr("kernel", b.getStringAttr(name)), b.getNamedAttr("ins", numbers(ins)),
+           b.getNamedAttr("outs", numbers(outs)),
+           b.getNamedAttr("params", b.getDictionaryAttr(params))}));
+      return success();
+    }
     FailureOr<ArrayAttr> i = bufs(ins), o = bufs(outs);
     if (failed(i) || failed(o))
       return failure();
@@ -156,6 +176,53 @@ struct Converter {
   }
 
   LogicalResult convert(Operation *op);
+
+  /// One exec.fused: the body's kernels over numbered buffers (inputs,
+  /// outputs, then f32 temporaries), named by a hash of what the generated
+  /// kernel depends on (kernels, their wiring and parameters, dtypes).
+  LogicalResult fused(llm::FusedOp f) {
+    FailureOr<ArrayAttr> ins = bufs(f.getInputs()), outs = bufs(f.getResults());
+    if (failed(ins) || failed(outs))
+      return failure();
+    Block &block = f.getBody().front();
+    refs.clear();
+    for (BlockArgument a : block.getArguments())
+      refs[a] = a.getArgNumber();
+    int64_t next = int64_t(block.getNumArguments());
+    for (Value v : block.getTerminator()->getOperands())
+      if (!refs.count(v))
+        refs[v] = next++;
+      else
+        return f.emitOpError() << "convert-llm-to-exec: a fused region yields one value twice "
+                                  "or yields an input";
+    SmallVector<Attribute> temps, body;
+    for (Operation &op : block.without_terminator())
+      for (Value r : op.getResults())
+        if (!refs.count(r)) {
+          refs[r] = next++;
+          temps.push_back(b.getDenseI64ArrayAttr(cast<RankedTensorType>(r.getType()).getShape()));
+        }
+    captured = &body;
+    for (Operation &op : block.without_terminator())
+      if (failed(convert(&op))) {
+        captured = nullptr;
+        return failure();
+      }
+    captured = nullptr;
+    std::string signature;
+    llvm::raw_string_ostream os(signature);
+    os << b.getArrayAttr(body);
+    for (ArrayAttr list : {*ins, *outs})
+      for (Attribute a : list) {
+        auto buf = cast<BufAttr>(a);
+        os << buf.getDtype() << (buf.getShape().size() == 1 ? "v" : "a") << ";";
+      }
+    os << temps.size();
+    std::string name = "fused_" + llvm::utohexstr(llvm::xxh3_64bits(signature), true);
+    exec::FusedOp::create(ob, f.getLoc(), b.getStringAttr(name), *ins, *outs,
+                          b.getArrayAttr(temps), b.getArrayAttr(body));
+    return success();
+  }
 };
 
 LogicalResult Converter::convert(Operation *op) {
@@ -352,6 +419,7 @@ LogicalResult Converter::convert(Operation *op) {
                       {c.getGrad(), c.getExpertOut(), c.getWeights(), c.getIndices()},
                       {c.getExpertOutGrad(), c.getWeightsGrad()});
       })
+      .Case([&](llm::FusedOp f) { return fused(f); })
       .Case([&](TPCopyOp c) { return kernel(loc, "copy", c.getInput(), c.getResult()); })
       .Case([&](llm::AllReduceOp a) -> LogicalResult {
         if (failed(kernel(loc, "copy", a.getInput(), a.getResult())))

@@ -1,5 +1,6 @@
 //===- EmitPlan.cpp - llm-emit-plan ---------------------------------------===//
 
+#include "CudaSource.h"
 #include "llmopt/Dialect/Exec/IR/ExecOps.h"
 #include "llmopt/Dialect/LLM/Analysis/ModelStats.h"
 #include "llmopt/Dialect/LLM/IR/LLMOps.h"
@@ -184,6 +185,7 @@ struct EmitPlanPass : public llmopt::impl::EmitPlanBase<EmitPlanPass> {
     root["params"] = std::move(params);
 
     json::Array progs;
+    SmallVector<exec::FusedOp> fusedOps;
     for (exec::ProgramOp prog : programs) {
       // `backwardStart`: set to the index of the first instruction after an
       // exec.backward marker, if the region has one.
@@ -206,6 +208,36 @@ struct EmitPlanPass : public llmopt::impl::EmitPlanBase<EmitPlanPass> {
                                           {"ins", bufsJSON(k.getIns())},
                                           {"outs", bufsJSON(k.getOuts())},
                                           {"params", std::move(ps)}});
+          } else if (auto f = dyn_cast<exec::FusedOp>(op)) {
+            json::Array body, temps;
+            for (Attribute e : f.getBody()) {
+              auto d = cast<DictionaryAttr>(e);
+              json::Object ps;
+              for (NamedAttribute na : d.getAs<DictionaryAttr>("params"))
+                ps[na.getName().str()] = attrJSON(na.getValue());
+              json::Array ins, outs;
+              for (int64_t r : d.getAs<DenseI64ArrayAttr>("ins").asArrayRef())
+                ins.push_back(r);
+              for (int64_t r : d.getAs<DenseI64ArrayAttr>("outs").asArrayRef())
+                outs.push_back(r);
+              body.push_back(json::Object{{"kernel", d.getAs<StringAttr>("kernel").str()},
+                                          {"ins", std::move(ins)},
+                                          {"outs", std::move(outs)},
+                                          {"params", std::move(ps)}});
+            }
+            for (Attribute t : f.getTemps()) {
+              json::Array shape;
+              for (int64_t d : cast<DenseI64ArrayAttr>(t).asArrayRef())
+                shape.push_back(d);
+              temps.push_back(std::move(shape));
+            }
+            instrs.push_back(json::Object{{"kernel", "fused"},
+                                          {"name", f.getName().str()},
+                                          {"ins", bufsJSON(f.getIns())},
+                                          {"outs", bufsJSON(f.getOuts())},
+                                          {"temps", std::move(temps)},
+                                          {"body", std::move(body)}});
+            fusedOps.push_back(f);
           } else if (auto ar = dyn_cast<exec::AllReduceOp>(op)) {
             instrs.push_back(json::Object{{"collective", "all_reduce"},
                                           {"axis", ar.getAxis().str()},
@@ -293,8 +325,22 @@ struct EmitPlanPass : public llmopt::impl::EmitPlanBase<EmitPlanPass> {
     SmallString<256> planPath(dir), sumPath(dir);
     llvm::sys::path::append(planPath, "plan.json");
     llvm::sys::path::append(sumPath, "checksums.sha256");
+    // The fused kernels' CUDA source, checksummed beside the plan.
+    std::string sums = hex + "  plan.json\n";
+    SmallString<256> cudaPath(dir);
+    llvm::sys::path::append(cudaPath, "kernels.cu");
+    if (!fusedOps.empty()) {
+      std::string cuda = fusedKernelsCudaSource(fusedOps);
+      std::array<uint8_t, 32> cudaHash = llvm::SHA256::hash(
+          ArrayRef<uint8_t>(reinterpret_cast<const uint8_t *>(cuda.data()), cuda.size()));
+      sums += llvm::toHex(cudaHash, /*LowerCase=*/true) + "  kernels.cu\n";
+      if (failed(writeAtomically(cudaPath, cuda, module)))
+        return signalPassFailure();
+    } else {
+      llvm::sys::fs::remove(cudaPath);
+    }
     if (failed(writeAtomically(planPath, text, module)) ||
-        failed(writeAtomically(sumPath, hex + "  plan.json\n", module)))
+        failed(writeAtomically(sumPath, sums, module)))
       return signalPassFailure();
 
     // A Slurm batch script launching the plan (one task per rank).

@@ -26,7 +26,8 @@ enum class DType { F32, BF16, F16, I32, I64 };
 int64_t bytesOf(DType d);
 
 struct Buffer {
-  enum class Space { Arena, Input, State, Accum } space = Space::Arena;
+  /// Temp: value `offset` of a fused kernel's f32 temporaries.
+  enum class Space { Arena, Input, State, Accum, Temp } space = Space::Arena;
   int64_t offset = 0;
   std::string name;
   std::vector<int64_t> shape;
@@ -59,6 +60,11 @@ struct Instruction {
   std::map<std::string, json::Value> params;
   std::string axis, reduce;
   std::vector<Buffer> buffers;
+  /// A fused kernel (`fused`): its generated name and the row-wise kernels
+  /// it runs, over its own buffers and temporaries (Space::Temp).
+  std::string fusedName;
+  std::vector<Instruction> body;
+  std::vector<std::vector<int64_t>> temps;
 
   double number(const std::string &key, double dflt = 0) const;
   bool flag(const std::string &key) const;

@@ -123,3 +123,19 @@ exec.program "p" ranks [0] arena 512 micro_batches 1 outputs {} micro_batch {
   exec.all_to_all "combine" "ep" ins [#exec.buf<space = "arena", offset = 0, name = "", shape = [2, 2, 4], dtype = f32>] outs [#exec.buf<space = "arena", offset = 128, name = "", shape = [4, 2, 4], dtype = f32>]
 } step {
 }
+
+// -----
+
+exec.program "p" ranks [0] arena 512 micro_batches 1 outputs {} micro_batch {
+  // expected-error @+1 {{body entry 0: kernel 'attention_fwd' is not row-wise and cannot be fused}}
+  exec.fused "f" ins [#exec.buf<space = "arena", offset = 0, name = "", shape = [2, 4], dtype = f32>] outs [#exec.buf<space = "arena", offset = 64, name = "", shape = [2, 4], dtype = f32>] temps [] body [{kernel = "attention_fwd", ins = array<i64: 0>, outs = array<i64: 1>, params = {}}]
+} step {
+}
+
+// -----
+
+exec.program "p" ranks [0] arena 512 micro_batches 1 outputs {} micro_batch {
+  // expected-error @+1 {{body entry 0 writes input 0}}
+  exec.fused "f" ins [#exec.buf<space = "arena", offset = 0, name = "", shape = [2, 4], dtype = f32>] outs [#exec.buf<space = "arena", offset = 64, name = "", shape = [2, 4], dtype = f32>] temps [] body [{kernel = "gelu_fwd", ins = array<i64: 1>, outs = array<i64: 0>, params = {}}]
+} step {
+}

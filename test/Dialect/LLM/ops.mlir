@@ -233,3 +233,17 @@ func.func @moe_grads(%g: tensor<2x8x32xf32>, %x: tensor<2x8x32xf32>, %dw: tensor
   %dc, %dp = llm.moe_combine_grad %g, %d, %w, %i : tensor<2x8x32xf32>, tensor<4x16x32xf32>, tensor<2x8x2xf32>, tensor<2x8x2xi32>
   return %dx, %dg, %dxd, %dd, %dw1, %dc, %dp : tensor<2x8x32xf32>, tensor<4x32xf32>, tensor<2x8x32xf32>, tensor<4x16x32xf32>, tensor<4x48x32xf32>, tensor<4x16x32xf32>, tensor<2x8x2xf32>
 }
+
+// CHECK-LABEL: func.func @fused
+// CHECK: %[[F:.*]]:2 = llm.fused(%{{.*}}, %{{.*}}, %{{.*}}) : (tensor<2x8x32xf32>, tensor<2x8x32xf32>, tensor<32xf32>) -> (tensor<2x8x32xf32>, tensor<2x8x32xf32>) {
+// CHECK: llm.fused_yield %{{.*}}, %{{.*}} : tensor<2x8x32xf32>, tensor<2x8x32xf32>
+func.func @fused(%x: tensor<2x8x32xf32>, %b: tensor<2x8x32xf32>) -> (tensor<2x8x32xf32>, tensor<2x8x32xf32>) {
+  %w = llm.param "norm.weight" ones : tensor<32xf32>
+  %s, %n = llm.fused (%x, %b, %w) : (tensor<2x8x32xf32>, tensor<2x8x32xf32>, tensor<32xf32>) -> (tensor<2x8x32xf32>, tensor<2x8x32xf32>) {
+  ^bb0(%a0: tensor<2x8x32xf32>, %a1: tensor<2x8x32xf32>, %a2: tensor<32xf32>):
+    %0 = llm.add %a0, %a1 : tensor<2x8x32xf32>
+    %1 = llm.rms_norm %0, %a2 eps 1.0e-05 : tensor<2x8x32xf32>, tensor<32xf32>
+    llm.fused_yield %0, %1 : tensor<2x8x32xf32>, tensor<2x8x32xf32>
+  }
+  return %s, %n : tensor<2x8x32xf32>, tensor<2x8x32xf32>
+}

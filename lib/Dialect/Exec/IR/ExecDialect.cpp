@@ -175,6 +175,34 @@ LogicalResult AllToAllOp::verify() {
   return success();
 }
 
+LogicalResult FusedOp::verify() {
+  if (failed(verifyBufs(*this, getIns(), "ins")) || failed(verifyBufs(*this, getOuts(), "outs")))
+    return failure();
+  int64_t refs = int64_t(getIns().size() + getOuts().size() + getTemps().size());
+  if (getBody().empty())
+    return emitOpError() << "needs a body";
+  for (auto [i, entry] : llvm::enumerate(getBody())) {
+    auto d = dyn_cast<DictionaryAttr>(entry);
+    auto kernel = d ? d.getAs<StringAttr>("kernel") : StringAttr();
+    auto ins = d ? d.getAs<DenseI64ArrayAttr>("ins") : DenseI64ArrayAttr();
+    auto outs = d ? d.getAs<DenseI64ArrayAttr>("outs") : DenseI64ArrayAttr();
+    if (!kernel || !ins || !outs || !d.getAs<DictionaryAttr>("params"))
+      return emitOpError() << "body entry " << i << " must be {kernel, ins, outs, params}";
+    if (!llvm::is_contained({"add", "gelu_fwd", "gelu_bwd", "swiglu_fwd", "swiglu_bwd",
+                             "rms_norm_fwd", "layer_norm_fwd"},
+                            kernel.getValue()))
+      return emitOpError() << "body entry " << i << ": kernel '" << kernel.getValue()
+                           << "' is not row-wise and cannot be fused";
+    for (int64_t r : llvm::concat<const int64_t>(ins.asArrayRef(), outs.asArrayRef()))
+      if (r < 0 || r >= refs)
+        return emitOpError() << "body entry " << i << " names buffer " << r << " of " << refs;
+    for (int64_t r : outs.asArrayRef())
+      if (r < int64_t(getIns().size()))
+        return emitOpError() << "body entry " << i << " writes input " << r;
+  }
+  return success();
+}
+
 LogicalResult P2POp::verify() {
   if (getKind() != "send" && getKind() != "recv")
     return emitOpError() << "kind must be send or recv, got '" << getKind() << "'";

@@ -547,3 +547,17 @@ LogicalResult CrossEntropyOp::verify() {
                            << logits;
   return success();
 }
+
+//===----------------------------------------------------------------------===//
+// Fusion
+//===----------------------------------------------------------------------===//
+
+LogicalResult FusedOp::verify() {
+  Block &block = getBody().front();
+  if (block.getArgumentTypes() != getInputs().getTypes())
+    return emitOpError() << "block arguments must have the inputs' types";
+  auto yield = dyn_cast<FusedYieldOp>(block.getTerminator());
+  if (!yield || yield.getValues().getTypes() != getResultTypes())
+    return emitOpError() << "must yield values of the results' types";
+  return success();
+}

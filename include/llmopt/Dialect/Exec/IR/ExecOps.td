@@ -215,6 +215,26 @@ def Exec_BackwardOp : Exec_Op<"backward", [HasParent<"ProgramOp">]> {
   let assemblyFormat = "attr-dict";
 }
 
+def Exec_FusedOp : Exec_Op<"fused", [HasParent<"ProgramOp">]> {
+  let summary = "a fused kernel: row-wise kernels run as one";
+  let description = [{
+    Runs the kernels of `body` in order as one kernel `name` (the generated
+    CUDA source defines it; the CPU backend runs the body). Each body entry
+    is `{kernel, ins, outs, params}` where `ins` and `outs` number buffers:
+    first this op's `ins`, then its `outs`, then `temps` (f32 values
+    internal to the kernel, never in the arena, one shape each). Body
+    kernels are row-wise: `add`, `gelu_fwd` / `gelu_bwd`, `swiglu_fwd` /
+    `swiglu_bwd`, `rms_norm_fwd`, `layer_norm_fwd`.
+    ```mlir
+    exec.fused "fused_0123abcd" ins [...] outs [...] temps [] body [{ins = array<i64: 0, 1>, kernel = "add", outs = array<i64: 3>, params = {}}, ...]
+    ```
+  }];
+  let arguments = (ins StrAttr:$name, ArrayAttr:$ins, ArrayAttr:$outs, ArrayAttr:$temps,
+                       ArrayAttr:$body);
+  let assemblyFormat = "$name `ins` $ins `outs` $outs `temps` $temps `body` $body attr-dict";
+  let hasVerifier = 1;
+}
+
 def Exec_ChunkOp : Exec_Op<"chunk", [HasParent<"ProgramOp">]> {
   let summary = "marks that the following instructions belong to a model chunk";
   let description = [{

@@ -524,6 +524,51 @@ def LLM_CrossEntropyOp : LLM_DiffOp<"cross_entropy", [Pure]> {
   }];
 }
 
+
+//===----------------------------------------------------------------------===//
+// Fusion.
+//===----------------------------------------------------------------------===//
+
+def LLM_FusedOp : LLM_Op<"fused", [SingleBlock, IsolatedFromAbove,
+    SingleBlockImplicitTerminator<"FusedYieldOp">]> {
+  let summary = "a chain of row-wise ops run as one kernel";
+  let description = [{
+    Made by `llm-fuse-elementwise`: elementwise and normalization ops that
+    follow one another (a residual add and the norm after it) become one
+    region, which the conversion to `exec` turns into one fused kernel
+    (generated CUDA source; the CPU backend runs the body's reference
+    kernels). Values internal to the region never reach memory; its
+    results are the body values used after it.
+
+    ```mlir
+    %sum, %normed = llm.fused (%x, %branch, %w) : (tensor<2x32x64xf32>, tensor<2x32x64xf32>, tensor<64xf32>) -> (tensor<2x32x64xf32>, tensor<2x32x64xf32>) {
+    ^bb0(%a: tensor<2x32x64xf32>, %b: tensor<2x32x64xf32>, %g: tensor<64xf32>):
+      %s = llm.add %a, %b : tensor<2x32x64xf32>
+      %n = llm.rms_norm %s, %g eps 1.000000e-05 : tensor<2x32x64xf32>, tensor<64xf32>
+      llm.fused_yield %s, %n : tensor<2x32x64xf32>, tensor<2x32x64xf32>
+    }
+    ```
+
+    Verified: the block's arguments have the inputs' types and the yield
+    the results'.
+  }];
+  let arguments = (ins Variadic<AnyRankedTensor>:$inputs);
+  let results = (outs Variadic<AnyRankedTensor>:$results);
+  let regions = (region SizedRegion<1>:$body);
+  let assemblyFormat = [{
+    `(` $inputs `)` attr-dict `:` functional-type($inputs, $results) $body
+  }];
+  let hasVerifier = 1;
+}
+
+def LLM_FusedYieldOp : LLM_Op<"fused_yield", [Pure, Terminator, ReturnLike,
+                                             HasParent<"FusedOp">]> {
+  let summary = "the results of an llm.fused region";
+  let arguments = (ins Variadic<AnyRankedTensor>:$values);
+  let builders = [OpBuilder<(ins), [{ build($_builder, $_state, ::mlir::ValueRange()); }]>];
+  let assemblyFormat = "($values^ `:` type($values))? attr-dict";
+}
+
 include "llmopt/Dialect/LLM/IR/LLMGradOps.td"
 include "llmopt/Dialect/LLM/IR/LLMParallelOps.td"
 
