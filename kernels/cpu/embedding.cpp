@@ -22,6 +22,30 @@ bool embeddingForward(const int32_t *tokens, const float *table, float *out, int
   return true;
 }
 
+void embeddingForwardPart(const int32_t *tokens, const float *table, float *out, int64_t n,
+                          int64_t start, int64_t rows, int64_t hidden) {
+  for (int64_t i = 0; i < n; ++i) {
+    int64_t t = int64_t(tokens[i]) - start;
+    if (t >= 0 && t < rows)
+      std::memcpy(out + i * hidden, table + t * hidden, sizeof(float) * hidden);
+    else
+      std::memset(out + i * hidden, 0, sizeof(float) * hidden);
+  }
+}
+
+void embeddingBackwardPart(const int32_t *tokens, const float *dout, float *dtable, int64_t n,
+                           int64_t start, int64_t rows, int64_t hidden) {
+  for (int64_t i = 0; i < n; ++i) {
+    int64_t t = int64_t(tokens[i]) - start;
+    if (t < 0 || t >= rows)
+      continue;
+    float *row = dtable + t * hidden;
+    const float *g = dout + i * hidden;
+    for (int64_t c = 0; c < hidden; ++c)
+      row[c] += g[c];
+  }
+}
+
 void embeddingBackward(const int32_t *tokens, const float *dout, float *dtable, int64_t n,
                        int64_t hidden) {
   for (int64_t i = 0; i < n; ++i) {

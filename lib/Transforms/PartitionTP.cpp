@@ -47,9 +47,10 @@ struct Partitioner {
 
   /// Shards parameter `v` along `dim` into `tp` parts of each of `blocks`
   /// equal blocks.
-  LogicalResult shardParam(Operation *user, Value v, int64_t dim, int64_t blocks) {
+  LogicalResult shardParam(Operation *user, Value v, int64_t dim, int64_t blocks,
+                           bool shared = false) {
     auto p = v.getDefiningOp<ParamOp>();
-    if (!p || !v.hasOneUse())
+    if (!p || (!shared && !v.hasOneUse()))
       return user->emitOpError() << "llm-partition-tp: expects an llm.param used only here";
     auto t = cast<RankedTensorType>(v.getType());
     int64_t size = t.getDimSize(dim);
@@ -270,24 +271,21 @@ struct Partitioner {
   }
 };
 
-/// Vocabulary parallelism for an untied LM head (Megatron): the head's
-/// weight keeps V/tp rows, each rank computes its part of the logits and the
-/// cross-entropy's softmax spans the ranks. A head tied to the input
-/// embedding stays replicated (vocabulary-parallel embeddings are not done).
+/// Vocabulary parallelism (Megatron): the token embedding keeps V/tp rows,
+/// each rank looks up the tokens in its rows (zeros elsewhere) and the
+/// ranks' lookups are summed (llm.tp_reduce; under sequence parallelism a
+/// reduce-scatter straight into the sequence chunks, unless learned
+/// positions are added first). An LM head keeps V/tp rows too, each rank
+/// computes its part of the logits and the cross-entropy's softmax spans the
+/// ranks; a head tied to the embedding shares its part. Vocabularies that do
+/// not split evenly stay replicated.
 LogicalResult vocabParallel(func::FuncOp forward, Partitioner &p) {
-  for (LMHeadOp head : llvm::to_vector(forward.getBody().front().getOps<LMHeadOp>())) {
-    Value w = head.getWeight();
-    if (!w.hasOneUse() || !w.getDefiningOp<ParamOp>())
-      continue; // tied
-    if (!head.getResult().hasOneUse())
-      continue;
-    auto ce = dyn_cast<CrossEntropyOp>(*head.getResult().getUsers().begin());
+  Block &top = forward.getBody().front();
+  auto parallelHead = [&](LMHeadOp head) -> LogicalResult {
+    auto ce = head.getResult().hasOneUse()
+                  ? dyn_cast<CrossEntropyOp>(*head.getResult().getUsers().begin())
+                  : CrossEntropyOp();
     if (!ce)
-      continue;
-    int64_t vocab = cast<RankedTensorType>(w.getType()).getDimSize(0);
-    if (vocab % p.tp != 0)
-      continue; // stays replicated: the vocabulary does not split evenly
-    if (failed(p.shardParam(head, w, 0, 1)))
       return failure();
     shrinkLast(head.getResult(), p.tp);
     ce.setVocabAxisAttr(p.axis);
@@ -296,6 +294,54 @@ LogicalResult vocabParallel(func::FuncOp forward, Partitioner &p) {
       Value x = head.getInput();
       head->setOperand(0, TPCopyOp::create(b, head.getLoc(), x.getType(), x, p.axis));
     }
+    return success();
+  };
+  for (EmbeddingOp e : llvm::to_vector(top.getOps<EmbeddingOp>())) {
+    Value w = e.getTable();
+    if (!w.getDefiningOp<ParamOp>())
+      continue;
+    int64_t vocab = cast<RankedTensorType>(w.getType()).getDimSize(0);
+    SmallVector<LMHeadOp> tied;
+    bool others = false;
+    for (Operation *user : w.getUsers()) {
+      if (auto h = dyn_cast<LMHeadOp>(user); h && h.getWeight() == w && h.getResult().hasOneUse() &&
+                                             isa<CrossEntropyOp>(*h.getResult().getUsers().begin()))
+        tied.push_back(h);
+      else if (user != e)
+        others = true;
+    }
+    if (vocab % p.tp != 0 || others)
+      continue;
+    if (failed(p.shardParam(e, w, 0, 1, /*shared=*/true)))
+      return failure();
+    e->setAttr("llm.vocab_axis", p.axis);
+    OpBuilder b(e->getContext());
+    b.setInsertionPointAfter(e);
+    Value x = e.getResult();
+    bool positions = x.hasOneUse() && isa<PositionEmbeddingOp>(*x.getUsers().begin());
+    Operation *sum = p.sp && !positions
+                         ? (Operation *)SPScatterOp::create(b, e.getLoc(),
+                                                            withSeqParts(x.getType(), p.tp), x,
+                                                            nullptr, p.axis)
+                         : (Operation *)TPReduceOp::create(b, e.getLoc(), x.getType(), x, nullptr,
+                                                           p.axis);
+    x.replaceAllUsesExcept(sum->getResult(0), sum);
+    for (LMHeadOp h : tied)
+      if (failed(parallelHead(h)))
+        return failure();
+  }
+  for (LMHeadOp head : llvm::to_vector(top.getOps<LMHeadOp>())) {
+    Value w = head.getWeight();
+    if (!w.hasOneUse() || !w.getDefiningOp<ParamOp>())
+      continue; // tied (handled with its embedding) or not a parameter
+    if (!head.getResult().hasOneUse() ||
+        !isa<CrossEntropyOp>(*head.getResult().getUsers().begin()))
+      continue;
+    int64_t vocab = cast<RankedTensorType>(w.getType()).getDimSize(0);
+    if (vocab % p.tp != 0)
+      continue; // stays replicated: the vocabulary does not split evenly
+    if (failed(p.shardParam(head, w, 0, 1)) || failed(parallelHead(head)))
+      return failure();
   }
   return success();
 }
@@ -312,9 +358,12 @@ LogicalResult sequenceParallel(func::FuncOp forward, Partitioner &p) {
     return success();
   OpBuilder b(layers.front());
   Value x = layers.front().getInput();
-  auto split = SPSplitOp::create(b, layers.front().getLoc(), withSeqParts(x.getType(), p.tp), x,
-                                 p.axis);
-  layers.front().getInputMutable().assign(split);
+  // A vocabulary-parallel embedding's reduce-scatter already made chunks.
+  if (seqParts(x.getType()) == 1) {
+    auto split = SPSplitOp::create(b, layers.front().getLoc(), withSeqParts(x.getType(), p.tp),
+                                   x, p.axis);
+    layers.front().getInputMutable().assign(split);
+  }
   auto chunked = [](Value v) { return seqParts(v.getType()) > 1; };
   std::function<LogicalResult(Block &)> propagate = [&](Block &block) -> LogicalResult {
     for (Operation &op : block) {

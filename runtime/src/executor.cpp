@@ -456,6 +456,18 @@ bool CpuExecutor::run(const Instruction &ins, Communicator &comm, std::string &e
     const int32_t *t = ids(in[0], error);
     if (!t)
       return false;
+    if (!ins.text("shard").empty()) {
+      // Vocabulary-parallel: rows [index * part, (index + 1) * part).
+      int64_t part = in[1].shape[0], vocab = part * shardSize;
+      for (int64_t i = 0; i < in[0].elements; ++i)
+        if (t[i] < 0 || t[i] >= vocab) {
+          error = "a token id is outside the vocabulary of " + std::to_string(vocab);
+          return false;
+        }
+      k::embeddingForwardPart(t, data(in[1]), data(out[0]), in[0].elements, shardIndex * part,
+                              part, in[1].shape[1]);
+      return true;
+    }
     if (!k::embeddingForward(t, data(in[1]), data(out[0]), in[0].elements, in[1].shape[0],
                              in[1].shape[1])) {
       error = "a token id is outside the vocabulary of " + std::to_string(in[1].shape[0]);
@@ -468,7 +480,11 @@ bool CpuExecutor::run(const Instruction &ins, Communicator &comm, std::string &e
     if (!t)
       return false;
     zero(out[0]);
-    k::embeddingBackward(t, data(in[1]), data(out[0]), in[0].elements, out[0].shape[1]);
+    if (!ins.text("shard").empty())
+      k::embeddingBackwardPart(t, data(in[1]), data(out[0]), in[0].elements,
+                               shardIndex * out[0].shape[0], out[0].shape[0], out[0].shape[1]);
+    else
+      k::embeddingBackward(t, data(in[1]), data(out[0]), in[0].elements, out[0].shape[1]);
     return true;
   }
   case KernelId::PositionEmbeddingFwd:

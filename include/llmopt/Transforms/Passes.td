@@ -97,8 +97,10 @@ def PartitionTP : Pass<"llm-partition-tp", "::mlir::ModuleOp"> {
       its input and the combine its routing weights through `llm.tp_copy`,
       and the combine's output is reduced.
 
-    Embeddings, norms and a tied LM head stay replicated; an untied head is
-    vocabulary-parallel. With the plan's `sp`, the residual stream between
+    Norms stay replicated; the token embedding and the LM head (tied or not)
+    are vocabulary-parallel when the vocabulary splits evenly: V/tp rows per
+    rank, lookups of other tokens give zeros and are summed over `tp`, the
+    cross-entropy's softmax spans the ranks. With the plan's `sp`, the residual stream between
     the parallel regions is a sequence chunk (`llm.sp_split`, `llm.sp_gather`,
     `llm.sp_scatter`). Each sharded `llm.param` gets `llm.shard = {axis =
     "tp", dim, blocks, parts}`: the runtime initializes the whole tensor as

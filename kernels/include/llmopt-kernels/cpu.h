@@ -29,6 +29,13 @@ bool embeddingForward(const int32_t *tokens, const float *table, float *out,
 /// dtable[tokens[n], :] += dout[n, :].
 void embeddingBackward(const int32_t *tokens, const float *dout, float *dtable,
                        int64_t n, int64_t hidden);
+/// Vocabulary parallelism: this rank holds table rows [start, start + rows);
+/// other tokens give zero rows, so the ranks' outputs sum to the whole
+/// lookup. Backward accumulates only the rank's rows.
+void embeddingForwardPart(const int32_t *tokens, const float *table, float *out, int64_t n,
+                          int64_t start, int64_t rows, int64_t hidden);
+void embeddingBackwardPart(const int32_t *tokens, const float *dout, float *dtable, int64_t n,
+                           int64_t start, int64_t rows, int64_t hidden);
 /// out[b, s, :] = x[b, s, :] + table[pos(s), :] (in place allowed), pos(s) =
 /// positions[s] or s when null.
 void positionEmbeddingForward(const float *x, const float *table, float *out,

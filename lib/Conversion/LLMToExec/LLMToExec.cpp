@@ -237,7 +237,10 @@ LogicalResult Converter::convert(Operation *op) {
                       {f64("value", dense.getSplatValue<APFloat>().convertToDouble())});
       })
       .Case([&](EmbeddingOp e) {
-        return kernel(loc, "embedding_fwd", {e.getTokens(), e.getTable()}, e.getResult());
+        SmallVector<NamedAttribute> ps;
+        if (auto axis = e->getAttrOfType<StringAttr>("llm.vocab_axis"))
+          ps.push_back(b.getNamedAttr("shard", axis));
+        return kernel(loc, "embedding_fwd", {e.getTokens(), e.getTable()}, e.getResult(), ps);
       })
       .Case([&](PositionEmbeddingOp e) {
         return kernel(loc, "position_embedding_fwd", {e.getInput(), e.getTable()},
@@ -375,7 +378,10 @@ LogicalResult Converter::convert(Operation *op) {
                       {g.getGateGrad(), g.getUpGrad()});
       })
       .Case([&](EmbeddingGradOp g) {
-        return kernel(loc, "embedding_bwd", {g.getTokens(), g.getGrad()}, g.getResult());
+        SmallVector<NamedAttribute> ps;
+        if (auto axis = g->getAttrOfType<StringAttr>("llm.vocab_axis"))
+          ps.push_back(b.getNamedAttr("shard", axis));
+        return kernel(loc, "embedding_bwd", {g.getTokens(), g.getGrad()}, g.getResult(), ps);
       })
       .Case([&](PositionEmbeddingGradOp g) {
         return kernel(loc, "position_embedding_bwd", g.getGrad(), g.getResult());

@@ -37,8 +37,11 @@ LogicalResult needAll(Operation *op, ArrayRef<Value> grads) {
 
 LogicalResult EmbeddingOp::emitGradient(OpBuilder &b, ArrayRef<Value> grads,
                                         SmallVectorImpl<Value> &out) {
-  out.assign({Value(), (Value)EmbeddingGradOp::create(b, getLoc(), getTable().getType(), getTokens(),
-                                          grads[0])});
+  auto g = EmbeddingGradOp::create(b, getLoc(), getTable().getType(), getTokens(), grads[0]);
+  // A vocabulary-parallel table gets the gradient of its rows only.
+  if (Attribute axis = (*this)->getAttr("llm.vocab_axis"))
+    g->setAttr("llm.vocab_axis", axis);
+  out.assign({Value(), (Value)g});
   return success();
 }
 
