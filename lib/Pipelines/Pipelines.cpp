@@ -25,7 +25,9 @@ void llmopt::buildLowerToPlanPipeline(OpPassManager &pm, const LowerToPlanOption
   if (o.fuse)
     pm.addPass(createFuseElementwise());
   pm.addPass(createPlanMemory());
-  pm.addPass(createConvertLLMToExec());
+  ConvertLLMToExecOptions convert;
+  convert.bucketBytes = o.bucketBytes;
+  pm.addPass(createConvertLLMToExec(convert));
   EmitPlanOptions emit;
   emit.dir = o.dir;
   pm.addPass(createEmitPlan(emit));

@@ -307,6 +307,7 @@ bool CpuExecutor::step(const std::vector<std::vector<int32_t>> &tok,
   }
   // Runs chunk c's forward (or backward) part of micro-batch m in its arena.
   auto runPart = [&](int64_t m, int64_t c, bool backward) {
+    microBatch = m;
     tokens = &tok[size_t(m)];
     labels = &lab[size_t(m)];
     slot = size_t(m) % arenas.size();
@@ -397,6 +398,17 @@ bool CpuExecutor::run(const Instruction &ins, Communicator &comm, std::string &e
       if (!comm.allReduce(ins.axis, data(b), b.elements, ins.reduce == "avg", error))
         return false;
     return true;
+  case Instruction::Kind::BucketAllReduce:
+    // Gradients are complete only after the step's last micro-batch.
+    if (microBatch + 1 < program->numMicroBatches)
+      return true;
+    for (const Buffer &b : ins.buffers)
+      if (!comm.startAllReduce(ins.axis, data(b), b.elements, ins.reduce == "avg", ins.bucket,
+                               error))
+        return false;
+    return true;
+  case Instruction::Kind::BucketWait:
+    return comm.waitAllReduce(ins.bucket, error);
   case Instruction::Kind::ReduceScatter:
     for (const Buffer &b : ins.buffers)
       if (!comm.reduceScatter(ins.axis, data(b), b.elements, ins.reduce == "avg", error))

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <list>
+#include <map>
 #include <cstdlib>
 #include <vector>
 
@@ -71,6 +72,46 @@ public:
       error = "MPI_Comm_split failed";
       return false;
     }
+    return true;
+  }
+
+  bool startAllReduce(const std::string &axis, float *data, int64_t count, bool average,
+                      int bucket, std::string &error) override {
+    MPI_Comm comm = commFor(axis);
+    Started &st = buckets[bucket];
+    for (int64_t at = 0; at < count;) {
+      int len = int(std::min<int64_t>(count - at, int64_t(1) << 30));
+      MPI_Request r;
+      int rc = MPI_Iallreduce(MPI_IN_PLACE, data + at, len, MPI_FLOAT, MPI_SUM, comm, &r);
+      if (rc != MPI_SUCCESS) {
+        error = "MPI_Iallreduce failed with code " + std::to_string(rc);
+        return false;
+      }
+      st.requests.push_back(r);
+      at += len;
+    }
+    if (average) {
+      int n = 1;
+      MPI_Comm_size(comm, &n);
+      st.scale.push_back({data, count, n});
+    }
+    return true;
+  }
+
+  bool waitAllReduce(int bucket, std::string &error) override {
+    auto it = buckets.find(bucket);
+    if (it == buckets.end())
+      return true;
+    Started &st = it->second;
+    if (MPI_Waitall(int(st.requests.size()), st.requests.data(), MPI_STATUSES_IGNORE) !=
+        MPI_SUCCESS) {
+      error = "MPI_Waitall on gradient bucket " + std::to_string(bucket) + " failed";
+      return false;
+    }
+    for (const Scale &s : st.scale)
+      for (int64_t i = 0; i < s.count; ++i)
+        s.data[i] /= float(s.ranks);
+    buckets.erase(it);
     return true;
   }
 
@@ -232,6 +273,16 @@ private:
     std::vector<MPI_Request> requests;
   };
   std::list<Pending> pending;
+  struct Scale {
+    float *data;
+    int64_t count;
+    int ranks;
+  };
+  struct Started {
+    std::vector<MPI_Request> requests;
+    std::vector<Scale> scale;
+  };
+  std::map<int, Started> buckets;
   int rank_ = 0, size_ = 1, dp_ = 1, cp_ = 1, tp_ = 1;
   MPI_Comm dpComm = MPI_COMM_WORLD, tpComm = MPI_COMM_WORLD, ppComm = MPI_COMM_WORLD,
            tiedComm = MPI_COMM_NULL, epComm = MPI_COMM_WORLD, edpComm = MPI_COMM_WORLD,

@@ -469,6 +469,7 @@ bool parsePlan(const json::Value &root, Plan &plan, std::string &error) {
     }
     if (prog.schedule == "interleaved" && prog.chunks.empty())
       return c.fail(where + ".chunks", "an interleaved schedule needs the stage's chunks");
+    std::set<int64_t> started, waited; // gradient buckets
     for (const char *phase : {"micro_batch_instructions", "step_instructions"}) {
     const json::Value *instrs = pv.get(phase);
     if (!instrs || !instrs->isArray())
@@ -609,15 +610,38 @@ bool parsePlan(const json::Value &root, Plan &plan, std::string &error) {
             share.shape[1] != rows.shape[1] * parts)
           return c.fail(iw, "the expert rows are not " + std::to_string(parts) +
                                 " shares of the other buffer's");
+      } else if (const json::Value *col = iv.get("collective");
+                 col && col->isString() && col->string == "bucket_wait") {
+        ins.kind = Instruction::Kind::BucketWait;
+        int64_t bucket = 0;
+        if (!c.integer(iv.get("bucket"), iw + ".bucket", bucket))
+          return false;
+        if (std::string(phase) != "step_instructions")
+          return c.fail(iw, "bucket_wait belongs to the step instructions");
+        if (!started.count(bucket) || !waited.insert(bucket).second)
+          return c.fail(iw + ".bucket", "waits for bucket " + std::to_string(bucket) +
+                                            ", which is not started or already waited for");
+        ins.bucket = int(bucket);
       } else if (const json::Value *col = iv.get("collective")) {
         if (!col->isString() || (col->string != "all_reduce" && col->string != "reduce_scatter" &&
-                                 col->string != "all_gather"))
+                                 col->string != "all_gather" && col->string != "bucket_all_reduce"))
           return c.fail(iw + ".collective",
-                        "must be all_reduce, reduce_scatter, all_gather, param_gather, send, recv, "
-                        "seq_* or ep_*");
-        ins.kind = col->string == "all_reduce"       ? Instruction::Kind::AllReduce
-                   : col->string == "reduce_scatter" ? Instruction::Kind::ReduceScatter
-                                                     : Instruction::Kind::AllGather;
+                        "must be all_reduce, bucket_all_reduce, bucket_wait, reduce_scatter, "
+                        "all_gather, param_gather, send, recv, seq_* or ep_*");
+        ins.kind = col->string == "all_reduce"          ? Instruction::Kind::AllReduce
+                   : col->string == "bucket_all_reduce" ? Instruction::Kind::BucketAllReduce
+                   : col->string == "reduce_scatter"    ? Instruction::Kind::ReduceScatter
+                                                        : Instruction::Kind::AllGather;
+        if (ins.kind == Instruction::Kind::BucketAllReduce) {
+          int64_t bucket = 0;
+          if (!c.integer(iv.get("bucket"), iw + ".bucket", bucket))
+            return false;
+          if (std::string(phase) != "micro_batch_instructions")
+            return c.fail(iw, "bucket_all_reduce belongs to the micro-batch instructions");
+          if (!started.insert(bucket).second)
+            return c.fail(iw + ".bucket", "bucket " + std::to_string(bucket) + " starts twice");
+          ins.bucket = int(bucket);
+        }
         if (!c.string(iv.get("axis"), iw + ".axis", ins.axis) ||
             (ins.kind != Instruction::Kind::AllGather &&
              !c.string(iv.get("reduce"), iw + ".reduce", ins.reduce)) ||
@@ -637,6 +661,8 @@ bool parsePlan(const json::Value &root, Plan &plan, std::string &error) {
       list.push_back(std::move(ins));
     }
     }
+    if (started.size() != waited.size())
+      return c.fail(where + ".step_instructions", "does not wait for every gradient bucket");
     if (prog.backwardStart > int64_t(prog.microBatch.size()))
       return c.fail(where + ".backward_start", "is past the micro-batch instructions");
     if (!prog.chunks.empty() && prog.chunks.back().begin > int64_t(prog.microBatch.size()))

@@ -174,6 +174,20 @@ public:
   bool useMesh(int pp, int dp, int cp, int tp, std::string &error) override {
     return inner.useMesh(pp, dp, cp, tp, error);
   }
+  bool startAllReduce(const std::string &axis, float *data, int64_t count, bool average,
+                      int bucket, std::string &error) override {
+    auto t0 = std::chrono::steady_clock::now();
+    bool ok = inner.startAllReduce(axis, data, count, average, bucket, error);
+    seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return ok;
+  }
+  bool waitAllReduce(int bucket, std::string &error) override {
+    // Only the wait is exposed communication; the reduction overlapped.
+    auto t0 = std::chrono::steady_clock::now();
+    bool ok = inner.waitAllReduce(bucket, error);
+    seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return ok;
+  }
   bool useExpertAxes(int ep, std::string &error) override {
     return inner.useExpertAxes(ep, error);
   }

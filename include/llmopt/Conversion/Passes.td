@@ -16,11 +16,22 @@ def ConvertLLMToExec : Pass<"convert-llm-to-exec", "::mlir::ModuleOp"> {
     which adds each weight gradient and the loss to fp32 accumulators; the step
     phase averages them over the plan's micro-batches (`scale`) and, with `dp`
     > 1, over the data-parallel ranks (`exec.all_reduce "dp" avg`), then
-    computes the norm and applies AdamW.
+    computes the norm and applies AdamW. Tensor, sequence, pipeline,
+    context and expert parallelism and ZeRO-1/2/3 follow the partition
+    passes' ops and attributes (docs/lowering.md).
 
-    Plans with tensor, pipeline, context or expert parallelism are not lowered
-    yet and are rejected with an error saying so.
+    Data-parallel gradients (no ZeRO) are all-reduced in buckets of about
+    `bucket-bytes` as soon as the last micro-batch has added the bucket's
+    last gradient (`exec.bucket_all_reduce`, non-blocking, in the order the
+    backward makes them, as PyTorch DDP does); the step waits for them
+    (`exec.bucket_wait`) before it uses the gradients, so the reduction of
+    early buckets overlaps the rest of the backward.
   }];
+  let options = [
+    Option<"bucketBytes", "bucket-bytes", "int64_t", /*default=*/"25 << 20",
+           "gradient bytes per data-parallel all-reduce bucket (0: one blocking "
+           "all-reduce in the step)">,
+  ];
   let dependentDialects = ["::llmopt::exec::ExecDialect"];
 }
 

@@ -18,6 +18,10 @@ struct LowerToPlanOptions : public mlir::PassPipelineOptions<LowerToPlanOptions>
                         llvm::cl::desc("micro-batch (default: the plan's)"), llvm::cl::init(0)};
   Option<int64_t> seq{*this, "seq", llvm::cl::desc("sequence length (default: the model's)"),
                       llvm::cl::init(0)};
+  Option<int64_t> bucketBytes{
+      *this, "bucket-bytes",
+      llvm::cl::desc("gradient bytes per data-parallel all-reduce bucket (0: one all-reduce)"),
+      llvm::cl::init(25 << 20)};
   Option<bool> fuse{*this, "fuse",
                     llvm::cl::desc("fuse chains of row-wise ops into generated kernels"),
                     llvm::cl::init(true)};

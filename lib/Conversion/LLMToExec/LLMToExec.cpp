@@ -490,6 +490,8 @@ LogicalResult Converter::convert(Operation *op) {
 
 struct ConvertLLMToExecPass
     : public llmopt::impl::ConvertLLMToExecBase<ConvertLLMToExecPass> {
+  using Base::Base;
+
   void runOnOperation() override {
     ModuleOp module = getOperation();
     auto func = module.lookupSymbol<func::FuncOp>("train_step");
@@ -641,6 +643,27 @@ struct ConvertLLMToExecPass
         accumulateAt[grad] = cast<BufAttr>(acc);
       }
 
+      // Data-parallel gradient buckets (no ZeRO): an accumulator joins the
+      // open bucket once its gradient is added; a full bucket starts its
+      // all-reduce (during the last micro-batch only) right there.
+      bool bucketing = zero == 0 && dp > 1 && bucketBytes > 0;
+      llvm::DenseSet<Attribute> bucketable;
+      if (bucketing)
+        for (auto [a, acc] : llvm::zip(updates, gradAccs))
+          if (!epSharded.contains(a.getName()) && !tied.contains(a.getName()))
+            bucketable.insert(acc);
+      SmallVector<Attribute> open, bucketed;
+      int64_t openBytes = 0, buckets = 0;
+      auto startBucket = [&](Location at) {
+        if (open.empty())
+          return;
+        BucketAllReduceOp::create(cv.ob, at, b.getStringAttr("dp"), b.getStringAttr("avg"),
+                                  b.getI64IntegerAttr(buckets++), b.getArrayAttr(open));
+        llvm::append_range(bucketed, open);
+        open.clear();
+        openBytes = 0;
+      };
+
       // Pipeline stages mark where each micro-batch's backward begins: at the
       // first of the stage's ops after the loss.
       Operation *lossOp = ret.getOperand(0).getDefiningOp();
@@ -692,9 +715,19 @@ struct ConvertLLMToExecPass
             if (failed(g))
               return failure();
             addInto(it->second, *g);
+            if (bucketable.contains(it->second)) {
+              open.push_back(it->second);
+              int64_t n = 1;
+              for (int64_t d : it->second.getShape().asArrayRef())
+                n *= d;
+              openBytes += 4 * n;
+              if (openBytes >= bucketBytes)
+                startBucket(op.getLoc());
+            }
             accumulateAt.erase(it);
           }
       }
+      startBucket(func.getLoc());
       if (!accumulateAt.empty()) {
         func.emitError() << "convert-llm-to-exec: a parameter gradient is not computed on the "
                             "stage that updates it";
@@ -706,6 +739,9 @@ struct ConvertLLMToExecPass
       // Step phase: average over micro-batches and data-parallel ranks, norm,
       // update.
       cv.ob.setInsertionPointToEnd(stepBlock);
+      // The buckets' all-reduces complete before anything reads them.
+      for (int64_t k = 0; k < buckets; ++k)
+        BucketWaitOp::create(cv.ob, loc, b.getI64IntegerAttr(k));
       SmallVector<Attribute> all(gradAccs);
       all.push_back(lossAcc);
       if (micro > 1)
@@ -750,7 +786,7 @@ struct ConvertLLMToExecPass
         // once (1/ep), which is the average over dp.
         SmallVector<Attribute> dense;
         for (Attribute acc : all)
-          if (!llvm::is_contained(experts, acc))
+          if (!llvm::is_contained(experts, acc) && !llvm::is_contained(bucketed, acc))
             dense.push_back(acc);
         exec::AllReduceOp::create(cv.ob, loc, dpAxis, avg, b.getArrayAttr(dense));
         if (!experts.empty()) {

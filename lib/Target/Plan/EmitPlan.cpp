@@ -243,6 +243,14 @@ struct EmitPlanPass : public llmopt::impl::EmitPlanBase<EmitPlanPass> {
                                           {"axis", ar.getAxis().str()},
                                           {"reduce", ar.getReduce().str()},
                                           {"buffers", bufsJSON(ar.getBuffers())}});
+          } else if (auto ba = dyn_cast<exec::BucketAllReduceOp>(op)) {
+            instrs.push_back(json::Object{{"collective", "bucket_all_reduce"},
+                                          {"axis", ba.getAxis().str()},
+                                          {"reduce", ba.getReduce().str()},
+                                          {"bucket", ba.getBucket()},
+                                          {"buffers", bufsJSON(ba.getBuffers())}});
+          } else if (auto bw = dyn_cast<exec::BucketWaitOp>(op)) {
+            instrs.push_back(json::Object{{"collective", "bucket_wait"}, {"bucket", bw.getBucket()}});
           } else if (auto rs = dyn_cast<exec::ReduceScatterOp>(op)) {
             instrs.push_back(json::Object{{"collective", "reduce_scatter"},
                                           {"axis", rs.getAxis().str()},

@@ -41,6 +41,15 @@ public:
   /// the ranks of `axis`. Returns false with `error` set on failure.
   virtual bool allReduce(const std::string &axis, float *data, int64_t count, bool average,
                          std::string &error) = 0;
+  /// Starts an all-reduce that `waitBuckets` completes (gradient buckets,
+  /// whose reduction overlaps the rest of the backward). By default it runs
+  /// at once.
+  virtual bool startAllReduce(const std::string &axis, float *data, int64_t count, bool average,
+                              int bucket, std::string &error) {
+    return allReduce(axis, data, count, average, error);
+  }
+  /// Completes the all-reduces started for `bucket`.
+  virtual bool waitAllReduce(int bucket, std::string &error) { return true; }
   /// Lays the ranks out as a pp x dp x cp x tp mesh
   /// (rank = ((pp index * dp + dp index) * cp + cp index) * tp + tp index)
   /// so that collectives over "dp", "cp", "tp" and "pp" reach the ranks of

@@ -70,6 +70,8 @@ private:
   const int32_t *ids(const Buffer &b, std::string &error);
   /// An i32 arena buffer (MoE expert indices).
   int32_t *routes(const Buffer &b, std::string &error);
+  /// The micro-batch running (bucketed all-reduces start in the last one).
+  int64_t microBatch = 0;
   /// Temporaries of the fused kernel running (Buffer::Space::Temp).
   std::vector<std::vector<float>> temps;
   bool run(const Instruction &ins, Communicator &comm, std::string &error);

@@ -40,6 +40,8 @@ struct Instruction {
   enum class Kind {
     Kernel,
     AllReduce,
+    BucketAllReduce,
+    BucketWait,
     ReduceScatter,
     AllGather,
     SeqAllGather,
@@ -55,6 +57,7 @@ struct Instruction {
   } kind = Kind::Kernel;
   int peer = 0; // Send / Recv: the other pipeline stage
   int tag = 0;  // Send / Recv: pairs the two sides of one transfer
+  int bucket = -1; // BucketAllReduce / BucketWait: the gradient bucket
   const kernels::KernelInfo *kernel = nullptr;
   std::vector<Buffer> ins, outs;
   std::map<std::string, json::Value> params;

@@ -128,6 +128,12 @@ LogicalResult AllReduceOp::verify() {
   return verifyCollective(*this, getReduce(), getBuffers());
 }
 
+LogicalResult BucketAllReduceOp::verify() {
+  if (getBucket() < 0)
+    return emitOpError() << "bucket must be non-negative";
+  return verifyCollective(*this, getReduce(), getBuffers());
+}
+
 LogicalResult ReduceScatterOp::verify() {
   return verifyCollective(*this, getReduce(), getBuffers());
 }

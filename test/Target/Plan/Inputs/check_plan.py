@@ -38,8 +38,18 @@ for prog in plan["programs"]:
     step = prog["step_instructions"]
     kernels = [i.get("kernel") for i in step]
     if collectives:
-        n = kernels.index(None)
-        assert kernels[n + 1] == "global_norm" and kernels[-1] == "adamw"
-        reduced = {b["name"] for b in step[n]["buffers"]}
+        # Gradient buckets start in the micro-batch phase; the step waits for
+        # them, all-reduces the rest, then takes the norm.
+        started = {i["bucket"]: i for _, i in collectives
+                   if i["collective"] == "bucket_all_reduce"}
+        norm = kernels.index("global_norm")
+        assert kernels[-1] == "adamw"
+        reduced = set()
+        for i in step[:norm]:
+            if i.get("collective") == "all_reduce":
+                reduced |= {b["name"] for b in i["buffers"]}
+            elif i.get("collective") == "bucket_wait":
+                reduced |= {b["name"] for b in started.pop(i["bucket"])["buffers"]}
+        assert not started, "a bucket is never waited for"
         assert reduced == {b["name"] for i in step if i.get("kernel") == "adamw" for b in i["ins"][:1]} | {"loss"}
         print("all_reduce dp avg of every gradient and the loss, before global_norm")

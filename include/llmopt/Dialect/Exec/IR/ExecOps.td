@@ -117,6 +117,28 @@ def Exec_AllReduceOp : Exec_Op<"all_reduce", [HasParent<"ProgramOp">]> {
   let hasVerifier = 1;
 }
 
+def Exec_BucketAllReduceOp : Exec_Op<"bucket_all_reduce", [HasParent<"ProgramOp">]> {
+  let summary = "starts a non-blocking all-reduce of a gradient bucket";
+  let description = [{
+    In the micro-batch phase, only during the step's last micro-batch: starts
+    all-reducing `buffers` (accumulators whose gradients are complete) over
+    `axis`; `exec.bucket_wait` with the same `bucket` in the step phase
+    completes it. Buckets are started in the same order on every rank.
+    ```mlir
+    exec.bucket_all_reduce "dp" "avg" bucket 0 [#exec.buf<...>, ...]
+    ```
+  }];
+  let arguments = (ins StrAttr:$axis, StrAttr:$reduce, I64Attr:$bucket, ArrayAttr:$buffers);
+  let assemblyFormat = "$axis $reduce `bucket` $bucket $buffers attr-dict";
+  let hasVerifier = 1;
+}
+
+def Exec_BucketWaitOp : Exec_Op<"bucket_wait", [HasParent<"ProgramOp">]> {
+  let summary = "waits for a gradient bucket's all-reduce";
+  let arguments = (ins I64Attr:$bucket);
+  let assemblyFormat = "$bucket attr-dict";
+}
+
 def Exec_ReduceScatterOp : Exec_Op<"reduce_scatter", [HasParent<"ProgramOp">]> {
   let summary = "reduces buffers over a mesh axis, each rank keeping its chunk";
   let description = [{
