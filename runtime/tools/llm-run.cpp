@@ -16,6 +16,7 @@
 #include "llmopt-runtime/data.h"
 #include "llmopt-runtime/executor.h"
 #include "llmopt-runtime/mpi_comm.h"
+#include "llmopt-runtime/tcp_comm.h"
 
 #include <chrono>
 #include <csignal>
@@ -255,7 +256,20 @@ int main(int argc, char **argv) {
   std::unique_ptr<Communicator> mpi;
   SingleRank single;
   Communicator *comm = &single;
-  if (world > 1) {
+  // torchrun-style launches (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT and
+  // no MPI or Slurm process manager) meet over TCP.
+  bool byEnv = !std::getenv("OMPI_COMM_WORLD_SIZE") && !std::getenv("PMI_SIZE") &&
+               !std::getenv("SLURM_NTASKS") && std::getenv("WORLD_SIZE");
+  if (world > 1 && byEnv) {
+    const char *addr = std::getenv("MASTER_ADDR");
+    const char *port = std::getenv("MASTER_PORT");
+    const char *timeout = std::getenv("LLMOPT_RENDEZVOUS_TIMEOUT");
+    mpi = makeTcpCommunicator(rank, world, addr ? addr : "127.0.0.1", port ? std::atoi(port) : 29500,
+                              timeout ? std::atof(timeout) : 120.0, error);
+    if (!mpi)
+      return fail(error);
+    comm = mpi.get();
+  } else if (world > 1) {
     mpi = makeMPICommunicator(&argc, &argv, error);
     if (!mpi)
       return fail(error);

@@ -1,0 +1,525 @@
+//===- tcp_comm.cpp - collectives over TCP ---------------------------------===//
+//
+// See tcp_comm.h. Frames: a 16-byte header (channel, tag, payload bytes)
+// then the payload. Channel 0 carries point-to-point transfers (their tag is
+// the plan's); channel 1 + k carries collectives over axis k, tagged with
+// that axis' collective count, which every member of a group advances in the
+// same order.
+//
+//===----------------------------------------------------------------------===//
+
+#include "llmopt-runtime/tcp_comm.h"
+
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace llmopt::runtime {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Header {
+  uint32_t channel;
+  int32_t tag;
+  uint64_t bytes;
+};
+
+bool writeAll(int fd, const void *p, size_t n) {
+  const char *c = static_cast<const char *>(p);
+  while (n > 0) {
+    ssize_t w = ::send(fd, c, n, MSG_NOSIGNAL);
+    if (w <= 0)
+      return false;
+    c += w;
+    n -= size_t(w);
+  }
+  return true;
+}
+
+bool readAll(int fd, void *p, size_t n) {
+  char *c = static_cast<char *>(p);
+  while (n > 0) {
+    ssize_t r = ::recv(fd, c, n, 0);
+    if (r <= 0)
+      return false;
+    c += r;
+    n -= size_t(r);
+  }
+  return true;
+}
+
+/// Waits until `fd` is readable or the deadline passes.
+bool waitReadable(int fd, Clock::time_point deadline) {
+  for (;;) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    if (left.count() <= 0)
+      return false;
+    pollfd p{fd, POLLIN, 0};
+    int r = ::poll(&p, 1, int(std::min<int64_t>(left.count(), 1000)));
+    if (r > 0)
+      return true;
+  }
+}
+
+void noDelay(int fd) {
+  int one = 1;
+  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+}
+
+/// A listening socket on `port` (0: any free port); its port in `bound`.
+int listenOn(int port, int &bound, std::string &error) {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) {
+    error = "socket() failed";
+    return -1;
+  }
+  int one = 1;
+  ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_ANY);
+  a.sin_port = htons(uint16_t(port));
+  if (::bind(fd, reinterpret_cast<sockaddr *>(&a), sizeof(a)) != 0 || ::listen(fd, 128) != 0) {
+    error = "cannot listen on port " + std::to_string(port) + ": " + std::strerror(errno);
+    ::close(fd);
+    return -1;
+  }
+  socklen_t len = sizeof(a);
+  ::getsockname(fd, reinterpret_cast<sockaddr *>(&a), &len);
+  bound = ntohs(a.sin_port);
+  return fd;
+}
+
+/// Connects to host:port, retrying until the deadline (the listener may
+/// start later).
+int connectTo(uint32_t hostOrder, int port, Clock::time_point deadline) {
+  while (Clock::now() < deadline) {
+    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(hostOrder);
+    a.sin_port = htons(uint16_t(port));
+    if (::connect(fd, reinterpret_cast<sockaddr *>(&a), sizeof(a)) == 0) {
+      noDelay(fd);
+      return fd;
+    }
+    ::close(fd);
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return -1;
+}
+
+const char *const kAxes[] = {"world", "dp", "tp", "pp", "cp", "ep", "edp", "pp_tied"};
+
+class TcpCommunicator final : public Communicator {
+public:
+  TcpCommunicator(int rank, int world) : rank_(rank), world_(world), links(size_t(world)) {}
+
+  ~TcpCommunicator() override {
+    std::string ignored;
+    flush(ignored);
+    for (auto &l : links)
+      if (l) {
+        {
+          std::lock_guard<std::mutex> g(l->m);
+          l->stop = true;
+        }
+        l->cv.notify_all();
+        ::shutdown(l->fd, SHUT_RDWR);
+      }
+    for (auto &l : links)
+      if (l) {
+        l->writer.join();
+        l->reader.join();
+        ::close(l->fd);
+      }
+  }
+
+  bool join(const std::string &master, int port, double timeoutS, std::string &error) {
+    auto deadline = Clock::now() + std::chrono::milliseconds(int64_t(timeoutS * 1000));
+    addrinfo hints{}, *res = nullptr;
+    hints.ai_family = AF_INET;
+    hints.ai_socktype = SOCK_STREAM;
+    if (::getaddrinfo(master.c_str(), nullptr, &hints, &res) != 0 || !res) {
+      error = "cannot resolve MASTER_ADDR '" + master + "'";
+      return false;
+    }
+    uint32_t masterHost = ntohl(reinterpret_cast<sockaddr_in *>(res->ai_addr)->sin_addr.s_addr);
+    ::freeaddrinfo(res);
+    // Every rank's address: rank 0 learns them at the rendezvous and tells
+    // everyone.
+    std::vector<uint32_t> hosts(static_cast<size_t>(world_));
+    std::vector<int32_t> ports(static_cast<size_t>(world_));
+    std::vector<int> fds(static_cast<size_t>(world_), -1);
+    int myPort = 0;
+    int lfd = listenOn(rank_ == 0 ? port : 0, myPort, error);
+    if (lfd < 0)
+      return false;
+    auto accept = [&](int &peerRank, int32_t &peerPort, uint32_t &peerHost) -> int {
+      if (!waitReadable(lfd, deadline))
+        return -1;
+      sockaddr_in a{};
+      socklen_t len = sizeof(a);
+      int fd = ::accept(lfd, reinterpret_cast<sockaddr *>(&a), &len);
+      if (fd < 0)
+        return -1;
+      noDelay(fd);
+      int32_t hello[2];
+      if (!waitReadable(fd, deadline) || !readAll(fd, hello, sizeof(hello))) {
+        ::close(fd);
+        return -1;
+      }
+      peerRank = hello[0];
+      peerPort = hello[1];
+      peerHost = ntohl(a.sin_addr.s_addr);
+      return fd;
+    };
+    if (rank_ == 0) {
+      for (int n = 1; n < world_; ++n) {
+        int r = 0;
+        int32_t p = 0;
+        uint32_t h = 0;
+        int fd = accept(r, p, h);
+        if (fd < 0) {
+          error = "rendezvous: only " + std::to_string(n) + " of " + std::to_string(world_) +
+                  " ranks connected to port " + std::to_string(port) + " within " +
+                  std::to_string(int(timeoutS)) + " s";
+          ::close(lfd);
+          return false;
+        }
+        if (r <= 0 || r >= world_ || fds[size_t(r)] >= 0) {
+          error = "rendezvous: a process announced rank " + std::to_string(r) +
+                  " (duplicate or outside WORLD_SIZE " + std::to_string(world_) + ")";
+          ::close(fd);
+          ::close(lfd);
+          return false;
+        }
+        fds[size_t(r)] = fd;
+        hosts[size_t(r)] = h;
+        ports[size_t(r)] = p;
+      }
+      for (int r = 1; r < world_; ++r)
+        if (!writeAll(fds[size_t(r)], hosts.data(), hosts.size() * 4) ||
+            !writeAll(fds[size_t(r)], ports.data(), ports.size() * 4)) {
+          error = "rendezvous: cannot send the rank table to rank " + std::to_string(r);
+          return false;
+        }
+    } else {
+      int fd = connectTo(masterHost, port, deadline);
+      int32_t hello[2] = {rank_, myPort};
+      if (fd < 0 || !writeAll(fd, hello, sizeof(hello)) || !waitReadable(fd, deadline) ||
+          !readAll(fd, hosts.data(), hosts.size() * 4) ||
+          !readAll(fd, ports.data(), ports.size() * 4)) {
+        error = "rendezvous: cannot reach rank 0 at " + master + ":" + std::to_string(port) +
+                " within " + std::to_string(int(timeoutS)) + " s";
+        ::close(lfd);
+        return false;
+      }
+      fds[0] = fd;
+      // The mesh: connect to the ranks below (except 0), accept the ones above.
+      for (int r = 1; r < rank_; ++r) {
+        int c = connectTo(hosts[size_t(r)], ports[size_t(r)], deadline);
+        int32_t me[2] = {rank_, myPort};
+        if (c < 0 || !writeAll(c, me, sizeof(me))) {
+          error = "cannot connect to rank " + std::to_string(r);
+          ::close(lfd);
+          return false;
+        }
+        fds[size_t(r)] = c;
+      }
+      for (int n = rank_ + 1; n < world_; ++n) {
+        int r = 0;
+        int32_t p = 0;
+        uint32_t h = 0;
+        int c = accept(r, p, h);
+        if (c < 0 || r <= rank_ || r >= world_ || fds[size_t(r)] >= 0) {
+          error = "mesh: rank " + std::to_string(rank_) + " did not hear from every rank above it";
+          ::close(lfd);
+          return false;
+        }
+        fds[size_t(r)] = c;
+      }
+    }
+    ::close(lfd);
+    for (int r = 0; r < world_; ++r)
+      if (r != rank_)
+        start(r, fds[size_t(r)]);
+    return true;
+  }
+
+  int rank() const override { return rank_; }
+  int size() const override { return world_; }
+
+  bool useMesh(int pp, int dp, int cp, int tp, std::string &error) override {
+    if (pp * dp * cp * tp != world_) {
+      error = "a " + std::to_string(pp) + " x " + std::to_string(dp) + " x " + std::to_string(cp) +
+              " x " + std::to_string(tp) + " mesh needs " + std::to_string(pp * dp * cp * tp) +
+              " ranks, not " + std::to_string(world_);
+      return false;
+    }
+    pp_ = pp, dp_ = dp, cp_ = cp, tp_ = tp;
+    return true;
+  }
+
+  bool useExpertAxes(int ep, std::string &error) override {
+    if (dp_ % ep != 0) {
+      error = "ep " + std::to_string(ep) + " does not divide dp " + std::to_string(dp_);
+      return false;
+    }
+    ep_ = ep;
+    return true;
+  }
+
+  void axisPosition(const std::string &axis, int &index, int &size) const override {
+    std::vector<int> g = group(axis);
+    size = int(g.size());
+    index = 0;
+    for (size_t i = 0; i < g.size(); ++i)
+      if (g[i] == rank_)
+        index = int(i);
+  }
+
+  bool allReduce(const std::string &axis, float *data, int64_t count, bool average,
+                 std::string &error) override {
+    std::vector<int> g = group(axis);
+    if (g.size() <= 1)
+      return true;
+    uint32_t channel = channelOf(axis);
+    int32_t tag = int32_t(counter[channel]++ & 0x7fffffff);
+    size_t bytes = size_t(count) * sizeof(float);
+    for (int r : g)
+      if (r != rank_)
+        post(r, channel, tag, data, bytes);
+    // Sum in group order: every rank adds the same numbers in the same order.
+    std::vector<float> sum(size_t(count), 0.0f), part;
+    for (int r : g) {
+      const float *x = data;
+      if (r != rank_) {
+        if (!take(r, channel, tag, part, bytes, error))
+          return false;
+        x = part.data();
+      }
+      for (int64_t i = 0; i < count; ++i)
+        sum[size_t(i)] += x[i];
+    }
+    float scale = average ? 1.0f / float(g.size()) : 1.0f;
+    for (int64_t i = 0; i < count; ++i)
+      data[i] = average ? sum[size_t(i)] * scale : sum[size_t(i)];
+    return true;
+  }
+
+  bool send(int peer, int tag, const float *data, int64_t count, std::string &error) override {
+    if (!links[size_t(peer)]) {
+      error = "no link to rank " + std::to_string(peer);
+      return false;
+    }
+    post(peer, 0, tag, data, size_t(count) * sizeof(float));
+    return true;
+  }
+
+  bool recv(int peer, int tag, float *data, int64_t count, std::string &error) override {
+    std::vector<float> buf;
+    if (!take(peer, 0, tag, buf, size_t(count) * sizeof(float), error))
+      return false;
+    std::memcpy(data, buf.data(), size_t(count) * sizeof(float));
+    return true;
+  }
+
+  bool flush(std::string &error) override {
+    for (size_t r = 0; r < links.size(); ++r) {
+      Link *l = links[r].get();
+      if (!l)
+        continue;
+      std::unique_lock<std::mutex> g(l->m);
+      l->cv.wait(g, [&] { return l->outbox.empty() || l->closed; });
+      if (!l->outbox.empty()) {
+        error = "rank " + std::to_string(r) + " closed its connection before taking our data";
+        return false;
+      }
+    }
+    return true;
+  }
+
+private:
+  struct Frame {
+    Header h;
+    std::vector<char> data;
+  };
+  struct Link {
+    int fd = -1;
+    std::thread reader, writer;
+    std::mutex m;
+    std::condition_variable cv;
+    std::deque<Frame> outbox;
+    std::map<std::pair<uint32_t, int32_t>, std::deque<std::vector<char>>> inbox;
+    bool closed = false, stop = false;
+  };
+
+  void start(int r, int fd) {
+    links[size_t(r)] = std::make_unique<Link>();
+    Link *l = links[size_t(r)].get();
+    l->fd = fd;
+    l->writer = std::thread([l] {
+      for (;;) {
+        Frame f;
+        {
+          std::unique_lock<std::mutex> g(l->m);
+          l->cv.wait(g, [&] { return !l->outbox.empty() || l->stop; });
+          if (l->outbox.empty())
+            return;
+          f = std::move(l->outbox.front());
+        }
+        bool ok = writeAll(l->fd, &f.h, sizeof(f.h)) && writeAll(l->fd, f.data.data(), f.data.size());
+        std::lock_guard<std::mutex> g(l->m);
+        if (!ok) {
+          l->closed = true;
+          l->outbox.clear();
+          l->cv.notify_all();
+          return;
+        }
+        l->outbox.pop_front();
+        l->cv.notify_all();
+      }
+    });
+    l->reader = std::thread([l] {
+      for (;;) {
+        Header h;
+        std::vector<char> data;
+        bool ok = readAll(l->fd, &h, sizeof(h));
+        if (ok && h.bytes < (uint64_t(1) << 40)) {
+          data.resize(size_t(h.bytes));
+          ok = readAll(l->fd, data.data(), data.size());
+        } else {
+          ok = false;
+        }
+        std::lock_guard<std::mutex> g(l->m);
+        if (!ok) {
+          l->closed = true;
+          l->cv.notify_all();
+          return;
+        }
+        l->inbox[{h.channel, h.tag}].push_back(std::move(data));
+        l->cv.notify_all();
+      }
+    });
+  }
+
+  void post(int r, uint32_t channel, int32_t tag, const void *data, size_t bytes) {
+    Link *l = links[size_t(r)].get();
+    Frame f{{channel, tag, bytes}, std::vector<char>(static_cast<const char *>(data),
+                                                     static_cast<const char *>(data) + bytes)};
+    std::lock_guard<std::mutex> g(l->m);
+    l->outbox.push_back(std::move(f));
+    l->cv.notify_all();
+  }
+
+  bool take(int r, uint32_t channel, int32_t tag, std::vector<float> &out, size_t bytes,
+            std::string &error) {
+    Link *l = links[size_t(r)].get();
+    std::unique_lock<std::mutex> g(l->m);
+    auto key = std::make_pair(channel, tag);
+    l->cv.wait(g, [&] {
+      auto it = l->inbox.find(key);
+      return (it != l->inbox.end() && !it->second.empty()) || l->closed;
+    });
+    auto it = l->inbox.find(key);
+    if (it == l->inbox.end() || it->second.empty()) {
+      error = "rank " + std::to_string(r) + " closed its connection (it failed or exited)";
+      return false;
+    }
+    std::vector<char> data = std::move(it->second.front());
+    it->second.pop_front();
+    if (data.size() != bytes) {
+      error = "rank " + std::to_string(r) + " sent " + std::to_string(data.size()) +
+              " bytes where " + std::to_string(bytes) + " were expected";
+      return false;
+    }
+    out.resize(bytes / sizeof(float));
+    std::memcpy(out.data(), data.data(), bytes);
+    return true;
+  }
+
+  uint32_t channelOf(const std::string &axis) const {
+    for (uint32_t i = 0; i < sizeof(kAxes) / sizeof(kAxes[0]); ++i)
+      if (axis == kAxes[i])
+        return 1 + i;
+    return 1; // the world
+  }
+
+  /// World ranks of this rank's group on `axis`, in axis order
+  /// (rank = ((pp x dp + dp) x cp + cp) x tp + tp; ep and edp split dp).
+  std::vector<int> group(const std::string &axis) const {
+    int stageSize = dp_ * cp_ * tp_;
+    int stage = rank_ / stageSize, d = (rank_ / (cp_ * tp_)) % dp_, c = (rank_ / tp_) % cp_,
+        t = rank_ % tp_;
+    auto at = [&](int s, int dd, int cc, int tt) { return ((s * dp_ + dd) * cp_ + cc) * tp_ + tt; };
+    std::vector<int> g;
+    if (axis == "tp")
+      for (int i = 0; i < tp_; ++i)
+        g.push_back(at(stage, d, c, i));
+    else if (axis == "dp")
+      for (int i = 0; i < dp_; ++i)
+        g.push_back(at(stage, i, c, t));
+    else if (axis == "cp")
+      for (int i = 0; i < cp_; ++i)
+        g.push_back(at(stage, d, i, t));
+    else if (axis == "pp")
+      for (int i = 0; i < pp_; ++i)
+        g.push_back(at(i, d, c, t));
+    else if (axis == "pp_tied") {
+      if (pp_ > 1 && (stage == 0 || stage == pp_ - 1)) {
+        g.push_back(at(0, d, c, t));
+        g.push_back(at(pp_ - 1, d, c, t));
+      }
+    } else if (axis == "ep")
+      for (int i = 0; i < ep_; ++i)
+        g.push_back(at(stage, (d / ep_) * ep_ + i, c, t));
+    else if (axis == "edp")
+      for (int i = 0; i < dp_ / ep_; ++i)
+        g.push_back(at(stage, i * ep_ + d % ep_, c, t));
+    else
+      for (int i = 0; i < world_; ++i)
+        g.push_back(i);
+    return g;
+  }
+
+  int rank_, world_;
+  int pp_ = 1, dp_ = 1, cp_ = 1, tp_ = 1, ep_ = 1;
+  std::vector<std::unique_ptr<Link>> links;
+  std::map<uint32_t, uint64_t> counter;
+};
+
+} // namespace
+
+std::unique_ptr<Communicator> makeTcpCommunicator(int rank, int world,
+                                                  const std::string &masterAddr, int port,
+                                                  double timeoutS, std::string &error) {
+  if (world < 1 || rank < 0 || rank >= world) {
+    error = "RANK " + std::to_string(rank) + " is outside WORLD_SIZE " + std::to_string(world);
+    return nullptr;
+  }
+  if (port <= 0 || port > 65535) {
+    error = "MASTER_PORT " + std::to_string(port) + " is not a TCP port";
+    return nullptr;
+  }
+  auto comm = std::make_unique<TcpCommunicator>(rank, world);
+  if (!comm->join(masterAddr, port, timeoutS, error))
+    return nullptr;
+  return comm;
+}
+
+} // namespace llmopt::runtime
