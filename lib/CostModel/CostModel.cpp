@@ -187,10 +187,12 @@ RejectReason llmopt::cost::checkRules(const ModelDesc &model, const ClusterSpec 
       return fail(RejectReason::HeadsNotDivisibleByTP,
                   llvm::formatv("{0} attention heads are not divisible by tp {1}",
                                 l.heads, c.tp));
-    if (l.kvHeads % c.tp)
+    // Fewer KV heads than tp: each rank replicates them (computes all,
+    // keeps its own), which works when tp is a multiple of them.
+    if (l.kvHeads % c.tp && c.tp % l.kvHeads)
       return fail(RejectReason::KVHeadsNotDivisibleByTP,
-                  llvm::formatv("{0} kv heads are not divisible by tp {1}", l.kvHeads,
-                                c.tp));
+                  llvm::formatv("{0} kv heads and tp {1} do not divide one another",
+                                l.kvHeads, c.tp));
     if (l.ffn % c.tp)
       return fail(RejectReason::FfnNotDivisibleByTP,
                   llvm::formatv("ffn {0} is not divisible by tp {1}", l.ffn, c.tp));
@@ -343,9 +345,14 @@ struct Evaluator {
     const double q = double(l.qDim()), kv = double(l.kvDim()), f = double(l.ffn);
     const double s = double(job.seqLen);
     const double headsLocal = double(l.heads) / t;
+    // KV width per rank: its share, or with replicated KV heads (tp a
+    // multiple of them) one head after computing all of them.
+    const bool kvReplicated = l.kvHeads % c.tp != 0;
+    const double kvLocal = kvReplicated ? kv / double(l.kvHeads) : kv / t;
+    const double kvComputed = kvReplicated ? kv : kv / t;
 
     // GEMMs (forward; backward is dgrad + wgrad, twice the work).
-    double g = gemm(T, (q + 2 * kv) / t, h) + gemm(T, h, q / t);
+    double g = gemm(T, q / t + 2 * kvComputed, h) + gemm(T, h, q / t);
     double mlpAct = 0; // rows x ffn elements per rank through the activation
     if (l.isMoE()) {
       double cf = l.capacityFactor > 0 ? l.capacityFactor : 1.0;
@@ -390,7 +397,7 @@ struct Evaluator {
     // rotary. Sequence parallelism splits the hidden-size work by tp.
     double hWork = (20.0 + (job.dropout ? 2.0 : 0.0)) * h / (c.sp ? t : 1);
     double fWork = (l.gatedMlp ? 6.0 : 4.0) * mlpAct / T;
-    double ropeWork = model.positions == 0 ? 4.0 * (q + kv) / t : 0;
+    double ropeWork = model.positions == 0 ? 4.0 * (q / t + kvLocal) : 0;
     // fp8: every GEMM input is scaled and cast (read 16-bit, write 8-bit).
     double castWork = job.fp8 ? 3.0 * (2 * h + q / t + f / t) : 0;
     double elem = memTime(T * (hWork + fWork + ropeWork + castWork) * actElt / 2);
@@ -416,7 +423,7 @@ struct Evaluator {
     // Context parallelism: ring exchange of K and V chunks, hidden behind the
     // attention of each chunk when it is long enough.
     if (c.cp > 1) {
-      double kvBytes = 2.0 * c.microBatch * (s / c.cp) * kv / t * actElt;
+      double kvBytes = 2.0 * c.microBatch * (s / c.cp) * kvLocal * actElt;
       double step = coll.sendRecv(kvBytes, c.cp > cpPerNode);
       double steps = c.cp - 1;
       double fwdExposed = std::max(0.0, steps * step - attnFwd * steps / c.cp);
@@ -444,7 +451,7 @@ struct Evaluator {
     double perToken = 0;
     double repl = 8 * h + (job.dropout ? 2 * h : 0);
     perToken += repl / (c.sp ? t : 1);
-    perToken += (2 * (q + kv) + 2 * kv + 2 * q) / t;
+    perToken += (2 * q + 2 * q) / t + 2 * kvLocal + 2 * kvLocal;
     double attnSaved = 0;
     if (job.flashAttention)
       attnSaved = 4.0 * headsLocal; // fp32 log-sum-exp

@@ -197,7 +197,7 @@ struct Partitioner {
 
   LogicalResult layer(LayerOp layerOp) {
     Block &body = layerOp.getBody().front();
-    llvm::SetVector<Operation *> columns, rows;
+    llvm::SetVector<Operation *> columns, rows, replicated;
     SmallVector<Operation *> retype; // rotary, attention, activations
     auto need = [&](LinearOp l, Operation *at, StringRef what) -> LogicalResult {
       if (!l)
@@ -211,14 +211,25 @@ struct Partitioner {
     for (Operation &op : body) {
       if (auto a = dyn_cast<AttentionOp>(op)) {
         int64_t h = a.getNumHeads(), kv = a.getNumKvHeads();
-        if (h % tp || kv % tp)
+        // Fewer KV heads than ranks: each rank computes every KV head and
+        // keeps the one its query heads read.
+        bool replicateKV = h % tp == 0 && kv % tp != 0 && tp % kv == 0;
+        if (h % tp || (kv % tp && !replicateKV))
           return a.emitOpError() << "llm-partition-tp: " << h << " query heads and " << kv
                                  << " KV heads do not split over tp " << tp
-                                 << "; choose a tp dividing both";
+                                 << "; choose a tp dividing the query heads and dividing or "
+                                    "divided by the KV heads";
         for (Value v : {a.getQ(), a.getK(), a.getV()}) {
           LinearOp l = producer(v);
           if (failed(need(l, a, "projection before attention")))
             return failure();
+          if (replicateKV && v != a.getQ()) {
+            if (!l->hasOneUse() || !(l->getResult(0) == v || isa<RotaryOp>(*l->getUsers().begin())))
+              return a.emitOpError() << "llm-partition-tp: KV heads to replicate must come "
+                                        "straight from their own projection";
+            replicated.insert(l);
+            continue;
+          }
           columns.insert(l);
         }
         LinearOp out = consumer(a.getResult());
@@ -251,11 +262,55 @@ struct Partitioner {
     for (Operation *op : ordered)
       if (failed(column(cast<LinearOp>(op))))
         return failure();
+    // Replicated KV projections: whole weights (their gradients are partial
+    // sums over the ranks, like sequence-parallel norms': llm.sp_partial),
+    // the shared input that entered the parallel region, and a slice of the
+    // rank's KV head after them.
+    for (Operation *op : replicated) {
+      auto l = cast<LinearOp>(op);
+      Value x = l.getInput();
+      Value &in = entered[x];
+      if (!in) {
+        OpBuilder b(l);
+        if (sp)
+          in = SPGatherOp::create(b, l.getLoc(), withSeqParts(x.getType(), 1), x, axis, nullptr);
+        else
+          in = TPCopyOp::create(b, l.getLoc(), x.getType(), x, axis);
+      }
+      l.getInputMutable().assign(in);
+      Builder b(l.getContext());
+      for (Value w : {l.getWeight(), l.getBias()})
+        if (w)
+          if (Operation *p = w.getDefiningOp())
+            p->setAttr("llm.sp_partial", b.getUnitAttr());
+      int64_t kvHeads = 0;
+      for (Operation *user : l->getUsers())
+        if (auto r = dyn_cast<RotaryOp>(user))
+          for (Operation *ru : r->getUsers())
+            if (auto at = dyn_cast<AttentionOp>(ru))
+              kvHeads = at.getNumKvHeads();
+      for (Operation *user : l->getUsers())
+        if (auto at = dyn_cast<AttentionOp>(user))
+          kvHeads = at.getNumKvHeads();
+      if (kvHeads <= 1)
+        continue; // one KV head: every rank reads it whole
+      OpBuilder ob(l->getContext());
+      ob.setInsertionPointAfter(l);
+      Value y = l.getResult();
+      auto full = cast<RankedTensorType>(y.getType());
+      SmallVector<int64_t> shape(full.getShape());
+      shape.back() /= kvHeads;
+      auto slice = TPSliceOp::create(ob, l.getLoc(),
+                                     RankedTensorType::get(shape, full.getElementType(),
+                                                           full.getEncoding()),
+                                     y, axis, ob.getI64IntegerAttr(kvHeads));
+      y.replaceAllUsesExcept(slice, slice);
+    }
     for (Operation *op : retype) {
       if (auto a = dyn_cast<AttentionOp>(op)) {
         Builder b(a.getContext());
         a.setNumHeadsAttr(b.getI64IntegerAttr(a.getNumHeads() / tp));
-        a.setNumKvHeadsAttr(b.getI64IntegerAttr(a.getNumKvHeads() / tp));
+        a.setNumKvHeadsAttr(b.getI64IntegerAttr(std::max<int64_t>(1, a.getNumKvHeads() / tp)));
         shrinkLast(a.getResult(), tp);
       } else if (auto r = dyn_cast<RotaryOp>(op)) {
         r.getQOut().setType(r.getQ().getType());

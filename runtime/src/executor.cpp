@@ -874,6 +874,31 @@ bool CpuExecutor::run(const Instruction &ins, Communicator &comm, std::string &e
       k::moeExpertsBackward(data(in[0]), data(x), w, data(out[0]), dw, sh);
     return true;
   }
+  case KernelId::TPSlice:
+  case KernelId::TPUnslice: {
+    // The axis' ranks form `parts` consecutive groups; group g owns part g
+    // of the last dimension.
+    int64_t parts = int64_t(ins.number("parts"));
+    if (parts < 1 || shardSize % parts != 0) {
+      error = "tp_slice: " + std::to_string(parts) + " parts do not group " +
+              std::to_string(shardSize) + " ranks";
+      return false;
+    }
+    int64_t part = shardIndex / (shardSize / parts);
+    bool slice = ins.kernel->id == KernelId::TPSlice;
+    const Buffer &whole = slice ? in[0] : out[0];
+    int64_t w = whole.shape.back(), pw = w / parts, rows = whole.elements / w;
+    const float *x = data(in[0]);
+    float *y = data(out[0]);
+    if (!slice)
+      zero(out[0]);
+    for (int64_t r = 0; r < rows; ++r)
+      if (slice)
+        std::copy_n(x + r * w + part * pw, pw, y + r * pw);
+      else
+        std::copy_n(x + r * pw, pw, y + r * w + part * pw);
+    return true;
+  }
   case KernelId::Fused:
     // The CPU runs the body's reference kernels one after another; the
     // temporaries live in host vectors instead of on chip.

@@ -61,6 +61,8 @@
   LLMOPT_KERNEL(MoEExpertsBwd, "moe_experts_bwd", -1, -1, "swiglu")                      \
   LLMOPT_KERNEL(MoECombineFwd, "moe_combine_fwd", 3, 1, "")                              \
   LLMOPT_KERNEL(MoECombineBwd, "moe_combine_bwd", 4, 2, "")                              \
+  LLMOPT_KERNEL(TPSlice, "tp_slice", 1, 1, "shard,parts")                              \
+  LLMOPT_KERNEL(TPUnslice, "tp_unslice", 1, 1, "shard,parts")                          \
   LLMOPT_KERNEL(Fused, "fused", -1, -1, "")                                              \
   LLMOPT_KERNEL(GlobalNorm, "global_norm", -1, 1, "")                                    \
   LLMOPT_KERNEL(SumSquares, "sum_squares", -1, 1, "shard")                               \

@@ -427,6 +427,14 @@ LogicalResult Converter::convert(Operation *op) {
       })
       .Case([&](llm::FusedOp f) { return fused(f); })
       .Case([&](TPCopyOp c) { return kernel(loc, "copy", c.getInput(), c.getResult()); })
+      .Case([&](TPSliceOp t) {
+        return kernel(loc, "tp_slice", t.getInput(), t.getResult(),
+                      {b.getNamedAttr("shard", t.getAxisAttr()), i64("parts", t.getParts())});
+      })
+      .Case([&](TPUnsliceOp t) {
+        return kernel(loc, "tp_unslice", t.getInput(), t.getResult(),
+                      {b.getNamedAttr("shard", t.getAxisAttr()), i64("parts", t.getParts())});
+      })
       .Case([&](llm::AllReduceOp a) -> LogicalResult {
         if (failed(kernel(loc, "copy", a.getInput(), a.getResult())))
           return failure();

@@ -173,6 +173,48 @@ LogicalResult SPSplitOp::emitGradient(OpBuilder &b, ArrayRef<Value> grads,
 }
 
 //===----------------------------------------------------------------------===//
+// KV-head replication
+//===----------------------------------------------------------------------===//
+
+/// `part` is one of `parts` equal parts of `whole`'s last dimension.
+static LogicalResult verifyPart(Operation *op, Value whole, Value part, int64_t parts) {
+  RankedTensorType w = ty(whole), p = ty(part);
+  if (parts < 1 || w.getRank() != p.getRank() || w.getElementType() != p.getElementType() ||
+      w.getDimSize(w.getRank() - 1) != p.getDimSize(p.getRank() - 1) * parts)
+    return op->emitOpError() << "expects " << w << " to be " << parts << " parts of " << p;
+  return success();
+}
+
+LogicalResult TPSliceOp::verify() {
+  if (failed(verifyAxis(*this, getAxis())))
+    return failure();
+  return verifyPart(*this, getInput(), getResult(), getParts());
+}
+
+LogicalResult TPUnsliceOp::verify() {
+  if (failed(verifyAxis(*this, getAxis())))
+    return failure();
+  return verifyPart(*this, getResult(), getInput(), getParts());
+}
+
+OpCost TPSliceOp::getCost(const CostContext &c) { return touches(getInput(), getResult(), c); }
+OpCost TPUnsliceOp::getCost(const CostContext &c) { return touches(getInput(), getResult(), c); }
+
+LogicalResult TPSliceOp::emitGradient(OpBuilder &b, ArrayRef<Value> grads,
+                                      SmallVectorImpl<Value> &out) {
+  out.assign({(Value)TPUnsliceOp::create(b, getLoc(), getInput().getType(), grads[0],
+                                         getAxisAttr(), getPartsAttr())});
+  return success();
+}
+
+LogicalResult TPUnsliceOp::emitGradient(OpBuilder &b, ArrayRef<Value> grads,
+                                        SmallVectorImpl<Value> &out) {
+  out.assign({(Value)TPSliceOp::create(b, getLoc(), getInput().getType(), grads[0],
+                                       getAxisAttr(), getPartsAttr())});
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
 // Expert parallelism
 //===----------------------------------------------------------------------===//
 

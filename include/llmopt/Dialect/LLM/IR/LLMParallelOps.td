@@ -136,6 +136,35 @@ def LLM_PPTransferOp : LLM_CostOp<"pp_transfer", [Pure, AllTypesMatch<["input", 
   let assemblyFormat = "$input `from` $from `to` $to attr-dict `:` type($input)";
 }
 
+def LLM_TPSliceOp : LLM_DiffOp<"tp_slice", [Pure]> {
+  let summary = "tensor parallelism: this rank's part of a replicated value's features";
+  let description = [{
+    The last dimension holds `parts` equal parts; the `axis` ranks are split
+    into `parts` consecutive groups and a rank keeps its group's part. With
+    fewer KV heads than `tp`, every rank computes all KV heads (a small,
+    replicated projection) and keeps the one its query heads read (Megatron
+    replicates KV heads the same way). Backward: `llm.tp_unslice`.
+    ```mlir
+    %k1 = llm.tp_slice %k axis "tp" parts 2 : tensor<?x?x32xf32> -> tensor<?x?x16xf32>
+    ```
+  }];
+  let arguments = (ins LLM_Activation:$input, StrAttr:$axis, I64Attr:$parts);
+  let results = (outs LLM_Activation:$result);
+  let assemblyFormat = "$input `axis` $axis `parts` $parts attr-dict `:` type($input) `->` type($result)";
+}
+
+def LLM_TPUnsliceOp : LLM_DiffOp<"tp_unslice", [Pure]> {
+  let summary = "the gradient of llm.tp_slice: this rank's part, zeros elsewhere";
+  let description = [{
+    ```mlir
+    %dk = llm.tp_unslice %dk1 axis "tp" parts 2 : tensor<?x?x16xf32> -> tensor<?x?x32xf32>
+    ```
+  }];
+  let arguments = (ins LLM_Activation:$input, StrAttr:$axis, I64Attr:$parts);
+  let results = (outs LLM_Activation:$result);
+  let assemblyFormat = "$input `axis` $axis `parts` $parts attr-dict `:` type($input) `->` type($result)";
+}
+
 def LLM_EPDispatchOp : LLM_DiffOp<"ep_dispatch", [Pure]> {
   let summary = "expert parallelism: all-to-all of dispatched tokens to their experts' ranks";
   let description = [{
