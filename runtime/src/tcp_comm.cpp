@@ -344,8 +344,10 @@ public:
       Link *l = links[r].get();
       if (!l)
         continue;
+      // The peer may close right after taking our last bytes: only a write
+      // that failed means data was lost.
       std::unique_lock<std::mutex> g(l->m);
-      l->cv.wait(g, [&] { return l->outbox.empty() || l->closed; });
+      l->cv.wait(g, [&] { return l->outbox.empty() || l->writeFailed; });
       if (!l->outbox.empty()) {
         error = "rank " + std::to_string(r) + " closed its connection before taking our data";
         return false;
@@ -366,7 +368,7 @@ private:
     std::condition_variable cv;
     std::deque<Frame> outbox;
     std::map<std::pair<uint32_t, int32_t>, std::deque<std::vector<char>>> inbox;
-    bool closed = false, stop = false;
+    bool closed = false, stop = false, writeFailed = false;
   };
 
   void start(int r, int fd) {
@@ -386,8 +388,7 @@ private:
         bool ok = writeAll(l->fd, &f.h, sizeof(f.h)) && writeAll(l->fd, f.data.data(), f.data.size());
         std::lock_guard<std::mutex> g(l->m);
         if (!ok) {
-          l->closed = true;
-          l->outbox.clear();
+          l->writeFailed = true;
           l->cv.notify_all();
           return;
         }
