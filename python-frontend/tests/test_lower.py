@@ -51,10 +51,10 @@ def test_lower_names_what_is_not_lowered(tmp_path):
         llmopt.Model(config),
         llmopt.Cluster.preset("dgx-h100", gpus=2),
         llmopt.Job(global_batch=4, seq_len=32),
-        fix={"dp": 2, "ep": 2, "zero": 1, "micro_batch": 1},
+        fix={"dp": 2, "ep": 2, "zero": 3, "micro_batch": 1},
         top_k=1,
     )
-    with pytest.raises(llmopt.LLMOptError, match="ZeRO with expert parallelism"):
+    with pytest.raises(llmopt.LLMOptError, match="ZeRO-3 with expert parallelism"):
         r.lower(tmp_path / "epz")
     assert not (tmp_path / "epz" / "plan.json").exists()
 

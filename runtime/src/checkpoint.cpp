@@ -311,13 +311,18 @@ bool readWhole(const Opened &o, Plan &src, std::vector<WholeTensor> &out, std::s
       std::vector<float> part[3];
       const Saved &first = ranks[size_t(base + j * stride)].at(sp.name);
       for (int k : {0, 1, 2}) {
-        if ((k == 0 && !first.valueChunk) || experts) {
-          part[k] = k == 0 ? first.value : k == 1 ? first.m : first.v;
+        if (k == 0 && !first.valueChunk) {
+          part[0] = first.value;
           continue;
         }
+        // Optimizer chunks (ZeRO): over dp, or for experts over the ranks
+        // holding the same experts (edp: dp index = i x ep + part).
         part[k].assign(size_t(sp.elements), 0.0f);
-        for (int i = 0; i < srcDp; ++i) {
-          const Saved &sv = ranks[size_t(base + i * srcCp * srcTp + j)].at(sp.name);
+        int chunks = experts ? srcDp / sp.shardParts : srcDp;
+        for (int i = 0; i < chunks; ++i) {
+          int owner = experts ? base + (i * sp.shardParts + j) * srcCp * srcTp
+                              : base + i * srcCp * srcTp + j;
+          const Saved &sv = ranks[size_t(owner)].at(sp.name);
           const std::vector<float> &chunk = k == 0 ? sv.value : k == 1 ? sv.m : sv.v;
           std::copy(chunk.begin(), chunk.end(), part[k].begin() + sv.begin);
         }

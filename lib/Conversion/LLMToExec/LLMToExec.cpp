@@ -517,10 +517,10 @@ struct ConvertLLMToExecPass
         return signalPassFailure();
       }
       ep = plan.getEp();
-      if (ep > 1 && plan.getZero() > 0 && plan.getDp() > 1) {
-        module.emitError() << "convert-llm-to-exec: ZeRO with expert parallelism is not "
-                              "lowered yet; this plan has zero "
-                           << plan.getZero() << " and ep " << ep << " (use zero 0)";
+      if (ep > 1 && plan.getZero() == 3 && plan.getDp() > 1) {
+        module.emitError() << "convert-llm-to-exec: ZeRO-3 with expert parallelism is not "
+                              "lowered yet; this plan has zero 3 and ep "
+                           << ep << " (use zero 1 or 2)";
         return signalPassFailure();
       }
       if (plan.getPp() > 1 && !module->hasAttr("llm.pp")) {
@@ -807,12 +807,27 @@ struct ConvertLLMToExecPass
                              b.getDictionaryAttr({cv.f64("factor", 1.0 / double(ep))}));
         }
       }
+      // Under ZeRO, expert gradients and optimizer state are sharded over the
+      // ranks holding the same experts (edp), the rest over dp.
+      StringAttr edpAxis = b.getStringAttr("edp");
+      SmallVector<Attribute> denseGrads;
+      for (Attribute acc : gradAccs)
+        if (!llvm::is_contained(experts, acc))
+          denseGrads.push_back(acc);
       if (zero > 0) {
         // ZeRO-1/2: each rank reduces, clips and updates only its chunk of
         // every gradient and keeps AdamW moments for that chunk; the updated
         // chunks are gathered back into whole parameters.
         exec::AllReduceOp::create(cv.ob, loc, dpAxis, avg, b.getArrayAttr({lossAcc}));
-        ReduceScatterOp::create(cv.ob, loc, dpAxis, avg, b.getArrayAttr(gradAccs));
+        if (!denseGrads.empty())
+          ReduceScatterOp::create(cv.ob, loc, dpAxis, avg, b.getArrayAttr(denseGrads));
+        if (!experts.empty()) {
+          ReduceScatterOp::create(cv.ob, loc, edpAxis, avg, b.getArrayAttr(experts));
+          for (Attribute acc : experts)
+            KernelOp::create(cv.ob, loc, b.getStringAttr("scale"), b.getArrayAttr({acc}),
+                             b.getArrayAttr({acc}),
+                             b.getDictionaryAttr({cv.f64("factor", 1.0 / double(ep))}));
+        }
       }
       // Only the last stage computed the loss; the others add their zero.
       if (pp > 1)
@@ -822,14 +837,15 @@ struct ConvertLLMToExecPass
         KernelOp::create(cv.ob, loc, b.getStringAttr("global_norm"), b.getArrayAttr(gradAccs),
                          b.getArrayAttr({*norm}), b.getDictionaryAttr({}));
       } else {
-        SmallVector<NamedAttribute> shard;
-        if (zero > 0)
-          shard.push_back(b.getNamedAttr("shard", dpAxis));
-        auto sumSquares = [&](ArrayRef<Attribute> grads, BufAttr into, bool overTp) {
+        auto sumSquares = [&](ArrayRef<Attribute> grads, BufAttr into, bool overTp,
+                              StringAttr zeroAxis) {
+          SmallVector<NamedAttribute> shard;
+          if (zero > 0)
+            shard.push_back(b.getNamedAttr("shard", zeroAxis));
           KernelOp::create(cv.ob, loc, b.getStringAttr("sum_squares"), b.getArrayAttr(grads),
                            b.getArrayAttr({into}), b.getDictionaryAttr(shard));
           if (zero > 0)
-            exec::AllReduceOp::create(cv.ob, loc, dpAxis, b.getStringAttr("sum"),
+            exec::AllReduceOp::create(cv.ob, loc, zeroAxis, b.getStringAttr("sum"),
                                       b.getArrayAttr({into}));
           if (overTp)
             exec::AllReduceOp::create(cv.ob, loc, b.getStringAttr("tp"), b.getStringAttr("sum"),
@@ -839,19 +855,19 @@ struct ConvertLLMToExecPass
           BufAttr rest = BufAttr::get(ctx, b.getStringAttr("accum"), 0,
                                       b.getStringAttr("norm_sq_replicated"),
                                       b.getDenseI64ArrayAttr({}), b.getF32Type());
-          sumSquares(sharded, *norm, /*overTp=*/true);
-          sumSquares(replicated, rest, /*overTp=*/false);
+          sumSquares(sharded, *norm, /*overTp=*/true, dpAxis);
+          sumSquares(replicated, rest, /*overTp=*/false, dpAxis);
           KernelOp::create(cv.ob, loc, b.getStringAttr("add"), b.getArrayAttr({*norm, rest}),
                            b.getArrayAttr({*norm}), b.getDictionaryAttr({}));
         } else {
-          sumSquares(replicated, *norm, /*overTp=*/false); // tp 1: nothing is tp-sharded
+          sumSquares(replicated, *norm, /*overTp=*/false, dpAxis); // tp 1: nothing is tp-sharded
         }
         if (!experts.empty()) {
           // Each ep rank squares its own experts.
           BufAttr mine = BufAttr::get(ctx, b.getStringAttr("accum"), 0,
                                       b.getStringAttr("scratch:norm_sq_experts"),
                                       b.getDenseI64ArrayAttr({}), b.getF32Type());
-          sumSquares(experts, mine, /*overTp=*/false);
+          sumSquares(experts, mine, /*overTp=*/false, edpAxis);
           exec::AllReduceOp::create(cv.ob, loc, b.getStringAttr("ep"), b.getStringAttr("sum"),
                                     b.getArrayAttr({mine}));
           KernelOp::create(cv.ob, loc, b.getStringAttr("add"), b.getArrayAttr({*norm, mine}),
@@ -864,21 +880,25 @@ struct ConvertLLMToExecPass
         KernelOp::create(cv.ob, loc, b.getStringAttr("sqrt"), b.getArrayAttr({*norm}),
                          b.getArrayAttr({*norm}), b.getDictionaryAttr({}));
       }
-      SmallVector<Attribute> states;
+      SmallVector<Attribute> states, expertStates;
       for (auto [a, acc] : llvm::zip(updates, gradAccs)) {
+        bool expert = epSharded.contains(a.getName());
         SmallVector<NamedAttribute> ps = cv.adamwParams(a);
         if (zero > 0)
-          ps.push_back(b.getNamedAttr("shard", dpAxis));
+          ps.push_back(b.getNamedAttr("shard", expert ? edpAxis : dpAxis));
         KernelOp::create(cv.ob, loc, b.getStringAttr("adamw"), b.getArrayAttr({acc, *norm}),
                          b.getArrayAttr({}), b.getDictionaryAttr(ps));
         auto t = cast<RankedTensorType>(a.getGrad().getType());
-        states.push_back(BufAttr::get(ctx, b.getStringAttr("state"), 0, a.getNameAttr(),
-                                      b.getDenseI64ArrayAttr(t.getShape()), t.getElementType()));
+        (expert ? expertStates : states)
+            .push_back(BufAttr::get(ctx, b.getStringAttr("state"), 0, a.getNameAttr(),
+                                    b.getDenseI64ArrayAttr(t.getShape()), t.getElementType()));
       }
       // ZeRO-1/2 gather the updated chunks into whole parameters; ZeRO-3 keeps
       // chunks and gathers where they are used.
-      if (zero > 0 && zero < 3)
+      if (zero > 0 && zero < 3 && !states.empty())
         AllGatherOp::create(cv.ob, loc, dpAxis, b.getArrayAttr(states));
+      if (zero > 0 && zero < 3 && !expertStates.empty())
+        AllGatherOp::create(cv.ob, loc, edpAxis, b.getArrayAttr(expertStates));
       return success();
     };
     for (int64_t stage = pp > 1 ? 0 : -2; stage < (pp > 1 ? pp : -1); ++stage)
