@@ -31,13 +31,20 @@ struct Index {
   int64_t kvRow(int64_t b, int64_t s, int64_t h) const {
     return ((b * keys() + s) * a.kvHeads + h) * a.headDim;
   }
-  /// Keys query i sees, by its position in the key sequence.
+  /// Keys query i may see, by its position in the key sequence (with
+  /// explicit key positions: all, filtered by `visible`).
   void keyRange(int64_t i, int64_t &first, int64_t &last) const {
     int64_t pos = a.qPos ? a.qPos[i] : i;
     first = 0;
-    last = a.causal ? pos : keys() - 1;
-    if (a.causal && a.window > 0)
+    last = a.causal && !a.kPos ? pos : keys() - 1;
+    if (a.causal && a.window > 0 && !a.kPos)
       first = std::max<int64_t>(0, pos - a.window + 1);
+  }
+  bool visible(int64_t i, int64_t j) const {
+    if (!a.kPos || !a.causal)
+      return true;
+    int64_t q = a.qPos ? a.qPos[i] : i, k = a.kPos[j];
+    return k <= q && (a.window <= 0 || k > q - a.window);
   }
 };
 } // namespace
@@ -56,6 +63,8 @@ void attentionForward(const float *q, const float *k, const float *v, float *out
         ix.keyRange(i, first, last);
         float m = -std::numeric_limits<float>::infinity();
         for (int64_t j = first; j <= last; ++j) {
+          if (!ix.visible(i, j))
+            continue;
           const float *kj = k + ix.kvRow(b, j, kvh);
           float s = 0;
           for (int64_t d = 0; d < a.headDim; ++d)
@@ -65,13 +74,17 @@ void attentionForward(const float *q, const float *k, const float *v, float *out
         }
         float sum = 0;
         for (int64_t j = first; j <= last; ++j)
-          sum += std::exp(scores[j] - m);
-        float l = m + std::log(sum);
+          if (ix.visible(i, j))
+            sum += std::exp(scores[j] - m);
+        // No visible key (a block of a ring): log-sum-exp -inf, output 0.
+        float l = sum > 0 ? m + std::log(sum) : -std::numeric_limits<float>::infinity();
         lse[(b * a.heads + h) * a.seq + i] = l;
         float *o = out + ix.qRow(b, i, h);
         for (int64_t d = 0; d < a.headDim; ++d)
           o[d] = 0;
-        for (int64_t j = first; j <= last; ++j) {
+        for (int64_t j = first; j <= last && sum > 0; ++j) {
+          if (!ix.visible(i, j))
+            continue;
           float p = std::exp(scores[j] - l);
           const float *vj = v + ix.kvRow(b, j, kvh);
           for (int64_t d = 0; d < a.headDim; ++d)
@@ -106,6 +119,8 @@ void attentionBackward(const float *dout, const float *q, const float *k, const 
         int64_t first, last;
         ix.keyRange(i, first, last);
         for (int64_t j = first; j <= last; ++j) {
+          if (!ix.visible(i, j))
+            continue;
           const float *kj = k + ix.kvRow(b, j, kvh);
           const float *vj = v + ix.kvRow(b, j, kvh);
           float s = 0, dp = 0;

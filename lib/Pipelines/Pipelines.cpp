@@ -14,7 +14,9 @@ void llmopt::buildLowerToPlanPipeline(OpPassManager &pm, const LowerToPlanOption
   step.maxGradNorm = o.maxGradNorm;
   pm.addPass(createPartitionTP());
   pm.addPass(createPartitionEP());
-  pm.addPass(createPartitionCP());
+  PartitionCPOptions cpOptions;
+  cpOptions.comm = o.cpComm;
+  pm.addPass(createPartitionCP(cpOptions));
   pm.addPass(createBuildTrainingStep(step));
   SpecializeShapesOptions shapes;
   shapes.batch = o.batch;

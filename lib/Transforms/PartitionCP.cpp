@@ -39,6 +39,11 @@ struct PartitionCPPass : public llmopt::impl::PartitionCPBase<PartitionCPPass> {
       return signalPassFailure();
     }
     StringAttr axis = StringAttr::get(module.getContext(), "cp");
+    if (comm != "ring" && comm != "all-gather") {
+      module.emitError() << "llm-partition-cp: comm must be ring or all-gather, got '" << comm
+                         << "'";
+      return signalPassFailure();
+    }
     SmallVector<AttentionOp> all;
     forward.walk([&](AttentionOp a) { all.push_back(a); });
     for (AttentionOp a : all) {
@@ -46,6 +51,10 @@ struct PartitionCPPass : public llmopt::impl::PartitionCPBase<PartitionCPPass> {
         a.emitOpError() << "llm-partition-cp: attention on sequence-parallel chunks; run "
                            "llm-partition-cp on whole-sequence attention";
         return signalPassFailure();
+      }
+      if (comm == "ring") {
+        a->setAttr("llm.cp_ring", axis);
+        continue;
       }
       OpBuilder b(a);
       for (OpOperand *kv : {&a.getKMutable(), &a.getVMutable()}) {

@@ -212,6 +212,107 @@ bool CpuExecutor::runSeq(const Instruction &ins, Communicator &comm, std::string
   return comm.reduceScatterBlocks(ins.axis, blocks.data(), out, block, error);
 }
 
+bool CpuExecutor::runRingAttention(const Instruction &ins, Communicator &comm,
+                                   std::string &error) {
+  int index = 0, parts = 1, tpIndex = 0, tpSize = 1;
+  if (!axis(ins.axis, index, parts, error) || !axis("tp", tpIndex, tpSize, error))
+    return false;
+  bool bwd = ins.kind == Instruction::Kind::CPRingAttentionBwd;
+  const Buffer &q = ins.ins[bwd ? 1 : 0], &kb = ins.ins[bwd ? 2 : 1];
+  k::AttentionShape a;
+  a.batch = q.shape[0];
+  a.seq = q.shape[1];
+  a.kvSeq = kb.shape[1];
+  a.heads = int64_t(ins.number("heads"));
+  a.kvHeads = int64_t(ins.number("kv_heads"));
+  a.headDim = int64_t(ins.number("head_dim"));
+  a.scale = float(ins.number("scale"));
+  a.causal = ins.flag("causal");
+  a.window = int64_t(ins.number("window"));
+  // Positions of rank r's rows: chunks r and 2 parts - 1 - r.
+  auto positions = [&](int r) {
+    std::vector<int32_t> p(size_t(a.seq));
+    for (int64_t i = 0; i < a.seq; ++i)
+      p[size_t(i)] = int32_t(wholeRow(true, r, i, a.seq, parts));
+    return p;
+  };
+  std::vector<int32_t> qPos = positions(index);
+  a.qPos = qPos.data();
+  // Neighbours on the ring: cp is the axis just above tp in the rank layout.
+  int next = rank + (((index + 1) % parts) - index) * tpSize;
+  int prev = rank + (((index + parts - 1) % parts) - index) * tpSize;
+  const int kRingTag = 32000;
+  int64_t kvCount = kb.elements, rows = a.batch * a.heads * a.seq;
+  auto shift = [&](std::vector<std::vector<float>> &blocks) {
+    for (std::vector<float> &blk : blocks)
+      if (!comm.send(next, kRingTag, blk.data(), int64_t(blk.size()), error))
+        return false;
+    for (std::vector<float> &blk : blocks)
+      if (!comm.recv(prev, kRingTag, blk.data(), int64_t(blk.size()), error))
+        return false;
+    return true;
+  };
+  // Forward: every block once, partial results merged by log-sum-exp.
+  std::vector<float> out(size_t(q.elements), 0.0f), lse(size_t(rows), -INFINITY);
+  {
+    std::vector<std::vector<float>> kv = {
+        std::vector<float>(data(kb), data(kb) + kvCount),
+        std::vector<float>(data(ins.ins[bwd ? 3 : 2]), data(ins.ins[bwd ? 3 : 2]) + kvCount)};
+    std::vector<float> ob(static_cast<size_t>(q.elements)), lb(static_cast<size_t>(rows));
+    for (int i = 0; i < parts; ++i) {
+      std::vector<int32_t> kPos = positions((index - i + parts) % parts);
+      a.kPos = kPos.data();
+      k::attentionForward(data(q), kv[0].data(), kv[1].data(), ob.data(), lb.data(), a);
+      for (int64_t b = 0; b < a.batch; ++b)
+        for (int64_t h = 0; h < a.heads; ++h)
+          for (int64_t s = 0; s < a.seq; ++s) {
+            size_t r = size_t((b * a.heads + h) * a.seq + s);
+            if (lb[r] == -INFINITY)
+              continue;
+            float m = std::max(lse[r], lb[r]);
+            float l = m + std::log(std::exp(lse[r] - m) + std::exp(lb[r] - m));
+            float wa = std::exp(lse[r] - l), wb = std::exp(lb[r] - l);
+            int64_t o = ((b * a.seq + s) * a.heads + h) * a.headDim;
+            for (int64_t d = 0; d < a.headDim; ++d)
+              out[size_t(o + d)] = out[size_t(o + d)] * wa + ob[size_t(o + d)] * wb;
+            lse[r] = l;
+          }
+      if (i + 1 < parts && !shift(kv))
+        return false;
+    }
+  }
+  if (!bwd) {
+    std::copy(out.begin(), out.end(), data(ins.outs[0]));
+    return true;
+  }
+  // Backward with the whole log-sum-exp: each block's key / value gradients
+  // travel with it and are complete when it is home again.
+  std::vector<std::vector<float>> blk = {
+      std::vector<float>(data(kb), data(kb) + kvCount),
+      std::vector<float>(data(ins.ins[3]), data(ins.ins[3]) + kvCount),
+      std::vector<float>(size_t(kvCount), 0.0f), std::vector<float>(size_t(kvCount), 0.0f)};
+  std::vector<float> dq(static_cast<size_t>(q.elements), 0.0f), dqb(static_cast<size_t>(q.elements)),
+      dkb(static_cast<size_t>(kvCount)), dvb(static_cast<size_t>(kvCount));
+  for (int i = 0; i < parts; ++i) {
+    std::vector<int32_t> kPos = positions((index - i + parts) % parts);
+    a.kPos = kPos.data();
+    k::attentionBackward(data(ins.ins[0]), data(q), blk[0].data(), blk[1].data(), out.data(),
+                         lse.data(), dqb.data(), dkb.data(), dvb.data(), a);
+    for (size_t j = 0; j < dq.size(); ++j)
+      dq[j] += dqb[j];
+    for (int64_t j = 0; j < kvCount; ++j) {
+      blk[2][size_t(j)] += dkb[size_t(j)];
+      blk[3][size_t(j)] += dvb[size_t(j)];
+    }
+    if (!shift(blk))
+      return false;
+  }
+  std::copy(dq.begin(), dq.end(), data(ins.outs[0]));
+  std::copy(blk[2].begin(), blk[2].end(), data(ins.outs[1]));
+  std::copy(blk[3].begin(), blk[3].end(), data(ins.outs[2]));
+  return true;
+}
+
 bool CpuExecutor::cpPositions(const Instruction &ins, int64_t local,
                               std::vector<int32_t> &positions, std::string &error) {
   positions.clear();
@@ -454,6 +555,9 @@ bool CpuExecutor::run(const Instruction &ins, Communicator &comm, std::string &e
   case Instruction::Kind::EPDispatch:
   case Instruction::Kind::EPCombine:
     return runExperts(ins, comm, error);
+  case Instruction::Kind::CPRingAttentionFwd:
+  case Instruction::Kind::CPRingAttentionBwd:
+    return runRingAttention(ins, comm, error);
   case Instruction::Kind::Kernel:
     break;
   }

@@ -587,6 +587,29 @@ bool parsePlan(const json::Value &root, Plan &plan, std::string &error) {
           return c.fail(iw, "the sequence is not " + std::to_string(parts) +
                                 " chunks of the other buffer's");
       } else if (const json::Value *col = iv.get("collective");
+                 col && col->isString() && col->string.rfind("cp_ring_attention_", 0) == 0) {
+        bool fwd = col->string == "cp_ring_attention_fwd";
+        if (!fwd && col->string != "cp_ring_attention_bwd")
+          return c.fail(iw + ".collective", "must be cp_ring_attention_fwd or _bwd");
+        ins.kind = fwd ? Instruction::Kind::CPRingAttentionFwd
+                       : Instruction::Kind::CPRingAttentionBwd;
+        if (!c.string(iv.get("axis"), iw + ".axis", ins.axis) || !bufferList("ins", ins.ins) ||
+            !bufferList("outs", ins.outs))
+          return false;
+        if (!plan.hasAxis(ins.axis))
+          return c.fail(iw + ".axis", "no mesh axis '" + ins.axis + "'");
+        if (ins.ins.size() != (fwd ? 3u : 5u) || ins.outs.size() != (fwd ? 1u : 3u))
+          return c.fail(iw, fwd ? "takes q, k, v and writes out"
+                                : "takes dout, q, k, v, out and writes dq, dk, dv");
+        for (const Buffer &b : ins.ins)
+          if (b.shape.size() != 3 || b.shape[1] % 2 != 0)
+            return c.fail(iw + ".ins", "needs [b, s, h] buffers of two sequence chunks");
+        if (const json::Value *ps = iv.get("params"); ps && ps->isObject())
+          ins.params = ps->object;
+        if (ins.number("heads") < 1 || ins.number("kv_heads") < 1 || ins.number("head_dim") < 1 ||
+            int64_t(ins.number("heads")) % int64_t(ins.number("kv_heads")) != 0)
+          return c.fail(iw + ".params", "needs heads, kv_heads (dividing heads) and head_dim");
+      } else if (const json::Value *col = iv.get("collective");
                  col && col->isString() && col->string.rfind("ep_", 0) == 0) {
         ins.kind = col->string == "ep_dispatch"  ? Instruction::Kind::EPDispatch
                    : col->string == "ep_combine" ? Instruction::Kind::EPCombine

@@ -22,6 +22,9 @@ struct LowerToPlanOptions : public mlir::PassPipelineOptions<LowerToPlanOptions>
       *this, "bucket-bytes",
       llvm::cl::desc("gradient bytes per data-parallel all-reduce bucket (0: one all-reduce)"),
       llvm::cl::init(25 << 20)};
+  Option<std::string> cpComm{*this, "cp-comm",
+                             llvm::cl::desc("context parallelism: ring or all-gather"),
+                             llvm::cl::init("ring")};
   Option<bool> fuse{*this, "fuse",
                     llvm::cl::desc("fuse chains of row-wise ops into generated kernels"),
                     llvm::cl::init(true)};

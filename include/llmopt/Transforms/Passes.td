@@ -142,9 +142,12 @@ def PartitionCP : Pass<"llm-partition-cp", "::mlir::ModuleOp"> {
     Splits the sequence over the mesh axis `cp` (`t` ranks) with causal load
     balancing: the sequence is cut into `2t` chunks and rank `r` holds chunks
     `r` and `2t - 1 - r`, so every rank does the same attention work. All ops
-    but attention are token-wise and run on the local chunks unchanged;
-    attention's keys and values are gathered whole (`llm.cp_gather`, the
-    all-gather form of context parallelism) and its queries keep their
+    but attention are token-wise and run on the local chunks unchanged.
+    Attention either runs as ring attention (`comm=ring`, the default:
+    `llm.cp_ring` on the op; key / value blocks travel around the ranks and
+    partial results merge by log-sum-exp, so no rank holds the whole keys)
+    or reads keys and values gathered whole (`comm=all-gather`:
+    `llm.cp_gather`, as Llama 3 was trained); its queries keep their
     positions. `llm-specialize-shapes` then gives activations `s / t`
     positions, and the kernels of rotary embeddings, learned positions and
     attention (`cp` parameter) place the local rows at their positions.
@@ -154,6 +157,9 @@ def PartitionCP : Pass<"llm-partition-cp", "::mlir::ModuleOp"> {
   let options = [
     Option<"cp", "cp", "int64_t", /*default=*/"0",
            "context-parallel degree (default: the module's llm.plan, else 1)">,
+    Option<"comm", "comm", "std::string", /*default=*/"\"ring\"",
+           "ring (key / value blocks travel around the ranks, Liu et al. 2023) or "
+           "all-gather (whole keys and values gathered, as Llama 3)">,
   ];
   let dependentDialects = ["::llmopt::llm::LLMDialect"];
 }

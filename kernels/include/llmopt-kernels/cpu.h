@@ -108,6 +108,9 @@ struct AttentionShape {
   /// query i sits at position qPos[i] among them (null: i).
   int64_t kvSeq = 0;
   const int32_t *qPos = nullptr;
+  /// Ring attention: the keys' positions (null: 0..kvSeq-1). A query that
+  /// sees none of them gets log-sum-exp -inf and a zero output.
+  const int32_t *kPos = nullptr;
 };
 /// out [b, s, heads * d] = softmax(q k^T * scale + mask) v per head, with
 /// GQA (query head h reads kv head h / (heads / kvHeads)). Keeps the

@@ -117,6 +117,16 @@ struct Converter {
             i64("window", a.getWindowAttr() ? a.getWindowAttr().getInt() : 0)};
   }
 
+  LogicalResult ringAttention(Location loc, StringRef kind, StringAttr axis, ValueRange ins,
+                              ValueRange outs, ArrayRef<NamedAttribute> params) {
+    FailureOr<ArrayAttr> i = bufs(ins), o = bufs(outs);
+    if (failed(i) || failed(o))
+      return failure();
+    RingAttentionOp::create(ob, loc, b.getStringAttr(kind), axis, *i, *o,
+                            b.getDictionaryAttr(params));
+    return success();
+  }
+
   LogicalResult allReduce(Location loc, StringRef axis, Value v) {
     FailureOr<BufAttr> a = buf(v);
     if (failed(a))
@@ -287,7 +297,10 @@ LogicalResult Converter::convert(Operation *op) {
       })
       .Case([&](SplitOp s) { return kernel(loc, "split", s.getInput(), s.getResults()); })
       .Case([&](ConcatOp c) { return kernel(loc, "concat", c.getInputs(), c.getResult()); })
-      .Case([&](AttentionOp a) {
+      .Case([&](AttentionOp a) -> LogicalResult {
+        if (auto ring = a->getAttrOfType<StringAttr>("llm.cp_ring"))
+          return ringAttention(loc, "fwd", ring, {a.getQ(), a.getK(), a.getV()}, a.getResult(),
+                               attnParams(a));
         return kernel(loc, "attention_fwd", {a.getQ(), a.getK(), a.getV()}, a.getResult(),
                       attnParams(a));
       })
@@ -365,7 +378,11 @@ LogicalResult Converter::convert(Operation *op) {
                       {g.getInputGrad(), g.getWeightGrad()},
                       {f64("eps", g.getEps().convertToDouble())});
       })
-      .Case([&](AttentionGradOp g) {
+      .Case([&](AttentionGradOp g) -> LogicalResult {
+        if (auto ring = g->getAttrOfType<StringAttr>("llm.cp_ring"))
+          return ringAttention(loc, "bwd", ring,
+                               {g.getGrad(), g.getQ(), g.getK(), g.getV(), g.getOut()},
+                               {g.getQGrad(), g.getKGrad(), g.getVGrad()}, attnParams(g));
         return kernel(loc, "attention_bwd", {g.getGrad(), g.getQ(), g.getK(), g.getV(), g.getOut()},
                       {g.getQGrad(), g.getKGrad(), g.getVGrad()}, attnParams(g));
       })

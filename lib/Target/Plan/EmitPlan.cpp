@@ -274,6 +274,15 @@ struct EmitPlanPass : public llmopt::impl::EmitPlanBase<EmitPlanPass> {
                                           {"axis", sq.getAxis().str()},
                                           {"ins", bufsJSON(sq.getIns())},
                                           {"outs", bufsJSON(sq.getOuts())}});
+          } else if (auto ring = dyn_cast<exec::RingAttentionOp>(op)) {
+            json::Object ps;
+            for (NamedAttribute na : ring.getParams())
+              ps[na.getName().str()] = attrJSON(na.getValue());
+            instrs.push_back(json::Object{{"collective", ("cp_ring_attention_" + ring.getKind()).str()},
+                                          {"axis", ring.getAxis().str()},
+                                          {"ins", bufsJSON(ring.getIns())},
+                                          {"outs", bufsJSON(ring.getOuts())},
+                                          {"params", std::move(ps)}});
           } else if (auto a2a = dyn_cast<exec::AllToAllOp>(op)) {
             instrs.push_back(json::Object{{"collective", ("ep_" + a2a.getKind()).str()},
                                           {"axis", a2a.getAxis().str()},

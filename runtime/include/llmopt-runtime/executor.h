@@ -76,6 +76,7 @@ private:
   std::vector<std::vector<float>> temps;
   bool run(const Instruction &ins, Communicator &comm, std::string &error);
   bool runExperts(const Instruction &ins, Communicator &comm, std::string &error);
+  bool runRingAttention(const Instruction &ins, Communicator &comm, std::string &error);
   bool runSeq(const Instruction &ins, Communicator &comm, std::string &error);
   /// Under context parallelism (a `cp` kernel parameter): the positions of
   /// this rank's `local` rows in the whole sequence; empty otherwise.

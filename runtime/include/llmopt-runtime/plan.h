@@ -49,6 +49,8 @@ struct Instruction {
     SeqSplit,
     CPAllGather,
     CPReduceScatter,
+    CPRingAttentionFwd,
+    CPRingAttentionBwd,
     EPDispatch,
     EPCombine,
     Send,

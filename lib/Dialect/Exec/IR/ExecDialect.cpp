@@ -163,6 +163,17 @@ LogicalResult SeqOp::verify() {
   return success();
 }
 
+LogicalResult RingAttentionOp::verify() {
+  bool fwd = getKind() == "fwd";
+  if (!fwd && getKind() != "bwd")
+    return emitOpError() << "kind must be fwd or bwd, got '" << getKind() << "'";
+  if (getIns().size() != (fwd ? 3u : 5u) || getOuts().size() != (fwd ? 1u : 3u))
+    return emitOpError() << (fwd ? "fwd takes q, k, v and writes out"
+                                 : "bwd takes dout, q, k, v, out and writes dq, dk, dv");
+  return success(succeeded(verifyBufs(*this, getIns(), "ins")) &&
+                 succeeded(verifyBufs(*this, getOuts(), "outs")));
+}
+
 LogicalResult AllToAllOp::verify() {
   StringRef kind = getKind();
   if (kind != "dispatch" && kind != "combine")

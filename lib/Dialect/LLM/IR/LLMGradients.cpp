@@ -119,6 +119,9 @@ LogicalResult AttentionOp::emitGradient(OpBuilder &b, ArrayRef<Value> grads,
       b, getLoc(), getQ().getType(), getK().getType(), getV().getType(), grads[0], getQ(),
       getK(), getV(), getResult(), getNumHeadsAttr(), getNumKvHeadsAttr(), getHeadDimAttr(),
       getScaleAttr(), getCausalAttr(), getWindowAttr());
+  // Ring attention (context parallelism) runs its backward around the ring.
+  if (Attribute ring = (*this)->getAttr("llm.cp_ring"))
+    g->setAttr("llm.cp_ring", ring);
   out.assign({g.getQGrad(), g.getKGrad(), g.getVGrad()});
   return success();
 }

@@ -192,6 +192,27 @@ def Exec_SeqOp : Exec_Op<"seq", [HasParent<"ProgramOp">]> {
   let hasVerifier = 1;
 }
 
+def Exec_RingAttentionOp : Exec_Op<"ring_attention", [HasParent<"ProgramOp">]> {
+  let summary = "context-parallel attention over a ring of ranks";
+  let description = [{
+    Ring attention (Liu et al. 2023) with causal load balancing: each rank of
+    `axis` holds its two sequence chunks of q, k and v; the key / value
+    blocks travel around the ring (each rank sends to the next and receives
+    from the previous) while every rank attends its queries to each block at
+    the block's positions and merges the partial results by their
+    log-sum-exp. `fwd`: ins q, k, v; outs out. `bwd`: ins dout, q, k, v, out;
+    outs dq, dk, dv (the blocks' key / value gradients travel with them and
+    arrive home after a full turn). `params` are the attention kernel's.
+    ```mlir
+    exec.ring_attention "fwd" "cp" ins [...] outs [...] {causal = true, ...}
+    ```
+  }];
+  let arguments = (ins StrAttr:$kind, StrAttr:$axis, ArrayAttr:$ins, ArrayAttr:$outs,
+                       DictionaryAttr:$params);
+  let assemblyFormat = "$kind $axis `ins` $ins `outs` $outs $params attr-dict";
+  let hasVerifier = 1;
+}
+
 def Exec_AllToAllOp : Exec_Op<"all_to_all", [HasParent<"ProgramOp">]> {
   let summary = "expert-parallel all-to-all of expert rows over a mesh axis";
   let description = [{
