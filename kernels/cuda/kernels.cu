@@ -1,0 +1,408 @@
+//===- kernels.cu - CUDA kernels: norms, activations, loss, AdamW ---------===//
+//
+// One thread block per row for the row-wise kernels (norms, softmax
+// cross-entropy), grid-stride loops for the elementwise ones; fp32
+// arithmetic on float or bf16 storage; weight gradients accumulate into fp32
+// with atomicAdd (their order is not deterministic; the CPU references are
+// the deterministic definition, the tests compare within tolerances).
+//
+//===----------------------------------------------------------------------===//
+
+#include "llmopt-kernels/cuda.h"
+
+#include <cmath>
+
+namespace llmopt::kernels::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+
+__device__ __forceinline__ float ld(const float *p) { return *p; }
+__device__ __forceinline__ float ld(const bf16 *p) { return __bfloat162float(*p); }
+__device__ __forceinline__ void st(float *p, float v) { *p = v; }
+__device__ __forceinline__ void st(bf16 *p, float v) { *p = __float2bfloat16(v); }
+
+/// Sum over the block (kThreads threads); `red` is 32 floats of shared memory.
+__device__ float blockSum(float v, float *red) {
+  for (int o = 16; o > 0; o >>= 1)
+    v += __shfl_xor_sync(0xffffffffu, v, o);
+  int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  if (lane == 0)
+    red[warp] = v;
+  __syncthreads();
+  float t = threadIdx.x < (blockDim.x >> 5) ? red[threadIdx.x] : 0.0f;
+  if (warp == 0)
+    for (int o = 16; o > 0; o >>= 1)
+      t += __shfl_xor_sync(0xffffffffu, t, o);
+  __syncthreads();
+  if (threadIdx.x == 0)
+    red[0] = t;
+  __syncthreads();
+  float r = red[0];
+  __syncthreads();
+  return r;
+}
+
+__device__ float blockMax(float v, float *red) {
+  for (int o = 16; o > 0; o >>= 1)
+    v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  if (lane == 0)
+    red[warp] = v;
+  __syncthreads();
+  float t = threadIdx.x < (blockDim.x >> 5) ? red[threadIdx.x] : -INFINITY;
+  if (warp == 0)
+    for (int o = 16; o > 0; o >>= 1)
+      t = fmaxf(t, __shfl_xor_sync(0xffffffffu, t, o));
+  __syncthreads();
+  if (threadIdx.x == 0)
+    red[0] = t;
+  __syncthreads();
+  float r = red[0];
+  __syncthreads();
+  return r;
+}
+
+unsigned gridFor(int64_t count) {
+  int64_t blocks = (count + kThreads - 1) / kThreads;
+  return unsigned(blocks < 65535 * 16 ? (blocks > 0 ? blocks : 1) : 65535 * 16);
+}
+
+// --- norms ----------------------------------------------------------------------
+
+template <typename T>
+__global__ void rmsNormFwdKernel(const T *x, const T *w, T *out, float *rstd, int64_t c,
+                                 float eps) {
+  __shared__ float red[32];
+  const T *xr = x + blockIdx.x * c;
+  float ss = 0;
+  for (int64_t i = threadIdx.x; i < c; i += blockDim.x) {
+    float v = ld(xr + i);
+    ss += v * v;
+  }
+  float rs = rsqrtf(blockSum(ss, red) / float(c) + eps);
+  for (int64_t i = threadIdx.x; i < c; i += blockDim.x)
+    st(out + blockIdx.x * c + i, ld(xr + i) * rs * ld(w + i));
+  if (threadIdx.x == 0)
+    rstd[blockIdx.x] = rs;
+}
+
+template <typename T>
+__global__ void rmsNormBwdKernel(const T *dout, const T *x, const T *w, const float *rstd,
+                                 T *dx, float *dw, int64_t c) {
+  __shared__ float red[32];
+  const T *xr = x + blockIdx.x * c, *g = dout + blockIdx.x * c;
+  float rs = rstd[blockIdx.x], dot = 0;
+  for (int64_t i = threadIdx.x; i < c; i += blockDim.x) {
+    float xh = ld(xr + i) * rs, dxh = ld(g + i) * ld(w + i);
+    dot += dxh * xh;
+    atomicAdd(dw + i, ld(g + i) * xh);
+  }
+  float mean = blockSum(dot, red) / float(c);
+  for (int64_t i = threadIdx.x; i < c; i += blockDim.x) {
+    float xh = ld(xr + i) * rs, dxh = ld(g + i) * ld(w + i);
+    st(dx + blockIdx.x * c + i, rs * (dxh - xh * mean));
+  }
+}
+
+template <typename T>
+__global__ void layerNormFwdKernel(const T *x, const T *w, const T *b, T *out, float *mean,
+                                   float *rstd, int64_t c, float eps) {
+  __shared__ float red[32];
+  const T *xr = x + blockIdx.x * c;
+  float s = 0;
+  for (int64_t i = threadIdx.x; i < c; i += blockDim.x)
+    s += ld(xr + i);
+  float m = blockSum(s, red) / float(c), v = 0;
+  for (int64_t i = threadIdx.x; i < c; i += blockDim.x) {
+    float d = ld(xr + i) - m;
+    v += d * d;
+  }
+  float rs = rsqrtf(blockSum(v, red) / float(c) + eps);
+  for (int64_t i = threadIdx.x; i < c; i += blockDim.x)
+    st(out + blockIdx.x * c + i, (ld(xr + i) - m) * rs * ld(w + i) + (b ? ld(b + i) : 0.0f));
+  if (threadIdx.x == 0) {
+    mean[blockIdx.x] = m;
+    rstd[blockIdx.x] = rs;
+  }
+}
+
+template <typename T>
+__global__ void layerNormBwdKernel(const T *dout, const T *x, const T *w, const float *mean,
+                                   const float *rstd, T *dx, float *dw, float *db, int64_t c) {
+  __shared__ float red[32];
+  const T *xr = x + blockIdx.x * c, *g = dout + blockIdx.x * c;
+  float m = mean[blockIdx.x], rs = rstd[blockIdx.x], sd = 0, sdx = 0;
+  for (int64_t i = threadIdx.x; i < c; i += blockDim.x) {
+    float xh = (ld(xr + i) - m) * rs, go = ld(g + i), dxh = go * ld(w + i);
+    sd += dxh;
+    sdx += dxh * xh;
+    atomicAdd(dw + i, go * xh);
+    if (db)
+      atomicAdd(db + i, go);
+  }
+  float meanD = blockSum(sd, red) / float(c), meanDX = blockSum(sdx, red) / float(c);
+  for (int64_t i = threadIdx.x; i < c; i += blockDim.x) {
+    float xh = (ld(xr + i) - m) * rs, dxh = ld(g + i) * ld(w + i);
+    st(dx + blockIdx.x * c + i, rs * (dxh - meanD - xh * meanDX));
+  }
+}
+
+// --- activations ----------------------------------------------------------------
+
+__device__ __forceinline__ float gelu(float x, bool t) {
+  if (t)
+    return 0.5f * x * (1.0f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x)));
+  return 0.5f * x * (1.0f + erff(x * 0.7071067811865476f));
+}
+__device__ __forceinline__ float geluGrad(float x, bool t) {
+  if (t) {
+    float th = tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x));
+    return 0.5f * (1.0f + th) +
+           0.5f * x * (1.0f - th * th) * 0.7978845608028654f * (1.0f + 3.0f * 0.044715f * x * x);
+  }
+  return 0.5f * (1.0f + erff(x * 0.7071067811865476f)) +
+         x * 0.3989422804014327f * expf(-0.5f * x * x);
+}
+__device__ __forceinline__ float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+#define GRID_STRIDE(i, n)                                                                  \
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < (n);                \
+       i += int64_t(blockDim.x) * gridDim.x)
+
+template <typename T> __global__ void geluFwdKernel(const T *x, T *o, int64_t n, bool t) {
+  GRID_STRIDE(i, n) st(o + i, gelu(ld(x + i), t));
+}
+template <typename T>
+__global__ void geluBwdKernel(const T *g, const T *x, T *dx, int64_t n, bool t) {
+  GRID_STRIDE(i, n) st(dx + i, ld(g + i) * geluGrad(ld(x + i), t));
+}
+template <typename T>
+__global__ void swigluFwdKernel(const T *gate, const T *up, T *o, int64_t n) {
+  GRID_STRIDE(i, n) {
+    float g = ld(gate + i);
+    st(o + i, g * sigmoid(g) * ld(up + i));
+  }
+}
+template <typename T>
+__global__ void swigluBwdKernel(const T *d, const T *gate, const T *up, T *dg, T *du, int64_t n) {
+  GRID_STRIDE(i, n) {
+    float g = ld(gate + i), s = sigmoid(g), dd = ld(d + i);
+    st(dg + i, dd * ld(up + i) * s * (1.0f + g * (1.0f - s)));
+    st(du + i, dd * g * s);
+  }
+}
+
+// --- embeddings and rotary ------------------------------------------------------
+
+template <typename T>
+__global__ void embeddingFwdKernel(const int32_t *tok, const T *table, T *out, int64_t n,
+                                   int64_t h) {
+  GRID_STRIDE(i, n * h) out[i] = table[int64_t(tok[i / h]) * h + i % h];
+}
+template <typename T>
+__global__ void embeddingBwdKernel(const int32_t *tok, const T *d, float *dt, int64_t n,
+                                   int64_t h) {
+  GRID_STRIDE(i, n * h) atomicAdd(dt + int64_t(tok[i / h]) * h + i % h, ld(d + i));
+}
+template <typename T>
+__global__ void rotaryKernel(const T *x, T *out, int64_t rows, int64_t seq, int64_t heads,
+                             int64_t headDim, const float *inv, bool inverse) {
+  int64_t half = headDim / 2;
+  GRID_STRIDE(k, rows * heads * half) {
+    int64_t i = k % half, h = (k / half) % heads, r = k / (half * heads);
+    double angle = double(r % seq) * double(inv[i]);
+    float c = float(cos(angle)), s = float(sin(angle));
+    if (inverse)
+      s = -s;
+    int64_t base = (r * heads + h) * headDim;
+    float x1 = ld(x + base + i), x2 = ld(x + base + i + half);
+    st(out + base + i, x1 * c - x2 * s);
+    st(out + base + i + half, x2 * c + x1 * s);
+  }
+}
+
+// --- softmax cross-entropy ------------------------------------------------------
+
+template <typename T>
+__device__ float rowLogSumExp(const T *row, int64_t vocab, float *red) {
+  float m = -INFINITY;
+  for (int64_t j = threadIdx.x; j < vocab; j += blockDim.x)
+    m = fmaxf(m, ld(row + j));
+  m = blockMax(m, red);
+  float s = 0;
+  for (int64_t j = threadIdx.x; j < vocab; j += blockDim.x)
+    s += expf(ld(row + j) - m);
+  return m + logf(blockSum(s, red));
+}
+
+template <typename T>
+__global__ void ceRowKernel(const T *logits, const int32_t *labels, float *rowLoss,
+                            int64_t vocab, int64_t ignore) {
+  __shared__ float red[32];
+  int32_t y = labels[blockIdx.x];
+  if (y == ignore) {
+    if (threadIdx.x == 0)
+      rowLoss[blockIdx.x] = 0;
+    return;
+  }
+  const T *row = logits + blockIdx.x * vocab;
+  float l = rowLogSumExp(row, vocab, red);
+  if (threadIdx.x == 0)
+    rowLoss[blockIdx.x] = l - ld(row + y);
+}
+
+/// Sum of row losses and count of counted rows, in one block.
+__global__ void ceMeanKernel(const float *rowLoss, const int32_t *labels, float *loss, int64_t n,
+                             int64_t ignore) {
+  __shared__ float red[32];
+  float s = 0, c = 0;
+  for (int64_t r = threadIdx.x; r < n; r += blockDim.x)
+    if (labels[r] != ignore) {
+      s += rowLoss[r];
+      c += 1;
+    }
+  s = blockSum(s, red);
+  c = blockSum(c, red);
+  if (threadIdx.x == 0)
+    loss[0] = c > 0 ? s / c : 0.0f;
+}
+
+/// dloss / (counted rows), for the backward.
+__global__ void ceScaleKernel(const int32_t *labels, const float *dloss, float *scale, int64_t n,
+                              int64_t ignore) {
+  __shared__ float red[32];
+  float c = 0;
+  for (int64_t r = threadIdx.x; r < n; r += blockDim.x)
+    c += labels[r] != ignore ? 1.0f : 0.0f;
+  c = blockSum(c, red);
+  if (threadIdx.x == 0)
+    scale[0] = c > 0 ? dloss[0] / c : 0.0f;
+}
+
+template <typename T>
+__global__ void ceBwdKernel(const T *logits, const int32_t *labels, const float *scale,
+                            T *dlogits, int64_t vocab, int64_t ignore) {
+  __shared__ float red[32];
+  int32_t y = labels[blockIdx.x];
+  T *d = dlogits + blockIdx.x * vocab;
+  if (y == ignore) {
+    for (int64_t j = threadIdx.x; j < vocab; j += blockDim.x)
+      st(d + j, 0.0f);
+    return;
+  }
+  const T *row = logits + blockIdx.x * vocab;
+  float l = rowLogSumExp(row, vocab, red), sc = scale[0];
+  for (int64_t j = threadIdx.x; j < vocab; j += blockDim.x)
+    st(d + j, (expf(ld(row + j) - l) - (j == y ? 1.0f : 0.0f)) * sc);
+}
+
+// --- AdamW ----------------------------------------------------------------------
+
+__global__ void adamwKernel(float *p, const float *g, float *m, float *v, bf16 *working,
+                            int64_t n, AdamWArgs a, float bc1, float bc2) {
+  GRID_STRIDE(i, n) {
+    float gi = g[i] * a.gradScale;
+    float mi = a.beta1 * m[i] + (1.0f - a.beta1) * gi;
+    float vi = a.beta2 * v[i] + (1.0f - a.beta2) * gi * gi;
+    m[i] = mi;
+    v[i] = vi;
+    float pi = p[i] * (1.0f - a.lr * a.weightDecay) - a.lr * (mi / bc1) / (sqrtf(vi / bc2) + a.eps);
+    p[i] = pi;
+    if (working)
+      working[i] = __float2bfloat16(pi);
+  }
+}
+
+} // namespace
+
+bool deviceAvailable() {
+  int n = 0;
+  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+}
+
+#define LLMOPT_CUDA_DEFINE(T)                                                               \
+  cudaError_t rmsNormForward(const T *x, const T *w, T *out, float *rstd, int64_t n,        \
+                             int64_t c, float eps, cudaStream_t s) {                        \
+    rmsNormFwdKernel<<<unsigned(n), kThreads, 0, s>>>(x, w, out, rstd, c, eps);             \
+    return cudaGetLastError();                                                              \
+  }                                                                                         \
+  cudaError_t rmsNormBackward(const T *d, const T *x, const T *w, const float *rstd, T *dx,  \
+                              float *dw, int64_t n, int64_t c, cudaStream_t s) {            \
+    rmsNormBwdKernel<<<unsigned(n), kThreads, 0, s>>>(d, x, w, rstd, dx, dw, c);            \
+    return cudaGetLastError();                                                              \
+  }                                                                                         \
+  cudaError_t layerNormForward(const T *x, const T *w, const T *b, T *out, float *mean,     \
+                               float *rstd, int64_t n, int64_t c, float eps,                \
+                               cudaStream_t s) {                                            \
+    layerNormFwdKernel<<<unsigned(n), kThreads, 0, s>>>(x, w, b, out, mean, rstd, c, eps);  \
+    return cudaGetLastError();                                                              \
+  }                                                                                         \
+  cudaError_t layerNormBackward(const T *d, const T *x, const T *w, const float *mean,      \
+                                const float *rstd, T *dx, float *dw, float *db, int64_t n,  \
+                                int64_t c, cudaStream_t s) {                                \
+    layerNormBwdKernel<<<unsigned(n), kThreads, 0, s>>>(d, x, w, mean, rstd, dx, dw, db, c); \
+    return cudaGetLastError();                                                              \
+  }                                                                                         \
+  cudaError_t geluForward(const T *x, T *o, int64_t n, bool t, cudaStream_t s) {            \
+    geluFwdKernel<<<gridFor(n), kThreads, 0, s>>>(x, o, n, t);                              \
+    return cudaGetLastError();                                                              \
+  }                                                                                         \
+  cudaError_t geluBackward(const T *g, const T *x, T *dx, int64_t n, bool t,                \
+                           cudaStream_t s) {                                                \
+    geluBwdKernel<<<gridFor(n), kThreads, 0, s>>>(g, x, dx, n, t);                          \
+    return cudaGetLastError();                                                              \
+  }                                                                                         \
+  cudaError_t swigluForward(const T *g, const T *u, T *o, int64_t n, cudaStream_t s) {      \
+    swigluFwdKernel<<<gridFor(n), kThreads, 0, s>>>(g, u, o, n);                            \
+    return cudaGetLastError();                                                              \
+  }                                                                                         \
+  cudaError_t swigluBackward(const T *d, const T *g, const T *u, T *dg, T *du, int64_t n,   \
+                             cudaStream_t s) {                                              \
+    swigluBwdKernel<<<gridFor(n), kThreads, 0, s>>>(d, g, u, dg, du, n);                    \
+    return cudaGetLastError();                                                              \
+  }                                                                                         \
+  cudaError_t embeddingForward(const int32_t *tok, const T *table, T *out, int64_t n,       \
+                               int64_t h, cudaStream_t s) {                                 \
+    embeddingFwdKernel<<<gridFor(n * h), kThreads, 0, s>>>(tok, table, out, n, h);          \
+    return cudaGetLastError();                                                              \
+  }                                                                                         \
+  cudaError_t embeddingBackward(const int32_t *tok, const T *d, float *dt, int64_t n,       \
+                                int64_t h, cudaStream_t s) {                                \
+    embeddingBwdKernel<<<gridFor(n * h), kThreads, 0, s>>>(tok, d, dt, n, h);               \
+    return cudaGetLastError();                                                              \
+  }                                                                                         \
+  cudaError_t rotary(const T *x, T *out, int64_t batch, int64_t seq, int64_t heads,         \
+                     int64_t headDim, const float *inv, bool inverse, cudaStream_t s) {     \
+    int64_t work = batch * seq * heads * (headDim / 2);                                     \
+    rotaryKernel<<<gridFor(work), kThreads, 0, s>>>(x, out, batch * seq, seq, heads,        \
+                                                     headDim, inv, inverse);                \
+    return cudaGetLastError();                                                              \
+  }                                                                                         \
+  cudaError_t crossEntropyForward(const T *logits, const int32_t *labels, float *rowLoss,   \
+                                  float *loss, int64_t n, int64_t vocab, int64_t ignore,    \
+                                  cudaStream_t s) {                                         \
+    ceRowKernel<<<unsigned(n), kThreads, 0, s>>>(logits, labels, rowLoss, vocab, ignore);   \
+    ceMeanKernel<<<1, kThreads, 0, s>>>(rowLoss, labels, loss, n, ignore);                  \
+    return cudaGetLastError();                                                              \
+  }                                                                                         \
+  cudaError_t crossEntropyBackward(const T *logits, const int32_t *labels, const float *dloss, \
+                                   float *scratch, T *dlogits, int64_t n, int64_t vocab,    \
+                                   int64_t ignore, cudaStream_t s) {                        \
+    ceScaleKernel<<<1, kThreads, 0, s>>>(labels, dloss, scratch, n, ignore);                \
+    ceBwdKernel<<<unsigned(n), kThreads, 0, s>>>(logits, labels, scratch, dlogits, vocab,   \
+                                                 ignore);                                   \
+    return cudaGetLastError();                                                              \
+  }
+LLMOPT_CUDA_FOR_TYPES(LLMOPT_CUDA_DEFINE)
+#undef LLMOPT_CUDA_DEFINE
+
+cudaError_t adamw(float *param, const float *grad, float *m, float *v, bf16 *working,
+                  int64_t count, const AdamWArgs &a, cudaStream_t s) {
+  float bc1 = 1.0f - std::pow(a.beta1, float(a.step));
+  float bc2 = 1.0f - std::pow(a.beta2, float(a.step));
+  adamwKernel<<<gridFor(count), kThreads, 0, s>>>(param, grad, m, v, working, count, a, bc1, bc2);
+  return cudaGetLastError();
+}
+
+} // namespace llmopt::kernels::cuda

@@ -1,0 +1,81 @@
+//===- cuda.h - CUDA kernels of the kernel ABI --------------------*- C++ -*-===//
+//
+// The CUDA implementations of the row-wise, elementwise and optimizer
+// kernels of abi.h, with the semantics of the CPU references in cpu.h (which
+// their tests compare against). Pointers are device pointers; `T` is the
+// storage type (float or __nv_bfloat16), arithmetic is fp32; weight
+// gradients are fp32 and ACCUMULATE (+=), activation gradients are written.
+// Every launcher enqueues on `stream` and returns the launch status.
+//
+// Not here yet (issue 7): attention (flash-style or cuDNN SDPA), GEMMs
+// (cuBLASLt), MoE permute, the vocabulary-parallel cross-entropy, NCCL.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef LLMOPT_KERNELS_CUDA_H
+#define LLMOPT_KERNELS_CUDA_H
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace llmopt::kernels::cuda {
+
+using bf16 = __nv_bfloat16;
+
+/// Whether a CUDA device is present (tests skip themselves without one).
+bool deviceAvailable();
+
+#define LLMOPT_CUDA_FOR_TYPES(X) X(float) X(bf16)
+
+#define LLMOPT_CUDA_DECLARE(T)                                                              \
+  cudaError_t rmsNormForward(const T *x, const T *weight, T *out, float *rstd, int64_t n,   \
+                             int64_t c, float eps, cudaStream_t stream);                    \
+  cudaError_t rmsNormBackward(const T *dout, const T *x, const T *weight, const float *rstd, \
+                              T *dx, float *dweight, int64_t n, int64_t c,                  \
+                              cudaStream_t stream);                                         \
+  cudaError_t layerNormForward(const T *x, const T *weight, const T *bias, T *out,          \
+                               float *mean, float *rstd, int64_t n, int64_t c, float eps,   \
+                               cudaStream_t stream);                                        \
+  cudaError_t layerNormBackward(const T *dout, const T *x, const T *weight,                 \
+                                const float *mean, const float *rstd, T *dx, float *dweight, \
+                                float *dbias, int64_t n, int64_t c, cudaStream_t stream);   \
+  cudaError_t geluForward(const T *x, T *out, int64_t count, bool tanhApprox,               \
+                          cudaStream_t stream);                                             \
+  cudaError_t geluBackward(const T *dout, const T *x, T *dx, int64_t count, bool tanhApprox, \
+                           cudaStream_t stream);                                            \
+  cudaError_t swigluForward(const T *gate, const T *up, T *out, int64_t count,              \
+                            cudaStream_t stream);                                           \
+  cudaError_t swigluBackward(const T *dout, const T *gate, const T *up, T *dgate, T *dup,   \
+                             int64_t count, cudaStream_t stream);                           \
+  cudaError_t embeddingForward(const int32_t *tokens, const T *table, T *out, int64_t n,    \
+                               int64_t hidden, cudaStream_t stream);                        \
+  cudaError_t embeddingBackward(const int32_t *tokens, const T *dout, float *dtable,        \
+                                int64_t n, int64_t hidden, cudaStream_t stream);            \
+  cudaError_t rotary(const T *x, T *out, int64_t batch, int64_t seq, int64_t heads,         \
+                     int64_t headDim, const float *invFreq, bool inverse,                   \
+                     cudaStream_t stream);                                                  \
+  /* rowLoss: n floats of scratch; loss: the mean over counted rows */                     \
+  cudaError_t crossEntropyForward(const T *logits, const int32_t *labels, float *rowLoss,   \
+                                  float *loss, int64_t n, int64_t vocab, int64_t ignoreIndex, \
+                                  cudaStream_t stream);                                     \
+  cudaError_t crossEntropyBackward(const T *logits, const int32_t *labels, const float *dloss, \
+                                   float *scratch, T *dlogits, int64_t n, int64_t vocab,    \
+                                   int64_t ignoreIndex, cudaStream_t stream);
+LLMOPT_CUDA_FOR_TYPES(LLMOPT_CUDA_DECLARE)
+#undef LLMOPT_CUDA_DECLARE
+
+/// AdamW on an fp32 master copy and moments; the gradient is scaled by
+/// `gradScale` first (clipping); `working` (may be null) receives the
+/// updated parameter in its storage type.
+struct AdamWArgs {
+  float lr, beta1, beta2, eps, weightDecay, gradScale;
+  int64_t step;
+};
+cudaError_t adamw(float *param, const float *grad, float *m, float *v, bf16 *working,
+                  int64_t count, const AdamWArgs &args, cudaStream_t stream);
+
+} // namespace llmopt::kernels::cuda
+
+#endif // LLMOPT_KERNELS_CUDA_H
