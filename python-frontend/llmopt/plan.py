@@ -400,11 +400,18 @@ class PlanResult:
         lr: float = 3e-4,
         max_grad_norm: float = 1.0,
         dtype: Optional[str] = None,
+        fuse: bool = True,
+        bucket_bytes: int = 25 << 20,
+        cp_comm: str = "ring",
     ) -> Path:
         """Lowers a plan (the best by default) to a plan directory that
-        ``llm-run`` trains: ``plan.json``, its checksum and ``run.slurm``
+        ``llm-run`` trains: ``plan.json``, its checksum, ``run.slurm`` and,
+        with ``fuse``, the fused kernels' CUDA source ``kernels.cu``
         (docs/plan-format.md). ``dtype`` re-imports a ``config.json`` model
         in that element type (``"f32"`` for the CPU backend).
+        ``bucket_bytes`` sizes the data-parallel gradient all-reduce buckets
+        (0: one all-reduce in the step); ``cp_comm`` is ``"ring"`` or
+        ``"all-gather"`` for context parallelism (docs/lowering.md).
 
         Raises:
             LLMOptError: the plan needs lowering that is not written yet (the
@@ -414,12 +421,17 @@ class PlanResult:
             raise ValueError(f"lr must be positive, got {lr!r}")
         if not isinstance(max_grad_norm, (int, float)) or max_grad_norm < 0:
             raise ValueError(f"max_grad_norm must be non-negative, got {max_grad_norm!r}")
+        if not isinstance(bucket_bytes, int) or isinstance(bucket_bytes, bool) or bucket_bytes < 0:
+            raise ValueError(f"bucket_bytes must be a non-negative integer, got {bucket_bytes!r}")
+        if cp_comm not in ("ring", "all-gather"):
+            raise ValueError(f"cp_comm must be 'ring' or 'all-gather', got {cp_comm!r}")
         request = self._need_request()
         chosen = self._plan_index(plan)
         target = Path(directory).absolute()
         before = [f"--hf-dtype={dtype}"] if dtype else []
         lowering = (f"--llm-lower-to-plan=dir={_quote(str(target))} lr={lr!r} "
-                    f"max-grad-norm={max_grad_norm!r}")
+                    f"max-grad-norm={max_grad_norm!r} fuse={'true' if fuse else 'false'} "
+                    f"bucket-bytes={bucket_bytes} cp-comm={cp_comm}")
         with tempfile.TemporaryDirectory(prefix="llmopt-") as tmp:
             _run(request, Path(tmp), fix=_fix_text(chosen.config), top_k=1,
                  extra=[lowering], before=before)

@@ -59,6 +59,17 @@ def test_lower_names_what_is_not_lowered(tmp_path):
     assert not (tmp_path / "epz" / "plan.json").exists()
 
 
+def test_lower_passes_the_lowering_options(tiny_tp, tmp_path):
+    out = tiny_tp.lower(tmp_path / "unfused", dtype="f32", fuse=False, bucket_bytes=0)
+    plan = json.loads((out / "plan.json").read_text())
+    kernels = {i.get("kernel") for p in plan["programs"] for i in p["micro_batch_instructions"]}
+    assert "fused" not in kernels and not (out / "kernels.cu").exists()
+
+
 def test_lower_checks_its_arguments(tiny_tp, tmp_path):
     with pytest.raises(ValueError, match="lr must be positive"):
         tiny_tp.lower(tmp_path / "x", lr=0)
+    with pytest.raises(ValueError, match="cp_comm must be"):
+        tiny_tp.lower(tmp_path / "x", cp_comm="p2p")
+    with pytest.raises(ValueError, match="bucket_bytes must be"):
+        tiny_tp.lower(tmp_path / "x", bucket_bytes=-1)
