@@ -478,7 +478,10 @@ struct PartitionTPPass : public llmopt::impl::PartitionTPBase<PartitionTPPass> {
       module.emitError() << "llm-partition-tp: no func.func @forward to partition";
       return signalPassFailure();
     }
-    Partitioner p{degree, StringAttr::get(module.getContext(), "tp"), seqParallel, {}};
+    Partitioner p;
+    p.tp = degree;
+    p.axis = StringAttr::get(module.getContext(), "tp");
+    p.sp = seqParallel;
     for (LayerOp layer : llvm::to_vector(forward.getBody().front().getOps<LayerOp>()))
       if (failed(p.layer(layer)))
         return signalPassFailure();
