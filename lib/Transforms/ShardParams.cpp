@@ -28,8 +28,13 @@ struct ShardParamsPass : public llmopt::impl::ShardParamsBase<ShardParamsPass> {
       return signalPassFailure();
     }
     OpBuilder b(module.getContext());
-    StringAttr axis = b.getStringAttr("dp");
+    StringAttr dp = b.getStringAttr("dp"), edp = b.getStringAttr("edp");
     for (ParamOp p : llvm::to_vector(func.getBody().front().getOps<ParamOp>())) {
+      // Expert weights (expert parallelism) are chunked over the ranks that
+      // hold the same experts.
+      auto shard = p->getAttrOfType<DictionaryAttr>("llm.shard");
+      auto shardAxis = shard ? shard.getAs<StringAttr>("axis") : StringAttr();
+      StringAttr axis = shardAxis && shardAxis.getValue() == "ep" ? edp : dp;
       p->setAttr("llm.zero3", b.getUnitAttr());
       for (OpOperand &use : llvm::make_early_inc_range(p.getResult().getUses())) {
         Operation *user = use.getOwner();
@@ -38,7 +43,7 @@ struct ShardParamsPass : public llmopt::impl::ShardParamsBase<ShardParamsPass> {
         b.setInsertionPoint(user);
         auto g = ZeroGatherOp::create(b, user->getLoc(), p.getType(), p.getResult(), axis);
         // The gather runs where its user runs (layer, pipeline stage).
-        for (StringRef attr : {"llm.layer", "llm.stage"})
+        for (StringRef attr : {"llm.layer", "llm.stage", "llm.chunk"})
           if (Attribute a = user->getAttr(attr))
             g->setAttr(attr, a);
         use.set(g.getResult());

@@ -49,12 +49,12 @@ def test_lower_names_what_is_not_lowered(tmp_path):
         "max_position_embeddings": 64}))
     r = llmopt.plan(
         llmopt.Model(config),
-        llmopt.Cluster.preset("dgx-h100", gpus=2),
+        llmopt.Cluster.preset("dgx-h100", gpus=4),
         llmopt.Job(global_batch=4, seq_len=32),
-        fix={"dp": 2, "ep": 2, "zero": 3, "micro_batch": 1},
+        fix={"dp": 2, "ep": 2, "tp": 2, "micro_batch": 1},
         top_k=1,
     )
-    with pytest.raises(llmopt.LLMOptError, match="ZeRO-3 with expert parallelism"):
+    with pytest.raises(llmopt.LLMOptError, match="expert and tensor parallelism together"):
         r.lower(tmp_path / "epz")
     assert not (tmp_path / "epz" / "plan.json").exists()
 

@@ -534,12 +534,7 @@ struct ConvertLLMToExecPass
         return signalPassFailure();
       }
       ep = plan.getEp();
-      if (ep > 1 && plan.getZero() == 3 && plan.getDp() > 1) {
-        module.emitError() << "convert-llm-to-exec: ZeRO-3 with expert parallelism is not "
-                              "lowered yet; this plan has zero 3 and ep "
-                           << ep << " (use zero 1 or 2)";
-        return signalPassFailure();
-      }
+
       if (plan.getPp() > 1 && !module->hasAttr("llm.pp")) {
         module.emitError() << "convert-llm-to-exec: the plan has pp " << plan.getPp()
                            << "; run llm-partition-pp first";
@@ -708,7 +703,7 @@ struct ConvertLLMToExecPass
           continue;
         bool mine = stageOf(&op) == stage;
         if (auto t = dyn_cast<PPTransferOp>(op))
-          mine = t.getFrom() == stage || t.getTo() == stage;
+          mine = int64_t(t.getFrom()) == stage || int64_t(t.getTo()) == stage;
         if (!marked && mine && lossOp && lossOp->isBeforeInBlock(&op)) {
           BackwardOp::create(cv.ob, op.getLoc());
           marked = true;
