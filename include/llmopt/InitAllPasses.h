@@ -7,6 +7,7 @@
 #include "llmopt/Conversion/Passes.h"
 #include "llmopt/Pipelines/Pipelines.h"
 #include "llmopt/Transforms/Passes.h"
+#include "mlir/Dialect/Shard/Transforms/Passes.h"
 #include "mlir/Transforms/Passes.h"
 
 namespace llmopt {
@@ -20,6 +21,7 @@ inline void registerAllPasses() {
   mlir::registerCanonicalizerPass();
   mlir::registerCSEPass();
   mlir::registerSymbolDCEPass();
+  mlir::shard::registerShardPasses();
 }
 
 } // namespace llmopt

@@ -1,0 +1,57 @@
+// RUN: llm-opt %s --split-input-file --pass-pipeline='builtin.module(func.func(sharding-propagation))' | FileCheck %s --check-prefix=PROP
+// RUN: llm-opt %s --split-input-file --pass-pipeline='builtin.module(func.func(sharding-propagation,cse),func.func(shard-partition,canonicalize))' | FileCheck %s
+
+// Upstream `shard` on llm ops (ShardingInterface external models): the
+// weights' shardings propagate through llm.linear (a matmul over leading x
+// out x in loops), llm.gelu / llm.swiglu / llm.add (elementwise), and
+// shard-partition turns the MLP into Megatron's column / row split with one
+// all-reduce.
+
+// PROP-LABEL: func.func @mlp
+// PROP: %[[H:.*]] = llm.linear
+// PROP-NEXT: shard.sharding @tp split_axes = {{\[\[\], \[\], \[0\]\]}}
+// PROP: llm.gelu
+// PROP: %[[Y:.*]] = llm.linear
+// PROP-NEXT: shard.sharding @tp split_axes = {{\[\[\]\]}}
+
+// CHECK-LABEL: func.func @mlp
+// CHECK-SAME: (%[[X:.*]]: tensor<4x8x16xf32>, %[[W1:.*]]: tensor<16x16xf32>, %[[W2:.*]]: tensor<16x16xf32>)
+// CHECK-NEXT: %[[H:.*]] = llm.linear %[[X]], %[[W1]] : tensor<4x8x16xf32>, tensor<16x16xf32> -> tensor<4x8x16xf32>
+// CHECK-NEXT: %[[A:.*]] = llm.gelu %[[H]] none : tensor<4x8x16xf32>
+// CHECK-NEXT: %[[Y:.*]] = llm.linear %[[A]], %[[W2]] : tensor<4x8x16xf32>, tensor<16x16xf32> -> tensor<4x8x16xf32>
+// CHECK-NEXT: %[[R:.*]] = shard.all_reduce %[[Y]] on @tp grid_axes = [0] : tensor<4x8x16xf32> -> tensor<4x8x16xf32>
+// CHECK-NEXT: return %[[R]]
+shard.grid @tp(shape = 2)
+func.func @mlp(%x: tensor<4x8x16xf32>, %w1: tensor<32x16xf32>, %w2: tensor<16x32xf32>) -> tensor<4x8x16xf32> {
+  %s1 = shard.sharding @tp split_axes = [[0]] : !shard.sharding
+  %w1s = shard.shard %w1 to %s1 annotate_for_users : tensor<32x16xf32>
+  %s2 = shard.sharding @tp split_axes = [[], [0]] : !shard.sharding
+  %w2s = shard.shard %w2 to %s2 annotate_for_users : tensor<16x32xf32>
+  %h = llm.linear %x, %w1s : tensor<4x8x16xf32>, tensor<32x16xf32> -> tensor<4x8x32xf32>
+  %a = llm.gelu %h none : tensor<4x8x32xf32>
+  %y = llm.linear %a, %w2s : tensor<4x8x32xf32>, tensor<16x32xf32> -> tensor<4x8x16xf32>
+  return %y : tensor<4x8x16xf32>
+}
+
+// -----
+
+// Llama's gated MLP over 4 ranks, GPT-2's transposed ([in, out]) weights:
+// gate and up column-split, SwiGLU on the parts, down row-split.
+// CHECK-LABEL: func.func @swiglu
+// CHECK: llm.linear {{.*}} : tensor<1x2x8xf32>, tensor<4x8xf32> -> tensor<1x2x4xf32>
+// CHECK: llm.linear {{.*}} : tensor<1x2x8xf32>, tensor<4x8xf32> -> tensor<1x2x4xf32>
+// CHECK: llm.swiglu {{.*}} : tensor<1x2x4xf32>
+// CHECK: llm.linear {{.*}} transposed : tensor<1x2x4xf32>, tensor<4x8xf32> -> tensor<1x2x8xf32>
+// CHECK-NEXT: shard.all_reduce {{.*}} on @g4 grid_axes = [0]
+shard.grid @g4(shape = 4)
+func.func @swiglu(%x: tensor<1x2x8xf32>, %wg: tensor<16x8xf32>, %wu: tensor<16x8xf32>, %wd: tensor<16x8xf32>) -> tensor<1x2x8xf32> {
+  %col = shard.sharding @g4 split_axes = [[0]] : !shard.sharding
+  %wgs = shard.shard %wg to %col annotate_for_users : tensor<16x8xf32>
+  %wus = shard.shard %wu to %col annotate_for_users : tensor<16x8xf32>
+  %wds = shard.shard %wd to %col annotate_for_users : tensor<16x8xf32>
+  %g = llm.linear %x, %wgs : tensor<1x2x8xf32>, tensor<16x8xf32> -> tensor<1x2x16xf32>
+  %u = llm.linear %x, %wus : tensor<1x2x8xf32>, tensor<16x8xf32> -> tensor<1x2x16xf32>
+  %h = llm.swiglu %g, %u : tensor<1x2x16xf32>
+  %y = llm.linear %h, %wds transposed : tensor<1x2x16xf32>, tensor<16x8xf32> -> tensor<1x2x8xf32>
+  return %y : tensor<1x2x8xf32>
+}
