@@ -55,3 +55,35 @@ func.func @swiglu(%x: tensor<1x2x8xf32>, %wg: tensor<16x8xf32>, %wu: tensor<16x8
   %y = llm.linear %h, %wds transposed : tensor<1x2x16xf32>, tensor<16x8xf32> -> tensor<1x2x8xf32>
   return %y : tensor<1x2x8xf32>
 }
+
+// -----
+
+// A Llama attention block: only the weights are annotated (q/k/v by rows, o
+// by columns); the norm stays whole, rotary and attention run on this rank's
+// heads (4 -> 2 query heads, 2 -> 1 KV heads), the output projection's
+// partial sums are all-reduced before the residual add.
+// CHECK-LABEL: func.func @attention_block
+// CHECK: llm.rms_norm {{.*}} : tensor<1x8x64xf32>, tensor<64xf32>
+// CHECK: llm.rotary {{.*}} head_dim 16 {{.*}} : tensor<1x8x32xf32>, tensor<1x8x16xf32>
+// CHECK: llm.attention {{.*}} heads 2 kv_heads 1 head_dim 16 {{.*}} : tensor<1x8x32xf32>, tensor<1x8x16xf32>
+// CHECK: %[[O:.*]] = llm.linear {{.*}} : tensor<1x8x32xf32>, tensor<64x32xf32> -> tensor<1x8x64xf32>
+// CHECK-NEXT: %[[R:.*]] = shard.all_reduce %[[O]] on @tp grid_axes = [0]
+// CHECK-NEXT: llm.add %{{.*}}, %[[R]] : tensor<1x8x64xf32>
+shard.grid @tp(shape = 2)
+func.func @attention_block(%x: tensor<1x8x64xf32>, %g: tensor<64xf32>, %wq: tensor<64x64xf32>, %wk: tensor<32x64xf32>, %wv: tensor<32x64xf32>, %wo: tensor<64x64xf32>) -> tensor<1x8x64xf32> {
+  %rows = shard.sharding @tp split_axes = [[0]] : !shard.sharding
+  %cols = shard.sharding @tp split_axes = [[], [0]] : !shard.sharding
+  %wqs = shard.shard %wq to %rows annotate_for_users : tensor<64x64xf32>
+  %wks = shard.shard %wk to %rows annotate_for_users : tensor<32x64xf32>
+  %wvs = shard.shard %wv to %rows annotate_for_users : tensor<32x64xf32>
+  %wos = shard.shard %wo to %cols annotate_for_users : tensor<64x64xf32>
+  %n = llm.rms_norm %x, %g eps 1.0e-05 : tensor<1x8x64xf32>, tensor<64xf32>
+  %q = llm.linear %n, %wqs : tensor<1x8x64xf32>, tensor<64x64xf32> -> tensor<1x8x64xf32>
+  %k = llm.linear %n, %wks : tensor<1x8x64xf32>, tensor<32x64xf32> -> tensor<1x8x32xf32>
+  %v = llm.linear %n, %wvs : tensor<1x8x64xf32>, tensor<32x64xf32> -> tensor<1x8x32xf32>
+  %qr, %kr = llm.rotary %q, %k head_dim 16 theta 10000.0 : tensor<1x8x64xf32>, tensor<1x8x32xf32>
+  %a = llm.attention %qr, %kr, %v heads 4 kv_heads 2 head_dim 16 scale 0.25 causal : tensor<1x8x64xf32>, tensor<1x8x32xf32>
+  %o = llm.linear %a, %wos : tensor<1x8x64xf32>, tensor<64x64xf32> -> tensor<1x8x64xf32>
+  %y = llm.add %x, %o : tensor<1x8x64xf32>
+  return %y : tensor<1x8x64xf32>
+}

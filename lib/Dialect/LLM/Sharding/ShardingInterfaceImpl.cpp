@@ -87,6 +87,126 @@ struct LinearShardingModel
   }
 };
 
+/// Clones `op` on its partitioned operands with result types from the
+/// result shardings.
+Operation *cloneLocal(Operation *op, ArrayRef<Value> operands,
+                      ArrayRef<shard::Sharding> resultShardings,
+                      SymbolTableCollection &symbolTable, OpBuilder &builder) {
+  OperationState state(op->getLoc(), op->getName());
+  state.addOperands(operands);
+  state.addAttributes(op->getAttrs());
+  for (auto [r, sh] : llvm::zip(op->getResults(), resultShardings)) {
+    shard::GridOp grid = shard::getGrid(op, sh.getGridAttr(), symbolTable);
+    state.addTypes(shard::shardType(r.getType(), grid, sh));
+  }
+  return builder.create(state);
+}
+
+/// Grid axes the loop `loop` is split over, and the product of their sizes.
+int64_t splitOver(Operation *op, ArrayRef<shard::Sharding> operandShardings,
+                  ArrayRef<shard::Sharding> resultShardings,
+                  ArrayRef<utils::IteratorType> iterators, ArrayRef<AffineMap> maps,
+                  SymbolTableCollection &symbolTable, unsigned loop) {
+  shard::ShardingArray axes =
+      shard::getGridAxisAssignmentForLoopIterators(operandShardings, resultShardings, iterators, maps);
+  if (loop >= axes.size() || axes[loop].empty())
+    return 1;
+  shard::Sharding any = resultShardings.front();
+  shard::GridOp grid = shard::getGrid(op, any.getGridAttr(), symbolTable);
+  int64_t n = 1;
+  for (shard::GridAxis a : axes[loop])
+    n *= grid.getShape()[size_t(a)];
+  return n;
+}
+
+/// llm.attention over loops (batch, query, heads, key): the features of q,
+/// k, v and the output are heads (of their sizes); keys are a reduction.
+/// Splitting heads is Megatron's attention split; splitting the sequence is
+/// context parallelism, which llm-partition-cp does (refused here).
+struct AttentionShardingModel
+    : public shard::ShardingInterface::ExternalModel<AttentionShardingModel, AttentionOp> {
+  SmallVector<utils::IteratorType> getLoopIteratorTypes(Operation *) const {
+    using I = utils::IteratorType;
+    return {I::parallel, I::parallel, I::parallel, I::reduction};
+  }
+  SmallVector<AffineMap> getIndexingMaps(Operation *op) const {
+    MLIRContext *ctx = op->getContext();
+    AffineExpr b = getAffineDimExpr(0, ctx), q = getAffineDimExpr(1, ctx),
+               h = getAffineDimExpr(2, ctx), k = getAffineDimExpr(3, ctx);
+    AffineMap queries = AffineMap::get(4, 0, {b, q, h}, ctx),
+              keys = AffineMap::get(4, 0, {b, k, h}, ctx);
+    return {queries, keys, keys, queries};
+  }
+  LogicalResult partition(Operation *op, ArrayRef<Value> operands,
+                          ArrayRef<shard::Sharding> operandShardings,
+                          ArrayRef<shard::Sharding> resultShardings, IRMapping &map,
+                          SymbolTableCollection &symbolTable, OpBuilder &builder) const {
+    auto a = cast<AttentionOp>(op);
+    auto iters = getLoopIteratorTypes(op);
+    auto maps = getIndexingMaps(op);
+    if (splitOver(op, operandShardings, resultShardings, iters, maps, symbolTable, 1) > 1 ||
+        splitOver(op, operandShardings, resultShardings, iters, maps, symbolTable, 3) > 1)
+      return op->emitOpError() << "a sequence split is context parallelism: use llm-partition-cp";
+    int64_t n = splitOver(op, operandShardings, resultShardings, iters, maps, symbolTable, 2);
+    if (a.getNumHeads() % n || a.getNumKvHeads() % n)
+      return op->emitOpError() << a.getNumHeads() << " heads and " << a.getNumKvHeads()
+                               << " KV heads do not split into " << n << " parts";
+    Operation *local = cloneLocal(op, operands, resultShardings, symbolTable, builder);
+    auto l = cast<AttentionOp>(local);
+    l.setNumHeadsAttr(builder.getI64IntegerAttr(a.getNumHeads() / n));
+    l.setNumKvHeadsAttr(builder.getI64IntegerAttr(a.getNumKvHeads() / n));
+    map.map(op->getResult(0), local->getResult(0));
+    map.map(op, local);
+    return success();
+  }
+};
+
+/// Ops that work on each row's features as a whole (norms reduce over them,
+/// rotary pairs them within heads): loops (leading..., features), features
+/// a reduction for norms and parallel for rotary (split by whole heads).
+template <typename Op, bool FeaturesParallel>
+struct RowShardingModel
+    : public shard::ShardingInterface::ExternalModel<RowShardingModel<Op, FeaturesParallel>,
+                                                      Op> {
+  static int64_t rank(Operation *op) {
+    return cast<RankedTensorType>(op->getOperand(0).getType()).getRank();
+  }
+  SmallVector<utils::IteratorType> getLoopIteratorTypes(Operation *op) const {
+    SmallVector<utils::IteratorType> t(size_t(rank(op) - 1), utils::IteratorType::parallel);
+    t.push_back(FeaturesParallel ? utils::IteratorType::parallel
+                                 : utils::IteratorType::reduction);
+    return t;
+  }
+  SmallVector<AffineMap> getIndexingMaps(Operation *op) const {
+    MLIRContext *ctx = op->getContext();
+    unsigned n = unsigned(rank(op));
+    AffineMap rows = AffineMap::getMultiDimIdentityMap(n, ctx);
+    AffineMap features = AffineMap::get(n, 0, {getAffineDimExpr(n - 1, ctx)}, ctx);
+    SmallVector<AffineMap> maps;
+    for (Value v : op->getOperands())
+      maps.push_back(cast<RankedTensorType>(v.getType()).getRank() == 1 ? features : rows);
+    for (unsigned i = 0; i < op->getNumResults(); ++i)
+      maps.push_back(rows);
+    return maps;
+  }
+  LogicalResult partition(Operation *op, ArrayRef<Value> operands,
+                          ArrayRef<shard::Sharding> operandShardings,
+                          ArrayRef<shard::Sharding> resultShardings, IRMapping &map,
+                          SymbolTableCollection &symbolTable, OpBuilder &builder) const {
+    auto iters = getLoopIteratorTypes(op);
+    if (!FeaturesParallel &&
+        splitOver(op, operandShardings, resultShardings, iters, getIndexingMaps(op), symbolTable,
+                  unsigned(rank(op) - 1)) > 1)
+      return op->emitOpError() << "normalizes over its features, which must not be split "
+                                  "(sequence parallelism splits the rows instead)";
+    Operation *local = cloneLocal(op, operands, resultShardings, symbolTable, builder);
+    for (auto [r, l] : llvm::zip(op->getResults(), local->getResults()))
+      map.map(r, l);
+    map.map(op, local);
+    return success();
+  }
+};
+
 } // namespace
 
 void llmopt::llm::registerShardingInterfaceExternalModels(DialectRegistry &registry) {
@@ -95,5 +215,9 @@ void llmopt::llm::registerShardingInterfaceExternalModels(DialectRegistry &regis
     AddOp::attachInterface<shard::ElementwiseShardingInterface<AddOp>>(*ctx);
     GeluOp::attachInterface<shard::ElementwiseShardingInterface<GeluOp>>(*ctx);
     SwiGLUOp::attachInterface<shard::ElementwiseShardingInterface<SwiGLUOp>>(*ctx);
+    AttentionOp::attachInterface<AttentionShardingModel>(*ctx);
+    RMSNormOp::attachInterface<RowShardingModel<RMSNormOp, false>>(*ctx);
+    LayerNormOp::attachInterface<RowShardingModel<LayerNormOp, false>>(*ctx);
+    RotaryOp::attachInterface<RowShardingModel<RotaryOp, true>>(*ctx);
   });
 }

@@ -17,7 +17,8 @@ class DialectRegistry;
 namespace llmopt::llm {
 /// Attaches ShardingInterface to llm.linear (a matmul: leading and output
 /// dimensions parallel, input features a reduction, partial sums all-reduced
-/// when it is split) and to the elementwise ops (add, gelu, swiglu).
+/// when it is split), the elementwise ops (add, gelu, swiglu), attention
+/// (split by heads), the norms (rows only) and rotary (by whole heads).
 void registerShardingInterfaceExternalModels(mlir::DialectRegistry &registry);
 } // namespace llmopt::llm
 
