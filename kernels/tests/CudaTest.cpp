@@ -218,3 +218,31 @@ TEST(Cuda, AdamW) {
 }
 
 } // namespace
+
+#include "llmopt-kernels/gemm.h"
+
+namespace {
+TEST(Cuda, LinearThroughCuBLASLt) {
+  NEED_GPU();
+  std::string error;
+  auto gemm = gpu::Gemm::create(error);
+  ASSERT_TRUE(gemm) << error;
+  const int64_t n = 6, in = 40, out = 24;
+  for (bool transposed : {false, true}) {
+    auto x = randomVec(n * in, 30), w = randomVec(in * out, 31), b = randomVec(out, 32),
+         g = randomVec(n * out, 33);
+    std::vector<float> y(n * out), dx(n * in), dw(in * out, 0), db(out, 0);
+    cpu::linearForward(x.data(), w.data(), b.data(), y.data(), n, in, out, transposed);
+    cpu::linearBackward(g.data(), x.data(), w.data(), dx.data(), dw.data(), db.data(), n, in, out,
+                        transposed);
+    Dev<float> dX(x), dW(w), dB(b), dG(g), dY(n * out), dDx(n * in), dDw(in * out);
+    gpu::LinearShape s{n, in, out, transposed, CUDA_R_32F};
+    ASSERT_TRUE(gemm->linearForward(dX.p, dW.p, dB.p, dY.p, s, nullptr, error)) << error;
+    ASSERT_TRUE(gemm->linearBackward(dG.p, dX.p, dW.p, dDx.p, dDw.p, s, nullptr, error)) << error;
+    expectClose(dY.host(), y, 1e-4, "linear y");
+    expectClose(dDx.host(), dx, 1e-4, "linear dx");
+    expectClose(dDw.host(), dw, 1e-4, "linear dweight");
+  }
+  EXPECT_GE(gemm->cachedAlgorithms(), 3u);
+}
+} // namespace

@@ -1,0 +1,188 @@
+//===- gemm.cpp - linear layers through cuBLASLt ---------------------------===//
+//
+// cuBLASLt is column-major: a row-major [r, c] buffer is its column-major
+// [c, r] transpose. So y[n, out] = x[n, in] W^T becomes
+// y^T (out x n) = op(W-buffer) (out x in) * x^T (in x n), and likewise for
+// the two backward products.
+//
+//===----------------------------------------------------------------------===//
+
+#include "llmopt-kernels/gemm.h"
+
+#include <cublasLt.h>
+
+#include <map>
+#include <tuple>
+
+namespace llmopt::kernels::cuda {
+namespace {
+
+const char *status(cublasStatus_t s) {
+  switch (s) {
+  case CUBLAS_STATUS_SUCCESS:
+    return "success";
+  case CUBLAS_STATUS_NOT_INITIALIZED:
+    return "not initialized";
+  case CUBLAS_STATUS_INVALID_VALUE:
+    return "invalid value";
+  case CUBLAS_STATUS_NOT_SUPPORTED:
+    return "not supported";
+  default:
+    return "cuBLASLt error";
+  }
+}
+
+/// One matmul D = alpha op(A) op(B) + beta C (C = D), column-major.
+struct Problem {
+  cublasOperation_t ta, tb;
+  int64_t m, n, k, lda, ldb, ldd;
+  cudaDataType_t ab, d;
+  bool bias;
+  auto key() const { return std::make_tuple(int(ta), int(tb), m, n, k, lda, ldb, ldd, int(ab), int(d), bias); }
+};
+
+class LtGemm final : public Gemm {
+public:
+  ~LtGemm() override {
+    if (workspace)
+      cudaFree(workspace);
+    if (handle)
+      cublasLtDestroy(handle);
+  }
+
+  bool init(std::string &error) {
+    if (cublasStatus_t s = cublasLtCreate(&handle); s != CUBLAS_STATUS_SUCCESS) {
+      error = std::string("cublasLtCreate: ") + status(s);
+      return false;
+    }
+    if (cudaMalloc(&workspace, kWorkspace) != cudaSuccess) {
+      error = "cannot allocate the cuBLASLt workspace";
+      return false;
+    }
+    return true;
+  }
+
+  bool linearForward(const void *x, const void *w, const void *bias, void *y, const LinearShape &s,
+                     cudaStream_t stream, std::string &error) override {
+    // y^T (out x n) = op(W) (out x in) * x^T (in x n).
+    Problem p{s.transposed ? CUBLAS_OP_N : CUBLAS_OP_T, CUBLAS_OP_N, s.out, s.n, s.in,
+              s.transposed ? s.out : s.in, s.in, s.out, s.type, s.type, bias != nullptr};
+    return run(p, w, x, y, bias, 0.0f, stream, error);
+  }
+
+  bool linearBackward(const void *dy, const void *x, const void *w, void *dx, float *dw,
+                      const LinearShape &s, cudaStream_t stream, std::string &error) override {
+    if (dx) {
+      // dx^T (in x n) = op(W) (in x out) * dy^T (out x n).
+      Problem p{s.transposed ? CUBLAS_OP_T : CUBLAS_OP_N, CUBLAS_OP_N, s.in, s.n, s.out,
+                s.transposed ? s.out : s.in, s.out, s.in, s.type, s.type, false};
+      if (!run(p, w, dy, dx, nullptr, 0.0f, stream, error))
+        return false;
+    }
+    if (!s.transposed) {
+      // dW^T (in x out) += x^T (in x n) * dy (n x out).
+      Problem p{CUBLAS_OP_N, CUBLAS_OP_T, s.in, s.out, s.n, s.in, s.out, s.in, s.type,
+                CUDA_R_32F, false};
+      return run(p, x, dy, dw, nullptr, 1.0f, stream, error);
+    }
+    // [in, out] weights: dW^T (out x in) += dy^T (out x n) * x (n x in).
+    Problem p{CUBLAS_OP_N, CUBLAS_OP_T, s.out, s.in, s.n, s.out, s.in, s.out, s.type, CUDA_R_32F,
+              false};
+    return run(p, dy, x, dw, nullptr, 1.0f, stream, error);
+  }
+
+  size_t cachedAlgorithms() const override { return algos.size(); }
+
+private:
+  static constexpr size_t kWorkspace = 32u << 20;
+
+  bool run(const Problem &p, const void *a, const void *b, void *d, const void *bias, float beta,
+           cudaStream_t stream, std::string &error) {
+    cublasLtMatmulDesc_t op = nullptr;
+    cublasLtMatrixLayout_t la = nullptr, lb = nullptr, ld = nullptr;
+    auto cleanup = [&] {
+      if (op)
+        cublasLtMatmulDescDestroy(op);
+      for (cublasLtMatrixLayout_t l : {la, lb, ld})
+        if (l)
+          cublasLtMatrixLayoutDestroy(l);
+    };
+    auto check = [&](cublasStatus_t s, const char *what) {
+      if (s == CUBLAS_STATUS_SUCCESS)
+        return true;
+      error = std::string(what) + ": " + status(s);
+      return false;
+    };
+    int64_t ar = p.ta == CUBLAS_OP_N ? p.m : p.k, ac = p.ta == CUBLAS_OP_N ? p.k : p.m;
+    int64_t br = p.tb == CUBLAS_OP_N ? p.k : p.n, bc = p.tb == CUBLAS_OP_N ? p.n : p.k;
+    bool ok =
+        check(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F), "matmul descriptor") &&
+        check(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &p.ta, sizeof(p.ta)),
+              "transa") &&
+        check(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &p.tb, sizeof(p.tb)),
+              "transb") &&
+        check(cublasLtMatrixLayoutCreate(&la, p.ab, uint64_t(ar), uint64_t(ac), p.lda), "layout A") &&
+        check(cublasLtMatrixLayoutCreate(&lb, p.ab, uint64_t(br), uint64_t(bc), p.ldb), "layout B") &&
+        check(cublasLtMatrixLayoutCreate(&ld, p.d, uint64_t(p.m), uint64_t(p.n), p.ldd), "layout D");
+    if (ok && bias) {
+      cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
+      ok = check(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue,
+                                                sizeof(epilogue)),
+                 "bias epilogue") &&
+           check(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
+                                                sizeof(bias)),
+                 "bias pointer");
+    }
+    if (!ok) {
+      cleanup();
+      return false;
+    }
+    // The heuristic's choice, once per problem.
+    auto it = algos.find(p.key());
+    if (it == algos.end()) {
+      cublasLtMatmulPreference_t pref = nullptr;
+      size_t ws = kWorkspace;
+      cublasLtMatmulHeuristicResult_t result{};
+      int found = 0;
+      ok = check(cublasLtMatmulPreferenceCreate(&pref), "preference") &&
+           check(cublasLtMatmulPreferenceSetAttribute(
+                     pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)),
+                 "workspace preference") &&
+           check(cublasLtMatmulAlgoGetHeuristic(handle, op, la, lb, ld, ld, pref, 1, &result,
+                                                &found),
+                 "heuristic");
+      if (pref)
+        cublasLtMatmulPreferenceDestroy(pref);
+      if (ok && found == 0) {
+        error = "cuBLASLt has no algorithm for this GEMM";
+        ok = false;
+      }
+      if (!ok) {
+        cleanup();
+        return false;
+      }
+      it = algos.emplace(p.key(), result.algo).first;
+    }
+    float alpha = 1.0f;
+    ok = check(cublasLtMatmul(handle, op, &alpha, a, la, b, lb, &beta, d, ld, d, ld, &it->second,
+                              workspace, kWorkspace, stream),
+               "cublasLtMatmul");
+    cleanup();
+    return ok;
+  }
+
+  cublasLtHandle_t handle = nullptr;
+  void *workspace = nullptr;
+  std::map<decltype(Problem{}.key()), cublasLtMatmulAlgo_t> algos;
+};
+
+} // namespace
+
+std::unique_ptr<Gemm> Gemm::create(std::string &error) {
+  auto g = std::make_unique<LtGemm>();
+  if (!g->init(error))
+    return nullptr;
+  return g;
+}
+
+} // namespace llmopt::kernels::cuda
