@@ -246,3 +246,33 @@ TEST(Cuda, LinearThroughCuBLASLt) {
   EXPECT_GE(gemm->cachedAlgorithms(), 3u);
 }
 } // namespace
+
+namespace {
+TEST(Cuda, AttentionBaseline) {
+  NEED_GPU();
+  for (auto [heads, kvHeads, window] : {std::tuple{4, 2, 0}, std::tuple{2, 1, 3}}) {
+    cpu::AttentionShape a;
+    a.batch = 2, a.seq = 9, a.heads = heads, a.kvHeads = kvHeads, a.headDim = 8;
+    a.scale = 0.35f, a.causal = true, a.window = window;
+    gpu::AttentionDims d{a.batch, a.seq, a.heads, a.kvHeads, a.headDim, a.scale, a.causal,
+                         a.window};
+    size_t qn = size_t(a.batch * a.seq * a.heads * a.headDim),
+           kn = size_t(a.batch * a.seq * a.kvHeads * a.headDim);
+    auto q = randomVec(qn, 40), k = randomVec(kn, 41), v = randomVec(kn, 42), g = randomVec(qn, 43);
+    std::vector<float> out(qn), lse(size_t(a.batch * a.heads * a.seq)), dq(qn), dk(kn), dv(kn);
+    cpu::attentionForward(q.data(), k.data(), v.data(), out.data(), lse.data(), a);
+    cpu::attentionBackward(g.data(), q.data(), k.data(), v.data(), out.data(), lse.data(),
+                           dq.data(), dk.data(), dv.data(), a);
+    Dev<float> dQ(q), dK(k), dV(v), dG(g), dOut(qn), dLse(lse.size()), dDq(qn), dDk(kn), dDv(kn),
+        scratch(2 * kn);
+    ASSERT_EQ(gpu::attentionForward(dQ.p, dK.p, dV.p, dOut.p, dLse.p, d, nullptr), cudaSuccess);
+    ASSERT_EQ(gpu::attentionBackward(dG.p, dQ.p, dK.p, dV.p, dOut.p, dLse.p, dDq.p, dDk.p, dDv.p,
+                                     scratch.p, d, nullptr),
+              cudaSuccess);
+    expectClose(dOut.host(), out, 1e-4, "attention out");
+    expectClose(dDq.host(), dq, 1e-4, "attention dq");
+    expectClose(dDk.host(), dk, 1e-4, "attention dk");
+    expectClose(dDv.host(), dv, 1e-4, "attention dv");
+  }
+}
+} // namespace

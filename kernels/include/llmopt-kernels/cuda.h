@@ -7,8 +7,9 @@
 // gradients are fp32 and ACCUMULATE (+=), activation gradients are written.
 // Every launcher enqueues on `stream` and returns the launch status.
 //
-// Not here yet (issue 7): attention (flash-style or cuDNN SDPA), GEMMs
-// (cuBLASLt), MoE permute, the vocabulary-parallel cross-entropy, NCCL.
+// Not here yet (issue 7): a fast attention (flash-style or cuDNN SDPA; the
+// one here is a one-thread-per-row baseline), MoE permute, the
+// vocabulary-parallel cross-entropy, NCCL. GEMMs: gemm.h (cuBLASLt).
 //
 //===----------------------------------------------------------------------===//
 
@@ -65,6 +66,26 @@ bool deviceAvailable();
                                    int64_t ignoreIndex, cudaStream_t stream);
 LLMOPT_CUDA_FOR_TYPES(LLMOPT_CUDA_DECLARE)
 #undef LLMOPT_CUDA_DECLARE
+
+/// Attention with the CPU reference's semantics (causal, sliding window,
+/// GQA), one thread per query row: a correctness baseline, not the
+/// flash-style kernel the CUDA backend needs for speed. `lse` (fp32,
+/// [batch, heads, seq]) is written by the forward. The backward needs
+/// `scratch` of 2 x (k elements) floats for the fp32 key / value gradients.
+struct AttentionDims {
+  int64_t batch = 1, seq = 1, heads = 1, kvHeads = 1, headDim = 1;
+  float scale = 1;
+  bool causal = true;
+  int64_t window = 0;
+};
+#define LLMOPT_CUDA_DECLARE_ATTENTION(T)                                                     \
+  cudaError_t attentionForward(const T *q, const T *k, const T *v, T *out, float *lse,       \
+                               const AttentionDims &d, cudaStream_t stream);                \
+  cudaError_t attentionBackward(const T *dout, const T *q, const T *k, const T *v,           \
+                                const T *out, const float *lse, T *dq, T *dk, T *dv,        \
+                                float *scratch, const AttentionDims &d, cudaStream_t stream);
+LLMOPT_CUDA_FOR_TYPES(LLMOPT_CUDA_DECLARE_ATTENTION)
+#undef LLMOPT_CUDA_DECLARE_ATTENTION
 
 /// AdamW on an fp32 master copy and moments; the gradient is scaled by
 /// `gradScale` first (clipping); `working` (may be null) receives the
