@@ -37,8 +37,10 @@ struct Problem {
   cublasOperation_t ta, tb;
   int64_t m, n, k, lda, ldb, ldd;
   cudaDataType_t ab, d;
-  bool bias;
-  auto key() const { return std::make_tuple(int(ta), int(tb), m, n, k, lda, ldb, ldd, int(ab), int(d), bias); }
+  bool bias, gelu;
+  auto key() const {
+    return std::make_tuple(int(ta), int(tb), m, n, k, lda, ldb, ldd, int(ab), int(d), bias, gelu);
+  }
 };
 
 class LtGemm final : public Gemm {
@@ -63,11 +65,12 @@ public:
   }
 
   bool linearForward(const void *x, const void *w, const void *bias, void *y, const LinearShape &s,
-                     cudaStream_t stream, std::string &error) override {
+                     cudaStream_t stream, std::string &error, void *pre) override {
     // y^T (out x n) = op(W) (out x in) * x^T (in x n).
     Problem p{s.transposed ? CUBLAS_OP_N : CUBLAS_OP_T, CUBLAS_OP_N, s.out, s.n, s.in,
-              s.transposed ? s.out : s.in, s.in, s.out, s.type, s.type, bias != nullptr};
-    return run(p, w, x, y, bias, 0.0f, stream, error);
+              s.transposed ? s.out : s.in, s.in, s.out, s.type, s.type, bias != nullptr,
+              pre != nullptr};
+    return run(p, w, x, y, bias, 0.0f, stream, error, pre);
   }
 
   bool linearBackward(const void *dy, const void *x, const void *w, void *dx, float *dw,
@@ -75,19 +78,19 @@ public:
     if (dx) {
       // dx^T (in x n) = op(W) (in x out) * dy^T (out x n).
       Problem p{s.transposed ? CUBLAS_OP_T : CUBLAS_OP_N, CUBLAS_OP_N, s.in, s.n, s.out,
-                s.transposed ? s.out : s.in, s.out, s.in, s.type, s.type, false};
+                s.transposed ? s.out : s.in, s.out, s.in, s.type, s.type, false, false};
       if (!run(p, w, dy, dx, nullptr, 0.0f, stream, error))
         return false;
     }
     if (!s.transposed) {
       // dW^T (in x out) += x^T (in x n) * dy (n x out).
       Problem p{CUBLAS_OP_N, CUBLAS_OP_T, s.in, s.out, s.n, s.in, s.out, s.in, s.type,
-                CUDA_R_32F, false};
+                CUDA_R_32F, false, false};
       return run(p, x, dy, dw, nullptr, 1.0f, stream, error);
     }
     // [in, out] weights: dW^T (out x in) += dy^T (out x n) * x (n x in).
     Problem p{CUBLAS_OP_N, CUBLAS_OP_T, s.out, s.in, s.n, s.out, s.in, s.out, s.type, CUDA_R_32F,
-              false};
+              false, false};
     return run(p, dy, x, dw, nullptr, 1.0f, stream, error);
   }
 
@@ -97,7 +100,7 @@ private:
   static constexpr size_t kWorkspace = 32u << 20;
 
   bool run(const Problem &p, const void *a, const void *b, void *d, const void *bias, float beta,
-           cudaStream_t stream, std::string &error) {
+           cudaStream_t stream, std::string &error, void *aux = nullptr) {
     cublasLtMatmulDesc_t op = nullptr;
     cublasLtMatrixLayout_t la = nullptr, lb = nullptr, ld = nullptr;
     auto cleanup = [&] {
@@ -124,14 +127,25 @@ private:
         check(cublasLtMatrixLayoutCreate(&la, p.ab, uint64_t(ar), uint64_t(ac), p.lda), "layout A") &&
         check(cublasLtMatrixLayoutCreate(&lb, p.ab, uint64_t(br), uint64_t(bc), p.ldb), "layout B") &&
         check(cublasLtMatrixLayoutCreate(&ld, p.d, uint64_t(p.m), uint64_t(p.n), p.ldd), "layout D");
-    if (ok && bias) {
-      cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
+    if (ok && (bias || aux)) {
+      cublasLtEpilogue_t epilogue = aux ? (bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS
+                                                : CUBLASLT_EPILOGUE_GELU_AUX)
+                                        : CUBLASLT_EPILOGUE_BIAS;
       ok = check(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue,
                                                 sizeof(epilogue)),
-                 "bias epilogue") &&
-           check(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
-                                                sizeof(bias)),
-                 "bias pointer");
+                 "epilogue");
+      if (ok && bias)
+        ok = check(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
+                                                  sizeof(bias)),
+                   "bias pointer");
+      // The pre-activation, laid out like D.
+      if (ok && aux)
+        ok = check(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,
+                                                  &aux, sizeof(aux)),
+                   "aux pointer") &&
+             check(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD,
+                                                  &p.ldd, sizeof(p.ldd)),
+                   "aux leading dimension");
     }
     if (!ok) {
       cleanup();

@@ -244,6 +244,17 @@ TEST(Cuda, LinearThroughCuBLASLt) {
     expectClose(dDw.host(), dw, 1e-4, "linear dweight");
   }
   EXPECT_GE(gemm->cachedAlgorithms(), 3u);
+
+  // The GeLU epilogue (tanh): pre-activation and activation in one GEMM.
+  auto x = randomVec(n * in, 34), w = randomVec(in * out, 35), b = randomVec(out, 36);
+  std::vector<float> pre(n * out), act(n * out);
+  cpu::linearForward(x.data(), w.data(), b.data(), pre.data(), n, in, out, true);
+  cpu::geluForward(pre.data(), act.data(), n * out, true);
+  Dev<float> dX(x), dW(w), dB(b), dPre(n * out), dAct(n * out);
+  gpu::LinearShape s{n, in, out, true, CUDA_R_32F};
+  ASSERT_TRUE(gemm->linearForward(dX.p, dW.p, dB.p, dAct.p, s, nullptr, error, dPre.p)) << error;
+  expectClose(dPre.host(), pre, 1e-4, "linear pre-activation");
+  expectClose(dAct.host(), act, 1e-3, "linear gelu epilogue");
 }
 } // namespace
 

@@ -92,6 +92,25 @@ struct FuseElementwisePass : public llmopt::impl::FuseElementwiseBase<FuseElemen
     if (!func)
       return;
     Block &body = func.getBody().front();
+    // GEMM epilogues: a linear and the tanh GeLU of its result run as one
+    // GEMM (cuBLASLt's GELU_AUX epilogue keeps the pre-activation for the
+    // backward).
+    SmallVector<SmallVector<Operation *>> pairs;
+    Operation *prev = nullptr;
+    for (Operation &op : body) {
+      if (isa<ParamOp>(op))
+        continue;
+      auto l = dyn_cast_or_null<LinearOp>(prev);
+      auto g = dyn_cast<GeluOp>(op);
+      if (l && g && !l.getGemm() && g.getInput() == l.getResult() &&
+          g.getApproximate() == GeluApprox::tanh && sameAttr(l, g, "llm.stage") &&
+          sameAttr(l, g, "llm.chunk") &&
+          llvm::any_of(l->getUsers(), [&](Operation *u) { return u != g.getOperation(); }))
+        pairs.push_back({l, g});
+      prev = &op;
+    }
+    for (ArrayRef<Operation *> p : pairs)
+      fuse(p);
     SmallVector<SmallVector<Operation *>> groups;
     SmallVector<Operation *> group;
     Type row;

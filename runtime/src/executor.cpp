@@ -661,6 +661,17 @@ bool CpuExecutor::run(const Instruction &ins, Communicator &comm, std::string &e
     int64_t inF = tr ? w.shape[0] : w.shape[1], outF = tr ? w.shape[1] : w.shape[0];
     k::linearForward(data(in[0]), data(w), in.size() > 2 ? data(in[2]) : nullptr, data(out[0]),
                      rowsOf(in[0]), inF, outF, tr);
+    // A GeLU epilogue: the pre-activation stays in out[0] for the backward.
+    if (std::string e = ins.text("epilogue"); !e.empty()) {
+      if (e != "gelu_tanh" || out.size() != 2 || out[1].elements != out[0].elements) {
+        error = "linear_fwd: epilogue '" + e + "' needs gelu_tanh and two outputs of one size";
+        return false;
+      }
+      k::geluForward(data(out[0]), data(out[1]), out[0].elements, /*tanhApprox=*/true);
+    } else if (out.size() != 1) {
+      error = "linear_fwd writes one output without an epilogue";
+      return false;
+    }
     return true;
   }
   case KernelId::LinearBwd: {

@@ -173,9 +173,10 @@ def FuseElementwise : Pass<"llm-fuse-elementwise", "::mlir::ModuleOp"> {
     norm that reads its sum), they become one `llm.fused` region, one kernel
     that keeps the intermediate values on chip. Members share their
     activation shape (norm weights and biases are the only other inputs) and
-    their pipeline stage and chunk. Runs after the partition and sharding
-    passes, before `llm-plan-memory` (fused intermediates need no arena
-    space).
+    their pipeline stage and chunk. A linear followed by the tanh GeLU of its
+    result (GPT-2's MLP) becomes one region too, lowered as a GEMM with a
+    GeLU epilogue. Runs after the partition and sharding passes, before
+    `llm-plan-memory` (fused intermediates need no arena space).
   }];
   let dependentDialects = ["::llmopt::llm::LLMDialect"];
 }

@@ -34,9 +34,12 @@ public:
   /// `error` set.
   static std::unique_ptr<Gemm> create(std::string &error);
   virtual ~Gemm() = default;
-  /// y = x W^T (+ bias).
+  /// y = x W^T (+ bias). With `preActivation` (the GeLU epilogue,
+  /// `linear_fwd`'s `gelu_tanh`): preActivation = x W^T (+ bias) and y its
+  /// tanh-approximated GeLU, in one GEMM (cuBLASLt's GELU_AUX epilogue).
   virtual bool linearForward(const void *x, const void *w, const void *bias, void *y,
-                             const LinearShape &s, cudaStream_t stream, std::string &error) = 0;
+                             const LinearShape &s, cudaStream_t stream, std::string &error,
+                             void *preActivation = nullptr) = 0;
   /// dx = dy W (written; skipped when null), dW += dy^T x (fp32).
   virtual bool linearBackward(const void *dy, const void *x, const void *w, void *dx,
                               float *dw, const LinearShape &s, cudaStream_t stream,

@@ -195,6 +195,24 @@ struct Converter {
     if (failed(ins) || failed(outs))
       return failure();
     Block &block = f.getBody().front();
+    // A GEMM with a GeLU epilogue: linear_fwd writes the pre-activation and
+    // the activation.
+    if (llvm::range_size(block.without_terminator()) == 2 && f.getNumResults() == 2) {
+      auto l = dyn_cast<LinearOp>(&block.front());
+      auto g = dyn_cast<GeluOp>(block.front().getNextNode());
+      auto yield = cast<FusedYieldOp>(block.getTerminator());
+      if (l && g && yield.getValues()[0] == l.getResult() && yield.getValues()[1] == g.getResult()) {
+        SmallVector<Attribute> gemmIns;
+        for (Value v : l->getOperands())
+          gemmIns.push_back((*ins)[cast<BlockArgument>(v).getArgNumber()]);
+        KernelOp::create(ob, f.getLoc(), b.getStringAttr("linear_fwd"), b.getArrayAttr(gemmIns),
+                         *outs,
+                         b.getDictionaryAttr({flag("transposed", l.getTransposed()),
+                                              b.getNamedAttr("epilogue",
+                                                             b.getStringAttr("gelu_tanh"))}));
+        return success();
+      }
+    }
     refs.clear();
     for (BlockArgument a : block.getArguments())
       refs[a] = a.getArgNumber();

@@ -129,7 +129,7 @@ LogicalResult AllReduceOp::verify() {
 }
 
 LogicalResult BucketAllReduceOp::verify() {
-  if (getBucket() < 0)
+  if (getBucketAttr().getInt() < 0)
     return emitOpError() << "bucket must be non-negative";
   return verifyCollective(*this, getReduce(), getBuffers());
 }
