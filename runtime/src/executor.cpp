@@ -31,7 +31,9 @@ bool CpuExecutor::init(const Plan &p, int rank, uint64_t seed, std::string &erro
   // A pipeline stage keeps one arena per micro-batch in flight: 1F1B has at
   // most (stages - stage) of them, GPipe all.
   size_t slots = 1;
-  if (program->backwardStart >= 0) {
+  if (!program->order.empty()) {
+    slots = size_t(program->maxInFlight());
+  } else if (program->backwardStart >= 0) {
     int stage = 0, stages = 1;
     this->rank = rank;
     if (!axis("pp", stage, stages, error))
@@ -425,7 +427,36 @@ bool CpuExecutor::step(const std::vector<std::vector<int32_t>> &tok,
     return true;
   };
   int64_t micro = program->numMicroBatches;
-  if (program->backwardStart < 0 || program->schedule == "sequential") {
+  if (!program->order.empty()) {
+    // The plan's own order; each micro-batch takes a free arena copy when it
+    // starts and gives it back after its last part.
+    std::vector<int64_t> left(size_t(micro), 2 * chunks), slotOf(size_t(micro), -1);
+    std::vector<size_t> freeSlots;
+    for (size_t i = arenas.size(); i-- > 0;)
+      freeSlots.push_back(i);
+    for (const Program::Part &p : program->order) {
+      int64_t &own = slotOf[size_t(p.microBatch)];
+      if (own < 0) {
+        if (freeSlots.empty()) {
+          error = "the schedule keeps more micro-batches in flight than the stage has arena "
+                  "copies";
+          return false;
+        }
+        own = int64_t(freeSlots.back());
+        freeSlots.pop_back();
+      }
+      microBatch = p.microBatch;
+      tokens = &tok[size_t(p.microBatch)];
+      labels = &lab[size_t(p.microBatch)];
+      slot = size_t(own);
+      for (auto [begin, end] : ranges[size_t(2 * p.chunk + (p.backward ? 1 : 0))])
+        for (size_t k = begin; k < end; ++k)
+          if (!run(program->microBatch[k], comm, error))
+            return false;
+      if (--left[size_t(p.microBatch)] == 0)
+        freeSlots.push_back(size_t(own));
+    }
+  } else if (program->backwardStart < 0 || program->schedule == "sequential") {
     for (int64_t m = 0; m < micro; ++m)
       if (!runHalf(m, false) || !runHalf(m, true))
         return false;

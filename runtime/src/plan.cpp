@@ -47,6 +47,22 @@ const Program *Plan::programFor(int rank) const {
   return nullptr;
 }
 
+int64_t Program::maxInFlight() const {
+  // A micro-batch is in flight from its first part to its last.
+  std::vector<int64_t> left(size_t(numMicroBatches), 2 * numChunks());
+  std::vector<bool> started(size_t(numMicroBatches), false);
+  int64_t now = 0, most = 0;
+  for (const Part &p : order) {
+    if (!started[size_t(p.microBatch)]) {
+      started[size_t(p.microBatch)] = true;
+      most = std::max(most, ++now);
+    }
+    if (--left[size_t(p.microBatch)] == 0)
+      --now;
+  }
+  return std::max<int64_t>(1, most);
+}
+
 int64_t Program::numChunks() const {
   int64_t n = 1;
   for (const ChunkStart &c : chunks)
@@ -467,6 +483,19 @@ bool parsePlan(const json::Value &root, Plan &plan, std::string &error) {
         prog.chunks.push_back(start);
       }
     }
+    if (const json::Value *ord = pv.get("order")) {
+      if (!ord->isArray())
+        return c.fail(where + ".order", "must be an array of [micro_batch, chunk, backward]");
+      for (size_t i = 0; i < ord->array.size(); ++i) {
+        const json::Value &e = ord->array[i];
+        std::string ow = where + ".order[" + std::to_string(i) + "]";
+        int64_t m = 0, ch = 0, b = 0;
+        if (!e.isArray() || e.array.size() != 3 || !c.integer(&e.array[0], ow, m) ||
+            !c.integer(&e.array[1], ow, ch) || !c.integer(&e.array[2], ow, b) || b > 1)
+          return c.fail(ow, "must be [micro_batch, chunk, backward (0 or 1)]");
+        prog.order.push_back({m, ch, b == 1});
+      }
+    }
     if (prog.schedule == "interleaved" && prog.chunks.empty())
       return c.fail(where + ".chunks", "an interleaved schedule needs the stage's chunks");
     std::set<int64_t> started, waited; // gradient buckets
@@ -689,6 +718,28 @@ bool parsePlan(const json::Value &root, Plan &plan, std::string &error) {
       return c.fail(where + ".step_instructions", "does not wait for every gradient bucket");
     if (prog.backwardStart > int64_t(prog.microBatch.size()))
       return c.fail(where + ".backward_start", "is past the micro-batch instructions");
+    if (!prog.order.empty()) {
+      // Every part exactly once, each chunk's backward after its forward.
+      int64_t chunks = prog.numChunks(), micro = prog.numMicroBatches;
+      std::vector<int> seen(size_t(micro * chunks * 2), 0);
+      if (int64_t(prog.order.size()) != micro * chunks * 2)
+        return c.fail(where + ".order", "must list each of the " + std::to_string(micro) +
+                                            " micro-batches' " + std::to_string(chunks * 2) +
+                                            " parts once");
+      for (size_t i = 0; i < prog.order.size(); ++i) {
+        const Program::Part &p = prog.order[i];
+        std::string ow = where + ".order[" + std::to_string(i) + "]";
+        if (p.microBatch >= micro || p.chunk >= chunks)
+          return c.fail(ow, "names micro-batch " + std::to_string(p.microBatch) + " chunk " +
+                                std::to_string(p.chunk) + " of " + std::to_string(micro) +
+                                " x " + std::to_string(chunks));
+        size_t at = size_t((p.microBatch * chunks + p.chunk) * 2 + (p.backward ? 1 : 0));
+        if (seen[at]++)
+          return c.fail(ow, "repeats a part");
+        if (p.backward && !seen[at - 1])
+          return c.fail(ow, "runs a backward before its forward");
+      }
+    }
     if (!prog.chunks.empty() && prog.chunks.back().begin > int64_t(prog.microBatch.size()))
       return c.fail(where + ".chunks", "a chunk begins past the micro-batch instructions");
     if (prog.numChunks() > 64)

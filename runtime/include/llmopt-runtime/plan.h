@@ -95,6 +95,16 @@ struct Program {
     int64_t chunk = 0, begin = 0;
   };
   std::vector<ChunkStart> chunks;
+  /// The schedule spelled out: (micro-batch, chunk, backward) parts in the
+  /// order the stage runs them (pipeline plans; empty in older plans, whose
+  /// order follows from `schedule`).
+  struct Part {
+    int64_t microBatch = 0, chunk = 0;
+    bool backward = false;
+  };
+  std::vector<Part> order;
+  /// Micro-batches in flight at once under `order` (arena copies needed).
+  int64_t maxInFlight() const;
   /// Model chunks of the stage (1 + the largest chunk number).
   int64_t numChunks() const;
 };
