@@ -12,6 +12,7 @@ void llmopt::buildLowerToPlanPipeline(OpPassManager &pm, const LowerToPlanOption
   BuildTrainingStepOptions step;
   step.lr = o.lr;
   step.maxGradNorm = o.maxGradNorm;
+  step.lossScale = o.lossScale;
   pm.addPass(createPartitionTP());
   pm.addPass(createPartitionEP());
   PartitionCPOptions cpOptions;

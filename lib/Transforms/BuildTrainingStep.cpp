@@ -87,8 +87,23 @@ struct BuildTrainingStepPass
         it->second = AddOp::create(b, loc, g.getType(), it->second, g);
     };
     auto oneTy = RankedTensorType::get({}, b.getF32Type());
-    accumulate(loss, arith::ConstantOp::create(
-                         b, loc, oneTy, DenseElementsAttr::get(oneTy, b.getF32FloatAttr(1.0f))));
+    auto seed = arith::ConstantOp::create(b, loc, oneTy,
+                                          DenseElementsAttr::get(oneTy, b.getF32FloatAttr(1.0f)));
+    // Dynamic loss scaling (fp16): the backward starts from the runtime's
+    // loss scale; the conversion unscales and checks the gradients.
+    bool fp16 = false;
+    body.walk([&](ParamOp p) { fp16 |= p.getType().getElementType().isF16(); });
+    if (lossScale != "none" && lossScale != "dynamic" && lossScale != "auto") {
+      module.emitError() << "llm-build-training-step: loss-scale must be none, dynamic or auto, "
+                            "got '"
+                         << lossScale << "'";
+      return signalPassFailure();
+    }
+    if (lossScale == "dynamic" || (lossScale == "auto" && fp16)) {
+      seed->setAttr("llm.loss_scale_seed", b.getUnitAttr());
+      module->setAttr("llm.loss_scale", b.getStringAttr("dynamic"));
+    }
+    accumulate(loss, seed);
 
     SmallVector<Operation *> forwardOps;
     for (Operation &op : body.without_terminator())

@@ -16,6 +16,27 @@
 namespace llmopt::runtime {
 
 namespace {
+/// A float written so that reading it back gives the same float.
+std::string exactFloat(float v) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.9g", double(v));
+  return buf;
+}
+
+/// The loss-scaling state a checkpoint's manifest carries (absent in older
+/// checkpoints: the defaults).
+void readLossScale(const json::Value &m, LossScaleState &st) {
+  st = LossScaleState();
+  if (const json::Value *v = m.get("loss_scale"); v && v->isNumber())
+    st.scale = float(v->number);
+  if (const json::Value *v = m.get("loss_scale_good_steps"); v && v->isNumber())
+    st.goodSteps = v->integer;
+  if (const json::Value *v = m.get("skipped_steps"); v && v->isNumber())
+    st.skipped = v->integer;
+}
+} // namespace
+
+namespace {
 
 // Version 2: AdamW moments may be this rank's ZeRO chunk, with its own count.
 constexpr char kMagic[8] = {'L', 'L', 'M', 'C', 'K', 'P', 'T', '2'};
@@ -171,6 +192,10 @@ bool saveCheckpoint(const std::string &dir, const CpuExecutor &exe, const Plan &
   if (rank == 0) {
     std::string manifest = "{\n  \"format\": \"llm-opt-checkpoint\",\n  \"version\": 1,\n"
                            "  \"step\": " + std::to_string(step) +
+                           ",\n  \"loss_scale\": " + exactFloat(exe.lossScale.scale) +
+                           ",\n  \"loss_scale_good_steps\": " +
+                           std::to_string(exe.lossScale.goodSteps) +
+                           ",\n  \"skipped_steps\": " + std::to_string(exe.lossScale.skipped) +
                            ",\n  \"world_size\": " + std::to_string(comm.size()) +
                            ",\n  \"plan_sha256\": \"" + planSha256 + "\",\n  \"files\": {";
     for (int r = 0; r < comm.size(); ++r) {
@@ -375,6 +400,7 @@ bool loadCheckpoint(const std::string &dir, CpuExecutor &exe, const Plan &plan, 
       st.v = std::move(sv.v);
     }
     exe.steps = o.step;
+    readLossScale(o.manifest, exe.lossScale);
     return true;
   }
 
@@ -422,6 +448,7 @@ bool loadCheckpoint(const std::string &dir, CpuExecutor &exe, const Plan &plan, 
     st.v.assign(mine[2].begin() + st.shard.begin, mine[2].begin() + st.shard.end);
   }
   exe.steps = o.step;
+  readLossScale(o.manifest, exe.lossScale);
   return true;
 }
 

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 
 namespace llmopt::runtime {
 
@@ -45,6 +46,11 @@ bool CpuExecutor::init(const Plan &p, int rank, uint64_t seed, std::string &erro
                                                       program->numMicroBatches, stages - stage));
   }
   arenas.assign(slots, std::vector<float>(size_t((program->arenaBytes + 3) / 4), 0.0f));
+  usesLossScaling = false;
+  for (const Instruction &ins : program->step)
+    if (ins.kind == Instruction::Kind::Kernel && ins.kernel->id == KernelId::LossScaleUpdate)
+      usesLossScaling = true;
+  lossScale = LossScaleState();
   slot = 0;
   this->rank = rank;
   // ZeRO: parameters whose update is sharded keep moments for their chunk;
@@ -511,6 +517,9 @@ bool CpuExecutor::step(const std::vector<std::vector<int32_t>> &tok,
     return false;
   result.loss = *data(program->loss);
   result.gradNorm = *data(program->gradNorm);
+  result.lossScaling = usesLossScaling;
+  result.lossScale = lossScale.scale;
+  result.skipped = usesLossScaling && lossScale.lastSkipped;
   ++steps;
   return true;
 }
@@ -1061,7 +1070,46 @@ bool CpuExecutor::run(const Instruction &ins, Communicator &comm, std::string &e
     *data(out[0]) = float(std::sqrt(sum));
     return true;
   }
+  case KernelId::LossScaleFill:
+    *data(out[0]) = lossScale.scale;
+    return true;
+  case KernelId::LossUnscale: {
+    // Each buffer (its chunk under ZeRO) times 1 / scale; 1 when any is not
+    // finite (LLMOPT_TEST_OVERFLOW_STEP simulates an overflow at that step).
+    float inv = 1.0f / lossScale.scale, found = 0;
+    for (const Buffer &b : in) {
+      Chunk c = shardChunk(b.elements, shardSize, shardIndex);
+      if (ins.text("shard").empty())
+        c = {0, b.elements};
+      float *x = data(b);
+      for (int64_t i = c.begin; i < c.end; ++i) {
+        x[i] *= inv;
+        if (!std::isfinite(x[i]))
+          found = 1;
+      }
+    }
+    if (const char *at = std::getenv("LLMOPT_TEST_OVERFLOW_STEP"); at && std::atoll(at) == steps + 1)
+      found = 1;
+    *data(out[0]) = found;
+    return true;
+  }
+  case KernelId::LossScaleUpdate: {
+    bool overflow = *data(in[0]) > 0;
+    lossScale.lastSkipped = overflow;
+    if (overflow) {
+      lossScale.scale *= 0.5f;
+      lossScale.goodSteps = 0;
+      ++lossScale.skipped;
+    } else if (++lossScale.goodSteps >= LossScaleState::kGrowthInterval) {
+      lossScale.scale *= 2.0f;
+      lossScale.goodSteps = 0;
+    }
+    return true;
+  }
   case KernelId::AdamW: {
+    // Under loss scaling a non-finite gradient anywhere skips every update.
+    if (in.size() > 2 && *data(in[2]) > 0)
+      return true;
     ParamState &st = params[ins.text("param")];
     k::AdamWParams p;
     p.lr = float(ins.number("lr"));
@@ -1073,7 +1121,7 @@ bool CpuExecutor::run(const Instruction &ins, Communicator &comm, std::string &e
     float norm = *data(in[1]);
     if (maxNorm > 0)
       p.gradScale = float(std::min(1.0, maxNorm / (double(norm) + 1e-6)));
-    p.step = steps + 1;
+    p.step = steps + 1 - lossScale.skipped;
     int64_t held = st.valueChunked ? st.shard.size() : in[0].elements;
     if (int64_t(st.value.size()) != held || st.shard.end > in[0].elements ||
         st.m.size() != size_t(st.shard.size())) {

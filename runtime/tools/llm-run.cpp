@@ -385,6 +385,9 @@ int main(int argc, char **argv) {
                    "\"exposed_comm_share\": %.6g",
                    static_cast<long long>(exe.steps), r.loss, r.gradNorm, tokensPerS, dt,
                    static_cast<long long>(memory), dt > 0 ? timed.seconds / dt : 0.0);
+      if (r.lossScaling)
+        std::fprintf(metrics, ", \"loss_scale\": %.9g, \"skipped\": %s", r.lossScale,
+                     r.skipped ? "true" : "false");
       // MFU against the per-GPU peak the user names (none on the CPU).
       if (o.peakTflops > 0 && plan.trainFlopsPerToken > 0)
         std::fprintf(metrics, ", \"mfu\": %.6g}\n",

@@ -25,6 +25,9 @@ struct LowerToPlanOptions : public mlir::PassPipelineOptions<LowerToPlanOptions>
   Option<std::string> cpComm{*this, "cp-comm",
                              llvm::cl::desc("context parallelism: ring or all-gather"),
                              llvm::cl::init("ring")};
+  Option<std::string> lossScale{*this, "loss-scale",
+                                llvm::cl::desc("none, dynamic, or auto (dynamic for fp16 models)"),
+                                llvm::cl::init("auto")};
   Option<bool> fuse{*this, "fuse",
                     llvm::cl::desc("fuse chains of row-wise ops into generated kernels"),
                     llvm::cl::init(true)};

@@ -57,9 +57,18 @@ def BuildTrainingStep : Pass<"llm-build-training-step", "::mlir::ModuleOp"> {
     sequence parallelism the gathered inputs of column-parallel linears are
     gathered again in the backward in every mode.
 
+    Dynamic loss scaling (`loss-scale=dynamic`, or `auto` for fp16 models):
+    the backward starts from the runtime's current loss scale instead of 1
+    (the seed constant carries `llm.loss_scale_seed`), and the module gets
+    `llm.loss_scale = "dynamic"`; the conversion to `exec` unscales the
+    gradients, skips the update when one is not finite and lets the runtime
+    halve or grow the scale (Micikevicius et al. 2018).
+
     Fails with an error on the op when a forward op has no backward yet.
   }];
   let options = [
+    Option<"lossScale", "loss-scale", "std::string", /*default=*/"\"auto\"",
+           "none, dynamic, or auto (dynamic when the parameters are fp16)">,
     Option<"recompute", "recompute", "std::string", /*default=*/"\"\"",
            "none, selective or full (default: the module's llm.plan, else none)">,
     Option<"lr", "lr", "double", /*default=*/"3e-4", "learning rate">,

@@ -67,7 +67,10 @@
   LLMOPT_KERNEL(GlobalNorm, "global_norm", -1, 1, "")                                    \
   LLMOPT_KERNEL(SumSquares, "sum_squares", -1, 1, "shard")                               \
   LLMOPT_KERNEL(Sqrt, "sqrt", 1, 1, "")                                                  \
-  LLMOPT_KERNEL(AdamW, "adamw", 2, 0,                                                    \
+  LLMOPT_KERNEL(LossScaleFill, "loss_scale_fill", 0, 1, "")                               \
+  LLMOPT_KERNEL(LossUnscale, "loss_unscale", -1, 1, "shard")                               \
+  LLMOPT_KERNEL(LossScaleUpdate, "loss_scale_update", 1, 0, "")                            \
+  LLMOPT_KERNEL(AdamW, "adamw", -1, 0,                                                   \
                 "lr,beta1,beta2,eps,weight_decay,max_norm,shard")
 
 namespace llmopt::kernels {

@@ -13,6 +13,8 @@
 #include "llvm/ADT/TypeSwitch.h"
 #include "llvm/Support/xxhash.h"
 
+#include <optional>
+
 namespace llmopt {
 #define GEN_PASS_DEF_CONVERTLLMTOEXEC
 #include "llmopt/Conversion/Passes.h.inc"
@@ -258,6 +260,8 @@ LogicalResult Converter::convert(Operation *op) {
   return llvm::TypeSwitch<Operation *, LogicalResult>(op)
       .Case([&](ParamOp) { return success(); })
       .Case([&](arith::ConstantOp c) -> LogicalResult {
+        if (c->hasAttr("llm.loss_scale_seed"))
+          return kernel(loc, "loss_scale_fill", {}, c.getResult());
         auto dense = dyn_cast<DenseElementsAttr>(c.getValue());
         if (!dense || !dense.isSplat() || !isa<FloatType>(dense.getElementType()))
           return c.emitOpError() << "convert-llm-to-exec: only splat float constants";
@@ -573,6 +577,7 @@ struct ConvertLLMToExecPass
         zero = 0;
     }
 
+    bool lossScaling = module->hasAttr("llm.loss_scale");
     Converter cv(func);
     cv.vpParts = tp;
     cv.cp = cp;
@@ -863,6 +868,36 @@ struct ConvertLLMToExecPass
       if (pp > 1)
         exec::AllReduceOp::create(cv.ob, loc, b.getStringAttr("pp"), b.getStringAttr("sum"),
                                   b.getArrayAttr({lossAcc}));
+      // Dynamic loss scaling: unscale the (reduced) gradients, note a
+      // non-finite one anywhere, skip the update then (AdamW reads the flag)
+      // and let the runtime move the scale.
+      std::optional<BufAttr> found;
+      if (lossScaling) {
+        auto scratch = [&](StringRef n) {
+          return BufAttr::get(ctx, b.getStringAttr("accum"), 0, b.getStringAttr(n),
+                              b.getDenseI64ArrayAttr({}), b.getF32Type());
+        };
+        found = scratch("scratch:found_inf");
+        auto unscale = [&](ArrayRef<Attribute> grads, BufAttr into, StringAttr zeroAxis) {
+          SmallVector<NamedAttribute> ps;
+          if (zero > 0)
+            ps.push_back(b.getNamedAttr("shard", zeroAxis));
+          KernelOp::create(cv.ob, loc, b.getStringAttr("loss_unscale"), b.getArrayAttr(grads),
+                           b.getArrayAttr({into}), b.getDictionaryAttr(ps));
+        };
+        unscale(denseGrads, *found, dpAxis);
+        if (!experts.empty()) {
+          BufAttr more = scratch("scratch:found_inf_experts");
+          unscale(experts, more, edpAxis);
+          KernelOp::create(cv.ob, loc, b.getStringAttr("add"), b.getArrayAttr({*found, more}),
+                           b.getArrayAttr({*found}), b.getDictionaryAttr({}));
+        }
+        for (auto [axis, size] : {std::pair<StringRef, int64_t>{"dp", dp}, {"tp", tp}, {"cp", cp},
+                                  {"pp", pp}})
+          if (size > 1)
+            exec::AllReduceOp::create(cv.ob, loc, b.getStringAttr(axis), b.getStringAttr("sum"),
+                                      b.getArrayAttr({*found}));
+      }
       if (zero == 0 && tp == 1 && pp == 1 && experts.empty()) {
         KernelOp::create(cv.ob, loc, b.getStringAttr("global_norm"), b.getArrayAttr(gradAccs),
                          b.getArrayAttr({*norm}), b.getDictionaryAttr({}));
@@ -916,7 +951,10 @@ struct ConvertLLMToExecPass
         SmallVector<NamedAttribute> ps = cv.adamwParams(a);
         if (zero > 0)
           ps.push_back(b.getNamedAttr("shard", expert ? edpAxis : dpAxis));
-        KernelOp::create(cv.ob, loc, b.getStringAttr("adamw"), b.getArrayAttr({acc, *norm}),
+        SmallVector<Attribute> adamIns = {acc, *norm};
+        if (found)
+          adamIns.push_back(*found);
+        KernelOp::create(cv.ob, loc, b.getStringAttr("adamw"), b.getArrayAttr(adamIns),
                          b.getArrayAttr({}), b.getDictionaryAttr(ps));
         auto t = cast<RankedTensorType>(a.getGrad().getType());
         (expert ? expertStates : states)
@@ -929,6 +967,9 @@ struct ConvertLLMToExecPass
         AllGatherOp::create(cv.ob, loc, dpAxis, b.getArrayAttr(states));
       if (zero > 0 && zero < 3 && !expertStates.empty())
         AllGatherOp::create(cv.ob, loc, edpAxis, b.getArrayAttr(expertStates));
+      if (found)
+        KernelOp::create(cv.ob, loc, b.getStringAttr("loss_scale_update"), b.getArrayAttr({*found}),
+                         b.getArrayAttr({}), b.getDictionaryAttr({}));
       return success();
     };
     for (int64_t stage = pp > 1 ? 0 : -2; stage < (pp > 1 ? pp : -1); ++stage)

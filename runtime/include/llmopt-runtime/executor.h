@@ -33,6 +33,24 @@ struct ParamState {
 struct StepResult {
   float loss = 0;
   float gradNorm = 0;
+  /// Dynamic loss scaling (fp16 plans): the scale after this step, and
+  /// whether a non-finite gradient made the step skip its update.
+  bool lossScaling = false;
+  float lossScale = 0;
+  bool skipped = false;
+};
+
+/// Dynamic loss scaling state (Micikevicius et al. 2018): halve the scale
+/// and skip the update when a gradient overflows, double it after
+/// `kGrowthInterval` clean steps. Checkpointed.
+struct LossScaleState {
+  static constexpr int64_t kGrowthInterval = 2000;
+  float scale = 65536.0f;
+  int64_t goodSteps = 0;
+  /// Steps whose update was skipped (AdamW's bias correction counts the
+  /// others).
+  int64_t skipped = 0;
+  bool lastSkipped = false;
 };
 
 class CpuExecutor {
@@ -50,6 +68,7 @@ public:
 
   std::map<std::string, ParamState> params;
   int64_t steps = 0;
+  LossScaleState lossScale;
   /// Arenas kept (one per micro-batch a pipeline schedule has in flight).
   size_t arenaSlots() const { return arenas.size(); }
 
@@ -70,6 +89,7 @@ private:
   const int32_t *ids(const Buffer &b, std::string &error);
   /// An i32 arena buffer (MoE expert indices).
   int32_t *routes(const Buffer &b, std::string &error);
+  bool usesLossScaling = false;
   /// The micro-batch running (bucketed all-reduces start in the last one).
   int64_t microBatch = 0;
   /// Temporaries of the fused kernel running (Buffer::Space::Temp).
