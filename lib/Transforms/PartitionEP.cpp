@@ -38,8 +38,8 @@ struct PartitionEPPass : public llmopt::impl::PartitionEPBase<PartitionEPPass> {
                                   "used only here";
       if (p->hasAttr("llm.shard"))
         return e.emitOpError() << "llm-partition-ep: expert weights already split by tensor "
-                                  "parallelism; expert and tensor parallelism together are not "
-                                  "lowered yet";
+                                  "parallelism; with expert parallelism they stay whole: give "
+                                  "llm-partition-tp a plan with ep > 1 (llm-auto-parallel)";
       auto t = cast<RankedTensorType>(w.getType());
       SmallVector<int64_t> shape(t.getShape());
       shape[0] /= degree;

@@ -43,6 +43,7 @@ struct Partitioner {
   int64_t tp;
   StringAttr axis;
   bool sp = false;
+  bool expertParallel = false;
   llvm::DenseMap<Value, Value> entered; // input -> its tp_copy / sp_gather
 
   /// Shards parameter `v` along `dim` into `tp` parts of each of `blocks`
@@ -205,9 +206,14 @@ struct Partitioner {
                                  << " is not an llm.linear; cannot partition this layer";
       return success();
     };
-    for (MoEExpertsOp e : llvm::to_vector(body.getOps<MoEExpertsOp>()))
-      if (failed(experts(e)))
-        return failure();
+    // With expert parallelism the experts are split over ep instead (each
+    // rank keeps its experts whole): MoE layers run on the tokens as they
+    // are, replicated over tp, or under sequence parallelism on this rank's
+    // chunk (MoE is token-wise).
+    if (!expertParallel)
+      for (MoEExpertsOp e : llvm::to_vector(body.getOps<MoEExpertsOp>()))
+        if (failed(experts(e)))
+          return failure();
     for (Operation &op : body) {
       if (auto a = dyn_cast<AttentionOp>(op)) {
         int64_t h = a.getNumHeads(), kv = a.getNumKvHeads();
@@ -447,6 +453,26 @@ LogicalResult sequenceParallel(func::FuncOp forward, Partitioner &p) {
                                             parallelHead ? UnitAttr() : ob.getUnitAttr()));
         continue;
       }
+      // MoE layers left whole (expert parallelism) run on the chunk's tokens:
+      // routing results are chunks, the dispatched rows are this rank's, and
+      // every MoE weight's gradient is partial over the chunks.
+      if (isa<MoERouterOp, MoEDispatchOp, MoECombineOp>(op)) {
+        auto partial = [&](Value w) {
+          if (auto param = w.getDefiningOp<ParamOp>())
+            param->setAttr("llm.sp_partial", UnitAttr::get(op.getContext()));
+        };
+        if (auto r = dyn_cast<MoERouterOp>(op))
+          partial(r.getGate());
+        if (auto d = dyn_cast<MoEDispatchOp>(op)) {
+          for (Operation *user : d->getUsers())
+            if (auto e = dyn_cast<MoEExpertsOp>(user))
+              llvm::for_each(e.getWeights(), partial);
+          continue;
+        }
+        for (Value r : op.getResults())
+          r.setType(withSeqParts(r.getType(), p.tp));
+        continue;
+      }
       if (!isa<RMSNormOp, LayerNormOp, AddOp>(op))
         return op.emitOpError() << "llm-partition-tp: sequence parallelism does not know how "
                                    "to run this op on a sequence chunk";
@@ -482,6 +508,7 @@ struct PartitionTPPass : public llmopt::impl::PartitionTPBase<PartitionTPPass> {
     p.tp = degree;
     p.axis = StringAttr::get(module.getContext(), "tp");
     p.sp = seqParallel;
+    p.expertParallel = plan && plan.getEp() > 1;
     for (LayerOp layer : llvm::to_vector(forward.getBody().front().getOps<LayerOp>()))
       if (failed(p.layer(layer)))
         return signalPassFailure();

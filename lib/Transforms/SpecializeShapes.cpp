@@ -102,7 +102,8 @@ struct SpecializeShapesPass
     // experts are distinct, so no expert takes a token twice).
     WalkResult caps = module.walk([&](MoEDispatchOp d) {
       auto idx = cast<RankedTensorType>(d.getIndices().getType());
-      int64_t experts = d.getType().getDimSize(0), tokens = b * s;
+      // A sequence-parallel chunk routes its own tokens only.
+      int64_t experts = d.getType().getDimSize(0), tokens = b * s / seqParts(d.getInput().getType());
       double cf = d.getCapacityFactor().convertToDouble();
       int64_t c = tokens;
       if (cf > 0)

@@ -40,7 +40,7 @@ def test_lower_writes_the_chosen_plan(tiny_tp, tmp_path):
     assert adamw and all(i["params"]["lr"] == pytest.approx(0.003) for i in adamw)
 
 
-def test_lower_names_what_is_not_lowered(tmp_path):
+def test_lower_expert_with_tensor_parallelism(tmp_path):
     config = tmp_path / "moe.json"
     config.write_text(json.dumps({
         "model_type": "mixtral", "hidden_size": 32, "intermediate_size": 48,
@@ -54,9 +54,26 @@ def test_lower_names_what_is_not_lowered(tmp_path):
         fix={"dp": 2, "ep": 2, "tp": 2, "micro_batch": 1},
         top_k=1,
     )
-    with pytest.raises(llmopt.LLMOptError, match="expert and tensor parallelism together"):
-        r.lower(tmp_path / "epz")
-    assert not (tmp_path / "epz" / "plan.json").exists()
+    out = r.lower(tmp_path / "eptp")
+    plan = json.loads((out / "plan.json").read_text())
+    assert plan["mesh"]["ep"] == 2 and plan["mesh"]["tp"] == 2
+    w1 = [p for p in plan["params"] if p["name"] == "model.layers.0.block_sparse_moe.experts.*.w1.weight"]
+    assert [(p["shape"], p["shard"]["axis"]) for p in w1] == [([2, 48, 32], "ep")]
+
+
+def test_lower_refuses_a_directory_it_cannot_write(examples, tmp_path):
+    blocker = tmp_path / "taken"
+    blocker.write_text("a file, not a directory")
+    r = llmopt.plan(
+        llmopt.Model(examples / "byte-gpt2-tiny.json"),
+        llmopt.Cluster.preset("dgx-h100", gpus=2),
+        llmopt.Job(global_batch=8, seq_len=64),
+        fix={"dp": 2, "micro_batch": 2},
+        top_k=1,
+    )
+    with pytest.raises(llmopt.LLMOptError, match="taken"):
+        r.lower(blocker)
+    assert blocker.read_text() == "a file, not a directory"
 
 
 def test_lower_passes_the_lowering_options(tiny_tp, tmp_path):

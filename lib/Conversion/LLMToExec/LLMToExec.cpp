@@ -811,6 +811,9 @@ struct ConvertLLMToExecPass
       for (auto [a, acc] : llvm::zip(updates, gradAccs)) {
         if (epSharded.contains(a.getName())) {
           experts.push_back(acc);
+          // Under sequence parallelism each tp rank routed its own chunk.
+          if (spPartial.contains(a.getName()))
+            partial.push_back(acc);
           continue;
         }
         // A shared weight counts once in the norm: on the first stage.
