@@ -24,7 +24,9 @@ void llmopt::buildLowerToPlanPipeline(OpPassManager &pm, const LowerToPlanOption
   shapes.seq = o.seq;
   pm.addPass(createSpecializeShapes(shapes));
   pm.addPass(createPartitionPP());
-  pm.addPass(createShardParams());
+  ShardParamsOptions shard;
+  shard.prefetch = o.prefetch;
+  pm.addPass(createShardParams(shard));
   if (o.fuse)
     pm.addPass(createFuseElementwise());
   pm.addPass(createPlanMemory());

@@ -6,6 +6,9 @@
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
 
+#include <map>
+#include <tuple>
+
 namespace llmopt {
 #define GEN_PASS_DEF_SHARDPARAMS
 #include "llmopt/Transforms/Passes.h.inc"
@@ -17,6 +20,8 @@ using namespace llmopt::llm;
 
 namespace {
 struct ShardParamsPass : public llmopt::impl::ShardParamsBase<ShardParamsPass> {
+  using Base::Base;
+
   void runOnOperation() override {
     ModuleOp module = getOperation();
     auto plan = module->getAttrOfType<PlanAttr>("llm.plan");
@@ -47,6 +52,64 @@ struct ShardParamsPass : public llmopt::impl::ShardParamsBase<ShardParamsPass> {
           if (Attribute a = user->getAttr(attr))
             g->setAttr(attr, a);
         use.set(g.getResult());
+      }
+    }
+    if (prefetch)
+      prefetchGathers(func);
+  }
+
+  /// Moves each layer's gathers to where the previous layer (in the same
+  /// segment) starts computing; see the pass description.
+  static void prefetchGathers(func::FuncOp func) {
+    Block &body = func.getBody().front();
+    Operation *lossOp = body.getTerminator()->getNumOperands()
+                            ? body.getTerminator()->getOperand(0).getDefiningOp()
+                            : nullptr;
+    auto intAttr = [](Operation *op, StringRef name, int64_t absent) {
+      auto a = op->getAttrOfType<IntegerAttr>(name);
+      return a ? a.getInt() : absent;
+    };
+    struct Group {
+      int64_t layer;
+      SmallVector<ZeroGatherOp> gathers;
+    };
+    // Segment (stage, chunk, backward) -> its gather groups in program order.
+    std::map<std::tuple<int64_t, int64_t, bool>, SmallVector<Group>> segments;
+    for (Operation &op : body) {
+      auto g = dyn_cast<ZeroGatherOp>(op);
+      if (!g)
+        continue;
+      bool backward = lossOp && lossOp->isBeforeInBlock(g);
+      auto key = std::make_tuple(intAttr(g, "llm.stage", -1), intAttr(g, "llm.chunk", 0), backward);
+      int64_t layer = intAttr(g, "llm.layer", -1);
+      SmallVector<Group> &groups = segments[key];
+      if (groups.empty() || groups.back().layer != layer)
+        groups.push_back({layer, {}});
+      groups.back().gathers.push_back(g);
+    }
+    UnitAttr unit = UnitAttr::get(func.getContext());
+    for (auto &[key, groups] : segments) {
+      // The anchors are readers, which do not move: fix them all first.
+      SmallVector<Operation *> anchors;
+      for (Group &group : groups) {
+        Operation *first = nullptr;
+        for (Operation *user : group.gathers.front()->getUsers())
+          if (!first || user->isBeforeInBlock(first))
+            first = user;
+        anchors.push_back(first);
+      }
+      for (size_t k = 1; k < groups.size(); ++k) {
+        if (!anchors[k - 1])
+          continue;
+        for (ZeroGatherOp g : groups[k].gathers)
+          if (anchors[k - 1]->isBeforeInBlock(g)) {
+            g->moveBefore(anchors[k - 1]);
+            g->setAttr("llm.prefetch", unit);
+            // A parameter has no operands: declaring it earlier is safe.
+            Operation *param = g.getParam().getDefiningOp();
+            if (param && g->isBeforeInBlock(param))
+              param->moveBefore(g);
+          }
       }
     }
   }

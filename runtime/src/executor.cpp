@@ -568,11 +568,33 @@ bool CpuExecutor::run(const Instruction &ins, Communicator &comm, std::string &e
       return false;
     const Buffer &out = ins.buffers[0];
     int64_t n = out.elements, c = (n + size - 1) / size;
-    std::vector<float> mine(size_t(c), 0.0f), all(size_t(c * size));
-    std::copy(st.value.begin(), st.value.end(), mine.begin());
-    if (!comm.allGatherBlocks(ins.axis, mine.data(), all.data(), c, error))
+    PendingGather g;
+    g.mine.assign(size_t(c), 0.0f);
+    g.all.resize(size_t(c * size));
+    g.out = data(out);
+    g.elements = n;
+    std::copy(st.value.begin(), st.value.end(), g.mine.begin());
+    if (ins.event < 0) {
+      if (!comm.allGatherBlocks(ins.axis, g.mine.data(), g.all.data(), c, error))
+        return false;
+      std::copy_n(g.all.data(), n, g.out);
+      return true;
+    }
+    // A prefetch: the buffers must stay where they are until the wait.
+    PendingGather &pending = gathers[ins.event] = std::move(g);
+    return comm.startAllGatherBlocks(ins.axis, pending.mine.data(), pending.all.data(), c,
+                                     ins.event, error);
+  }
+  case Instruction::Kind::ParamWait: {
+    auto it = gathers.find(ins.event);
+    if (it == gathers.end()) {
+      error = "param_wait for event " + std::to_string(ins.event) + " that was not started";
       return false;
-    std::copy_n(all.data(), n, data(out));
+    }
+    if (!comm.waitAllGather(ins.event, error))
+      return false;
+    std::copy_n(it->second.all.data(), it->second.elements, it->second.out);
+    gathers.erase(it);
     return true;
   }
   case Instruction::Kind::Send:

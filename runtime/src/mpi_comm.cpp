@@ -190,6 +190,36 @@ public:
     return true;
   }
 
+  bool startAllGatherBlocks(const std::string &axis, const float *mine, float *all,
+                            int64_t count, int event, std::string &error) override {
+    if (count > (int64_t(1) << 30))
+      return Communicator::allGatherBlocks(axis, mine, all, count, error);
+    MPI_Request r;
+    int rc = MPI_Iallgather(mine, int(count), MPI_FLOAT, all, int(count), MPI_FLOAT,
+                            commFor(axis), &r);
+    if (rc != MPI_SUCCESS) {
+      error = "MPI_Iallgather failed with code " + std::to_string(rc);
+      return false;
+    }
+    if (!gathers.emplace(event, r).second) {
+      error = "parameter gather event " + std::to_string(event) + " started twice";
+      return false;
+    }
+    return true;
+  }
+
+  bool waitAllGather(int event, std::string &error) override {
+    auto it = gathers.find(event);
+    if (it == gathers.end())
+      return true; // ran at once
+    if (MPI_Wait(&it->second, MPI_STATUS_IGNORE) != MPI_SUCCESS) {
+      error = "MPI_Wait on parameter gather " + std::to_string(event) + " failed";
+      return false;
+    }
+    gathers.erase(it);
+    return true;
+  }
+
   bool reduceScatterBlocks(const std::string &axis, const float *all, float *mine,
                            int64_t count, std::string &error) override {
     if (count > (int64_t(1) << 30))
@@ -283,6 +313,7 @@ private:
     std::vector<Scale> scale;
   };
   std::map<int, Started> buckets;
+  std::map<int, MPI_Request> gathers; // prefetched parameter gathers
   int rank_ = 0, size_ = 1, dp_ = 1, cp_ = 1, tp_ = 1;
   MPI_Comm dpComm = MPI_COMM_WORLD, tpComm = MPI_COMM_WORLD, ppComm = MPI_COMM_WORLD,
            tiedComm = MPI_COMM_NULL, epComm = MPI_COMM_WORLD, edpComm = MPI_COMM_WORLD,

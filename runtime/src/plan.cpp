@@ -499,6 +499,7 @@ bool parsePlan(const json::Value &root, Plan &plan, std::string &error) {
     if (prog.schedule == "interleaved" && prog.chunks.empty())
       return c.fail(where + ".chunks", "an interleaved schedule needs the stage's chunks");
     std::set<int64_t> started, waited; // gradient buckets
+    std::map<int64_t, size_t> gatherStart, gatherWait; // prefetch events
     for (const char *phase : {"micro_batch_instructions", "step_instructions"}) {
     const json::Value *instrs = pv.get(phase);
     if (!instrs || !instrs->isArray())
@@ -563,6 +564,41 @@ bool parsePlan(const json::Value &root, Plan &plan, std::string &error) {
         ins.params["param"] = json::Value();
         ins.params["param"].kind = json::Value::Kind::String;
         ins.params["param"].string = param;
+        if (iv.get("event")) {
+          int64_t event = 0;
+          if (!c.integer(iv.get("event"), iw + ".event", event))
+            return false;
+          if (&list != &prog.microBatch)
+            return c.fail(iw, "a prefetched param_gather belongs to the micro-batch instructions");
+          if (event < 0 || event > (int64_t(1) << 30) || !gatherStart.emplace(event, ii).second)
+            return c.fail(iw + ".event", "must be a new non-negative event number");
+          ins.event = int(event);
+        }
+      } else if (const json::Value *col = iv.get("collective");
+                 col && col->isString() && col->string == "param_wait") {
+        ins.kind = Instruction::Kind::ParamWait;
+        int64_t event = 0;
+        if (!c.integer(iv.get("event"), iw + ".event", event))
+          return false;
+        if (&list != &prog.microBatch)
+          return c.fail(iw, "param_wait belongs to the micro-batch instructions");
+        auto started = gatherStart.find(event);
+        if (started == gatherStart.end() || !gatherWait.emplace(event, ii).second)
+          return c.fail(iw + ".event", "waits for event " + std::to_string(event) +
+                                           ", which no earlier param_gather started or "
+                                           "another param_wait already waited for");
+        // Start and wait run in one part of the schedule (no backward or
+        // chunk boundary between them).
+        auto crosses = [&](int64_t boundary) {
+          return int64_t(started->second) < boundary && boundary <= int64_t(ii);
+        };
+        bool crossing = crosses(prog.backwardStart);
+        for (const Program::ChunkStart &cs : prog.chunks)
+          crossing |= crosses(cs.begin);
+        if (crossing)
+          return c.fail(iw + ".event", "waits across a schedule boundary (backward_start or a "
+                                       "chunk's begin) from its param_gather");
+        ins.event = int(event);
       } else if (const json::Value *col = iv.get("collective");
                  col && col->isString() && (col->string == "send" || col->string == "recv")) {
         ins.kind = col->string == "send" ? Instruction::Kind::Send : Instruction::Kind::Recv;
@@ -680,7 +716,7 @@ bool parsePlan(const json::Value &root, Plan &plan, std::string &error) {
                                  col->string != "all_gather" && col->string != "bucket_all_reduce"))
           return c.fail(iw + ".collective",
                         "must be all_reduce, bucket_all_reduce, bucket_wait, reduce_scatter, "
-                        "all_gather, param_gather, send, recv, seq_* or ep_*");
+                        "all_gather, param_gather, param_wait, send, recv, seq_* or ep_*");
         ins.kind = col->string == "all_reduce"          ? Instruction::Kind::AllReduce
                    : col->string == "bucket_all_reduce" ? Instruction::Kind::BucketAllReduce
                    : col->string == "reduce_scatter"    ? Instruction::Kind::ReduceScatter
@@ -716,6 +752,9 @@ bool parsePlan(const json::Value &root, Plan &plan, std::string &error) {
     }
     if (started.size() != waited.size())
       return c.fail(where + ".step_instructions", "does not wait for every gradient bucket");
+    if (gatherStart.size() != gatherWait.size())
+      return c.fail(where + ".micro_batch_instructions",
+                    "does not wait for every prefetched param_gather");
     if (prog.backwardStart > int64_t(prog.microBatch.size()))
       return c.fail(where + ".backward_start", "is past the micro-batch instructions");
     if (!prog.order.empty()) {

@@ -222,6 +222,20 @@ public:
     seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     return ok;
   }
+  bool startAllGatherBlocks(const std::string &axis, const float *mine, float *all,
+                            int64_t count, int event, std::string &error) override {
+    auto t0 = std::chrono::steady_clock::now();
+    bool ok = inner.startAllGatherBlocks(axis, mine, all, count, event, error);
+    seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return ok;
+  }
+  bool waitAllGather(int event, std::string &error) override {
+    // Only the wait is exposed communication; the gather overlapped.
+    auto t0 = std::chrono::steady_clock::now();
+    bool ok = inner.waitAllGather(event, error);
+    seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return ok;
+  }
   bool reduceScatterBlocks(const std::string &axis, const float *all, float *mine, int64_t count,
                            std::string &error) override {
     auto t0 = std::chrono::steady_clock::now();

@@ -31,6 +31,10 @@ struct LowerToPlanOptions : public mlir::PassPipelineOptions<LowerToPlanOptions>
   Option<bool> fuse{*this, "fuse",
                     llvm::cl::desc("fuse chains of row-wise ops into generated kernels"),
                     llvm::cl::init(true)};
+  Option<bool> prefetch{*this, "prefetch",
+                        llvm::cl::desc("ZeRO-3: gather each layer's parameters while the "
+                                       "previous layer computes"),
+                        llvm::cl::init(true)};
 };
 
 /// From a model (planned or not) to a plan directory:

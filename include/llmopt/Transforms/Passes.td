@@ -219,7 +219,34 @@ def ShardParams : Pass<"llm-shard-params", "::mlir::ModuleOp"> {
     `llm.zero_gather` placed right before it, so a gathered copy lives only
     as long as its use; parameters are marked `llm.zero3`. The runtime keeps
     each rank's chunk of the values and moments only.
+
+    With `prefetch` (the default), the gathers of each layer are moved ahead
+    to where the previous layer's computation starts and marked
+    `llm.prefetch`, so that they run while that layer computes (FSDP's
+    forward and backward prefetch, DeepSpeed's ZeRO-3 prefetch): in program
+    order, gathers form groups of one layer (`llm.layer`; ops outside layers
+    form their own groups), within one segment that the runtime runs as a
+    unit (pipeline stage, model chunk, forward or backward). Group k > 0 of a
+    segment starts right before the first reader of group k - 1's first
+    gather. At most two layers' gathered weights are alive at once.
+
+    ```mlir
+    // before: each gather right before its reader
+    %g0 = llm.zero_gather %w0 axis "dp" {llm.layer = 0}
+    %y0 = llm.linear %x, %g0 {llm.layer = 0}
+    %g1 = llm.zero_gather %w1 axis "dp" {llm.layer = 1}
+    %y1 = llm.linear %y0, %g1 {llm.layer = 1}
+    // after: layer 1's gather runs while layer 0 computes
+    %g0 = llm.zero_gather %w0 axis "dp" {llm.layer = 0}
+    %g1 = llm.zero_gather %w1 axis "dp" {llm.layer = 1, llm.prefetch}
+    %y0 = llm.linear %x, %g0 {llm.layer = 0}
+    %y1 = llm.linear %y0, %g1 {llm.layer = 1}
+    ```
   }];
+  let options = [
+    Option<"prefetch", "prefetch", "bool", /*default=*/"true",
+           "start each layer's gathers while the previous layer computes">,
+  ];
   let dependentDialects = ["::llmopt::llm::LLMDialect"];
 }
 

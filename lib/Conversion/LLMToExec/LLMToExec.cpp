@@ -32,6 +32,9 @@ struct Converter {
   Builder b;
   OpBuilder ob;
   llvm::DenseMap<Value, int64_t> offsets;
+  /// Prefetched ZeRO-3 gathers not yet waited for, by gathered value.
+  llvm::DenseMap<Value, int64_t> pendingGathers;
+  int64_t gatherEvents = 0;
 
   Converter(func::FuncOp f) : func(f), b(f.getContext()), ob(f.getContext()) {}
 
@@ -257,6 +260,16 @@ struct Converter {
 
 LogicalResult Converter::convert(Operation *op) {
   Location loc = op->getLoc();
+  // The compute stream waits for a prefetched gather right before its first
+  // reader.
+  if (!pendingGathers.empty())
+    op->walk([&](Operation *inner) {
+      for (Value v : inner->getOperands())
+        if (auto it = pendingGathers.find(v); it != pendingGathers.end()) {
+          ParamWaitOp::create(ob, loc, b.getI64IntegerAttr(it->second));
+          pendingGathers.erase(it);
+        }
+    });
   return llvm::TypeSwitch<Operation *, LogicalResult>(op)
       .Case([&](ParamOp) { return success(); })
       .Case([&](arith::ConstantOp c) -> LogicalResult {
@@ -493,8 +506,13 @@ LogicalResult Converter::convert(Operation *op) {
         FailureOr<BufAttr> out = buf(g.getResult());
         if (failed(out))
           return failure();
+        IntegerAttr event;
+        if (g->hasAttr("llm.prefetch")) {
+          event = b.getI64IntegerAttr(gatherEvents++);
+          pendingGathers[g.getResult()] = event.getInt();
+        }
         ParamGatherOp::create(ob, loc, g.getAxisAttr(),
-                              g.getParam().getDefiningOp<ParamOp>().getNameAttr(), *out);
+                              g.getParam().getDefiningOp<ParamOp>().getNameAttr(), *out, event);
         return success();
       })
       .Case([&](EPDispatchOp e) -> LogicalResult {
@@ -771,6 +789,11 @@ struct ConvertLLMToExecPass
           }
       }
       startBucket(func.getLoc());
+      if (!cv.pendingGathers.empty()) {
+        func.emitError() << "convert-llm-to-exec: a prefetched parameter gather has no reader "
+                            "on its stage";
+        return failure();
+      }
       if (!accumulateAt.empty()) {
         func.emitError() << "convert-llm-to-exec: a parameter gradient is not computed on the "
                             "stage that updates it";

@@ -308,11 +308,16 @@ struct EmitPlanPass : public llmopt::impl::EmitPlanBase<EmitPlanPass> {
                                           {"reduce", rs.getReduce().str()},
                                           {"buffers", bufsJSON(rs.getBuffers())}});
           } else if (auto pg = dyn_cast<exec::ParamGatherOp>(op)) {
-            instrs.push_back(json::Object{{"collective", "param_gather"},
-                                          {"axis", pg.getAxis().str()},
-                                          {"param", pg.getParam().str()},
-                                          {"buffers", bufsJSON(ArrayAttr::get(
-                                                          pg.getContext(), {pg.getBuffer()}))}});
+            json::Object o{{"collective", "param_gather"},
+                           {"axis", pg.getAxis().str()},
+                           {"param", pg.getParam().str()},
+                           {"buffers",
+                            bufsJSON(ArrayAttr::get(pg.getContext(), {pg.getBuffer()}))}};
+            if (std::optional<uint64_t> e = pg.getEvent())
+              o["event"] = int64_t(*e);
+            instrs.push_back(std::move(o));
+          } else if (auto pw = dyn_cast<exec::ParamWaitOp>(op)) {
+            instrs.push_back(json::Object{{"collective", "param_wait"}, {"event", pw.getEvent()}});
           } else if (auto p2p = dyn_cast<exec::P2POp>(op)) {
             instrs.push_back(json::Object{{"collective", p2p.getKind().str()},
                                           {"axis", "pp"},

@@ -92,6 +92,14 @@ public:
     std::copy(mine, mine + count, all + count * index);
     return allReduce(axis, all, count * n, /*average=*/false, error);
   }
+  /// Starts `allGatherBlocks` (a ZeRO-3 prefetch); `waitAllGather` with the
+  /// same `event` completes it, and only then may `mine` and `all` be
+  /// touched. By default it runs at once.
+  virtual bool startAllGatherBlocks(const std::string &axis, const float *mine, float *all,
+                                    int64_t count, int event, std::string &error) {
+    return allGatherBlocks(axis, mine, all, count, error);
+  }
+  virtual bool waitAllGather(int event, std::string &error) { return true; }
   /// Sums `all` (count floats per rank of `axis`) over the axis and keeps
   /// this rank's block in `mine`.
   virtual bool reduceScatterBlocks(const std::string &axis, const float *all, float *mine,

@@ -92,6 +92,13 @@ private:
   bool usesLossScaling = false;
   /// The micro-batch running (bucketed all-reduces start in the last one).
   int64_t microBatch = 0;
+  /// Prefetched ZeRO-3 gathers in flight, by event.
+  struct PendingGather {
+    std::vector<float> mine, all;
+    float *out = nullptr;
+    int64_t elements = 0;
+  };
+  std::map<int, PendingGather> gathers;
   /// Temporaries of the fused kernel running (Buffer::Space::Temp).
   std::vector<std::vector<float>> temps;
   bool run(const Instruction &ins, Communicator &comm, std::string &error);

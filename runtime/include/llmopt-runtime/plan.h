@@ -55,11 +55,13 @@ struct Instruction {
     EPCombine,
     Send,
     Recv,
-    ParamGather
+    ParamGather,
+    ParamWait
   } kind = Kind::Kernel;
   int peer = 0; // Send / Recv: the other pipeline stage
   int tag = 0;  // Send / Recv: pairs the two sides of one transfer
   int bucket = -1; // BucketAllReduce / BucketWait: the gradient bucket
+  int event = -1;  // ParamGather (a prefetch) / ParamWait: pairs the two
   const kernels::KernelInfo *kernel = nullptr;
   std::vector<Buffer> ins, outs;
   std::map<std::string, json::Value> params;

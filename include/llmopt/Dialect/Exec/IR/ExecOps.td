@@ -300,12 +300,29 @@ def Exec_ParamGatherOp : Exec_Op<"param_gather", [HasParent<"ProgramOp">]> {
   let description = [{
     Every rank of `axis` contributes its chunk of parameter `param` (ZeRO
     chunking, see `reduce_scatter`); `buffer` receives the whole value.
+    With an `event` the gather is a prefetch: it is started on the axis's
+    communication stream and runs while the compute stream goes on;
+    `exec.param_wait` with the same event, placed before the first reader of
+    `buffer`, makes the compute stream wait for it. Prefetches are started in
+    the same order on every rank of the axis.
     ```mlir
     exec.param_gather "dp" "w" #exec.buf<space = "arena", ...>
+    exec.param_gather "dp" "w2" #exec.buf<space = "arena", ...> event 3
     ```
   }];
-  let arguments = (ins StrAttr:$axis, StrAttr:$param, Exec_BufAttr:$buffer);
-  let assemblyFormat = "$axis $param $buffer attr-dict";
+  let arguments = (ins StrAttr:$axis, StrAttr:$param, Exec_BufAttr:$buffer,
+                       OptionalAttr<I64Attr>:$event);
+  let assemblyFormat = "$axis $param $buffer (`event` $event^)? attr-dict";
+}
+
+def Exec_ParamWaitOp : Exec_Op<"param_wait", [HasParent<"ProgramOp">]> {
+  let summary = "waits for a prefetched parameter gather";
+  let description = [{
+    The compute stream waits until the `exec.param_gather` started with
+    `event` (earlier in the same micro-batch segment) has completed.
+  }];
+  let arguments = (ins I64Attr:$event);
+  let assemblyFormat = "$event attr-dict";
 }
 
 #endif // LLMOPT_DIALECT_EXEC_IR_EXECOPS_TD
