@@ -585,6 +585,24 @@ bool CpuExecutor::run(const Instruction &ins, Communicator &comm, std::string &e
     return comm.startAllGatherBlocks(ins.axis, pending.mine.data(), pending.all.data(), c,
                                      ins.event, error);
   }
+  case Instruction::Kind::GradReduceScatter: {
+    // The gradient zero-padded to d chunks, reduced over the axis; this
+    // rank's chunk added into the accumulator.
+    int index = 0, size = 1;
+    if (!axis(ins.axis, index, size, error))
+      return false;
+    const Buffer &g = ins.ins[0], &acc = ins.outs[0];
+    int64_t c = acc.elements;
+    std::vector<float> all(size_t(c * size), 0.0f), mine(static_cast<size_t>(c), 0.0f);
+    std::copy_n(data(g), g.elements, all.data());
+    if (!comm.reduceScatterBlocks(ins.axis, all.data(), mine.data(), c, error))
+      return false;
+    float scale = ins.reduce == "avg" ? 1.0f / float(size) : 1.0f;
+    float *a = data(acc);
+    for (int64_t i = 0; i < c; ++i)
+      a[i] += mine[size_t(i)] * scale;
+    return true;
+  }
   case Instruction::Kind::ParamWait: {
     auto it = gathers.find(ins.event);
     if (it == gathers.end()) {
@@ -896,7 +914,8 @@ bool CpuExecutor::run(const Instruction &ins, Communicator &comm, std::string &e
   case KernelId::SumSquares: {
     double sum = 0;
     for (const Buffer &b : in) {
-      Chunk c = shardChunk(b.elements, shardSize, shardIndex);
+      Chunk c = isGradShard(b) ? Chunk{0, b.elements}
+                               : shardChunk(b.elements, shardSize, shardIndex);
       sum += k::sumOfSquares(data(b) + c.begin, c.size());
     }
     *data(out[0]) = float(sum);
@@ -1101,7 +1120,7 @@ bool CpuExecutor::run(const Instruction &ins, Communicator &comm, std::string &e
     float inv = 1.0f / lossScale.scale, found = 0;
     for (const Buffer &b : in) {
       Chunk c = shardChunk(b.elements, shardSize, shardIndex);
-      if (ins.text("shard").empty())
+      if (ins.text("shard").empty() || isGradShard(b))
         c = {0, b.elements};
       float *x = data(b);
       for (int64_t i = c.begin; i < c.end; ++i) {
@@ -1144,14 +1163,20 @@ bool CpuExecutor::run(const Instruction &ins, Communicator &comm, std::string &e
     if (maxNorm > 0)
       p.gradScale = float(std::min(1.0, maxNorm / (double(norm) + 1e-6)));
     p.step = steps + 1 - lossScale.skipped;
-    int64_t held = st.valueChunked ? st.shard.size() : in[0].elements;
-    if (int64_t(st.value.size()) != held || st.shard.end > in[0].elements ||
+    // The gradient: whole, or (ZeRO-2/3) this rank's chunk alone.
+    bool chunkGrad = isGradShard(in[0]);
+    int64_t held = int64_t(st.value.size());
+    bool valueOk = st.valueChunked ? held == st.shard.size()
+                                   : st.shard.end <= held && (chunkGrad || held == in[0].elements);
+    if (!valueOk ||
+        (chunkGrad ? st.shard.size() > in[0].elements : st.shard.end > in[0].elements) ||
         st.m.size() != size_t(st.shard.size())) {
       error = "adamw of '" + ins.text("param") + "': gradient or moments do not match the parameter";
       return false;
     }
     k::adamw(st.value.data() + (st.valueChunked ? 0 : st.shard.begin),
-             data(in[0]) + st.shard.begin, st.m.data(), st.v.data(), st.shard.size(), p);
+             data(in[0]) + (chunkGrad ? 0 : st.shard.begin), st.m.data(), st.v.data(),
+             st.shard.size(), p);
     return true;
   }
   case KernelId::NumKernels:

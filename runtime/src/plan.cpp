@@ -302,10 +302,22 @@ struct Checker {
         const ParamSpec *p = plan.param(b.name.substr(5));
         if (!p || p->shape != b.shape)
           return fail(where, "no parameter of this shape for accumulator '" + b.name + "'");
+      } else if (b.name.rfind("grad_shard:", 0) == 0) {
+        // A ZeRO chunk of the gradient (its size is checked where it is
+        // accumulated, against the gradient and the axis).
+        const ParamSpec *p = plan.param(b.name.substr(11));
+        int64_t n = 1;
+        if (p)
+          for (int64_t d : p->shape)
+            n *= d;
+        if (!p || b.shape.size() != 1 || b.shape[0] < 1 || b.shape[0] > n)
+          return fail(where, "accumulator '" + b.name +
+                                 "' must be a 1-D chunk of no more elements than its parameter");
       } else if (b.name != "loss" && b.name != "norm_sq_replicated" &&
                  b.name.rfind("scratch:", 0) != 0) {
         return fail(where, "unknown accumulator '" + b.name +
-                               "' (loss, norm_sq_replicated, scratch:<name>, grad:<parameter>)");
+                               "' (loss, norm_sq_replicated, scratch:<name>, grad:<parameter>, "
+                                 "grad_shard:<parameter>)");
       }
     } else {
       return fail(where + ".space",
@@ -623,6 +635,26 @@ bool parsePlan(const json::Value &root, Plan &plan, std::string &error) {
         if (ins.buffers.size() != 1 ||
             (ins.kind == Instruction::Kind::Recv && ins.buffers[0].space == Buffer::Space::Input))
           return c.fail(iw + ".buffers", "one buffer, not a step input for recv");
+      } else if (const json::Value *col = iv.get("collective");
+                 col && col->isString() && col->string == "grad_reduce_scatter") {
+        ins.kind = Instruction::Kind::GradReduceScatter;
+        if (!c.string(iv.get("axis"), iw + ".axis", ins.axis) ||
+            !c.string(iv.get("reduce"), iw + ".reduce", ins.reduce) ||
+            !bufferList("ins", ins.ins) || !bufferList("outs", ins.outs))
+          return false;
+        if (&list != &prog.microBatch)
+          return c.fail(iw, "grad_reduce_scatter belongs to the micro-batch instructions");
+        if (ins.axis != "dp" && ins.axis != "edp")
+          return c.fail(iw + ".axis", "must be dp or edp");
+        if (!plan.hasAxis(ins.axis))
+          return c.fail(iw + ".axis", "no mesh axis '" + ins.axis + "'");
+        if (ins.reduce != "sum" && ins.reduce != "avg")
+          return c.fail(iw + ".reduce", "must be sum or avg");
+        int64_t d = plan.axisSize("dp") / (ins.axis == "edp" ? plan.axisSize("ep") : 1);
+        if (ins.ins.size() != 1 || ins.outs.size() != 1 || !isGradShard(ins.outs[0]) ||
+            ins.outs[0].elements != (ins.ins[0].elements + d - 1) / d)
+          return c.fail(iw, "takes one gradient and one grad_shard: accumulator of its ceil(n / " +
+                                std::to_string(d) + ") elements");
       } else if (const json::Value *col = iv.get("collective");
                  col && col->isString() && col->string.rfind("seq_", 0) == 0) {
         ins.kind = col->string == "seq_all_gather"          ? Instruction::Kind::SeqAllGather

@@ -652,6 +652,21 @@ struct ConvertLLMToExecPass
       if (p->hasAttr("llm.sp_partial"))
         spPartial.insert(p.getName());
     }
+    // ZeRO-2/3: each micro-batch's gradients are reduce-scattered as they
+    // are made and only this rank's chunk is accumulated (over edp for
+    // experts, dp otherwise); chunks are padded to ceil(n / d).
+    llvm::DenseMap<Attribute, StringAttr> chunkedOver;
+    if (zero >= 2)
+      for (auto [a, acc] : llvm::zip(updates, gradAccs)) {
+        bool expert = epSharded.contains(a.getName());
+        int64_t d = expert ? dp / ep : dp, n = 1;
+        for (int64_t s : cast<BufAttr>(acc).getShape().asArrayRef())
+          n *= s;
+        acc = BufAttr::get(ctx, b.getStringAttr("accum"), 0,
+                           b.getStringAttr(("grad_shard:" + a.getName()).str()),
+                           b.getDenseI64ArrayAttr({(n + d - 1) / d}), b.getF32Type());
+        chunkedOver[acc] = b.getStringAttr(expert ? "edp" : "dp");
+      }
     SmallVector<AdamWOp> allUpdates = updates;
     SmallVector<Attribute> allGradAccs = gradAccs;
     // One program per pipeline stage (stage -2: no pipeline, one program).
@@ -775,7 +790,11 @@ struct ConvertLLMToExecPass
             FailureOr<BufAttr> g = cv.buf(r);
             if (failed(g))
               return failure();
-            addInto(it->second, *g);
+            if (StringAttr axis = chunkedOver.lookup(it->second))
+              GradReduceScatterOp::create(cv.ob, op.getLoc(), axis, b.getStringAttr("avg"), *g,
+                                          it->second);
+            else
+              addInto(it->second, *g);
             if (bucketable.contains(it->second)) {
               open.push_back(it->second);
               int64_t n = 1;
@@ -879,11 +898,13 @@ struct ConvertLLMToExecPass
         // ZeRO-1/2: each rank reduces, clips and updates only its chunk of
         // every gradient and keeps AdamW moments for that chunk; the updated
         // chunks are gathered back into whole parameters.
+        // (ZeRO-2/3 reduce-scattered each micro-batch's already.)
         exec::AllReduceOp::create(cv.ob, loc, dpAxis, avg, b.getArrayAttr({lossAcc}));
-        if (!denseGrads.empty())
+        if (!denseGrads.empty() && zero < 2)
           ReduceScatterOp::create(cv.ob, loc, dpAxis, avg, b.getArrayAttr(denseGrads));
         if (!experts.empty()) {
-          ReduceScatterOp::create(cv.ob, loc, edpAxis, avg, b.getArrayAttr(experts));
+          if (zero < 2)
+            ReduceScatterOp::create(cv.ob, loc, edpAxis, avg, b.getArrayAttr(experts));
           for (Attribute acc : experts)
             KernelOp::create(cv.ob, loc, b.getStringAttr("scale"), b.getArrayAttr({acc}),
                              b.getArrayAttr({acc}),

@@ -36,6 +36,13 @@ struct Buffer {
   int64_t bytes = 0;
 };
 
+/// A ZeRO-2/3 gradient accumulator (`grad_shard:<param>`): this rank's chunk
+/// of the gradient, zero-padded to ceil(n / d); kernels with a `shard` treat
+/// the whole buffer as the chunk.
+inline bool isGradShard(const Buffer &b) {
+  return b.space == Buffer::Space::Accum && b.name.rfind("grad_shard:", 0) == 0;
+}
+
 struct Instruction {
   enum class Kind {
     Kernel,
@@ -56,7 +63,8 @@ struct Instruction {
     Send,
     Recv,
     ParamGather,
-    ParamWait
+    ParamWait,
+    GradReduceScatter
   } kind = Kind::Kernel;
   int peer = 0; // Send / Recv: the other pipeline stage
   int tag = 0;  // Send / Recv: pairs the two sides of one transfer

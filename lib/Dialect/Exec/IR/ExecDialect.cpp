@@ -134,6 +134,25 @@ LogicalResult BucketAllReduceOp::verify() {
   return verifyCollective(*this, getReduce(), getBuffers());
 }
 
+LogicalResult GradReduceScatterOp::verify() {
+  if (getReduce() != "sum" && getReduce() != "avg")
+    return emitOpError() << "reduce must be sum or avg, got '" << getReduce() << "'";
+  BufAttr acc = getAccum();
+  if (acc.getSpace().getValue() != "accum" || !acc.getName().getValue().starts_with("grad_shard:"))
+    return emitOpError() << "accumulates into an accum buffer named grad_shard:<param>";
+  auto elements = [](BufAttr b) {
+    int64_t n = 1;
+    for (int64_t d : b.getShape().asArrayRef())
+      n *= d;
+    return n;
+  };
+  if (elements(acc) > elements(getInput()))
+    return emitOpError() << "accumulator of " << elements(acc)
+                         << " elements is larger than the gradient (" << elements(getInput())
+                         << ")";
+  return verifyBufs(*this, ArrayAttr::get(getContext(), {getInput(), acc}), "buffers");
+}
+
 LogicalResult ReduceScatterOp::verify() {
   return verifyCollective(*this, getReduce(), getBuffers());
 }

@@ -139,6 +139,26 @@ def Exec_BucketWaitOp : Exec_Op<"bucket_wait", [HasParent<"ProgramOp">]> {
   let assemblyFormat = "$bucket attr-dict";
 }
 
+def Exec_GradReduceScatterOp : Exec_Op<"grad_reduce_scatter", [HasParent<"ProgramOp">]> {
+  let summary = "reduce-scatters a micro-batch's gradient into a sharded accumulator";
+  let description = [{
+    ZeRO-2/3: right after a micro-batch's backward makes `input` (a
+    parameter's whole gradient), its reduction over `axis` (`sum`, or `avg`:
+    divided by the axis size) is reduce-scattered and this rank's chunk
+    (ZeRO chunking, see `reduce_scatter`) is added into `accum`, an
+    accumulator named `grad_shard:<param>` of `ceil(n / d)` elements (the
+    last rank's padding stays zero). The whole gradient is then dead, so
+    only chunks of gradients persist between micro-batches (DeepSpeed
+    ZeRO-2's partitioned gradients).
+    ```mlir
+    exec.grad_reduce_scatter "dp" "avg" #exec.buf<space = "arena", ...> into #exec.buf<space = "accum", name = "grad_shard:w", ...>
+    ```
+  }];
+  let arguments = (ins StrAttr:$axis, StrAttr:$reduce, Exec_BufAttr:$input, Exec_BufAttr:$accum);
+  let assemblyFormat = "$axis $reduce $input `into` $accum attr-dict";
+  let hasVerifier = 1;
+}
+
 def Exec_ReduceScatterOp : Exec_Op<"reduce_scatter", [HasParent<"ProgramOp">]> {
   let summary = "reduces buffers over a mesh axis, each rank keeping its chunk";
   let description = [{
