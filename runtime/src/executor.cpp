@@ -358,6 +358,33 @@ float *CpuExecutor::data(const Buffer &b) {
   return arenas[slot].data() + b.offset / 4;
 }
 
+bool CpuExecutor::finishScatter(const std::string &accum, Communicator &comm,
+                                std::string &error) {
+  auto it = scatters.find(accum);
+  if (it == scatters.end())
+    return true;
+  PendingScatter &p = it->second;
+  if (!comm.waitReduceScatter(p.handle, error))
+    return false;
+  for (size_t i = 0; i < p.mine.size(); ++i)
+    p.accum[i] += p.mine[i] * p.scale;
+  scatters.erase(it);
+  return true;
+}
+
+bool CpuExecutor::finishScatters(Communicator &comm, std::string &error) {
+  // In the order they were started (every rank alike).
+  std::vector<std::pair<int, std::string>> order;
+  for (const auto &[name, p] : scatters)
+    order.push_back({p.handle, name});
+  std::sort(order.begin(), order.end());
+  for (const auto &entry : order)
+    if (!finishScatter(entry.second, comm, error))
+      return false;
+  nextScatter = 0;
+  return true;
+}
+
 int32_t *CpuExecutor::routes(const Buffer &b, std::string &error) {
   if (b.space != Buffer::Space::Arena || b.dtype != DType::I32) {
     error = "expert indices must be an i32 arena buffer";
@@ -510,6 +537,8 @@ bool CpuExecutor::step(const std::vector<std::vector<int32_t>> &tok,
         return false;
   }
   slot = 0;
+  if (!finishScatters(comm, error))
+    return false;
   for (const Instruction &ins : program->step)
     if (!run(ins, comm, error))
       return false;
@@ -586,22 +615,25 @@ bool CpuExecutor::run(const Instruction &ins, Communicator &comm, std::string &e
                                      ins.event, error);
   }
   case Instruction::Kind::GradReduceScatter: {
-    // The gradient zero-padded to d chunks, reduced over the axis; this
-    // rank's chunk added into the accumulator.
+    // The gradient zero-padded to d chunks and reduced over the axis, started
+    // non-blocking (the gradient's arena buffer is free at once); this rank's
+    // chunk is added into the accumulator when it completes.
     int index = 0, size = 1;
     if (!axis(ins.axis, index, size, error))
       return false;
     const Buffer &g = ins.ins[0], &acc = ins.outs[0];
-    int64_t c = acc.elements;
-    std::vector<float> all(size_t(c * size), 0.0f), mine(static_cast<size_t>(c), 0.0f);
-    std::copy_n(data(g), g.elements, all.data());
-    if (!comm.reduceScatterBlocks(ins.axis, all.data(), mine.data(), c, error))
+    if (!finishScatter(acc.name, comm, error))
       return false;
-    float scale = ins.reduce == "avg" ? 1.0f / float(size) : 1.0f;
-    float *a = data(acc);
-    for (int64_t i = 0; i < c; ++i)
-      a[i] += mine[size_t(i)] * scale;
-    return true;
+    int64_t c = acc.elements;
+    PendingScatter &p = scatters[acc.name];
+    p.handle = nextScatter++;
+    p.all.assign(size_t(c * size), 0.0f);
+    p.mine.assign(size_t(c), 0.0f);
+    std::copy_n(data(g), g.elements, p.all.data());
+    p.accum = data(acc);
+    p.scale = ins.reduce == "avg" ? 1.0f / float(size) : 1.0f;
+    return comm.startReduceScatterBlocks(ins.axis, p.all.data(), p.mine.data(), c, p.handle,
+                                         error);
   }
   case Instruction::Kind::ParamWait: {
     auto it = gathers.find(ins.event);

@@ -220,6 +220,36 @@ public:
     return true;
   }
 
+  bool startReduceScatterBlocks(const std::string &axis, const float *all, float *mine,
+                                int64_t count, int handle, std::string &error) override {
+    if (count > (int64_t(1) << 30))
+      return Communicator::reduceScatterBlocks(axis, all, mine, count, error);
+    MPI_Request r;
+    int rc = MPI_Ireduce_scatter_block(all, mine, int(count), MPI_FLOAT, MPI_SUM, commFor(axis),
+                                       &r);
+    if (rc != MPI_SUCCESS) {
+      error = "MPI_Ireduce_scatter_block failed with code " + std::to_string(rc);
+      return false;
+    }
+    if (!scatters.emplace(handle, r).second) {
+      error = "gradient reduce-scatter " + std::to_string(handle) + " started twice";
+      return false;
+    }
+    return true;
+  }
+
+  bool waitReduceScatter(int handle, std::string &error) override {
+    auto it = scatters.find(handle);
+    if (it == scatters.end())
+      return true; // ran at once
+    if (MPI_Wait(&it->second, MPI_STATUS_IGNORE) != MPI_SUCCESS) {
+      error = "MPI_Wait on gradient reduce-scatter " + std::to_string(handle) + " failed";
+      return false;
+    }
+    scatters.erase(it);
+    return true;
+  }
+
   bool reduceScatterBlocks(const std::string &axis, const float *all, float *mine,
                            int64_t count, std::string &error) override {
     if (count > (int64_t(1) << 30))
@@ -314,6 +344,7 @@ private:
   };
   std::map<int, Started> buckets;
   std::map<int, MPI_Request> gathers; // prefetched parameter gathers
+  std::map<int, MPI_Request> scatters; // gradient chunks in flight
   int rank_ = 0, size_ = 1, dp_ = 1, cp_ = 1, tp_ = 1;
   MPI_Comm dpComm = MPI_COMM_WORLD, tpComm = MPI_COMM_WORLD, ppComm = MPI_COMM_WORLD,
            tiedComm = MPI_COMM_NULL, epComm = MPI_COMM_WORLD, edpComm = MPI_COMM_WORLD,

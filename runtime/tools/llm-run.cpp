@@ -236,6 +236,19 @@ public:
     seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     return ok;
   }
+  bool startReduceScatterBlocks(const std::string &axis, const float *all, float *mine,
+                                int64_t count, int handle, std::string &error) override {
+    auto t0 = std::chrono::steady_clock::now();
+    bool ok = inner.startReduceScatterBlocks(axis, all, mine, count, handle, error);
+    seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return ok;
+  }
+  bool waitReduceScatter(int handle, std::string &error) override {
+    auto t0 = std::chrono::steady_clock::now();
+    bool ok = inner.waitReduceScatter(handle, error);
+    seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return ok;
+  }
   bool reduceScatterBlocks(const std::string &axis, const float *all, float *mine, int64_t count,
                            std::string &error) override {
     auto t0 = std::chrono::steady_clock::now();

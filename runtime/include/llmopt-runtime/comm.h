@@ -100,6 +100,15 @@ public:
     return allGatherBlocks(axis, mine, all, count, error);
   }
   virtual bool waitAllGather(int event, std::string &error) { return true; }
+  /// Starts `reduceScatterBlocks` (ZeRO-2/3 gradient chunks, overlapping
+  /// the rest of the backward); `waitReduceScatter` with the same `handle`
+  /// completes it, and only then may `all` and `mine` be touched. By default
+  /// it runs at once.
+  virtual bool startReduceScatterBlocks(const std::string &axis, const float *all, float *mine,
+                                        int64_t count, int handle, std::string &error) {
+    return reduceScatterBlocks(axis, all, mine, count, error);
+  }
+  virtual bool waitReduceScatter(int handle, std::string &error) { return true; }
   /// Sums `all` (count floats per rank of `axis`) over the axis and keeps
   /// this rank's block in `mine`.
   virtual bool reduceScatterBlocks(const std::string &axis, const float *all, float *mine,

@@ -99,6 +99,19 @@ private:
     int64_t elements = 0;
   };
   std::map<int, PendingGather> gathers;
+  /// ZeRO-2/3 gradient reduce-scatters in flight, by accumulator: each
+  /// completes (its chunk added) before the next into the same accumulator
+  /// and before the step phase.
+  struct PendingScatter {
+    int handle = 0;
+    std::vector<float> all, mine;
+    float *accum = nullptr;
+    float scale = 1;
+  };
+  std::map<std::string, PendingScatter> scatters;
+  int nextScatter = 0;
+  bool finishScatter(const std::string &accum, Communicator &comm, std::string &error);
+  bool finishScatters(Communicator &comm, std::string &error);
   /// Temporaries of the fused kernel running (Buffer::Space::Temp).
   std::vector<std::vector<float>> temps;
   bool run(const Instruction &ins, Communicator &comm, std::string &error);
