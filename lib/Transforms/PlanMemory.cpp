@@ -37,11 +37,16 @@ struct Buffer {
   /// Pipeline stage (llm.stage) owning the buffer; each stage has its own
   /// arena. -1: the per-step tail every stage runs; -2: no stages.
   int64_t stage = -2;
+  /// Pipeline stages: read in another part of the schedule (another model
+  /// chunk, or the backward of the forward that made it), so kept in the
+  /// stash of its micro-batch rather than in the arena its stage's parts
+  /// share.
+  bool stash = false;
 };
 
 /// Whether two buffers live in the same arena.
 bool sameArena(const Buffer &a, const Buffer &b) {
-  return a.stage == b.stage || a.stage == -1 || b.stage == -1;
+  return a.stash == b.stash && (a.stage == b.stage || a.stage == -1 || b.stage == -1);
 }
 
 struct PlanMemoryPass : public llmopt::impl::PlanMemoryBase<PlanMemoryPass> {
@@ -115,6 +120,52 @@ struct PlanMemoryPass : public llmopt::impl::PlanMemoryBase<PlanMemoryPass> {
       }
     }
 
+    // Pipeline stages run their parts (forward or backward of one model
+    // chunk of one micro-batch) in a schedule's order: a value read only in
+    // the part that made it lives in the stage's shared arena, any other in
+    // its micro-batch's stash.
+    if (module->hasAttr("llm.pp")) {
+      Operation *lossOp = body.getTerminator()->getNumOperands()
+                              ? body.getTerminator()->getOperand(0).getDefiningOp()
+                              : nullptr;
+      int64_t lossPos = lossOp ? pos[lossOp] : n;
+      auto stageOf = [](Operation *op) {
+        auto a = op->getAttrOfType<IntegerAttr>("llm.stage");
+        return a ? a.getInt() : int64_t(-2);
+      };
+      auto intAttr = [](Operation *op, StringRef name) {
+        auto a = op->getAttrOfType<IntegerAttr>(name);
+        return a ? a.getInt() : int64_t(0);
+      };
+      llvm::DenseMap<int64_t, int64_t> backwardStart; // stage -> first backward position
+      for (Operation &op : body)
+        if (pos[&op] > lossPos && stageOf(&op) >= 0 && !backwardStart.count(stageOf(&op)))
+          backwardStart[stageOf(&op)] = pos[&op];
+      // The part an op runs in on `stage`: (chunk, backward).
+      auto part = [&](Operation *op, int64_t stage) {
+        int64_t chunk = intAttr(op, "llm.chunk");
+        if (auto t = dyn_cast<PPTransferOp>(op))
+          chunk = int64_t(t.getFrom()) == stage ? intAttr(op, "llm.from_chunk")
+                                                 : intAttr(op, "llm.to_chunk");
+        auto bs = backwardStart.find(stage);
+        bool backward = bs != backwardStart.end() && pos[op] >= bs->second;
+        return std::make_pair(chunk, backward);
+      };
+      for (Buffer &b : buffers) {
+        if (b.stage < 0)
+          continue;
+        Operation *def = b.value.getDefiningOp();
+        auto home = part(def, b.stage);
+        for (Operation *user : b.value.getUsers()) {
+          Operation *top = body.findAncestorOpInBlock(*user);
+          if (isa<AdamWOp, GlobalNormOp>(top) || top->hasAttr("llm.pp_tied_sum"))
+            continue;
+          if (isa<func::ReturnOp>(top) || part(top, b.stage) != home)
+            b.stash = true;
+        }
+      }
+    }
+
     // Greedy by size.
     std::vector<size_t> order(buffers.size());
     for (size_t i = 0; i < order.size(); ++i)
@@ -123,7 +174,7 @@ struct PlanMemoryPass : public llmopt::impl::PlanMemoryBase<PlanMemoryPass> {
       return buffers[a].bytes > buffers[b].bytes;
     });
     std::vector<size_t> placed;
-    int64_t peak = 0;
+    int64_t peak = 0, stashPeak = 0;
     for (size_t i : order) {
       Buffer &b = buffers[i];
       // Occupied intervals of buffers alive at the same time, by offset.
@@ -141,7 +192,7 @@ struct PlanMemoryPass : public llmopt::impl::PlanMemoryBase<PlanMemoryPass> {
         offset = std::max(offset, int64_t(llvm::alignTo(hi, alignment)));
       }
       b.offset = offset;
-      peak = std::max(peak, offset + b.bytes);
+      (b.stash ? stashPeak : peak) = std::max(b.stash ? stashPeak : peak, offset + b.bytes);
       placed.push_back(i);
     }
 
@@ -150,21 +201,28 @@ struct PlanMemoryPass : public llmopt::impl::PlanMemoryBase<PlanMemoryPass> {
       if (op.getNumResults() == 0)
         continue;
       SmallVector<int64_t> offsets;
+      SmallVector<bool> stashed;
       for (Value r : op.getResults()) {
         auto it = index.find(r);
         offsets.push_back(it == index.end() ? -1 : buffers[it->second].offset);
+        stashed.push_back(it != index.end() && buffers[it->second].stash);
       }
       op.setAttr("llm.offsets", builder.getDenseI64ArrayAttr(offsets));
+      if (llvm::is_contained(stashed, true))
+        op.setAttr("llm.stashed", builder.getDenseBoolArrayAttr(stashed));
     }
     func->setAttr("llm.arena_bytes", builder.getI64IntegerAttr(peak));
     // Pipeline stages: each stage's arena holds its buffers and the tail's.
     if (auto pp = module->getAttrOfType<IntegerAttr>("llm.pp")) {
-      SmallVector<int64_t> stagePeak(size_t(pp.getInt()), 0);
+      SmallVector<int64_t> stagePeak(size_t(pp.getInt()), 0), stageStash(size_t(pp.getInt()), 0);
       for (const Buffer &b : buffers)
         for (int64_t s = 0; s < pp.getInt(); ++s)
-          if (b.stage == s || b.stage < 0)
-            stagePeak[size_t(s)] = std::max(stagePeak[size_t(s)], b.offset + b.bytes);
+          if (b.stage == s || b.stage < 0) {
+            int64_t &top = (b.stash ? stageStash : stagePeak)[size_t(s)];
+            top = std::max(top, b.offset + b.bytes);
+          }
       func->setAttr("llm.stage_arena_bytes", builder.getDenseI64ArrayAttr(stagePeak));
+      func->setAttr("llm.stage_stash_bytes", builder.getDenseI64ArrayAttr(stageStash));
     }
     func->setAttr("llm.state_bytes", builder.getI64IntegerAttr(int64_t(stateBytes)));
 
@@ -177,10 +235,14 @@ struct PlanMemoryPass : public llmopt::impl::PlanMemoryBase<PlanMemoryPass> {
           "(peak), parameter and optimizer state {4:f1} MiB\n",
           func.getSymName(), buffers.size(), total / (1 << 20), double(peak) / (1 << 20),
           stateBytes / (1 << 20));
-      if (auto stages = func->getAttrOfType<DenseI64ArrayAttr>("llm.stage_arena_bytes"))
+      if (auto stages = func->getAttrOfType<DenseI64ArrayAttr>("llm.stage_arena_bytes")) {
+        auto stash = func->getAttrOfType<DenseI64ArrayAttr>("llm.stage_stash_bytes");
         for (auto [s, bytes] : llvm::enumerate(stages.asArrayRef()))
-          text += llvm::formatv("  pipeline stage {0}: arena {1:f1} MiB\n", s,
-                                double(bytes) / (1 << 20));
+          text += llvm::formatv("  pipeline stage {0}: arena {1:f1} MiB, stash {2:f1} MiB per "
+                                "micro-batch in flight\n",
+                                s, double(bytes) / (1 << 20),
+                                double(stash[s]) / (1 << 20));
+      }
       if (auto plan = module->getAttrOfType<PlanAttr>("llm.plan"))
         text += llvm::formatv("planner's prediction for the peak rank: {0:f1} MiB (state "
                               "sharded by the plan's TP/PP/ZeRO, activations for its "

@@ -45,7 +45,16 @@ bool CpuExecutor::init(const Plan &p, int rank, uint64_t seed, std::string &erro
                                                 : size_t(std::min<int64_t>(
                                                       program->numMicroBatches, stages - stage));
   }
-  arenas.assign(slots, std::vector<float>(size_t((program->arenaBytes + 3) / 4), 0.0f));
+  numSlots = slots;
+  std::vector<float> arena(size_t((program->arenaBytes + 3) / 4), 0.0f);
+  if (program->stashBytes > 0) {
+    // Only the stash is per micro-batch; the parts share the arena.
+    arenas.assign(1, arena);
+    stashes.assign(slots, std::vector<float>(size_t((program->stashBytes + 3) / 4), 0.0f));
+  } else {
+    arenas.assign(slots, arena);
+    stashes.clear();
+  }
   usesLossScaling = false;
   for (const Instruction &ins : program->step)
     if (ins.kind == Instruction::Kind::Kernel && ins.kernel->id == KernelId::LossScaleUpdate)
@@ -355,7 +364,17 @@ float *CpuExecutor::data(const Buffer &b) {
       a.resize(size_t(b.elements), 0.0f);
     return a.data();
   }
-  return arenas[slot].data() + b.offset / 4;
+  if (b.space == Buffer::Space::Stash)
+    return stashes[slot].data() + b.offset / 4;
+  return arenas[arenas.size() == 1 ? 0 : slot].data() + b.offset / 4;
+}
+
+int64_t CpuExecutor::activationBytes() const {
+  int64_t bytes = 0;
+  for (const std::vector<std::vector<float>> *list : {&arenas, &stashes})
+    for (const std::vector<float> &a : *list)
+      bytes += int64_t(a.size()) * 4;
+  return bytes;
 }
 
 bool CpuExecutor::finishScatter(const std::string &accum, Communicator &comm,
@@ -386,12 +405,13 @@ bool CpuExecutor::finishScatters(Communicator &comm, std::string &error) {
 }
 
 int32_t *CpuExecutor::routes(const Buffer &b, std::string &error) {
-  if (b.space != Buffer::Space::Arena || b.dtype != DType::I32) {
-    error = "expert indices must be an i32 arena buffer";
+  if ((b.space != Buffer::Space::Arena && b.space != Buffer::Space::Stash) ||
+      b.dtype != DType::I32) {
+    error = "expert indices must be an i32 arena or stash buffer";
     return nullptr;
   }
   // The arena is 4-byte words; i32 buffers hold their integers in them.
-  return reinterpret_cast<int32_t *>(arenas[slot].data() + b.offset / 4);
+  return reinterpret_cast<int32_t *>(data(b));
 }
 
 const int32_t *CpuExecutor::ids(const Buffer &b, std::string &error) {
@@ -446,7 +466,7 @@ bool CpuExecutor::step(const std::vector<std::vector<int32_t>> &tok,
     microBatch = m;
     tokens = &tok[size_t(m)];
     labels = &lab[size_t(m)];
-    slot = size_t(m) % arenas.size();
+    slot = size_t(m) % numSlots;
     for (auto [begin, end] : ranges[size_t(2 * c + (backward ? 1 : 0))])
       for (size_t k = begin; k < end; ++k)
         if (!run(program->microBatch[k], comm, error))
@@ -465,7 +485,7 @@ bool CpuExecutor::step(const std::vector<std::vector<int32_t>> &tok,
     // starts and gives it back after its last part.
     std::vector<int64_t> left(size_t(micro), 2 * chunks), slotOf(size_t(micro), -1);
     std::vector<size_t> freeSlots;
-    for (size_t i = arenas.size(); i-- > 0;)
+    for (size_t i = numSlots; i-- > 0;)
       freeSlots.push_back(i);
     for (const Program::Part &p : program->order) {
       int64_t &own = slotOf[size_t(p.microBatch)];
@@ -558,7 +578,8 @@ static int64_t rowsOf(const Buffer &b) { return b.elements / b.shape.back(); }
 bool CpuExecutor::run(const Instruction &ins, Communicator &comm, std::string &error) {
   for (const std::vector<Buffer> *list : {&ins.ins, &ins.outs, &ins.buffers})
     for (const Buffer &b : *list)
-      if (b.space == Buffer::Space::Arena && b.dtype != DType::F32 && b.dtype != DType::I32) {
+      if ((b.space == Buffer::Space::Arena || b.space == Buffer::Space::Stash) &&
+          b.dtype != DType::F32 && b.dtype != DType::I32) {
         error = "the CPU backend runs fp32 plans; a buffer is neither f32 nor i32";
         return false;
       }

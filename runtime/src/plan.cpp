@@ -256,7 +256,7 @@ struct Checker {
   }
 
   bool buffer(const json::Value &v, const std::string &where, const Plan &plan,
-              int64_t arenaBytes, Buffer &b) {
+              int64_t arenaBytes, Buffer &b, int64_t stashBytes = 0) {
     if (!v.isObject())
       return fail(where, "a buffer must be an object");
     std::string space;
@@ -265,14 +265,18 @@ struct Checker {
         !dtype(v.get("dtype"), where + ".dtype", b.dtype))
       return false;
     b.bytes = b.elements * bytesOf(b.dtype);
-    if (space == "arena") {
-      b.space = Buffer::Space::Arena;
+    if (space == "arena" || space == "stash") {
+      bool stash = space == "stash";
+      b.space = stash ? Buffer::Space::Stash : Buffer::Space::Arena;
       if (!integer(v.get("offset"), where + ".offset", b.offset))
         return false;
-      if (b.offset + b.bytes > arenaBytes)
+      int64_t limit = stash ? stashBytes : arenaBytes;
+      if (b.offset < 0 || b.offset % 4 != 0)
+        return fail(where + ".offset", "must be a non-negative multiple of 4");
+      if (b.offset + b.bytes > limit)
         return fail(where, "buffer [" + std::to_string(b.offset) + ", " +
                                std::to_string(b.offset + b.bytes) + ") overruns the " +
-                               std::to_string(arenaBytes) + "-byte arena");
+                               std::to_string(limit) + "-byte " + space);
     } else if (space == "input") {
       b.space = Buffer::Space::Input;
       if (!integer(v.get("offset"), where + ".offset", b.offset))
@@ -448,6 +452,12 @@ bool parsePlan(const json::Value &root, Plan &plan, std::string &error) {
     if (!c.string(pv.get("name"), where + ".name", prog.name) ||
         !c.integer(pv.get("arena_bytes"), where + ".arena_bytes", prog.arenaBytes))
       return false;
+    if (pv.get("stash_bytes") &&
+        !c.integer(pv.get("stash_bytes"), where + ".stash_bytes", prog.stashBytes))
+      return false;
+    if (prog.arenaBytes < 0 || prog.stashBytes < 0 || prog.arenaBytes > (int64_t(1) << 40) ||
+        prog.stashBytes > (int64_t(1) << 40))
+      return c.fail(where + ".arena_bytes", "arena and stash sizes must be in [0, 1 TiB]");
     const json::Value *ranks = pv.get("ranks");
     if (!ranks || !ranks->isArray())
       return c.fail(where + ".ranks", "must be an array");
@@ -529,7 +539,7 @@ bool parsePlan(const json::Value &root, Plan &plan, std::string &error) {
         for (size_t bi = 0; bi < list->array.size(); ++bi) {
           Buffer b;
           if (!c.buffer(list->array[bi], iw + "." + key + "[" + std::to_string(bi) + "]",
-                        plan, prog.arenaBytes, b))
+                        plan, prog.arenaBytes, b, prog.stashBytes))
             return false;
           out.push_back(b);
         }
@@ -570,7 +580,9 @@ bool parsePlan(const json::Value &root, Plan &plan, std::string &error) {
           return c.fail(iw + ".param", "no parameter named '" + param + "'");
         if (!plan.hasAxis(ins.axis))
           return c.fail(iw + ".axis", "no mesh axis '" + ins.axis + "'");
-        if (ins.buffers.size() != 1 || ins.buffers[0].space != Buffer::Space::Arena ||
+        Buffer::Space space = ins.buffers.empty() ? Buffer::Space::Input : ins.buffers[0].space;
+        if (ins.buffers.size() != 1 ||
+            (space != Buffer::Space::Arena && space != Buffer::Space::Stash) ||
             ins.buffers[0].elements != spec->elements)
           return c.fail(iw + ".buffers", "one arena buffer the size of '" + param + "'");
         ins.params["param"] = json::Value();

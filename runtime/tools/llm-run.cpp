@@ -356,7 +356,7 @@ int main(int argc, char **argv) {
       stateBytes += p.elements * 4 /* gradient accumulator */ +
                     int64_t(exe.params.at(p.name).value.size()) * 4 +
                     exe.params.at(p.name).shard.size() * 8;
-  int64_t memory = plan.programFor(rank)->arenaBytes * int64_t(exe.arenaSlots()) + stateBytes;
+  int64_t memory = exe.activationBytes() + stateBytes;
   bool tty = isatty(2) && !o.quiet;
   const char *failRank = std::getenv("LLMOPT_TEST_FAIL_RANK");
   const char *failStep = std::getenv("LLMOPT_TEST_FAIL_STEP");

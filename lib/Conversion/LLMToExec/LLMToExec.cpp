@@ -32,6 +32,8 @@ struct Converter {
   Builder b;
   OpBuilder ob;
   llvm::DenseMap<Value, int64_t> offsets;
+  /// Values a pipeline stage keeps in its micro-batch's stash (llm.stashed).
+  llvm::DenseSet<Value> stashed;
   /// Prefetched ZeRO-3 gathers not yet waited for, by gathered value.
   llvm::DenseMap<Value, int64_t> pendingGathers;
   int64_t gatherEvents = 0;
@@ -54,8 +56,8 @@ struct Converter {
                                "llm-plan-memory first";
       return failure();
     }
-    return BufAttr::get(b.getContext(), b.getStringAttr("arena"), it->second,
-                        b.getStringAttr(""), shape, elt);
+    return BufAttr::get(b.getContext(), b.getStringAttr(stashed.contains(v) ? "stash" : "arena"),
+                        it->second, b.getStringAttr(""), shape, elt);
   }
 
   FailureOr<ArrayAttr> bufs(ValueRange values) {
@@ -600,10 +602,15 @@ struct ConvertLLMToExecPass
     cv.vpParts = tp;
     cv.cp = cp;
     Block &body = func.getBody().front();
-    for (Operation &op : body)
+    for (Operation &op : body) {
       if (auto offs = op.getAttrOfType<DenseI64ArrayAttr>("llm.offsets"))
         for (auto [r, off] : llvm::zip(op.getResults(), offs.asArrayRef()))
           cv.offsets[r] = off;
+      if (auto st = op.getAttrOfType<DenseBoolArrayAttr>("llm.stashed"))
+        for (auto [r, s] : llvm::zip(op.getResults(), st.asArrayRef()))
+          if (s)
+            cv.stashed.insert(r);
+    }
 
     auto ret = cast<func::ReturnOp>(body.getTerminator());
     SmallVector<AdamWOp> updates(body.getOps<AdamWOp>());
@@ -692,9 +699,13 @@ struct ConvertLLMToExecPass
           perStage && stage >= 0)
         arena = perStage[stage];
       std::string name = stage >= 0 ? "stage_" + std::to_string(stage) : "train_step";
+      IntegerAttr stash;
+      if (auto perStage = func->getAttrOfType<DenseI64ArrayAttr>("llm.stage_stash_bytes");
+          perStage && stage >= 0 && perStage[stage] > 0)
+        stash = mb.getI64IntegerAttr(perStage[stage]);
       auto program = ProgramOp::create(mb, func.getLoc(), mb.getStringAttr(name),
                                        mb.getDenseI64ArrayAttr(ranks), mb.getI64IntegerAttr(arena),
-                                       mb.getI64IntegerAttr(micro), outputs);
+                                       mb.getI64IntegerAttr(micro), outputs, stash);
       Block *microBlock = new Block(), *stepBlock = new Block();
       program.getMicroBatch().push_back(microBlock);
       program.getStep().push_back(stepBlock);

@@ -374,6 +374,8 @@ struct EmitPlanPass : public llmopt::impl::EmitPlanBase<EmitPlanPass> {
                                    {"outputs", std::move(outs)},
                                    {"micro_batch_instructions", std::move(microInstrs)},
                                    {"step_instructions", instructions(prog.getStep())}};
+      if (std::optional<uint64_t> stash = prog.getStash())
+        progJSON["stash_bytes"] = int64_t(*stash);
       if (backwardStart >= 0) {
         progJSON["backward_start"] = backwardStart;
         auto plan = module->getAttrOfType<llm::PlanAttr>("llm.plan");

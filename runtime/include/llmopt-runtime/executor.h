@@ -69,8 +69,11 @@ public:
   std::map<std::string, ParamState> params;
   int64_t steps = 0;
   LossScaleState lossScale;
-  /// Arenas kept (one per micro-batch a pipeline schedule has in flight).
-  size_t arenaSlots() const { return arenas.size(); }
+  /// Micro-batches a pipeline schedule has in flight at most (each with its
+  /// own stash, or in older plans without one its own arena).
+  size_t arenaSlots() const { return numSlots; }
+  /// Bytes of arenas and stashes this rank holds.
+  int64_t activationBytes() const;
 
 private:
   const Plan *plan = nullptr;
@@ -78,6 +81,10 @@ private:
   /// One arena per micro-batch in flight (pipeline schedules); `slot` is
   /// the one instructions address now.
   std::vector<std::vector<float>> arenas;
+  /// Pipeline stages whose plan has a stash: one per micro-batch in flight
+  /// (and then a single shared arena).
+  std::vector<std::vector<float>> stashes;
+  size_t numSlots = 1;
   size_t slot = 0;
   int rank = 0;
   /// This rank's index and the size of a mesh axis (only `dp` is lowered).

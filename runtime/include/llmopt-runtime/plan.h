@@ -27,7 +27,9 @@ int64_t bytesOf(DType d);
 
 struct Buffer {
   /// Temp: value `offset` of a fused kernel's f32 temporaries.
-  enum class Space { Arena, Input, State, Accum, Temp } space = Space::Arena;
+  /// Stash: at `offset` in the stash of the micro-batch running (pipeline
+  /// stages: what its forward keeps for its backward).
+  enum class Space { Arena, Stash, Input, State, Accum, Temp } space = Space::Arena;
   int64_t offset = 0;
   std::string name;
   std::vector<int64_t> shape;
@@ -90,6 +92,10 @@ struct Program {
   std::string name;
   std::vector<int> ranks;
   int64_t arenaBytes = 0;
+  /// Pipeline stages: bytes of one micro-batch's stash (0: none; every
+  /// buffer is in the arena, of which each micro-batch in flight then has
+  /// its own copy, as older plans assume).
+  int64_t stashBytes = 0;
   int64_t numMicroBatches = 1;
   Buffer loss, gradNorm;
   /// Run once per micro-batch, then `step` once.

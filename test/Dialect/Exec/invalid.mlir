@@ -56,7 +56,7 @@ exec.program "p" ranks [0] arena 64 micro_batches 1 outputs {} micro_batch {
 // -----
 
 exec.program "p" ranks [0] arena 64 micro_batches 1 outputs {} micro_batch {
-  // expected-error @+1 {{buf: space must be arena, input, state or accum, got 'host'}}
+  // expected-error @+1 {{buf: space must be arena, stash, input, state or accum, got 'host'}}
   exec.kernel "fill" ins [] outs [#exec.buf<space = "host", offset = 0, name = "", shape = [4], dtype = f32>] {value = 1.0 : f64}
 } step {
 }

@@ -55,3 +55,31 @@ module {
   func.func @a() { return }
   func.func @b() { return }
 }
+
+// -----
+
+// Pipeline stages: a value read in another part of the schedule than the
+// one that made it (here the backward, after the loss %l) goes to the stash,
+// of which each micro-batch in flight has its own; values made and read
+// within one part share the stage's arena. %a (read by the backward) and
+// the returned %l and %d are stashed (%d reusing %a's place); %b and %c
+// are not.
+// CHECK-LABEL: func.func @train_step
+// CHECK-SAME: llm.stage_arena_bytes = array<i64: 4096>
+// CHECK-SAME: llm.stage_stash_bytes = array<i64: 8192>
+// CHECK: llm.rms_norm {{.*}}llm.offsets = array<i64: {{[0-9]+}}>, llm.stage = 0 : i64, llm.stashed = array<i1: true>
+// CHECK: %[[B:.*]] = llm.add {{.*}}llm.offsets = array<i64: 0>, llm.stage = 0 : i64}
+// CHECK: llm.add %[[B]], %[[B]] {{.*}}llm.stashed = array<i1: true>
+// CHECK: %[[C:.*]] = llm.add {{.*}}llm.offsets = array<i64: 0>, llm.stage = 0 : i64}
+// CHECK: llm.add %[[C]], %[[C]] {{.*}}llm.stashed = array<i1: true>
+module attributes {llm.pp = 1 : i64} {
+  func.func @train_step(%x: tensor<1x32x32xf32>) -> (tensor<1x32x32xf32>, tensor<1x32x32xf32>) {
+    %g = llm.param "g" ones {llm.stage = 0 : i64} : tensor<32xf32>
+    %a = llm.rms_norm %x, %g eps 1.0e-05 {llm.stage = 0 : i64} : tensor<1x32x32xf32>, tensor<32xf32>
+    %b = llm.add %a, %a {llm.stage = 0 : i64} : tensor<1x32x32xf32>
+    %l = llm.add %b, %b {llm.stage = 0 : i64} : tensor<1x32x32xf32>
+    %c = llm.add %a, %a {llm.stage = 0 : i64} : tensor<1x32x32xf32>
+    %d = llm.add %c, %c {llm.stage = 0 : i64} : tensor<1x32x32xf32>
+    return %l, %d : tensor<1x32x32xf32>, tensor<1x32x32xf32>
+  }
+}

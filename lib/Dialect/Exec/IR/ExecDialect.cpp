@@ -47,8 +47,8 @@ LogicalResult BufAttr::verify(function_ref<InFlightDiagnostic()> emitError, Stri
   if (!space || !name || !shape || !dtype)
     return emitError() << "buf: every field needs a value";
   StringRef s = space.getValue();
-  if (s != "arena" && s != "input" && s != "state" && s != "accum")
-    return emitError() << "buf: space must be arena, input, state or accum, got '" << s
+  if (s != "arena" && s != "stash" && s != "input" && s != "state" && s != "accum")
+    return emitError() << "buf: space must be arena, stash, input, state or accum, got '" << s
                        << "'";
   if (offset < 0)
     return emitError() << "buf: offset must not be negative";
@@ -67,18 +67,32 @@ LogicalResult ProgramOp::verify() {
   for (int64_t r : getRanks())
     if (r < 0 || !seen.insert(r).second)
       return emitOpError() << "ranks must be distinct and non-negative";
-  int64_t arena = getArena();
+  int64_t arena = getArena(), stash = getStash().value_or(0);
   if (getMicroBatches() < 1)
     return emitOpError() << "needs at least one micro-batch";
+  auto overruns = [&](Attribute a) {
+    auto b = dyn_cast<BufAttr>(a);
+    if (!b)
+      return false;
+    StringRef s = b.getSpace().getValue();
+    return (s == "arena" && b.getOffset() + b.getBytes() > arena) ||
+           (s == "stash" && b.getOffset() + b.getBytes() > stash);
+  };
   auto check = [&](Operation *op) -> WalkResult {
-    for (NamedAttribute na : op->getAttrs())
+    for (NamedAttribute na : op->getAttrs()) {
+      SmallVector<Attribute> bufs = {na.getValue()};
       if (auto list = dyn_cast<ArrayAttr>(na.getValue()))
-        for (Attribute a : list)
-          if (auto b = dyn_cast<BufAttr>(a);
-              b && b.getSpace().getValue() == "arena" && b.getOffset() + b.getBytes() > arena)
-            return op->emitOpError()
-                   << "buffer at offset " << b.getOffset() << " of " << b.getBytes()
-                   << " bytes overruns the " << arena << "-byte arena";
+        bufs.assign(list.begin(), list.end());
+      for (Attribute a : bufs)
+        if (overruns(a)) {
+          auto b = cast<BufAttr>(a);
+          return op->emitOpError()
+                 << "buffer at offset " << b.getOffset() << " of " << b.getBytes()
+                 << " bytes overruns the "
+                 << (b.getSpace().getValue() == "stash" ? stash : arena) << "-byte "
+                 << b.getSpace().getValue();
+        }
+    }
     return WalkResult::advance();
   };
   for (Region *r : {&getMicroBatch(), &getStep()})

@@ -34,7 +34,9 @@ def Exec_BufAttr : AttrDef<Exec_Dialect, "Buf"> {
   let mnemonic = "buf";
   let summary = "a placed buffer";
   let description = [{
-    `space` is `arena` (at `offset` bytes into the rank's arena), `input` (step
+    `space` is `arena` (at `offset` bytes into the rank's arena), `stash` (at
+    `offset` bytes into the stash of the micro-batch running: pipeline
+    stages' values kept from a forward for its backward), `input` (step
     input number `offset`: 0 tokens, 1 labels, of the current micro-batch),
     `state` (the parameter `name`, in the training dtype) or `accum` (the
     accumulator `name`, fp32, zeroed at the start of every step and kept across
@@ -76,11 +78,15 @@ def Exec_ProgramOp : Exec_Op<"program", [NoTerminator, IsolatedFromAbove]> {
     }
     ```
     `outputs` names the buffers the runtime reports (loss, grad_norm).
+    Pipeline stages may also have a `stash` (bytes): buffers in space `stash`
+    hold what a micro-batch's forward keeps for its backward; the runtime
+    keeps one stash per micro-batch in flight and one arena for the rest.
     Verified: ranks are distinct and non-negative; at least one micro-batch;
-    every arena buffer fits in `arena` bytes.
+    every arena (stash) buffer fits in `arena` (`stash`) bytes.
   }];
   let arguments = (ins StrAttr:$name, DenseI64ArrayAttr:$ranks, I64Attr:$arena,
-                       I64Attr:$micro_batches, DictionaryAttr:$outputs);
+                       I64Attr:$micro_batches, DictionaryAttr:$outputs,
+                       OptionalAttr<I64Attr>:$stash);
   let regions = (region MaxSizedRegion<1>:$micro_batch, MaxSizedRegion<1>:$step);
   let assemblyFormat = [{
     $name `ranks` $ranks `arena` $arena `micro_batches` $micro_batches `outputs` $outputs
