@@ -10,6 +10,41 @@ using namespace llmopt::kernels::cpu;
 
 namespace {
 
+TEST(Value, Fp8RoundsToTheFormatsGrid) {
+  // E4M3: 3 mantissa bits, so [1, 2) is spaced by 1/8; ties go to even.
+  EXPECT_EQ(roundToFp8(1.0625f, Fp8::E4M3), 1.0f);   // between 1 and 1.125
+  EXPECT_EQ(roundToFp8(1.1875f, Fp8::E4M3), 1.25f);  // between 1.125 and 1.25
+  EXPECT_EQ(roundToFp8(1.2f, Fp8::E4M3), 1.25f);
+  EXPECT_EQ(roundToFp8(-3.3f, Fp8::E4M3), -3.25f);
+  EXPECT_EQ(roundToFp8(448.0f, Fp8::E4M3), 448.0f);
+  EXPECT_EQ(roundToFp8(1e6f, Fp8::E4M3), 448.0f); // saturates
+  EXPECT_EQ(roundToFp8(-1e6f, Fp8::E4M3), -448.0f);
+  // Subnormals: multiples of 2^-9 below 2^-6.
+  EXPECT_EQ(roundToFp8(0.0029f, Fp8::E4M3), std::ldexp(1.0f, -9) * 1);
+  EXPECT_EQ(roundToFp8(0.0009f, Fp8::E4M3), 0.0f);
+  // E5M2: 2 mantissa bits, [1, 2) spaced by 1/4; largest 57344.
+  EXPECT_EQ(roundToFp8(1.1f, Fp8::E5M2), 1.0f);
+  EXPECT_EQ(roundToFp8(1.375f, Fp8::E5M2), 1.5f); // tie between 1.25 and 1.5
+  EXPECT_EQ(roundToFp8(6e4f, Fp8::E5M2), 57344.0f);
+  EXPECT_TRUE(std::isnan(roundToFp8(NAN, Fp8::E5M2)));
+}
+
+TEST(Value, Fp8ScalingUsesTheWholeRange) {
+  // amax 2 -> scale 224: 2 maps to 448 exactly and comes back as 2; small
+  // values keep about 3 bits of relative precision.
+  std::vector<float> x = {2.0f, -0.3f, 0.01f, 0.0f}, y(4);
+  fakeQuantizeFp8(x.data(), y.data(), 4, Fp8::E4M3, absMax(x.data(), 4));
+  EXPECT_EQ(y[0], 2.0f);
+  EXPECT_NEAR(y[1], -0.3f, 0.3f / 16);
+  EXPECT_NE(y[1], -0.3f);
+  EXPECT_NEAR(y[2], 0.01f, 0.01f / 16);
+  EXPECT_EQ(y[3], 0.0f);
+  // All zeros: scale 1, nothing changes.
+  std::vector<float> z(3, 0.0f);
+  fakeQuantizeFp8(z.data(), z.data(), 3, Fp8::E5M2, 0.0f);
+  EXPECT_EQ(z[1], 0.0f);
+}
+
 TEST(Value, LayerNormNormalizes) {
   std::vector<float> x = {1, 2, 3, 4}, w(4, 1.0f), out(4), mean(1), rstd(1);
   layerNormForward(x.data(), w.data(), nullptr, out.data(), mean.data(), rstd.data(), 1, 4,

@@ -70,8 +70,6 @@ struct Partitioner {
   }
 
   LogicalResult column(LinearOp l) {
-    if (l.getGemm())
-      return l.emitOpError() << "llm-partition-tp: fp8 GEMMs are not partitioned yet";
     int64_t blocks = 1;
     SplitOp split;
     if (l->hasOneUse())
@@ -111,8 +109,6 @@ struct Partitioner {
   }
 
   LogicalResult row(LinearOp l) {
-    if (l.getGemm())
-      return l.emitOpError() << "llm-partition-tp: fp8 GEMMs are not partitioned yet";
     int64_t inDim = l.getTransposed() ? 0 : 1;
     if (failed(shardParam(l, l.getWeight(), inDim, 1)))
       return failure();

@@ -404,6 +404,39 @@ bool CpuExecutor::finishScatters(Communicator &comm, std::string &error) {
   return true;
 }
 
+bool CpuExecutor::fp8Inputs(const Instruction &ins,
+                            std::initializer_list<std::pair<const Buffer *, k::Fp8>> operands,
+                            std::vector<std::vector<float>> &rounded, Communicator &comm,
+                            std::string &error) {
+  std::string recipe = ins.text("fp8");
+  if (recipe.empty())
+    return true;
+  if (recipe != "e4m3" && recipe != "hybrid") {
+    error = std::string(ins.kernel->name) + ": unknown fp8 recipe '" + recipe + "'";
+    return false;
+  }
+  // Per-tensor current scaling; a tensor split over `amax_axis` (tensor
+  // parallelism) scales by the whole tensor's largest magnitude.
+  std::vector<float> amax;
+  for (const auto &[b, format] : operands)
+    amax.push_back(k::absMax(data(*b), b->elements));
+  std::string axes = ins.text("amax_axis");
+  for (size_t at = 0; at < axes.size();) {
+    size_t end = std::min(axes.find(',', at), axes.size());
+    if (!comm.allReduceMax(axes.substr(at, end - at), amax.data(), int64_t(amax.size()), error))
+      return false;
+    at = end + 1;
+  }
+  size_t i = 0;
+  for (const auto &[b, format] : operands) {
+    // "e4m3": every operand in E4M3 (forward recipes).
+    k::Fp8 f = recipe == "e4m3" ? k::Fp8::E4M3 : format;
+    rounded.emplace_back(size_t(b->elements));
+    k::fakeQuantizeFp8(data(*b), rounded.back().data(), b->elements, f, amax[i++]);
+  }
+  return true;
+}
+
 int32_t *CpuExecutor::routes(const Buffer &b, std::string &error) {
   if ((b.space != Buffer::Space::Arena && b.space != Buffer::Space::Stash) ||
       b.dtype != DType::I32) {
@@ -792,8 +825,12 @@ bool CpuExecutor::run(const Instruction &ins, Communicator &comm, std::string &e
     bool tr = ins.flag("transposed");
     const Buffer &w = in[1];
     int64_t inF = tr ? w.shape[0] : w.shape[1], outF = tr ? w.shape[1] : w.shape[0];
-    k::linearForward(data(in[0]), data(w), in.size() > 2 ? data(in[2]) : nullptr, data(out[0]),
-                     rowsOf(in[0]), inF, outF, tr);
+    std::vector<std::vector<float>> q;
+    if (!fp8Inputs(ins, {{&in[0], k::Fp8::E4M3}, {&w, k::Fp8::E4M3}}, q, comm, error))
+      return false;
+    k::linearForward(q.empty() ? data(in[0]) : q[0].data(), q.empty() ? data(w) : q[1].data(),
+                     in.size() > 2 ? data(in[2]) : nullptr, data(out[0]), rowsOf(in[0]), inF,
+                     outF, tr);
     // A GeLU epilogue: the pre-activation stays in out[0] for the backward.
     if (std::string e = ins.text("epilogue"); !e.empty()) {
       if (e != "gelu_tanh" || out.size() != 2 || out[1].elements != out[0].elements) {
@@ -813,6 +850,24 @@ bool CpuExecutor::run(const Instruction &ins, Communicator &comm, std::string &e
     int64_t inF = tr ? w.shape[0] : w.shape[1], outF = tr ? w.shape[1] : w.shape[0];
     for (size_t i = 1; i < out.size(); ++i)
       zero(out[i]);
+    // fp8 (hybrid): the gradient in E5M2, input and weight in E4M3; the bias
+    // gradient sums the unrounded gradient.
+    std::vector<std::vector<float>> q;
+    if (!fp8Inputs(ins, {{&in[0], k::Fp8::E5M2}, {&in[1], k::Fp8::E4M3}, {&w, k::Fp8::E4M3}},
+                   q, comm, error))
+      return false;
+    if (!q.empty()) {
+      k::linearBackward(q[0].data(), q[1].data(), q[2].data(), data(out[0]), data(out[1]),
+                        nullptr, rowsOf(in[1]), inF, outF, tr);
+      if (out.size() > 2) {
+        const float *g = data(in[0]);
+        float *db = data(out[2]);
+        for (int64_t r = 0, n = rowsOf(in[1]); r < n; ++r)
+          for (int64_t j = 0; j < outF; ++j)
+            db[j] += g[r * outF + j];
+      }
+      return true;
+    }
     k::linearBackward(data(in[0]), data(in[1]), data(w), data(out[0]), data(out[1]),
                       out.size() > 2 ? data(out[2]) : nullptr, rowsOf(in[1]), inF, outF, tr);
     return true;

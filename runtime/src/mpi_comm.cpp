@@ -283,6 +283,18 @@ public:
     return true;
   }
 
+  bool allReduceMax(const std::string &axis, float *data, int64_t count,
+                    std::string &error) override {
+    if (count > (int64_t(1) << 30))
+      return Communicator::allReduceMax(axis, data, count, error);
+    int rc = MPI_Allreduce(MPI_IN_PLACE, data, int(count), MPI_FLOAT, MPI_MAX, commFor(axis));
+    if (rc != MPI_SUCCESS) {
+      error = "MPI_Allreduce (max) failed with code " + std::to_string(rc);
+      return false;
+    }
+    return true;
+  }
+
   bool reduceScatter(const std::string &axis, float *data, int64_t count, bool average,
                      std::string &error) override {
     MPI_Comm comm = commFor(axis);

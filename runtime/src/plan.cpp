@@ -568,6 +568,15 @@ bool parsePlan(const json::Value &root, Plan &plan, std::string &error) {
           return c.fail(iw + ".params.param", "no parameter named '" + ins.text("param") + "'");
         if (std::string axis = ins.text("shard"); !axis.empty() && !plan.hasAxis(axis))
           return c.fail(iw + ".params.shard", "no mesh axis '" + axis + "'");
+        if (std::string r = ins.text("fp8"); !r.empty() && r != "e4m3" && r != "hybrid")
+          return c.fail(iw + ".params.fp8", "must be e4m3 or hybrid, got '" + r + "'");
+        for (std::string axes = ins.text("amax_axis"), axis; !axes.empty();) {
+          size_t comma = axes.find(',');
+          axis = axes.substr(0, comma);
+          axes = comma == std::string::npos ? "" : axes.substr(comma + 1);
+          if (!plan.hasAxis(axis))
+            return c.fail(iw + ".params.amax_axis", "no mesh axis '" + axis + "'");
+        }
       } else if (const json::Value *col = iv.get("collective");
                  col && col->isString() && col->string == "param_gather") {
         ins.kind = Instruction::Kind::ParamGather;

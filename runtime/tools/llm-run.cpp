@@ -175,6 +175,13 @@ public:
   bool useMesh(int pp, int dp, int cp, int tp, std::string &error) override {
     return inner.useMesh(pp, dp, cp, tp, error);
   }
+  bool allReduceMax(const std::string &axis, float *data, int64_t count,
+                    std::string &error) override {
+    auto t0 = std::chrono::steady_clock::now();
+    bool ok = inner.allReduceMax(axis, data, count, error);
+    seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return ok;
+  }
   bool startAllReduce(const std::string &axis, float *data, int64_t count, bool average,
                       int bucket, std::string &error) override {
     auto t0 = std::chrono::steady_clock::now();

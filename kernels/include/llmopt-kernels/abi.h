@@ -27,8 +27,8 @@
   LLMOPT_KERNEL(LayerNormBwd, "layer_norm_bwd", 3, -1, "eps")                            \
   LLMOPT_KERNEL(RMSNormFwd, "rms_norm_fwd", 2, 1, "eps")                                 \
   LLMOPT_KERNEL(RMSNormBwd, "rms_norm_bwd", 3, 2, "eps")                                 \
-  LLMOPT_KERNEL(LinearFwd, "linear_fwd", -1, -1, "transposed,epilogue")                  \
-  LLMOPT_KERNEL(LinearBwd, "linear_bwd", 3, -1, "transposed")                            \
+  LLMOPT_KERNEL(LinearFwd, "linear_fwd", -1, -1, "transposed,epilogue,fp8,amax_axis")   \
+  LLMOPT_KERNEL(LinearBwd, "linear_bwd", 3, -1, "transposed,fp8,amax_axis")              \
   LLMOPT_KERNEL(Split, "split", 1, -1, "")                                               \
   LLMOPT_KERNEL(Concat, "concat", -1, 1, "")                                             \
   LLMOPT_KERNEL(Rotary, "rotary", 2, 2,                                                  \

@@ -71,6 +71,23 @@ void linearBackward(const float *dout, const float *x, const float *weight, floa
                     float *dweight, float *dbias, int64_t n, int64_t in,
                     int64_t out_features, bool transposed);
 
+// --- fp8 (fp8.cpp) --------------------------------------------------------------
+/// The fp8 formats of GEMM inputs (OCP FP8): E4M3 (no infinities, largest
+/// 448, smallest subnormal 2^-9) and E5M2 (largest 57344, smallest subnormal
+/// 2^-16).
+enum class Fp8 { E4M3, E5M2 };
+/// Largest finite value of `format`.
+float fp8Max(Fp8 format);
+/// `x` rounded to the nearest `format` value, ties to even, saturated to
+/// +-fp8Max (as Transformer Engine casts); NaN stays NaN.
+float roundToFp8(float x, Fp8 format);
+/// Largest |x[i]| (0 for n == 0).
+float absMax(const float *x, int64_t n);
+/// Per-tensor scaled fp8 round trip: y = roundToFp8(x * s) / s with
+/// s = fp8Max / amax (1 when amax is 0 or not finite); `amax` is the
+/// tensor's (over every rank holding a part of it). `y` may alias `x`.
+void fakeQuantizeFp8(const float *x, float *y, int64_t n, Fp8 format, float amax);
+
 // --- activations (activation.cpp) ----------------------------------------------
 /// GeLU, exact (erf) or with the tanh approximation.
 void geluForward(const float *x, float *out, int64_t count, bool tanhApprox);

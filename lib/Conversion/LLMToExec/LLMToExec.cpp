@@ -115,6 +115,30 @@ struct Converter {
   }
   NamedAttribute flag(StringRef k, bool v) { return b.getNamedAttr(k, b.getBoolAttr(v)); }
 
+  /// The kernel parameters of a GEMM with `gemm` input type: fp8 `recipe`
+  /// ("e4m3" forward, "hybrid" backward) with per-tensor scaling whose amax
+  /// is taken over the axes that split its operands (tensor parallelism: the
+  /// weight and some activations; context parallelism: the sequence).
+  /// Fails for 16-bit GEMMs of a 32-bit model, which are not lowered.
+  LogicalResult gemmParams(Operation *op, std::optional<Type> gemm, StringRef recipe,
+                           SmallVectorImpl<NamedAttribute> &params) {
+    if (!gemm)
+      return success();
+    if (!isa<Float8E4M3FNType>(*gemm))
+      return op->emitOpError() << "convert-llm-to-exec: " << *gemm
+                               << " GEMMs are not lowered; fp8 GEMMs take f8E4M3FN (the "
+                                  "backward uses f8E5M2 for gradients)";
+    params.push_back(b.getNamedAttr("fp8", b.getStringAttr(recipe)));
+    SmallVector<StringRef> axes;
+    if (vpParts > 1)
+      axes.push_back("tp");
+    if (cp > 1)
+      axes.push_back("cp");
+    if (!axes.empty())
+      params.push_back(b.getNamedAttr("amax_axis", b.getStringAttr(llvm::join(axes, ","))));
+    return success();
+  }
+
   template <typename AttnOp>
   SmallVector<NamedAttribute> attnParams(AttnOp a) {
     return {i64("heads", a.getNumHeadsAttr().getInt()),
@@ -324,13 +348,13 @@ LogicalResult Converter::convert(Operation *op) {
                       {f64("eps", n.getEps().convertToDouble())});
       })
       .Case([&](LinearOp l) -> LogicalResult {
-        if (l.getGemm())
-          return l.emitOpError() << "convert-llm-to-exec: fp8 GEMMs are not lowered yet";
+        SmallVector<NamedAttribute> params = {flag("transposed", l.getTransposed())};
+        if (failed(gemmParams(l, l.getGemm(), "e4m3", params)))
+          return failure();
         SmallVector<Value> ins = {l.getInput(), l.getWeight()};
         if (l.getBias())
           ins.push_back(l.getBias());
-        return kernel(loc, "linear_fwd", ins, l.getResult(),
-                      {flag("transposed", l.getTransposed())});
+        return kernel(loc, "linear_fwd", ins, l.getResult(), params);
       })
       .Case([&](SplitOp s) { return kernel(loc, "split", s.getInput(), s.getResults()); })
       .Case([&](ConcatOp c) { return kernel(loc, "concat", c.getInputs(), c.getResult()); })
@@ -396,12 +420,15 @@ LogicalResult Converter::convert(Operation *op) {
         return kernel(loc, "linear_bwd", {g.getGrad(), g.getInput(), g.getWeight()},
                       {g.getInputGrad(), g.getWeightGrad()}, {flag("transposed", false)});
       })
-      .Case([&](LinearGradOp g) {
+      .Case([&](LinearGradOp g) -> LogicalResult {
         SmallVector<Value> outs = {g.getInputGrad(), g.getWeightGrad()};
         if (g.getBiasGrad())
           outs.push_back(g.getBiasGrad());
+        SmallVector<NamedAttribute> params = {flag("transposed", g.getTransposed())};
+        if (failed(gemmParams(g, g.getGemm(), "hybrid", params)))
+          return failure();
         return kernel(loc, "linear_bwd", {g.getGrad(), g.getInput(), g.getWeight()}, outs,
-                      {flag("transposed", g.getTransposed())});
+                      params);
       })
       .Case([&](LayerNormGradOp g) {
         SmallVector<Value> outs = {g.getInputGrad(), g.getWeightGrad()};

@@ -41,6 +41,20 @@ public:
   /// the ranks of `axis`. Returns false with `error` set on failure.
   virtual bool allReduce(const std::string &axis, float *data, int64_t count, bool average,
                          std::string &error) = 0;
+  /// Element-wise maximum of `count` floats over the ranks of `axis` (fp8
+  /// amax). By default through allGatherBlocks.
+  virtual bool allReduceMax(const std::string &axis, float *data, int64_t count,
+                            std::string &error) {
+    int index = 0, n = 1;
+    axisPosition(axis, index, n);
+    std::vector<float> all(size_t(count * n));
+    if (!allGatherBlocks(axis, data, all.data(), count, error))
+      return false;
+    for (int r = 0; r < n; ++r)
+      for (int64_t i = 0; i < count; ++i)
+        data[i] = std::max(data[i], all[size_t(r * count + i)]);
+    return true;
+  }
   /// Starts an all-reduce that `waitBuckets` completes (gradient buckets,
   /// whose reduction overlaps the rest of the backward). By default it runs
   /// at once.

@@ -11,9 +11,11 @@
 #ifndef LLMOPT_RUNTIME_EXECUTOR_H
 #define LLMOPT_RUNTIME_EXECUTOR_H
 
+#include "llmopt-kernels/cpu.h"
 #include "llmopt-runtime/comm.h"
 #include "llmopt-runtime/plan.h"
 
+#include <initializer_list>
 #include <map>
 #include <string>
 #include <vector>
@@ -122,6 +124,13 @@ private:
   /// Temporaries of the fused kernel running (Buffer::Space::Temp).
   std::vector<std::vector<float>> temps;
   bool run(const Instruction &ins, Communicator &comm, std::string &error);
+  /// fp8 GEMMs (kernel parameter `fp8`: "e4m3", or "hybrid" with each
+  /// operand's own format): the operands rounded to fp8 with per-tensor
+  /// scaling into `rounded`, in order; nothing without the parameter.
+  bool fp8Inputs(const Instruction &ins,
+                 std::initializer_list<std::pair<const Buffer *, kernels::cpu::Fp8>> operands,
+                 std::vector<std::vector<float>> &rounded, Communicator &comm,
+                 std::string &error);
   bool runExperts(const Instruction &ins, Communicator &comm, std::string &error);
   bool runRingAttention(const Instruction &ins, Communicator &comm, std::string &error);
   bool runSeq(const Instruction &ins, Communicator &comm, std::string &error);

@@ -97,6 +97,8 @@ LogicalResult LinearOp::emitGradient(OpBuilder &b, ArrayRef<Value> grads,
     types.push_back(getBias().getType());
     attrs.push_back(b.getNamedAttr("bias", b.getUnitAttr()));
   }
+  if (std::optional<Type> gemm = getGemm())
+    attrs.push_back(b.getNamedAttr("gemm", TypeAttr::get(*gemm)));
   Operation *g =
       make<LinearGradOp>(b, getLoc(), types, {grads[0], getInput(), getWeight()}, attrs);
   out.assign({g->getResult(0), g->getResult(1)});

@@ -266,6 +266,16 @@ struct LLMAutoParallelPass
 
     Builder b(module.getContext());
     module->setAttr("llm.plan", planAttr(b, result.plans.front(), job.seqLen));
+    // fp8 jobs: the layers' linear GEMMs read fp8 (E4M3 forward); the LM head
+    // stays in 16 bits, as the cost model and Transformer Engine recipes
+    // have it.
+    if (job.fp8)
+      module.walk([&](LayerOp layer) {
+        layer.walk([&](LinearOp l) {
+          if (!l.getGemm())
+            l.setGemmAttr(TypeAttr::get(b.getType<Float8E4M3FNType>()));
+        });
+      });
   }
 };
 } // namespace

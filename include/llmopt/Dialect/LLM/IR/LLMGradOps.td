@@ -94,17 +94,21 @@ def LLM_LinearGradOp : LLM_CostOp<"linear_grad", [Pure,
   let summary = "gradients of a linear layer";
   let description = [{
     `dx = grad W` (or `grad W^T` when `transposed`), `dW = grad^T x`, and with
-    `bias` the bias gradient `sum_n grad`.
+    `bias` the bias gradient `sum_n grad`. `gemm` is the forward's: with an
+    fp8 type the GEMMs read `input` and `weight` in it and `grad` in
+    `f8E5M2` (the hybrid recipe: more range for gradients), each with
+    per-tensor scaling.
     ```mlir
     %dx, %dw = llm.linear_grad %g, %x, %w : tensor<?x?x256xf32>, tensor<?x?x64xf32>, tensor<256x64xf32>
     ```
   }];
   let arguments = (ins LLM_Activation:$grad, LLM_Activation:$input, LLM_Weight:$weight,
-                       UnitAttr:$transposed, UnitAttr:$bias);
+                       UnitAttr:$transposed, UnitAttr:$bias, OptionalAttr<TypeAttr>:$gemm);
   let results = (outs LLM_Activation:$input_grad, LLM_Weight:$weight_grad,
                       Optional<LLM_Weight>:$bias_grad);
   let assemblyFormat = [{
-    $grad `,` $input `,` $weight (`transposed` $transposed^)? (`bias` $bias^)? attr-dict
+    $grad `,` $input `,` $weight (`transposed` $transposed^)? (`bias` $bias^)?
+    (`gemm` $gemm^)? attr-dict
     `:` type($grad) `,` type($input) `,` type($weight) (`->` type($bias_grad)^)?
   }];
 }
