@@ -38,6 +38,8 @@ struct Problem {
   int64_t m, n, k, lda, ldb, ldd;
   cudaDataType_t ab, d;
   bool bias, gelu;
+  /// fp8: device pointers to the factors dequantizing A and B.
+  const float *scaleA = nullptr, *scaleB = nullptr;
   auto key() const {
     return std::make_tuple(int(ta), int(tb), m, n, k, lda, ldb, ldd, int(ab), int(d), bias, gelu);
   }
@@ -94,6 +96,21 @@ public:
     return run(p, dy, x, dw, nullptr, 1.0f, stream, error);
   }
 
+  bool linearForwardFp8(const uint8_t *xq, const uint8_t *wq, const float *xScaleInv,
+                        const float *wScaleInv, const void *bias, void *y, const LinearShape &s,
+                        cudaStream_t stream, std::string &error) override {
+    if (s.transposed) {
+      error = "fp8 GEMMs need [out, in] weights (cuBLASLt's TN layout)";
+      return false;
+    }
+    // y^T (out x n) = W^T-op (out x in) * x^T (in x n): A transposed, B not.
+    Problem p{CUBLAS_OP_T, CUBLAS_OP_N, s.out, s.n, s.in, s.in, s.in, s.out,
+              CUDA_R_8F_E4M3, s.type, bias != nullptr, false};
+    p.scaleA = wScaleInv;
+    p.scaleB = xScaleInv;
+    return run(p, wq, xq, y, bias, 0.0f, stream, error);
+  }
+
   size_t cachedAlgorithms() const override { return algos.size(); }
 
 private:
@@ -127,6 +144,13 @@ private:
         check(cublasLtMatrixLayoutCreate(&la, p.ab, uint64_t(ar), uint64_t(ac), p.lda), "layout A") &&
         check(cublasLtMatrixLayoutCreate(&lb, p.ab, uint64_t(br), uint64_t(bc), p.ldb), "layout B") &&
         check(cublasLtMatrixLayoutCreate(&ld, p.d, uint64_t(p.m), uint64_t(p.n), p.ldd), "layout D");
+    if (ok && p.scaleA)
+      ok = check(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER,
+                                                &p.scaleA, sizeof(p.scaleA)),
+                 "A scale") &&
+           check(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER,
+                                                &p.scaleB, sizeof(p.scaleB)),
+                 "B scale");
     if (ok && (bias || aux)) {
       cublasLtEpilogue_t epilogue = aux ? (bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS
                                                 : CUBLASLT_EPILOGUE_GELU_AUX)

@@ -10,6 +10,8 @@
 
 #include "llmopt-kernels/cuda.h"
 
+#include <cuda_fp8.h>
+
 #include <cmath>
 
 namespace llmopt::kernels::cuda {
@@ -314,7 +316,49 @@ __global__ void adamwKernel(float *p, const float *g, float *m, float *v, bf16 *
   }
 }
 
+// --- fp8 ------------------------------------------------------------------------
+
+/// max |x| into *amax (zeroed before): non-negative floats order like their
+/// bits, so an unsigned atomicMax does.
+template <typename T> __global__ void amaxKernel(const T *x, int64_t n, float *amax) {
+  __shared__ float red[32];
+  float m = 0.0f;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x)
+    m = fmaxf(m, fabsf(ld(x + i)));
+  m = blockMax(m, red);
+  if (threadIdx.x == 0)
+    atomicMax(reinterpret_cast<unsigned *>(amax), __float_as_uint(m));
+}
+
+template <typename T>
+__global__ void castFp8Kernel(const T *x, int64_t n, bool e5m2, uint8_t *out, const float *amax,
+                              float *scaleInv) {
+  float a = *amax, top = e5m2 ? 57344.0f : 448.0f;
+  float scale = a > 0.0f && isfinite(a) ? top / a : 1.0f;
+  if (blockIdx.x == 0 && threadIdx.x == 0)
+    *scaleInv = 1.0f / scale;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x)
+    out[i] = __nv_cvt_float_to_fp8(ld(x + i) * scale, __NV_SATFINITE, e5m2 ? __NV_E5M2 : __NV_E4M3);
+}
+
 } // namespace
+
+#define LLMOPT_CUDA_DEFINE_FP8(T)                                                           \
+  cudaError_t quantizeFp8(const T *x, int64_t n, bool e5m2, uint8_t *out, float *amax,      \
+                          float *scaleInv, const float *amaxOverride, cudaStream_t s) {     \
+    if (!amaxOverride) {                                                                    \
+      if (cudaError_t e = cudaMemsetAsync(amax, 0, sizeof(float), s); e != cudaSuccess)     \
+        return e;                                                                           \
+      amaxKernel<<<gridFor(n), kThreads, 0, s>>>(x, n, amax);                               \
+    }                                                                                       \
+    castFp8Kernel<<<gridFor(n), kThreads, 0, s>>>(x, n, e5m2, out,                          \
+                                                  amaxOverride ? amaxOverride : amax, scaleInv); \
+    return cudaGetLastError();                                                              \
+  }
+LLMOPT_CUDA_FOR_TYPES(LLMOPT_CUDA_DEFINE_FP8)
+#undef LLMOPT_CUDA_DEFINE_FP8
 
 bool deviceAvailable() {
   int n = 0;

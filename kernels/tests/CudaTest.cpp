@@ -256,6 +256,44 @@ TEST(Cuda, LinearThroughCuBLASLt) {
   expectClose(dPre.host(), pre, 1e-4, "linear pre-activation");
   expectClose(dAct.host(), act, 1e-3, "linear gelu epilogue");
 }
+
+TEST(Cuda, LinearFp8) {
+  NEED_GPU();
+  int major = 0;
+  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0);
+  if (major < 9)
+    GTEST_SKIP() << "fp8 GEMMs need sm_89 / sm_90";
+  std::string error;
+  auto gemm = gpu::Gemm::create(error);
+  ASSERT_TRUE(gemm) << error;
+  const int64_t n = 32, in = 64, out = 48; // multiples of 16, as fp8 GEMMs want
+  auto x = randomVec(n * in, 40), w = randomVec(in * out, 41, 0.1f), b = randomVec(out, 42);
+  // The CPU reference: operands rounded to E4M3 with per-tensor scaling.
+  std::vector<float> xq(x.size()), wq(w.size()), y(n * out);
+  cpu::fakeQuantizeFp8(x.data(), xq.data(), n * in, cpu::Fp8::E4M3, cpu::absMax(x.data(), n * in));
+  cpu::fakeQuantizeFp8(w.data(), wq.data(), in * out, cpu::Fp8::E4M3,
+                       cpu::absMax(w.data(), in * out));
+  cpu::linearForward(xq.data(), wq.data(), b.data(), y.data(), n, in, out, false);
+  Dev<float> dX(x), dW(w), dB(b), dY(n * out), scratch(4);
+  Dev<uint8_t> qX(n * in), qW(in * out);
+  ASSERT_EQ(gpu::quantizeFp8(dX.p, n * in, false, qX.p, scratch.p, scratch.p + 1, nullptr, nullptr),
+            cudaSuccess);
+  ASSERT_EQ(gpu::quantizeFp8(dW.p, in * out, false, qW.p, scratch.p + 2, scratch.p + 3, nullptr,
+                             nullptr),
+            cudaSuccess);
+  auto s = scratch.host();
+  EXPECT_FLOAT_EQ(s[0], cpu::absMax(x.data(), n * in));
+  EXPECT_FLOAT_EQ(s[1], s[0] / 448.0f);
+  gpu::LinearShape shape{n, in, out, false, CUDA_R_32F};
+  ASSERT_TRUE(gemm->linearForwardFp8(qX.p, qW.p, scratch.p + 1, scratch.p + 3, dB.p, dY.p, shape,
+                                     nullptr, error))
+      << error;
+  // Same rounded operands, fp32 accumulation: close up to summation order.
+  expectClose(dY.host(), y, 1e-3, "fp8 linear y");
+  EXPECT_FALSE(gemm->linearForwardFp8(qX.p, qW.p, scratch.p + 1, scratch.p + 3, dB.p, dY.p,
+                                      gpu::LinearShape{n, in, out, true, CUDA_R_32F}, nullptr,
+                                      error));
+}
 } // namespace
 
 namespace {

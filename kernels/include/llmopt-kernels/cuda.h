@@ -7,6 +7,8 @@
 // gradients are fp32 and ACCUMULATE (+=), activation gradients are written.
 // Every launcher enqueues on `stream` and returns the launch status.
 //
+// fp8: quantizeFp8 below, the GEMM in gemm.h (sm_89 / sm_90).
+//
 // Not here yet (issue 7): a fast attention (flash-style or cuDNN SDPA; the
 // one here is a one-thread-per-row baseline), MoE permute, the
 // vocabulary-parallel cross-entropy, NCCL. GEMMs: gemm.h (cuBLASLt).
@@ -86,6 +88,19 @@ struct AttentionDims {
                                 float *scratch, const AttentionDims &d, cudaStream_t stream);
 LLMOPT_CUDA_FOR_TYPES(LLMOPT_CUDA_DECLARE_ATTENTION)
 #undef LLMOPT_CUDA_DECLARE_ATTENTION
+
+/// fp8 GEMM inputs (per-tensor current scaling, the CPU reference's
+/// fakeQuantizeFp8): `amax` (one float of device scratch) receives max |x|,
+/// then `out[i]` = fp8(x[i] * 448 / amax) (57344 for E5M2), saturating,
+/// ties to even, as raw fp8 bytes; `scaleInv` (one float) = amax / 448, the
+/// factor cuBLASLt multiplies the product by. `amaxOverride`, when not
+/// null, is used instead of this tensor's amax (an amax reduced over the
+/// ranks holding parts of the tensor).
+#define LLMOPT_CUDA_DECLARE_FP8(T)                                                           \
+  cudaError_t quantizeFp8(const T *x, int64_t n, bool e5m2, uint8_t *out, float *amax,       \
+                          float *scaleInv, const float *amaxOverride, cudaStream_t stream);
+LLMOPT_CUDA_FOR_TYPES(LLMOPT_CUDA_DECLARE_FP8)
+#undef LLMOPT_CUDA_DECLARE_FP8
 
 /// AdamW on an fp32 master copy and moments; the gradient is scaled by
 /// `gradScale` first (clipping); `working` (may be null) receives the

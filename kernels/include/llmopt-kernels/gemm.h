@@ -44,6 +44,14 @@ public:
   virtual bool linearBackward(const void *dy, const void *x, const void *w, void *dx,
                               float *dw, const LinearShape &s, cudaStream_t stream,
                               std::string &error) = 0;
+  /// fp8 (sm_89 / sm_90): y = (xq wq^T) * xScaleInv * wScaleInv (+ bias),
+  /// with xq [n, in] and wq [out, in] E4M3 bytes from quantizeFp8 and the
+  /// scales device pointers; y in `s.type`. Weights must be [out, in]
+  /// (cuBLASLt's fp8 GEMMs take the "TN" layout only).
+  virtual bool linearForwardFp8(const uint8_t *xq, const uint8_t *wq, const float *xScaleInv,
+                                const float *wScaleInv, const void *bias, void *y,
+                                const LinearShape &s, cudaStream_t stream,
+                                std::string &error) = 0;
   /// Problems whose algorithm the heuristic has chosen (the cache's size).
   virtual size_t cachedAlgorithms() const = 0;
 };
