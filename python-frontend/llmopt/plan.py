@@ -403,6 +403,7 @@ class PlanResult:
         fuse: bool = True,
         bucket_bytes: int = 25 << 20,
         cp_comm: str = "ring",
+        prefetch: bool = True,
     ) -> Path:
         """Lowers a plan (the best by default) to a plan directory that
         ``llm-run`` trains: ``plan.json``, its checksum, ``run.slurm`` and,
@@ -411,7 +412,9 @@ class PlanResult:
         in that element type (``"f32"`` for the CPU backend).
         ``bucket_bytes`` sizes the data-parallel gradient all-reduce buckets
         (0: one all-reduce in the step); ``cp_comm`` is ``"ring"`` or
-        ``"all-gather"`` for context parallelism (docs/lowering.md).
+        ``"all-gather"`` for context parallelism (docs/lowering.md);
+        ``prefetch`` starts each layer's ZeRO-3 parameter gathers while the
+        previous layer computes.
 
         Raises:
             LLMOptError: the plan needs lowering that is not written yet (the
@@ -431,7 +434,8 @@ class PlanResult:
         before = [f"--hf-dtype={dtype}"] if dtype else []
         lowering = (f"--llm-lower-to-plan=dir={_quote(str(target))} lr={lr!r} "
                     f"max-grad-norm={max_grad_norm!r} fuse={'true' if fuse else 'false'} "
-                    f"bucket-bytes={bucket_bytes} cp-comm={cp_comm}")
+                    f"bucket-bytes={bucket_bytes} cp-comm={cp_comm} "
+                    f"prefetch={'true' if prefetch else 'false'}")
         with tempfile.TemporaryDirectory(prefix="llmopt-") as tmp:
             _run(request, Path(tmp), fix=_fix_text(chosen.config), top_k=1,
                  extra=[lowering], before=before)

@@ -83,6 +83,23 @@ def test_lower_passes_the_lowering_options(tiny_tp, tmp_path):
     assert "fused" not in kernels and not (out / "kernels.cu").exists()
 
 
+def test_lower_prefetch_option(examples, tmp_path):
+    r = llmopt.plan(
+        llmopt.Model(examples / "byte-gpt2-tiny.json"),
+        llmopt.Cluster.preset("dgx-h100", gpus=2),
+        llmopt.Job(global_batch=8, seq_len=64),
+        fix={"dp": 2, "zero": 3},
+        top_k=1,
+    )
+
+    def events(out):
+        plan = json.loads((out / "plan.json").read_text())
+        return sum("event" in i for p in plan["programs"] for i in p["micro_batch_instructions"])
+
+    assert events(r.lower(tmp_path / "pf", dtype="f32")) > 0
+    assert events(r.lower(tmp_path / "nopf", dtype="f32", prefetch=False)) == 0
+
+
 def test_lower_checks_its_arguments(tiny_tp, tmp_path):
     with pytest.raises(ValueError, match="lr must be positive"):
         tiny_tp.lower(tmp_path / "x", lr=0)
