@@ -71,11 +71,44 @@ void moeRouterForward(const float *x, const float *gate, float *weights, int32_t
   }
 }
 
+namespace {
+/// count_e over every token's top-k choices.
+std::vector<float> expertCounts(const int32_t *indices, int64_t n, int64_t experts,
+                                int64_t topK) {
+  std::vector<float> c(static_cast<size_t>(experts), 0.0f);
+  for (int64_t i = 0; i < n * topK; ++i)
+    if (indices[i] >= 0 && indices[i] < experts)
+      c[size_t(indices[i])] += 1.0f;
+  return c;
+}
+} // namespace
+
+float moeAuxLoss(const float *x, const float *gate, const int32_t *indices, int64_t n,
+                 int64_t hidden, int64_t experts, int64_t topK, float auxLossCoef) {
+  std::vector<float> counts = expertCounts(indices, n, experts, topK),
+                     p(static_cast<size_t>(experts));
+  double sum = 0;
+  for (int64_t r = 0; r < n; ++r) {
+    routerProbs(x + r * hidden, gate, hidden, experts, p.data());
+    for (int64_t e = 0; e < experts; ++e)
+      sum += double(p[size_t(e)]) * counts[size_t(e)];
+  }
+  return float(double(auxLossCoef) * double(experts) * sum / (double(n) * double(n) * double(topK)));
+}
+
 void moeRouterBackward(const float *dweights, const float *x, const float *gate,
                        const float *weights, const int32_t *indices, float *dx,
                        float *dgate, int64_t n, int64_t hidden, int64_t experts,
-                       int64_t topK, bool normalize) {
+                       int64_t topK, bool normalize, float auxLossCoef) {
   std::vector<float> p(static_cast<size_t>(experts)), dlogit(static_cast<size_t>(experts));
+  // d aux / d P_e(token) = coef * E * count_e / (n^2 * topK).
+  std::vector<float> auxGrad;
+  if (auxLossCoef > 0) {
+    auxGrad = expertCounts(indices, n, experts, topK);
+    float c = float(double(auxLossCoef) * double(experts) / (double(n) * double(n) * double(topK)));
+    for (float &g : auxGrad)
+      g *= c;
+  }
   for (int64_t r = 0; r < n; ++r) {
     const float *xr = x + r * hidden;
     const float *dw = dweights + r * topK, *w = weights + r * topK;
@@ -99,6 +132,15 @@ void moeRouterBackward(const float *dweights, const float *x, const float *gate,
         s += p[size_t(e)] * dp[size_t(e)];
       for (int64_t e = 0; e < experts; ++e)
         dlogit[size_t(e)] = p[size_t(e)] * (dp[size_t(e)] - s);
+    }
+    if (!auxGrad.empty()) {
+      // Through the softmax over every expert.
+      routerProbs(xr, gate, hidden, experts, p.data());
+      float s = 0;
+      for (int64_t e = 0; e < experts; ++e)
+        s += p[size_t(e)] * auxGrad[size_t(e)];
+      for (int64_t e = 0; e < experts; ++e)
+        dlogit[size_t(e)] += p[size_t(e)] * (auxGrad[size_t(e)] - s);
     }
     float *d = dx + r * hidden;
     std::fill_n(d, hidden, 0.0f);

@@ -305,6 +305,38 @@ INSTANTIATE_TEST_SUITE_P(Variants, MoEGradient,
                                            MoECase{false, true, 5},   // GeLU experts
                                            MoECase{true, true, 2}));  // capacity drops
 
+TEST(MoE, RouterAuxLossGradient) {
+  // The router's backward with a load-balancing coefficient is the gradient
+  // of  sum(weights * ow) + aux  (the top-k choice held fixed, as in the
+  // loss's definition; the finite differences are small enough not to flip
+  // it).
+  const int64_t n = 6, hidden = 4, experts = 4, topK = 2;
+  const float coef = 0.5f;
+  auto x = randomVec(n * hidden, 50), gate = randomVec(experts * hidden, 51),
+       ow = randomVec(n * topK, 52);
+  std::vector<float> w(n * topK);
+  std::vector<int32_t> idx(n * topK);
+  moeRouterForward(x.data(), gate.data(), w.data(), idx.data(), n, hidden, experts, topK, true);
+  const std::vector<int32_t> fixed = idx;
+  auto loss = [&] {
+    moeRouterForward(x.data(), gate.data(), w.data(), idx.data(), n, hidden, experts, topK, true);
+    EXPECT_EQ(idx, fixed);
+    return dot(w, ow) + moeAuxLoss(x.data(), gate.data(), fixed.data(), n, hidden, experts, topK,
+                                   coef);
+  };
+  loss();
+  std::vector<float> dx(n * hidden), dgate(gate.size(), 0.0f);
+  moeRouterBackward(ow.data(), x.data(), gate.data(), w.data(), idx.data(), dx.data(),
+                    dgate.data(), n, hidden, experts, topK, true, coef);
+  checkGradient(x, dx, loss, "router+aux dx");
+  checkGradient(gate, dgate, loss, "router+aux dgate");
+  // Balanced routing of uniform probabilities gives aux = coef exactly.
+  std::vector<float> zeros(n * hidden, 0.0f);
+  std::vector<int32_t> even = {0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3};
+  EXPECT_NEAR(moeAuxLoss(zeros.data(), gate.data(), even.data(), n, hidden, experts, topK, coef),
+              coef * 1.0f, 1e-6);
+}
+
 TEST(MoE, SlotsDropPastCapacity) {
   // Expert 1 takes tokens 0, 1 and 2; with capacity 2 the third copy drops.
   std::vector<int32_t> idx = {1, 0, 1, 2, 1, 0};

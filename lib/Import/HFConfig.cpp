@@ -830,7 +830,7 @@ private:
       auto idx = RankedTensorType::get({kDyn, kDyn, c.topK}, b.getI32Type());
       auto router =
           MoERouterOp::create(b, loc, probs, idx, h, gate,
-                              b.getI64IntegerAttr(c.topK), b.getUnitAttr());
+                              b.getI64IntegerAttr(c.topK), b.getUnitAttr(), FloatAttr());
       auto rows = RankedTensorType::get({c.experts, kDyn, c.hidden}, elt);
       Value d = MoEDispatchOp::create(b, loc, rows, h, router.getIndices(),
                                       b.getF64FloatAttr(0.0));

@@ -13,6 +13,7 @@ void llmopt::buildLowerToPlanPipeline(OpPassManager &pm, const LowerToPlanOption
   step.lr = o.lr;
   step.maxGradNorm = o.maxGradNorm;
   step.lossScale = o.lossScale;
+  step.moeAuxLoss = o.moeAuxLoss;
   pm.addPass(createPartitionTP());
   pm.addPass(createPartitionEP());
   PartitionCPOptions cpOptions;

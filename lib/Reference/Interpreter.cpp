@@ -460,7 +460,8 @@ LogicalResult Run::exec(Operation *op) {
         k::moeRouterBackward(get(g.getGrad()).data.data(), x.data.data(), gate.data.data(),
                              w.data.data(), get(g.getIndices()).ids.data(), dx.data.data(),
                              dg.data.data(), rows(x), x.shape[2], gate.shape[0], w.shape[2],
-                             g.getNormalize());
+                             g.getNormalize(),
+                             g.getAuxLoss() ? float(g.getAuxLoss()->convertToDouble()) : 0.0f);
         return success();
       })
       .Case([&](MoEDispatchGradOp g) -> LogicalResult {

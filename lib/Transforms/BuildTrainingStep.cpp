@@ -3,6 +3,7 @@
 #include "llmopt/Dialect/LLM/IR/LLMOps.h"
 #include "llmopt/Transforms/Passes.h"
 
+#include <cmath>
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
@@ -109,6 +110,34 @@ struct BuildTrainingStepPass
     for (Operation &op : body.without_terminator())
       if (op.getBlock() == &body)
         forwardOps.push_back(&op);
+
+    // MoE load-balancing loss: the routers' backward adds its gradient.
+    if (moeAuxLoss < 0 || !std::isfinite(double(moeAuxLoss))) {
+      module.emitError() << "llm-build-training-step: moe-aux-loss must be a finite "
+                            "coefficient >= 0";
+      return signalPassFailure();
+    }
+    if (moeAuxLoss > 0) {
+      bool any = false;
+      for (Operation *op : forwardOps)
+        if (auto r = dyn_cast<MoERouterOp>(op)) {
+          if (seqParts(r.getInput().getType()) > 1 || module->hasAttr("llm.cp")) {
+            r.emitOpError() << "llm-build-training-step: the MoE load-balancing loss with the "
+                               "router on sequence chunks (context parallelism, or expert "
+                               "parallelism with sequence parallelism) is not lowered yet: the "
+                               "expert counts would need summing over the chunks; use cp=1 and "
+                               "sp=0, or moe-aux-loss=0";
+            return signalPassFailure();
+          }
+          r.setAuxLossAttr(b.getF64FloatAttr(moeAuxLoss));
+          any = true;
+        }
+      if (!any) {
+        module.emitError() << "llm-build-training-step: moe-aux-loss is set but the model has "
+                              "no MoE routers";
+        return signalPassFailure();
+      }
+    }
 
     // Full activation recomputation (the plan's `recompute`, or this pass's
     // option): a layer's forward ops are cloned right before its backward,

@@ -1116,7 +1116,8 @@ bool CpuExecutor::run(const Instruction &ins, Communicator &comm, std::string &e
     zero(out[1]);
     k::moeRouterBackward(data(in[0]), data(in[1]), data(in[2]), data(in[3]), idx, data(out[0]),
                          data(out[1]), rowsOf(in[1]), in[1].shape.back(), in[2].shape[0],
-                         int64_t(ins.number("top_k")), ins.flag("normalize"));
+                         int64_t(ins.number("top_k")), ins.flag("normalize"),
+                         float(ins.number("aux_loss")));
     return true;
   }
   case KernelId::MoEDispatchFwd:

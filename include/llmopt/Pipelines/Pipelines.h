@@ -31,6 +31,10 @@ struct LowerToPlanOptions : public mlir::PassPipelineOptions<LowerToPlanOptions>
   Option<bool> fuse{*this, "fuse",
                     llvm::cl::desc("fuse chains of row-wise ops into generated kernels"),
                     llvm::cl::init(true)};
+  Option<double> moeAuxLoss{
+      *this, "moe-aux-loss",
+      llvm::cl::desc("MoE load-balancing loss coefficient (Megatron's --moe-aux-loss-coeff)"),
+      llvm::cl::init(0.0)};
   Option<bool> prefetch{*this, "prefetch",
                         llvm::cl::desc("ZeRO-3: gather each layer's parameters while the "
                                        "previous layer computes"),

@@ -64,11 +64,19 @@ def BuildTrainingStep : Pass<"llm-build-training-step", "::mlir::ModuleOp"> {
     gradients, skips the update when one is not finite and lets the runtime
     halve or grow the scale (Micikevicius et al. 2018).
 
+    MoE models: `moe-aux-loss` > 0 sets every router's `aux_loss`, so that
+    the backward adds the load-balancing loss's gradient (per micro-batch and
+    rank, as Megatron's `aux_loss`; not yet where the router sees sequence
+    chunks, under context parallelism or expert with sequence parallelism,
+    which would need the expert counts summed over the chunks).
+
     Fails with an error on the op when a forward op has no backward yet.
   }];
   let options = [
     Option<"lossScale", "loss-scale", "std::string", /*default=*/"\"auto\"",
            "none, dynamic, or auto (dynamic when the parameters are fp16)">,
+    Option<"moeAuxLoss", "moe-aux-loss", "double", /*default=*/"0.0",
+           "MoE load-balancing loss coefficient (Megatron's --moe-aux-loss-coeff)">,
     Option<"recompute", "recompute", "std::string", /*default=*/"\"\"",
            "none, selective or full (default: the module's llm.plan, else none)">,
     Option<"lr", "lr", "double", /*default=*/"3e-4", "learning rate">,

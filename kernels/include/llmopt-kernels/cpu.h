@@ -164,10 +164,19 @@ void moeRouterForward(const float *x, const float *gate, float *weights, int32_t
                       int64_t n, int64_t hidden, int64_t experts, int64_t topK,
                       bool normalize);
 /// dx written, dgate accumulated; `weights` and `indices` are the forward's.
+/// With `auxLossCoef` > 0 the gradient of the load-balancing loss (Switch
+/// Transformer, Megatron's aux_loss)
+///   aux = auxLossCoef * E * sum_e f_e * P_e,  f_e = count_e / (n * topK),
+///   P_e = mean over the n tokens of softmax(logits)_e
+/// is added (f, from the top-k choice, is constant); the forward loss does
+/// not include it (as Megatron's MoEAuxLossAutoScaler).
 void moeRouterBackward(const float *dweights, const float *x, const float *gate,
                        const float *weights, const int32_t *indices, float *dx,
                        float *dgate, int64_t n, int64_t hidden, int64_t experts,
-                       int64_t topK, bool normalize);
+                       int64_t topK, bool normalize, float auxLossCoef = 0.0f);
+/// The load-balancing loss above (for tests and reporting).
+float moeAuxLoss(const float *x, const float *gate, const int32_t *indices, int64_t n,
+                 int64_t hidden, int64_t experts, int64_t topK, float auxLossCoef);
 /// out [experts, capacity, hidden]: each token's copies at their slots,
 /// zero rows elsewhere. Backward sums a token's copies' gradients.
 bool moeDispatchForward(const float *x, const int32_t *indices, float *out, int64_t n,

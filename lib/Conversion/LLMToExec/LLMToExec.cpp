@@ -473,10 +473,13 @@ LogicalResult Converter::convert(Operation *op) {
                       {i64("top_k", r.getTopKAttr().getInt()), flag("normalize", r.getNormalize())});
       })
       .Case([&](MoERouterGradOp g) {
+        SmallVector<NamedAttribute> params = {i64("top_k", g.getTopKAttr().getInt()),
+                                              flag("normalize", g.getNormalize())};
+        if (std::optional<APFloat> aux = g.getAuxLoss())
+          params.push_back(f64("aux_loss", aux->convertToDouble()));
         return kernel(loc, "moe_router_bwd",
                       {g.getGrad(), g.getInput(), g.getGate(), g.getWeights(), g.getIndices()},
-                      {g.getInputGrad(), g.getGateGrad()},
-                      {i64("top_k", g.getTopKAttr().getInt()), flag("normalize", g.getNormalize())});
+                      {g.getInputGrad(), g.getGateGrad()}, params);
       })
       .Case([&](MoEDispatchOp d) {
         return kernel(loc, "moe_dispatch_fwd", {d.getInput(), d.getIndices()}, d.getResult());

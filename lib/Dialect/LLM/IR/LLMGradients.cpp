@@ -176,7 +176,7 @@ LogicalResult MoERouterOp::emitGradient(OpBuilder &b, ArrayRef<Value> grads,
   }
   auto g = MoERouterGradOp::create(b, getLoc(), getInput().getType(), getGate().getType(),
                                    grads[0], getInput(), getGate(), getWeights(), getIndices(),
-                                   getTopKAttr(), getNormalizeAttr());
+                                   getTopKAttr(), getNormalizeAttr(), getAuxLossAttr());
   out.assign({g.getInputGrad(), g.getGateGrad()});
   return success();
 }

@@ -404,6 +404,9 @@ LogicalResult MoERouterOp::verify() {
   if (k > e)
     return emitOpError() << "top_k (" << k
                          << ") exceeds the number of experts (" << e << ")";
+  if (std::optional<APFloat> aux = getAuxLoss();
+      aux && (aux->isNegative() || !aux->isFinite()))
+    return emitOpError() << "aux_loss must be a finite coefficient >= 0";
   for (Value r : {getWeights(), getIndices()}) {
     RankedTensorType t = tensorType(r);
     if (t.getRank() != 3 || t.getDimSize(2) != k)

@@ -208,7 +208,8 @@ def LLM_MoERouterGradOp : LLM_CostOp<"moe_router_grad", [Pure,
   let description = [{
     Input and gate gradients of `llm.moe_router` from the gradient of its
     routing weights; `weights` and `indices` are the forward's results (the
-    selection is not redone, so the gradient follows the forward's choice).
+    selection is not redone, so the gradient follows the forward's choice),
+    plus, with `aux_loss`, the load-balancing loss's gradient.
     ```mlir
     %dx, %dg = llm.moe_router_grad %dw, %x, %wg, %w, %i top_k 2 normalize : tensor<?x?x2xf32>, tensor<?x?x32xf32>, tensor<4x32xf32>, tensor<?x?x2xi32>
     ```
@@ -217,11 +218,11 @@ def LLM_MoERouterGradOp : LLM_CostOp<"moe_router_grad", [Pure,
   }];
   let arguments = (ins LLM_ProbTensor:$grad, LLM_Activation:$input, LLM_Weight:$gate,
                        LLM_ProbTensor:$weights, LLM_IndexTensor:$indices,
-                       I64Attr:$top_k, UnitAttr:$normalize);
+                       I64Attr:$top_k, UnitAttr:$normalize, OptionalAttr<F64Attr>:$aux_loss);
   let results = (outs LLM_Activation:$input_grad, LLM_Weight:$gate_grad);
   let assemblyFormat = [{
     $grad `,` $input `,` $gate `,` $weights `,` $indices `top_k` $top_k
-    (`normalize` $normalize^)? attr-dict `:` type($grad) `,` type($input) `,`
+    (`normalize` $normalize^)? (`aux_loss` $aux_loss^)? attr-dict `:` type($grad) `,` type($input) `,`
     type($gate) `,` type($indices)
   }];
 }

@@ -376,19 +376,26 @@ def LLM_MoERouterOp : LLM_DiffOp<"moe_router", [Pure]> {
     [num_experts, hidden], keeps the `top_k` best and returns their routing
     weights and expert indices, each [batch, seq, top_k]. `normalize` renormalizes
     the kept weights to sum to one (Mixtral's softmax over the top-k logits).
+    `aux_loss` adds to training the gradient of the load-balancing loss
+    `aux_loss * E * sum_e f_e * P_e` (Switch Transformer; Megatron's
+    `--moe-aux-loss-coeff`), `f_e` the fraction of the tokens' top-k choices
+    that went to expert e and `P_e` its mean router probability over the
+    micro-batch's tokens; like Megatron's, the reported loss does not
+    include it.
 
     ```mlir
     %p, %i = llm.moe_router %x, %wg top_k 2 normalize : tensor<?x?x4096xbf16>, tensor<8x4096xbf16> -> tensor<?x?x2xf32>, tensor<?x?x2xi32>
+    %q, %j = llm.moe_router %x, %wg top_k 2 normalize aux_loss 1.000000e-02 : tensor<?x?x4096xbf16>, tensor<8x4096xbf16> -> tensor<?x?x2xf32>, tensor<?x?x2xi32>
     ```
 
     Verified: `top_k` is at least 1 and at most the number of experts; the
     gate's hidden size matches the input's; results are [batch, seq, top_k].
   }];
   let arguments = (ins LLM_Activation:$input, LLM_Weight:$gate,
-                       I64Attr:$top_k, UnitAttr:$normalize);
+                       I64Attr:$top_k, UnitAttr:$normalize, OptionalAttr<F64Attr>:$aux_loss);
   let results = (outs LLM_ProbTensor:$weights, LLM_IndexTensor:$indices);
   let assemblyFormat = [{
-    $input `,` $gate `top_k` $top_k (`normalize` $normalize^)? attr-dict `:`
+    $input `,` $gate `top_k` $top_k (`normalize` $normalize^)? (`aux_loss` $aux_loss^)? attr-dict `:`
     type($input) `,` type($gate) `->` type($weights) `,` type($indices)
   }];
   let extraClassDeclaration = [{
