@@ -404,6 +404,7 @@ class PlanResult:
         bucket_bytes: int = 25 << 20,
         cp_comm: str = "ring",
         prefetch: bool = True,
+        moe_aux_loss: float = 0.0,
     ) -> Path:
         """Lowers a plan (the best by default) to a plan directory that
         ``llm-run`` trains: ``plan.json``, its checksum, ``run.slurm`` and,
@@ -414,7 +415,8 @@ class PlanResult:
         (0: one all-reduce in the step); ``cp_comm`` is ``"ring"`` or
         ``"all-gather"`` for context parallelism (docs/lowering.md);
         ``prefetch`` starts each layer's ZeRO-3 parameter gathers while the
-        previous layer computes.
+        previous layer computes; ``moe_aux_loss`` is the MoE load-balancing
+        loss coefficient (Megatron's ``--moe-aux-loss-coeff``).
 
         Raises:
             LLMOptError: the plan needs lowering that is not written yet (the
@@ -426,6 +428,8 @@ class PlanResult:
             raise ValueError(f"max_grad_norm must be non-negative, got {max_grad_norm!r}")
         if not isinstance(bucket_bytes, int) or isinstance(bucket_bytes, bool) or bucket_bytes < 0:
             raise ValueError(f"bucket_bytes must be a non-negative integer, got {bucket_bytes!r}")
+        if not isinstance(moe_aux_loss, (int, float)) or not 0 <= moe_aux_loss < float("inf"):
+            raise ValueError(f"moe_aux_loss must be a finite number >= 0, got {moe_aux_loss!r}")
         if cp_comm not in ("ring", "all-gather"):
             raise ValueError(f"cp_comm must be 'ring' or 'all-gather', got {cp_comm!r}")
         request = self._need_request()
@@ -435,7 +439,7 @@ class PlanResult:
         lowering = (f"--llm-lower-to-plan=dir={_quote(str(target))} lr={lr!r} "
                     f"max-grad-norm={max_grad_norm!r} fuse={'true' if fuse else 'false'} "
                     f"bucket-bytes={bucket_bytes} cp-comm={cp_comm} "
-                    f"prefetch={'true' if prefetch else 'false'}")
+                    f"prefetch={'true' if prefetch else 'false'} moe-aux-loss={moe_aux_loss!r}")
         with tempfile.TemporaryDirectory(prefix="llmopt-") as tmp:
             _run(request, Path(tmp), fix=_fix_text(chosen.config), top_k=1,
                  extra=[lowering], before=before)

@@ -54,9 +54,12 @@ def test_lower_expert_with_tensor_parallelism(tmp_path):
         fix={"dp": 2, "ep": 2, "tp": 2, "micro_batch": 1},
         top_k=1,
     )
-    out = r.lower(tmp_path / "eptp")
+    out = r.lower(tmp_path / "eptp", moe_aux_loss=0.01)
     plan = json.loads((out / "plan.json").read_text())
     assert plan["mesh"]["ep"] == 2 and plan["mesh"]["tp"] == 2
+    routers = [i for p in plan["programs"] for i in p["micro_batch_instructions"]
+               if i.get("kernel") == "moe_router_bwd"]
+    assert routers and all(i["params"]["aux_loss"] == pytest.approx(0.01) for i in routers)
     w1 = [p for p in plan["params"] if p["name"] == "model.layers.0.block_sparse_moe.experts.*.w1.weight"]
     assert [(p["shape"], p["shard"]["axis"]) for p in w1] == [([2, 48, 32], "ep")]
 
@@ -101,6 +104,8 @@ def test_lower_prefetch_option(examples, tmp_path):
 
 
 def test_lower_checks_its_arguments(tiny_tp, tmp_path):
+    with pytest.raises(ValueError, match="moe_aux_loss must be"):
+        tiny_tp.lower(tmp_path / "x", moe_aux_loss=-1)
     with pytest.raises(ValueError, match="lr must be positive"):
         tiny_tp.lower(tmp_path / "x", lr=0)
     with pytest.raises(ValueError, match="cp_comm must be"):
