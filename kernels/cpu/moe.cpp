@@ -71,14 +71,19 @@ void moeRouterForward(const float *x, const float *gate, float *weights, int32_t
   }
 }
 
-namespace {
-/// count_e over every token's top-k choices.
-std::vector<float> expertCounts(const int32_t *indices, int64_t n, int64_t experts,
-                                int64_t topK) {
-  std::vector<float> c(static_cast<size_t>(experts), 0.0f);
+void moeExpertCounts(const int32_t *indices, float *counts, int64_t n, int64_t experts,
+                     int64_t topK) {
+  std::fill_n(counts, experts, 0.0f);
   for (int64_t i = 0; i < n * topK; ++i)
     if (indices[i] >= 0 && indices[i] < experts)
-      c[size_t(indices[i])] += 1.0f;
+      counts[indices[i]] += 1.0f;
+}
+
+namespace {
+std::vector<float> expertCounts(const int32_t *indices, int64_t n, int64_t experts,
+                                int64_t topK) {
+  std::vector<float> c(static_cast<size_t>(experts));
+  moeExpertCounts(indices, c.data(), n, experts, topK);
   return c;
 }
 } // namespace
@@ -99,13 +104,18 @@ float moeAuxLoss(const float *x, const float *gate, const int32_t *indices, int6
 void moeRouterBackward(const float *dweights, const float *x, const float *gate,
                        const float *weights, const int32_t *indices, float *dx,
                        float *dgate, int64_t n, int64_t hidden, int64_t experts,
-                       int64_t topK, bool normalize, float auxLossCoef) {
+                       int64_t topK, bool normalize, float auxLossCoef, const float *auxCounts,
+                       int64_t auxTokens, float auxScale) {
   std::vector<float> p(static_cast<size_t>(experts)), dlogit(static_cast<size_t>(experts));
-  // d aux / d P_e(token) = coef * E * count_e / (n^2 * topK).
+  // d aux / d P_e(token) = coef * E * count_e / (N^2 * topK), N the tokens
+  // counted.
   std::vector<float> auxGrad;
   if (auxLossCoef > 0) {
-    auxGrad = expertCounts(indices, n, experts, topK);
-    float c = float(double(auxLossCoef) * double(experts) / (double(n) * double(n) * double(topK)));
+    auxGrad = auxCounts ? std::vector<float>(auxCounts, auxCounts + experts)
+                        : expertCounts(indices, n, experts, topK);
+    double tokens = auxCounts ? double(auxTokens) : double(n);
+    float c = float(double(auxLossCoef) * double(auxScale) * double(experts) /
+                    (tokens * tokens * double(topK)));
     for (float &g : auxGrad)
       g *= c;
   }

@@ -121,14 +121,6 @@ struct BuildTrainingStepPass
       bool any = false;
       for (Operation *op : forwardOps)
         if (auto r = dyn_cast<MoERouterOp>(op)) {
-          if (seqParts(r.getInput().getType()) > 1 || module->hasAttr("llm.cp")) {
-            r.emitOpError() << "llm-build-training-step: the MoE load-balancing loss with the "
-                               "router on sequence chunks (context parallelism, or expert "
-                               "parallelism with sequence parallelism) is not lowered yet: the "
-                               "expert counts would need summing over the chunks; use cp=1 and "
-                               "sp=0, or moe-aux-loss=0";
-            return signalPassFailure();
-          }
           r.setAuxLossAttr(b.getF64FloatAttr(moeAuxLoss));
           any = true;
         }

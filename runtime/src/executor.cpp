@@ -1110,14 +1110,37 @@ bool CpuExecutor::run(const Instruction &ins, Communicator &comm, std::string &e
     return true;
   }
   case KernelId::MoERouterBwd: {
+    // A sixth input: the expert counts of the whole sequence (the router saw
+    // a chunk of it).
+    if (in.size() != 5 && in.size() != 6) {
+      error = "moe_router_bwd takes 5 inputs, or 6 with the sequence's expert counts";
+      return false;
+    }
     const int32_t *idx = routes(in[4], error);
     if (!idx)
       return false;
+    if (in.size() == 6 && (in[5].elements != in[2].shape[0] || ins.number("aux_tokens") < 1)) {
+      error = "moe_router_bwd: the counts need one entry per expert and aux_tokens >= 1";
+      return false;
+    }
     zero(out[1]);
     k::moeRouterBackward(data(in[0]), data(in[1]), data(in[2]), data(in[3]), idx, data(out[0]),
                          data(out[1]), rowsOf(in[1]), in[1].shape.back(), in[2].shape[0],
                          int64_t(ins.number("top_k")), ins.flag("normalize"),
-                         float(ins.number("aux_loss")));
+                         float(ins.number("aux_loss")), in.size() == 6 ? data(in[5]) : nullptr,
+                         int64_t(ins.number("aux_tokens")), float(ins.number("aux_scale", 1.0)));
+    return true;
+  }
+  case KernelId::MoEExpertCounts: {
+    const int32_t *idx = routes(in[0], error);
+    if (!idx)
+      return false;
+    int64_t topK = int64_t(ins.number("top_k"));
+    if (topK < 1 || in[0].elements % topK != 0) {
+      error = "moe_expert_counts: top_k must divide the indices";
+      return false;
+    }
+    k::moeExpertCounts(idx, data(out[0]), in[0].elements / topK, out[0].elements, topK);
     return true;
   }
   case KernelId::MoEDispatchFwd:

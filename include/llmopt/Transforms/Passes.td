@@ -66,9 +66,7 @@ def BuildTrainingStep : Pass<"llm-build-training-step", "::mlir::ModuleOp"> {
 
     MoE models: `moe-aux-loss` > 0 sets every router's `aux_loss`, so that
     the backward adds the load-balancing loss's gradient (per micro-batch and
-    rank, as Megatron's `aux_loss`; not yet where the router sees sequence
-    chunks, under context parallelism or expert with sequence parallelism,
-    which would need the expert counts summed over the chunks).
+    rank and sequence, as Megatron's `aux_loss`).
 
     Fails with an error on the op when a forward op has no backward yet.
   }];

@@ -54,7 +54,9 @@
   LLMOPT_KERNEL(VPCELoss, "vp_ce_loss", 3, 1, "ignore_index")                            \
   LLMOPT_KERNEL(VPCEBwd, "vp_ce_bwd", 4, 1, "shard,ignore_index")                        \
   LLMOPT_KERNEL(MoERouterFwd, "moe_router_fwd", 2, 2, "top_k,normalize")                 \
-  LLMOPT_KERNEL(MoERouterBwd, "moe_router_bwd", 5, 2, "top_k,normalize,aux_loss")        \
+  LLMOPT_KERNEL(MoERouterBwd, "moe_router_bwd", -1, 2,                                   \
+                "top_k,normalize,aux_loss,aux_tokens,aux_scale")                         \
+  LLMOPT_KERNEL(MoEExpertCounts, "moe_expert_counts", 1, 1, "top_k")                     \
   LLMOPT_KERNEL(MoEDispatchFwd, "moe_dispatch_fwd", 2, 1, "")                            \
   LLMOPT_KERNEL(MoEDispatchBwd, "moe_dispatch_bwd", 2, 1, "")                            \
   LLMOPT_KERNEL(MoEExpertsFwd, "moe_experts_fwd", -1, 1, "swiglu")                       \

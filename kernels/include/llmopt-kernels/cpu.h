@@ -169,11 +169,20 @@ void moeRouterForward(const float *x, const float *gate, float *weights, int32_t
 ///   aux = auxLossCoef * E * sum_e f_e * P_e,  f_e = count_e / (n * topK),
 ///   P_e = mean over the n tokens of softmax(logits)_e
 /// is added (f, from the top-k choice, is constant); the forward loss does
-/// not include it (as Megatron's MoEAuxLossAutoScaler).
+/// not include it (as Megatron's MoEAuxLossAutoScaler). When the router
+/// sees a chunk of the tokens (sequence or context parallelism),
+/// `auxCounts` are count_e over all `auxTokens` tokens of the sequence
+/// (summed over the chunks) and the aux gradient is multiplied by
+/// `auxScale`; by default the n tokens here are all of them.
 void moeRouterBackward(const float *dweights, const float *x, const float *gate,
                        const float *weights, const int32_t *indices, float *dx,
                        float *dgate, int64_t n, int64_t hidden, int64_t experts,
-                       int64_t topK, bool normalize, float auxLossCoef = 0.0f);
+                       int64_t topK, bool normalize, float auxLossCoef = 0.0f,
+                       const float *auxCounts = nullptr, int64_t auxTokens = 0,
+                       float auxScale = 1.0f);
+/// count_e: how many of the n tokens' top-k choices went to each expert.
+void moeExpertCounts(const int32_t *indices, float *counts, int64_t n, int64_t experts,
+                     int64_t topK);
 /// The load-balancing loss above (for tests and reporting).
 float moeAuxLoss(const float *x, const float *gate, const int32_t *indices, int64_t n,
                  int64_t hidden, int64_t experts, int64_t topK, float auxLossCoef);

@@ -472,14 +472,46 @@ LogicalResult Converter::convert(Operation *op) {
                       {r.getWeights(), r.getIndices()},
                       {i64("top_k", r.getTopKAttr().getInt()), flag("normalize", r.getNormalize())});
       })
-      .Case([&](MoERouterGradOp g) {
+      .Case([&](MoERouterGradOp g) -> LogicalResult {
         SmallVector<NamedAttribute> params = {i64("top_k", g.getTopKAttr().getInt()),
                                               flag("normalize", g.getNormalize())};
-        if (std::optional<APFloat> aux = g.getAuxLoss())
+        SmallVector<Value> ins = {g.getGrad(), g.getInput(), g.getGate(), g.getWeights(),
+                                  g.getIndices()};
+        std::optional<APFloat> aux = g.getAuxLoss();
+        if (aux)
           params.push_back(f64("aux_loss", aux->convertToDouble()));
-        return kernel(loc, "moe_router_bwd",
-                      {g.getGrad(), g.getInput(), g.getGate(), g.getWeights(), g.getIndices()},
-                      {g.getInputGrad(), g.getGateGrad()}, params);
+        int64_t sp = seqParts(g.getInput().getType());
+        if (!aux || (sp == 1 && cp == 1))
+          return kernel(loc, "moe_router_bwd", ins, {g.getInputGrad(), g.getGateGrad()}, params);
+        // The router saw a chunk of the sequence (SP over tp, CP over cp):
+        // the load-balancing loss counts the whole sequence's choices, and
+        // under CP, whose gradients are averaged over the chunks, each
+        // chunk's share is scaled by cp.
+        FailureOr<ArrayAttr> io = bufs(ins);
+        FailureOr<ArrayAttr> oo = bufs(ValueRange{g.getInputGrad(), g.getGateGrad()});
+        if (failed(io) || failed(oo))
+          return failure();
+        int64_t experts = cast<RankedTensorType>(g.getGate().getType()).getDimSize(0);
+        auto counts = BufAttr::get(b.getContext(), b.getStringAttr("accum"), 0,
+                                   b.getStringAttr("scratch:moe_counts"),
+                                   b.getDenseI64ArrayAttr({experts}), b.getF32Type());
+        KernelOp::create(ob, loc, b.getStringAttr("moe_expert_counts"),
+                         b.getArrayAttr({(*io)[4]}), b.getArrayAttr({counts}),
+                         b.getDictionaryAttr({i64("top_k", g.getTopKAttr().getInt())}));
+        for (auto [axis, parts] : {std::pair<StringRef, int64_t>{"tp", sp}, {"cp", cp}})
+          if (parts > 1)
+            exec::AllReduceOp::create(ob, loc, b.getStringAttr(axis), b.getStringAttr("sum"),
+                                      b.getArrayAttr({counts}));
+        int64_t tokens = 1;
+        for (int64_t d : cast<BufAttr>((*io)[1]).getShape().asArrayRef().drop_back())
+          tokens *= d;
+        params.push_back(i64("aux_tokens", tokens * sp * cp));
+        params.push_back(f64("aux_scale", double(cp)));
+        SmallVector<Attribute> all((*io).begin(), (*io).end());
+        all.push_back(counts);
+        KernelOp::create(ob, loc, b.getStringAttr("moe_router_bwd"), b.getArrayAttr(all), *oo,
+                         b.getDictionaryAttr(params));
+        return success();
       })
       .Case([&](MoEDispatchOp d) {
         return kernel(loc, "moe_dispatch_fwd", {d.getInput(), d.getIndices()}, d.getResult());
