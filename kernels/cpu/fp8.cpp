@@ -10,6 +10,7 @@
 #include "llmopt-kernels/cpu.h"
 
 #include <algorithm>
+#include <cfloat>
 #include <cmath>
 
 namespace llmopt::kernels::cpu {
@@ -52,7 +53,10 @@ float absMax(const float *x, int64_t n) {
 }
 
 void fakeQuantizeFp8(const float *x, float *y, int64_t n, Fp8 format, float amax) {
-  float scale = amax > 0 && std::isfinite(amax) ? fp8Max(format) / amax : 1.0f;
+  // Clamped: a tiny amax must not make the scale infinite (0 * inf).
+  float scale = amax > 0 && std::isfinite(amax)
+                    ? float(std::min(double(fp8Max(format)) / double(amax), double(FLT_MAX)))
+                    : 1.0f;
   for (int64_t i = 0; i < n; ++i)
     y[i] = roundToFp8(x[i] * scale, format) / scale;
 }

@@ -103,6 +103,12 @@ public:
       error = "fp8 GEMMs need [out, in] weights (cuBLASLt's TN layout)";
       return false;
     }
+    // cuBLASLt's fp8 bias epilogue wants a bf16 bias whatever D is; the
+    // fp8 linears (Llama-style) have none.
+    if (bias) {
+      error = "fp8 GEMMs take no bias here (add it separately)";
+      return false;
+    }
     // y^T (out x n) = W^T-op (out x in) * x^T (in x n): A transposed, B not.
     Problem p{CUBLAS_OP_T, CUBLAS_OP_N, s.out, s.n, s.in, s.in, s.in, s.out,
               CUDA_R_8F_E4M3, s.type, bias != nullptr, false};

@@ -12,6 +12,7 @@
 
 #include <cuda_fp8.h>
 
+#include <cfloat>
 #include <cmath>
 
 namespace llmopt::kernels::cuda {
@@ -335,7 +336,7 @@ template <typename T>
 __global__ void castFp8Kernel(const T *x, int64_t n, bool e5m2, uint8_t *out, const float *amax,
                               float *scaleInv) {
   float a = *amax, top = e5m2 ? 57344.0f : 448.0f;
-  float scale = a > 0.0f && isfinite(a) ? top / a : 1.0f;
+  float scale = a > 0.0f && isfinite(a) ? fminf(top / a, FLT_MAX) : 1.0f;
   if (blockIdx.x == 0 && threadIdx.x == 0)
     *scaleInv = 1.0f / scale;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;

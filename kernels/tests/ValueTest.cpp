@@ -39,6 +39,11 @@ TEST(Value, Fp8ScalingUsesTheWholeRange) {
   EXPECT_NE(y[1], -0.3f);
   EXPECT_NEAR(y[2], 0.01f, 0.01f / 16);
   EXPECT_EQ(y[3], 0.0f);
+  // A tiny amax: the scale is clamped, not infinite, so zeros stay zeros.
+  std::vector<float> tiny = {1e-39f, 0.0f}, t(2);
+  fakeQuantizeFp8(tiny.data(), t.data(), 2, Fp8::E4M3, 1e-39f);
+  EXPECT_FALSE(std::isnan(t[0]) || std::isnan(t[1]));
+  EXPECT_EQ(t[1], 0.0f);
   // All zeros: scale 1, nothing changes.
   std::vector<float> z(3, 0.0f);
   fakeQuantizeFp8(z.data(), z.data(), 3, Fp8::E5M2, 0.0f);

@@ -369,6 +369,18 @@ float *CpuExecutor::data(const Buffer &b) {
   return arenas[arenas.size() == 1 ? 0 : slot].data() + b.offset / 4;
 }
 
+int64_t CpuExecutor::gradientBytes(const std::string &param) const {
+  int64_t bytes = 0;
+  for (const std::vector<Instruction> *list : {&program->microBatch, &program->step})
+    for (const Instruction &ins : *list)
+      for (const std::vector<Buffer> *bufs : {&ins.ins, &ins.outs, &ins.buffers})
+        for (const Buffer &b : *bufs)
+          if (b.space == Buffer::Space::Accum &&
+              (b.name == "grad:" + param || b.name == "grad_shard:" + param))
+            bytes = std::max(bytes, b.elements * 4);
+  return bytes;
+}
+
 int64_t CpuExecutor::activationBytes() const {
   int64_t bytes = 0;
   for (const std::vector<std::vector<float>> *list : {&arenas, &stashes})
@@ -385,8 +397,10 @@ bool CpuExecutor::finishScatter(const std::string &accum, Communicator &comm,
   PendingScatter &p = it->second;
   if (!comm.waitReduceScatter(p.handle, error))
     return false;
+  // The accumulator looked up now (not when the scatter started).
+  float *acc = data(p.accum);
   for (size_t i = 0; i < p.mine.size(); ++i)
-    p.accum[i] += p.mine[i] * p.scale;
+    acc[i] += p.mine[i] * p.scale;
   scatters.erase(it);
   return true;
 }
@@ -463,6 +477,17 @@ bool CpuExecutor::step(const std::vector<std::vector<int32_t>> &tok,
             " micro-batches per step";
     return false;
   }
+  // Nothing of an earlier (failed) step may still be in flight: complete and
+  // drop it before its buffers are reused.
+  for (auto &[event, g] : gathers)
+    if (!comm.waitAllGather(event, error))
+      return false;
+  gathers.clear();
+  for (auto &[name, s] : scatters)
+    if (!comm.waitReduceScatter(s.handle, error))
+      return false;
+  scatters.clear();
+  nextScatter = 0;
   for (auto &[name, a] : accum)
     std::fill(a.begin(), a.end(), 0.0f);
   for (size_t i = 0; i < tok.size(); ++i) {
@@ -576,7 +601,7 @@ bool CpuExecutor::step(const std::vector<std::vector<int32_t>> &tok,
     // drain; GPipe: every forward, then every backward. Backwards run in
     // micro-batch order either way, so gradients accumulate as without a
     // pipeline.
-    int64_t warmup = int64_t(arenas.size()) - 1;
+    int64_t warmup = int64_t(numSlots) - 1;
     if (program->schedule == "gpipe")
       warmup = micro;
     for (int64_t m = 0; m < warmup; ++m)
@@ -684,7 +709,7 @@ bool CpuExecutor::run(const Instruction &ins, Communicator &comm, std::string &e
     p.all.assign(size_t(c * size), 0.0f);
     p.mine.assign(size_t(c), 0.0f);
     std::copy_n(data(g), g.elements, p.all.data());
-    p.accum = data(acc);
+    p.accum = acc;
     p.scale = ins.reduce == "avg" ? 1.0f / float(size) : 1.0f;
     return comm.startReduceScatterBlocks(ins.axis, p.all.data(), p.mine.data(), c, p.handle,
                                          error);

@@ -672,6 +672,9 @@ bool parsePlan(const json::Value &root, Plan &plan, std::string &error) {
         if (ins.reduce != "sum" && ins.reduce != "avg")
           return c.fail(iw + ".reduce", "must be sum or avg");
         int64_t d = plan.axisSize("dp") / (ins.axis == "edp" ? plan.axisSize("ep") : 1);
+        if (ins.ins.size() == 1 && ins.ins[0].space != Buffer::Space::Arena &&
+            ins.ins[0].space != Buffer::Space::Stash)
+          return c.fail(iw + ".ins[0]", "the gradient must be an arena or stash buffer");
         if (ins.ins.size() != 1 || ins.outs.size() != 1 || !isGradShard(ins.outs[0]) ||
             ins.outs[0].elements != (ins.ins[0].elements + d - 1) / d)
           return c.fail(iw, "takes one gradient and one grad_shard: accumulator of its ceil(n / " +
@@ -805,6 +808,34 @@ bool parsePlan(const json::Value &root, Plan &plan, std::string &error) {
     }
     if (started.size() != waited.size())
       return c.fail(where + ".step_instructions", "does not wait for every gradient bucket");
+    // ZeRO-2/3 gradient chunks: one size per accumulator, and the update
+    // shards over the axis the chunk was scattered over.
+    std::map<std::string, std::pair<std::string, int64_t>> chunkOf;
+    for (const Instruction &ins : prog.microBatch)
+      if (ins.kind == Instruction::Kind::GradReduceScatter) {
+        auto [it, fresh] = chunkOf.insert({ins.outs[0].name, {ins.axis, ins.outs[0].elements}});
+        if (!fresh && it->second != std::make_pair(ins.axis, ins.outs[0].elements))
+          return c.fail(where + ".micro_batch_instructions",
+                        "accumulator '" + ins.outs[0].name +
+                            "' is scattered over different axes or sizes");
+      }
+    for (const std::vector<Instruction> *list : {&prog.microBatch, &prog.step})
+      for (const Instruction &ins : *list)
+        for (const std::vector<Buffer> *bufs : {&ins.ins, &ins.outs, &ins.buffers})
+          for (const Buffer &b : *bufs) {
+            if (!isGradShard(b))
+              continue;
+            auto it = chunkOf.find(b.name);
+            if (it == chunkOf.end() || it->second.second != b.elements)
+              return c.fail(where, "accumulator '" + b.name +
+                                       "' is used without (or with another size than) the "
+                                       "grad_reduce_scatter that fills it");
+            if (ins.kind == Instruction::Kind::Kernel && ins.kernel->id == kernels::KernelId::AdamW &&
+                ins.text("shard") != it->second.first)
+              return c.fail(where, "adamw of '" + ins.text("param") +
+                                       "' shards over another axis than its gradient chunk (" +
+                                       it->second.first + ")");
+          }
     if (gatherStart.size() != gatherWait.size())
       return c.fail(where + ".micro_batch_instructions",
                     "does not wait for every prefetched param_gather");

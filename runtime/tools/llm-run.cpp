@@ -357,10 +357,11 @@ int main(int argc, char **argv) {
     return fail("the plan's mesh does not place rank " + std::to_string(rank));
   std::vector<int32_t> wholeX, wholeY;
   int64_t stateBytes = 0;
-  // fp32 value and gradient accumulator, AdamW moments (a chunk under ZeRO).
+  // fp32 value, gradient accumulator (a chunk under ZeRO-2/3) and AdamW
+  // moments (a chunk under ZeRO).
   for (const ParamSpec &p : plan.params)
     if (exe.params.count(p.name))
-      stateBytes += p.elements * 4 /* gradient accumulator */ +
+      stateBytes += exe.gradientBytes(p.name) +
                     int64_t(exe.params.at(p.name).value.size()) * 4 +
                     exe.params.at(p.name).shard.size() * 8;
   int64_t memory = exe.activationBytes() + stateBytes;

@@ -44,7 +44,8 @@ public:
   virtual bool linearBackward(const void *dy, const void *x, const void *w, void *dx,
                               float *dw, const LinearShape &s, cudaStream_t stream,
                               std::string &error) = 0;
-  /// fp8 (sm_89 / sm_90): y = (xq wq^T) * xScaleInv * wScaleInv (+ bias),
+  /// fp8 (sm_89 / sm_90): y = (xq wq^T) * xScaleInv * wScaleInv (`bias`
+  /// must be null: cuBLASLt's fp8 bias epilogue needs a bf16 bias),
   /// with xq [n, in] and wq [out, in] E4M3 bytes from quantizeFp8 and the
   /// scales device pointers; y in `s.type`. Weights must be [out, in]
   /// (cuBLASLt's fp8 GEMMs take the "TN" layout only).

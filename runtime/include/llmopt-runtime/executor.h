@@ -76,6 +76,9 @@ public:
   size_t arenaSlots() const { return numSlots; }
   /// Bytes of arenas and stashes this rank holds.
   int64_t activationBytes() const;
+  /// Bytes of `param`'s gradient accumulator on this rank (whole, or its
+  /// ZeRO-2/3 chunk; 0 when this rank has none).
+  int64_t gradientBytes(const std::string &param) const;
 
 private:
   const Plan *plan = nullptr;
@@ -114,7 +117,7 @@ private:
   struct PendingScatter {
     int handle = 0;
     std::vector<float> all, mine;
-    float *accum = nullptr;
+    Buffer accum;
     float scale = 1;
   };
   std::map<std::string, PendingScatter> scatters;
