@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <cstdlib>
 
 namespace llmopt::runtime {
@@ -24,9 +25,9 @@ bool CpuExecutor::init(const Plan &p, int rank, uint64_t seed, std::string &erro
     return false;
   }
   for (const ParamSpec &s : p.params)
-    if (s.dtype != DType::F32) {
-      error = "the CPU backend runs fp32 plans; parameter '" + s.name +
-              "' is not f32 (import with --hf-dtype=f32)";
+    if (s.dtype != DType::F32 && s.dtype != DType::BF16 && s.dtype != DType::F16) {
+      error = "the CPU backend runs fp32, bf16 and fp16 plans; parameter '" + s.name +
+              "' is none of them";
       return false;
     }
   // A pipeline stage keeps one arena per micro-batch in flight: 1F1B has at
@@ -350,6 +351,9 @@ bool CpuExecutor::cpPositions(const Instruction &ins, int64_t local,
 }
 
 float *CpuExecutor::data(const Buffer &b) {
+  if (!shadows.empty())
+    if (auto it = shadows.find(&b); it != shadows.end())
+      return it->second.data();
   if (b.space == Buffer::Space::Temp) {
     std::vector<float> &t = temps[size_t(b.offset)];
     if (int64_t(t.size()) < b.elements)
@@ -633,14 +637,127 @@ bool CpuExecutor::step(const std::vector<std::vector<int32_t>> &tok,
 
 static int64_t rowsOf(const Buffer &b) { return b.elements / b.shape.back(); }
 
+namespace {
+bool sixteenBit(const Buffer &b) {
+  return (b.space == Buffer::Space::Arena || b.space == Buffer::Space::Stash) &&
+         (b.dtype == DType::BF16 || b.dtype == DType::F16);
+}
+} // namespace
+
+float CpuExecutor::fromStorage(DType t, uint16_t bits) {
+  if (t == DType::BF16) {
+    uint32_t u = uint32_t(bits) << 16;
+    float f;
+    std::memcpy(&f, &u, 4);
+    return f;
+  }
+  // IEEE half.
+  uint32_t sign = uint32_t(bits & 0x8000u) << 16, exp = (bits >> 10) & 0x1fu,
+           man = bits & 0x3ffu;
+  float f;
+  if (exp == 0) {
+    f = std::ldexp(float(man), -24); // subnormal (or zero)
+  } else if (exp == 31) {
+    f = man ? NAN : INFINITY;
+  } else {
+    f = std::ldexp(float(man | 0x400u), int(exp) - 25);
+  }
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  u |= sign;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+uint16_t CpuExecutor::toStorage(DType t, float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  if (t == DType::BF16) {
+    if (std::isnan(f))
+      return uint16_t((u >> 16) | 0x40u);
+    // Round to nearest, ties to even.
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return uint16_t(u >> 16);
+  }
+  uint16_t sign = uint16_t((u >> 16) & 0x8000u);
+  float a = std::fabs(f);
+  if (std::isnan(f))
+    return uint16_t(sign | 0x7e00u);
+  if (a >= 65520.0f) // rounds past the largest half (65504)
+    return uint16_t(sign | 0x7c00u);
+  if (a < std::ldexp(1.0f, -14)) { // subnormal: multiples of 2^-24
+    auto m = uint16_t(std::nearbyint(a * std::ldexp(1.0f, 24)));
+    return uint16_t(sign | m); // m == 1024 is the smallest normal, as encoded
+  }
+  int e = 0;
+  float m = std::frexp(a, &e); // a = m 2^e, m in [0.5, 1)
+  auto mant = uint32_t(std::nearbyint(std::ldexp(m, 11))); // 1024..2048
+  if (mant == 2048) {
+    mant = 1024;
+    ++e;
+  }
+  return uint16_t(sign | uint16_t((e + 14) << 10) | uint16_t(mant - 1024));
+}
+
 bool CpuExecutor::run(const Instruction &ins, Communicator &comm, std::string &error) {
-  for (const std::vector<Buffer> *list : {&ins.ins, &ins.outs, &ins.buffers})
-    for (const Buffer &b : *list)
-      if ((b.space == Buffer::Space::Arena || b.space == Buffer::Space::Stash) &&
-          b.dtype != DType::F32 && b.dtype != DType::I32) {
-        error = "the CPU backend runs fp32 plans; a buffer is neither f32 nor i32";
-        return false;
-      }
+  // 16-bit plans: each instruction computes on fp32 copies of its bf16 / fp16
+  // activations, rounded back to the dtype when it is done, and reads 16-bit
+  // weights as their fp32 master rounded to the dtype (the working copy the
+  // GPU keeps). The parameters' all-gather (ZeRO-1/2) moves the masters. A
+  // fused kernel's body does this per kernel.
+  bool fused = ins.kind == Instruction::Kind::Kernel && ins.kernel->id == KernelId::Fused;
+  std::vector<const Buffer *> wide;
+  if (!fused)
+    for (const std::vector<Buffer> *list : {&ins.ins, &ins.outs, &ins.buffers})
+      for (const Buffer &b : *list)
+        if (sixteenBit(b) || (b.space == Buffer::Space::State && b.dtype != DType::F32 &&
+                              ins.kind != Instruction::Kind::AllGather))
+          wide.push_back(&b);
+  if (wide.empty())
+    return runWide(ins, comm, error);
+  for (const Buffer *b : wide) {
+    std::vector<float> &s = shadows[b];
+    s.resize(size_t(b->elements));
+    if (b->space == Buffer::Space::State) {
+      const std::vector<float> &master = params[b->name].value;
+      for (int64_t i = 0; i < b->elements && i < int64_t(master.size()); ++i)
+        s[size_t(i)] = fromStorage(b->dtype, toStorage(b->dtype, master[size_t(i)]));
+      continue;
+    }
+    const uint16_t *raw = storage16(*b);
+    for (int64_t i = 0; i < b->elements; ++i)
+      s[size_t(i)] = fromStorage(b->dtype, raw[i]);
+  }
+  bool ok = runWide(ins, comm, error);
+  for (const Buffer *b : wide) {
+    auto it = shadows.find(b);
+    if (b->space != Buffer::Space::State) { // weights change only in AdamW
+      uint16_t *raw = storage16(*b);
+      for (int64_t i = 0; i < b->elements; ++i)
+        raw[i] = toStorage(b->dtype, it->second[size_t(i)]);
+    }
+    shadows.erase(it);
+  }
+  return ok;
+}
+
+uint16_t *CpuExecutor::storage16(const Buffer &b) {
+  std::vector<float> &mem =
+      b.space == Buffer::Space::Stash ? stashes[slot] : arenas[arenas.size() == 1 ? 0 : slot];
+  return reinterpret_cast<uint16_t *>(reinterpret_cast<char *>(mem.data()) + b.offset);
+}
+
+void CpuExecutor::store(const Buffer &b, const float *values) {
+  if (!sixteenBit(b)) {
+    std::copy_n(values, b.elements, data(b));
+    return;
+  }
+  uint16_t *raw = storage16(b);
+  for (int64_t i = 0; i < b.elements; ++i)
+    raw[i] = toStorage(b.dtype, values[i]);
+}
+
+bool CpuExecutor::runWide(const Instruction &ins, Communicator &comm, std::string &error) {
   switch (ins.kind) {
   case Instruction::Kind::AllReduce:
     for (const Buffer &b : ins.buffers)
@@ -679,13 +796,13 @@ bool CpuExecutor::run(const Instruction &ins, Communicator &comm, std::string &e
     PendingGather g;
     g.mine.assign(size_t(c), 0.0f);
     g.all.resize(size_t(c * size));
-    g.out = data(out);
+    g.out = out;
     g.elements = n;
     std::copy(st.value.begin(), st.value.end(), g.mine.begin());
     if (ins.event < 0) {
       if (!comm.allGatherBlocks(ins.axis, g.mine.data(), g.all.data(), c, error))
         return false;
-      std::copy_n(g.all.data(), n, g.out);
+      std::copy_n(g.all.data(), n, data(out));
       return true;
     }
     // A prefetch: the buffers must stay where they are until the wait.
@@ -722,7 +839,8 @@ bool CpuExecutor::run(const Instruction &ins, Communicator &comm, std::string &e
     }
     if (!comm.waitAllGather(ins.event, error))
       return false;
-    std::copy_n(it->second.all.data(), it->second.elements, it->second.out);
+    // Written now (in the buffer's dtype), not through the instruction's copy.
+    store(it->second.out, it->second.all.data());
     gathers.erase(it);
     return true;
   }

@@ -271,8 +271,8 @@ struct Checker {
       if (!integer(v.get("offset"), where + ".offset", b.offset))
         return false;
       int64_t limit = stash ? stashBytes : arenaBytes;
-      if (b.offset < 0 || b.offset % 4 != 0)
-        return fail(where + ".offset", "must be a non-negative multiple of 4");
+      if (b.offset < 0 || b.offset % bytesOf(b.dtype) != 0)
+        return fail(where + ".offset", "must be a non-negative multiple of the element size");
       if (b.offset + b.bytes > limit)
         return fail(where, "buffer [" + std::to_string(b.offset) + ", " +
                                std::to_string(b.offset + b.bytes) + ") overruns the " +

@@ -1,10 +1,12 @@
 //===- RuntimeTest.cpp - JSON, SHA-256 and plan validation ----------------===//
 
+#include "llmopt-runtime/executor.h"
 #include "llmopt-runtime/json.h"
 #include "llmopt-runtime/plan.h"
 #include "llmopt-runtime/sha256.h"
 
 #include "gtest/gtest.h"
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <string>
@@ -12,6 +14,40 @@
 using namespace llmopt::runtime;
 
 namespace {
+
+TEST(Executor, SixteenBitConversions) {
+  auto bf = [](float f) {
+    return CpuExecutor::fromStorage(DType::BF16, CpuExecutor::toStorage(DType::BF16, f));
+  };
+  auto half = [](float f) {
+    return CpuExecutor::fromStorage(DType::F16, CpuExecutor::toStorage(DType::F16, f));
+  };
+  // bf16: 8 significant bits; ties to even.
+  EXPECT_EQ(bf(1.0f), 1.0f);
+  EXPECT_EQ(bf(1.00390625f), 1.0f);      // 1 + 2^-8: a tie, to even
+  EXPECT_EQ(bf(1.01171875f), 1.015625f); // 1 + 3 * 2^-8: a tie, to even (up)
+  EXPECT_TRUE(std::isinf(bf(3.4e38f)));
+  EXPECT_TRUE(std::isnan(bf(NAN)));
+  // fp16: 11 significant bits, largest 65504, subnormals down to 2^-24.
+  EXPECT_EQ(half(1.0f), 1.0f);
+  EXPECT_EQ(half(1.00048828125f), 1.0f); // 1 + 2^-11: a tie, to even
+  EXPECT_EQ(half(-2.5f), -2.5f);
+  EXPECT_EQ(half(65504.0f), 65504.0f);
+  EXPECT_EQ(half(65510.0f), 65504.0f);
+  EXPECT_TRUE(std::isinf(half(65520.0f)));
+  EXPECT_EQ(half(std::ldexp(1.0f, -24)), std::ldexp(1.0f, -24));
+  EXPECT_EQ(half(std::ldexp(3.0f, -26)), std::ldexp(1.0f, -24)); // 0.75 ulp -> 1 ulp
+  EXPECT_EQ(half(std::ldexp(1.0f, -26)), 0.0f);
+  EXPECT_EQ(half(std::ldexp(1023.0f, -24)), std::ldexp(1023.0f, -24)); // largest subnormal
+  EXPECT_EQ(half(std::ldexp(1.0f, -14)), std::ldexp(1.0f, -14));        // smallest normal
+  EXPECT_TRUE(std::isnan(half(NAN)));
+  // Every fp16 bit pattern survives the round trip (NaNs aside).
+  for (uint32_t bits = 0; bits < 0x10000u; ++bits) {
+    float f = CpuExecutor::fromStorage(DType::F16, uint16_t(bits));
+    if (!std::isnan(f))
+      ASSERT_EQ(CpuExecutor::toStorage(DType::F16, f), uint16_t(bits)) << bits;
+  }
+}
 
 TEST(Json, ParsesValues) {
   json::Value v;

@@ -2,9 +2,10 @@
 //
 // The CPU backend: one arena per rank, parameters with their fp32 master
 // copy and AdamW moments, the rank's instruction stream executed with the
-// reference kernels. It runs fp32 plans (lower with --hf-dtype=f32): it is
-// the numerical proof that distributed plans train like the single-device
-// model, not a fast path.
+// reference kernels. It runs fp32 plans, and bf16 / fp16 plans by computing
+// each kernel in fp32 on its 16-bit buffers and rounding the results back:
+// it is the numerical proof that distributed plans train like the
+// single-device model, not a fast path.
 //
 //===----------------------------------------------------------------------===//
 
@@ -107,7 +108,7 @@ private:
   /// Prefetched ZeRO-3 gathers in flight, by event.
   struct PendingGather {
     std::vector<float> mine, all;
-    float *out = nullptr;
+    Buffer out;
     int64_t elements = 0;
   };
   std::map<int, PendingGather> gathers;
@@ -127,6 +128,20 @@ private:
   /// Temporaries of the fused kernel running (Buffer::Space::Temp).
   std::vector<std::vector<float>> temps;
   bool run(const Instruction &ins, Communicator &comm, std::string &error);
+  bool runWide(const Instruction &ins, Communicator &comm, std::string &error);
+  /// fp32 copies of the running instruction's bf16 / fp16 buffers, by buffer.
+  std::map<const Buffer *, std::vector<float>> shadows;
+  uint16_t *storage16(const Buffer &b);
+  /// Writes `values` into `b` in its dtype (rounding to 16 bits).
+  void store(const Buffer &b, const float *values);
+
+public:
+  /// bf16 / fp16 bits to and from fp32 (round to nearest, ties to even; fp16
+  /// overflows to infinity).
+  static float fromStorage(DType t, uint16_t bits);
+  static uint16_t toStorage(DType t, float f);
+
+private:
   /// fp8 GEMMs (kernel parameter `fp8`: "e4m3", or "hybrid" with each
   /// operand's own format): the operands rounded to fp8 with per-tensor
   /// scaling into `rounded`, in order; nothing without the parameter.
