@@ -243,6 +243,24 @@ struct PlanMemoryPass : public llmopt::impl::PlanMemoryBase<PlanMemoryPass> {
                                 s, double(bytes) / (1 << 20),
                                 double(stash[s]) / (1 << 20));
       }
+      // Activations per stage: the lowering's arena plus, on pipeline stages,
+      // a stash per micro-batch in flight, against the cost model's.
+      auto predicted = module->getAttrOfType<DenseI64ArrayAttr>("llm.plan_activation_bytes");
+      auto inFlight = module->getAttrOfType<DenseI64ArrayAttr>("llm.plan_in_flight");
+      if (predicted && inFlight && predicted.size() == inFlight.size()) {
+        auto arenas = func->getAttrOfType<DenseI64ArrayAttr>("llm.stage_arena_bytes");
+        auto stashes = func->getAttrOfType<DenseI64ArrayAttr>("llm.stage_stash_bytes");
+        for (int64_t s = 0; s < int64_t(predicted.size()); ++s) {
+          double lowered = double(peak);
+          if (arenas && stashes && s < int64_t(arenas.size()))
+            lowered = double(arenas[s]) + double(inFlight[s]) * double(stashes[s]);
+          double want = double(predicted[s]);
+          text += llvm::formatv("activations, stage {0}: lowered {1:f1} MiB, predicted {2:f1} "
+                                "MiB ({3:+f1}%)\n",
+                                s, lowered / (1 << 20), want / (1 << 20),
+                                want > 0 ? 100.0 * (lowered - want) / want : 0.0);
+        }
+      }
       if (auto plan = module->getAttrOfType<PlanAttr>("llm.plan"))
         text += llvm::formatv("planner's prediction for the peak rank: {0:f1} MiB (state "
                               "sharded by the plan's TP/PP/ZeRO, activations for its "

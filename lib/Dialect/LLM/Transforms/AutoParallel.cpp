@@ -266,6 +266,17 @@ struct LLMAutoParallelPass
 
     Builder b(module.getContext());
     module->setAttr("llm.plan", planAttr(b, result.plans.front(), job.seqLen));
+    // What the cost model expects each stage to hold for its activations
+    // (and logits) at its peak, and for how many micro-batches: set beside
+    // the lowered memory plan by llm-plan-memory's report.
+    SmallVector<int64_t> activation, inFlight;
+    for (const cost::StageMemory &s : result.plans.front().stages) {
+      activation.push_back(
+          static_cast<int64_t>(std::llround(s.memory.activations + s.memory.logits)));
+      inFlight.push_back(static_cast<int64_t>(std::llround(s.inFlight)));
+    }
+    module->setAttr("llm.plan_activation_bytes", b.getDenseI64ArrayAttr(activation));
+    module->setAttr("llm.plan_in_flight", b.getDenseI64ArrayAttr(inFlight));
     // fp8 jobs: the layers' linear GEMMs read fp8 (E4M3 forward); the LM head
     // stays in 16 bits, as the cost model and Transformer Engine recipes
     // have it.
