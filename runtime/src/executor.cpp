@@ -8,6 +8,7 @@
 #include "llmopt-kernels/init.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <cstdlib>
@@ -15,6 +16,8 @@
 namespace llmopt::runtime {
 
 namespace k = llmopt::kernels::cpu;
+
+static int64_t rowsOf(const Buffer &b) { return b.elements / b.shape.back(); }
 using kernels::KernelId;
 
 bool CpuExecutor::init(const Plan &p, int rank, uint64_t seed, std::string &error) {
@@ -635,7 +638,6 @@ bool CpuExecutor::step(const std::vector<std::vector<int32_t>> &tok,
   return true;
 }
 
-static int64_t rowsOf(const Buffer &b) { return b.elements / b.shape.back(); }
 
 namespace {
 bool sixteenBit(const Buffer &b) {
@@ -713,6 +715,20 @@ bool CpuExecutor::run(const Instruction &ins, Communicator &comm, std::string &e
         if (sixteenBit(b) || (b.space == Buffer::Space::State && b.dtype != DType::F32 &&
                               ins.kind != Instruction::Kind::AllGather))
           wide.push_back(&b);
+  if (profiling && ins.kind == Instruction::Kind::Kernel && !fused && ins.kernel) {
+    // Time the kernel alone (with its 16-bit copies made outside).
+    profiling = false;
+    bool ok = true;
+    if (wide.empty()) {
+      auto t0 = std::chrono::steady_clock::now();
+      ok = runWide(ins, comm, error);
+      record(ins, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    } else {
+      ok = run(ins, comm, error); // copies in, kernel, copies out
+    }
+    profiling = true;
+    return ok;
+  }
   if (wide.empty())
     return runWide(ins, comm, error);
   for (const Buffer *b : wide) {
@@ -739,6 +755,40 @@ bool CpuExecutor::run(const Instruction &ins, Communicator &comm, std::string &e
     shadows.erase(it);
   }
   return ok;
+}
+
+void CpuExecutor::record(const Instruction &ins, double seconds) {
+  std::vector<int64_t> dims;
+  double flops = 0, bytes = 0;
+  const std::vector<Buffer> &in = ins.ins;
+  for (const std::vector<Buffer> *list : {&ins.ins, &ins.outs})
+    for (const Buffer &b : *list)
+      bytes += double(b.bytes);
+  KernelId id = ins.kernel->id;
+  if ((id == KernelId::LinearFwd || id == KernelId::LinearBwd) && in.size() >= 2) {
+    const Buffer &x = in[id == KernelId::LinearFwd ? 0 : 1], &w = in[id == KernelId::LinearFwd ? 1 : 2];
+    bool tr = ins.flag("transposed");
+    int64_t inF = tr ? w.shape[0] : w.shape[1], outF = tr ? w.shape[1] : w.shape[0];
+    dims = {rowsOf(x), inF, outF};
+    flops = (id == KernelId::LinearFwd ? 2.0 : 4.0) * double(rowsOf(x)) * double(inF) * double(outF);
+  } else if ((id == KernelId::AttentionFwd || id == KernelId::AttentionBwd) && in.size() >= 3) {
+    const Buffer &q = in[id == KernelId::AttentionFwd ? 0 : 1],
+                 &k = in[id == KernelId::AttentionFwd ? 1 : 2];
+    int64_t heads = int64_t(ins.number("heads")), d = int64_t(ins.number("head_dim"));
+    dims = {q.shape[0], heads, q.shape[1], k.shape[1], d};
+    // QK^T and PV: 4 b h sq sk d (half of it under a causal mask); the
+    // backward about 2.5 times the forward.
+    flops = 4.0 * double(q.shape[0]) * double(heads) * double(q.shape[1]) * double(k.shape[1]) *
+            double(d) * (ins.flag("causal") ? 0.5 : 1.0) *
+            (id == KernelId::AttentionBwd ? 2.5 : 1.0);
+  }
+  KernelProfile &p = profile[{ins.kernel->name, dims}];
+  p.kernel = ins.kernel->name;
+  p.dims = dims;
+  p.calls += 1;
+  p.seconds += seconds;
+  p.flops += flops;
+  p.bytes += bytes;
 }
 
 uint16_t *CpuExecutor::storage16(const Buffer &b) {

@@ -33,7 +33,7 @@ using namespace llmopt::runtime;
 namespace {
 
 struct Options {
-  std::string plan, metrics, checkpointDir, resume;
+  std::string plan, metrics, checkpointDir, resume, profile;
   std::vector<std::string> data;
   int64_t steps = 0, checkpointEvery = 0;
   uint64_t seed = 42;
@@ -48,11 +48,44 @@ int envInt(const char *a, const char *b, const char *c, const char *d, int dflt)
   return dflt;
 }
 
+/// `--profile`: rank 0's kernel times as JSON (docs/runtime.md), written to a
+/// temporary name and renamed.
+bool writeProfile(const std::string &path, const std::string &planDir, const CpuExecutor &exe,
+                  std::string &error) {
+  std::string out = "{\"version\": 1, \"device\": \"cpu\", \"plan\": \"";
+  for (char c : planDir)
+    out += c == '"' || c == '\\' ? std::string("\\") + c : std::string(1, c);
+  out += "\", \"kernels\": [";
+  bool first = true;
+  for (const auto &[key, p] : exe.profile) {
+    char buf[256];
+    std::string dims;
+    for (int64_t d : p.dims)
+      dims += (dims.empty() ? "" : ", ") + std::to_string(d);
+    std::snprintf(buf, sizeof(buf),
+                  "\"calls\": %lld, \"seconds\": %.9g, \"flops\": %.9g, \"bytes\": %.9g}",
+                  static_cast<long long>(p.calls), p.seconds, p.flops, p.bytes);
+    out += std::string(first ? "\n  " : ",\n  ") + "{\"kernel\": \"" + p.kernel +
+           "\", \"dims\": [" + dims + "], " + buf;
+    first = false;
+  }
+  out += "\n]}\n";
+  std::string tmp = path + ".tmp";
+  std::FILE *f = std::fopen(tmp.c_str(), "w");
+  if (!f || std::fwrite(out.data(), 1, out.size(), f) != out.size() || std::fclose(f) != 0 ||
+      std::rename(tmp.c_str(), path.c_str()) != 0) {
+    error = path + ": cannot write the profile";
+    return false;
+  }
+  return true;
+}
+
 int usage(const char *msg) {
   std::fprintf(stderr,
                "llm-run: %s\nusage: llm-run PLAN_DIR --data SHARD[,SHARD] --steps N "
                "[--metrics FILE.jsonl] [--seed S] [--checkpoint-dir DIR] "
-               "[--checkpoint-every K] [--resume DIR] [--peak-tflops T] [--quiet]\n",
+               "[--checkpoint-every K] [--resume DIR] [--peak-tflops T] [--profile FILE.json] "
+               "[--quiet]\n",
                msg);
   return 2;
 }
@@ -97,6 +130,11 @@ bool parse(int argc, char **argv, Options &o, std::string &error) {
       if (!v)
         return false;
       o.metrics = v;
+    } else if (a == "--profile") {
+      const char *v = value("--profile");
+      if (!v)
+        return false;
+      o.profile = v;
     } else if (a == "--seed") {
       int64_t s;
       if (!number("--seed", s))
@@ -406,6 +444,8 @@ int main(int argc, char **argv) {
           y[size_t(i)].insert(y[size_t(i)].end(), wholeY.begin() + at, wholeY.begin() + at + half);
         }
     }
+    // Per-kernel times from the second step on (the first warms up).
+    exe.profiling = !o.profile.empty() && (exe.steps > startStep || o.steps - startStep == 1);
     timed.seconds = 0;
     auto t0 = std::chrono::steady_clock::now();
     StepResult r;
@@ -450,6 +490,8 @@ int main(int argc, char **argv) {
     return fail("checkpoint: " + error);
   if (metrics)
     std::fclose(metrics);
+  if (!o.profile.empty() && rank == 0 && !writeProfile(o.profile, o.plan, exe, error))
+    return fail(error);
   finalizeMPI();
   return 0;
 }

@@ -17,6 +17,8 @@
 #include "llmopt/CostModel/Hardware.h"
 #include "llmopt/CostModel/Model.h"
 
+#include "llvm/ADT/StringRef.h"
+
 #include <array>
 #include <string>
 #include <vector>
@@ -203,6 +205,13 @@ struct Collectives {
 
 /// Efficiency (fraction of peak) of an m x n x k GEMM on `gpu`.
 double gemmEfficiency(const GpuSpec &gpu, double m, double n, double k);
+
+/// Sets `gpu`'s GEMM, attention and memory efficiencies from a kernel
+/// profile (`llm-run --profile` JSON) measured with `dtype` GEMMs; each
+/// efficiency is left as it is when the profile has no kernel of its kind.
+/// `summary` says what changed.
+bool calibrate(GpuSpec &gpu, llvm::StringRef profileJson, DType dtype, std::string &summary,
+               std::string &error);
 
 } // namespace llmopt::cost
 

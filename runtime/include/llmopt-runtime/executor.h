@@ -77,6 +77,17 @@ public:
   size_t arenaSlots() const { return numSlots; }
   /// Bytes of arenas and stashes this rank holds.
   int64_t activationBytes() const;
+  /// Per-kernel timing (`--profile`): kernel instructions of the same kind
+  /// and shape, their calls, wall time, FLOPs (GEMMs, attention) and bytes
+  /// read and written; collected while `profiling` is set.
+  struct KernelProfile {
+    std::string kernel;
+    std::vector<int64_t> dims; // GEMM [rows, in, out]; attention [b, heads, sq, sk, d]
+    int64_t calls = 0;
+    double seconds = 0, flops = 0, bytes = 0;
+  };
+  bool profiling = false;
+  std::map<std::pair<std::string, std::vector<int64_t>>, KernelProfile> profile;
   /// Bytes of `param`'s gradient accumulator on this rank (whole, or its
   /// ZeRO-2/3 chunk; 0 when this rank has none).
   int64_t gradientBytes(const std::string &param) const;
@@ -132,6 +143,7 @@ private:
   /// fp32 copies of the running instruction's bf16 / fp16 buffers, by buffer.
   std::map<const Buffer *, std::vector<float>> shadows;
   uint16_t *storage16(const Buffer &b);
+  void record(const Instruction &ins, double seconds);
   /// Writes `values` into `b` in its dtype (rounding to 16 bits).
   void store(const Buffer &b, const float *values);
 

@@ -183,6 +183,14 @@ struct LLMAutoParallelPass
     std::string error;
     if (!cost::parseCluster(cluster, contents, overrides, int(gpus), cl, error))
       return fail(error);
+    std::string calibration;
+    if (!calibrate.empty()) {
+      auto profile = llvm::MemoryBuffer::getFile(calibrate);
+      if (!profile)
+        return fail("cannot read profile '" + calibrate + "': " + profile.getError().message());
+      if (!cost::calibrate(cl.gpu, (*profile)->getBuffer(), job.dtype, calibration, error))
+        return fail("profile '" + calibrate + "': " + error);
+    }
 
     // Search options.
     planner::SearchOptions opts;
@@ -259,7 +267,7 @@ struct LLMAutoParallelPass
         failed(writeFileAtomically(exportFile, exported, error)))
       return fail("cannot write export '" + exportFile + "': " + error);
 
-    std::string out = report == "-" ? reportText : table;
+    std::string out = report == "-" ? reportText : (calibration.empty() ? "" : calibration + "\n") + table;
     if (!exported.empty() && exportFile == "-")
       out += (report == "-" ? "" : "\n") + exported;
     writeReportToStdout(out);

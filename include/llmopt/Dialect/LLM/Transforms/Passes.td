@@ -105,6 +105,9 @@ def LLMAutoParallel : Pass<"llm-auto-parallel", "::mlir::ModuleOp"> {
            "fixed dimensions, key:value,... (dp tp pp vpp cp ep sp zero offload "
            "recompute micro_batch num_micro_batches schedule placement)">,
     Option<"topK", "top-k", "int64_t", /*default=*/"5", "plans to report">,
+    Option<"calibrate", "calibrate", "std::string", /*default=*/"\"\"",
+           "set the GPU's GEMM, attention and memory efficiencies from a kernel profile "
+           "(llm-run --profile) before planning">,
     Option<"report", "report", "std::string", /*default=*/"\"\"",
            "write the JSON report here (- for standard output)">,
     Option<"exportFormat", "export", "std::string", /*default=*/"\"\"",
