@@ -197,27 +197,11 @@ public:
     MPI_Request r;
     int rc = MPI_Iallgather(mine, int(count), MPI_FLOAT, all, int(count), MPI_FLOAT,
                             commFor(axis), &r);
-    if (rc != MPI_SUCCESS) {
-      error = "MPI_Iallgather failed with code " + std::to_string(rc);
-      return false;
-    }
-    if (!gathers.emplace(event, r).second) {
-      error = "parameter gather event " + std::to_string(event) + " started twice";
-      return false;
-    }
-    return true;
+    return track(gathers, event, r, rc, "parameter gather", error);
   }
 
   bool waitAllGather(int event, std::string &error) override {
-    auto it = gathers.find(event);
-    if (it == gathers.end())
-      return true; // ran at once
-    if (MPI_Wait(&it->second, MPI_STATUS_IGNORE) != MPI_SUCCESS) {
-      error = "MPI_Wait on parameter gather " + std::to_string(event) + " failed";
-      return false;
-    }
-    gathers.erase(it);
-    return true;
+    return finish(gathers, event, "parameter gather", error);
   }
 
   bool startReduceScatterBlocks(const std::string &axis, const float *all, float *mine,
@@ -227,26 +211,38 @@ public:
     MPI_Request r;
     int rc = MPI_Ireduce_scatter_block(all, mine, int(count), MPI_FLOAT, MPI_SUM, commFor(axis),
                                        &r);
+    return track(scatters, handle, r, rc, "gradient reduce-scatter", error);
+  }
+
+  bool waitReduceScatter(int handle, std::string &error) override {
+    return finish(scatters, handle, "gradient reduce-scatter", error);
+  }
+
+  /// A non-blocking collective `what` just started as `r` (MPI code `rc`),
+  /// kept under `handle` until finish() waits for it.
+  static bool track(std::map<int, MPI_Request> &pending, int handle, MPI_Request r, int rc,
+                    const char *what, std::string &error) {
     if (rc != MPI_SUCCESS) {
-      error = "MPI_Ireduce_scatter_block failed with code " + std::to_string(rc);
+      error = std::string("starting a ") + what + " failed with MPI code " + std::to_string(rc);
       return false;
     }
-    if (!scatters.emplace(handle, r).second) {
-      error = "gradient reduce-scatter " + std::to_string(handle) + " started twice";
+    if (!pending.emplace(handle, r).second) {
+      error = std::string(what) + " " + std::to_string(handle) + " started twice";
       return false;
     }
     return true;
   }
 
-  bool waitReduceScatter(int handle, std::string &error) override {
-    auto it = scatters.find(handle);
-    if (it == scatters.end())
+  static bool finish(std::map<int, MPI_Request> &pending, int handle, const char *what,
+                     std::string &error) {
+    auto it = pending.find(handle);
+    if (it == pending.end())
       return true; // ran at once
     if (MPI_Wait(&it->second, MPI_STATUS_IGNORE) != MPI_SUCCESS) {
-      error = "MPI_Wait on gradient reduce-scatter " + std::to_string(handle) + " failed";
+      error = std::string("MPI_Wait on ") + what + " " + std::to_string(handle) + " failed";
       return false;
     }
-    scatters.erase(it);
+    pending.erase(it);
     return true;
   }
 

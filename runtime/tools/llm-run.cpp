@@ -187,119 +187,81 @@ bool parse(int argc, char **argv, Options &o, std::string &error) {
 class Timed final : public Communicator {
 public:
   explicit Timed(Communicator &inner) : inner(inner) {}
+  /// Runs `call` (a collective of `inner`), adding its wall time to `seconds`.
+  template <typename F> bool timed(F &&call) {
+    auto t0 = std::chrono::steady_clock::now();
+    bool ok = call();
+    seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return ok;
+  }
   int rank() const override { return inner.rank(); }
   int size() const override { return inner.size(); }
   bool allReduce(const std::string &axis, float *data, int64_t count, bool average,
                  std::string &error) override {
-    auto t0 = std::chrono::steady_clock::now();
-    bool ok = inner.allReduce(axis, data, count, average, error);
-    seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    return ok;
+    return timed([&] { return inner.allReduce(axis, data, count, average, error); });
   }
   bool reduceScatter(const std::string &axis, float *data, int64_t count, bool average,
                      std::string &error) override {
-    auto t0 = std::chrono::steady_clock::now();
-    bool ok = inner.reduceScatter(axis, data, count, average, error);
-    seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    return ok;
+    return timed([&] { return inner.reduceScatter(axis, data, count, average, error); });
   }
   bool allGather(const std::string &axis, float *data, int64_t count,
                  std::string &error) override {
-    auto t0 = std::chrono::steady_clock::now();
-    bool ok = inner.allGather(axis, data, count, error);
-    seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    return ok;
+    return timed([&] { return inner.allGather(axis, data, count, error); });
   }
   bool useMesh(int pp, int dp, int cp, int tp, std::string &error) override {
     return inner.useMesh(pp, dp, cp, tp, error);
   }
   bool allReduceMax(const std::string &axis, float *data, int64_t count,
                     std::string &error) override {
-    auto t0 = std::chrono::steady_clock::now();
-    bool ok = inner.allReduceMax(axis, data, count, error);
-    seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    return ok;
+    return timed([&] { return inner.allReduceMax(axis, data, count, error); });
   }
   bool startAllReduce(const std::string &axis, float *data, int64_t count, bool average,
                       int bucket, std::string &error) override {
-    auto t0 = std::chrono::steady_clock::now();
-    bool ok = inner.startAllReduce(axis, data, count, average, bucket, error);
-    seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    return ok;
+    return timed([&] { return inner.startAllReduce(axis, data, count, average, bucket, error); });
   }
   bool waitAllReduce(int bucket, std::string &error) override {
     // Only the wait is exposed communication; the reduction overlapped.
-    auto t0 = std::chrono::steady_clock::now();
-    bool ok = inner.waitAllReduce(bucket, error);
-    seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    return ok;
+    return timed([&] { return inner.waitAllReduce(bucket, error); });
   }
   bool useExpertAxes(int ep, std::string &error) override {
     return inner.useExpertAxes(ep, error);
   }
   bool allToAllBlocks(const std::string &axis, const float *send, float *recv, int64_t count,
                       std::string &error) override {
-    auto t0 = std::chrono::steady_clock::now();
-    bool ok = inner.allToAllBlocks(axis, send, recv, count, error);
-    seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    return ok;
+    return timed([&] { return inner.allToAllBlocks(axis, send, recv, count, error); });
   }
   bool send(int peer, int tag, const float *data, int64_t count, std::string &error) override {
-    auto t0 = std::chrono::steady_clock::now();
-    bool ok = inner.send(peer, tag, data, count, error);
-    seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    return ok;
+    return timed([&] { return inner.send(peer, tag, data, count, error); });
   }
   bool flush(std::string &error) override { return inner.flush(error); }
   bool recv(int peer, int tag, float *data, int64_t count, std::string &error) override {
-    auto t0 = std::chrono::steady_clock::now();
-    bool ok = inner.recv(peer, tag, data, count, error);
-    seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    return ok;
+    return timed([&] { return inner.recv(peer, tag, data, count, error); });
   }
   void axisPosition(const std::string &axis, int &index, int &size) const override {
     inner.axisPosition(axis, index, size);
   }
   bool allGatherBlocks(const std::string &axis, const float *mine, float *all, int64_t count,
                        std::string &error) override {
-    auto t0 = std::chrono::steady_clock::now();
-    bool ok = inner.allGatherBlocks(axis, mine, all, count, error);
-    seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    return ok;
+    return timed([&] { return inner.allGatherBlocks(axis, mine, all, count, error); });
   }
   bool startAllGatherBlocks(const std::string &axis, const float *mine, float *all,
                             int64_t count, int event, std::string &error) override {
-    auto t0 = std::chrono::steady_clock::now();
-    bool ok = inner.startAllGatherBlocks(axis, mine, all, count, event, error);
-    seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    return ok;
+    return timed([&] { return inner.startAllGatherBlocks(axis, mine, all, count, event, error); });
   }
   bool waitAllGather(int event, std::string &error) override {
     // Only the wait is exposed communication; the gather overlapped.
-    auto t0 = std::chrono::steady_clock::now();
-    bool ok = inner.waitAllGather(event, error);
-    seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    return ok;
+    return timed([&] { return inner.waitAllGather(event, error); });
   }
   bool startReduceScatterBlocks(const std::string &axis, const float *all, float *mine,
                                 int64_t count, int handle, std::string &error) override {
-    auto t0 = std::chrono::steady_clock::now();
-    bool ok = inner.startReduceScatterBlocks(axis, all, mine, count, handle, error);
-    seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    return ok;
+    return timed([&] { return inner.startReduceScatterBlocks(axis, all, mine, count, handle, error); });
   }
   bool waitReduceScatter(int handle, std::string &error) override {
-    auto t0 = std::chrono::steady_clock::now();
-    bool ok = inner.waitReduceScatter(handle, error);
-    seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    return ok;
+    return timed([&] { return inner.waitReduceScatter(handle, error); });
   }
   bool reduceScatterBlocks(const std::string &axis, const float *all, float *mine, int64_t count,
                            std::string &error) override {
-    auto t0 = std::chrono::steady_clock::now();
-    bool ok = inner.reduceScatterBlocks(axis, all, mine, count, error);
-    seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    return ok;
+    return timed([&] { return inner.reduceScatterBlocks(axis, all, mine, count, error); });
   }
   double seconds = 0;
 
