@@ -568,6 +568,12 @@ bool parsePlan(const json::Value &root, Plan &plan, std::string &error) {
           return c.fail(iw + ".params.param", "no parameter named '" + ins.text("param") + "'");
         if (std::string axis = ins.text("shard"); !axis.empty() && !plan.hasAxis(axis))
           return c.fail(iw + ".params.shard", "no mesh axis '" + axis + "'");
+        if (std::string why; !checkKernel(ins, why))
+          return c.fail(iw, std::string(ins.kernel->name) + ": " + why);
+        for (size_t si = 0; si < ins.body.size(); ++si)
+          if (std::string why; !checkKernel(ins.body[si], why))
+            return c.fail(iw + ".body[" + std::to_string(si) + "]",
+                          std::string(ins.body[si].kernel->name) + ": " + why);
         if (std::string r = ins.text("fp8"); !r.empty() && r != "e4m3" && r != "hybrid")
           return c.fail(iw + ".params.fp8", "must be e4m3 or hybrid, got '" + r + "'");
         for (std::string axes = ins.text("amax_axis"), axis; !axes.empty();) {

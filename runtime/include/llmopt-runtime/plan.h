@@ -41,6 +41,12 @@ struct Buffer {
 /// A ZeRO-2/3 gradient accumulator (`grad_shard:<param>`): this rank's chunk
 /// of the gradient, zero-padded to ceil(n / d); kernels with a `shard` treat
 /// the whole buffer as the chunk.
+/// Whether a kernel call's buffers and parameters agree the way the kernels
+/// index them (sizes, ranks, heads x head_dim, ...); `why` says what does
+/// not. The loader runs it on every kernel instruction.
+struct Instruction;
+bool checkKernel(const Instruction &ins, std::string &why);
+
 inline bool isGradShard(const Buffer &b) {
   return b.space == Buffer::Space::Accum && b.name.rfind("grad_shard:", 0) == 0;
 }
