@@ -328,3 +328,132 @@ TEST(Cuda, AttentionBaseline) {
   }
 }
 } // namespace
+
+namespace {
+TEST(Cuda, SmallKernels) {
+  NEED_GPU();
+  const int64_t rows = 6, c = 10;
+  auto a = randomVec(rows * c, 60), b = randomVec(rows * c, 61), bias = randomVec(c, 62);
+  Dev<float> dA(a), dB(b), dBias(bias), dY(rows * c), dSum(c);
+  std::vector<float> want(rows * c);
+  ASSERT_EQ(gpu::add(dA.p, dB.p, dY.p, rows * c, nullptr), cudaSuccess);
+  for (size_t i = 0; i < want.size(); ++i)
+    want[i] = a[i] + b[i];
+  expectClose(dY.host(), want, 1e-6, "add");
+  ASSERT_EQ(gpu::scale(dA.p, dY.p, rows * c, 0.5f, nullptr), cudaSuccess);
+  for (size_t i = 0; i < want.size(); ++i)
+    want[i] = a[i] * 0.5f;
+  expectClose(dY.host(), want, 1e-6, "scale");
+  ASSERT_EQ(gpu::biasAdd(dA.p, dBias.p, dY.p, rows * c, c, nullptr), cudaSuccess);
+  for (size_t i = 0; i < want.size(); ++i)
+    want[i] = a[i] + bias[i % c];
+  expectClose(dY.host(), want, 1e-6, "bias_add");
+  ASSERT_EQ(gpu::sumRows(dA.p, dSum.p, rows, c, nullptr), cudaSuccess);
+  std::vector<float> sums(c, 0.0f);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t j = 0; j < c; ++j)
+      sums[j] += a[r * c + j];
+  expectClose(dSum.host(), sums, 1e-5, "sum_rows");
+  // Split columns [3, 7) out and back.
+  Dev<float> dPart(rows * 4);
+  ASSERT_EQ(gpu::columns(dA.p, dPart.p, rows, c, 3, 4, true, nullptr), cudaSuccess);
+  std::vector<float> part(rows * 4);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t j = 0; j < 4; ++j)
+      part[r * 4 + j] = a[r * c + 3 + j];
+  expectClose(dPart.host(), part, 0, "split");
+  // Position embeddings (positions 2, 0, 1 of a 3-position table).
+  const int64_t batch = 2, seq = 3, h = 4;
+  auto x = randomVec(batch * seq * h, 63), table = randomVec(3 * h, 64);
+  std::vector<int32_t> pos = {2, 0, 1};
+  std::vector<float> y(x.size()), dtab(table.size(), 0.0f);
+  cpu::positionEmbeddingForward(x.data(), table.data(), y.data(), batch, seq, h, pos.data());
+  cpu::positionEmbeddingBackward(x.data(), dtab.data(), batch, seq, h, pos.data());
+  Dev<float> dX(x), dT(table), dO(x.size()), dDt(table.size());
+  Dev<int32_t> dPos(pos);
+  ASSERT_EQ(gpu::positionEmbeddingForward(dX.p, dT.p, dO.p, batch, seq, h, dPos.p, nullptr),
+            cudaSuccess);
+  ASSERT_EQ(gpu::positionEmbeddingBackward(dX.p, dDt.p, batch, seq, h, dPos.p, nullptr),
+            cudaSuccess);
+  expectClose(dO.host(), y, 1e-6, "position fwd");
+  expectClose(dDt.host(), dtab, 1e-5, "position bwd");
+  // Sum of squares and its root.
+  Dev<double> scratch(1);
+  Dev<float> dNorm(1);
+  ASSERT_EQ(gpu::sumSquares(dA.p, rows * c, scratch.p, dNorm.p, true, nullptr), cudaSuccess);
+  EXPECT_NEAR(dNorm.host()[0], std::sqrt(cpu::sumOfSquares(a.data(), rows * c)), 1e-4);
+}
+
+TEST(Cuda, VocabularyParallelCrossEntropyOfOnePartIsCrossEntropy) {
+  NEED_GPU();
+  const int64_t rows = 5, vocab = 37;
+  auto z = randomVec(rows * vocab, 70);
+  std::vector<int32_t> labels = {3, 36, -100, 0, 11};
+  float loss = 0;
+  int64_t counted = 0;
+  ASSERT_TRUE(cpu::crossEntropyForward(z.data(), labels.data(), rows, vocab, -100, &loss,
+                                       &counted));
+  std::vector<float> dz(z.size());
+  cpu::crossEntropyBackward(z.data(), labels.data(), 1.0f, counted, dz.data(), rows, vocab, -100);
+  Dev<float> dZ(z), lse(rows), target(rows), dLoss(1), one(std::vector<float>{1.0f}), dG(z.size());
+  Dev<int32_t> dL(labels);
+  Dev<unsigned long long> scratch(1);
+  ASSERT_EQ(gpu::vpCrossEntropyStats(dZ.p, dL.p, lse.p, target.p, rows, vocab, 0, -100, nullptr),
+            cudaSuccess);
+  ASSERT_EQ(gpu::vpCrossEntropyLoss(lse.p, target.p, dL.p, dLoss.p, rows, 1, -100, nullptr),
+            cudaSuccess);
+  ASSERT_EQ(gpu::vpCrossEntropyBackward(dZ.p, dL.p, lse.p, one.p, dG.p, rows, vocab, 1, 0, -100,
+                                        scratch.p, nullptr),
+            cudaSuccess);
+  EXPECT_NEAR(dLoss.host()[0], loss, 1e-4);
+  expectClose(dG.host(), dz, 1e-5, "vp ce grad");
+}
+
+TEST(Cuda, MoEDispatchAndCombine) {
+  NEED_GPU();
+  const int64_t tokens = 5, topK = 2, h = 3, experts = 3, capacity = 3; // expert 1 overflows
+  std::vector<int32_t> idx = {1, 0, 1, 2, 1, 0, 2, 1, 0, 2};
+  auto x = randomVec(tokens * h, 80), w = randomVec(tokens * topK, 81),
+       d = randomVec(tokens * h, 82);
+  size_t rowsN = size_t(experts * capacity * h);
+  std::vector<float> rows(rowsN), back(tokens * h), out(tokens * h), de(rowsN), dw(tokens * topK);
+  ASSERT_TRUE(cpu::moeDispatchForward(x.data(), idx.data(), rows.data(), tokens, h, topK,
+                                      experts, capacity));
+  ASSERT_TRUE(cpu::moeDispatchBackward(rows.data(), idx.data(), back.data(), tokens, h, topK,
+                                       experts, capacity));
+  ASSERT_TRUE(cpu::moeCombineForward(rows.data(), w.data(), idx.data(), out.data(), tokens, h,
+                                     topK, experts, capacity));
+  ASSERT_TRUE(cpu::moeCombineBackward(d.data(), rows.data(), w.data(), idx.data(), de.data(),
+                                      dw.data(), tokens, h, topK, experts, capacity));
+  Dev<float> dX(x), dW(w), dD(d), dRows(rowsN), dBack(tokens * h), dOut(tokens * h), dDe(rowsN),
+      dDw(tokens * topK);
+  Dev<int32_t> dIdx(idx), bad(1);
+  Dev<int64_t> slots(tokens * topK);
+  bool ok = false;
+  ASSERT_EQ(gpu::moeDispatch(dX.p, dIdx.p, dRows.p, tokens, topK, h, experts, capacity, slots.p,
+                             bad.p, false, nullptr, ok),
+            cudaSuccess);
+  ASSERT_TRUE(ok);
+  ASSERT_EQ(gpu::moeDispatch(dBack.p, dIdx.p, dRows.p, tokens, topK, h, experts, capacity,
+                             slots.p, bad.p, true, nullptr, ok),
+            cudaSuccess);
+  ASSERT_EQ(gpu::moeCombineForward(dRows.p, dW.p, dIdx.p, dOut.p, tokens, topK, h, experts,
+                                   capacity, slots.p, bad.p, nullptr, ok),
+            cudaSuccess);
+  ASSERT_EQ(gpu::moeCombineBackward(dD.p, dRows.p, dW.p, dIdx.p, dDe.p, dDw.p, tokens, topK, h,
+                                    experts, capacity, slots.p, bad.p, nullptr, ok),
+            cudaSuccess);
+  expectClose(dRows.host(), rows, 0, "dispatch");
+  expectClose(dBack.host(), back, 1e-6, "dispatch backward");
+  expectClose(dOut.host(), out, 1e-5, "combine");
+  expectClose(dDe.host(), de, 1e-5, "combine backward rows");
+  expectClose(dDw.host(), dw, 1e-5, "combine backward weights");
+  std::vector<int32_t> wrong = idx;
+  wrong[3] = 7;
+  Dev<int32_t> dWrong(wrong);
+  ASSERT_EQ(gpu::moeDispatch(dX.p, dWrong.p, dRows.p, tokens, topK, h, experts, capacity,
+                             slots.p, bad.p, false, nullptr, ok),
+            cudaSuccess);
+  EXPECT_FALSE(ok);
+}
+} // namespace

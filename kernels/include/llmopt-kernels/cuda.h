@@ -10,8 +10,8 @@
 // fp8: quantizeFp8 below, the GEMM in gemm.h (sm_89 / sm_90).
 //
 // Not here yet (issue 7): a fast attention (flash-style or cuDNN SDPA; the
-// one here is a one-thread-per-row baseline), MoE permute, the
-// vocabulary-parallel cross-entropy, NCCL. GEMMs: gemm.h (cuBLASLt).
+// one here is a one-thread-per-row baseline), the MoE experts' batched
+// GEMMs, NCCL. GEMMs: gemm.h (cuBLASLt).
 //
 //===----------------------------------------------------------------------===//
 
@@ -101,6 +101,61 @@ LLMOPT_CUDA_FOR_TYPES(LLMOPT_CUDA_DECLARE_ATTENTION)
                           float *scaleInv, const float *amaxOverride, cudaStream_t stream);
 LLMOPT_CUDA_FOR_TYPES(LLMOPT_CUDA_DECLARE_FP8)
 #undef LLMOPT_CUDA_DECLARE_FP8
+
+/// The plan's small kernels (elementwise.cu). `columns` copies columns
+/// [offset, offset + size) of x [rows, c] into y [rows, size] (`gather`) or
+/// back (split / concat); sumRows writes the fp32 column sums (bias
+/// gradients); the vocabulary-parallel cross-entropy runs stats (per row:
+/// this part's log-sum-exp and target logit), then, after the all-gather of
+/// the log-sum-exps into `all` [parts, rows], loss and backward; MoE
+/// dispatch (backward: sum a token's copies) and combine assign each
+/// expert's slots in token order (`slots`: tokens x top_k int64 scratch,
+/// `bad`: one int), `ok` false when an index is not an expert.
+#define LLMOPT_CUDA_DECLARE_SMALL(T)                                                         \
+  cudaError_t add(const T *a, const T *b, T *y, int64_t n, cudaStream_t stream);             \
+  cudaError_t scale(const T *x, T *y, int64_t n, float factor, cudaStream_t stream);         \
+  cudaError_t fill(T *y, int64_t n, float value, cudaStream_t stream);                        \
+  cudaError_t biasAdd(const T *x, const T *bias, T *y, int64_t n, int64_t c,                 \
+                      cudaStream_t stream);                                                  \
+  cudaError_t sumRows(const T *g, float *out, int64_t rows, int64_t c, cudaStream_t stream);  \
+  cudaError_t columns(const T *x, T *y, int64_t rows, int64_t c, int64_t offset,             \
+                      int64_t size, bool gather, cudaStream_t stream);                       \
+  cudaError_t positionEmbeddingForward(const T *x, const T *table, T *out, int64_t batch,    \
+                                       int64_t seq, int64_t hidden, const int32_t *positions, \
+                                       cudaStream_t stream);                                 \
+  cudaError_t positionEmbeddingBackward(const T *dout, float *dtable, int64_t batch,         \
+                                        int64_t seq, int64_t hidden,                        \
+                                        const int32_t *positions, cudaStream_t stream);      \
+  cudaError_t vpCrossEntropyStats(const T *logits, const int32_t *labels, float *lse,        \
+                                  float *target, int64_t rows, int64_t part, int64_t offset, \
+                                  int64_t ignoreIndex, cudaStream_t stream);                 \
+  cudaError_t vpCrossEntropyBackward(const T *logits, const int32_t *labels, const float *all, \
+                                     const float *dloss, T *dlogits, int64_t rows,          \
+                                     int64_t part, int64_t parts, int64_t offset,           \
+                                     int64_t ignoreIndex, unsigned long long *scratch,       \
+                                     cudaStream_t stream);                                   \
+  cudaError_t moeDispatch(const T *x, const int32_t *indices, T *rows, int64_t tokens,       \
+                          int64_t topK, int64_t hidden, int64_t experts, int64_t capacity,  \
+                          int64_t *slots, int *bad, bool backward, cudaStream_t stream,     \
+                          bool &ok);                                                         \
+  cudaError_t moeCombineForward(const T *expertOut, const float *weights,                   \
+                                const int32_t *indices, T *out, int64_t tokens, int64_t topK, \
+                                int64_t hidden, int64_t experts, int64_t capacity,          \
+                                int64_t *slots, int *bad, cudaStream_t stream, bool &ok);    \
+  cudaError_t moeCombineBackward(const T *dout, const T *expertOut, const float *weights,    \
+                                 const int32_t *indices, T *dexpertOut, float *dweights,     \
+                                 int64_t tokens, int64_t topK, int64_t hidden,              \
+                                 int64_t experts, int64_t capacity, int64_t *slots, int *bad, \
+                                 cudaStream_t stream, bool &ok);
+LLMOPT_CUDA_FOR_TYPES(LLMOPT_CUDA_DECLARE_SMALL)
+#undef LLMOPT_CUDA_DECLARE_SMALL
+/// Sum of squares of x (fp32) into *out, or its square root with `root`;
+/// `scratch` is one double of device memory.
+cudaError_t sumSquares(const float *x, int64_t n, double *scratch, float *out, bool root,
+                       cudaStream_t stream);
+cudaError_t vpCrossEntropyLoss(const float *all, const float *target, const int32_t *labels,
+                               float *loss, int64_t rows, int64_t parts, int64_t ignoreIndex,
+                               cudaStream_t stream);
 
 /// AdamW on an fp32 master copy and moments; the gradient is scaled by
 /// `gradScale` first (clipping); `working` (may be null) receives the

@@ -1,0 +1,423 @@
+//===- elementwise.cu - CUDA kernels: the plan's small kernels ------------===//
+//
+// The rest of the kernel ABI the plans use, with the CPU references'
+// semantics: residual add, copy, scale, fill, bias add and its gradient,
+// split / concat of the features, learned position embeddings, sums of
+// squares (the gradient norm), the vocabulary-parallel cross-entropy's
+// three steps and the MoE dispatch / combine (token <-> expert slot
+// permutations). Grid-stride loops, fp32 arithmetic on float or bf16
+// storage; gradients of weights accumulate into fp32.
+//
+//===----------------------------------------------------------------------===//
+
+#include "llmopt-kernels/cuda.h"
+
+#include <cmath>
+
+namespace llmopt::kernels::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+
+__device__ __forceinline__ float ld(const float *p) { return *p; }
+__device__ __forceinline__ float ld(const bf16 *p) { return __bfloat162float(*p); }
+__device__ __forceinline__ void st(float *p, float v) { *p = v; }
+__device__ __forceinline__ void st(bf16 *p, float v) { *p = __float2bfloat16(v); }
+
+unsigned gridFor(int64_t count) {
+  int64_t blocks = (count + kThreads - 1) / kThreads;
+  return unsigned(blocks < 65535 * 16 ? (blocks > 0 ? blocks : 1) : 65535 * 16);
+}
+
+#define GRID_STRIDE(i, n)                                                                  \
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < (n);                \
+       i += int64_t(blockDim.x) * gridDim.x)
+
+template <typename T> __global__ void addKernel(const T *a, const T *b, T *y, int64_t n) {
+  GRID_STRIDE(i, n) st(y + i, ld(a + i) + ld(b + i));
+}
+template <typename T> __global__ void scaleKernel(const T *x, T *y, int64_t n, float f) {
+  GRID_STRIDE(i, n) st(y + i, ld(x + i) * f);
+}
+template <typename T> __global__ void fillKernel(T *y, int64_t n, float v) {
+  GRID_STRIDE(i, n) st(y + i, v);
+}
+template <typename T>
+__global__ void biasAddKernel(const T *x, const T *bias, T *y, int64_t n, int64_t c) {
+  GRID_STRIDE(i, n) st(y + i, ld(x + i) + ld(bias + i % c));
+}
+/// One thread per column: the rows summed in order (deterministic).
+template <typename T> __global__ void sumRowsKernel(const T *g, float *out, int64_t rows, int64_t c) {
+  GRID_STRIDE(j, c) {
+    float s = 0;
+    for (int64_t r = 0; r < rows; ++r)
+      s += ld(g + r * c + j);
+    out[j] = s;
+  }
+}
+/// Columns [offset, offset + size) of x [rows, c] to / from y [rows, size].
+template <typename T>
+__global__ void columnsKernel(const T *x, T *y, int64_t rows, int64_t c, int64_t offset,
+                              int64_t size, bool gather) {
+  GRID_STRIDE(i, rows * size) {
+    int64_t r = i / size, j = i % size;
+    if (gather)
+      y[i] = x[r * c + offset + j];
+    else
+      y[r * c + offset + j] = x[i];
+  }
+}
+template <typename T>
+__global__ void positionFwdKernel(const T *x, const T *table, T *out, int64_t batch, int64_t seq,
+                                  int64_t h, const int32_t *pos) {
+  GRID_STRIDE(i, batch * seq * h) {
+    int64_t c = i % h, s = (i / h) % seq;
+    st(out + i, ld(x + i) + ld(table + int64_t(pos ? pos[s] : s) * h + c));
+  }
+}
+template <typename T>
+__global__ void positionBwdKernel(const T *d, float *dtable, int64_t batch, int64_t seq, int64_t h,
+                                  const int32_t *pos) {
+  GRID_STRIDE(i, batch * seq * h) {
+    int64_t c = i % h, s = (i / h) % seq;
+    atomicAdd(dtable + int64_t(pos ? pos[s] : s) * h + c, ld(d + i));
+  }
+}
+/// Sum of squares into *out (zeroed by the launcher), in double per block.
+__global__ void sumSquaresKernel(const float *x, int64_t n, double *out) {
+  __shared__ double red[kThreads];
+  double s = 0;
+  GRID_STRIDE(i, n) s += double(x[i]) * double(x[i]);
+  red[threadIdx.x] = s;
+  __syncthreads();
+  for (int o = blockDim.x / 2; o > 0; o >>= 1) {
+    if (int(threadIdx.x) < o)
+      red[threadIdx.x] += red[threadIdx.x + o];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0)
+    atomicAdd(out, red[0]);
+}
+__global__ void finishSquaresKernel(const double *sum, float *out, bool root) {
+  *out = root ? float(sqrt(*sum)) : float(*sum);
+}
+
+// --- vocabulary-parallel cross-entropy -------------------------------------------
+
+/// One block per row: log-sum-exp of this rank's part of the logits and the
+/// target's logit when the label falls in the part.
+template <typename T>
+__global__ void vpStatsKernel(const T *z, const int32_t *labels, float *lse, float *target,
+                              int64_t part, int64_t offset, int64_t ignore) {
+  __shared__ float red[kThreads];
+  int64_t r = blockIdx.x;
+  const T *row = z + r * part;
+  float m = -INFINITY;
+  for (int64_t j = threadIdx.x; j < part; j += blockDim.x)
+    m = fmaxf(m, ld(row + j));
+  red[threadIdx.x] = m;
+  __syncthreads();
+  for (int o = blockDim.x / 2; o > 0; o >>= 1) {
+    if (int(threadIdx.x) < o)
+      red[threadIdx.x] = fmaxf(red[threadIdx.x], red[threadIdx.x + o]);
+    __syncthreads();
+  }
+  m = red[0];
+  __syncthreads();
+  float s = 0;
+  for (int64_t j = threadIdx.x; j < part; j += blockDim.x)
+    s += expf(ld(row + j) - m);
+  red[threadIdx.x] = s;
+  __syncthreads();
+  for (int o = blockDim.x / 2; o > 0; o >>= 1) {
+    if (int(threadIdx.x) < o)
+      red[threadIdx.x] += red[threadIdx.x + o];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) {
+    lse[r] = m + logf(red[0]);
+    int64_t l = labels[r];
+    target[r] = l != ignore && l >= offset && l < offset + part ? ld(row + (l - offset)) : 0.0f;
+  }
+}
+__device__ float gatheredLse(const float *all, int64_t rows, int64_t parts, int64_t r) {
+  float m = all[r];
+  for (int64_t p = 1; p < parts; ++p)
+    m = fmaxf(m, all[p * rows + r]);
+  float s = 0;
+  for (int64_t p = 0; p < parts; ++p)
+    s += expf(all[p * rows + r] - m);
+  return m + logf(s);
+}
+/// One thread: the mean over counted rows (deterministic order).
+__global__ void vpLossKernel(const float *all, const float *target, const int32_t *labels,
+                             float *loss, int64_t rows, int64_t parts, int64_t ignore) {
+  double total = 0;
+  int64_t counted = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    if (labels[r] == ignore)
+      continue;
+    total += double(gatheredLse(all, rows, parts, r)) - double(target[r]);
+    ++counted;
+  }
+  *loss = counted ? float(total / double(counted)) : 0.0f;
+}
+template <typename T>
+__global__ void vpBwdKernel(const T *z, const int32_t *labels, const float *all,
+                            const float *dloss, T *g, int64_t rows, int64_t part, int64_t parts,
+                            int64_t offset, int64_t ignore, int64_t counted) {
+  GRID_STRIDE(i, rows * part) {
+    int64_t r = i / part, j = i % part;
+    if (labels[r] == ignore || counted == 0) {
+      st(g + i, 0.0f);
+      continue;
+    }
+    float p = expf(ld(z + i) - gatheredLse(all, rows, parts, r));
+    st(g + i, (p - (offset + j == labels[r] ? 1.0f : 0.0f)) * (*dloss / float(counted)));
+  }
+}
+__global__ void countKernel(const int32_t *labels, int64_t rows, int64_t ignore,
+                            unsigned long long *counted) {
+  GRID_STRIDE(r, rows) if (labels[r] != ignore) atomicAdd(counted, 1ull);
+}
+
+// --- MoE dispatch / combine -------------------------------------------------------
+
+/// Each expert's slots in token order (the CPU reference's moeSlots): one
+/// thread per expert walks the choices; -1 past the capacity, and *bad set
+/// for an index outside the experts.
+__global__ void slotsKernel(const int32_t *idx, int64_t choices, int64_t experts,
+                            int64_t capacity, int64_t *slots, int *bad) {
+  GRID_STRIDE(e, experts) {
+    int64_t load = 0;
+    for (int64_t i = 0; i < choices; ++i) {
+      int32_t x = idx[i];
+      if (e == 0 && (x < 0 || x >= experts))
+        *bad = 1;
+      if (x == e) {
+        slots[i] = load < capacity ? load : -1;
+        ++load;
+      }
+    }
+  }
+}
+template <typename T>
+__global__ void dispatchKernel(const T *x, const int32_t *idx, const int64_t *slots, T *rows,
+                               int64_t choices, int64_t topK, int64_t h, int64_t capacity,
+                               bool backward) {
+  // Forward: copy each choice's token into its slot. Backward: each token's
+  // copies' gradients (rows -> x) summed, one thread per token feature.
+  if (!backward) {
+    GRID_STRIDE(i, choices * h) {
+      int64_t c = i / h, f = i % h;
+      if (slots[c] >= 0)
+        rows[(int64_t(idx[c]) * capacity + slots[c]) * h + f] = x[(c / topK) * h + f];
+    }
+  } else {
+    GRID_STRIDE(i, (choices / topK) * h) {
+      int64_t t = i / h, f = i % h;
+      float s = 0;
+      for (int64_t k = 0; k < topK; ++k) {
+        int64_t c = t * topK + k;
+        if (slots[c] >= 0)
+          s += ld(rows + (int64_t(idx[c]) * capacity + slots[c]) * h + f);
+      }
+      st(const_cast<T *>(x) + i, s);
+    }
+  }
+}
+template <typename T>
+__global__ void combineFwdKernel(const T *e, const float *w, const int32_t *idx,
+                                 const int64_t *slots, T *out, int64_t tokens, int64_t topK,
+                                 int64_t h, int64_t capacity) {
+  GRID_STRIDE(i, tokens * h) {
+    int64_t t = i / h, f = i % h;
+    float s = 0;
+    for (int64_t k = 0; k < topK; ++k) {
+      int64_t c = t * topK + k;
+      if (slots[c] >= 0)
+        s += w[c] * ld(e + (int64_t(idx[c]) * capacity + slots[c]) * h + f);
+    }
+    st(out + i, s);
+  }
+}
+/// One block per choice: its slot's gradient (w x dout) and the weight's
+/// gradient (dout . expert row).
+template <typename T>
+__global__ void combineBwdKernel(const T *d, const T *e, const float *w, const int32_t *idx,
+                                 const int64_t *slots, T *de, float *dw, int64_t topK, int64_t h,
+                                 int64_t capacity) {
+  __shared__ float red[kThreads];
+  int64_t c = blockIdx.x;
+  float acc = 0;
+  if (slots[c] >= 0) {
+    int64_t row = (int64_t(idx[c]) * capacity + slots[c]) * h;
+    const T *g = d + (c / topK) * h;
+    for (int64_t f = threadIdx.x; f < h; f += blockDim.x) {
+      st(de + row + f, w[c] * ld(g + f));
+      acc += ld(g + f) * ld(e + row + f);
+    }
+  }
+  red[threadIdx.x] = acc;
+  __syncthreads();
+  for (int o = blockDim.x / 2; o > 0; o >>= 1) {
+    if (int(threadIdx.x) < o)
+      red[threadIdx.x] += red[threadIdx.x + o];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0)
+    dw[c] = red[0];
+}
+
+/// Slots into `slots` (device, choices entries), false when an index is out
+/// of range (checked on the host after a synchronizing copy).
+cudaError_t computeSlots(const int32_t *idx, int64_t choices, int64_t experts, int64_t capacity,
+                         int64_t *slots, int *bad, cudaStream_t s, bool &ok) {
+  if (cudaError_t e = cudaMemsetAsync(bad, 0, sizeof(int), s); e != cudaSuccess)
+    return e;
+  slotsKernel<<<gridFor(experts), kThreads, 0, s>>>(idx, choices, experts, capacity, slots, bad);
+  int host = 0;
+  if (cudaError_t e = cudaMemcpyAsync(&host, bad, sizeof(int), cudaMemcpyDeviceToHost, s);
+      e != cudaSuccess)
+    return e;
+  if (cudaError_t e = cudaStreamSynchronize(s); e != cudaSuccess)
+    return e;
+  ok = host == 0;
+  return cudaGetLastError();
+}
+
+} // namespace
+
+#define LLMOPT_CUDA_DEFINE_SMALL(T)                                                         \
+  cudaError_t add(const T *a, const T *b, T *y, int64_t n, cudaStream_t s) {               \
+    addKernel<<<gridFor(n), kThreads, 0, s>>>(a, b, y, n);                                  \
+    return cudaGetLastError();                                                              \
+  }                                                                                         \
+  cudaError_t scale(const T *x, T *y, int64_t n, float f, cudaStream_t s) {                \
+    scaleKernel<<<gridFor(n), kThreads, 0, s>>>(x, y, n, f);                                \
+    return cudaGetLastError();                                                              \
+  }                                                                                         \
+  cudaError_t fill(T *y, int64_t n, float v, cudaStream_t s) {                             \
+    fillKernel<<<gridFor(n), kThreads, 0, s>>>(y, n, v);                                    \
+    return cudaGetLastError();                                                              \
+  }                                                                                         \
+  cudaError_t biasAdd(const T *x, const T *bias, T *y, int64_t n, int64_t c,               \
+                      cudaStream_t s) {                                                     \
+    biasAddKernel<<<gridFor(n), kThreads, 0, s>>>(x, bias, y, n, c);                        \
+    return cudaGetLastError();                                                              \
+  }                                                                                         \
+  cudaError_t sumRows(const T *g, float *out, int64_t rows, int64_t c, cudaStream_t s) {   \
+    sumRowsKernel<<<gridFor(c), kThreads, 0, s>>>(g, out, rows, c);                         \
+    return cudaGetLastError();                                                              \
+  }                                                                                         \
+  cudaError_t columns(const T *x, T *y, int64_t rows, int64_t c, int64_t offset,           \
+                      int64_t size, bool gather, cudaStream_t s) {                          \
+    columnsKernel<<<gridFor(rows * size), kThreads, 0, s>>>(x, y, rows, c, offset, size,    \
+                                                             gather);                       \
+    return cudaGetLastError();                                                              \
+  }                                                                                         \
+  cudaError_t positionEmbeddingForward(const T *x, const T *table, T *out, int64_t batch,  \
+                                       int64_t seq, int64_t h, const int32_t *pos,          \
+                                       cudaStream_t s) {                                    \
+    positionFwdKernel<<<gridFor(batch * seq * h), kThreads, 0, s>>>(x, table, out, batch,   \
+                                                                     seq, h, pos);          \
+    return cudaGetLastError();                                                              \
+  }                                                                                         \
+  cudaError_t positionEmbeddingBackward(const T *d, float *dtable, int64_t batch,          \
+                                        int64_t seq, int64_t h, const int32_t *pos,         \
+                                        cudaStream_t s) {                                   \
+    positionBwdKernel<<<gridFor(batch * seq * h), kThreads, 0, s>>>(d, dtable, batch, seq,  \
+                                                                     h, pos);               \
+    return cudaGetLastError();                                                              \
+  }                                                                                         \
+  cudaError_t vpCrossEntropyStats(const T *z, const int32_t *labels, float *lse,           \
+                                  float *target, int64_t rows, int64_t part, int64_t offset, \
+                                  int64_t ignore, cudaStream_t s) {                         \
+    vpStatsKernel<<<unsigned(rows), kThreads, 0, s>>>(z, labels, lse, target, part, offset,  \
+                                                      ignore);                              \
+    return cudaGetLastError();                                                              \
+  }                                                                                         \
+  cudaError_t vpCrossEntropyBackward(const T *z, const int32_t *labels, const float *all,  \
+                                     const float *dloss, T *g, int64_t rows, int64_t part,  \
+                                     int64_t parts, int64_t offset, int64_t ignore,         \
+                                     unsigned long long *scratch, cudaStream_t s) {         \
+    if (cudaError_t e = cudaMemsetAsync(scratch, 0, sizeof(*scratch), s); e != cudaSuccess) \
+      return e;                                                                             \
+    countKernel<<<gridFor(rows), kThreads, 0, s>>>(labels, rows, ignore, scratch);          \
+    unsigned long long counted = 0;                                                         \
+    if (cudaError_t e = cudaMemcpyAsync(&counted, scratch, sizeof(counted),                 \
+                                        cudaMemcpyDeviceToHost, s);                         \
+        e != cudaSuccess)                                                                   \
+      return e;                                                                             \
+    if (cudaError_t e = cudaStreamSynchronize(s); e != cudaSuccess)                         \
+      return e;                                                                             \
+    vpBwdKernel<<<gridFor(rows * part), kThreads, 0, s>>>(z, labels, all, dloss, g, rows,   \
+                                                          part, parts, offset, ignore,      \
+                                                          int64_t(counted));                \
+    return cudaGetLastError();                                                              \
+  }                                                                                         \
+  cudaError_t moeDispatch(const T *x, const int32_t *idx, T *rows, int64_t tokens,         \
+                          int64_t topK, int64_t h, int64_t experts, int64_t capacity,       \
+                          int64_t *slots, int *bad, bool backward, cudaStream_t s,          \
+                          bool &ok) {                                                       \
+    if (cudaError_t e = computeSlots(idx, tokens * topK, experts, capacity, slots, bad, s,  \
+                                     ok);                                                   \
+        e != cudaSuccess || !ok)                                                            \
+      return e;                                                                             \
+    if (!backward)                                                                          \
+      if (cudaError_t e = cudaMemsetAsync(rows, 0, sizeof(T) * experts * capacity * h, s);  \
+          e != cudaSuccess)                                                                 \
+        return e;                                                                           \
+    int64_t work = backward ? tokens * h : tokens * topK * h;                               \
+    dispatchKernel<<<gridFor(work), kThreads, 0, s>>>(x, idx, slots, rows, tokens * topK,   \
+                                                      topK, h, capacity, backward);         \
+    return cudaGetLastError();                                                              \
+  }                                                                                         \
+  cudaError_t moeCombineForward(const T *e, const float *w, const int32_t *idx, T *out,    \
+                                int64_t tokens, int64_t topK, int64_t h, int64_t experts,   \
+                                int64_t capacity, int64_t *slots, int *bad, cudaStream_t s, \
+                                bool &ok) {                                                 \
+    if (cudaError_t err = computeSlots(idx, tokens * topK, experts, capacity, slots, bad,   \
+                                       s, ok);                                              \
+        err != cudaSuccess || !ok)                                                          \
+      return err;                                                                           \
+    combineFwdKernel<<<gridFor(tokens * h), kThreads, 0, s>>>(e, w, idx, slots, out,        \
+                                                              tokens, topK, h, capacity);   \
+    return cudaGetLastError();                                                              \
+  }                                                                                         \
+  cudaError_t moeCombineBackward(const T *d, const T *e, const float *w, const int32_t *idx, \
+                                 T *de, float *dw, int64_t tokens, int64_t topK, int64_t h,  \
+                                 int64_t experts, int64_t capacity, int64_t *slots,         \
+                                 int *bad, cudaStream_t s, bool &ok) {                      \
+    if (cudaError_t err = computeSlots(idx, tokens * topK, experts, capacity, slots, bad,   \
+                                       s, ok);                                              \
+        err != cudaSuccess || !ok)                                                          \
+      return err;                                                                           \
+    if (cudaError_t err = cudaMemsetAsync(de, 0, sizeof(T) * experts * capacity * h, s);    \
+        err != cudaSuccess)                                                                 \
+      return err;                                                                           \
+    combineBwdKernel<<<unsigned(tokens * topK), kThreads, 0, s>>>(d, e, w, idx, slots, de,  \
+                                                                  dw, topK, h, capacity);   \
+    return cudaGetLastError();                                                              \
+  }
+LLMOPT_CUDA_FOR_TYPES(LLMOPT_CUDA_DEFINE_SMALL)
+#undef LLMOPT_CUDA_DEFINE_SMALL
+
+cudaError_t sumSquares(const float *x, int64_t n, double *scratch, float *out, bool root,
+                       cudaStream_t s) {
+  if (cudaError_t e = cudaMemsetAsync(scratch, 0, sizeof(double), s); e != cudaSuccess)
+    return e;
+  if (n > 0)
+    sumSquaresKernel<<<gridFor(n), kThreads, 0, s>>>(x, n, scratch);
+  finishSquaresKernel<<<1, 1, 0, s>>>(scratch, out, root);
+  return cudaGetLastError();
+}
+
+cudaError_t vpCrossEntropyLoss(const float *all, const float *target, const int32_t *labels,
+                               float *loss, int64_t rows, int64_t parts, int64_t ignore,
+                               cudaStream_t s) {
+  vpLossKernel<<<1, 1, 0, s>>>(all, target, labels, loss, rows, parts, ignore);
+  return cudaGetLastError();
+}
+
+} // namespace llmopt::kernels::cuda
