@@ -39,3 +39,12 @@ nvcc = shutil.which("nvcc") or ("/usr/local/cuda/bin/nvcc" if os.path.exists("/u
 if nvcc:
     config.available_features.add("nvcc")
     config.substitutions.append(("%nvcc", nvcc))
+
+# The CUDA backend runs where a GPU is (and llm-run was built with CUDA).
+import subprocess
+try:
+    gpus = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=20)
+    if gpus.returncode == 0 and "GPU" in gpus.stdout:
+        config.available_features.add("cuda-device")
+except (OSError, subprocess.SubprocessError):
+    pass

@@ -14,8 +14,8 @@
 
 namespace llmopt::kernels::cpu {
 
-static std::vector<double> inverseFrequencies(int64_t headDim, float theta,
-                                              const RopeScaling &scaling) {
+std::vector<double> ropeInverseFrequencies(int64_t headDim, float theta,
+                                           const RopeScaling &scaling) {
   std::vector<double> inv(headDim / 2);
   for (int64_t i = 0; i < headDim / 2; ++i) {
     double f = std::pow(double(theta), -2.0 * double(i) / double(headDim));
@@ -40,7 +40,7 @@ static std::vector<double> inverseFrequencies(int64_t headDim, float theta,
 void rotary(const float *x, float *out, int64_t batch, int64_t seq, int64_t heads,
             int64_t headDim, float theta, const RopeScaling &scaling, bool inverse,
             const int32_t *positions) {
-  std::vector<double> inv = inverseFrequencies(headDim, theta, scaling);
+  std::vector<double> inv = ropeInverseFrequencies(headDim, theta, scaling);
   int64_t half = headDim / 2;
   for (int64_t s = 0; s < seq; ++s)
     for (int64_t i = 0; i < half; ++i) {

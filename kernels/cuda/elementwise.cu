@@ -36,6 +36,15 @@ unsigned gridFor(int64_t count) {
 template <typename T> __global__ void addKernel(const T *a, const T *b, T *y, int64_t n) {
   GRID_STRIDE(i, n) st(y + i, ld(a + i) + ld(b + i));
 }
+template <typename T> __global__ void toFloatKernel(const T *x, float *y, int64_t n) {
+  GRID_STRIDE(i, n) y[i] = ld(x + i);
+}
+template <typename T> __global__ void fromFloatKernel(const float *x, T *y, int64_t n) {
+  GRID_STRIDE(i, n) st(y + i, x[i]);
+}
+template <typename T> __global__ void addIntoKernel(float *acc, const T *x, int64_t n) {
+  GRID_STRIDE(i, n) acc[i] += ld(x + i);
+}
 template <typename T> __global__ void scaleKernel(const T *x, T *y, int64_t n, float f) {
   GRID_STRIDE(i, n) st(y + i, ld(x + i) * f);
 }
@@ -289,6 +298,18 @@ cudaError_t computeSlots(const int32_t *idx, int64_t choices, int64_t experts, i
 } // namespace
 
 #define LLMOPT_CUDA_DEFINE_SMALL(T)                                                         \
+  cudaError_t toFloat(const T *x, float *y, int64_t n, cudaStream_t s) {                   \
+    toFloatKernel<<<gridFor(n), kThreads, 0, s>>>(x, y, n);                                 \
+    return cudaGetLastError();                                                              \
+  }                                                                                         \
+  cudaError_t fromFloat(const float *x, T *y, int64_t n, cudaStream_t s) {                 \
+    fromFloatKernel<<<gridFor(n), kThreads, 0, s>>>(x, y, n);                               \
+    return cudaGetLastError();                                                              \
+  }                                                                                         \
+  cudaError_t addInto(float *acc, const T *x, int64_t n, cudaStream_t s) {                 \
+    addIntoKernel<<<gridFor(n), kThreads, 0, s>>>(acc, x, n);                               \
+    return cudaGetLastError();                                                              \
+  }                                                                                         \
   cudaError_t add(const T *a, const T *b, T *y, int64_t n, cudaStream_t s) {               \
     addKernel<<<gridFor(n), kThreads, 0, s>>>(a, b, y, n);                                  \
     return cudaGetLastError();                                                              \

@@ -50,11 +50,13 @@ bool CpuExecutor::init(const Plan &p, int rank, uint64_t seed, std::string &erro
                                                       program->numMicroBatches, stages - stage));
   }
   numSlots = slots;
-  std::vector<float> arena(size_t((program->arenaBytes + 3) / 4), 0.0f);
+  // Another backend runs the instructions: only the parameters are wanted.
+  std::vector<float> arena(arenasWanted ? size_t((program->arenaBytes + 3) / 4) : 0, 0.0f);
   if (program->stashBytes > 0) {
     // Only the stash is per micro-batch; the parts share the arena.
     arenas.assign(1, arena);
-    stashes.assign(slots, std::vector<float>(size_t((program->stashBytes + 3) / 4), 0.0f));
+    stashes.assign(slots, std::vector<float>(
+                              arenasWanted ? size_t((program->stashBytes + 3) / 4) : 0, 0.0f));
   } else {
     arenas.assign(slots, arena);
     stashes.clear();

@@ -13,6 +13,9 @@
 //===----------------------------------------------------------------------===//
 
 #include "llmopt-runtime/checkpoint.h"
+#ifdef LLMOPT_HAVE_CUDA
+#include "llmopt-runtime/cuda_executor.h"
+#endif
 #include "llmopt-runtime/data.h"
 #include "llmopt-runtime/executor.h"
 #include "llmopt-runtime/mpi_comm.h"
@@ -23,6 +26,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <sstream>
 #include <string>
 #include <unistd.h>
@@ -33,7 +37,7 @@ using namespace llmopt::runtime;
 namespace {
 
 struct Options {
-  std::string plan, metrics, checkpointDir, resume, profile;
+  std::string plan, metrics, checkpointDir, resume, profile, device = "cpu";
   std::vector<std::string> data;
   int64_t steps = 0, checkpointEvery = 0;
   uint64_t seed = 42;
@@ -85,7 +89,7 @@ int usage(const char *msg) {
                "llm-run: %s\nusage: llm-run PLAN_DIR --data SHARD[,SHARD] --steps N "
                "[--metrics FILE.jsonl] [--seed S] [--checkpoint-dir DIR] "
                "[--checkpoint-every K] [--resume DIR] [--peak-tflops T] [--profile FILE.json] "
-               "[--quiet]\n",
+               "[--device cpu|cuda] [--quiet]\n",
                msg);
   return 2;
 }
@@ -130,6 +134,15 @@ bool parse(int argc, char **argv, Options &o, std::string &error) {
       if (!v)
         return false;
       o.metrics = v;
+    } else if (a == "--device") {
+      const char *v = value("--device");
+      if (!v)
+        return false;
+      o.device = v;
+      if (o.device != "cpu" && o.device != "cuda") {
+        error = "--device must be cpu or cuda, got '" + o.device + "'";
+        return false;
+      }
     } else if (a == "--profile") {
       const char *v = value("--profile");
       if (!v)
@@ -335,12 +348,32 @@ int main(int argc, char **argv) {
     return fail("the data holds token " + std::to_string(data.maxToken()) +
                 ", outside the model's vocabulary of " + std::to_string(vocab));
 
+  // The CUDA backend keeps the parameters on the GPU; its host executor
+  // holds their copy for checkpoints (synchronized around them).
+#ifdef LLMOPT_HAVE_CUDA
+  std::unique_ptr<CudaExecutor> gpu;
+  if (o.device == "cuda")
+    gpu = std::make_unique<CudaExecutor>();
+  CpuExecutor cpuExe;
+  CpuExecutor &exe = gpu ? gpu->host : cpuExe;
+  if (gpu ? !gpu->init(plan, rank, o.seed, error) : !exe.init(plan, rank, o.seed, error))
+    return fail(error);
+  auto toHost = [&](std::string &err) { return !gpu || gpu->syncToHost(err); };
+#else
+  if (o.device == "cuda")
+    return fail("this llm-run was built without CUDA (no nvcc at build time)");
   CpuExecutor exe;
   if (!exe.init(plan, rank, o.seed, error))
     return fail(error);
+  auto toHost = [](std::string &) { return true; };
+#endif
   if (!o.resume.empty() &&
       !loadCheckpoint(o.resume, exe, plan, rank, world, error))
     return fail(error);
+#ifdef LLMOPT_HAVE_CUDA
+  if (gpu && !o.resume.empty() && !gpu->syncToDevice(error))
+    return fail(error);
+#endif
 
   std::FILE *metrics = nullptr;
   if (rank == 0 && !o.metrics.empty()) {
@@ -411,7 +444,12 @@ int main(int argc, char **argv) {
     timed.seconds = 0;
     auto t0 = std::chrono::steady_clock::now();
     StepResult r;
-    if (!exe.step(x, y, timed, r, error))
+#ifdef LLMOPT_HAVE_CUDA
+    bool stepped = gpu ? gpu->step(x, y, r, error) : exe.step(x, y, timed, r, error);
+#else
+    bool stepped = exe.step(x, y, timed, r, error);
+#endif
+    if (!stepped)
       return fail("step " + std::to_string(step + 1) + ": " + error);
     double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     double tokensPerS = double(perRank * dp * micro * seq) / dt;
@@ -440,7 +478,7 @@ int main(int argc, char **argv) {
                    tty ? "" : "\n");
     if (!o.checkpointDir.empty() && o.checkpointEvery > 0 &&
         exe.steps % o.checkpointEvery == 0 &&
-        !saveCheckpoint(o.checkpointDir, exe, plan, *comm, error))
+        (!toHost(error) || !saveCheckpoint(o.checkpointDir, exe, plan, *comm, error)))
       return fail("checkpoint: " + error);
   }
   if (tty && rank == 0)
@@ -448,7 +486,7 @@ int main(int argc, char **argv) {
   // The last step is always saved, so a finished run can be extended later.
   if (!o.checkpointDir.empty() && exe.steps > startStep &&
       (o.checkpointEvery == 0 || exe.steps % o.checkpointEvery != 0) &&
-      !saveCheckpoint(o.checkpointDir, exe, plan, *comm, error))
+      (!toHost(error) || !saveCheckpoint(o.checkpointDir, exe, plan, *comm, error)))
     return fail("checkpoint: " + error);
   if (metrics)
     std::fclose(metrics);

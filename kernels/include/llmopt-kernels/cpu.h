@@ -18,6 +18,7 @@
 #define LLMOPT_KERNELS_CPU_H
 
 #include <cstdint>
+#include <vector>
 
 namespace llmopt::kernels::cpu {
 
@@ -111,6 +112,9 @@ struct RopeScaling {
 /// back (the backward pass).
 /// `positions` (null: 0..seq-1) are the tokens' positions in the sequence
 /// (context parallelism holds non-contiguous chunks).
+/// RoPE's inverse frequencies (headDim / 2 of them) with Llama 3 scaling.
+std::vector<double> ropeInverseFrequencies(int64_t headDim, float theta,
+                                           const RopeScaling &scaling);
 void rotary(const float *x, float *out, int64_t batch, int64_t seq, int64_t heads,
             int64_t headDim, float theta, const RopeScaling &scaling, bool inverse,
             const int32_t *positions = nullptr);

@@ -112,6 +112,9 @@ LLMOPT_CUDA_FOR_TYPES(LLMOPT_CUDA_DECLARE_FP8)
 /// expert's slots in token order (`slots`: tokens x top_k int64 scratch,
 /// `bad`: one int), `ok` false when an index is not an expert.
 #define LLMOPT_CUDA_DECLARE_SMALL(T)                                                         \
+  cudaError_t toFloat(const T *x, float *y, int64_t n, cudaStream_t stream);                 \
+  cudaError_t fromFloat(const float *x, T *y, int64_t n, cudaStream_t stream);               \
+  cudaError_t addInto(float *acc, const T *x, int64_t n, cudaStream_t stream);               \
   cudaError_t add(const T *a, const T *b, T *y, int64_t n, cudaStream_t stream);             \
   cudaError_t scale(const T *x, T *y, int64_t n, float factor, cudaStream_t stream);         \
   cudaError_t fill(T *y, int64_t n, float value, cudaStream_t stream);                        \

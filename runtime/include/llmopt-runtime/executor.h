@@ -70,6 +70,9 @@ public:
             StepResult &result, std::string &error);
 
   std::map<std::string, ParamState> params;
+  /// False when another backend (CUDA) runs the plan and this executor only
+  /// initializes and holds the parameters: no host arena is allocated.
+  bool arenasWanted = true;
   int64_t steps = 0;
   LossScaleState lossScale;
   /// Micro-batches a pipeline schedule has in flight at most (each with its

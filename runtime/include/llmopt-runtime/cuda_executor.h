@@ -1,0 +1,62 @@
+//===- cuda_executor.h - running a plan on one GPU -------------------*- C++ -*-===//
+//
+// The CUDA backend, first slice: one rank's program on one GPU with the
+// kernels of kernels/cuda and cuBLASLt. It takes the plans a single GPU runs
+// (world size 1; fp32 or bf16; dense models: embeddings, norms, linears,
+// attention, GeLU / SwiGLU, rotary, cross-entropy, fused row-wise chains run
+// kernel by kernel, AdamW with global-norm clipping) and refuses the rest by
+// name (collectives, pipelines, MoE experts, fp8 and fp16 plans) so that a
+// run never silently differs from the CPU backend.
+//
+// Parameters are initialized exactly as the CPU backend does (it creates
+// them) and kept on the device as fp32 masters, AdamW moments and, for bf16
+// plans, a bf16 working copy; `syncToHost` / `syncToDevice` move them for
+// checkpoints. Built only where the CUDA toolkit is (LLMOPT_HAVE_CUDA).
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef LLMOPT_RUNTIME_CUDA_EXECUTOR_H
+#define LLMOPT_RUNTIME_CUDA_EXECUTOR_H
+
+#include "llmopt-runtime/executor.h"
+
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace llmopt::runtime {
+
+class CudaExecutor {
+public:
+  CudaExecutor();
+  ~CudaExecutor();
+  CudaExecutor(const CudaExecutor &) = delete;
+  CudaExecutor &operator=(const CudaExecutor &) = delete;
+
+  /// Whether a CUDA device is present.
+  static bool available();
+
+  /// Checks that the plan is one this backend runs, initializes the
+  /// parameters (through `host`, the CPU backend, so both start from the
+  /// same values) and uploads them.
+  bool init(const Plan &plan, int rank, uint64_t seed, std::string &error);
+  bool step(const std::vector<std::vector<int32_t>> &tokens,
+            const std::vector<std::vector<int32_t>> &labels, StepResult &result,
+            std::string &error);
+  /// Parameters and moments to `host.params` (before a checkpoint) and back
+  /// (after a resume loaded them there).
+  bool syncToHost(std::string &error);
+  bool syncToDevice(std::string &error);
+
+  /// The CPU executor that initialized the parameters and holds their host
+  /// copy (and step count) for checkpoints.
+  CpuExecutor host;
+
+private:
+  struct State;
+  std::unique_ptr<State> s;
+};
+
+} // namespace llmopt::runtime
+
+#endif // LLMOPT_RUNTIME_CUDA_EXECUTOR_H

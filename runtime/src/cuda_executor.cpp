@@ -1,0 +1,634 @@
+//===- cuda_executor.cpp - one rank's program on one GPU ------------------===//
+//
+// The instruction stream of a single-GPU plan, kernel by kernel, on the
+// default stream: kernels/cuda for the row-wise, elementwise, attention,
+// loss and optimizer kernels, cuBLASLt (kernels/cuda/gemm.cpp) for the
+// linears. Weight gradients the CUDA kernels accumulate in fp32 go through
+// an fp32 scratch when the plan keeps them in bf16. What the first slice
+// does not run is refused in init, by name.
+//
+//===----------------------------------------------------------------------===//
+
+#include "llmopt-runtime/cuda_executor.h"
+
+#include "llmopt-kernels/cuda.h"
+#include "llmopt-kernels/gemm.h"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <set>
+#include <tuple>
+
+namespace llmopt::runtime {
+
+namespace cu = llmopt::kernels::cuda;
+using kernels::KernelId;
+
+namespace {
+
+/// Device memory, freed with its owner.
+struct DevBuf {
+  void *p = nullptr;
+  size_t bytes = 0;
+  DevBuf() = default;
+  DevBuf(const DevBuf &) = delete;
+  DevBuf &operator=(const DevBuf &) = delete;
+  ~DevBuf() {
+    if (p)
+      cudaFree(p);
+  }
+  bool reserve(size_t n) {
+    if (n <= bytes)
+      return true;
+    if (p)
+      cudaFree(p);
+    p = nullptr;
+    bytes = 0;
+    if (cudaMalloc(&p, std::max<size_t>(n, 16)) != cudaSuccess)
+      return false;
+    bytes = std::max<size_t>(n, 16);
+    return true;
+  }
+  template <typename T> T *as() const { return static_cast<T *>(p); }
+};
+
+int64_t lastDim(const Buffer &b) { return b.shape.empty() ? 1 : b.shape.back(); }
+int64_t rowsOf(const Buffer &b) { return lastDim(b) ? b.elements / lastDim(b) : 0; }
+
+} // namespace
+
+struct CudaExecutor::State {
+  const Plan *plan = nullptr;
+  const Program *program = nullptr;
+  bool bf16 = false;
+  DevBuf arena, tokens, labels;
+  struct Param {
+    DevBuf master, m, v, working; // working: bf16 plans only
+    int64_t n = 0;
+  };
+  std::map<std::string, Param> params;
+  std::map<std::string, std::unique_ptr<DevBuf>> accum;
+  std::vector<std::unique_ptr<DevBuf>> temps, scratch;
+  std::map<std::tuple<int64_t, double, double, double, double, double>, std::unique_ptr<DevBuf>>
+      ropes;
+  std::unique_ptr<cu::Gemm> gemm;
+  std::map<const void *, float> hostNorms; // global norms just computed, by device pointer
+  int64_t vocab = 0;
+  const std::vector<std::vector<int32_t>> *tok = nullptr, *lab = nullptr;
+
+  /// Scratch buffer `i` of at least `bytes`.
+  void *tmp(size_t i, size_t bytes, std::string &error) {
+    while (scratch.size() <= i)
+      scratch.push_back(std::make_unique<DevBuf>());
+    if (!scratch[i]->reserve(bytes)) {
+      error = "out of GPU memory for " + std::to_string(bytes) + " bytes of scratch";
+      return nullptr;
+    }
+    return scratch[i]->p;
+  }
+
+  void *ptr(const Buffer &b) {
+    switch (b.space) {
+    case Buffer::Space::Arena:
+      return static_cast<char *>(arena.p) + b.offset;
+    case Buffer::Space::Input:
+      return b.offset == 0 ? tokens.p : labels.p;
+    case Buffer::Space::State: {
+      Param &p = params.at(b.name);
+      return p.working.p ? p.working.p : p.master.p;
+    }
+    case Buffer::Space::Accum:
+      return accum.at(b.name)->p;
+    case Buffer::Space::Temp:
+      return temps.at(size_t(b.offset))->p;
+    default:
+      return nullptr;
+    }
+  }
+  template <typename T> T *at(const Buffer &b) { return static_cast<T *>(ptr(b)); }
+
+  bool check(cudaError_t e, const char *what, std::string &error) {
+    if (e == cudaSuccess)
+      return true;
+    error = std::string(what) + ": " + cudaGetErrorString(e);
+    return false;
+  }
+
+  /// An fp32 target for a gradient the CUDA kernels accumulate: the buffer
+  /// itself when fp32 (zeroed), else a zeroed scratch cast into it after.
+  float *gradTarget(const Buffer &b, size_t slot, std::string &error) {
+    void *p = b.dtype == DType::F32 ? ptr(b) : tmp(slot, size_t(b.elements) * 4, error);
+    if (!p || cudaMemsetAsync(p, 0, size_t(b.elements) * 4) != cudaSuccess) {
+      if (error.empty())
+        error = "cannot clear a gradient buffer";
+      return nullptr;
+    }
+    return static_cast<float *>(p);
+  }
+  bool gradDone(const Buffer &b, float *g, std::string &error) {
+    if (b.dtype == DType::F32)
+      return true;
+    return check(cu::fromFloat(g, at<cu::bf16>(b), b.elements, nullptr), "gradient cast", error);
+  }
+
+  const float *invFreq(const Instruction &ins, std::string &error) {
+    int64_t hd = int64_t(ins.number("head_dim"));
+    kernels::cpu::RopeScaling sc;
+    sc.factor = float(ins.number("factor"));
+    sc.lowFreqFactor = float(ins.number("low_freq_factor", 1));
+    sc.highFreqFactor = float(ins.number("high_freq_factor", 4));
+    sc.originalMaxPositions = float(ins.number("original_max_positions", 8192));
+    double theta = ins.number("theta");
+    auto key = std::make_tuple(hd, theta, double(sc.factor), double(sc.lowFreqFactor),
+                               double(sc.highFreqFactor), double(sc.originalMaxPositions));
+    auto it = ropes.find(key);
+    if (it != ropes.end())
+      return it->second->as<float>();
+    std::vector<double> inv = kernels::cpu::ropeInverseFrequencies(hd, float(theta), sc);
+    std::vector<float> f(inv.begin(), inv.end());
+    auto buf = std::make_unique<DevBuf>();
+    if (!buf->reserve(f.size() * 4) ||
+        cudaMemcpy(buf->p, f.data(), f.size() * 4, cudaMemcpyHostToDevice) != cudaSuccess) {
+      error = "cannot upload the rotary frequencies";
+      return nullptr;
+    }
+    return ropes.emplace(key, std::move(buf)).first->second->as<float>();
+  }
+
+  template <typename T> bool kernel(const Instruction &ins, CpuExecutor &host, std::string &error);
+  bool run(const Instruction &ins, CpuExecutor &host, std::string &error) {
+    return bf16 ? kernel<cu::bf16>(ins, host, error) : kernel<float>(ins, host, error);
+  }
+};
+
+template <typename T>
+bool CudaExecutor::State::kernel(const Instruction &ins, CpuExecutor &host, std::string &error) {
+  const std::vector<Buffer> &in = ins.ins, &out = ins.outs;
+  cudaStream_t s = nullptr;
+  auto ok = [&](cudaError_t e) { return check(e, ins.kernel->name, error); };
+  switch (ins.kernel->id) {
+  case KernelId::EmbeddingFwd:
+    return ok(cu::embeddingForward(at<int32_t>(in[0]), at<T>(in[1]), at<T>(out[0]),
+                                   in[0].elements, in[1].shape[1], s));
+  case KernelId::EmbeddingBwd: {
+    float *g = gradTarget(out[0], 0, error);
+    return g && ok(cu::embeddingBackward(at<int32_t>(in[0]), at<T>(in[1]), g, in[0].elements,
+                                         out[0].shape[1], s)) &&
+           gradDone(out[0], g, error);
+  }
+  case KernelId::PositionEmbeddingFwd:
+    return ok(cu::positionEmbeddingForward(at<T>(in[0]), at<T>(in[1]), at<T>(out[0]),
+                                           in[0].shape[0], in[0].shape[1], in[0].shape[2],
+                                           nullptr, s));
+  case KernelId::PositionEmbeddingBwd: {
+    float *g = gradTarget(out[0], 0, error);
+    return g && ok(cu::positionEmbeddingBackward(at<T>(in[0]), g, in[0].shape[0], in[0].shape[1],
+                                                 in[0].shape[2], nullptr, s)) &&
+           gradDone(out[0], g, error);
+  }
+  case KernelId::RMSNormFwd:
+  case KernelId::LayerNormFwd: {
+    int64_t n = rowsOf(in[0]), c = lastDim(in[0]);
+    auto *st = static_cast<float *>(tmp(1, size_t(n) * 8, error));
+    if (!st)
+      return false;
+    float eps = float(ins.number("eps"));
+    if (ins.kernel->id == KernelId::RMSNormFwd)
+      return ok(cu::rmsNormForward(at<T>(in[0]), at<T>(in[1]), at<T>(out[0]), st, n, c, eps, s));
+    return ok(cu::layerNormForward(at<T>(in[0]), at<T>(in[1]),
+                                   in.size() > 2 ? at<T>(in[2]) : nullptr, at<T>(out[0]), st,
+                                   st + n, n, c, eps, s));
+  }
+  case KernelId::RMSNormBwd:
+  case KernelId::LayerNormBwd: {
+    // The forward again for its statistics (the plan does not keep them).
+    bool rms = ins.kernel->id == KernelId::RMSNormBwd;
+    int64_t n = rowsOf(in[1]), c = lastDim(in[1]);
+    auto *st = static_cast<float *>(tmp(1, size_t(n) * 8, error));
+    auto *y = static_cast<T *>(tmp(2, size_t(in[1].elements) * sizeof(T), error));
+    float *dw = st && y ? gradTarget(out[1], 3, error) : nullptr;
+    float *db = dw && out.size() > 2 ? gradTarget(out[2], 4, error) : nullptr;
+    if (!dw || (out.size() > 2 && !db))
+      return false;
+    float eps = float(ins.number("eps"));
+    if (rms) {
+      if (!ok(cu::rmsNormForward(at<T>(in[1]), at<T>(in[2]), y, st, n, c, eps, s)) ||
+          !ok(cu::rmsNormBackward(at<T>(in[0]), at<T>(in[1]), at<T>(in[2]), st, at<T>(out[0]),
+                                  dw, n, c, s)))
+        return false;
+    } else {
+      if (!ok(cu::layerNormForward(at<T>(in[1]), at<T>(in[2]), nullptr, y, st, st + n, n, c, eps,
+                                   s)))
+        return false;
+      // Without a bias gradient wanted, the kernel still sums one: scratch.
+      float *dbias = db ? db : static_cast<float *>(tmp(4, size_t(c) * 4, error));
+      if (!dbias || !ok(cu::layerNormBackward(at<T>(in[0]), at<T>(in[1]), at<T>(in[2]), st,
+                                              st + n, at<T>(out[0]), dw, dbias, n, c, s)))
+        return false;
+    }
+    return gradDone(out[1], dw, error) && (!db || gradDone(out[2], db, error));
+  }
+  case KernelId::LinearFwd: {
+    const Buffer &x = in[0], &w = in[1];
+    bool tr = ins.flag("transposed");
+    cu::LinearShape sh{rowsOf(x), tr ? w.shape[0] : w.shape[1], tr ? w.shape[1] : w.shape[0], tr,
+                       bf16 ? CUDA_R_16BF : CUDA_R_32F};
+    bool gelu = !ins.text("epilogue").empty();
+    return gemm->linearForward(at<T>(x), at<T>(w), in.size() > 2 ? at<T>(in[2]) : nullptr,
+                               at<T>(out[gelu ? 1 : 0]), sh, s, error,
+                               gelu ? at<T>(out[0]) : nullptr);
+  }
+  case KernelId::LinearBwd: {
+    const Buffer &w = in[2];
+    bool tr = ins.flag("transposed");
+    cu::LinearShape sh{rowsOf(in[1]), tr ? w.shape[0] : w.shape[1], tr ? w.shape[1] : w.shape[0],
+                       tr, bf16 ? CUDA_R_16BF : CUDA_R_32F};
+    float *dw = gradTarget(out[1], 0, error);
+    if (!dw || !gemm->linearBackward(at<T>(in[0]), at<T>(in[1]), at<T>(w), at<T>(out[0]), dw, sh,
+                                     s, error) ||
+        !gradDone(out[1], dw, error))
+      return false;
+    if (out.size() < 3)
+      return true;
+    float *db = gradTarget(out[2], 3, error);
+    return db && ok(cu::sumRows(at<T>(in[0]), db, sh.n, sh.out, s)) && gradDone(out[2], db, error);
+  }
+  case KernelId::Split:
+  case KernelId::Concat: {
+    bool split = ins.kernel->id == KernelId::Split;
+    const Buffer &whole = split ? in[0] : out[0];
+    int64_t offset = 0;
+    for (const Buffer &p : split ? out : in) {
+      if (!ok(cu::columns(split ? at<T>(whole) : at<T>(p), split ? at<T>(p) : at<T>(whole),
+                          rowsOf(whole), lastDim(whole), offset, lastDim(p), split, s)))
+        return false;
+      offset += lastDim(p);
+    }
+    return true;
+  }
+  case KernelId::Rotary: {
+    const float *inv = invFreq(ins, error);
+    if (!inv)
+      return false;
+    int64_t hd = int64_t(ins.number("head_dim"));
+    for (int i = 0; i < 2; ++i)
+      if (!ok(cu::rotary(at<T>(in[i]), at<T>(out[i]), in[i].shape[0], in[i].shape[1],
+                         in[i].shape[2] / hd, hd, inv, ins.flag("inverse"), s)))
+        return false;
+    return true;
+  }
+  case KernelId::AttentionFwd:
+  case KernelId::AttentionBwd: {
+    bool fwd = ins.kernel->id == KernelId::AttentionFwd;
+    const Buffer &q = in[fwd ? 0 : 1], &k = in[fwd ? 1 : 2];
+    cu::AttentionDims d;
+    d.batch = q.shape[0];
+    d.seq = q.shape[1];
+    d.heads = int64_t(ins.number("heads"));
+    d.kvHeads = int64_t(ins.number("kv_heads"));
+    d.headDim = int64_t(ins.number("head_dim"));
+    d.scale = float(ins.number("scale"));
+    d.causal = ins.flag("causal");
+    d.window = int64_t(ins.number("window"));
+    auto *lse = static_cast<float *>(tmp(1, size_t(d.batch * d.heads * d.seq) * 4, error));
+    if (!lse)
+      return false;
+    if (fwd)
+      return ok(cu::attentionForward(at<T>(in[0]), at<T>(in[1]), at<T>(in[2]), at<T>(out[0]), lse,
+                                     d, s));
+    // The log-sum-exps again (the plan keeps only the output).
+    auto *o = static_cast<T *>(tmp(2, size_t(q.elements) * sizeof(T), error));
+    auto *sc = static_cast<float *>(tmp(3, size_t(k.elements) * 8, error));
+    return o && sc &&
+           ok(cu::attentionForward(at<T>(in[1]), at<T>(in[2]), at<T>(in[3]), o, lse, d, s)) &&
+           ok(cu::attentionBackward(at<T>(in[0]), at<T>(in[1]), at<T>(in[2]), at<T>(in[3]),
+                                    at<T>(in[4]), lse, at<T>(out[0]), at<T>(out[1]),
+                                    at<T>(out[2]), sc, d, s));
+  }
+  case KernelId::GeluFwd:
+    return ok(cu::geluForward(at<T>(in[0]), at<T>(out[0]), in[0].elements, ins.flag("tanh"), s));
+  case KernelId::GeluBwd:
+    return ok(cu::geluBackward(at<T>(in[0]), at<T>(in[1]), at<T>(out[0]), in[1].elements,
+                               ins.flag("tanh"), s));
+  case KernelId::SwiGLUFwd:
+    return ok(cu::swigluForward(at<T>(in[0]), at<T>(in[1]), at<T>(out[0]), in[0].elements, s));
+  case KernelId::SwiGLUBwd:
+    return ok(cu::swigluBackward(at<T>(in[0]), at<T>(in[1]), at<T>(in[2]), at<T>(out[0]),
+                                 at<T>(out[1]), in[1].elements, s));
+  case KernelId::Add: {
+    // Activations (one dtype), or a gradient added into its fp32 accumulator.
+    DType a = in[0].dtype, b = in[1].dtype, y = out[0].dtype;
+    if (a == b && b == y)
+      return a == DType::F32 ? ok(cu::add(at<float>(in[0]), at<float>(in[1]), at<float>(out[0]),
+                                          out[0].elements, s))
+                             : ok(cu::add(at<T>(in[0]), at<T>(in[1]), at<T>(out[0]),
+                                          out[0].elements, s));
+    if (y == DType::F32 && a == DType::F32 && ptr(in[0]) == ptr(out[0]))
+      return ok(cu::addInto(at<float>(out[0]), at<T>(in[1]), out[0].elements, s));
+    error = "add: mixed dtypes other than a gradient into its fp32 accumulator";
+    return false;
+  }
+  case KernelId::Copy:
+    if (in[0].dtype != out[0].dtype) {
+      error = "copy between dtypes";
+      return false;
+    }
+    return ok(cudaMemcpyAsync(ptr(out[0]), ptr(in[0]), size_t(out[0].bytes),
+                              cudaMemcpyDeviceToDevice, s));
+  case KernelId::Scale:
+    return out[0].dtype == DType::F32
+               ? ok(cu::scale(at<float>(in[0]), at<float>(out[0]), out[0].elements,
+                              float(ins.number("factor")), s))
+               : ok(cu::scale(at<T>(in[0]), at<T>(out[0]), out[0].elements,
+                              float(ins.number("factor")), s));
+  case KernelId::Fill:
+    return out[0].dtype == DType::F32
+               ? ok(cu::fill(at<float>(out[0]), out[0].elements, float(ins.number("value")), s))
+               : ok(cu::fill(at<T>(out[0]), out[0].elements, float(ins.number("value")), s));
+  case KernelId::BiasAdd:
+    return ok(cu::biasAdd(at<T>(in[0]), at<T>(in[1]), at<T>(out[0]), out[0].elements,
+                          in[1].elements, s));
+  case KernelId::SumRows: {
+    float *g = gradTarget(out[0], 0, error);
+    return g && ok(cu::sumRows(at<T>(in[0]), g, in[0].elements / out[0].elements,
+                               out[0].elements, s)) &&
+           gradDone(out[0], g, error);
+  }
+  case KernelId::CrossEntropyFwd: {
+    auto *rowLoss = static_cast<float *>(tmp(1, size_t(rowsOf(in[0])) * 4, error));
+    return rowLoss && ok(cu::crossEntropyForward(at<T>(in[0]), at<int32_t>(in[1]), rowLoss,
+                                                 at<float>(out[0]), rowsOf(in[0]),
+                                                 lastDim(in[0]),
+                                                 int64_t(ins.number("ignore_index", -100)), s));
+  }
+  case KernelId::CrossEntropyBwd: {
+    auto *scale = static_cast<float *>(tmp(1, 16, error));
+    return scale && ok(cu::crossEntropyBackward(at<T>(in[0]), at<int32_t>(in[1]),
+                                                at<float>(in[2]), scale, at<T>(out[0]),
+                                                rowsOf(in[0]), lastDim(in[0]),
+                                                int64_t(ins.number("ignore_index", -100)), s));
+  }
+  case KernelId::GlobalNorm: {
+    // Each accumulator's sum of squares, added on the host in fp64.
+    auto *dsum = static_cast<double *>(tmp(1, 8, error));
+    auto *part = static_cast<float *>(tmp(2, in.size() * 4 + 4, error));
+    if (!dsum || !part)
+      return false;
+    for (size_t i = 0; i < in.size(); ++i)
+      if (!ok(cu::sumSquares(at<float>(in[i]), in[i].elements, dsum, part + i, false, s)))
+        return false;
+    std::vector<float> host(in.size());
+    if (!in.empty() && !ok(cudaMemcpy(host.data(), part, in.size() * 4, cudaMemcpyDeviceToHost)))
+      return false;
+    double sum = 0;
+    for (float v : host)
+      sum += double(v);
+    float norm = float(std::sqrt(sum));
+    hostNorms[ptr(out[0])] = norm;
+    return ok(cudaMemcpy(ptr(out[0]), &norm, 4, cudaMemcpyHostToDevice));
+  }
+  case KernelId::AdamW: {
+    Param &p = params.at(ins.text("param"));
+    float norm = 0;
+    if (auto it = hostNorms.find(ptr(in[1])); it != hostNorms.end())
+      norm = it->second;
+    else if (!ok(cudaMemcpy(&norm, ptr(in[1]), 4, cudaMemcpyDeviceToHost)))
+      return false;
+    double maxNorm = ins.number("max_norm");
+    cu::AdamWArgs a{float(ins.number("lr")),          float(ins.number("beta1")),
+                    float(ins.number("beta2")),       float(ins.number("eps")),
+                    float(ins.number("weight_decay")),
+                    maxNorm > 0 ? float(std::min(1.0, maxNorm / (double(norm) + 1e-6))) : 1.0f,
+                    host.steps + 1};
+    return ok(cu::adamw(p.master.as<float>(), at<float>(in[0]), p.m.as<float>(), p.v.as<float>(),
+                        p.working.as<cu::bf16>(), p.n, a, s));
+  }
+  case KernelId::Fused: {
+    // The body kernel by kernel (the generated kernel in one launch is the
+    // next step); temporaries in the activations' dtype.
+    while (temps.size() < ins.temps.size())
+      temps.push_back(std::make_unique<DevBuf>());
+    for (size_t i = 0; i < ins.temps.size(); ++i) {
+      int64_t n = 1;
+      for (int64_t d : ins.temps[i])
+        n *= d;
+      if (!temps[i]->reserve(size_t(n) * sizeof(T))) {
+        error = "out of GPU memory for a fused kernel's temporaries";
+        return false;
+      }
+    }
+    for (const Instruction &sub : ins.body)
+      if (!kernel<T>(sub, host, error))
+        return false;
+    return true;
+  }
+  default:
+    error = std::string("the CUDA backend does not run '") + ins.kernel->name + "' yet";
+    return false;
+  }
+}
+
+CudaExecutor::CudaExecutor() : s(std::make_unique<State>()) {}
+CudaExecutor::~CudaExecutor() = default;
+
+bool CudaExecutor::available() { return cu::deviceAvailable(); }
+
+bool CudaExecutor::init(const Plan &plan, int rank, uint64_t seed, std::string &error) {
+  if (!available()) {
+    error = "no CUDA device";
+    return false;
+  }
+  if (plan.worldSize != 1) {
+    error = "the CUDA backend runs single-GPU plans so far (this plan has " +
+            std::to_string(plan.worldSize) + " ranks; NCCL communicators are issue 7's next "
+                                             "step)";
+    return false;
+  }
+  const Program *program = plan.programFor(rank);
+  if (!program)
+    return (error = "no program for rank " + std::to_string(rank), false);
+  if (program->backwardStart >= 0 || program->stashBytes > 0)
+    return (error = "the CUDA backend does not run pipeline schedules yet", false);
+  // What this slice runs, checked before anything is allocated.
+  static const std::set<KernelId> kRuns = {
+      KernelId::EmbeddingFwd, KernelId::EmbeddingBwd, KernelId::PositionEmbeddingFwd,
+      KernelId::PositionEmbeddingBwd, KernelId::RMSNormFwd, KernelId::RMSNormBwd,
+      KernelId::LayerNormFwd, KernelId::LayerNormBwd, KernelId::LinearFwd, KernelId::LinearBwd,
+      KernelId::Split, KernelId::Concat, KernelId::Rotary, KernelId::AttentionFwd,
+      KernelId::AttentionBwd, KernelId::GeluFwd, KernelId::GeluBwd, KernelId::SwiGLUFwd,
+      KernelId::SwiGLUBwd, KernelId::Add, KernelId::Copy, KernelId::Scale, KernelId::Fill,
+      KernelId::BiasAdd, KernelId::SumRows, KernelId::CrossEntropyFwd,
+      KernelId::CrossEntropyBwd, KernelId::GlobalNorm, KernelId::AdamW, KernelId::Fused};
+  bool anyBf16 = false;
+  std::function<bool(const Instruction &)> supported = [&](const Instruction &ins) {
+    if (ins.kind != Instruction::Kind::Kernel) {
+      error = "the CUDA backend runs no collectives yet (single-GPU plans only)";
+      return false;
+    }
+    if (!kRuns.count(ins.kernel->id)) {
+      error = std::string("the CUDA backend does not run '") + ins.kernel->name + "' yet";
+      return false;
+    }
+    if (!ins.text("fp8").empty() || !ins.text("shard").empty() || !ins.text("cp").empty()) {
+      error = std::string(ins.kernel->name) +
+              ": fp8, sharded and context-parallel kernels are not run by the CUDA backend yet";
+      return false;
+    }
+    if (ins.kernel->id == KernelId::AdamW && ins.ins.size() > 2) {
+      error = "loss scaling (fp16) is not run by the CUDA backend yet";
+      return false;
+    }
+    for (const std::vector<Buffer> *list : {&ins.ins, &ins.outs})
+      for (const Buffer &b : *list) {
+        if (b.dtype == DType::F16) {
+          error = "fp16 plans are not run by the CUDA backend yet (bf16 and fp32 are)";
+          return false;
+        }
+        anyBf16 |= b.dtype == DType::BF16;
+      }
+    for (const Instruction &sub : ins.body)
+      if (!supported(sub))
+        return false;
+    return true;
+  };
+  for (const std::vector<Instruction> *list : {&program->microBatch, &program->step})
+    for (const Instruction &ins : *list)
+      if (!supported(ins))
+        return false;
+  for (const ParamSpec &p : plan.params)
+    if ((anyBf16 && p.dtype != DType::BF16) || (!anyBf16 && p.dtype != DType::F32))
+      return (error = "parameter '" + p.name + "' is not in the plan's activation dtype", false);
+
+  // Parameters as the CPU backend makes them, then on the device.
+  host.arenasWanted = false;
+  if (!host.init(plan, rank, seed, error))
+    return false;
+  s->plan = &plan;
+  s->program = program;
+  s->bf16 = anyBf16;
+  if (!s->arena.reserve(size_t(program->arenaBytes))) {
+    error = "cannot allocate the " + std::to_string(program->arenaBytes) + "-byte arena";
+    return false;
+  }
+  for (int i = 0; i < 2 && i < int(plan.inputs.size()); ++i)
+    if (!(i ? s->labels : s->tokens).reserve(size_t(plan.inputs[size_t(i)].elements) * 4))
+      return (error = "cannot allocate the step inputs", false);
+  for (const auto &[name, st] : host.params) {
+    State::Param &p = s->params[name];
+    p.n = int64_t(st.value.size());
+    if (st.valueChunked || int64_t(st.m.size()) != p.n)
+      return (error = "parameter '" + name + "' is sharded: not a single-GPU plan", false);
+    if (!p.master.reserve(size_t(p.n) * 4) || !p.m.reserve(size_t(p.n) * 4) ||
+        !p.v.reserve(size_t(p.n) * 4) || (anyBf16 && !p.working.reserve(size_t(p.n) * 2)))
+      return (error = "out of GPU memory for parameter '" + name + "'", false);
+  }
+  // Accumulators, sized by their largest use.
+  std::map<std::string, int64_t> sizes;
+  std::function<void(const Instruction &)> note = [&](const Instruction &ins) {
+    for (const std::vector<Buffer> *list : {&ins.ins, &ins.outs})
+      for (const Buffer &b : *list)
+        if (b.space == Buffer::Space::Accum)
+          sizes[b.name] = std::max(sizes[b.name], b.elements);
+    for (const Instruction &sub : ins.body)
+      note(sub);
+    if (ins.kernel && ins.kernel->id == KernelId::EmbeddingFwd && ins.ins.size() > 1)
+      s->vocab = ins.ins[1].shape[0];
+  };
+  for (const std::vector<Instruction> *list : {&program->microBatch, &program->step})
+    for (const Instruction &ins : *list)
+      note(ins);
+  for (const auto &[name, n] : sizes) {
+    auto b = std::make_unique<DevBuf>();
+    if (!b->reserve(size_t(n) * 4))
+      return (error = "out of GPU memory for accumulator '" + name + "'", false);
+    s->accum[name] = std::move(b);
+  }
+  std::string why;
+  s->gemm = cu::Gemm::create(why);
+  if (!s->gemm)
+    return (error = "cuBLASLt: " + why, false);
+  return syncToDevice(error);
+}
+
+bool CudaExecutor::syncToDevice(std::string &error) {
+  for (auto &[name, p] : s->params) {
+    const ParamState &st = host.params.at(name);
+    if (cudaMemcpy(p.master.p, st.value.data(), size_t(p.n) * 4, cudaMemcpyHostToDevice) !=
+            cudaSuccess ||
+        cudaMemcpy(p.m.p, st.m.data(), size_t(p.n) * 4, cudaMemcpyHostToDevice) != cudaSuccess ||
+        cudaMemcpy(p.v.p, st.v.data(), size_t(p.n) * 4, cudaMemcpyHostToDevice) != cudaSuccess)
+      return (error = "cannot upload parameter '" + name + "'", false);
+    if (p.working.p &&
+        cu::fromFloat(p.master.as<float>(), p.working.as<cu::bf16>(), p.n, nullptr) !=
+            cudaSuccess)
+      return (error = "cannot make the bf16 copy of '" + name + "'", false);
+  }
+  return cudaDeviceSynchronize() == cudaSuccess ||
+         (error = "CUDA error while uploading the parameters", false);
+}
+
+bool CudaExecutor::syncToHost(std::string &error) {
+  for (auto &[name, p] : s->params) {
+    ParamState &st = host.params.at(name);
+    if (cudaMemcpy(st.value.data(), p.master.p, size_t(p.n) * 4, cudaMemcpyDeviceToHost) !=
+            cudaSuccess ||
+        cudaMemcpy(st.m.data(), p.m.p, size_t(p.n) * 4, cudaMemcpyDeviceToHost) != cudaSuccess ||
+        cudaMemcpy(st.v.data(), p.v.p, size_t(p.n) * 4, cudaMemcpyDeviceToHost) != cudaSuccess)
+      return (error = "cannot download parameter '" + name + "'", false);
+  }
+  return true;
+}
+
+bool CudaExecutor::step(const std::vector<std::vector<int32_t>> &tok,
+                        const std::vector<std::vector<int32_t>> &lab, StepResult &result,
+                        std::string &error) {
+  const Program &prog = *s->program;
+  const Plan &plan = *s->plan;
+  if (int64_t(tok.size()) != prog.numMicroBatches || tok.size() != lab.size())
+    return (error = "the plan runs " + std::to_string(prog.numMicroBatches) +
+                    " micro-batches per step",
+            false);
+  for (auto &[name, b] : s->accum)
+    if (cudaMemsetAsync(b->p, 0, b->bytes) != cudaSuccess)
+      return (error = "cannot clear the accumulators", false);
+  s->hostNorms.clear();
+  for (size_t m = 0; m < tok.size(); ++m) {
+    if (plan.inputs.size() < 2 || int64_t(tok[m].size()) != plan.inputs[0].elements ||
+        int64_t(lab[m].size()) != plan.inputs[1].elements)
+      return (error = "a micro-batch does not match the plan's inputs", false);
+    for (int32_t t : tok[m])
+      if (t < 0 || (s->vocab > 0 && t >= s->vocab))
+        return (error = "a token id is outside the vocabulary of " + std::to_string(s->vocab),
+                false);
+    if (cudaMemcpy(s->tokens.p, tok[m].data(), tok[m].size() * 4, cudaMemcpyHostToDevice) !=
+            cudaSuccess ||
+        cudaMemcpy(s->labels.p, lab[m].data(), lab[m].size() * 4, cudaMemcpyHostToDevice) !=
+            cudaSuccess)
+      return (error = "cannot upload the micro-batch", false);
+    for (const Instruction &ins : prog.microBatch)
+      if (!s->run(ins, host, error))
+        return false;
+  }
+  for (const Instruction &ins : prog.step)
+    if (!s->run(ins, host, error))
+      return false;
+  if (cudaDeviceSynchronize() != cudaSuccess)
+    return (error = std::string("CUDA error in the step: ") +
+                    cudaGetErrorString(cudaGetLastError()),
+            false);
+  float out[2] = {0, 0};
+  if (cudaMemcpy(&out[0], s->ptr(prog.loss), 4, cudaMemcpyDeviceToHost) != cudaSuccess ||
+      cudaMemcpy(&out[1], s->ptr(prog.gradNorm), 4, cudaMemcpyDeviceToHost) != cudaSuccess)
+    return (error = "cannot read the loss and norm", false);
+  result.loss = out[0];
+  result.gradNorm = out[1];
+  ++host.steps;
+  return true;
+}
+
+} // namespace llmopt::runtime
