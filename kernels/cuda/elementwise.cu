@@ -58,10 +58,10 @@ __global__ void biasAddKernel(const T *x, const T *bias, T *y, int64_t n, int64_
 /// One thread per column: the rows summed in order (deterministic).
 template <typename T> __global__ void sumRowsKernel(const T *g, float *out, int64_t rows, int64_t c) {
   GRID_STRIDE(j, c) {
-    float s = 0;
+    double s = 0;
     for (int64_t r = 0; r < rows; ++r)
-      s += ld(g + r * c + j);
-    out[j] = s;
+      s += double(ld(g + r * c + j));
+    out[j] = float(s);
   }
 }
 /// Columns [offset, offset + size) of x [rows, c] to / from y [rows, size].
@@ -212,7 +212,7 @@ __global__ void slotsKernel(const int32_t *idx, int64_t choices, int64_t experts
 }
 template <typename T>
 __global__ void dispatchKernel(const T *x, const int32_t *idx, const int64_t *slots, T *rows,
-                               int64_t choices, int64_t topK, int64_t h, int64_t capacity,
+                               T *dx, int64_t choices, int64_t topK, int64_t h, int64_t capacity,
                                bool backward) {
   // Forward: copy each choice's token into its slot. Backward: each token's
   // copies' gradients (rows -> x) summed, one thread per token feature.
@@ -231,7 +231,7 @@ __global__ void dispatchKernel(const T *x, const int32_t *idx, const int64_t *sl
         if (slots[c] >= 0)
           s += ld(rows + (int64_t(idx[c]) * capacity + slots[c]) * h + f);
       }
-      st(const_cast<T *>(x) + i, s);
+      st(dx + i, s);
     }
   }
 }
@@ -354,6 +354,8 @@ cudaError_t computeSlots(const int32_t *idx, int64_t choices, int64_t experts, i
   cudaError_t vpCrossEntropyStats(const T *z, const int32_t *labels, float *lse,           \
                                   float *target, int64_t rows, int64_t part, int64_t offset, \
                                   int64_t ignore, cudaStream_t s) {                         \
+    if (rows == 0)                                                                          \
+      return cudaSuccess;                                                                   \
     vpStatsKernel<<<unsigned(rows), kThreads, 0, s>>>(z, labels, lse, target, part, offset,  \
                                                       ignore);                              \
     return cudaGetLastError();                                                              \
@@ -377,10 +379,9 @@ cudaError_t computeSlots(const int32_t *idx, int64_t choices, int64_t experts, i
                                                           int64_t(counted));                \
     return cudaGetLastError();                                                              \
   }                                                                                         \
-  cudaError_t moeDispatch(const T *x, const int32_t *idx, T *rows, int64_t tokens,         \
-                          int64_t topK, int64_t h, int64_t experts, int64_t capacity,       \
-                          int64_t *slots, int *bad, bool backward, cudaStream_t s,          \
-                          bool &ok) {                                                       \
+  static cudaError_t dispatch(const T *x, const int32_t *idx, T *rows, T *dx, int64_t tokens,      \
+                       int64_t topK, int64_t h, int64_t experts, int64_t capacity,          \
+                       int64_t *slots, int *bad, bool backward, cudaStream_t s, bool &ok) { \
     if (cudaError_t e = computeSlots(idx, tokens * topK, experts, capacity, slots, bad, s,  \
                                      ok);                                                   \
         e != cudaSuccess || !ok)                                                            \
@@ -390,9 +391,24 @@ cudaError_t computeSlots(const int32_t *idx, int64_t choices, int64_t experts, i
           e != cudaSuccess)                                                                 \
         return e;                                                                           \
     int64_t work = backward ? tokens * h : tokens * topK * h;                               \
-    dispatchKernel<<<gridFor(work), kThreads, 0, s>>>(x, idx, slots, rows, tokens * topK,   \
-                                                      topK, h, capacity, backward);         \
+    dispatchKernel<<<gridFor(work), kThreads, 0, s>>>(x, idx, slots, rows, dx,              \
+                                                      tokens * topK, topK, h, capacity,     \
+                                                      backward);                            \
     return cudaGetLastError();                                                              \
+  }                                                                                         \
+  cudaError_t moeDispatchForward(const T *x, const int32_t *idx, T *rows, int64_t tokens,  \
+                                 int64_t h, int64_t topK, int64_t experts,                  \
+                                 int64_t capacity, int64_t *slots, int *bad,                \
+                                 cudaStream_t s, bool &ok) {                                \
+    return dispatch(x, idx, rows, nullptr, tokens, topK, h, experts, capacity, slots, bad,  \
+                    false, s, ok);                                                          \
+  }                                                                                         \
+  cudaError_t moeDispatchBackward(const T *drows, const int32_t *idx, T *dx, int64_t tokens, \
+                                  int64_t h, int64_t topK, int64_t experts,                 \
+                                  int64_t capacity, int64_t *slots, int *bad,               \
+                                  cudaStream_t s, bool &ok) {                               \
+    return dispatch(static_cast<const T *>(nullptr), idx, const_cast<T *>(drows), dx,       \
+                    tokens, topK, h, experts, capacity, slots, bad, true, s, ok);           \
   }                                                                                         \
   cudaError_t moeCombineForward(const T *e, const float *w, const int32_t *idx, T *out,    \
                                 int64_t tokens, int64_t topK, int64_t h, int64_t experts,   \
@@ -417,6 +433,8 @@ cudaError_t computeSlots(const int32_t *idx, int64_t choices, int64_t experts, i
     if (cudaError_t err = cudaMemsetAsync(de, 0, sizeof(T) * experts * capacity * h, s);    \
         err != cudaSuccess)                                                                 \
       return err;                                                                           \
+    if (tokens * topK == 0)                                                                 \
+      return cudaSuccess;                                                                   \
     combineBwdKernel<<<unsigned(tokens * topK), kThreads, 0, s>>>(d, e, w, idx, slots, de,  \
                                                                   dw, topK, h, capacity);   \
     return cudaGetLastError();                                                              \
@@ -431,6 +449,12 @@ cudaError_t sumSquares(const float *x, int64_t n, double *scratch, float *out, b
   if (n > 0)
     sumSquaresKernel<<<gridFor(n), kThreads, 0, s>>>(x, n, scratch);
   finishSquaresKernel<<<1, 1, 0, s>>>(scratch, out, root);
+  return cudaGetLastError();
+}
+
+cudaError_t sumSquaresAccumulate(const float *x, int64_t n, double *sum, cudaStream_t s) {
+  if (n > 0)
+    sumSquaresKernel<<<gridFor(n), kThreads, 0, s>>>(x, n, sum);
   return cudaGetLastError();
 }
 

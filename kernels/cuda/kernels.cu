@@ -210,7 +210,7 @@ __global__ void embeddingBwdKernel(const int32_t *tok, const T *d, float *dt, in
 }
 template <typename T>
 __global__ void rotaryKernel(const T *x, T *out, int64_t rows, int64_t seq, int64_t heads,
-                             int64_t headDim, const float *inv, bool inverse) {
+                             int64_t headDim, const double *inv, bool inverse) {
   int64_t half = headDim / 2;
   GRID_STRIDE(k, rows * heads * half) {
     int64_t i = k % half, h = (k / half) % heads, r = k / (half * heads);
@@ -369,23 +369,31 @@ bool deviceAvailable() {
 #define LLMOPT_CUDA_DEFINE(T)                                                               \
   cudaError_t rmsNormForward(const T *x, const T *w, T *out, float *rstd, int64_t n,        \
                              int64_t c, float eps, cudaStream_t s) {                        \
+    if (n == 0)                                                                             \
+      return cudaSuccess;                                                                   \
     rmsNormFwdKernel<<<unsigned(n), kThreads, 0, s>>>(x, w, out, rstd, c, eps);             \
     return cudaGetLastError();                                                              \
   }                                                                                         \
   cudaError_t rmsNormBackward(const T *d, const T *x, const T *w, const float *rstd, T *dx,  \
                               float *dw, int64_t n, int64_t c, cudaStream_t s) {            \
+    if (n == 0)                                                                             \
+      return cudaSuccess;                                                                   \
     rmsNormBwdKernel<<<unsigned(n), kThreads, 0, s>>>(d, x, w, rstd, dx, dw, c);            \
     return cudaGetLastError();                                                              \
   }                                                                                         \
   cudaError_t layerNormForward(const T *x, const T *w, const T *b, T *out, float *mean,     \
                                float *rstd, int64_t n, int64_t c, float eps,                \
                                cudaStream_t s) {                                            \
+    if (n == 0)                                                                             \
+      return cudaSuccess;                                                                   \
     layerNormFwdKernel<<<unsigned(n), kThreads, 0, s>>>(x, w, b, out, mean, rstd, c, eps);  \
     return cudaGetLastError();                                                              \
   }                                                                                         \
   cudaError_t layerNormBackward(const T *d, const T *x, const T *w, const float *mean,      \
                                 const float *rstd, T *dx, float *dw, float *db, int64_t n,  \
                                 int64_t c, cudaStream_t s) {                                \
+    if (n == 0)                                                                             \
+      return cudaSuccess;                                                                   \
     layerNormBwdKernel<<<unsigned(n), kThreads, 0, s>>>(d, x, w, mean, rstd, dx, dw, db, c); \
     return cudaGetLastError();                                                              \
   }                                                                                         \
@@ -418,7 +426,7 @@ bool deviceAvailable() {
     return cudaGetLastError();                                                              \
   }                                                                                         \
   cudaError_t rotary(const T *x, T *out, int64_t batch, int64_t seq, int64_t heads,         \
-                     int64_t headDim, const float *inv, bool inverse, cudaStream_t s) {     \
+                     int64_t headDim, const double *inv, bool inverse, cudaStream_t s) {     \
     int64_t work = batch * seq * heads * (headDim / 2);                                     \
     rotaryKernel<<<gridFor(work), kThreads, 0, s>>>(x, out, batch * seq, seq, heads,        \
                                                      headDim, inv, inverse);                \
@@ -427,6 +435,8 @@ bool deviceAvailable() {
   cudaError_t crossEntropyForward(const T *logits, const int32_t *labels, float *rowLoss,   \
                                   float *loss, int64_t n, int64_t vocab, int64_t ignore,    \
                                   cudaStream_t s) {                                         \
+    if (n == 0)                                                                             \
+      return cudaSuccess;                                                                   \
     ceRowKernel<<<unsigned(n), kThreads, 0, s>>>(logits, labels, rowLoss, vocab, ignore);   \
     ceMeanKernel<<<1, kThreads, 0, s>>>(rowLoss, labels, loss, n, ignore);                  \
     return cudaGetLastError();                                                              \
@@ -434,6 +444,8 @@ bool deviceAvailable() {
   cudaError_t crossEntropyBackward(const T *logits, const int32_t *labels, const float *dloss, \
                                    float *scratch, T *dlogits, int64_t n, int64_t vocab,    \
                                    int64_t ignore, cudaStream_t s) {                        \
+    if (n == 0)                                                                             \
+      return cudaSuccess;                                                                   \
     ceScaleKernel<<<1, kThreads, 0, s>>>(labels, dloss, scratch, n, ignore);                \
     ceBwdKernel<<<unsigned(n), kThreads, 0, s>>>(logits, labels, scratch, dlogits, vocab,   \
                                                  ignore);                                   \

@@ -166,11 +166,11 @@ TEST(Cuda, EmbeddingAndRotary) {
 
   // Rotary with theta 10000 and no scaling: inverse frequencies theta^(-2i/d).
   auto x = randomVec(2 * seq * heads * hd, 15);
-  std::vector<float> inv(hd / 2), y(x.size());
-  for (int64_t i = 0; i < hd / 2; ++i)
-    inv[size_t(i)] = float(std::pow(10000.0, -2.0 * double(i) / double(hd)));
+  std::vector<double> inv = cpu::ropeInverseFrequencies(hd, 10000.0f, cpu::RopeScaling{});
+  std::vector<float> y(x.size());
   cpu::rotary(x.data(), y.data(), 2, seq, heads, hd, 10000.0f, cpu::RopeScaling{}, false);
-  Dev<float> dx(x), dy(x.size()), dinv(inv);
+  Dev<float> dx(x), dy(x.size());
+  Dev<double> dinv(inv);
   ASSERT_EQ(gpu::rotary(dx.p, dy.p, 2, seq, heads, hd, dinv.p, false, nullptr), cudaSuccess);
   expectClose(dy.host(), y, 1e-5, "rotary");
 }
@@ -430,12 +430,12 @@ TEST(Cuda, MoEDispatchAndCombine) {
   Dev<int32_t> dIdx(idx), bad(1);
   Dev<int64_t> slots(tokens * topK);
   bool ok = false;
-  ASSERT_EQ(gpu::moeDispatch(dX.p, dIdx.p, dRows.p, tokens, topK, h, experts, capacity, slots.p,
-                             bad.p, false, nullptr, ok),
+  ASSERT_EQ(gpu::moeDispatchForward(dX.p, dIdx.p, dRows.p, tokens, h, topK, experts, capacity,
+                                    slots.p, bad.p, nullptr, ok),
             cudaSuccess);
   ASSERT_TRUE(ok);
-  ASSERT_EQ(gpu::moeDispatch(dBack.p, dIdx.p, dRows.p, tokens, topK, h, experts, capacity,
-                             slots.p, bad.p, true, nullptr, ok),
+  ASSERT_EQ(gpu::moeDispatchBackward(dRows.p, dIdx.p, dBack.p, tokens, h, topK, experts, capacity,
+                                     slots.p, bad.p, nullptr, ok),
             cudaSuccess);
   ASSERT_EQ(gpu::moeCombineForward(dRows.p, dW.p, dIdx.p, dOut.p, tokens, topK, h, experts,
                                    capacity, slots.p, bad.p, nullptr, ok),
@@ -451,8 +451,8 @@ TEST(Cuda, MoEDispatchAndCombine) {
   std::vector<int32_t> wrong = idx;
   wrong[3] = 7;
   Dev<int32_t> dWrong(wrong);
-  ASSERT_EQ(gpu::moeDispatch(dX.p, dWrong.p, dRows.p, tokens, topK, h, experts, capacity,
-                             slots.p, bad.p, false, nullptr, ok),
+  ASSERT_EQ(gpu::moeDispatchForward(dX.p, dWrong.p, dRows.p, tokens, h, topK, experts, capacity,
+                                    slots.p, bad.p, nullptr, ok),
             cudaSuccess);
   EXPECT_FALSE(ok);
 }

@@ -23,6 +23,7 @@
 #include <map>
 #include <set>
 #include <tuple>
+#include <type_traits>
 
 namespace llmopt::runtime {
 
@@ -78,7 +79,7 @@ struct CudaExecutor::State {
       ropes;
   std::unique_ptr<cu::Gemm> gemm;
   std::map<const void *, float> hostNorms; // global norms just computed, by device pointer
-  int64_t vocab = 0;
+  int64_t vocab = 0, classes = 0, ignoreIndex = -100;
   const std::vector<std::vector<int32_t>> *tok = nullptr, *lab = nullptr;
 
   /// Scratch buffer `i` of at least `bytes`.
@@ -92,7 +93,18 @@ struct CudaExecutor::State {
     return scratch[i]->p;
   }
 
+  /// fp32 copies of 16-bit buffers while a fused body runs in fp32, by
+  /// (space, offset, name).
+  std::map<std::tuple<int, int64_t, std::string>, void *> shadows;
+  std::vector<std::unique_ptr<DevBuf>> shadowBufs;
+
   void *ptr(const Buffer &b) {
+    if (!shadows.empty())
+      if (auto it = shadows.find({int(b.space), b.offset, b.name}); it != shadows.end())
+        return it->second;
+    return raw(b);
+  }
+  void *raw(const Buffer &b) {
     switch (b.space) {
     case Buffer::Space::Arena:
       return static_cast<char *>(arena.p) + b.offset;
@@ -136,7 +148,7 @@ struct CudaExecutor::State {
     return check(cu::fromFloat(g, at<cu::bf16>(b), b.elements, nullptr), "gradient cast", error);
   }
 
-  const float *invFreq(const Instruction &ins, std::string &error) {
+  const double *invFreq(const Instruction &ins, std::string &error) {
     int64_t hd = int64_t(ins.number("head_dim"));
     kernels::cpu::RopeScaling sc;
     sc.factor = float(ins.number("factor"));
@@ -148,16 +160,16 @@ struct CudaExecutor::State {
                                double(sc.highFreqFactor), double(sc.originalMaxPositions));
     auto it = ropes.find(key);
     if (it != ropes.end())
-      return it->second->as<float>();
+      return it->second->as<double>();
+    // In double, as the CPU reference computes its angles.
     std::vector<double> inv = kernels::cpu::ropeInverseFrequencies(hd, float(theta), sc);
-    std::vector<float> f(inv.begin(), inv.end());
     auto buf = std::make_unique<DevBuf>();
-    if (!buf->reserve(f.size() * 4) ||
-        cudaMemcpy(buf->p, f.data(), f.size() * 4, cudaMemcpyHostToDevice) != cudaSuccess) {
+    if (!buf->reserve(inv.size() * 8) ||
+        cudaMemcpy(buf->p, inv.data(), inv.size() * 8, cudaMemcpyHostToDevice) != cudaSuccess) {
       error = "cannot upload the rotary frequencies";
       return nullptr;
     }
-    return ropes.emplace(key, std::move(buf)).first->second->as<float>();
+    return ropes.emplace(key, std::move(buf)).first->second->as<double>();
   }
 
   template <typename T> bool kernel(const Instruction &ins, CpuExecutor &host, std::string &error);
@@ -238,7 +250,15 @@ bool CudaExecutor::State::kernel(const Instruction &ins, CpuExecutor &host, std:
     bool tr = ins.flag("transposed");
     cu::LinearShape sh{rowsOf(x), tr ? w.shape[0] : w.shape[1], tr ? w.shape[1] : w.shape[0], tr,
                        bf16 ? CUDA_R_16BF : CUDA_R_32F};
-    bool gelu = !ins.text("epilogue").empty();
+    std::string epilogue = ins.text("epilogue");
+    bool gelu = !epilogue.empty();
+    if ((gelu && (epilogue != "gelu_tanh" || out.size() != 2 ||
+                  out[1].elements != out[0].elements)) ||
+        (!gelu && out.size() != 1)) {
+      error = "linear_fwd: an epilogue needs gelu_tanh and two outputs of one size, none one "
+              "output";
+      return false;
+    }
     return gemm->linearForward(at<T>(x), at<T>(w), in.size() > 2 ? at<T>(in[2]) : nullptr,
                                at<T>(out[gelu ? 1 : 0]), sh, s, error,
                                gelu ? at<T>(out[0]) : nullptr);
@@ -272,7 +292,7 @@ bool CudaExecutor::State::kernel(const Instruction &ins, CpuExecutor &host, std:
     return true;
   }
   case KernelId::Rotary: {
-    const float *inv = invFreq(ins, error);
+    const double *inv = invFreq(ins, error);
     if (!inv)
       return false;
     int64_t hd = int64_t(ins.number("head_dim"));
@@ -322,7 +342,12 @@ bool CudaExecutor::State::kernel(const Instruction &ins, CpuExecutor &host, std:
                                  at<T>(out[1]), in[1].elements, s));
   case KernelId::Add: {
     // Activations (one dtype), or a gradient added into its fp32 accumulator.
+    // (Inside a fused body of a bf16 plan everything is an fp32 copy: T is
+    // float whatever the buffers' dtypes say.)
     DType a = in[0].dtype, b = in[1].dtype, y = out[0].dtype;
+    if (std::is_same<T, float>::value)
+      return ok(cu::add(at<float>(in[0]), at<float>(in[1]), at<float>(out[0]), out[0].elements,
+                        s));
     if (a == b && b == y)
       return a == DType::F32 ? ok(cu::add(at<float>(in[0]), at<float>(in[1]), at<float>(out[0]),
                                           out[0].elements, s))
@@ -338,14 +363,16 @@ bool CudaExecutor::State::kernel(const Instruction &ins, CpuExecutor &host, std:
       error = "copy between dtypes";
       return false;
     }
+    if (ptr(out[0]) == ptr(in[0]))
+      return true;
     return ok(cudaMemcpyAsync(ptr(out[0]), ptr(in[0]), size_t(out[0].bytes),
                               cudaMemcpyDeviceToDevice, s));
   case KernelId::Scale:
     return out[0].dtype == DType::F32
                ? ok(cu::scale(at<float>(in[0]), at<float>(out[0]), out[0].elements,
-                              float(ins.number("factor")), s))
+                              float(ins.number("factor", 1)), s))
                : ok(cu::scale(at<T>(in[0]), at<T>(out[0]), out[0].elements,
-                              float(ins.number("factor")), s));
+                              float(ins.number("factor", 1)), s));
   case KernelId::Fill:
     return out[0].dtype == DType::F32
                ? ok(cu::fill(at<float>(out[0]), out[0].elements, float(ins.number("value")), s))
@@ -374,20 +401,16 @@ bool CudaExecutor::State::kernel(const Instruction &ins, CpuExecutor &host, std:
                                                 int64_t(ins.number("ignore_index", -100)), s));
   }
   case KernelId::GlobalNorm: {
-    // Each accumulator's sum of squares, added on the host in fp64.
+    // Every accumulator's squares into one fp64 sum (as the CPU).
     auto *dsum = static_cast<double *>(tmp(1, 8, error));
-    auto *part = static_cast<float *>(tmp(2, in.size() * 4 + 4, error));
-    if (!dsum || !part)
+    if (!dsum || !ok(cudaMemsetAsync(dsum, 0, 8, s)))
       return false;
     for (size_t i = 0; i < in.size(); ++i)
-      if (!ok(cu::sumSquares(at<float>(in[i]), in[i].elements, dsum, part + i, false, s)))
+      if (!ok(cu::sumSquaresAccumulate(at<float>(in[i]), in[i].elements, dsum, s)))
         return false;
-    std::vector<float> host(in.size());
-    if (!in.empty() && !ok(cudaMemcpy(host.data(), part, in.size() * 4, cudaMemcpyDeviceToHost)))
-      return false;
     double sum = 0;
-    for (float v : host)
-      sum += double(v);
+    if (!ok(cudaMemcpy(&sum, dsum, 8, cudaMemcpyDeviceToHost)))
+      return false;
     float norm = float(std::sqrt(sum));
     hostNorms[ptr(out[0])] = norm;
     return ok(cudaMemcpy(ptr(out[0]), &norm, 4, cudaMemcpyHostToDevice));
@@ -410,22 +433,44 @@ bool CudaExecutor::State::kernel(const Instruction &ins, CpuExecutor &host, std:
   }
   case KernelId::Fused: {
     // The body kernel by kernel (the generated kernel in one launch is the
-    // next step); temporaries in the activations' dtype.
+    // next step), in fp32 as the generated kernel computes: fp32
+    // temporaries, and fp32 copies of the fused kernel's 16-bit buffers.
     while (temps.size() < ins.temps.size())
       temps.push_back(std::make_unique<DevBuf>());
     for (size_t i = 0; i < ins.temps.size(); ++i) {
       int64_t n = 1;
       for (int64_t d : ins.temps[i])
         n *= d;
-      if (!temps[i]->reserve(size_t(n) * sizeof(T))) {
+      if (!temps[i]->reserve(size_t(n) * 4)) {
         error = "out of GPU memory for a fused kernel's temporaries";
         return false;
       }
     }
+    std::vector<const Buffer *> wide;
+    for (const std::vector<Buffer> *list : {&in, &out})
+      for (const Buffer &b : *list)
+        if (b.dtype == DType::BF16)
+          wide.push_back(&b);
+    while (shadowBufs.size() < wide.size())
+      shadowBufs.push_back(std::make_unique<DevBuf>());
+    for (size_t i = 0; i < wide.size(); ++i) {
+      const Buffer &b = *wide[i];
+      if (!shadowBufs[i]->reserve(size_t(b.elements) * 4) ||
+          !ok(cu::toFloat(static_cast<const cu::bf16 *>(raw(b)), shadowBufs[i]->as<float>(),
+                          b.elements, s)))
+        return error.empty() ? (error = "out of GPU memory for a fused kernel", false) : false;
+      shadows[{int(b.space), b.offset, b.name}] = shadowBufs[i]->p;
+    }
+    bool done = true;
     for (const Instruction &sub : ins.body)
-      if (!kernel<T>(sub, host, error))
-        return false;
-    return true;
+      if (!(done = kernel<float>(sub, host, error)))
+        break;
+    shadows.clear();
+    for (size_t i = 0; done && i < wide.size(); ++i)
+      if (wide[i] >= out.data() && wide[i] < out.data() + out.size())
+        done = ok(cu::fromFloat(shadowBufs[i]->as<float>(),
+                                static_cast<cu::bf16 *>(raw(*wide[i])), wide[i]->elements, s));
+    return done;
   }
   default:
     error = std::string("the CUDA backend does not run '") + ins.kernel->name + "' yet";
@@ -538,6 +583,10 @@ bool CudaExecutor::init(const Plan &plan, int rank, uint64_t seed, std::string &
       note(sub);
     if (ins.kernel && ins.kernel->id == KernelId::EmbeddingFwd && ins.ins.size() > 1)
       s->vocab = ins.ins[1].shape[0];
+    if (ins.kernel && ins.kernel->id == KernelId::CrossEntropyFwd && !ins.ins.empty()) {
+      s->classes = lastDim(ins.ins[0]);
+      s->ignoreIndex = int64_t(ins.number("ignore_index", -100));
+    }
   };
   for (const std::vector<Instruction> *list : {&program->microBatch, &program->step})
     for (const Instruction &ins : *list)
@@ -604,6 +653,11 @@ bool CudaExecutor::step(const std::vector<std::vector<int32_t>> &tok,
     for (int32_t t : tok[m])
       if (t < 0 || (s->vocab > 0 && t >= s->vocab))
         return (error = "a token id is outside the vocabulary of " + std::to_string(s->vocab),
+                false);
+    // The loss kernels index the logits by label.
+    for (int32_t l : lab[m])
+      if (l != s->ignoreIndex && (l < 0 || (s->classes > 0 && l >= s->classes)))
+        return (error = "a label is outside the vocabulary of " + std::to_string(s->classes),
                 false);
     if (cudaMemcpy(s->tokens.p, tok[m].data(), tok[m].size() * 4, cudaMemcpyHostToDevice) !=
             cudaSuccess ||

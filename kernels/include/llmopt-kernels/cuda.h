@@ -4,7 +4,9 @@
 // kernels of abi.h, with the semantics of the CPU references in cpu.h (which
 // their tests compare against). Pointers are device pointers; `T` is the
 // storage type (float or __nv_bfloat16), arithmetic is fp32; weight
-// gradients are fp32 and ACCUMULATE (+=), activation gradients are written.
+// gradients are fp32 and ACCUMULATE (+=) unless said otherwise (sumRows and
+// the combine's weight gradients are written), activation gradients are
+// written.
 // Every launcher enqueues on `stream` and returns the launch status.
 //
 // fp8: quantizeFp8 below, the GEMM in gemm.h (sm_89 / sm_90).
@@ -57,7 +59,7 @@ bool deviceAvailable();
   cudaError_t embeddingBackward(const int32_t *tokens, const T *dout, float *dtable,        \
                                 int64_t n, int64_t hidden, cudaStream_t stream);            \
   cudaError_t rotary(const T *x, T *out, int64_t batch, int64_t seq, int64_t heads,         \
-                     int64_t headDim, const float *invFreq, bool inverse,                   \
+                     int64_t headDim, const double *invFreq, bool inverse,                   \
                      cudaStream_t stream);                                                  \
   /* rowLoss: n floats of scratch; loss: the mean over counted rows */                     \
   cudaError_t crossEntropyForward(const T *logits, const int32_t *labels, float *rowLoss,   \
@@ -108,7 +110,8 @@ LLMOPT_CUDA_FOR_TYPES(LLMOPT_CUDA_DECLARE_FP8)
 /// gradients); the vocabulary-parallel cross-entropy runs stats (per row:
 /// this part's log-sum-exp and target logit), then, after the all-gather of
 /// the log-sum-exps into `all` [parts, rows], loss and backward; MoE
-/// dispatch (backward: sum a token's copies) and combine assign each
+/// dispatch (backward: sum a token's copies) and combine (hidden before
+/// top_k in dispatch's arguments, as the CPU reference) assign each
 /// expert's slots in token order (`slots`: tokens x top_k int64 scratch,
 /// `bad`: one int), `ok` false when an index is not an expert.
 #define LLMOPT_CUDA_DECLARE_SMALL(T)                                                         \
@@ -137,10 +140,14 @@ LLMOPT_CUDA_FOR_TYPES(LLMOPT_CUDA_DECLARE_FP8)
                                      int64_t part, int64_t parts, int64_t offset,           \
                                      int64_t ignoreIndex, unsigned long long *scratch,       \
                                      cudaStream_t stream);                                   \
-  cudaError_t moeDispatch(const T *x, const int32_t *indices, T *rows, int64_t tokens,       \
-                          int64_t topK, int64_t hidden, int64_t experts, int64_t capacity,  \
-                          int64_t *slots, int *bad, bool backward, cudaStream_t stream,     \
-                          bool &ok);                                                         \
+  cudaError_t moeDispatchForward(const T *x, const int32_t *indices, T *rows, int64_t tokens, \
+                                 int64_t hidden, int64_t topK, int64_t experts,             \
+                                 int64_t capacity, int64_t *slots, int *bad,                \
+                                 cudaStream_t stream, bool &ok);                            \
+  cudaError_t moeDispatchBackward(const T *drows, const int32_t *indices, T *dx,            \
+                                  int64_t tokens, int64_t hidden, int64_t topK,             \
+                                  int64_t experts, int64_t capacity, int64_t *slots,        \
+                                  int *bad, cudaStream_t stream, bool &ok);                 \
   cudaError_t moeCombineForward(const T *expertOut, const float *weights,                   \
                                 const int32_t *indices, T *out, int64_t tokens, int64_t topK, \
                                 int64_t hidden, int64_t experts, int64_t capacity,          \
@@ -156,6 +163,8 @@ LLMOPT_CUDA_FOR_TYPES(LLMOPT_CUDA_DECLARE_SMALL)
 /// `scratch` is one double of device memory.
 cudaError_t sumSquares(const float *x, int64_t n, double *scratch, float *out, bool root,
                        cudaStream_t stream);
+/// Adds the sum of squares of x to *sum (fp64, on the device).
+cudaError_t sumSquaresAccumulate(const float *x, int64_t n, double *sum, cudaStream_t stream);
 cudaError_t vpCrossEntropyLoss(const float *all, const float *target, const int32_t *labels,
                                float *loss, int64_t rows, int64_t parts, int64_t ignoreIndex,
                                cudaStream_t stream);
