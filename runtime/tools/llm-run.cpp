@@ -191,8 +191,9 @@ bool parse(int argc, char **argv, Options &o, std::string &error) {
   }
   if (o.plan.empty())
     error = "no plan directory";
-  else if (o.steps <= 0)
-    error = "--steps N is required";
+  else if (o.steps < 0 || (o.steps == 0 && o.checkpointDir.empty()))
+    error = "--steps N is required (--steps 0 with --checkpoint-dir writes the initial "
+            "weights as a step-0 checkpoint)";
   return error.empty();
 }
 
@@ -484,7 +485,8 @@ int main(int argc, char **argv) {
   if (tty && rank == 0)
     std::fprintf(stderr, "\n");
   // The last step is always saved, so a finished run can be extended later.
-  if (!o.checkpointDir.empty() && exe.steps > startStep &&
+  // --steps 0 saves the initial weights (to start another framework from).
+  if (!o.checkpointDir.empty() && (exe.steps > startStep || o.steps == 0) &&
       (o.checkpointEvery == 0 || exe.steps % o.checkpointEvery != 0) &&
       (!toHost(error) || !saveCheckpoint(o.checkpointDir, exe, plan, *comm, error)))
     return fail("checkpoint: " + error);

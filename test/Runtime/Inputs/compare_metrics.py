@@ -1,7 +1,7 @@
 """Compares two llm-run metrics files step by step.
 
-usage: compare_metrics.py A.jsonl B.jsonl [--rel TOL] [--from STEP]
-Loss and gradient norm must agree within TOL relative (0: bit-exact) at every
+usage: compare_metrics.py A.jsonl B.jsonl [--rel TOL] [--from STEP] [--keys loss,grad_norm]
+Loss and gradient norm (or the keys named) must agree within TOL relative (0: bit-exact) at every
 step both files have from STEP on. Prints a summary; exits 1 on a mismatch.
 """
 import argparse
@@ -13,6 +13,7 @@ p.add_argument("a")
 p.add_argument("b")
 p.add_argument("--rel", type=float, default=1e-5)
 p.add_argument("--from", dest="start", type=int, default=1)
+p.add_argument("--keys", default="loss,grad_norm")
 args = p.parse_args()
 
 
@@ -27,7 +28,7 @@ if not steps:
     sys.exit(1)
 worst = 0.0
 for s in steps:
-    for key in ("loss", "grad_norm"):
+    for key in args.keys.split(","):
         x, y = a[s][key], b[s][key]
         err = abs(x - y) / max(abs(x), 1e-30)
         worst = max(worst, err)

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Prepares .gpukit/ for a run on a GPU machine that has CUDA and PyTorch but
+# neither MLIR nor OpenMPI (the workplace's lent H100/H200): the runtime's
+# binaries built here, the shared libraries they need beyond CUDA's, the
+# plans (lowered here by llm-opt) and the token shards. bench/gpu/run.sh then
+# runs there from the repository root:
+#   bench/gpu/make-kit.sh [BUILD_DIR]     # here, after ./scripts/test.sh
+#   bench/gpu/run.sh OUT_DIR [PART...]    # there
+set -euo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+build=${1:-$root/build}
+kit=$root/.gpukit
+rm -rf "$kit" && mkdir -p "$kit/bin" "$kit/lib" "$kit/plans" "$kit/data"
+cp "$build"/bin/{llm-run,llm-data,llm-ckpt} "$build/kernels/tests/LLMOptKernelCUDATests" "$kit/bin/"
+# Shared libraries other than glibc's and CUDA's (OpenMPI and what it loads).
+for b in "$kit"/bin/*; do
+  ldd "$b" | awk '/=> \// {print $3}'
+done | sort -u | grep -v -E '/(libc|libm|libdl|libpthread|librt|libgcc_s|libstdc\+\+|ld-linux[^/]*)\.so|/usr/local/cuda' |
+  while read -r lib; do cp -L "$lib" "$kit/lib/"; done
+opt=$build/bin/llm-opt
+lower() { "$opt" "$1" ${3:-} -o /dev/null --llm-lower-to-plan="$2"; }
+in=$root/test/Runtime/Inputs
+# test/Runtime/cuda.test's plans: tiny fp32 GPT-2 and Llama, bf16 Llama.
+lower "$in/byte-gpt2.json" "dir=$kit/plans/tiny-gpt2 batch=4 seq=32 lr=0.003" --hf-dtype=f32
+lower "$in/byte-llama.json" "dir=$kit/plans/tiny-llama batch=4 seq=32 lr=0.003" --hf-dtype=f32
+lower "$in/byte-llama.json" "dir=$kit/plans/tiny-bf16 batch=4 seq=32 lr=0.003"
+lower "$in/byte-gpt2.json" "dir=$kit/plans/tiny-gpt2-bf16 batch=4 seq=32 lr=0.003"
+# Issue 7's measurements: GPT-2 124M B=16 T=1024 and Llama 3.2 1B, bf16.
+lower "$root/examples/models/gpt2-124m.json" "dir=$kit/plans/gpt2-124m batch=16 seq=1024"
+lower "$root/examples/models/llama3.2-1b.json" "dir=$kit/plans/llama-1b batch=8 seq=2048"
+"$build/bin/llm-data" bytes "$root/examples/data/tiny.txt" "$kit/data/tiny.bin"
+# About 1 MB of text (this repository's docs and sources) as byte tokens:
+# more than 20 steps of 16 x 1024 tokens without wrapping.
+(cd "$root" && cat docs/*.md lib/*/*.cpp runtime/src/*.cpp kernels/cpu/*.cpp | head -c 1200000) >"$kit/data/text.txt"
+"$build/bin/llm-data" bytes "$kit/data/text.txt" "$kit/data/text.bin"
+rm "$kit/data/text.txt"
+du -sh "$kit"

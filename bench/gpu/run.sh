@@ -1,0 +1,100 @@
+#!/usr/bin/env bash
+# Runs issue 7's GPU checks and measurements from .gpukit/ (bench/gpu/make-kit.sh)
+# on a machine with an NVIDIA GPU, CUDA 13 and PyTorch, from the repository root:
+#   bench/gpu/run.sh OUT_DIR [kernels] [tiny] [sanitize] [gpt2] [gpt2-torch] [llama] [llama-torch]
+# Writes OUT_DIR/log.txt and OUT_DIR/results.tgz (metrics, profiles, summaries).
+set -uo pipefail
+out=$(mkdir -p "$1" && cd "$1" && pwd); shift
+parts=" ${*:-kernels tiny gpt2 gpt2-torch} "
+root=$(cd "$(dirname "$0")/../.." && pwd)
+kit=$root/.gpukit
+work=$(mktemp -d)
+exec > >(tee "$out/log.txt") 2>&1
+cublas=$(find /usr/local /opt /usr/lib -name 'libcublasLt.so.13*' 2>/dev/null | head -1)
+export LD_LIBRARY_PATH=$kit/lib:$(dirname "${cublas:-/usr/local/cuda/lib64/x}"):/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
+export PATH=$kit/bin:$PATH PYTHONUNBUFFERED=1
+cmp=$root/test/Runtime/Inputs/compare_metrics.py
+ref=$root/bench/gpu/torch_reference.py
+has() { [[ $parts == *" $1 "* ]]; }
+step() { echo; echo "=== $*"; }
+run() { echo "+ $*"; local t0=$SECONDS; timeout "${TMO:-300}" "$@"; local rc=$?; echo "[rc $rc, $((SECONDS - t0)) s]"; return $rc; }
+side() { python3 - "$@" <<'PY'
+import json, sys
+rows = [{r["step"]: r for r in map(json.loads, open(p))} for p in sys.argv[1:]]
+for s in sorted(rows[0]):
+    print(s, *("%.6f %.4f" % (r[s]["loss"], r[s]["grad_norm"]) if s in r else "-" for r in rows))
+PY
+}
+flops() { grep -o '"train_flops_per_token": [0-9.e+]*' "$1/plan.json" | awk '{print $2}'; }
+cd "$work"
+step "machine"; date -u; nvidia-smi -L; nvidia-smi --query-gpu=driver_version,clocks.max.sm --format=csv
+echo "cublasLt: $cublas"; python3 -c 'import torch; print("torch", torch.__version__)'
+ldd "$kit/bin/llm-run" | grep -E "not found|cublas|cudart"
+
+if has kernels; then
+  step "kernel unit tests against the CPU references"
+  run "$kit/bin/LLMOptKernelCUDATests" --gtest_color=no 2>&1 | grep -E "^\[ +(OK|FAILED|PASSED|SKIPPED) |Failure|Expected|Which is|actual|error" | head -80
+fi
+
+if has tiny; then
+  step "test/Runtime/cuda.test: CUDA vs CPU backend on the tiny models"
+  for p in tiny-gpt2:1e-3 tiny-llama:1e-3 tiny-bf16:2e-2 tiny-gpt2-bf16:2e-2; do
+    n=${p%%:*} tol=${p##*:}
+    run llm-run "$kit/plans/$n" --data "$kit/data/tiny.bin" --steps 10 --metrics $n-cpu.jsonl --quiet
+    run llm-run "$kit/plans/$n" --data "$kit/data/tiny.bin" --steps 10 --metrics $n-gpu.jsonl --device cuda --quiet
+    side $n-cpu.jsonl $n-gpu.jsonl
+    python3 "$cmp" $n-cpu.jsonl $n-gpu.jsonl --rel $tol
+  done
+  step "resume on the GPU"
+  run llm-run "$kit/plans/tiny-llama" --data "$kit/data/tiny.bin" --steps 4 --metrics full.jsonl --device cuda --checkpoint-dir ck --checkpoint-every 2 --quiet
+  echo step-00000002 > ck/LATEST
+  run llm-run "$kit/plans/tiny-llama" --data "$kit/data/tiny.bin" --steps 4 --resume ck --metrics resumed.jsonl --device cuda --quiet
+  python3 "$cmp" full.jsonl resumed.jsonl --rel 0 --from 3
+fi
+
+if has sanitize; then
+  step "compute-sanitizer memcheck, tiny models, 2 steps"
+  for n in tiny-gpt2 tiny-bf16; do
+    TMO=200 run compute-sanitizer --tool memcheck --print-limit 20 llm-run "$kit/plans/$n" --data "$kit/data/tiny.bin" --steps 2 --device cuda --quiet 2>&1 | tail -40
+  done
+fi
+
+bench() { # NAME STEPS
+  local n=$1 steps=$2 plan=$kit/plans/$1
+  step "$n: llm-opt on the GPU, $steps steps from the exported initial weights"
+  run llm-run "$plan" --data "$kit/data/text.bin" --steps 0 --checkpoint-dir $n-init --device cuda --quiet ||
+    run llm-run "$plan" --data "$kit/data/text.bin" --steps 0 --checkpoint-dir $n-init --quiet
+  [ -d $n-init ] &&
+    run llm-ckpt export $n-init $n-init.safetensors
+  TMO=${OURS_TMO:-240} run llm-run "$plan" --data "$kit/data/text.bin" --steps $steps --metrics $n-ours.jsonl \
+    --device cuda --peak-tflops 989 --profile $n-profile.json
+  nvidia-smi --query-gpu=memory.used --format=csv
+}
+torchref() { # NAME CONFIG BATCH SEQ STEPS
+  local n=$1 cfg=$2 b=$3 t=$4 steps=$5 f
+  f=$(flops "$kit/plans/$n")
+  step "$n: PyTorch from the same weights and batches (eager, bf16 autocast)"
+  TMO=400 run python3 "$ref" "$cfg" --data "$kit/data/text.bin" --batch $b --seq $t --steps $steps \
+    --weights $n-init.safetensors --metrics $n-torch.jsonl --summary $n-torch-eager.json --flops-per-token $f
+  side $n-ours.jsonl $n-torch.jsonl
+  python3 "$cmp" $n-torch.jsonl $n-ours.jsonl --rel 1e-2 --keys loss
+  python3 "$cmp" $n-torch.jsonl $n-ours.jsonl --rel 5e-2 --keys grad_norm
+  step "$n: torch.compile"
+  TMO=500 run python3 "$ref" "$cfg" --data "$kit/data/text.bin" --batch $b --seq $t --steps $steps \
+    --weights $n-init.safetensors --compile --summary $n-torch-compile.json --flops-per-token $f --warmup 8
+  python3 - $n-ours.jsonl <<'PY'
+import json, statistics, sys
+r = [json.loads(l) for l in open(sys.argv[1])][5:]
+if r:
+    print("llm-opt: median step %.4f s, %.0f tok/s, MFU %.3f" % (
+        statistics.median(x["step_time_s"] for x in r), statistics.median(x["tokens_per_s"] for x in r),
+        statistics.median(x.get("mfu", 0) for x in r)))
+PY
+}
+has gpt2 && bench gpt2-124m 20
+has gpt2-torch && torchref gpt2-124m "$root/examples/models/gpt2-124m.json" 16 1024 20
+has llama && bench llama-1b 20
+has llama-torch && torchref llama-1b "$root/examples/models/llama3.2-1b.json" 8 2048 20
+step "done"
+rm -rf "$work"/*-init "$work"/*.safetensors "$work"/ck
+tar czf "$out/results.tgz" -C "$work" .
