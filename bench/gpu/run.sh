@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs issue 7's GPU checks and measurements from .gpukit/ (bench/gpu/make-kit.sh)
 # on a machine with an NVIDIA GPU, CUDA 13 and PyTorch, from the repository root:
-#   bench/gpu/run.sh OUT_DIR [kernels] [tiny] [sanitize] [gpt2] [gpt2-torch] [llama] [llama-torch]
+#   bench/gpu/run.sh OUT_DIR [kernels] [tiny] [sanitize] [gpt2] [gpt2-torch] [gpt2-compile]
+#                    [llama] [llama-torch] [llama-compile]
 # Writes OUT_DIR/log.txt and OUT_DIR/results.tgz (metrics, profiles, summaries).
 set -uo pipefail
 out=$(mkdir -p "$1" && cd "$1" && pwd); shift
@@ -33,7 +34,7 @@ ldd "$kit/bin/llm-run" | grep -E "not found|cublas|cudart"
 
 if has kernels; then
   step "kernel unit tests against the CPU references"
-  run "$kit/bin/LLMOptKernelCUDATests" --gtest_color=no 2>&1 | grep -E "^\[ +(OK|FAILED|PASSED|SKIPPED) |Failure|Expected|Which is|actual|error" | head -80
+  run "$kit/bin/LLMOptKernelCUDATests" --gtest_color=no 2>&1 | grep -v -E "^\[ RUN|^\[-+\]|^$" | head -120
 fi
 
 if has tiny; then
@@ -67,8 +68,11 @@ bench() { # NAME STEPS
   [ -d $n-init ] &&
     run llm-ckpt export $n-init $n-init.safetensors
   TMO=${OURS_TMO:-240} run llm-run "$plan" --data "$kit/data/text.bin" --steps $steps --metrics $n-ours.jsonl \
-    --device cuda --peak-tflops 989 --profile $n-profile.json
-  nvidia-smi --query-gpu=memory.used --format=csv
+    --device cuda --peak-tflops 989
+  # Per-kernel times (CUDA events around each instruction) in a separate,
+  # short run so that the timed steps above carry no events.
+  TMO=120 run llm-run "$plan" --data "$kit/data/text.bin" --steps 3 --device cuda --quiet \
+    --profile $n-profile.json
 }
 torchref() { # NAME CONFIG BATCH SEQ STEPS
   local n=$1 cfg=$2 b=$3 t=$4 steps=$5 f
@@ -79,22 +83,45 @@ torchref() { # NAME CONFIG BATCH SEQ STEPS
   side $n-ours.jsonl $n-torch.jsonl
   python3 "$cmp" $n-torch.jsonl $n-ours.jsonl --rel 1e-2 --keys loss
   python3 "$cmp" $n-torch.jsonl $n-ours.jsonl --rel 5e-2 --keys grad_norm
+  ours $n
+}
+torchcompile() { # NAME CONFIG BATCH SEQ STEPS
+  local n=$1 cfg=$2 b=$3 t=$4 steps=$5 f
+  f=$(flops "$kit/plans/$n")
   step "$n: torch.compile"
   TMO=500 run python3 "$ref" "$cfg" --data "$kit/data/text.bin" --batch $b --seq $t --steps $steps \
     --weights $n-init.safetensors --compile --summary $n-torch-compile.json --flops-per-token $f --warmup 8
-  python3 - $n-ours.jsonl <<'PY'
+}
+ours() {
+  python3 - $1-ours.jsonl $1-profile.json <<'PY'
 import json, statistics, sys
 r = [json.loads(l) for l in open(sys.argv[1])][5:]
 if r:
     print("llm-opt: median step %.4f s, %.0f tok/s, MFU %.3f" % (
         statistics.median(x["step_time_s"] for x in r), statistics.median(x["tokens_per_s"] for x in r),
         statistics.median(x.get("mfu", 0) for x in r)))
+try:
+    p = json.load(open(sys.argv[2]))
+except Exception:
+    sys.exit(0)
+agg = {}
+for k in p["kernels"]:
+    a = agg.setdefault(k["kernel"], [0.0, 0, 0.0])
+    a[0] += k["seconds"]; a[1] += k["calls"]; a[2] += k["flops"]
+steps = 2  # the profile covers steps 2 and 3 of the short run
+total = sum(a[0] for a in agg.values()) / steps
+print("profile (%s): %.4f s in kernels per step" % (p["device"], total))
+for n, (s, c, f) in sorted(agg.items(), key=lambda x: -x[1][0]):
+    print("  %-26s %8.2f ms %5d calls %7.1f TFLOP/s" % (n, s * 1e3 / steps, c // steps,
+                                                       f / s / 1e12 if s else 0))
 PY
 }
 has gpt2 && bench gpt2-124m 20
 has gpt2-torch && torchref gpt2-124m "$root/examples/models/gpt2-124m.json" 16 1024 20
+has gpt2-compile && torchcompile gpt2-124m "$root/examples/models/gpt2-124m.json" 16 1024 20
 has llama && bench llama-1b 20
 has llama-torch && torchref llama-1b "$root/examples/models/llama3.2-1b.json" 8 2048 20
+has llama-compile && torchcompile llama-1b "$root/examples/models/llama3.2-1b.json" 8 2048 20
 step "done"
 rm -rf "$work"/*-init "$work"/*.safetensors "$work"/ck
 tar czf "$out/results.tgz" -C "$work" .

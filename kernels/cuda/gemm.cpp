@@ -40,8 +40,12 @@ struct Problem {
   bool bias, gelu;
   /// fp8: device pointers to the factors dequantizing A and B.
   const float *scaleA = nullptr, *scaleB = nullptr;
+  /// Strided batches (1: one product).
+  int64_t batch = 1, strideA = 0, strideB = 0, strideD = 0;
+  float alpha = 1;
   auto key() const {
-    return std::make_tuple(int(ta), int(tb), m, n, k, lda, ldb, ldd, int(ab), int(d), bias, gelu);
+    return std::make_tuple(int(ta), int(tb), m, n, k, lda, ldb, ldd, int(ab), int(d), bias, gelu,
+                           batch, strideA, strideB, strideD);
   }
 };
 
@@ -117,6 +121,21 @@ public:
     return run(p, wq, xq, y, bias, 0.0f, stream, error);
   }
 
+  bool batched(const void *a, const void *b, void *c, const BatchedShape &s, cudaStream_t stream,
+               std::string &error) override {
+    // Row-major C (m x n) = op(A) op(B) is column-major C^T (n x m) =
+    // op(B)^T op(A)^T, and a row-major buffer is its column-major transpose:
+    // cuBLASLt's A is our B, its B our A.
+    Problem p{s.transB ? CUBLAS_OP_T : CUBLAS_OP_N, s.transA ? CUBLAS_OP_T : CUBLAS_OP_N, s.n, s.m,
+              s.k, s.ldb, s.lda, s.ldc, s.ab, s.c, false, false};
+    p.batch = s.batch;
+    p.strideA = s.strideB;
+    p.strideB = s.strideA;
+    p.strideD = s.strideC;
+    p.alpha = s.alpha;
+    return run(p, b, a, c, nullptr, s.beta, stream, error);
+  }
+
   size_t cachedAlgorithms() const override { return algos.size(); }
 
 private:
@@ -150,6 +169,18 @@ private:
         check(cublasLtMatrixLayoutCreate(&la, p.ab, uint64_t(ar), uint64_t(ac), p.lda), "layout A") &&
         check(cublasLtMatrixLayoutCreate(&lb, p.ab, uint64_t(br), uint64_t(bc), p.ldb), "layout B") &&
         check(cublasLtMatrixLayoutCreate(&ld, p.d, uint64_t(p.m), uint64_t(p.n), p.ldd), "layout D");
+    if (ok && p.batch > 1) {
+      int32_t count = int32_t(p.batch);
+      for (auto [l, stride] : {std::pair{la, p.strideA}, std::pair{lb, p.strideB},
+                               std::pair{ld, p.strideD}})
+        ok = ok &&
+             check(cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count,
+                                                    sizeof(count)),
+                   "batch count") &&
+             check(cublasLtMatrixLayoutSetAttribute(
+                       l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof(stride)),
+                   "batch stride");
+    }
     if (ok && p.scaleA)
       ok = check(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER,
                                                 &p.scaleA, sizeof(p.scaleA)),
@@ -207,7 +238,7 @@ private:
       }
       it = algos.emplace(p.key(), result.algo).first;
     }
-    float alpha = 1.0f;
+    float alpha = p.alpha;
     ok = check(cublasLtMatmul(handle, op, &alpha, a, la, b, lb, &beta, d, ld, d, ld, &it->second,
                               workspace, kWorkspace, stream),
                "cublasLtMatmul");

@@ -330,6 +330,76 @@ TEST(Cuda, AttentionBaseline) {
 } // namespace
 
 namespace {
+// The tensor-core attention against the CPU reference: GQA, a sliding
+// window, no mask, and a sequence long enough for several chunks of
+// (batch, head) pairs' scores; fp32 within 1e-4, bf16 storage within 3e-2.
+TEST(Cuda, AttentionGemm) {
+  NEED_GPU();
+  std::string error;
+  auto gemm = gpu::Gemm::create(error);
+  ASSERT_TRUE(gemm) << error;
+  struct Case {
+    int64_t batch, seq, heads, kvHeads, headDim, window;
+    bool causal;
+  };
+  for (Case c : {Case{2, 9, 4, 2, 8, 0, true}, Case{2, 17, 2, 1, 16, 3, true},
+                 Case{1, 12, 3, 3, 8, 0, false}, Case{2, 64, 4, 1, 32, 0, true}}) {
+    cpu::AttentionShape a;
+    a.batch = c.batch, a.seq = c.seq, a.heads = c.heads, a.kvHeads = c.kvHeads;
+    a.headDim = c.headDim, a.scale = 1.0f / std::sqrt(float(c.headDim)), a.causal = c.causal;
+    a.window = c.window;
+    gpu::AttentionDims d{a.batch, a.seq, a.heads, a.kvHeads, a.headDim, a.scale, a.causal,
+                         a.window};
+    size_t qn = size_t(a.batch * a.seq * a.heads * a.headDim),
+           kn = size_t(a.batch * a.seq * a.kvHeads * a.headDim);
+    auto q = randomVec(qn, 70), k = randomVec(kn, 71), v = randomVec(kn, 72), g = randomVec(qn, 73);
+    std::vector<float> out(qn), lse(size_t(a.batch * a.heads * a.seq)), dq(qn), dk(kn), dv(kn);
+    cpu::attentionForward(q.data(), k.data(), v.data(), out.data(), lse.data(), a);
+    cpu::attentionBackward(g.data(), q.data(), k.data(), v.data(), out.data(), lse.data(),
+                           dq.data(), dk.data(), dv.data(), a);
+    {
+      Dev<float> dQ(q), dK(k), dV(v), dG(g), dOut(qn), dLse(lse.size()), dDq(qn), dDk(kn),
+          dDv(kn), scratch(gpu::attentionGemmScratchBytes(d, 4) / 4 + 1);
+      ASSERT_TRUE(gpu::attentionForwardGemm(*gemm, dQ.p, dK.p, dV.p, dOut.p, dLse.p, d, scratch.p,
+                                            nullptr, error))
+          << error;
+      ASSERT_TRUE(gpu::attentionBackwardGemm(*gemm, dG.p, dQ.p, dK.p, dV.p, dOut.p, dLse.p, dDq.p,
+                                             dDk.p, dDv.p, d, scratch.p, nullptr, error))
+          << error;
+      expectClose(dOut.host(), out, 1e-4, "attention out");
+      expectClose(dLse.host(), lse, 1e-4, "attention lse");
+      expectClose(dDq.host(), dq, 1e-4, "attention dq");
+      expectClose(dDk.host(), dk, 1e-4, "attention dk");
+      expectClose(dDv.host(), dv, 1e-4, "attention dv");
+    }
+    auto toB = [](const std::vector<float> &x) {
+      std::vector<gpu::bf16> y(x.size());
+      for (size_t i = 0; i < x.size(); ++i)
+        y[i] = __float2bfloat16(x[i]);
+      return y;
+    };
+    auto toF = [](const std::vector<gpu::bf16> &x) {
+      std::vector<float> y(x.size());
+      for (size_t i = 0; i < x.size(); ++i)
+        y[i] = __bfloat162float(x[i]);
+      return y;
+    };
+    Dev<gpu::bf16> bQ(toB(q)), bK(toB(k)), bV(toB(v)), bG(toB(g)), bOut(qn), bDq(qn), bDk(kn),
+        bDv(kn), bScratch(gpu::attentionGemmScratchBytes(d, 2) / 2 + 1);
+    Dev<float> bLse(lse.size());
+    ASSERT_TRUE(gpu::attentionForwardGemm(*gemm, bQ.p, bK.p, bV.p, bOut.p, bLse.p, d, bScratch.p,
+                                          nullptr, error))
+        << error;
+    ASSERT_TRUE(gpu::attentionBackwardGemm(*gemm, bG.p, bQ.p, bK.p, bV.p, bOut.p, bLse.p, bDq.p,
+                                           bDk.p, bDv.p, d, bScratch.p, nullptr, error))
+        << error;
+    expectClose(toF(bOut.host()), out, 3e-2, "bf16 attention out");
+    expectClose(toF(bDq.host()), dq, 6e-2, "bf16 attention dq");
+    expectClose(toF(bDk.host()), dk, 6e-2, "bf16 attention dk");
+    expectClose(toF(bDv.host()), dv, 6e-2, "bf16 attention dv");
+  }
+}
+
 TEST(Cuda, SmallKernels) {
   NEED_GPU();
   const int64_t rows = 6, c = 10;

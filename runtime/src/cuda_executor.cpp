@@ -79,6 +79,12 @@ struct CudaExecutor::State {
       ropes;
   std::unique_ptr<cu::Gemm> gemm;
   std::map<const void *, float> hostNorms; // global norms just computed, by device pointer
+  /// Attention log-sum-exps by forward output buffer, and those written in
+  /// the running micro-batch.
+  std::map<std::tuple<int, int64_t, std::string>, std::unique_ptr<DevBuf>> lses;
+  std::set<const float *> lseFresh;
+  /// --profile: events around each kernel instruction of the step.
+  std::vector<std::pair<const Instruction *, std::pair<cudaEvent_t, cudaEvent_t>>> events;
   int64_t vocab = 0, classes = 0, ignoreIndex = -100;
   const std::vector<std::vector<int32_t>> *tok = nullptr, *lab = nullptr;
 
@@ -305,7 +311,7 @@ bool CudaExecutor::State::kernel(const Instruction &ins, CpuExecutor &host, std:
   case KernelId::AttentionFwd:
   case KernelId::AttentionBwd: {
     bool fwd = ins.kernel->id == KernelId::AttentionFwd;
-    const Buffer &q = in[fwd ? 0 : 1], &k = in[fwd ? 1 : 2];
+    const Buffer &q = in[fwd ? 0 : 1];
     cu::AttentionDims d;
     d.batch = q.shape[0];
     d.seq = q.shape[1];
@@ -315,20 +321,38 @@ bool CudaExecutor::State::kernel(const Instruction &ins, CpuExecutor &host, std:
     d.scale = float(ins.number("scale"));
     d.causal = ins.flag("causal");
     d.window = int64_t(ins.number("window"));
-    auto *lse = static_cast<float *>(tmp(1, size_t(d.batch * d.heads * d.seq) * 4, error));
-    if (!lse)
+    // Tensor-core attention (attention_gemm.cu). The forward's
+    // log-sum-exps are kept by output buffer: the backward reads the
+    // output the last forward into that buffer wrote, and its statistics.
+    void *scratch = tmp(5, cu::attentionGemmScratchBytes(d, sizeof(T)), error);
+    if (!scratch)
       return false;
-    if (fwd)
-      return ok(cu::attentionForward(at<T>(in[0]), at<T>(in[1]), at<T>(in[2]), at<T>(out[0]), lse,
-                                     d, s));
-    // The log-sum-exps again (the plan keeps only the output).
-    auto *o = static_cast<T *>(tmp(2, size_t(q.elements) * sizeof(T), error));
-    auto *sc = static_cast<float *>(tmp(3, size_t(k.elements) * 8, error));
-    return o && sc &&
-           ok(cu::attentionForward(at<T>(in[1]), at<T>(in[2]), at<T>(in[3]), o, lse, d, s)) &&
-           ok(cu::attentionBackward(at<T>(in[0]), at<T>(in[1]), at<T>(in[2]), at<T>(in[3]),
-                                    at<T>(in[4]), lse, at<T>(out[0]), at<T>(out[1]),
-                                    at<T>(out[2]), sc, d, s));
+    size_t lseBytes = size_t(d.batch * d.heads * d.seq) * 4;
+    const Buffer &o = fwd ? out[0] : in[4];
+    auto &kept = lses[{int(o.space), o.offset, o.name}];
+    if (!kept)
+      kept = std::make_unique<DevBuf>();
+    if (!kept->reserve(lseBytes)) {
+      error = "out of GPU memory for attention statistics";
+      return false;
+    }
+    auto *lse = kept->as<float>();
+    if (fwd) {
+      lseFresh.insert(lse);
+      return cu::attentionForwardGemm(*gemm, at<T>(in[0]), at<T>(in[1]), at<T>(in[2]),
+                                      at<T>(out[0]), lse, d, scratch, s, error);
+    }
+    if (!lseFresh.count(lse)) {
+      // No forward wrote this output in this step (a plan that recomputes
+      // it elsewhere): the statistics again.
+      auto *again = static_cast<T *>(tmp(2, size_t(q.elements) * sizeof(T), error));
+      if (!again || !cu::attentionForwardGemm(*gemm, at<T>(in[1]), at<T>(in[2]), at<T>(in[3]),
+                                              again, lse, d, scratch, s, error))
+        return false;
+    }
+    return cu::attentionBackwardGemm(*gemm, at<T>(in[0]), at<T>(in[1]), at<T>(in[2]),
+                                     at<T>(in[3]), at<T>(in[4]), lse, at<T>(out[0]),
+                                     at<T>(out[1]), at<T>(out[2]), d, scratch, s, error);
   }
   case KernelId::GeluFwd:
     return ok(cu::geluForward(at<T>(in[0]), at<T>(out[0]), in[0].elements, ins.flag("tanh"), s));
@@ -633,6 +657,19 @@ bool CudaExecutor::syncToHost(std::string &error) {
   return true;
 }
 
+bool CudaExecutor::runTimed(const Instruction &ins, std::string &error) {
+  if (!host.profiling || ins.kind != Instruction::Kind::Kernel || !ins.kernel)
+    return s->run(ins, host, error);
+  std::pair<cudaEvent_t, cudaEvent_t> ev{nullptr, nullptr};
+  if (cudaEventCreate(&ev.first) != cudaSuccess || cudaEventCreate(&ev.second) != cudaSuccess ||
+      cudaEventRecord(ev.first) != cudaSuccess)
+    return (error = "cannot record CUDA events for --profile", false);
+  bool ok = s->run(ins, host, error);
+  cudaEventRecord(ev.second);
+  s->events.emplace_back(&ins, ev);
+  return ok;
+}
+
 bool CudaExecutor::step(const std::vector<std::vector<int32_t>> &tok,
                         const std::vector<std::vector<int32_t>> &lab, StepResult &result,
                         std::string &error) {
@@ -664,17 +701,27 @@ bool CudaExecutor::step(const std::vector<std::vector<int32_t>> &tok,
         cudaMemcpy(s->labels.p, lab[m].data(), lab[m].size() * 4, cudaMemcpyHostToDevice) !=
             cudaSuccess)
       return (error = "cannot upload the micro-batch", false);
+    s->lseFresh.clear();
     for (const Instruction &ins : prog.microBatch)
-      if (!s->run(ins, host, error))
+      if (!runTimed(ins, error))
         return false;
   }
   for (const Instruction &ins : prog.step)
-    if (!s->run(ins, host, error))
+    if (!runTimed(ins, error))
       return false;
   if (cudaDeviceSynchronize() != cudaSuccess)
     return (error = std::string("CUDA error in the step: ") +
                     cudaGetErrorString(cudaGetLastError()),
             false);
+  // --profile: each kernel instruction's time between its two events.
+  for (auto &[ins, ev] : s->events) {
+    float ms = 0;
+    if (cudaEventElapsedTime(&ms, ev.first, ev.second) == cudaSuccess)
+      host.record(*ins, double(ms) * 1e-3);
+    cudaEventDestroy(ev.first);
+    cudaEventDestroy(ev.second);
+  }
+  s->events.clear();
   float out[2] = {0, 0};
   if (cudaMemcpy(&out[0], s->ptr(prog.loss), 4, cudaMemcpyDeviceToHost) != cudaSuccess ||
       cudaMemcpy(&out[1], s->ptr(prog.gradNorm), 4, cudaMemcpyDeviceToHost) != cudaSuccess)

@@ -55,8 +55,8 @@ int envInt(const char *a, const char *b, const char *c, const char *d, int dflt)
 /// `--profile`: rank 0's kernel times as JSON (docs/runtime.md), written to a
 /// temporary name and renamed.
 bool writeProfile(const std::string &path, const std::string &planDir, const CpuExecutor &exe,
-                  std::string &error) {
-  std::string out = "{\"version\": 1, \"device\": \"cpu\", \"plan\": \"";
+                  const std::string &device, std::string &error) {
+  std::string out = "{\"version\": 1, \"device\": \"" + device + "\", \"plan\": \"";
   for (char c : planDir)
     out += c == '"' || c == '\\' ? std::string("\\") + c : std::string(1, c);
   out += "\", \"kernels\": [";
@@ -492,7 +492,7 @@ int main(int argc, char **argv) {
     return fail("checkpoint: " + error);
   if (metrics)
     std::fclose(metrics);
-  if (!o.profile.empty() && rank == 0 && !writeProfile(o.profile, o.plan, exe, error))
+  if (!o.profile.empty() && rank == 0 && !writeProfile(o.profile, o.plan, exe, o.device, error))
     return fail(error);
   finalizeMPI();
   return 0;

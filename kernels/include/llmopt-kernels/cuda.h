@@ -24,6 +24,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <string>
 
 namespace llmopt::kernels::cuda {
 
@@ -90,6 +91,26 @@ struct AttentionDims {
                                 float *scratch, const AttentionDims &d, cudaStream_t stream);
 LLMOPT_CUDA_FOR_TYPES(LLMOPT_CUDA_DECLARE_ATTENTION)
 #undef LLMOPT_CUDA_DECLARE_ATTENTION
+
+/// Attention on the tensor cores (attention_gemm.cu): packed heads,
+/// S = scale Q K^T and O = P V as strided batched cuBLASLt products, the
+/// masked softmax as a row kernel, chunked over (batch, head) pairs so that
+/// the fp32 scores stay under 1 GiB. Same contract as attentionForward /
+/// attentionBackward (dk, dv written), with `scratch` of
+/// attentionGemmScratchBytes(d, sizeof(T)) device bytes; false with `error`
+/// set on a cuBLASLt or launch failure.
+class Gemm;
+size_t attentionGemmScratchBytes(const AttentionDims &d, size_t elementBytes);
+#define LLMOPT_CUDA_DECLARE_ATTENTION_GEMM(T)                                                \
+  bool attentionForwardGemm(Gemm &gemm, const T *q, const T *k, const T *v, T *out,          \
+                            float *lse, const AttentionDims &d, void *scratch,              \
+                            cudaStream_t stream, std::string &error);                       \
+  bool attentionBackwardGemm(Gemm &gemm, const T *dout, const T *q, const T *k, const T *v,  \
+                             const T *out, const float *lse, T *dq, T *dk, T *dv,           \
+                             const AttentionDims &d, void *scratch, cudaStream_t stream,    \
+                             std::string &error);
+LLMOPT_CUDA_FOR_TYPES(LLMOPT_CUDA_DECLARE_ATTENTION_GEMM)
+#undef LLMOPT_CUDA_DECLARE_ATTENTION_GEMM
 
 /// fp8 GEMM inputs (per-tensor current scaling, the CPU reference's
 /// fakeQuantizeFp8): `amax` (one float of device scratch) receives max |x|,

@@ -28,6 +28,22 @@ struct LinearShape {
   cudaDataType_t type = CUDA_R_32F;
 };
 
+/// A strided batched product of row-major matrices:
+///   C[i] = alpha op(A[i]) op(B[i]) + beta C[i],  i < batch,
+/// op(A) m x k (A stored m x k, or k x m when transA), op(B) k x n (B stored
+/// k x n, or n x k when transB); leading dimensions and batch strides in
+/// elements. A and B are `ab`, C is `c` (CUDA_R_32F for an fp32 result of
+/// 16-bit inputs); fp32 accumulation.
+struct BatchedShape {
+  int64_t m = 1, n = 1, k = 1;
+  bool transA = false, transB = false;
+  int64_t lda = 1, ldb = 1, ldc = 1;
+  int64_t strideA = 0, strideB = 0, strideC = 0;
+  int64_t batch = 1;
+  cudaDataType_t ab = CUDA_R_32F, c = CUDA_R_32F;
+  float alpha = 1, beta = 0;
+};
+
 class Gemm {
 public:
   /// A cuBLASLt handle and a workspace on the current device, or null with
@@ -53,6 +69,10 @@ public:
                                 const float *wScaleInv, const void *bias, void *y,
                                 const LinearShape &s, cudaStream_t stream,
                                 std::string &error) = 0;
+  /// The strided batched product above (attention's QK^T, PV and their
+  /// gradients).
+  virtual bool batched(const void *a, const void *b, void *c, const BatchedShape &s,
+                       cudaStream_t stream, std::string &error) = 0;
   /// Problems whose algorithm the heuristic has chosen (the cache's size).
   virtual size_t cachedAlgorithms() const = 0;
 };

@@ -53,6 +53,8 @@ public:
   CpuExecutor host;
 
 private:
+  /// One instruction; under `host.profiling` between two CUDA events.
+  bool runTimed(const Instruction &ins, std::string &error);
   struct State;
   std::unique_ptr<State> s;
 };

@@ -91,6 +91,9 @@ public:
   };
   bool profiling = false;
   std::map<std::pair<std::string, std::vector<int64_t>>, KernelProfile> profile;
+  /// Adds one call of `ins` taking `seconds` to `profile` (the CUDA backend
+  /// times its instructions with events).
+  void record(const Instruction &ins, double seconds);
   /// Bytes of `param`'s gradient accumulator on this rank (whole, or its
   /// ZeRO-2/3 chunk; 0 when this rank has none).
   int64_t gradientBytes(const std::string &param) const;
@@ -146,7 +149,6 @@ private:
   /// fp32 copies of the running instruction's bf16 / fp16 buffers, by buffer.
   std::map<const Buffer *, std::vector<float>> shadows;
   uint16_t *storage16(const Buffer &b);
-  void record(const Instruction &ins, double seconds);
   /// Writes `values` into `b` in its dtype (rounding to 16 bits).
   void store(const Buffer &b, const float *values);
 
