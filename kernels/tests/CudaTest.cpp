@@ -227,8 +227,10 @@ TEST(Cuda, LinearThroughCuBLASLt) {
   std::string error;
   auto gemm = gpu::Gemm::create(error);
   ASSERT_TRUE(gemm) << error;
-  const int64_t n = 6, in = 40, out = 24;
-  for (bool transposed : {false, true}) {
+  // out = 37: output-gradient rows of 148 bytes, padded to 16 (an odd vocabulary).
+  for (auto [transposed, out] : {std::pair{false, int64_t(24)}, std::pair{true, int64_t(24)},
+                                 std::pair{false, int64_t(37)}, std::pair{true, int64_t(37)}}) {
+    const int64_t n = 6, in = 40;
     auto x = randomVec(n * in, 30), w = randomVec(in * out, 31), b = randomVec(out, 32),
          g = randomVec(n * out, 33);
     std::vector<float> y(n * out), dx(n * in), dw(in * out, 0), db(out, 0);
@@ -246,6 +248,7 @@ TEST(Cuda, LinearThroughCuBLASLt) {
   EXPECT_GE(gemm->cachedAlgorithms(), 3u);
 
   // The GeLU epilogue (tanh): pre-activation and activation in one GEMM.
+  const int64_t n = 6, in = 40, out = 24;
   auto x = randomVec(n * in, 34), w = randomVec(in * out, 35), b = randomVec(out, 36);
   std::vector<float> pre(n * out), act(n * out);
   cpu::linearForward(x.data(), w.data(), b.data(), pre.data(), n, in, out, true);
