@@ -114,6 +114,10 @@ print("profile (%s): %.4f s in kernels per step" % (p["device"], total))
 for n, (s, c, f) in sorted(agg.items(), key=lambda x: -x[1][0]):
     print("  %-26s %8.2f ms %5d calls %7.1f TFLOP/s" % (n, s * 1e3 / steps, c // steps,
                                                        f / s / 1e12 if s else 0))
+print("by shape (top 8):")
+for k in sorted(p["kernels"], key=lambda k: -k["seconds"])[:8]:
+    print("  %-16s %-28s %8.2f ms %7.1f TFLOP/s" % (k["kernel"], k["dims"], k["seconds"] * 1e3 / steps,
+                                                 k["flops"] / k["seconds"] / 1e12 if k["seconds"] else 0))
 PY
 }
 has gpt2 && bench gpt2-124m 20
