@@ -11,6 +11,16 @@ root=$(cd "$(dirname "$0")/../.." && pwd)
 kit=$root/.gpukit
 work=$(mktemp -d)
 exec > >(tee "$out/log.txt") 2>&1
+# Results (metrics, profiles, summaries) are packed however the run ends,
+# a time limit included; weights and checkpoints are left out.
+finish() {
+  trap - EXIT TERM INT
+  rm -rf "$work"/*-init "$work"/*.safetensors "$work"/ck
+  tar czf "$out/results.tgz" -C "$work" . 2>/dev/null
+  exit "${1:-0}"
+}
+trap 'finish 1' TERM INT
+trap 'finish' EXIT
 cublas=$(find /usr/local /opt /usr/lib -name 'libcublasLt.so.13*' 2>/dev/null | head -1)
 export LD_LIBRARY_PATH=$kit/lib:$(dirname "${cublas:-/usr/local/cuda/lib64/x}"):/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 export PATH=$kit/bin:$PATH PYTHONUNBUFFERED=1
@@ -62,11 +72,15 @@ fi
 
 bench() { # NAME STEPS
   local n=$1 steps=$2 plan=$kit/plans/$1
-  step "$n: llm-opt on the GPU, $steps steps from the exported initial weights"
+  step "$n: llm-opt on the GPU, $steps steps"
+  # The initial weights for PyTorch (only where it runs from them: writing
+  # and exporting 1B parameters takes minutes).
+  if has ${n%%-*}-torch; then
   run llm-run "$plan" --data "$kit/data/text.bin" --steps 0 --checkpoint-dir $n-init --device cuda --quiet ||
     run llm-run "$plan" --data "$kit/data/text.bin" --steps 0 --checkpoint-dir $n-init --quiet
   [ -d $n-init ] &&
     run llm-ckpt export $n-init $n-init.safetensors
+  fi
   TMO=${OURS_TMO:-240} run llm-run "$plan" --data "$kit/data/text.bin" --steps $steps --metrics $n-ours.jsonl \
     --device cuda --peak-tflops 989
   # Per-kernel times (CUDA events around each instruction) in a separate,
@@ -89,8 +103,10 @@ torchcompile() { # NAME CONFIG BATCH SEQ STEPS
   local n=$1 cfg=$2 b=$3 t=$4 steps=$5 f
   f=$(flops "$kit/plans/$n")
   step "$n: torch.compile"
+  local w=""
+  [ -f $n-init.safetensors ] && w="--weights $n-init.safetensors"
   TMO=500 run python3 "$ref" "$cfg" --data "$kit/data/text.bin" --batch $b --seq $t --steps $steps \
-    --weights $n-init.safetensors --compile --summary $n-torch-compile.json --flops-per-token $f --warmup 8
+    $w --compile --summary $n-torch-compile.json --flops-per-token $f --warmup 8
 }
 ours() {
   python3 - $1-ours.jsonl $1-profile.json <<'PY'
@@ -127,5 +143,3 @@ has llama && bench llama-1b 20
 has llama-torch && torchref llama-1b "$root/examples/models/llama3.2-1b.json" 8 2048 20
 has llama-compile && torchcompile llama-1b "$root/examples/models/llama3.2-1b.json" 8 2048 20
 step "done"
-rm -rf "$work"/*-init "$work"/*.safetensors "$work"/ck
-tar czf "$out/results.tgz" -C "$work" .

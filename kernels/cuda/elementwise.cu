@@ -55,13 +55,25 @@ template <typename T>
 __global__ void biasAddKernel(const T *x, const T *bias, T *y, int64_t n, int64_t c) {
   GRID_STRIDE(i, n) st(y + i, ld(x + i) + ld(bias + i % c));
 }
-/// One thread per column: the rows summed in order (deterministic).
+/// Column sums (bias gradients), deterministic: a block per 32 columns,
+/// 32 row lanes each summing every 32nd row in double, the lanes then added
+/// in order. Coalesced reads (a warp reads 32 neighbouring columns); the
+/// first version, a thread per column over every row, ran the GPT-2 124M
+/// bias gradients at a few GB/s on an H100.
 template <typename T> __global__ void sumRowsKernel(const T *g, float *out, int64_t rows, int64_t c) {
-  GRID_STRIDE(j, c) {
-    double s = 0;
-    for (int64_t r = 0; r < rows; ++r)
+  __shared__ double part[32][33];
+  int64_t j = int64_t(blockIdx.x) * 32 + threadIdx.x;
+  double s = 0;
+  if (j < c)
+    for (int64_t r = threadIdx.y; r < rows; r += 32)
       s += double(ld(g + r * c + j));
-    out[j] = float(s);
+  part[threadIdx.y][threadIdx.x] = s;
+  __syncthreads();
+  if (threadIdx.y == 0 && j < c) {
+    double t = 0;
+    for (int y = 0; y < 32; ++y)
+      t += part[y][threadIdx.x];
+    out[j] = float(t);
   }
 }
 /// Columns [offset, offset + size) of x [rows, c] to / from y [rows, size].
@@ -328,7 +340,9 @@ cudaError_t computeSlots(const int32_t *idx, int64_t choices, int64_t experts, i
     return cudaGetLastError();                                                              \
   }                                                                                         \
   cudaError_t sumRows(const T *g, float *out, int64_t rows, int64_t c, cudaStream_t s) {   \
-    sumRowsKernel<<<gridFor(c), kThreads, 0, s>>>(g, out, rows, c);                         \
+    if (c == 0)                                                                             \
+      return cudaSuccess;                                                                   \
+    sumRowsKernel<<<unsigned((c + 31) / 32), dim3(32, 32), 0, s>>>(g, out, rows, c);        \
     return cudaGetLastError();                                                              \
   }                                                                                         \
   cudaError_t columns(const T *x, T *y, int64_t rows, int64_t c, int64_t offset,           \
