@@ -400,31 +400,43 @@ int64_t CpuExecutor::activationBytes() const {
 
 bool CpuExecutor::finishScatter(const std::string &accum, Communicator &comm,
                                 std::string &error) {
-  auto it = scatters.find(accum);
-  if (it == scatters.end())
+  auto of = scatterOf.find(accum);
+  if (of == scatterOf.end())
     return true;
+  auto it = scatters.find(of->second);
   PendingScatter &p = it->second;
   if (!comm.waitReduceScatter(p.handle, error))
     return false;
-  // The accumulator looked up now (not when the scatter started).
-  float *acc = data(p.accum);
-  for (size_t i = 0; i < p.mine.size(); ++i)
-    acc[i] += p.mine[i] * p.scale;
+  // The accumulators looked up now (not when the scatter started).
+  size_t at = 0;
+  for (const Buffer &b : p.accums) {
+    float *acc = data(b);
+    for (int64_t i = 0; i < b.elements; ++i)
+      acc[i] += p.mine[at + size_t(i)] * p.scale;
+    at += size_t(b.elements);
+    scatterOf.erase(b.name);
+  }
   scatters.erase(it);
   return true;
 }
 
 bool CpuExecutor::finishScatters(Communicator &comm, std::string &error) {
   // In the order they were started (every rank alike).
-  std::vector<std::pair<int, std::string>> order;
-  for (const auto &[name, p] : scatters)
-    order.push_back({p.handle, name});
-  std::sort(order.begin(), order.end());
-  for (const auto &entry : order)
-    if (!finishScatter(entry.second, comm, error))
+  while (!scatters.empty())
+    if (!finishScatter(scatters.begin()->second.accums.front().name, comm, error))
       return false;
   nextScatter = 0;
   return true;
+}
+
+bool CpuExecutor::startScatter(PendingScatter p, const std::string &axis, Communicator &comm,
+                               std::string &error) {
+  p.handle = nextScatter++;
+  for (const Buffer &b : p.accums)
+    scatterOf[b.name] = p.handle;
+  PendingScatter &q = scatters[p.handle] = std::move(p);
+  return comm.startReduceScatterBlocks(axis, q.all.data(), q.mine.data(),
+                                       int64_t(q.mine.size()), q.handle, error);
 }
 
 bool CpuExecutor::fp8Inputs(const Instruction &ins,
@@ -492,10 +504,12 @@ bool CpuExecutor::step(const std::vector<std::vector<int32_t>> &tok,
     if (!comm.waitAllGather(event, error))
       return false;
   gathers.clear();
-  for (auto &[name, s] : scatters)
+  for (auto &[handle, s] : scatters)
     if (!comm.waitReduceScatter(s.handle, error))
       return false;
   scatters.clear();
+  scatterOf.clear();
+  openBuckets.clear();
   nextScatter = 0;
   for (auto &[name, a] : accum)
     std::fill(a.begin(), a.end(), 0.0f);
@@ -865,7 +879,10 @@ bool CpuExecutor::runWide(const Instruction &ins, Communicator &comm, std::strin
   case Instruction::Kind::GradReduceScatter: {
     // The gradient zero-padded to d chunks and reduced over the axis, started
     // non-blocking (the gradient's arena buffer is free at once); this rank's
-    // chunk is added into the accumulator when it completes.
+    // chunk is added into the accumulator when it completes. In a bucket,
+    // the padded copies wait for the bucket's last member, which starts one
+    // reduce-scatter of every member's chunks (rank r's chunks side by side
+    // in block r).
     int index = 0, size = 1;
     if (!axis(ins.axis, index, size, error))
       return false;
@@ -873,15 +890,42 @@ bool CpuExecutor::runWide(const Instruction &ins, Communicator &comm, std::strin
     if (!finishScatter(acc.name, comm, error))
       return false;
     int64_t c = acc.elements;
-    PendingScatter &p = scatters[acc.name];
-    p.handle = nextScatter++;
-    p.all.assign(size_t(c * size), 0.0f);
-    p.mine.assign(size_t(c), 0.0f);
-    std::copy_n(data(g), g.elements, p.all.data());
-    p.accum = acc;
-    p.scale = ins.reduce == "avg" ? 1.0f / float(size) : 1.0f;
-    return comm.startReduceScatterBlocks(ins.axis, p.all.data(), p.mine.data(), c, p.handle,
-                                         error);
+    float scale = ins.reduce == "avg" ? 1.0f / float(size) : 1.0f;
+    std::vector<float> padded(size_t(c * size), 0.0f);
+    std::copy_n(data(g), g.elements, padded.data());
+    if (ins.bucket < 0) {
+      PendingScatter p;
+      p.all = std::move(padded);
+      p.mine.assign(size_t(c), 0.0f);
+      p.accums = {acc};
+      p.scale = scale;
+      return startScatter(std::move(p), ins.axis, comm, error);
+    }
+    OpenBucket &b = openBuckets[ins.bucket];
+    b.axis = ins.axis;
+    b.size = size;
+    b.scale = scale;
+    b.accums.push_back(acc);
+    b.pieces.push_back(std::move(padded));
+    if (!ins.flush)
+      return true;
+    PendingScatter p;
+    int64_t total = 0;
+    for (const Buffer &m : b.accums)
+      total += m.elements;
+    p.all.resize(size_t(total * size));
+    p.mine.assign(size_t(total), 0.0f);
+    float *out = p.all.data();
+    for (int r = 0; r < size; ++r)
+      for (size_t m = 0; m < b.accums.size(); ++m) {
+        int64_t cm = b.accums[m].elements;
+        out = std::copy_n(b.pieces[m].data() + r * cm, cm, out);
+      }
+    p.accums = std::move(b.accums);
+    p.scale = b.scale;
+    std::string ax = b.axis;
+    openBuckets.erase(ins.bucket);
+    return startScatter(std::move(p), ax, comm, error);
   }
   case Instruction::Kind::ParamWait: {
     auto it = gathers.find(ins.event);

@@ -522,6 +522,13 @@ bool parsePlan(const json::Value &root, Plan &plan, std::string &error) {
       return c.fail(where + ".chunks", "an interleaved schedule needs the stage's chunks");
     std::set<int64_t> started, waited; // gradient buckets
     std::map<int64_t, size_t> gatherStart, gatherWait; // prefetch events
+    struct ScatterBucket { // ZeRO-2/3 gradient buckets
+      size_t first = 0;
+      int64_t members = 0;
+      std::string axis, reduce;
+      bool flushed = false;
+    };
+    std::map<int64_t, ScatterBucket> scatterBuckets;
     for (const char *phase : {"micro_batch_instructions", "step_instructions"}) {
     const json::Value *instrs = pv.get(phase);
     if (!instrs || !instrs->isArray())
@@ -685,6 +692,48 @@ bool parsePlan(const json::Value &root, Plan &plan, std::string &error) {
             ins.outs[0].elements != (ins.ins[0].elements + d - 1) / d)
           return c.fail(iw, "takes one gradient and one grad_shard: accumulator of its ceil(n / " +
                                 std::to_string(d) + ") elements");
+        // A bucket: its members (same axis and reduction) in one part of
+        // the schedule, the last one marked `flush`.
+        if (const json::Value *bv = iv.get("bucket")) {
+          int64_t bucket = 0;
+          if (!c.integer(bv, iw + ".bucket", bucket))
+            return false;
+          if (bucket > (int64_t(1) << 30))
+            return c.fail(iw + ".bucket", "must be below 2^30");
+          if (const json::Value *fv = iv.get("flush")) {
+            if (!fv->isBool())
+              return c.fail(iw + ".flush", "must be true or false");
+            ins.flush = fv->boolean;
+          }
+          ScatterBucket &sb = scatterBuckets[bucket];
+          if (sb.flushed)
+            return c.fail(iw + ".bucket", "bucket " + std::to_string(bucket) +
+                                              " was already flushed");
+          if (sb.members++ == 0) {
+            sb.first = ii;
+            sb.axis = ins.axis;
+            sb.reduce = ins.reduce;
+          } else if (sb.axis != ins.axis || sb.reduce != ins.reduce) {
+            return c.fail(iw, "differs from bucket " + std::to_string(bucket) +
+                                  "'s other members in axis or reduce");
+          }
+          if (ins.flush) {
+            auto crosses = [&](int64_t boundary) {
+              return int64_t(sb.first) < boundary && boundary <= int64_t(ii);
+            };
+            bool crossing = crosses(prog.backwardStart);
+            for (const Program::ChunkStart &cs : prog.chunks)
+              crossing |= crosses(cs.begin);
+            if (crossing)
+              return c.fail(iw + ".bucket", "bucket " + std::to_string(bucket) +
+                                                " spans a schedule boundary (backward_start or "
+                                                "a chunk's begin)");
+            sb.flushed = true;
+          }
+          ins.bucket = int(bucket);
+        } else if (iv.get("flush")) {
+          return c.fail(iw + ".flush", "flush without a bucket");
+        }
       } else if (const json::Value *col = iv.get("collective");
                  col && col->isString() && col->string.rfind("seq_", 0) == 0) {
         ins.kind = col->string == "seq_all_gather"          ? Instruction::Kind::SeqAllGather
@@ -814,6 +863,10 @@ bool parsePlan(const json::Value &root, Plan &plan, std::string &error) {
     }
     if (started.size() != waited.size())
       return c.fail(where + ".step_instructions", "does not wait for every gradient bucket");
+    for (const auto &[bucket, sb] : scatterBuckets)
+      if (!sb.flushed)
+        return c.fail(where + ".micro_batch_instructions",
+                      "gradient bucket " + std::to_string(bucket) + " has no flush member");
     // ZeRO-2/3 gradient chunks: one size per accumulator, and the update
     // shards over the axis the chunk was scattered over.
     std::map<std::string, std::pair<std::string, int64_t>> chunkOf;

@@ -25,12 +25,16 @@ def ConvertLLMToExec : Pass<"convert-llm-to-exec", "::mlir::ModuleOp"> {
     last gradient (`exec.bucket_all_reduce`, non-blocking, in the order the
     backward makes them, as PyTorch DDP does); the step waits for them
     (`exec.bucket_wait`) before it uses the gradients, so the reduction of
-    early buckets overlaps the rest of the backward.
+    early buckets overlaps the rest of the backward. Under ZeRO-2/3 the
+    micro-batches' gradient reduce-scatters go in buckets of about
+    `bucket-bytes` of gradients likewise (`exec.grad_reduce_scatter` with
+    `bucket`, the last member `flush`), within one part of the schedule.
   }];
   let options = [
     Option<"bucketBytes", "bucket-bytes", "int64_t", /*default=*/"25 << 20",
-           "gradient bytes per data-parallel all-reduce bucket (0: one blocking "
-           "all-reduce in the step)">,
+           "gradient bytes per data-parallel all-reduce or ZeRO-2/3 reduce-scatter "
+           "bucket (0: one blocking all-reduce in the step; one reduce-scatter per "
+           "gradient)">,
   ];
   let dependentDialects = ["::llmopt::exec::ExecDialect"];
 }

@@ -813,6 +813,26 @@ struct ConvertLLMToExecPass
         openBytes = 0;
       };
 
+      // ZeRO-2/3 gradient buckets: the reduce-scatters of one axis join the
+      // open bucket of that axis; the member that fills it to
+      // `bucket-bytes` (or the last before a schedule boundary) is marked
+      // flush and starts the bucket's one collective.
+      struct ScatterBucket {
+        int64_t id = -1, bytes = 0;
+        GradReduceScatterOp last;
+      };
+      llvm::StringMap<ScatterBucket> openScatter;
+      int64_t scatterBuckets = 0;
+      auto closeScatter = [&](ScatterBucket &sb) {
+        if (sb.last)
+          sb.last.setFlush(true);
+        sb = ScatterBucket();
+      };
+      auto closeScatters = [&] {
+        for (auto &entry : openScatter)
+          closeScatter(entry.second);
+      };
+
       // Pipeline stages mark where each micro-batch's backward begins: at the
       // first of the stage's ops after the loss.
       Operation *lossOp = ret.getOperand(0).getDefiningOp();
@@ -825,6 +845,7 @@ struct ConvertLLMToExecPass
         if (!c || c.getInt() == chunk)
           return;
         chunk = c.getInt();
+        closeScatters();
         ChunkOp::create(cv.ob, at, b.getI64IntegerAttr(chunk));
       };
       for (Operation &op : body.without_terminator()) {
@@ -834,6 +855,7 @@ struct ConvertLLMToExecPass
         if (auto t = dyn_cast<PPTransferOp>(op))
           mine = int64_t(t.getFrom()) == stage || int64_t(t.getTo()) == stage;
         if (!marked && mine && lossOp && lossOp->isBeforeInBlock(&op)) {
+          closeScatters();
           BackwardOp::create(cv.ob, op.getLoc());
           marked = true;
         }
@@ -863,10 +885,24 @@ struct ConvertLLMToExecPass
             FailureOr<BufAttr> g = cv.buf(r);
             if (failed(g))
               return failure();
-            if (StringAttr axis = chunkedOver.lookup(it->second))
-              GradReduceScatterOp::create(cv.ob, op.getLoc(), axis, b.getStringAttr("avg"), *g,
-                                          it->second);
-            else
+            if (StringAttr axis = chunkedOver.lookup(it->second)) {
+              auto rs = GradReduceScatterOp::create(cv.ob, op.getLoc(), axis,
+                                                    b.getStringAttr("avg"), *g, it->second,
+                                                    IntegerAttr(), false);
+              if (bucketBytes > 0) {
+                ScatterBucket &sb = openScatter[axis.getValue()];
+                if (sb.id < 0)
+                  sb.id = scatterBuckets++;
+                rs.setBucketAttr(b.getI64IntegerAttr(sb.id));
+                sb.last = rs;
+                int64_t n = 1;
+                for (int64_t d : g->getShape().asArrayRef())
+                  n *= d;
+                sb.bytes += 4 * n;
+                if (sb.bytes >= bucketBytes)
+                  closeScatter(sb);
+              }
+            } else
               addInto(it->second, *g);
             if (bucketable.contains(it->second)) {
               open.push_back(it->second);
@@ -881,6 +917,7 @@ struct ConvertLLMToExecPass
           }
       }
       startBucket(func.getLoc());
+      closeScatters();
       if (!cv.pendingGathers.empty()) {
         func.emitError() << "convert-llm-to-exec: a prefetched parameter gather has no reader "
                             "on its stage";

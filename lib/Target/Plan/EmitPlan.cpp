@@ -303,12 +303,16 @@ struct EmitPlanPass : public llmopt::impl::EmitPlanBase<EmitPlanPass> {
           } else if (auto bw = dyn_cast<exec::BucketWaitOp>(op)) {
             instrs.push_back(json::Object{{"collective", "bucket_wait"}, {"bucket", bw.getBucket()}});
           } else if (auto g = dyn_cast<exec::GradReduceScatterOp>(op)) {
-            instrs.push_back(json::Object{
-                {"collective", "grad_reduce_scatter"},
-                {"axis", g.getAxis().str()},
-                {"reduce", g.getReduce().str()},
-                {"ins", bufsJSON(ArrayAttr::get(g.getContext(), {g.getInput()}))},
-                {"outs", bufsJSON(ArrayAttr::get(g.getContext(), {g.getAccum()}))}});
+            json::Object o{{"collective", "grad_reduce_scatter"},
+                           {"axis", g.getAxis().str()},
+                           {"reduce", g.getReduce().str()},
+                           {"ins", bufsJSON(ArrayAttr::get(g.getContext(), {g.getInput()}))},
+                           {"outs", bufsJSON(ArrayAttr::get(g.getContext(), {g.getAccum()}))}};
+            if (auto bucket = g.getBucketAttr())
+              o["bucket"] = bucket.getInt();
+            if (g.getFlush())
+              o["flush"] = true;
+            instrs.push_back(std::move(o));
           } else if (auto rs = dyn_cast<exec::ReduceScatterOp>(op)) {
             instrs.push_back(json::Object{{"collective", "reduce_scatter"},
                                           {"axis", rs.getAxis().str()},

@@ -129,17 +129,30 @@ private:
     int64_t elements = 0;
   };
   std::map<int, PendingGather> gathers;
-  /// ZeRO-2/3 gradient reduce-scatters in flight, by accumulator: each
-  /// completes (its chunk added) before the next into the same accumulator
-  /// and before the step phase.
+  /// ZeRO-2/3 gradient reduce-scatters in flight, by handle: one gradient,
+  /// or a bucket of them (each rank's chunks of the members side by side).
+  /// Each completes (the chunks added to their accumulators) before the
+  /// next scatter into one of its accumulators and before the step phase.
   struct PendingScatter {
     int handle = 0;
     std::vector<float> all, mine;
-    Buffer accum;
+    std::vector<Buffer> accums; // the members, in order
     float scale = 1;
   };
-  std::map<std::string, PendingScatter> scatters;
+  std::map<int, PendingScatter> scatters;
+  std::map<std::string, int> scatterOf; // accumulator -> handle in flight
+  /// A bucket still taking gradients: each member's zero-padded copy.
+  struct OpenBucket {
+    std::string axis;
+    int size = 1;
+    float scale = 1;
+    std::vector<Buffer> accums;
+    std::vector<std::vector<float>> pieces;
+  };
+  std::map<int, OpenBucket> openBuckets;
   int nextScatter = 0;
+  bool startScatter(PendingScatter p, const std::string &axis, Communicator &comm,
+                    std::string &error);
   bool finishScatter(const std::string &accum, Communicator &comm, std::string &error);
   bool finishScatters(Communicator &comm, std::string &error);
   /// Temporaries of the fused kernel running (Buffer::Space::Temp).

@@ -139,3 +139,19 @@ exec.program "p" ranks [0] arena 512 micro_batches 1 outputs {} micro_batch {
   exec.fused "f" ins [#exec.buf<space = "arena", offset = 0, name = "", shape = [2, 4], dtype = f32>] outs [#exec.buf<space = "arena", offset = 64, name = "", shape = [2, 4], dtype = f32>] temps [] body [{kernel = "gelu_fwd", ins = array<i64: 1>, outs = array<i64: 0>, params = {}}]
 } step {
 }
+
+// -----
+
+exec.program "p" ranks [0] arena 64 micro_batches 1 outputs {} micro_batch {
+  // expected-error @+1 {{flush needs a bucket}}
+  exec.grad_reduce_scatter "dp" "avg" #exec.buf<space = "arena", offset = 0, name = "", shape = [4], dtype = f32> into #exec.buf<space = "accum", offset = 0, name = "grad_shard:w", shape = [2], dtype = f32> {flush}
+} step {
+}
+
+// -----
+
+exec.program "p" ranks [0] arena 64 micro_batches 1 outputs {} micro_batch {
+  // expected-error @+1 {{bucket must be non-negative}}
+  exec.grad_reduce_scatter "dp" "avg" #exec.buf<space = "arena", offset = 0, name = "", shape = [4], dtype = f32> into #exec.buf<space = "accum", offset = 0, name = "grad_shard:w", shape = [2], dtype = f32> {bucket = -1 : i64, flush}
+} step {
+}

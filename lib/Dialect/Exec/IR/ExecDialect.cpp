@@ -151,6 +151,10 @@ LogicalResult BucketAllReduceOp::verify() {
 LogicalResult GradReduceScatterOp::verify() {
   if (getReduce() != "sum" && getReduce() != "avg")
     return emitOpError() << "reduce must be sum or avg, got '" << getReduce() << "'";
+  if (auto bucket = getBucketAttr(); bucket && bucket.getInt() < 0)
+    return emitOpError() << "bucket must be non-negative";
+  if (getFlush() && !getBucketAttr())
+    return emitOpError() << "flush needs a bucket";
   BufAttr acc = getAccum();
   if (acc.getSpace().getValue() != "accum" || !acc.getName().getValue().starts_with("grad_shard:"))
     return emitOpError() << "accumulates into an accum buffer named grad_shard:<param>";

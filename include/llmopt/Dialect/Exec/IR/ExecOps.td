@@ -156,11 +156,18 @@ def Exec_GradReduceScatterOp : Exec_Op<"grad_reduce_scatter", [HasParent<"Progra
     last rank's padding stays zero). The whole gradient is then dead, so
     only chunks of gradients persist between micro-batches (DeepSpeed
     ZeRO-2's partitioned gradients).
+    With `bucket`, the gradient joins that bucket instead of going alone:
+    the bucket's members wait (zero-padded copies) for the one marked
+    `flush`, which starts a single reduce-scatter of all of them (each
+    rank's chunks side by side), as DDP buckets its all-reduces. A bucket's
+    members share axis and reduction and lie in one part of the schedule.
     ```mlir
     exec.grad_reduce_scatter "dp" "avg" #exec.buf<space = "arena", ...> into #exec.buf<space = "accum", name = "grad_shard:w", ...>
+    exec.grad_reduce_scatter "dp" "avg" #exec.buf<...> into #exec.buf<...> {bucket = 0 : i64, flush}
     ```
   }];
-  let arguments = (ins StrAttr:$axis, StrAttr:$reduce, Exec_BufAttr:$input, Exec_BufAttr:$accum);
+  let arguments = (ins StrAttr:$axis, StrAttr:$reduce, Exec_BufAttr:$input, Exec_BufAttr:$accum,
+                       OptionalAttr<I64Attr>:$bucket, UnitAttr:$flush);
   let assemblyFormat = "$axis $reduce $input `into` $accum attr-dict";
   let hasVerifier = 1;
 }
