@@ -412,7 +412,8 @@ class PlanResult:
         (docs/plan-format.md). ``dtype`` re-imports a ``config.json`` model
         in that element type (``"f32"`` for the CPU backend).
         ``bucket_bytes`` sizes the data-parallel gradient all-reduce buckets
-        (0: one all-reduce in the step); ``cp_comm`` is ``"ring"`` or
+        and the ZeRO-2/3 gradient reduce-scatter buckets (0: one all-reduce
+        in the step, one reduce-scatter per gradient); ``cp_comm`` is ``"ring"`` or
         ``"all-gather"`` for context parallelism (docs/lowering.md);
         ``prefetch`` starts each layer's ZeRO-3 parameter gathers while the
         previous layer computes; ``moe_aux_loss`` is the MoE load-balancing

@@ -20,7 +20,8 @@ struct LowerToPlanOptions : public mlir::PassPipelineOptions<LowerToPlanOptions>
                       llvm::cl::init(0)};
   Option<int64_t> bucketBytes{
       *this, "bucket-bytes",
-      llvm::cl::desc("gradient bytes per data-parallel all-reduce bucket (0: one all-reduce)"),
+      llvm::cl::desc("gradient bytes per data-parallel all-reduce or ZeRO-2/3 reduce-scatter "
+                     "bucket (0: one all-reduce; one reduce-scatter per gradient)"),
       llvm::cl::init(25 << 20)};
   Option<std::string> cpComm{*this, "cp-comm",
                              llvm::cl::desc("context parallelism: ring or all-gather"),
