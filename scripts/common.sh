@@ -36,6 +36,38 @@ install_deps() {
       "${missing[@]}" >/dev/null
   fi
   install_pytest
+  fetch_cudnn_frontend
+}
+
+# The cuDNN frontend's headers (header-only, MIT; NVIDIA's PyPI wheel carries
+# them) for the CUDA backend's fused attention, where the toolkit has cuDNN.
+# Without them (no network, no cuDNN) the build keeps the GEMM attention.
+LLMOPT_CUDNN_FRONTEND_VERSION=1.32.0
+fetch_cudnn_frontend() {
+  local dest="$LLMOPT_ROOT/.deps/cudnn-frontend"
+  if [[ -f "$dest/include/cudnn_frontend.h" ]] || [[ ! -f /usr/local/cuda/include/cudnn.h ]]; then
+    return
+  fi
+  log "fetching the cuDNN frontend headers ($LLMOPT_CUDNN_FRONTEND_VERSION)"
+  local tmp
+  tmp=$(mktemp -d)
+  if python3 -m pip download --quiet --no-deps --only-binary=:all: -d "$tmp" \
+      "nvidia-cudnn-frontend==$LLMOPT_CUDNN_FRONTEND_VERSION" >/dev/null 2>&1 &&
+    mkdir -p "$dest" && python3 - "$tmp" "$dest" <<'PY'
+import glob, sys, zipfile
+whl = glob.glob(sys.argv[1] + "/*.whl")[0]
+with zipfile.ZipFile(whl) as z:
+    for n in z.namelist():
+        if n.startswith("include/"):
+            z.extract(n, sys.argv[2])
+PY
+  then
+    :
+  else
+    log "could not fetch the cuDNN frontend: the CUDA backend keeps its GEMM attention"
+    rm -rf "$dest"
+  fi
+  rm -rf "$tmp"
 }
 
 # pytest for python-frontend/tests, in the python3 that ctest runs (the first

@@ -17,6 +17,11 @@ for b in "$kit"/bin/*; do
   ldd "$b" | awk '/=> \// {print $3}'
 done | sort -u | grep -v -E '/(libc|libm|libdl|libpthread|librt|libgcc_s|libstdc\+\+|ld-linux[^/]*)\.so|/usr/local/cuda' |
   while read -r lib; do cp -L "$lib" "$kit/lib/"; done
+# cuDNN's dispatcher library (small) so that llm-run starts where no cuDNN
+# is installed; run.sh puts the machine's own cuDNN (PyTorch's) first.
+if ldd "$kit/bin/llm-run" | grep -q libcudnn.so.9; then
+  cp -L "$(ldd "$kit/bin/llm-run" | awk '/libcudnn.so.9/ {print $3}')" "$kit/lib/"
+fi
 opt=$build/bin/llm-opt
 lower() { "$opt" "$1" ${3:-} -o /dev/null --llm-lower-to-plan="$2"; }
 in=$root/test/Runtime/Inputs

@@ -2,7 +2,7 @@
 # Runs issue 7's GPU checks and measurements from .gpukit/ (bench/gpu/make-kit.sh)
 # on a machine with an NVIDIA GPU, CUDA 13 and PyTorch, from the repository root:
 #   bench/gpu/run.sh OUT_DIR [kernels] [tiny] [sanitize] [gpt2] [gpt2-torch] [gpt2-compile]
-#                    [llama] [llama-torch] [llama-compile]
+#                    [gpt2-cudnn] [llama] [llama-torch] [llama-compile] [llama-cudnn]
 # Writes OUT_DIR/log.txt and OUT_DIR/results.tgz (metrics, profiles, summaries).
 set -uo pipefail
 out=$(mkdir -p "$1" && cd "$1" && pwd); shift
@@ -22,7 +22,9 @@ finish() {
 trap 'finish 1' TERM INT
 trap 'finish' EXIT
 cublas=$(find /usr/local /opt /usr/lib -name 'libcublasLt.so.13*' 2>/dev/null | head -1)
-export LD_LIBRARY_PATH=$kit/lib:$(dirname "${cublas:-/usr/local/cuda/lib64/x}"):/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
+cudnn=$(python3 -c 'import glob, os, nvidia.cudnn as c; print(os.path.join(list(c.__path__)[0], "lib"))' 2>/dev/null ||
+  dirname "$(find /usr/local /opt /usr/lib -name 'libcudnn_engines_precompiled.so.9*' 2>/dev/null | head -1)")
+export LD_LIBRARY_PATH=${cudnn:+$cudnn:}$kit/lib:$(dirname "${cublas:-/usr/local/cuda/lib64/x}"):/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 export PATH=$kit/bin:$PATH PYTHONUNBUFFERED=1
 cmp=$root/test/Runtime/Inputs/compare_metrics.py
 ref=$root/bench/gpu/torch_reference.py
@@ -39,8 +41,8 @@ PY
 flops() { grep -o '"train_flops_per_token": [0-9.e+]*' "$1/plan.json" | awk '{print $2}'; }
 cd "$work"
 step "machine"; date -u; nvidia-smi -L; nvidia-smi --query-gpu=driver_version,clocks.max.sm --format=csv
-echo "cublasLt: $cublas"; python3 -c 'import torch; print("torch", torch.__version__)'
-ldd "$kit/bin/llm-run" | grep -E "not found|cublas|cudart"
+echo "cublasLt: $cublas"; echo "cuDNN: ${cudnn:-none}"; python3 -c 'import torch; print("torch", torch.__version__)'
+ldd "$kit/bin/llm-run" | grep -E "not found|cublas|cudart|cudnn|nvrtc"
 
 if has kernels; then
   step "kernel unit tests against the CPU references"
@@ -55,6 +57,12 @@ if has tiny; then
     run llm-run "$kit/plans/$n" --data "$kit/data/tiny.bin" --steps 10 --metrics $n-gpu.jsonl --device cuda --quiet
     side $n-cpu.jsonl $n-gpu.jsonl
     python3 "$cmp" $n-cpu.jsonl $n-gpu.jsonl --rel $tol
+  done
+  step "cuDNN attention (LLMOPT_CUDA_ATTENTION=cudnn) vs the CPU backend, bf16"
+  for n in tiny-bf16 tiny-gpt2-bf16; do
+    LLMOPT_CUDA_ATTENTION=cudnn run llm-run "$kit/plans/$n" --data "$kit/data/tiny.bin" --steps 10 --metrics $n-cudnn.jsonl --device cuda --quiet
+    side $n-cpu.jsonl $n-cudnn.jsonl
+    python3 "$cmp" $n-cpu.jsonl $n-cudnn.jsonl --rel 2e-2
   done
   step "resume on the GPU"
   run llm-run "$kit/plans/tiny-llama" --data "$kit/data/tiny.bin" --steps 4 --metrics full.jsonl --device cuda --checkpoint-dir ck --checkpoint-every 2 --quiet
@@ -136,10 +144,27 @@ for k in sorted(p["kernels"], key=lambda k: -k["seconds"])[:8]:
                                                  k["flops"] / k["seconds"] / 1e12 if k["seconds"] else 0))
 PY
 }
+cudnnbench() { # NAME: the same plan with cuDNN's fused attention
+  local n=$1
+  step "$n: llm-opt with LLMOPT_CUDA_ATTENTION=cudnn"
+  LLMOPT_CUDA_ATTENTION=cudnn TMO=${OURS_TMO:-240} run llm-run "$kit/plans/$n" --data "$kit/data/text.bin" \
+    --steps 20 --metrics $n-cudnn.jsonl --device cuda --peak-tflops 989
+  [ -f $n-ours.jsonl ] && side $n-ours.jsonl $n-cudnn.jsonl && python3 "$cmp" $n-ours.jsonl $n-cudnn.jsonl --rel 2e-2 --keys loss
+  python3 - $n-cudnn.jsonl <<'PY'
+import json, statistics, sys
+r = [json.loads(l) for l in open(sys.argv[1])][5:]
+if r:
+    print("llm-opt + cuDNN attention: median step %.4f s, %.0f tok/s, MFU %.3f" % (
+        statistics.median(x["step_time_s"] for x in r), statistics.median(x["tokens_per_s"] for x in r),
+        statistics.median(x.get("mfu", 0) for x in r)))
+PY
+}
 has gpt2 && bench gpt2-124m 20
+has gpt2-cudnn && cudnnbench gpt2-124m
 has gpt2-torch && torchref gpt2-124m "$root/examples/models/gpt2-124m.json" 16 1024 20
 has gpt2-compile && torchcompile gpt2-124m "$root/examples/models/gpt2-124m.json" 16 1024 20
 has llama && bench llama-1b 20
+has llama-cudnn && cudnnbench llama-1b
 has llama-torch && torchref llama-1b "$root/examples/models/llama3.2-1b.json" 8 2048 20
 has llama-compile && torchcompile llama-1b "$root/examples/models/llama3.2-1b.json" 8 2048 20
 step "done"

@@ -220,6 +220,9 @@ TEST(Cuda, AdamW) {
 } // namespace
 
 #include "llmopt-kernels/gemm.h"
+#ifdef LLMOPT_HAVE_CUDNN
+#include "llmopt-kernels/cudnn_attention.h"
+#endif
 
 namespace {
 TEST(Cuda, LinearThroughCuBLASLt) {
@@ -405,6 +408,65 @@ TEST(Cuda, AttentionGemm) {
     expectClose(toF(bDv.host()), dv, 6e-2, "bf16 attention dv");
   }
 }
+
+#ifdef LLMOPT_HAVE_CUDNN
+// cuDNN's fused attention (bf16) against the CPU reference: causal with GQA,
+// unmasked; the log-sum-exps must be the ones the GEMM attention's backward
+// reads. The sliding window is refused (the GEMM attention takes it).
+TEST(Cuda, AttentionCudnn) {
+  NEED_GPU();
+  std::string error;
+  auto cudnn = gpu::CudnnAttention::create(error);
+  ASSERT_TRUE(cudnn) << error;
+  struct Case {
+    int64_t batch, seq, heads, kvHeads, headDim;
+    bool causal;
+  };
+  for (Case c : {Case{2, 64, 4, 2, 64, true}, Case{1, 128, 2, 1, 128, true},
+                 Case{2, 32, 4, 4, 32, false}}) {
+    cpu::AttentionShape a;
+    a.batch = c.batch, a.seq = c.seq, a.heads = c.heads, a.kvHeads = c.kvHeads;
+    a.headDim = c.headDim, a.scale = 1.0f / std::sqrt(float(c.headDim)), a.causal = c.causal;
+    gpu::AttentionDims d{a.batch, a.seq, a.heads, a.kvHeads, a.headDim, a.scale, a.causal, 0};
+    ASSERT_TRUE(gpu::CudnnAttention::supports(d));
+    size_t qn = size_t(a.batch * a.seq * a.heads * a.headDim),
+           kn = size_t(a.batch * a.seq * a.kvHeads * a.headDim);
+    auto q = randomVec(qn, 80), k = randomVec(kn, 81), v = randomVec(kn, 82), g = randomVec(qn, 83);
+    auto toB = [](std::vector<float> &x) {
+      std::vector<gpu::bf16> y(x.size());
+      for (size_t i = 0; i < x.size(); ++i) {
+        y[i] = __float2bfloat16(x[i]);
+        x[i] = __bfloat162float(y[i]); // the reference sees the rounded inputs
+      }
+      return y;
+    };
+    auto toF = [](const std::vector<gpu::bf16> &x) {
+      std::vector<float> y(x.size());
+      for (size_t i = 0; i < x.size(); ++i)
+        y[i] = __bfloat162float(x[i]);
+      return y;
+    };
+    Dev<gpu::bf16> bQ(toB(q)), bK(toB(k)), bV(toB(v)), bG(toB(g)), bOut(qn), bDq(qn), bDk(kn),
+        bDv(kn);
+    std::vector<float> out(qn), lse(size_t(a.batch * a.heads * a.seq)), dq(qn), dk(kn), dv(kn);
+    cpu::attentionForward(q.data(), k.data(), v.data(), out.data(), lse.data(), a);
+    cpu::attentionBackward(g.data(), q.data(), k.data(), v.data(), out.data(), lse.data(),
+                           dq.data(), dk.data(), dv.data(), a);
+    Dev<float> bLse(lse.size());
+    ASSERT_TRUE(cudnn->forward(bQ.p, bK.p, bV.p, bOut.p, bLse.p, d, nullptr, error)) << error;
+    ASSERT_TRUE(cudnn->backward(bG.p, bQ.p, bK.p, bV.p, bOut.p, bLse.p, bDq.p, bDk.p, bDv.p, d,
+                                nullptr, error))
+        << error;
+    expectClose(toF(bOut.host()), out, 3e-2, "cuDNN attention out");
+    expectClose(bLse.host(), lse, 1e-2, "cuDNN attention lse");
+    expectClose(toF(bDq.host()), dq, 6e-2, "cuDNN attention dq");
+    expectClose(toF(bDk.host()), dk, 6e-2, "cuDNN attention dk");
+    expectClose(toF(bDv.host()), dv, 6e-2, "cuDNN attention dv");
+  }
+  gpu::AttentionDims window{1, 16, 2, 2, 64, 0.125f, true, 4};
+  EXPECT_FALSE(gpu::CudnnAttention::supports(window));
+}
+#endif
 
 TEST(Cuda, SmallKernels) {
   NEED_GPU();

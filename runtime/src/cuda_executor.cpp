@@ -13,11 +13,16 @@
 
 #include "llmopt-kernels/cuda.h"
 #include "llmopt-kernels/gemm.h"
+#ifdef LLMOPT_HAVE_CUDNN
+#include "llmopt-kernels/cudnn_attention.h"
+#endif
 
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <map>
@@ -83,6 +88,22 @@ struct CudaExecutor::State {
   /// the running micro-batch.
   std::map<std::tuple<int, int64_t, std::string>, std::unique_ptr<DevBuf>> lses;
   std::set<const float *> lseFresh;
+#ifdef LLMOPT_HAVE_CUDNN
+  /// cuDNN's fused attention for bf16 plans, with LLMOPT_CUDA_ATTENTION=cudnn
+  /// (not yet checked on a GPU); on a failure the GEMM attention takes over.
+  std::unique_ptr<cu::CudnnAttention> cudnn;
+  bool cudnnWanted = [] {
+    const char *a = std::getenv("LLMOPT_CUDA_ATTENTION");
+    return a && std::strcmp(a, "cudnn") == 0;
+  }();
+  bool cudnnFailed(std::string &error) {
+    std::fprintf(stderr, "llm-run: cuDNN attention unavailable (%s); using the GEMM attention\n",
+                 error.c_str());
+    error.clear();
+    cudnnWanted = false;
+    return false;
+  }
+#endif
   /// --profile: events around each kernel instruction of the step.
   std::vector<std::pair<const Instruction *, std::pair<cudaEvent_t, cudaEvent_t>>> events;
   int64_t vocab = 0, classes = 0, ignoreIndex = -100;
@@ -337,6 +358,29 @@ bool CudaExecutor::State::kernel(const Instruction &ins, CpuExecutor &host, std:
       return false;
     }
     auto *lse = kept->as<float>();
+#ifdef LLMOPT_HAVE_CUDNN
+    if constexpr (std::is_same<T, cu::bf16>::value) {
+      if (cudnnWanted && cu::CudnnAttention::supports(d) && !cudnn &&
+          !(cudnn = cu::CudnnAttention::create(error)))
+        cudnnFailed(error);
+      if (cudnnWanted && cu::CudnnAttention::supports(d)) {
+        if (fwd) {
+          if (cudnn->forward(at<T>(in[0]), at<T>(in[1]), at<T>(in[2]), at<T>(out[0]), lse, d, s,
+                             error)) {
+            lseFresh.insert(lse);
+            return true;
+          }
+          cudnnFailed(error);
+        } else if (lseFresh.count(lse)) {
+          if (cudnn->backward(at<T>(in[0]), at<T>(in[1]), at<T>(in[2]), at<T>(in[3]),
+                              at<T>(in[4]), lse, at<T>(out[0]), at<T>(out[1]), at<T>(out[2]), d,
+                              s, error))
+            return true;
+          cudnnFailed(error);
+        }
+      }
+    }
+#endif
     if (fwd) {
       lseFresh.insert(lse);
       return cu::attentionForwardGemm(*gemm, at<T>(in[0]), at<T>(in[1]), at<T>(in[2]),
