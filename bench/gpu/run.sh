@@ -39,6 +39,12 @@ for s in sorted(rows[0]):
 PY
 }
 flops() { grep -o '"train_flops_per_token": [0-9.e+]*' "$1/plan.json" | awk '{print $2}'; }
+# The plan's learning rate (its first adamw), for PyTorch to use the same.
+lr() { python3 -c 'import json, sys
+for p in json.load(open(sys.argv[1]))["programs"]:
+    for i in p["step_instructions"]:
+        if i.get("kernel") == "adamw":
+            print(i["params"]["lr"]); sys.exit()' "$1/plan.json"; }
 cd "$work"
 step "machine"; date -u; nvidia-smi -L; nvidia-smi --query-gpu=driver_version,clocks.max.sm --format=csv
 echo "cublasLt: $cublas"; echo "cuDNN: ${cudnn:-none}"; python3 -c 'import torch; print("torch", torch.__version__)'
@@ -101,7 +107,7 @@ torchref() { # NAME CONFIG BATCH SEQ STEPS
   f=$(flops "$kit/plans/$n")
   step "$n: PyTorch from the same weights and batches (eager, bf16 autocast)"
   TMO=400 run python3 "$ref" "$cfg" --data "$kit/data/text.bin" --batch $b --seq $t --steps $steps \
-    --weights $n-init.safetensors --metrics $n-torch.jsonl --summary $n-torch-eager.json --flops-per-token $f
+    --lr "$(lr "$kit/plans/$n")" --weights $n-init.safetensors --metrics $n-torch.jsonl --summary $n-torch-eager.json --flops-per-token $f
   side $n-ours.jsonl $n-torch.jsonl
   python3 "$cmp" $n-torch.jsonl $n-ours.jsonl --rel 1e-2 --keys loss
   python3 "$cmp" $n-torch.jsonl $n-ours.jsonl --rel 5e-2 --keys grad_norm
@@ -114,7 +120,7 @@ torchcompile() { # NAME CONFIG BATCH SEQ STEPS
   local w=""
   [ -f $n-init.safetensors ] && w="--weights $n-init.safetensors"
   TMO=500 run python3 "$ref" "$cfg" --data "$kit/data/text.bin" --batch $b --seq $t --steps $steps \
-    $w --compile --summary $n-torch-compile.json --flops-per-token $f --warmup 8
+    --lr "$(lr "$kit/plans/$n")" $w --compile --summary $n-torch-compile.json --flops-per-token $f --warmup 8
 }
 ours() {
   python3 - $1-ours.jsonl $1-profile.json <<'PY'

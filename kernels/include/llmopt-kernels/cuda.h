@@ -11,8 +11,10 @@
 //
 // fp8: quantizeFp8 below, the GEMM in gemm.h (sm_89 / sm_90).
 //
-// Not here yet (issue 7): a fast attention (flash-style or cuDNN SDPA; the
-// one here is a one-thread-per-row baseline), the MoE experts' batched
+// Attention: attentionForward / attentionBackward are a one-thread-per-row
+// baseline (tests only); the backend runs attentionForwardGemm /
+// attentionBackwardGemm (tensor cores, below) or cuDNN's fused attention
+// (cudnn_attention.h). Not here yet (issue 7): the MoE experts' batched
 // GEMMs, NCCL. GEMMs: gemm.h (cuBLASLt).
 //
 //===----------------------------------------------------------------------===//
