@@ -10,6 +10,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "llmopt-runtime/cuda_executor.h"
+#include "llmopt-runtime/fused_library.h"
 
 #include "llmopt-kernels/cuda.h"
 #include "llmopt-kernels/gemm.h"
@@ -104,6 +105,10 @@ struct CudaExecutor::State {
     return false;
   }
 #endif
+  /// The plan's generated fused kernels (kernels.cu), where they compiled;
+  /// otherwise fused bodies run kernel by kernel.
+  FusedLibrary fused;
+  std::map<std::string, FusedLibrary::Launcher> launchers;
   /// --profile: events around each kernel instruction of the step.
   std::vector<std::pair<const Instruction *, std::pair<cudaEvent_t, cudaEvent_t>>> events;
   int64_t vocab = 0, classes = 0, ignoreIndex = -100;
@@ -500,6 +505,20 @@ bool CudaExecutor::State::kernel(const Instruction &ins, CpuExecutor &host, std:
                         p.working.as<cu::bf16>(), p.n, a, s));
   }
   case KernelId::Fused: {
+    // The generated kernel: one launch over the raw buffers (it converts
+    // loads and stores itself and keeps its temporaries in shared memory).
+    if (auto it = launchers.find(ins.fusedName); it != launchers.end() && it->second) {
+      std::vector<const void *> ip;
+      std::vector<void *> op;
+      for (const Buffer &b : in)
+        ip.push_back(raw(b));
+      for (const Buffer &b : out)
+        op.push_back(raw(b));
+      int64_t cols = lastDim(out[0]), rows = cols ? out[0].elements / cols : 0;
+      if (rows == 0)
+        return true;
+      return ok(cudaError_t(it->second(ip.data(), op.data(), rows, cols, s)));
+    }
     // The body kernel by kernel (the generated kernel in one launch is the
     // next step), in fp32 as the generated kernel computes: fp32
     // temporaries, and fp32 copies of the fused kernel's 16-bit buffers.
@@ -664,6 +683,32 @@ bool CudaExecutor::init(const Plan &plan, int rank, uint64_t seed, std::string &
     if (!b->reserve(size_t(n) * 4))
       return (error = "out of GPU memory for accumulator '" + name + "'", false);
     s->accum[name] = std::move(b);
+  }
+  // The generated fused kernels, compiled for this GPU (LLMOPT_CUDA_FUSED=0:
+  // the bodies kernel by kernel, as without a compiler).
+  std::set<std::string> fusedNames;
+  for (const std::vector<Instruction> *list : {&program->microBatch, &program->step})
+    for (const Instruction &ins : *list)
+      if (ins.kernel && ins.kernel->id == KernelId::Fused)
+        fusedNames.insert(ins.fusedName);
+  const char *fusedEnv = std::getenv("LLMOPT_CUDA_FUSED");
+  if (!fusedNames.empty() && !planDir.empty() && !(fusedEnv && std::string(fusedEnv) == "0")) {
+    cudaDeviceProp prop{};
+    std::string why;
+    if (cudaGetDeviceProperties(&prop, 0) != cudaSuccess) {
+      why = "cannot read the device's properties";
+    } else if (s->fused.load(planDir, std::to_string(prop.major * 10 + prop.minor),
+                                plan.kernelsSha256, why)) {
+      for (const std::string &name : fusedNames)
+        if (!(s->launchers[name] = s->fused.find(name))) {
+          why = s->fused.path() + " has no launcher '" + name + "'";
+          s->launchers.clear();
+          break;
+        }
+    }
+    if (!why.empty())
+      std::fprintf(stderr, "llm-run: the plan's fused kernels run kernel by kernel (%s)\n",
+                   why.c_str());
   }
   std::string why;
   s->gemm = cu::Gemm::create(why);

@@ -976,6 +976,16 @@ bool loadPlan(const std::string &dir, Plan &plan, std::string &error) {
   }
   plan.text = std::move(text);
   plan.sha256 = std::move(digest);
+  // The generated fused kernels' hash (checked where they are compiled).
+  if (size_t at = sums.find("  kernels.cu"); at != std::string::npos) {
+    size_t line = sums.rfind('\n', at);
+    line = line == std::string::npos ? 0 : line + 1;
+    plan.kernelsSha256 = sums.substr(line, at - line);
+    if (plan.kernelsSha256.size() != 64) {
+      error = dir + "/checksums.sha256: malformed";
+      return false;
+    }
+  }
   return true;
 }
 

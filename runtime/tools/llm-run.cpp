@@ -15,6 +15,7 @@
 #include "llmopt-runtime/checkpoint.h"
 #ifdef LLMOPT_HAVE_CUDA
 #include "llmopt-runtime/cuda_executor.h"
+#include "llmopt-runtime/fused_library.h"
 #endif
 #include "llmopt-runtime/data.h"
 #include "llmopt-runtime/executor.h"
@@ -27,6 +28,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <set>
 #include <sstream>
 #include <string>
 #include <unistd.h>
@@ -37,7 +39,7 @@ using namespace llmopt::runtime;
 namespace {
 
 struct Options {
-  std::string plan, metrics, checkpointDir, resume, profile, device = "cpu";
+  std::string plan, metrics, checkpointDir, resume, profile, device = "cpu", compileFused;
   std::vector<std::string> data;
   int64_t steps = 0, checkpointEvery = 0;
   uint64_t seed = 42;
@@ -89,7 +91,9 @@ int usage(const char *msg) {
                "llm-run: %s\nusage: llm-run PLAN_DIR --data SHARD[,SHARD] --steps N "
                "[--metrics FILE.jsonl] [--seed S] [--checkpoint-dir DIR] "
                "[--checkpoint-every K] [--resume DIR] [--peak-tflops T] [--profile FILE.json] "
-               "[--device cpu|cuda] [--quiet]\n",
+               "[--device cpu|cuda] [--quiet]\n"
+               "       llm-run PLAN_DIR --compile-fused SM   (build the plan's fused kernels "
+               "for sm_SM ahead of a job)\n",
                msg);
   return 2;
 }
@@ -134,6 +138,11 @@ bool parse(int argc, char **argv, Options &o, std::string &error) {
       if (!v)
         return false;
       o.metrics = v;
+    } else if (a == "--compile-fused") {
+      const char *v = value("--compile-fused");
+      if (!v)
+        return false;
+      o.compileFused = v;
     } else if (a == "--device") {
       const char *v = value("--device");
       if (!v)
@@ -191,6 +200,8 @@ bool parse(int argc, char **argv, Options &o, std::string &error) {
   }
   if (o.plan.empty())
     error = "no plan directory";
+  else if (!o.compileFused.empty())
+    return true;
   else if (o.steps < 0 || (o.steps == 0 && o.checkpointDir.empty()))
     error = "--steps N is required (--steps 0 with --checkpoint-dir writes the initial "
             "weights as a step-0 checkpoint)";
@@ -291,6 +302,41 @@ int main(int argc, char **argv) {
   if (!parse(argc, argv, o, error))
     return usage(error.c_str());
 
+  if (!o.compileFused.empty()) {
+    // The plan's kernels.cu compiled into the kernel cache (every fused
+    // kernel of every program must resolve), so that a job's ranks find it.
+    Plan plan;
+    if (!loadPlan(o.plan, plan, error)) {
+      std::fprintf(stderr, "llm-run: error: %s\n", error.c_str());
+      return 1;
+    }
+#ifdef LLMOPT_HAVE_CUDA
+    std::set<std::string> names;
+    for (const Program &p : plan.programs)
+      for (const std::vector<Instruction> *list : {&p.microBatch, &p.step})
+        for (const Instruction &ins : *list)
+          if (ins.kernel && ins.kernel->id == llmopt::kernels::KernelId::Fused)
+            names.insert(ins.fusedName);
+    FusedLibrary lib;
+    if (!lib.load(o.plan, o.compileFused, plan.kernelsSha256, error)) {
+      std::fprintf(stderr, "llm-run: error: %s\n", error.c_str());
+      return 1;
+    }
+    for (const std::string &n : names)
+      if (!lib.find(n)) {
+        std::fprintf(stderr, "llm-run: error: %s has no launcher '%s'\n", lib.path().c_str(),
+                     n.c_str());
+        return 1;
+      }
+    std::printf("%zu fused kernels for sm_%s: %s\n", names.size(), o.compileFused.c_str(),
+                lib.path().c_str());
+    return 0;
+#else
+    std::fprintf(stderr, "llm-run: error: this llm-run was built without CUDA\n");
+    return 1;
+#endif
+  }
+
   int world = envInt("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS", "WORLD_SIZE", 1);
   int rank = envInt("OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID", "RANK", 0);
   auto fail = [&](const std::string &msg) {
@@ -353,8 +399,10 @@ int main(int argc, char **argv) {
   // holds their copy for checkpoints (synchronized around them).
 #ifdef LLMOPT_HAVE_CUDA
   std::unique_ptr<CudaExecutor> gpu;
-  if (o.device == "cuda")
+  if (o.device == "cuda") {
     gpu = std::make_unique<CudaExecutor>();
+    gpu->planDir = o.plan;
+  }
   CpuExecutor cpuExe;
   CpuExecutor &exe = gpu ? gpu->host : cpuExe;
   if (gpu ? !gpu->init(plan, rank, o.seed, error) : !exe.init(plan, rank, o.seed, error))

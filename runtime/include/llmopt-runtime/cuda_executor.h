@@ -51,6 +51,9 @@ public:
   /// The CPU executor that initialized the parameters and holds their host
   /// copy (and step count) for checkpoints.
   CpuExecutor host;
+  /// The plan's directory (set before init): its kernels.cu is compiled
+  /// for this GPU and its fused kernels launched (fused_library.h).
+  std::string planDir;
 
 private:
   /// One instruction; under `host.profiling` between two CUDA events.

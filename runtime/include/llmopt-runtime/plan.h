@@ -156,6 +156,8 @@ struct Plan {
   std::map<std::string, int> mesh;
   std::vector<Buffer> inputs;
   std::vector<ParamSpec> params;
+  /// checksums.sha256's hash of kernels.cu (empty when it lists none).
+  std::string kernelsSha256;
   std::vector<Program> programs;
   /// The plan.json bytes and their SHA-256, as loadPlan read and verified
   /// them (empty for a plan parsed from memory): checkpoints record and

@@ -1,0 +1,154 @@
+//===- fused_library.cpp - the plan's generated fused kernels -------------===//
+
+#include "llmopt-runtime/fused_library.h"
+#include "llmopt-runtime/sha256.h"
+
+#include <dlfcn.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+namespace llmopt::runtime {
+namespace {
+
+/// A shell word: single-quoted, quotes escaped.
+std::string quote(const std::string &s) {
+  std::string q = "'";
+  for (char c : s)
+    q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+bool executable(const std::string &p) { return !p.empty() && access(p.c_str(), X_OK) == 0; }
+
+std::string findNvcc() {
+  if (const char *e = std::getenv("LLMOPT_NVCC"); e && executable(e))
+    return e;
+  if (const char *home = std::getenv("CUDA_HOME"))
+    if (std::string p = std::string(home) + "/bin/nvcc"; executable(p))
+      return p;
+  if (executable("/usr/local/cuda/bin/nvcc"))
+    return "/usr/local/cuda/bin/nvcc";
+  if (const char *path = std::getenv("PATH")) {
+    std::stringstream dirs(path);
+    std::string d;
+    while (std::getline(dirs, d, ':'))
+      if (std::string p = d + "/nvcc"; executable(p))
+        return p;
+  }
+  return "";
+}
+
+bool makeDirs(const std::string &dir) {
+  std::string at;
+  std::stringstream parts(dir);
+  std::string part;
+  if (!dir.empty() && dir[0] == '/')
+    at = "/";
+  while (std::getline(parts, part, '/')) {
+    if (part.empty())
+      continue;
+    at += part + "/";
+    if (mkdir(at.c_str(), 0755) != 0 && errno != EEXIST)
+      return false;
+  }
+  return true;
+}
+
+std::string cacheDir() {
+  if (const char *e = std::getenv("LLMOPT_CACHE_DIR"); e && *e)
+    return e;
+  if (const char *x = std::getenv("XDG_CACHE_HOME"); x && *x)
+    return std::string(x) + "/llm-opt";
+  if (const char *h = std::getenv("HOME"); h && *h)
+    return std::string(h) + "/.cache/llm-opt";
+  return "/tmp/llm-opt-cache";
+}
+
+} // namespace
+
+FusedLibrary::~FusedLibrary() {
+  if (handle)
+    dlclose(handle);
+}
+
+bool FusedLibrary::load(const std::string &planDir, const std::string &sm,
+                        const std::string &sha256, std::string &error) {
+  if (sm.empty() || sm.find_first_not_of("0123456789") != std::string::npos) {
+    error = "the GPU architecture must be digits (80, 90), got '" + sm + "'";
+    return false;
+  }
+  std::string src = planDir + "/kernels.cu";
+  std::ifstream in(src, std::ios::binary);
+  if (!in) {
+    error = src + ": cannot read the plan's fused kernels";
+    return false;
+  }
+  std::stringstream text;
+  text << in.rdbuf();
+  if (sha256.empty()) {
+    error = planDir + "/checksums.sha256 does not list kernels.cu; refusing unchecked kernels";
+    return false;
+  }
+  std::string digest = sha256Hex(text.str());
+  if (digest != sha256) {
+    error = src + ": checksum mismatch: the file is truncated or was modified";
+    return false;
+  }
+  std::string dir = cacheDir();
+  if (!makeDirs(dir)) {
+    error = dir + ": cannot create the kernel cache (set LLMOPT_CACHE_DIR)";
+    return false;
+  }
+  file = dir + "/fused-" + digest.substr(0, 16) + "-sm" + sm + ".so";
+  if (access(file.c_str(), R_OK) != 0) {
+    std::string nvcc = findNvcc();
+    if (nvcc.empty()) {
+      error = "no nvcc to compile " + src + " (set LLMOPT_NVCC or CUDA_HOME)";
+      return false;
+    }
+    std::string tmp = file + ".tmp" + std::to_string(getpid()), log = tmp + ".log";
+    std::string cmd = quote(nvcc) + " -O3 -std=c++17 -shared -Xcompiler -fPIC -cudart shared" +
+                      " -gencode arch=compute_" + sm + ",code=sm_" + sm + " -o " + quote(tmp) +
+                      " " + quote(src) + " > " + quote(log) + " 2>&1";
+    int rc = std::system(cmd.c_str());
+    if (rc != 0) {
+      std::ifstream l(log);
+      std::string first;
+      std::getline(l, first);
+      error = "nvcc could not compile " + src + " for sm_" + sm + ": " +
+              (first.empty() ? "exit status " + std::to_string(rc) : first);
+      std::remove(tmp.c_str());
+      std::remove(log.c_str());
+      return false;
+    }
+    std::remove(log.c_str());
+    if (std::rename(tmp.c_str(), file.c_str()) != 0) {
+      error = file + ": cannot write the compiled kernels";
+      std::remove(tmp.c_str());
+      return false;
+    }
+  }
+  handle = dlopen(file.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (!handle) {
+    const char *e = dlerror();
+    error = file + ": cannot load the compiled kernels: " + (e ? e : "dlopen failed");
+    return false;
+  }
+  return true;
+}
+
+FusedLibrary::Launcher FusedLibrary::find(const std::string &name) const {
+  if (!handle || name.rfind("fused_", 0) != 0 ||
+      name.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789_") != std::string::npos)
+    return nullptr;
+  return reinterpret_cast<Launcher>(dlsym(handle, name.c_str()));
+}
+
+} // namespace llmopt::runtime
