@@ -81,7 +81,9 @@ private:
       workspace = nullptr;
       workspaceBytes = 0;
       if (cudaMalloc(&workspace, size_t(b.workspace)) != cudaSuccess) {
-        error = "out of GPU memory for cuDNN's attention workspace";
+        cudaGetLastError(); // not an error of the kernels that come next
+        error = "out of GPU memory for cuDNN's attention workspace (" +
+                std::to_string(b.workspace) + " bytes)";
         return false;
       }
       workspaceBytes = size_t(b.workspace);
@@ -90,23 +92,39 @@ private:
       error = std::string("cudnnSetStream: ") + cudnnGetErrorString(s);
       return false;
     }
-    auto status = b.graph->execute(handle, pack, workspace);
-    if (!status.is_good()) {
-      error = "cuDNN attention: " + status.get_message();
+    try {
+      auto status = b.graph->execute(handle, pack, workspace);
+      if (!status.is_good()) {
+        error = "cuDNN attention: " + status.get_message();
+        return false;
+      }
+    } catch (const std::exception &e) {
+      error = std::string("cuDNN attention: ") + e.what();
       return false;
     }
     return true;
   }
 
   Built *get(const AttentionDims &d, bool backward, std::string &error) {
-    auto key = std::make_tuple(d.batch, d.seq, d.heads, d.kvHeads, d.headDim, d.scale, d.causal,
-                               backward);
-    if (auto it = graphs.find(key); it != graphs.end())
-      return &it->second;
     if (!supports(d)) {
       error = "cuDNN attention takes head_dim a multiple of 8 up to 128 and no window";
       return nullptr;
     }
+    auto key = std::make_tuple(d.batch, d.seq, d.heads, d.kvHeads, d.headDim, d.scale, d.causal,
+                               backward);
+    if (auto it = graphs.find(key); it != graphs.end())
+      return &it->second;
+    // The frontend reports most failures as statuses, some by throwing.
+    try {
+      return build(d, backward, key, error);
+    } catch (const std::exception &e) {
+      error = std::string("cuDNN attention: ") + e.what();
+      return nullptr;
+    }
+  }
+
+  using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, float, bool, bool>;
+  Built *build(const AttentionDims &d, bool backward, const Key &key, std::string &error) {
     auto g = std::make_shared<fe::graph::Graph>();
     g->set_io_data_type(fe::DataType_t::BFLOAT16)
         .set_intermediate_data_type(fe::DataType_t::FLOAT)
@@ -173,8 +191,7 @@ private:
   cudnnHandle_t handle = nullptr;
   void *workspace = nullptr;
   size_t workspaceBytes = 0;
-  std::map<std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, float, bool, bool>, Built>
-      graphs;
+  std::map<Key, Built> graphs;
 };
 
 } // namespace

@@ -181,6 +181,14 @@ struct Layout {
   Layout(const AttentionDims &d, size_t elem) {
     bh = d.batch * d.heads;
     chunk = std::clamp<int64_t>(kChunkBytes / std::max<int64_t>(d.seq * d.seq * 4, 1), 1, bh);
+    // Chunks start 256-byte aligned in the packed buffers (cuBLASLt's
+    // heuristic assumes it): a multiple of 256 / gcd(s d 2, 256) pairs.
+    int64_t rowBytes = d.seq * d.headDim * 2, g = 256;
+    for (int64_t a = rowBytes % 256; a; std::swap(a, g))
+      g %= a;
+    int64_t align = 256 / g;
+    if (chunk < bh)
+      chunk = std::min(bh, std::max(align, chunk / align * align));
     size_t n = size_t(bh * d.seq * d.headDim), at = 0;
     auto take = [&](size_t bytes) {
       size_t here = at;
@@ -203,7 +211,7 @@ struct Layout {
 template <typename T>
 bool forward(Gemm &gemm, const T *q, const T *k, const T *v, T *out, float *lse,
              const AttentionDims &d, void *scratch, cudaStream_t s, std::string &error) {
-  if (d.heads % d.kvHeads || d.kvHeads <= 0) {
+  if (d.kvHeads <= 0 || d.heads % d.kvHeads) {
     error = "attention: heads must be a multiple of kv_heads";
     return false;
   }
@@ -242,7 +250,7 @@ template <typename T>
 bool backward(Gemm &gemm, const T *dout, const T *q, const T *k, const T *v, const T *out,
               const float *lse, T *dq, T *dk, T *dv, const AttentionDims &d, void *scratch,
               cudaStream_t s, std::string &error) {
-  if (d.heads % d.kvHeads || d.kvHeads <= 0) {
+  if (d.kvHeads <= 0 || d.heads % d.kvHeads) {
     error = "attention: heads must be a multiple of kv_heads";
     return false;
   }

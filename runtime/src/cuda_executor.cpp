@@ -97,11 +97,15 @@ struct CudaExecutor::State {
     const char *a = std::getenv("LLMOPT_CUDA_ATTENTION");
     return a && std::strcmp(a, "cudnn") == 0;
   }();
+  /// Shapes (batch, seq, heads, kv heads, head dim, forward) cuDNN refused:
+  /// those run the GEMM attention from then on, the others keep trying cuDNN.
+  std::set<std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, bool>> cudnnRefused;
   bool cudnnFailed(std::string &error) {
-    std::fprintf(stderr, "llm-run: cuDNN attention unavailable (%s); using the GEMM attention\n",
+    std::fprintf(stderr,
+                 "llm-run: cuDNN attention unavailable (%s); this shape uses the GEMM attention\n",
                  error.c_str());
     error.clear();
-    cudnnWanted = false;
+    cudaGetLastError(); // a failed allocation must not fail the kernels that follow
     return false;
   }
 #endif
@@ -350,9 +354,6 @@ bool CudaExecutor::State::kernel(const Instruction &ins, CpuExecutor &host, std:
     // Tensor-core attention (attention_gemm.cu). The forward's
     // log-sum-exps are kept by output buffer: the backward reads the
     // output the last forward into that buffer wrote, and its statistics.
-    void *scratch = tmp(5, cu::attentionGemmScratchBytes(d, sizeof(T)), error);
-    if (!scratch)
-      return false;
     size_t lseBytes = size_t(d.batch * d.heads * d.seq) * 4;
     const Buffer &o = fwd ? out[0] : in[4];
     auto &kept = lses[{int(o.space), o.offset, o.name}];
@@ -365,27 +366,35 @@ bool CudaExecutor::State::kernel(const Instruction &ins, CpuExecutor &host, std:
     auto *lse = kept->as<float>();
 #ifdef LLMOPT_HAVE_CUDNN
     if constexpr (std::is_same<T, cu::bf16>::value) {
-      if (cudnnWanted && cu::CudnnAttention::supports(d) && !cudnn &&
-          !(cudnn = cu::CudnnAttention::create(error)))
+      auto shape = std::make_tuple(d.batch, d.seq, d.heads, d.kvHeads, d.headDim, fwd);
+      if (cudnnWanted && !cudnn && !(cudnn = cu::CudnnAttention::create(error))) {
         cudnnFailed(error);
-      if (cudnnWanted && cu::CudnnAttention::supports(d)) {
+        cudnnWanted = false;
+      }
+      if (cudnnWanted && cu::CudnnAttention::supports(d) && !cudnnRefused.count(shape)) {
         if (fwd) {
           if (cudnn->forward(at<T>(in[0]), at<T>(in[1]), at<T>(in[2]), at<T>(out[0]), lse, d, s,
                              error)) {
             lseFresh.insert(lse);
             return true;
           }
+          cudnnRefused.insert(shape);
           cudnnFailed(error);
         } else if (lseFresh.count(lse)) {
           if (cudnn->backward(at<T>(in[0]), at<T>(in[1]), at<T>(in[2]), at<T>(in[3]),
                               at<T>(in[4]), lse, at<T>(out[0]), at<T>(out[1]), at<T>(out[2]), d,
                               s, error))
             return true;
+          cudnnRefused.insert(shape);
           cudnnFailed(error);
         }
       }
     }
 #endif
+    // The GEMM attention's scratch (only on this path: cuDNN needs less).
+    void *scratch = tmp(5, cu::attentionGemmScratchBytes(d, sizeof(T)), error);
+    if (!scratch)
+      return false;
     if (fwd) {
       lseFresh.insert(lse);
       return cu::attentionForwardGemm(*gemm, at<T>(in[0]), at<T>(in[1]), at<T>(in[2]),

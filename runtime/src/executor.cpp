@@ -421,6 +421,11 @@ bool CpuExecutor::finishScatter(const std::string &accum, Communicator &comm,
 }
 
 bool CpuExecutor::finishScatters(Communicator &comm, std::string &error) {
+  if (!openBuckets.empty()) {
+    error = "gradient bucket " + std::to_string(openBuckets.begin()->first) +
+            " was never flushed: its gradients would be lost";
+    return false;
+  }
   // In the order they were started (every rank alike).
   while (!scatters.empty())
     if (!finishScatter(scatters.begin()->second.accums.front().name, comm, error))
