@@ -148,6 +148,10 @@ struct Checker {
         return fail("ins[0] must be rows x the weight's output features");
       if (out.size() > 2 && out[2].elements != outF)
         return fail("outs[2] must have the output's features");
+      if (ins.flag("accumulate"))
+        for (size_t i = 1; i < out.size(); ++i)
+          if (out[i].dtype != DType::F32 || out[i].space != Buffer::Space::Accum)
+            return fail("accumulate adds the weight and bias gradients into f32 accumulators");
       return same(x, out[0], "outs[0]") && same(w, out[1], "outs[1]");
     }
     case KernelId::Split:

@@ -304,13 +304,21 @@ bool CudaExecutor::State::kernel(const Instruction &ins, CpuExecutor &host, std:
     bool tr = ins.flag("transposed");
     cu::LinearShape sh{rowsOf(in[1]), tr ? w.shape[0] : w.shape[1], tr ? w.shape[1] : w.shape[0],
                        tr, bf16 ? CUDA_R_16BF : CUDA_R_32F};
-    float *dw = gradTarget(out[1], 0, error);
+    // `accumulate`: the GEMM adds dW into its fp32 accumulator (beta = 1)
+    // and the bias gradient is added from a scratch.
+    bool accumulate = ins.flag("accumulate");
+    float *dw = accumulate ? at<float>(out[1]) : gradTarget(out[1], 0, error);
     if (!dw || !gemm->linearBackward(at<T>(in[0]), at<T>(in[1]), at<T>(w), at<T>(out[0]), dw, sh,
                                      s, error) ||
-        !gradDone(out[1], dw, error))
+        (!accumulate && !gradDone(out[1], dw, error)))
       return false;
     if (out.size() < 3)
       return true;
+    if (accumulate) {
+      auto *db = static_cast<float *>(tmp(3, size_t(sh.out) * 4, error));
+      return db && ok(cu::sumRows(at<T>(in[0]), db, sh.n, sh.out, s)) &&
+             ok(cu::addInto(at<float>(out[2]), static_cast<const float *>(db), sh.out, s));
+    }
     float *db = gradTarget(out[2], 3, error);
     return db && ok(cu::sumRows(at<T>(in[0]), db, sh.n, sh.out, s)) && gradDone(out[2], db, error);
   }

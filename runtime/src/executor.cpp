@@ -1092,8 +1092,22 @@ bool CpuExecutor::runWide(const Instruction &ins, Communicator &comm, std::strin
     bool tr = ins.flag("transposed");
     const Buffer &w = in[2];
     int64_t inF = tr ? w.shape[0] : w.shape[1], outF = tr ? w.shape[1] : w.shape[0];
-    for (size_t i = 1; i < out.size(); ++i)
-      zero(out[i]);
+    // `accumulate`: the weight / bias gradients are added into their fp32
+    // accumulators; computed apart first, so that the sums are the ones a
+    // separate add would make.
+    bool accumulate = ins.flag("accumulate");
+    std::vector<std::vector<float>> parts(out.size());
+    std::vector<float *> grads(out.size(), nullptr);
+    for (size_t i = 1; i < out.size(); ++i) {
+      if (accumulate) {
+        parts[i].assign(size_t(out[i].elements), 0.0f);
+        grads[i] = parts[i].data();
+      } else {
+        zero(out[i]);
+        grads[i] = data(out[i]);
+      }
+    }
+    float *db = out.size() > 2 ? grads[2] : nullptr;
     // fp8 (hybrid): the gradient in E5M2, input and weight in E4M3; the bias
     // gradient sums the unrounded gradient.
     std::vector<std::vector<float>> q;
@@ -1101,19 +1115,24 @@ bool CpuExecutor::runWide(const Instruction &ins, Communicator &comm, std::strin
                    q, comm, error))
       return false;
     if (!q.empty()) {
-      k::linearBackward(q[0].data(), q[1].data(), q[2].data(), data(out[0]), data(out[1]),
-                        nullptr, rowsOf(in[1]), inF, outF, tr);
-      if (out.size() > 2) {
+      k::linearBackward(q[0].data(), q[1].data(), q[2].data(), data(out[0]), grads[1], nullptr,
+                        rowsOf(in[1]), inF, outF, tr);
+      if (db) {
         const float *g = data(in[0]);
-        float *db = data(out[2]);
         for (int64_t r = 0, n = rowsOf(in[1]); r < n; ++r)
           for (int64_t j = 0; j < outF; ++j)
             db[j] += g[r * outF + j];
       }
-      return true;
+    } else {
+      k::linearBackward(data(in[0]), data(in[1]), data(w), data(out[0]), grads[1], db,
+                        rowsOf(in[1]), inF, outF, tr);
     }
-    k::linearBackward(data(in[0]), data(in[1]), data(w), data(out[0]), data(out[1]),
-                      out.size() > 2 ? data(out[2]) : nullptr, rowsOf(in[1]), inF, outF, tr);
+    if (accumulate)
+      for (size_t i = 1; i < out.size(); ++i) {
+        float *acc = data(out[i]);
+        for (int64_t j = 0; j < out[i].elements; ++j)
+          acc[j] += parts[i][size_t(j)];
+      }
     return true;
   }
   case KernelId::Split: {

@@ -880,12 +880,53 @@ struct ConvertLLMToExecPass
           continue;
         if (failed(cv.convert(&op)))
           return failure();
+        // A linear's weight and bias gradients read only by the step are
+        // added by the linear_bwd itself into their fp32 accumulators
+        // (`accumulate`), without gradient buffers of their own and the adds'
+        // passes over them (Megatron's fp32 main-gradient accumulation: no
+        // 16-bit rounding of the weight gradients).
+        llvm::SmallDenseSet<Value> accumulated;
+        if (auto made = cv.ob.getInsertionBlock()->empty()
+                            ? KernelOp()
+                            : dyn_cast<KernelOp>(cv.ob.getInsertionBlock()->back());
+            made && made.getKernel() == "linear_bwd" && !made.getParams().get("fp8")) {
+          SmallVector<Attribute> outs(made.getOuts().getValue());
+          bool all = outs.size() > 1;
+          for (size_t i = 1; all && i < outs.size(); ++i) {
+            all = false;
+            for (Value r : op.getResults()) {
+              auto it = accumulateAt.find(r);
+              FailureOr<BufAttr> g = cv.buf(r);
+              if (it == accumulateAt.end() || failed(g) || *g != outs[i] ||
+                  chunkedOver.lookup(it->second) ||
+                  it->second.getShape() != g->getShape() ||
+                  !llvm::all_of(r.getUsers(),
+                                [](Operation *u) { return isa<AdamWOp, GlobalNormOp>(u); }))
+                continue;
+              outs[i] = it->second;
+              accumulated.insert(r);
+              all = true;
+              break;
+            }
+          }
+          if (all) {
+            made.setOutsAttr(b.getArrayAttr(outs));
+            NamedAttrList params(made.getParams());
+            params.set("accumulate", b.getBoolAttr(true));
+            made.setParamsAttr(params.getDictionary(ctx));
+          } else {
+            accumulated.clear();
+          }
+        }
         for (Value r : op.getResults())
           if (auto it = accumulateAt.find(r); it != accumulateAt.end()) {
             FailureOr<BufAttr> g = cv.buf(r);
             if (failed(g))
               return failure();
-            if (StringAttr axis = chunkedOver.lookup(it->second)) {
+            bool direct = accumulated.contains(r);
+            if (direct) {
+              // The accumulator holds the gradient already.
+            } else if (StringAttr axis = chunkedOver.lookup(it->second)) {
               auto rs = GradReduceScatterOp::create(cv.ob, op.getLoc(), axis,
                                                     b.getStringAttr("avg"), *g, it->second,
                                                     IntegerAttr(), false);
