@@ -60,7 +60,8 @@ __global__ void biasAddKernel(const T *x, const T *bias, T *y, int64_t n, int64_
 /// in order. Coalesced reads (a warp reads 32 neighbouring columns); the
 /// first version, a thread per column over every row, ran the GPT-2 124M
 /// bias gradients at a few GB/s on an H100.
-template <typename T> __global__ void sumRowsKernel(const T *g, float *out, int64_t rows, int64_t c) {
+template <typename T>
+__global__ void sumRowsKernel(const T *g, float *out, int64_t rows, int64_t c, bool add) {
   __shared__ double part[32][33];
   int64_t j = int64_t(blockIdx.x) * 32 + threadIdx.x;
   double s = 0;
@@ -73,7 +74,7 @@ template <typename T> __global__ void sumRowsKernel(const T *g, float *out, int6
     double t = 0;
     for (int y = 0; y < 32; ++y)
       t += part[y][threadIdx.x];
-    out[j] = float(t);
+    out[j] = add ? out[j] + float(t) : float(t);
   }
 }
 /// Columns [offset, offset + size) of x [rows, c] to / from y [rows, size].
@@ -342,7 +343,13 @@ cudaError_t computeSlots(const int32_t *idx, int64_t choices, int64_t experts, i
   cudaError_t sumRows(const T *g, float *out, int64_t rows, int64_t c, cudaStream_t s) {   \
     if (c == 0)                                                                             \
       return cudaSuccess;                                                                   \
-    sumRowsKernel<<<unsigned((c + 31) / 32), dim3(32, 32), 0, s>>>(g, out, rows, c);        \
+    sumRowsKernel<<<unsigned((c + 31) / 32), dim3(32, 32), 0, s>>>(g, out, rows, c, false); \
+    return cudaGetLastError();                                                              \
+  }                                                                                         \
+  cudaError_t sumRowsInto(const T *g, float *out, int64_t rows, int64_t c, cudaStream_t s) { \
+    if (c == 0)                                                                             \
+      return cudaSuccess;                                                                   \
+    sumRowsKernel<<<unsigned((c + 31) / 32), dim3(32, 32), 0, s>>>(g, out, rows, c, true);  \
     return cudaGetLastError();                                                              \
   }                                                                                         \
   cudaError_t columns(const T *x, T *y, int64_t rows, int64_t c, int64_t offset,           \

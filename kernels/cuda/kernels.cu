@@ -92,14 +92,19 @@ __global__ void rmsNormFwdKernel(const T *x, const T *w, T *out, float *rstd, in
 
 template <typename T>
 __global__ void rmsNormBwdKernel(const T *dout, const T *x, const T *w, const float *rstd,
-                                 T *dx, float *dw, int64_t c) {
+                                 T *dx, float *dw, float *terms, int64_t c) {
   __shared__ float red[32];
   const T *xr = x + blockIdx.x * c, *g = dout + blockIdx.x * c;
   float rs = rstd[blockIdx.x], dot = 0;
   for (int64_t i = threadIdx.x; i < c; i += blockDim.x) {
     float xh = ld(xr + i) * rs, dxh = ld(g + i) * ld(w + i);
     dot += dxh * xh;
-    atomicAdd(dw + i, ld(g + i) * xh);
+    // The weight gradient's row terms, summed by column afterwards, or
+    // added at once.
+    if (terms)
+      terms[blockIdx.x * c + i] = ld(g + i) * xh;
+    else
+      atomicAdd(dw + i, ld(g + i) * xh);
   }
   float mean = blockSum(dot, red) / float(c);
   for (int64_t i = threadIdx.x; i < c; i += blockDim.x) {
@@ -132,7 +137,8 @@ __global__ void layerNormFwdKernel(const T *x, const T *w, const T *b, T *out, f
 
 template <typename T>
 __global__ void layerNormBwdKernel(const T *dout, const T *x, const T *w, const float *mean,
-                                   const float *rstd, T *dx, float *dw, float *db, int64_t c) {
+                                   const float *rstd, T *dx, float *dw, float *db, float *terms,
+                                   int64_t c) {
   __shared__ float red[32];
   const T *xr = x + blockIdx.x * c, *g = dout + blockIdx.x * c;
   float m = mean[blockIdx.x], rs = rstd[blockIdx.x], sd = 0, sdx = 0;
@@ -140,9 +146,13 @@ __global__ void layerNormBwdKernel(const T *dout, const T *x, const T *w, const 
     float xh = (ld(xr + i) - m) * rs, go = ld(g + i), dxh = go * ld(w + i);
     sd += dxh;
     sdx += dxh * xh;
-    atomicAdd(dw + i, go * xh);
-    if (db)
-      atomicAdd(db + i, go);
+    if (terms) {
+      terms[blockIdx.x * c + i] = go * xh;
+    } else {
+      atomicAdd(dw + i, go * xh);
+      if (db)
+        atomicAdd(db + i, go);
+    }
   }
   float meanD = blockSum(sd, red) / float(c), meanDX = blockSum(sdx, red) / float(c);
   for (int64_t i = threadIdx.x; i < c; i += blockDim.x) {
@@ -375,10 +385,13 @@ bool deviceAvailable() {
     return cudaGetLastError();                                                              \
   }                                                                                         \
   cudaError_t rmsNormBackward(const T *d, const T *x, const T *w, const float *rstd, T *dx,  \
-                              float *dw, int64_t n, int64_t c, cudaStream_t s) {            \
+                              float *dw, int64_t n, int64_t c, cudaStream_t s,              \
+                              float *scratch) {                                             \
     if (n == 0)                                                                             \
       return cudaSuccess;                                                                   \
-    rmsNormBwdKernel<<<unsigned(n), kThreads, 0, s>>>(d, x, w, rstd, dx, dw, c);            \
+    rmsNormBwdKernel<<<unsigned(n), kThreads, 0, s>>>(d, x, w, rstd, dx, dw, scratch, c);   \
+    if (scratch)                                                                            \
+      return sumRowsInto(static_cast<const float *>(scratch), dw, n, c, s);                 \
     return cudaGetLastError();                                                              \
   }                                                                                         \
   cudaError_t layerNormForward(const T *x, const T *w, const T *b, T *out, float *mean,     \
@@ -391,11 +404,16 @@ bool deviceAvailable() {
   }                                                                                         \
   cudaError_t layerNormBackward(const T *d, const T *x, const T *w, const float *mean,      \
                                 const float *rstd, T *dx, float *dw, float *db, int64_t n,  \
-                                int64_t c, cudaStream_t s) {                                \
+                                int64_t c, cudaStream_t s, float *scratch) {                \
     if (n == 0)                                                                             \
       return cudaSuccess;                                                                   \
-    layerNormBwdKernel<<<unsigned(n), kThreads, 0, s>>>(d, x, w, mean, rstd, dx, dw, db, c); \
-    return cudaGetLastError();                                                              \
+    layerNormBwdKernel<<<unsigned(n), kThreads, 0, s>>>(d, x, w, mean, rstd, dx, dw, db,     \
+                                                        scratch, c);                        \
+    if (!scratch)                                                                           \
+      return cudaGetLastError();                                                            \
+    if (cudaError_t e = sumRowsInto(static_cast<const float *>(scratch), dw, n, c, s))       \
+      return e;                                                                             \
+    return db ? sumRowsInto(d, db, n, c, s) : cudaGetLastError();                           \
   }                                                                                         \
   cudaError_t geluForward(const T *x, T *o, int64_t n, bool t, cudaStream_t s) {            \
     geluFwdKernel<<<gridFor(n), kThreads, 0, s>>>(x, o, n, t);                              \

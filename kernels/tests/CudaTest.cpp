@@ -75,6 +75,17 @@ TEST(Cuda, RMSNorm) {
   expectClose(dOut.host(), out, 1e-4, "rms_norm out");
   expectClose(dDx.host(), dx, 1e-4, "rms_norm dx");
   expectClose(dDw.host(), dw, 1e-4, "rms_norm dweight");
+  // With a scratch: the weight gradient summed by column, added to what
+  // dweight holds (the previous result: twice the gradient).
+  Dev<float> scratch(n * c);
+  ASSERT_EQ(gpu::rmsNormBackward(dG.p, dX.p, dW.p, dRstd.p, dDx.p, dDw.p, n, c, nullptr,
+                                 scratch.p),
+            cudaSuccess);
+  std::vector<float> twice(dw);
+  for (float &v : twice)
+    v *= 2;
+  expectClose(dDw.host(), twice, 1e-4, "rms_norm dweight (column sums)");
+  expectClose(dDx.host(), dx, 1e-4, "rms_norm dx (column sums)");
 }
 
 TEST(Cuda, LayerNorm) {
@@ -98,6 +109,16 @@ TEST(Cuda, LayerNorm) {
   expectClose(dDx.host(), dx, 1e-4, "layer_norm dx");
   expectClose(dDw.host(), dw, 1e-4, "layer_norm dweight");
   expectClose(dDb.host(), db, 1e-4, "layer_norm dbias");
+  // With a scratch (column sums, added): twice the gradients.
+  Dev<float> scratch(n * c);
+  ASSERT_EQ(gpu::layerNormBackward(dG.p, dX.p, dW.p, dMean.p, dRstd.p, dDx.p, dDw.p, dDb.p, n, c,
+                                   nullptr, scratch.p),
+            cudaSuccess);
+  std::vector<float> dw2(dw), db2(db);
+  for (size_t i = 0; i < dw2.size(); ++i)
+    dw2[i] *= 2, db2[i] *= 2;
+  expectClose(dDw.host(), dw2, 1e-4, "layer_norm dweight (column sums)");
+  expectClose(dDb.host(), db2, 1e-4, "layer_norm dbias (column sums)");
 }
 
 TEST(Cuda, Activations) {

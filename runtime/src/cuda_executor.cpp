@@ -261,22 +261,24 @@ bool CudaExecutor::State::kernel(const Instruction &ins, CpuExecutor &host, std:
     auto *y = static_cast<T *>(tmp(2, size_t(in[1].elements) * sizeof(T), error));
     float *dw = st && y ? gradTarget(out[1], 3, error) : nullptr;
     float *db = dw && out.size() > 2 ? gradTarget(out[2], 4, error) : nullptr;
-    if (!dw || (out.size() > 2 && !db))
+    // Row terms of the weight gradient, summed by column (deterministic,
+    // and without every row's atomics on the same c addresses).
+    auto *terms = dw ? static_cast<float *>(tmp(6, size_t(n * c) * 4, error)) : nullptr;
+    if (!dw || (out.size() > 2 && !db) || !terms)
       return false;
     float eps = float(ins.number("eps"));
     if (rms) {
       if (!ok(cu::rmsNormForward(at<T>(in[1]), at<T>(in[2]), y, st, n, c, eps, s)) ||
           !ok(cu::rmsNormBackward(at<T>(in[0]), at<T>(in[1]), at<T>(in[2]), st, at<T>(out[0]),
-                                  dw, n, c, s)))
+                                  dw, n, c, s, terms)))
         return false;
     } else {
       if (!ok(cu::layerNormForward(at<T>(in[1]), at<T>(in[2]), nullptr, y, st, st + n, n, c, eps,
                                    s)))
         return false;
-      // Without a bias gradient wanted, the kernel still sums one: scratch.
-      float *dbias = db ? db : static_cast<float *>(tmp(4, size_t(c) * 4, error));
-      if (!dbias || !ok(cu::layerNormBackward(at<T>(in[0]), at<T>(in[1]), at<T>(in[2]), st,
-                                              st + n, at<T>(out[0]), dw, dbias, n, c, s)))
+      // (No bias gradient wanted: db is null and none is summed.)
+      if (!ok(cu::layerNormBackward(at<T>(in[0]), at<T>(in[1]), at<T>(in[2]), st, st + n,
+                                    at<T>(out[0]), dw, db, n, c, s, terms)))
         return false;
     }
     return gradDone(out[1], dw, error) && (!db || gradDone(out[2], db, error));

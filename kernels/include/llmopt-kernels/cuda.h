@@ -42,13 +42,14 @@ bool deviceAvailable();
                              int64_t c, float eps, cudaStream_t stream);                    \
   cudaError_t rmsNormBackward(const T *dout, const T *x, const T *weight, const float *rstd, \
                               T *dx, float *dweight, int64_t n, int64_t c,                  \
-                              cudaStream_t stream);                                         \
+                              cudaStream_t stream, float *scratch = nullptr);               \
   cudaError_t layerNormForward(const T *x, const T *weight, const T *bias, T *out,          \
                                float *mean, float *rstd, int64_t n, int64_t c, float eps,   \
                                cudaStream_t stream);                                        \
   cudaError_t layerNormBackward(const T *dout, const T *x, const T *weight,                 \
                                 const float *mean, const float *rstd, T *dx, float *dweight, \
-                                float *dbias, int64_t n, int64_t c, cudaStream_t stream);   \
+                                float *dbias, int64_t n, int64_t c, cudaStream_t stream,    \
+                                float *scratch = nullptr);                                  \
   cudaError_t geluForward(const T *x, T *out, int64_t count, bool tanhApprox,               \
                           cudaStream_t stream);                                             \
   cudaError_t geluBackward(const T *dout, const T *x, T *dx, int64_t count, bool tanhApprox, \
@@ -130,7 +131,9 @@ LLMOPT_CUDA_FOR_TYPES(LLMOPT_CUDA_DECLARE_FP8)
 /// The plan's small kernels (elementwise.cu). `columns` copies columns
 /// [offset, offset + size) of x [rows, c] into y [rows, size] (`gather`) or
 /// back (split / concat); sumRows writes the fp32 column sums (bias
-/// gradients); the vocabulary-parallel cross-entropy runs stats (per row:
+/// gradients; sumRowsInto adds them), deterministically (the norms'
+/// backward, given a `scratch` of n x c floats, sums its weight and bias
+/// gradients that way instead of with atomics); the vocabulary-parallel cross-entropy runs stats (per row:
 /// this part's log-sum-exp and target logit), then, after the all-gather of
 /// the log-sum-exps into `all` [parts, rows], loss and backward; MoE
 /// dispatch (backward: sum a token's copies) and combine (hidden before
@@ -147,6 +150,8 @@ LLMOPT_CUDA_FOR_TYPES(LLMOPT_CUDA_DECLARE_FP8)
   cudaError_t biasAdd(const T *x, const T *bias, T *y, int64_t n, int64_t c,                 \
                       cudaStream_t stream);                                                  \
   cudaError_t sumRows(const T *g, float *out, int64_t rows, int64_t c, cudaStream_t stream);  \
+  cudaError_t sumRowsInto(const T *g, float *out, int64_t rows, int64_t c,                  \
+                          cudaStream_t stream);                                             \
   cudaError_t columns(const T *x, T *y, int64_t rows, int64_t c, int64_t offset,             \
                       int64_t size, bool gather, cudaStream_t stream);                       \
   cudaError_t positionEmbeddingForward(const T *x, const T *table, T *out, int64_t batch,    \
