@@ -237,16 +237,26 @@ __global__ void rotaryKernel(const T *x, T *out, int64_t rows, int64_t seq, int6
 
 // --- softmax cross-entropy ------------------------------------------------------
 
+/// log sum_j exp(row[j]) in one pass over the row: each thread keeps a
+/// running maximum and a sum scaled to it (rescaled when the maximum grows),
+/// then the block combines them at the block's maximum.
 template <typename T>
 __device__ float rowLogSumExp(const T *row, int64_t vocab, float *red) {
-  float m = -INFINITY;
-  for (int64_t j = threadIdx.x; j < vocab; j += blockDim.x)
-    m = fmaxf(m, ld(row + j));
-  m = blockMax(m, red);
-  float s = 0;
-  for (int64_t j = threadIdx.x; j < vocab; j += blockDim.x)
-    s += expf(ld(row + j) - m);
-  return m + logf(blockSum(s, red));
+  float m = -INFINITY, s = 0;
+  for (int64_t j = threadIdx.x; j < vocab; j += blockDim.x) {
+    float v = ld(row + j);
+    if (v == -INFINITY)
+      continue;
+    if (v > m) {
+      s = s * expf(m - v) + 1.0f;
+      m = v;
+    } else {
+      s += expf(v - m);
+    }
+  }
+  float top = blockMax(m, red);
+  float total = blockSum(m == -INFINITY ? 0.0f : s * expf(m - top), red);
+  return top + logf(total);
 }
 
 template <typename T>
