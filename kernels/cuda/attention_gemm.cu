@@ -35,7 +35,8 @@ template <> cudaDataType_t typeOf<float>() { return CUDA_R_32F; }
 template <> cudaDataType_t typeOf<bf16>() { return CUDA_R_16BF; }
 
 unsigned gridFor(int64_t n) {
-  return unsigned(std::min<int64_t>(std::max<int64_t>((n + kThreads - 1) / kThreads, 1), 65535 * 8));
+  int64_t blocks = std::max<int64_t>((n + kThreads - 1) / kThreads, 1);
+  return unsigned(std::min<int64_t>(blocks, 65535 * 8));
 }
 
 /// Keys row i of a (batch, head) sees: [first, last].

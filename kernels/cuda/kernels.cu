@@ -12,6 +12,7 @@
 
 #include <cuda_fp8.h>
 
+#include <algorithm>
 #include <cfloat>
 #include <cmath>
 
@@ -372,7 +373,7 @@ __global__ void castFp8Kernel(const T *x, int64_t n, bool e5m2, uint8_t *out, co
     if (!amaxOverride) {                                                                    \
       if (cudaError_t e = cudaMemsetAsync(amax, 0, sizeof(float), s); e != cudaSuccess)     \
         return e;                                                                           \
-      amaxKernel<<<gridFor(n), kThreads, 0, s>>>(x, n, amax);                               \
+            amaxKernel<<<std::min(gridFor(n), 1024u), kThreads, 0, s>>>(x, n, amax);             \
     }                                                                                       \
     castFp8Kernel<<<gridFor(n), kThreads, 0, s>>>(x, n, e5m2, out,                          \
                                                   amaxOverride ? amaxOverride : amax, scaleInv); \
