@@ -11,7 +11,10 @@
 
 #include <cublasLt.h>
 
+#include <cstdio>
+#include <fstream>
 #include <map>
+#include <set>
 #include <tuple>
 
 namespace llmopt::kernels::cuda {
@@ -169,6 +172,61 @@ public:
 
   size_t cachedAlgorithms() const override { return algos.size(); }
 
+  // The file: a magic line, then per entry the problem key's 16 integers and
+  // the algorithm's 8 words, little-endian as in memory.
+  static constexpr char kMagic[] = "llm-opt cuBLASLt algorithms v1\n";
+  static constexpr size_t kKeyWords = 16;
+
+  bool loadAlgorithms(const std::string &path) override {
+    std::ifstream f(path, std::ios::binary);
+    std::string magic(sizeof(kMagic) - 1, '\0');
+    if (!f || !f.read(magic.data(), std::streamsize(magic.size())) || magic != kMagic)
+      return false;
+    std::map<Key, cublasLtMatmulAlgo_t> loaded;
+    int64_t w[kKeyWords];
+    cublasLtMatmulAlgo_t algo;
+    while (f.read(reinterpret_cast<char *>(w), sizeof(w))) {
+      if (!f.read(reinterpret_cast<char *>(&algo), sizeof(algo)))
+        return false; // truncated: use none of it
+      Key k{int(w[0]), int(w[1]), w[2], w[3], w[4], w[5], w[6], w[7], int(w[8]), int(w[9]),
+            w[10] != 0, w[11] != 0, w[12], w[13], w[14], w[15]};
+      loaded.emplace(k, algo);
+    }
+    for (auto &[k, a] : loaded)
+      if (algos.emplace(k, a).second)
+        unchecked.insert(k);
+    return true;
+  }
+
+  bool saveAlgorithms(const std::string &path, std::string &error) const override {
+    std::string tmp = path + ".tmp" + std::to_string(reinterpret_cast<uintptr_t>(this));
+    {
+      std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
+      f.write(kMagic, std::streamsize(sizeof(kMagic) - 1));
+      for (const auto &[k, a] : algos) {
+        int64_t w[kKeyWords] = {std::get<0>(k),  std::get<1>(k),  std::get<2>(k),
+                                std::get<3>(k),  std::get<4>(k),  std::get<5>(k),
+                                std::get<6>(k),  std::get<7>(k),  std::get<8>(k),
+                                std::get<9>(k),  std::get<10>(k), std::get<11>(k),
+                                std::get<12>(k), std::get<13>(k), std::get<14>(k),
+                                std::get<15>(k)};
+        f.write(reinterpret_cast<const char *>(w), sizeof(w));
+        f.write(reinterpret_cast<const char *>(&a), sizeof(a));
+      }
+      if (!f.flush()) {
+        error = tmp + ": cannot write the cuBLASLt algorithm cache";
+        std::remove(tmp.c_str());
+        return false;
+      }
+    }
+    if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+      error = path + ": cannot write the cuBLASLt algorithm cache";
+      std::remove(tmp.c_str());
+      return false;
+    }
+    return true;
+  }
+
 private:
   static constexpr size_t kWorkspace = 32u << 20;
 
@@ -243,8 +301,18 @@ private:
       cleanup();
       return false;
     }
-    // The heuristic's choice, once per problem.
+    // The heuristic's choice, once per problem. One read from the cache
+    // file is checked against this problem before its first use.
     auto it = algos.find(p.key());
+    if (it != algos.end() && unchecked.erase(p.key())) {
+      cublasLtMatmulHeuristicResult_t checked{};
+      if (cublasLtMatmulAlgoCheck(handle, op, la, lb, ld, ld, &it->second, &checked) !=
+              CUBLAS_STATUS_SUCCESS ||
+          checked.workspaceSize > kWorkspace) {
+        algos.erase(it);
+        it = algos.end();
+      }
+    }
     if (it == algos.end()) {
       cublasLtMatmulPreference_t pref = nullptr;
       size_t ws = kWorkspace;
@@ -281,10 +349,15 @@ private:
   void *workspace = nullptr;
   void *padded = nullptr;
   size_t paddedBytes = 0;
-  std::map<decltype(Problem{}.key()), cublasLtMatmulAlgo_t> algos;
+  using Key = decltype(Problem{}.key());
+  std::map<Key, cublasLtMatmulAlgo_t> algos;
+  std::set<Key> unchecked; // read from a file, not yet checked
+
 };
 
 } // namespace
+
+size_t cublasLtVersion() { return cublasLtGetVersion(); }
 
 std::unique_ptr<Gemm> Gemm::create(std::string &error) {
   auto g = std::make_unique<LtGemm>();

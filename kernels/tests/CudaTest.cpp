@@ -12,6 +12,7 @@
 
 #include "gtest/gtest.h"
 #include <cmath>
+#include <cstdio>
 #include <random>
 #include <vector>
 
@@ -282,6 +283,40 @@ TEST(Cuda, LinearThroughCuBLASLt) {
   ASSERT_TRUE(gemm->linearForward(dX.p, dW.p, dB.p, dAct.p, s, nullptr, error, dPre.p)) << error;
   expectClose(dPre.host(), pre, 1e-4, "linear pre-activation");
   expectClose(dAct.host(), act, 1e-3, "linear gelu epilogue");
+}
+
+// The heuristic's choices survive in a file: a second Gemm that reads it
+// has the problems cached and computes the same; a file of anything else is
+// not read.
+TEST(Cuda, GemmAlgorithmCacheFile) {
+  NEED_GPU();
+  std::string error;
+  auto first = gpu::Gemm::create(error);
+  ASSERT_TRUE(first) << error;
+  const int64_t n = 8, in = 32, out = 16;
+  auto x = randomVec(n * in, 90), w = randomVec(in * out, 91);
+  Dev<float> dX(x), dW(w), dY(n * out), dY2(n * out);
+  gpu::LinearShape sh{n, in, out, false, CUDA_R_32F};
+  ASSERT_TRUE(first->linearForward(dX.p, dW.p, nullptr, dY.p, sh, nullptr, error)) << error;
+  std::string path = ::testing::TempDir() + "/llmopt-cublaslt-cache.bin";
+  ASSERT_TRUE(first->saveAlgorithms(path, error)) << error;
+  auto second = gpu::Gemm::create(error);
+  ASSERT_TRUE(second) << error;
+  ASSERT_TRUE(second->loadAlgorithms(path));
+  EXPECT_EQ(second->cachedAlgorithms(), first->cachedAlgorithms());
+  ASSERT_TRUE(second->linearForward(dX.p, dW.p, nullptr, dY2.p, sh, nullptr, error)) << error;
+  expectClose(dY2.host(), dY.host(), 0.0, "the same algorithm's result");
+  std::string junk = ::testing::TempDir() + "/llmopt-not-a-cache.bin";
+  std::FILE *f = std::fopen(junk.c_str(), "w");
+  ASSERT_TRUE(f);
+  std::fputs("something else\n", f);
+  std::fclose(f);
+  auto third = gpu::Gemm::create(error);
+  ASSERT_TRUE(third) << error;
+  EXPECT_FALSE(third->loadAlgorithms(junk));
+  EXPECT_EQ(third->cachedAlgorithms(), 0u);
+  std::remove(path.c_str());
+  std::remove(junk.c_str());
 }
 
 TEST(Cuda, LinearFp8) {

@@ -21,6 +21,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -113,6 +114,9 @@ struct CudaExecutor::State {
   /// otherwise fused bodies run kernel by kernel.
   FusedLibrary fused;
   std::map<std::string, FusedLibrary::Launcher> launchers;
+  /// cuBLASLt's algorithm cache file and its entries when last written.
+  std::string algorithmCache;
+  size_t savedAlgorithms = 0;
   /// --profile: events around each kernel instruction of the step.
   std::vector<std::pair<const Instruction *, std::pair<cudaEvent_t, cudaEvent_t>>> events;
   int64_t vocab = 0, classes = 0, ignoreIndex = -100;
@@ -733,6 +737,21 @@ bool CudaExecutor::init(const Plan &plan, int rank, uint64_t seed, std::string &
   s->gemm = cu::Gemm::create(why);
   if (!s->gemm)
     return (error = "cuBLASLt: " + why, false);
+  // cuBLASLt's algorithm choices from earlier runs on this kind of GPU.
+  if (std::string dir = kernelCacheDirectory(); !dir.empty()) {
+    cudaDeviceProp prop{};
+    if (cudaGetDeviceProperties(&prop, 0) == cudaSuccess) {
+      std::string name = prop.name;
+      for (char &ch : name)
+        if (!std::isalnum(static_cast<unsigned char>(ch)))
+          ch = '-';
+      s->algorithmCache = dir + "/cublaslt-" + name + "-sm" +
+                          std::to_string(prop.major * 10 + prop.minor) + "-v" +
+                          std::to_string(cu::cublasLtVersion()) + ".bin";
+      s->gemm->loadAlgorithms(s->algorithmCache);
+      s->savedAlgorithms = s->gemm->cachedAlgorithms();
+    }
+  }
   return syncToDevice(error);
 }
 
@@ -837,6 +856,15 @@ bool CudaExecutor::step(const std::vector<std::vector<int32_t>> &tok,
   result.loss = out[0];
   result.gradNorm = out[1];
   ++host.steps;
+  // New GEMM shapes' algorithms for the next run (a cache: failures only
+  // cost the heuristic again).
+  if (!s->algorithmCache.empty() && s->gemm->cachedAlgorithms() > s->savedAlgorithms) {
+    std::string ignored;
+    if (s->gemm->saveAlgorithms(s->algorithmCache, ignored))
+      s->savedAlgorithms = s->gemm->cachedAlgorithms();
+    else
+      s->algorithmCache.clear();
+  }
   return true;
 }
 

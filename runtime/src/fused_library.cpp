@@ -73,6 +73,11 @@ std::string cacheDir() {
 
 } // namespace
 
+std::string kernelCacheDirectory() {
+  std::string dir = cacheDir();
+  return makeDirs(dir) ? dir : std::string();
+}
+
 FusedLibrary::~FusedLibrary() {
   if (handle)
     dlclose(handle);
@@ -101,9 +106,9 @@ bool FusedLibrary::load(const std::string &planDir, const std::string &sm,
     error = src + ": checksum mismatch: the file is truncated or was modified";
     return false;
   }
-  std::string dir = cacheDir();
-  if (!makeDirs(dir)) {
-    error = dir + ": cannot create the kernel cache (set LLMOPT_CACHE_DIR)";
+  std::string dir = kernelCacheDirectory();
+  if (dir.empty()) {
+    error = cacheDir() + ": cannot create the kernel cache (set LLMOPT_CACHE_DIR)";
     return false;
   }
   file = dir + "/fused-" + digest.substr(0, 16) + "-sm" + sm + ".so";

@@ -44,6 +44,9 @@ struct BatchedShape {
   float alpha = 1, beta = 0;
 };
 
+/// cuBLASLt's version (cublasLtGetVersion), to name algorithm caches by.
+size_t cublasLtVersion();
+
 class Gemm {
 public:
   /// A cuBLASLt handle and a workspace on the current device, or null with
@@ -75,6 +78,12 @@ public:
                        cudaStream_t stream, std::string &error) = 0;
   /// Problems whose algorithm the heuristic has chosen (the cache's size).
   virtual size_t cachedAlgorithms() const = 0;
+  /// The heuristic's choices kept across runs in a file (the caller names it
+  /// per GPU and cuBLASLt version): `loadAlgorithms` adds a file's entries
+  /// (false, and nothing added, when it is missing or not such a file);
+  /// `saveAlgorithms` writes every entry (a temporary file renamed).
+  virtual bool loadAlgorithms(const std::string &path) = 0;
+  virtual bool saveAlgorithms(const std::string &path, std::string &error) const = 0;
 };
 
 } // namespace llmopt::kernels::cuda

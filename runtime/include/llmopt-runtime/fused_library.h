@@ -19,6 +19,11 @@
 
 namespace llmopt::runtime {
 
+/// The kernel cache directory (LLMOPT_CACHE_DIR, else
+/// $XDG_CACHE_HOME/llm-opt, else ~/.cache/llm-opt), created if missing;
+/// empty when it cannot be.
+std::string kernelCacheDirectory();
+
 class FusedLibrary {
 public:
   /// kernels.cu's launcher: cudaError_t NAME(const void *const *ins,
