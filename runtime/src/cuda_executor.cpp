@@ -540,7 +540,18 @@ bool CudaExecutor::State::kernel(const Instruction &ins, CpuExecutor &host, std:
       int64_t cols = lastDim(out[0]), rows = cols ? out[0].elements / cols : 0;
       if (rows == 0)
         return true;
-      return ok(cudaError_t(it->second(ip.data(), op.data(), rows, cols, s)));
+      if (cudaError_t e = cudaError_t(it->second(ip.data(), op.data(), rows, cols, s));
+          e == cudaSuccess)
+        return true;
+      else if (e != cudaErrorInvalidValue && e != cudaErrorInvalidConfiguration &&
+               e != cudaErrorLaunchOutOfResources)
+        return ok(e);
+      // A launch this GPU refuses (shared memory, resources): this fused
+      // kernel runs its body kernel by kernel from now on.
+      cudaGetLastError();
+      std::fprintf(stderr, "llm-run: fused kernel %s cannot launch here; its body runs kernel "
+                           "by kernel\n", ins.fusedName.c_str());
+      launchers.erase(it);
     }
     // The body kernel by kernel (the generated kernel in one launch is the
     // next step), in fp32 as the generated kernel computes: fp32
@@ -571,10 +582,22 @@ bool CudaExecutor::State::kernel(const Instruction &ins, CpuExecutor &host, std:
         return error.empty() ? (error = "out of GPU memory for a fused kernel", false) : false;
       shadows[{int(b.space), b.offset, b.name}] = shadowBufs[i]->p;
     }
+    // Each body kernel's 16-bit outputs rounded as they are written, as the
+    // CPU backend and the generated kernel do.
     bool done = true;
-    for (const Instruction &sub : ins.body)
+    for (const Instruction &sub : ins.body) {
       if (!(done = kernel<float>(sub, host, error)))
         break;
+      for (size_t i = 0; done && i < wide.size(); ++i)
+        for (const Buffer &o : sub.outs)
+          if (o.space == wide[i]->space && o.offset == wide[i]->offset &&
+              o.name == wide[i]->name)
+            done = ok(cu::fromFloat(shadowBufs[i]->as<float>(),
+                                    static_cast<cu::bf16 *>(raw(*wide[i])), wide[i]->elements,
+                                    s)) &&
+                   ok(cu::toFloat(static_cast<const cu::bf16 *>(raw(*wide[i])),
+                                  shadowBufs[i]->as<float>(), wide[i]->elements, s));
+    }
     shadows.clear();
     for (size_t i = 0; done && i < wide.size(); ++i)
       if (wide[i] >= out.data() && wide[i] < out.data() + out.size())
@@ -718,7 +741,9 @@ bool CudaExecutor::init(const Plan &plan, int rank, uint64_t seed, std::string &
   if (!fusedNames.empty() && !planDir.empty() && !(fusedEnv && std::string(fusedEnv) == "0")) {
     cudaDeviceProp prop{};
     std::string why;
-    if (cudaGetDeviceProperties(&prop, 0) != cudaSuccess) {
+    int device = 0;
+    if (cudaGetDevice(&device) != cudaSuccess ||
+        cudaGetDeviceProperties(&prop, device) != cudaSuccess) {
       why = "cannot read the device's properties";
     } else if (s->fused.load(planDir, std::to_string(prop.major * 10 + prop.minor),
                                 plan.kernelsSha256, why)) {
@@ -740,7 +765,9 @@ bool CudaExecutor::init(const Plan &plan, int rank, uint64_t seed, std::string &
   // cuBLASLt's algorithm choices from earlier runs on this kind of GPU.
   if (std::string dir = kernelCacheDirectory(); !dir.empty()) {
     cudaDeviceProp prop{};
-    if (cudaGetDeviceProperties(&prop, 0) == cudaSuccess) {
+    int device = 0;
+    if (cudaGetDevice(&device) == cudaSuccess &&
+        cudaGetDeviceProperties(&prop, device) == cudaSuccess) {
       std::string name = prop.name;
       for (char &ch : name)
         if (!std::isalnum(static_cast<unsigned char>(ch)))

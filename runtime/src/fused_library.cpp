@@ -74,8 +74,14 @@ std::string cacheDir() {
 } // namespace
 
 std::string kernelCacheDirectory() {
+  // Loaded code comes from here: the directory must be this user's and
+  // writable by no one else.
   std::string dir = cacheDir();
-  return makeDirs(dir) ? dir : std::string();
+  struct stat st {};
+  if (!makeDirs(dir) || stat(dir.c_str(), &st) != 0 || st.st_uid != getuid() ||
+      (st.st_mode & (S_IWGRP | S_IWOTH)))
+    return std::string();
+  return dir;
 }
 
 FusedLibrary::~FusedLibrary() {
@@ -108,7 +114,8 @@ bool FusedLibrary::load(const std::string &planDir, const std::string &sm,
   }
   std::string dir = kernelCacheDirectory();
   if (dir.empty()) {
-    error = cacheDir() + ": cannot create the kernel cache (set LLMOPT_CACHE_DIR)";
+    error = cacheDir() + ": cannot create the kernel cache, or it is not this user's alone "
+                         "(set LLMOPT_CACHE_DIR)";
     return false;
   }
   file = dir + "/fused-" + digest.substr(0, 16) + "-sm" + sm + ".so";
@@ -118,10 +125,31 @@ bool FusedLibrary::load(const std::string &planDir, const std::string &sm,
       error = "no nvcc to compile " + src + " (set LLMOPT_NVCC or CUDA_HOME)";
       return false;
     }
-    std::string tmp = file + ".tmp" + std::to_string(getpid()), log = tmp + ".log";
+    // A directory of this build's own (ranks on other nodes may build the
+    // same file at once): the checked source, the library and nvcc's log.
+    std::string work = dir + "/build-XXXXXX";
+    if (!mkdtemp(work.data())) {
+      error = dir + ": cannot create a build directory";
+      return false;
+    }
+    std::string cu = work + "/kernels.cu", lib = work + "/kernels.so", log = work + "/nvcc.log";
+    auto cleanup = [&] {
+      for (const std::string &f : {cu, lib, log})
+        std::remove(f.c_str());
+      rmdir(work.c_str());
+    };
+    {
+      std::ofstream out(cu, std::ios::binary);
+      out << text.str();
+      if (!out.flush()) {
+        cleanup();
+        error = cu + ": cannot write";
+        return false;
+      }
+    }
     std::string cmd = quote(nvcc) + " -O3 -std=c++17 -shared -Xcompiler -fPIC -cudart shared" +
-                      " -gencode arch=compute_" + sm + ",code=sm_" + sm + " -o " + quote(tmp) +
-                      " " + quote(src) + " > " + quote(log) + " 2>&1";
+                      " -gencode arch=compute_" + sm + ",code=sm_" + sm + " -o " + quote(lib) +
+                      " " + quote(cu) + " > " + quote(log) + " 2>&1";
     int rc = std::system(cmd.c_str());
     if (rc != 0) {
       std::ifstream l(log);
@@ -129,16 +157,15 @@ bool FusedLibrary::load(const std::string &planDir, const std::string &sm,
       std::getline(l, first);
       error = "nvcc could not compile " + src + " for sm_" + sm + ": " +
               (first.empty() ? "exit status " + std::to_string(rc) : first);
-      std::remove(tmp.c_str());
-      std::remove(log.c_str());
+      cleanup();
       return false;
     }
-    std::remove(log.c_str());
-    if (std::rename(tmp.c_str(), file.c_str()) != 0) {
+    if (std::rename(lib.c_str(), file.c_str()) != 0) {
       error = file + ": cannot write the compiled kernels";
-      std::remove(tmp.c_str());
+      cleanup();
       return false;
     }
+    cleanup();
   }
   handle = dlopen(file.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (!handle) {

@@ -317,6 +317,10 @@ int main(int argc, char **argv) {
         for (const Instruction &ins : *list)
           if (ins.kernel && ins.kernel->id == llmopt::kernels::KernelId::Fused)
             names.insert(ins.fusedName);
+    if (names.empty()) {
+      std::printf("0 fused kernels for sm_%s: nothing to compile\n", o.compileFused.c_str());
+      return 0;
+    }
     FusedLibrary lib;
     if (!lib.load(o.plan, o.compileFused, plan.kernelsSha256, error)) {
       std::fprintf(stderr, "llm-run: error: %s\n", error.c_str());

@@ -188,6 +188,11 @@ std::string kernelSource(exec::FusedOp f) {
      << "(const void *const *ins, void *const *outs, long long rows, long long cols,\n"
      << "    cudaStream_t stream) {\n"
      << "  size_t smem = size_t(" << nTemp << " * cols + 32) * sizeof(float);\n"
+     << "  // Beyond 48 KiB a kernel must ask for its dynamic shared memory.\n"
+     << "  if (smem > 48 * 1024) {\n"
+     << "    cudaError_t e = cudaFuncSetAttribute(" << name
+     << "_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));\n"
+     << "    if (e != cudaSuccess)\n      return e;\n  }\n"
      << "  " << name << "_kernel<<<unsigned(rows), 256, smem, stream>>>(";
   for (int64_t i = 0; i < nIn; ++i)
     os << "static_cast<const " << cudaType(buf(i).getDtype()) << " *>(ins[" << i << "]), ";
