@@ -2,7 +2,8 @@
 # Runs issue 7's GPU checks and measurements from .gpukit/ (bench/gpu/make-kit.sh)
 # on a machine with an NVIDIA GPU, CUDA 13 and PyTorch, from the repository root:
 #   bench/gpu/run.sh OUT_DIR [kernels] [tiny] [sanitize] [gpt2] [gpt2-torch] [gpt2-compile]
-#                    [gpt2-cudnn] [llama] [llama-torch] [llama-compile] [llama-cudnn]
+#                    [gpt2-cudnn] [gpt2-graphs] [llama] [llama-torch] [llama-compile]
+#                    [llama-cudnn]
 # Writes OUT_DIR/log.txt and OUT_DIR/results.tgz (metrics, profiles, summaries).
 set -uo pipefail
 out=$(mkdir -p "$1" && cd "$1" && pwd); shift
@@ -69,6 +70,12 @@ if has tiny; then
     LLMOPT_CUDA_ATTENTION=cudnn run llm-run "$kit/plans/$n" --data "$kit/data/tiny.bin" --steps 10 --metrics $n-cudnn.jsonl --device cuda --quiet
     side $n-cpu.jsonl $n-cudnn.jsonl
     python3 "$cmp" $n-cpu.jsonl $n-cudnn.jsonl --rel 2e-2
+  done
+  step "CUDA graphs (LLMOPT_CUDA_GRAPHS=1) vs the CPU backend"
+  for p in tiny-llama:1e-3 tiny-bf16:2e-2; do
+    n=${p%%:*} tol=${p##*:}
+    LLMOPT_CUDA_GRAPHS=1 run llm-run "$kit/plans/$n" --data "$kit/data/tiny.bin" --steps 10 --metrics $n-graphs.jsonl --device cuda --quiet
+    python3 "$cmp" $n-cpu.jsonl $n-graphs.jsonl --rel $tol
   done
   step "resume on the GPU"
   run llm-run "$kit/plans/tiny-llama" --data "$kit/data/tiny.bin" --steps 4 --metrics full.jsonl --device cuda --checkpoint-dir ck --checkpoint-every 2 --quiet
@@ -167,6 +174,11 @@ PY
 }
 has gpt2 && bench gpt2-124m 20
 has gpt2-cudnn && cudnnbench gpt2-124m
+if has gpt2-graphs; then
+  step "gpt2-124m: CUDA graphs"
+  LLMOPT_CUDA_GRAPHS=1 TMO=240 run llm-run "$kit/plans/gpt2-124m" --data "$kit/data/text.bin" \
+    --steps 20 --metrics gpt2-124m-graphs.jsonl --device cuda --peak-tflops 989
+fi
 has gpt2-torch && torchref gpt2-124m "$root/examples/models/gpt2-124m.json" 16 1024 20
 has gpt2-compile && torchcompile gpt2-124m "$root/examples/models/gpt2-124m.json" 16 1024 20
 has llama && bench llama-1b 20

@@ -480,6 +480,11 @@ cudaError_t sumSquares(const float *x, int64_t n, double *scratch, float *out, b
   return cudaGetLastError();
 }
 
+cudaError_t sqrtOfSum(const double *sum, float *out, cudaStream_t s) {
+  finishSquaresKernel<<<1, 1, 0, s>>>(sum, out, true);
+  return cudaGetLastError();
+}
+
 cudaError_t sumSquaresAccumulate(const float *x, int64_t n, double *sum, cudaStream_t s) {
   if (n > 0)
     sumSquaresKernel<<<reduceGrid(n), kThreads, 0, s>>>(x, n, sum);

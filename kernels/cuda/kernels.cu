@@ -323,10 +323,11 @@ __global__ void ceBwdKernel(const T *logits, const int32_t *labels, const float 
 
 // --- AdamW ----------------------------------------------------------------------
 
-__global__ void adamwKernel(float *p, const float *g, float *m, float *v, bf16 *working,
-                            int64_t n, AdamWArgs a, float bc1, float bc2) {
+__device__ __forceinline__ void adamwUpdate(float *p, const float *g, float *m, float *v,
+                                            bf16 *working, int64_t n, const AdamWArgs &a,
+                                            float scale, float bc1, float bc2) {
   GRID_STRIDE(i, n) {
-    float gi = g[i] * a.gradScale;
+    float gi = g[i] * scale;
     float mi = a.beta1 * m[i] + (1.0f - a.beta1) * gi;
     float vi = a.beta2 * v[i] + (1.0f - a.beta2) * gi * gi;
     m[i] = mi;
@@ -336,6 +337,27 @@ __global__ void adamwKernel(float *p, const float *g, float *m, float *v, bf16 *
     if (working)
       working[i] = __float2bfloat16(pi);
   }
+}
+
+__global__ void adamwKernel(float *p, const float *g, float *m, float *v, bf16 *working,
+                            int64_t n, AdamWArgs a, float bc1, float bc2) {
+  adamwUpdate(p, g, m, v, working, n, a, a.gradScale, bc1, bc2);
+}
+
+/// The clipping factor and bias corrections from device memory (the global
+/// norm and the step), computed by each block's first thread.
+__global__ void adamwDeviceKernel(float *p, const float *g, float *m, float *v, bf16 *working,
+                                  int64_t n, AdamWArgs a, const float *norm, double maxNorm,
+                                  const int64_t *step) {
+  __shared__ float k[3];
+  if (threadIdx.x == 0) {
+    float t = float(*step);
+    k[0] = maxNorm > 0 ? float(fmin(1.0, maxNorm / (double(*norm) + 1e-6))) : 1.0f;
+    k[1] = 1.0f - powf(a.beta1, t);
+    k[2] = 1.0f - powf(a.beta2, t);
+  }
+  __syncthreads();
+  adamwUpdate(p, g, m, v, working, n, a, k[0], k[1], k[2]);
 }
 
 // --- fp8 ------------------------------------------------------------------------
@@ -488,6 +510,16 @@ cudaError_t adamw(float *param, const float *grad, float *m, float *v, bf16 *wor
   float bc1 = 1.0f - std::pow(a.beta1, float(a.step));
   float bc2 = 1.0f - std::pow(a.beta2, float(a.step));
   adamwKernel<<<gridFor(count), kThreads, 0, s>>>(param, grad, m, v, working, count, a, bc1, bc2);
+  return cudaGetLastError();
+}
+
+cudaError_t adamwDevice(float *param, const float *grad, float *m, float *v, bf16 *working,
+                        int64_t count, const AdamWArgs &a, const float *norm, double maxNorm,
+                        const int64_t *step, cudaStream_t s) {
+  if (count == 0)
+    return cudaSuccess;
+  adamwDeviceKernel<<<gridFor(count), kThreads, 0, s>>>(param, grad, m, v, working, count, a,
+                                                        norm, maxNorm, step);
   return cudaGetLastError();
 }
 

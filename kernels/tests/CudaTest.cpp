@@ -239,6 +239,35 @@ TEST(Cuda, AdamW) {
   expectClose(dV.host(), v, 1e-5, "adamw v");
 }
 
+// The CUDA-graph variant reads the norm and the step from device memory:
+// norm 4 with max_norm 2 clips by 0.5 (as above), step 3.
+TEST(Cuda, AdamWFromDeviceNormAndStep) {
+  NEED_GPU();
+  const int64_t n = 777;
+  auto p = randomVec(n, 17), g = randomVec(n, 18), m = randomVec(n, 19, 0.1f),
+       v = randomVec(n, 20, 0.1f);
+  for (float &x : v)
+    x = std::abs(x);
+  cpu::AdamWParams cp;
+  cp.lr = 1e-3f, cp.step = 3;
+  cp.gradScale = float(std::min(1.0, 2.0 / (4.0 + 1e-6)));
+  gpu::AdamWArgs ga{cp.lr, cp.beta1, cp.beta2, cp.eps, cp.weightDecay, 1.0f, 0};
+  Dev<float> dP(p), dG(g), dM(m), dV(v), dNorm(std::vector<float>{4.0f});
+  Dev<int64_t> dStep(std::vector<int64_t>{3});
+  Dev<gpu::bf16> dW(static_cast<size_t>(n));
+  cpu::adamw(p.data(), g.data(), m.data(), v.data(), n, cp);
+  ASSERT_EQ(gpu::adamwDevice(dP.p, dG.p, dM.p, dV.p, dW.p, n, ga, dNorm.p, 2.0, dStep.p, nullptr),
+            cudaSuccess);
+  expectClose(dP.host(), p, 1e-5, "adamw param");
+  expectClose(dM.host(), m, 1e-5, "adamw m");
+  expectClose(dV.host(), v, 1e-5, "adamw v");
+  // The norm on the device: sqrt of an fp64 sum.
+  Dev<double> dSum(std::vector<double>{16.0});
+  Dev<float> dOut(1);
+  ASSERT_EQ(gpu::sqrtOfSum(dSum.p, dOut.p, nullptr), cudaSuccess);
+  EXPECT_EQ(dOut.host()[0], 4.0f);
+}
+
 } // namespace
 
 #include "llmopt-kernels/gemm.h"

@@ -114,6 +114,59 @@ struct CudaExecutor::State {
   /// otherwise fused bodies run kernel by kernel.
   FusedLibrary fused;
   std::map<std::string, FusedLibrary::Launcher> launchers;
+  /// CUDA graphs (LLMOPT_CUDA_GRAPHS=1): the instructions on a stream of
+  /// their own, the global norm and AdamW's step on the device, and from
+  /// the second step on the micro-batch and step instruction lists
+  /// captured once and replayed; a capture that fails leaves the plain
+  /// launches.
+  bool graphs = [] {
+    const char *g = std::getenv("LLMOPT_CUDA_GRAPHS");
+    return g && std::strcmp(g, "1") == 0;
+  }();
+  cudaStream_t stream = nullptr;
+  DevBuf stepCounter;
+  cudaGraphExec_t microGraph = nullptr, stepGraph = nullptr;
+  bool useCaptures = true;
+  int64_t stepsRun = 0;
+  ~State() {
+    for (cudaGraphExec_t g : {microGraph, stepGraph})
+      if (g)
+        cudaGraphExecDestroy(g);
+    if (stream)
+      cudaStreamDestroy(stream);
+  }
+  /// Runs `list` captured into `exec` (captured first when it is null);
+  /// false with nothing run when the capture does not work.
+  bool replay(const std::vector<Instruction> &list, cudaGraphExec_t &exec, CpuExecutor &host,
+              std::string &error) {
+    if (!exec) {
+      if (cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal) != cudaSuccess) {
+        cudaGetLastError();
+        return false;
+      }
+      bool ran = true;
+      for (const Instruction &ins : list)
+        if (!(ran = run(ins, host, error)))
+          break;
+      cudaGraph_t g = nullptr;
+      cudaError_t e = cudaStreamEndCapture(stream, &g);
+      if (ran && e == cudaSuccess && g)
+        e = cudaGraphInstantiate(&exec, g, 0);
+      if (g)
+        cudaGraphDestroy(g);
+      if (!ran || e != cudaSuccess || !exec) {
+        cudaGetLastError();
+        error.clear();
+        exec = nullptr;
+        return false;
+      }
+    }
+    if (cudaGraphLaunch(exec, stream) != cudaSuccess) {
+      error = std::string("CUDA graph launch: ") + cudaGetErrorString(cudaGetLastError());
+      return false;
+    }
+    return true;
+  }
   /// cuBLASLt's algorithm cache file and its entries when last written.
   std::string algorithmCache;
   size_t savedAlgorithms = 0;
@@ -175,7 +228,7 @@ struct CudaExecutor::State {
   /// itself when fp32 (zeroed), else a zeroed scratch cast into it after.
   float *gradTarget(const Buffer &b, size_t slot, std::string &error) {
     void *p = b.dtype == DType::F32 ? ptr(b) : tmp(slot, size_t(b.elements) * 4, error);
-    if (!p || cudaMemsetAsync(p, 0, size_t(b.elements) * 4) != cudaSuccess) {
+    if (!p || cudaMemsetAsync(p, 0, size_t(b.elements) * 4, stream) != cudaSuccess) {
       if (error.empty())
         error = "cannot clear a gradient buffer";
       return nullptr;
@@ -185,7 +238,7 @@ struct CudaExecutor::State {
   bool gradDone(const Buffer &b, float *g, std::string &error) {
     if (b.dtype == DType::F32)
       return true;
-    return check(cu::fromFloat(g, at<cu::bf16>(b), b.elements, nullptr), "gradient cast", error);
+    return check(cu::fromFloat(g, at<cu::bf16>(b), b.elements, stream), "gradient cast", error);
   }
 
   const double *invFreq(const Instruction &ins, std::string &error) {
@@ -221,7 +274,7 @@ struct CudaExecutor::State {
 template <typename T>
 bool CudaExecutor::State::kernel(const Instruction &ins, CpuExecutor &host, std::string &error) {
   const std::vector<Buffer> &in = ins.ins, &out = ins.outs;
-  cudaStream_t s = nullptr;
+  cudaStream_t s = stream;
   auto ok = [&](cudaError_t e) { return check(e, ins.kernel->name, error); };
   switch (ins.kernel->id) {
   case KernelId::EmbeddingFwd:
@@ -504,6 +557,8 @@ bool CudaExecutor::State::kernel(const Instruction &ins, CpuExecutor &host, std:
     for (size_t i = 0; i < in.size(); ++i)
       if (!ok(cu::sumSquaresAccumulate(at<float>(in[i]), in[i].elements, dsum, s)))
         return false;
+    if (graphs) // on the device: nothing of a step may wait for the host
+      return ok(cu::sqrtOfSum(dsum, at<float>(out[0]), s));
     double sum = 0;
     if (!ok(cudaMemcpy(&sum, dsum, 8, cudaMemcpyDeviceToHost)))
       return false;
@@ -513,6 +568,15 @@ bool CudaExecutor::State::kernel(const Instruction &ins, CpuExecutor &host, std:
   }
   case KernelId::AdamW: {
     Param &p = params.at(ins.text("param"));
+    if (graphs) {
+      cu::AdamWArgs a{float(ins.number("lr")),          float(ins.number("beta1")),
+                      float(ins.number("beta2")),       float(ins.number("eps")),
+                      float(ins.number("weight_decay")), 1.0f, 0};
+      return ok(cu::adamwDevice(p.master.as<float>(), at<float>(in[0]), p.m.as<float>(),
+                                p.v.as<float>(), p.working.as<cu::bf16>(), p.n, a,
+                                at<float>(in[1]), ins.number("max_norm"),
+                                stepCounter.as<int64_t>(), s));
+    }
     float norm = 0;
     if (auto it = hostNorms.find(ptr(in[1])); it != hostNorms.end())
       norm = it->second;
@@ -758,6 +822,9 @@ bool CudaExecutor::init(const Plan &plan, int rank, uint64_t seed, std::string &
       std::fprintf(stderr, "llm-run: the plan's fused kernels run kernel by kernel (%s)\n",
                    why.c_str());
   }
+  if (s->graphs && (cudaStreamCreateWithFlags(&s->stream, cudaStreamNonBlocking) != cudaSuccess ||
+                    !s->stepCounter.reserve(8)))
+    return (error = "cannot create the stream for CUDA graphs", false);
   std::string why;
   s->gemm = cu::Gemm::create(why);
   if (!s->gemm)
@@ -800,6 +867,8 @@ bool CudaExecutor::syncToDevice(std::string &error) {
 }
 
 bool CudaExecutor::syncToHost(std::string &error) {
+  if (s->stream && cudaStreamSynchronize(s->stream) != cudaSuccess)
+    return (error = "CUDA error before a checkpoint", false);
   for (auto &[name, p] : s->params) {
     ParamState &st = host.params.at(name);
     if (cudaMemcpy(st.value.data(), p.master.p, size_t(p.n) * 4, cudaMemcpyDeviceToHost) !=
@@ -816,10 +885,10 @@ bool CudaExecutor::runTimed(const Instruction &ins, std::string &error) {
     return s->run(ins, host, error);
   std::pair<cudaEvent_t, cudaEvent_t> ev{nullptr, nullptr};
   if (cudaEventCreate(&ev.first) != cudaSuccess || cudaEventCreate(&ev.second) != cudaSuccess ||
-      cudaEventRecord(ev.first) != cudaSuccess)
+      cudaEventRecord(ev.first, s->stream) != cudaSuccess)
     return (error = "cannot record CUDA events for --profile", false);
   bool ok = s->run(ins, host, error);
-  cudaEventRecord(ev.second);
+  cudaEventRecord(ev.second, s->stream);
   s->events.emplace_back(&ins, ev);
   return ok;
 }
@@ -833,9 +902,35 @@ bool CudaExecutor::step(const std::vector<std::vector<int32_t>> &tok,
     return (error = "the plan runs " + std::to_string(prog.numMicroBatches) +
                     " micro-batches per step",
             false);
+  cudaStream_t st = s->stream;
   for (auto &[name, b] : s->accum)
-    if (cudaMemsetAsync(b->p, 0, b->bytes) != cudaSuccess)
+    if (cudaMemsetAsync(b->p, 0, b->bytes, st) != cudaSuccess)
       return (error = "cannot clear the accumulators", false);
+  // From the second step on (when every scratch buffer has its size) the
+  // instruction lists run as captured CUDA graphs, if LLMOPT_CUDA_GRAPHS=1.
+  bool graph = s->graphs && s->useCaptures && !host.profiling && s->stepsRun >= 1;
+  auto runList = [&](const std::vector<Instruction> &list, cudaGraphExec_t &exec) {
+    if (graph) {
+      if (s->replay(list, exec, host, error))
+        return true;
+      if (!error.empty())
+        return false;
+      // The capture did not work: plain launches from now on.
+      s->useCaptures = false;
+      graph = false;
+      for (cudaGraphExec_t *g : {&s->microGraph, &s->stepGraph})
+        if (*g) {
+          cudaGraphExecDestroy(*g);
+          *g = nullptr;
+        }
+      std::fprintf(stderr, "llm-run: the step could not be captured as a CUDA graph; "
+                           "launching its kernels one by one\n");
+    }
+    for (const Instruction &ins : list)
+      if (!runTimed(ins, error))
+        return false;
+    return true;
+  };
   s->hostNorms.clear();
   for (size_t m = 0; m < tok.size(); ++m) {
     if (plan.inputs.size() < 2 || int64_t(tok[m].size()) != plan.inputs[0].elements ||
@@ -850,19 +945,23 @@ bool CudaExecutor::step(const std::vector<std::vector<int32_t>> &tok,
       if (l != s->ignoreIndex && (l < 0 || (s->classes > 0 && l >= s->classes)))
         return (error = "a label is outside the vocabulary of " + std::to_string(s->classes),
                 false);
-    if (cudaMemcpy(s->tokens.p, tok[m].data(), tok[m].size() * 4, cudaMemcpyHostToDevice) !=
-            cudaSuccess ||
-        cudaMemcpy(s->labels.p, lab[m].data(), lab[m].size() * 4, cudaMemcpyHostToDevice) !=
-            cudaSuccess)
+    // In stream order: after the previous micro-batch has read its inputs.
+    if (cudaMemcpyAsync(s->tokens.p, tok[m].data(), tok[m].size() * 4, cudaMemcpyHostToDevice,
+                        st) != cudaSuccess ||
+        cudaMemcpyAsync(s->labels.p, lab[m].data(), lab[m].size() * 4, cudaMemcpyHostToDevice,
+                        st) != cudaSuccess)
       return (error = "cannot upload the micro-batch", false);
     s->lseFresh.clear();
-    for (const Instruction &ins : prog.microBatch)
-      if (!runTimed(ins, error))
-        return false;
-  }
-  for (const Instruction &ins : prog.step)
-    if (!runTimed(ins, error))
+    if (!runList(prog.microBatch, s->microGraph))
       return false;
+  }
+  if (s->graphs) {
+    int64_t t = host.steps + 1; // AdamW's bias corrections read it on the device
+    if (cudaMemcpyAsync(s->stepCounter.p, &t, 8, cudaMemcpyHostToDevice, st) != cudaSuccess)
+      return (error = "cannot upload the step number", false);
+  }
+  if (!runList(prog.step, s->stepGraph))
+    return false;
   if (cudaDeviceSynchronize() != cudaSuccess)
     return (error = std::string("CUDA error in the step: ") +
                     cudaGetErrorString(cudaGetLastError()),
@@ -883,6 +982,7 @@ bool CudaExecutor::step(const std::vector<std::vector<int32_t>> &tok,
   result.loss = out[0];
   result.gradNorm = out[1];
   ++host.steps;
+  ++s->stepsRun;
   // New GEMM shapes' algorithms for the next run (a cache: failures only
   // cost the heuristic again).
   if (!s->algorithmCache.empty() && s->gemm->cachedAlgorithms() > s->savedAlgorithms) {

@@ -206,6 +206,15 @@ struct AdamWArgs {
 };
 cudaError_t adamw(float *param, const float *grad, float *m, float *v, bf16 *working,
                   int64_t count, const AdamWArgs &args, cudaStream_t stream);
+/// AdamW with the global norm and the step read from device memory (for
+/// CUDA graphs, which replay one step's launches): args.gradScale and
+/// args.step are ignored; the gradient is scaled by min(1, maxNorm / (norm +
+/// 1e-6)) when maxNorm > 0 (in double, as the host computes it).
+cudaError_t adamwDevice(float *param, const float *grad, float *m, float *v, bf16 *working,
+                        int64_t count, const AdamWArgs &args, const float *norm, double maxNorm,
+                        const int64_t *step, cudaStream_t stream);
+/// out = sqrt(*sum) (the global norm from sumSquaresAccumulate), on the device.
+cudaError_t sqrtOfSum(const double *sum, float *out, cudaStream_t stream);
 
 } // namespace llmopt::kernels::cuda
 
