@@ -74,7 +74,9 @@ if has tiny; then
   step "CUDA graphs (LLMOPT_CUDA_GRAPHS=1) vs the CPU backend"
   for p in tiny-llama:1e-3 tiny-bf16:2e-2; do
     n=${p%%:*} tol=${p##*:}
-    LLMOPT_CUDA_GRAPHS=1 run llm-run "$kit/plans/$n" --data "$kit/data/tiny.bin" --steps 10 --metrics $n-graphs.jsonl --device cuda --quiet
+    LLMOPT_CUDA_GRAPHS=1 run llm-run "$kit/plans/$n" --data "$kit/data/tiny.bin" --steps 10 --metrics $n-graphs.jsonl --device cuda --quiet 2> $n-graphs.err
+    cat $n-graphs.err
+    grep -q "could not be captured" $n-graphs.err && echo "FAIL: no CUDA graph for $n"
     python3 "$cmp" $n-cpu.jsonl $n-graphs.jsonl --rel $tol
   done
   step "resume on the GPU"
@@ -178,6 +180,14 @@ if has gpt2-graphs; then
   step "gpt2-124m: CUDA graphs"
   LLMOPT_CUDA_GRAPHS=1 TMO=240 run llm-run "$kit/plans/gpt2-124m" --data "$kit/data/text.bin" \
     --steps 20 --metrics gpt2-124m-graphs.jsonl --device cuda --peak-tflops 989
+  [ -f gpt2-124m-ours.jsonl ] && python3 "$cmp" gpt2-124m-ours.jsonl gpt2-124m-graphs.jsonl --rel 1e-2 --keys loss
+  python3 - gpt2-124m-graphs.jsonl <<'PY'
+import json, statistics, sys
+r = [json.loads(l) for l in open(sys.argv[1])][5:]
+if r:
+    print("llm-opt + CUDA graphs: median step %.4f s, %.0f tok/s" % (
+        statistics.median(x["step_time_s"] for x in r), statistics.median(x["tokens_per_s"] for x in r)))
+PY
 fi
 has gpt2-torch && torchref gpt2-124m "$root/examples/models/gpt2-124m.json" 16 1024 20
 has gpt2-compile && torchcompile gpt2-124m "$root/examples/models/gpt2-124m.json" 16 1024 20

@@ -102,6 +102,8 @@ struct CudaExecutor::State {
   /// those run the GEMM attention from then on, the others keep trying cuDNN.
   std::set<std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, bool>> cudnnRefused;
   bool cudnnFailed(std::string &error) {
+    if (capturing)
+      return false; // keeps `error`: the capture fails, plain launches retry
     std::fprintf(stderr,
                  "llm-run: cuDNN attention unavailable (%s); this shape uses the GEMM attention\n",
                  error.c_str());
@@ -127,6 +129,9 @@ struct CudaExecutor::State {
   DevBuf stepCounter;
   cudaGraphExec_t microGraph = nullptr, stepGraph = nullptr;
   bool useCaptures = true;
+  /// A capture is being recorded: failures then fail the capture (plain
+  /// launches follow) instead of switching features off for good.
+  bool capturing = false;
   int64_t stepsRun = 0;
   ~State() {
     for (cudaGraphExec_t g : {microGraph, stepGraph})
@@ -142,14 +147,31 @@ struct CudaExecutor::State {
     if (!exec) {
       if (cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal) != cudaSuccess) {
         cudaGetLastError();
+        error.clear();
         return false;
       }
+      // The capture ends whatever happens (an exception included).
+      cudaGraph_t g = nullptr;
+      struct EndCapture {
+        State &st;
+        cudaGraph_t &graph;
+        bool done = false;
+        cudaError_t end() {
+          done = true;
+          st.capturing = false;
+          return cudaStreamEndCapture(st.stream, &graph);
+        }
+        ~EndCapture() {
+          if (!done)
+            end();
+        }
+      } guard{*this, g};
+      capturing = true;
       bool ran = true;
       for (const Instruction &ins : list)
         if (!(ran = run(ins, host, error)))
           break;
-      cudaGraph_t g = nullptr;
-      cudaError_t e = cudaStreamEndCapture(stream, &g);
+      cudaError_t e = guard.end();
       if (ran && e == cudaSuccess && g)
         e = cudaGraphInstantiate(&exec, g, 0);
       if (g)
@@ -257,8 +279,11 @@ struct CudaExecutor::State {
     // In double, as the CPU reference computes its angles.
     std::vector<double> inv = kernels::cpu::ropeInverseFrequencies(hd, float(theta), sc);
     auto buf = std::make_unique<DevBuf>();
+    // In stream order (the rotary kernels run on `stream`).
     if (!buf->reserve(inv.size() * 8) ||
-        cudaMemcpy(buf->p, inv.data(), inv.size() * 8, cudaMemcpyHostToDevice) != cudaSuccess) {
+        cudaMemcpyAsync(buf->p, inv.data(), inv.size() * 8, cudaMemcpyHostToDevice, stream) !=
+            cudaSuccess ||
+        cudaStreamSynchronize(stream) != cudaSuccess) {
       error = "cannot upload the rotary frequencies";
       return nullptr;
     }
@@ -445,6 +470,8 @@ bool CudaExecutor::State::kernel(const Instruction &ins, CpuExecutor &host, std:
             lseFresh.insert(lse);
             return true;
           }
+          if (capturing)
+            return false; // the capture fails; plain launches try again
           cudnnRefused.insert(shape);
           cudnnFailed(error);
         } else if (lseFresh.count(lse)) {
@@ -452,6 +479,8 @@ bool CudaExecutor::State::kernel(const Instruction &ins, CpuExecutor &host, std:
                               at<T>(in[4]), lse, at<T>(out[0]), at<T>(out[1]), at<T>(out[2]), d,
                               s, error))
             return true;
+          if (capturing)
+            return false;
           cudnnRefused.insert(shape);
           cudnnFailed(error);
         }
@@ -607,8 +636,8 @@ bool CudaExecutor::State::kernel(const Instruction &ins, CpuExecutor &host, std:
       if (cudaError_t e = cudaError_t(it->second(ip.data(), op.data(), rows, cols, s));
           e == cudaSuccess)
         return true;
-      else if (e != cudaErrorInvalidValue && e != cudaErrorInvalidConfiguration &&
-               e != cudaErrorLaunchOutOfResources)
+      else if (capturing || (e != cudaErrorInvalidValue && e != cudaErrorInvalidConfiguration &&
+                             e != cudaErrorLaunchOutOfResources))
         return ok(e);
       // A launch this GPU refuses (shared memory, resources): this fused
       // kernel runs its body kernel by kernel from now on.
