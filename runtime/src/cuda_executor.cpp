@@ -1010,6 +1010,11 @@ bool CudaExecutor::step(const std::vector<std::vector<int32_t>> &tok,
     return (error = "cannot read the loss and norm", false);
   result.loss = out[0];
   result.gradNorm = out[1];
+  // Everything this process holds on the GPU (arena, parameters, moments,
+  // scratch, library workspaces), as the driver counts it.
+  size_t freeBytes = 0, totalBytes = 0;
+  if (cudaMemGetInfo(&freeBytes, &totalBytes) == cudaSuccess)
+    result.deviceBytes = int64_t(totalBytes - freeBytes);
   ++host.steps;
   ++s->stepsRun;
   // New GEMM shapes' algorithms for the next run (a cache: failures only

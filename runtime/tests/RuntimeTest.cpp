@@ -44,8 +44,9 @@ TEST(Executor, SixteenBitConversions) {
   // Every fp16 bit pattern survives the round trip (NaNs aside).
   for (uint32_t bits = 0; bits < 0x10000u; ++bits) {
     float f = CpuExecutor::fromStorage(DType::F16, uint16_t(bits));
-    if (!std::isnan(f))
+    if (!std::isnan(f)) {
       ASSERT_EQ(CpuExecutor::toStorage(DType::F16, f), uint16_t(bits)) << bits;
+    }
   }
 }
 

@@ -516,6 +516,9 @@ int main(int argc, char **argv) {
       if (r.lossScaling)
         std::fprintf(metrics, ", \"loss_scale\": %.9g, \"skipped\": %s", r.lossScale,
                      r.skipped ? "true" : "false");
+      if (r.deviceBytes > 0)
+        std::fprintf(metrics, ", \"device_memory_bytes\": %lld",
+                     static_cast<long long>(r.deviceBytes));
       // MFU against the per-GPU peak the user names (none on the CPU).
       if (o.peakTflops > 0 && plan.trainFlopsPerToken > 0)
         std::fprintf(metrics, ", \"mfu\": %.6g}\n",

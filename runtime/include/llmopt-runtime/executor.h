@@ -41,6 +41,8 @@ struct StepResult {
   bool lossScaling = false;
   float lossScale = 0;
   bool skipped = false;
+  /// The CUDA backend: device memory in use after the step (0 elsewhere).
+  int64_t deviceBytes = 0;
 };
 
 /// Dynamic loss scaling state (Micikevicius et al. 2018): halve the scale
