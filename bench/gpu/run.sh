@@ -136,9 +136,10 @@ ours() {
 import json, statistics, sys
 r = [json.loads(l) for l in open(sys.argv[1])][5:]
 if r:
-    print("llm-opt: median step %.4f s, %.0f tok/s, MFU %.3f" % (
+    print("llm-opt: median step %.4f s, %.0f tok/s, MFU %.3f, device memory %.2f GB" % (
         statistics.median(x["step_time_s"] for x in r), statistics.median(x["tokens_per_s"] for x in r),
-        statistics.median(x.get("mfu", 0) for x in r)))
+        statistics.median(x.get("mfu", 0) for x in r),
+        max(x.get("device_memory_bytes", 0) for x in r) / 1e9))
 try:
     p = json.load(open(sys.argv[2]))
 except Exception:
