@@ -84,6 +84,16 @@ struct PlanMemoryPass : public llmopt::impl::PlanMemoryBase<PlanMemoryPass> {
     std::vector<Buffer> buffers;
     llvm::DenseMap<Value, size_t> index;
     double stateBytes = 0;
+    // Weight gradients that their linear's backward adds straight into the
+    // accumulators (convert-llm-to-exec's `accumulate`) need no buffer.
+    int64_t zero = 0;
+    if (auto plan = module->getAttrOfType<PlanAttr>("llm.plan"))
+      zero = plan.getDp() > 1 ? plan.getZero() : 0;
+    llvm::DenseSet<Value> inPlace;
+    for (Operation &op : body)
+      if (accumulatesWeightGradients(&op, zero))
+        for (Value r : op.getResults().drop_front())
+          inPlace.insert(r);
     for (Operation &op : body) {
       if (auto p = dyn_cast<ParamOp>(op)) {
         double count = double(p.getNumElements());
@@ -93,7 +103,7 @@ struct PlanMemoryPass : public llmopt::impl::PlanMemoryBase<PlanMemoryPass> {
       }
       for (Value r : op.getResults()) {
         auto t = dyn_cast<RankedTensorType>(r.getType());
-        if (!t)
+        if (!t || inPlace.contains(r))
           continue;
         if (!t.hasStaticShape()) {
           op.emitOpError() << "llm-plan-memory: " << t

@@ -40,7 +40,13 @@ struct Converter {
 
   Converter(func::FuncOp f) : func(f), b(f.getContext()), ob(f.getContext()) {}
 
+  /// Values that live in a named buffer rather than the arena (weight
+  /// gradients a linear's backward adds straight into their accumulators).
+  llvm::DenseMap<Value, BufAttr> overrides;
+
   FailureOr<BufAttr> buf(Value v) {
+    if (auto it = overrides.find(v); it != overrides.end())
+      return it->second;
     auto t = cast<RankedTensorType>(v.getType());
     auto shape = b.getDenseI64ArrayAttr(t.getShape());
     Type elt = t.getElementType();
@@ -878,45 +884,32 @@ struct ConvertLLMToExecPass
           enterChunk(&op, "llm.chunk", op.getLoc());
         if (stage >= 0 && stageOf(&op) != stage)
           continue;
-        if (failed(cv.convert(&op)))
-          return failure();
         // A linear's weight and bias gradients read only by the step are
         // added by the linear_bwd itself into their fp32 accumulators
-        // (`accumulate`), without gradient buffers of their own and the adds'
-        // passes over them (Megatron's fp32 main-gradient accumulation: no
-        // 16-bit rounding of the weight gradients).
+        // (`accumulate`; llm-plan-memory gave them no buffer): no gradient
+        // buffers of their own and no adds' passes over them (Megatron's
+        // fp32 main-gradient accumulation: no 16-bit rounding of the weight
+        // gradients).
         llvm::SmallDenseSet<Value> accumulated;
-        if (auto made = cv.ob.getInsertionBlock()->empty()
-                            ? KernelOp()
-                            : dyn_cast<KernelOp>(cv.ob.getInsertionBlock()->back());
-            made && made.getKernel() == "linear_bwd" && !made.getParams().get("fp8")) {
-          SmallVector<Attribute> outs(made.getOuts().getValue());
-          bool all = outs.size() > 1;
-          for (size_t i = 1; all && i < outs.size(); ++i) {
-            all = false;
-            for (Value r : op.getResults()) {
-              auto it = accumulateAt.find(r);
-              FailureOr<BufAttr> g = cv.buf(r);
-              if (it == accumulateAt.end() || failed(g) || *g != outs[i] ||
-                  chunkedOver.lookup(it->second) ||
-                  it->second.getShape() != g->getShape() ||
-                  !llvm::all_of(r.getUsers(),
-                                [](Operation *u) { return isa<AdamWOp, GlobalNormOp>(u); }))
-                continue;
-              outs[i] = it->second;
-              accumulated.insert(r);
-              all = true;
-              break;
+        if (accumulatesWeightGradients(&op, zero)) {
+          for (Value r : op.getResults().drop_front()) {
+            auto it = accumulateAt.find(r);
+            if (it == accumulateAt.end()) {
+              op.emitOpError() << "convert-llm-to-exec: a weight gradient added in place has no "
+                                  "accumulator on this stage";
+              return failure();
             }
+            cv.overrides[r] = it->second;
+            accumulated.insert(r);
           }
-          if (all) {
-            made.setOutsAttr(b.getArrayAttr(outs));
-            NamedAttrList params(made.getParams());
-            params.set("accumulate", b.getBoolAttr(true));
-            made.setParamsAttr(params.getDictionary(ctx));
-          } else {
-            accumulated.clear();
-          }
+        }
+        if (failed(cv.convert(&op)))
+          return failure();
+        if (!accumulated.empty()) {
+          auto made = cast<KernelOp>(cv.ob.getInsertionBlock()->back());
+          NamedAttrList params(made.getParams());
+          params.set("accumulate", b.getBoolAttr(true));
+          made.setParamsAttr(params.getDictionary(ctx));
         }
         for (Value r : op.getResults())
           if (auto it = accumulateAt.find(r); it != accumulateAt.end()) {

@@ -335,3 +335,25 @@ OpCost AdamWOp::getCost(const CostContext &c) {
   k.fwdBytesWritten = 12 * n + bytes(getGrad(), c);
   return k;
 }
+
+bool llmopt::llm::accumulatesWeightGradients(Operation *op, int64_t zeroStage) {
+  if (zeroStage >= 2)
+    return false;
+  SmallVector<Value> grads;
+  if (auto g = dyn_cast<LinearGradOp>(op)) {
+    if (g.getGemm())
+      return false; // fp8: the recipe's own path
+    grads.push_back(g.getWeightGrad());
+    if (g.getBiasGrad())
+      grads.push_back(g.getBiasGrad());
+  } else if (auto h = dyn_cast<LMHeadGradOp>(op)) {
+    grads.push_back(h.getWeightGrad());
+  } else {
+    return false;
+  }
+  for (Value v : grads)
+    for (Operation *user : v.getUsers())
+      if (!isa<AdamWOp, GlobalNormOp>(user))
+        return false;
+  return true;
+}

@@ -36,6 +36,13 @@ mlir::RankedTensorType withExpertParts(mlir::Type t, int64_t parts);
 /// chunks by the encoding `{cp_parts = t}`; 1 otherwise.
 int64_t cpParts(mlir::Type t);
 mlir::RankedTensorType withCpParts(mlir::Type t, int64_t parts);
+/// Whether a linear's (or LM head's) backward adds its weight and bias
+/// gradients straight into their fp32 accumulators (convert-llm-to-exec's
+/// `accumulate`; llm-plan-memory then gives them no buffer): each is read
+/// only by the step (AdamW, the global norm), the GEMM is not fp8, and
+/// ZeRO-2/3 (`zeroStage` with dp > 1) does not reduce-scatter gradients per
+/// micro-batch.
+bool accumulatesWeightGradients(mlir::Operation *op, int64_t zeroStage);
 } // namespace llmopt::llm
 
 #endif // LLMOPT_DIALECT_LLM_IR_LLMOPS_H
