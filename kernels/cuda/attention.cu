@@ -8,17 +8,12 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "llmopt-kernels/cuda.h"
+#include "common.cuh"
 
 namespace llmopt::kernels::cuda {
 namespace {
 
 constexpr int kMaxHeadDim = 256;
-
-__device__ __forceinline__ float ld(const float *p) { return *p; }
-__device__ __forceinline__ float ld(const bf16 *p) { return __bfloat162float(*p); }
-__device__ __forceinline__ void st(float *p, float v) { *p = v; }
-__device__ __forceinline__ void st(bf16 *p, float v) { *p = __float2bfloat16(v); }
 
 struct Rows {
   AttentionDims d;

@@ -14,7 +14,7 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "llmopt-kernels/cuda.h"
+#include "common.cuh"
 #include "llmopt-kernels/gemm.h"
 
 #include <algorithm>
@@ -23,21 +23,10 @@ namespace llmopt::kernels::cuda {
 namespace {
 
 constexpr int64_t kChunkBytes = int64_t(1) << 30; // fp32 scores per chunk at most
-constexpr int kThreads = 256;
-
-__device__ __forceinline__ float ld(const float *p) { return *p; }
-__device__ __forceinline__ float ld(const bf16 *p) { return __bfloat162float(*p); }
-__device__ __forceinline__ void st(float *p, float v) { *p = v; }
-__device__ __forceinline__ void st(bf16 *p, float v) { *p = __float2bfloat16(v); }
 
 template <typename T> cudaDataType_t typeOf();
 template <> cudaDataType_t typeOf<float>() { return CUDA_R_32F; }
 template <> cudaDataType_t typeOf<bf16>() { return CUDA_R_16BF; }
-
-unsigned gridFor(int64_t n) {
-  int64_t blocks = std::max<int64_t>((n + kThreads - 1) / kThreads, 1);
-  return unsigned(std::min<int64_t>(blocks, 65535 * 8));
-}
 
 /// Keys row i of a (batch, head) sees: [first, last].
 __device__ __forceinline__ void visible(const AttentionDims &d, int64_t i, int64_t &first,
@@ -46,24 +35,6 @@ __device__ __forceinline__ void visible(const AttentionDims &d, int64_t i, int64
   last = d.causal ? i : d.seq - 1;
   if (d.causal && d.window > 0 && i - d.window + 1 > 0)
     first = i - d.window + 1;
-}
-
-__device__ float blockReduce(float v, bool max, float *red) {
-  for (int o = 16; o > 0; o /= 2) {
-    float w = __shfl_xor_sync(0xffffffffu, v, o);
-    v = max ? fmaxf(v, w) : v + w;
-  }
-  int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  __syncthreads(); // red may still be read from the previous reduction
-  if (lane == 0)
-    red[warp] = v;
-  __syncthreads();
-  v = lane < int(blockDim.x / 32) ? red[lane] : (max ? -INFINITY : 0.0f);
-  for (int o = 16; o > 0; o /= 2) {
-    float w = __shfl_xor_sync(0xffffffffu, v, o);
-    v = max ? fmaxf(v, w) : v + w;
-  }
-  return v;
 }
 
 /// xt[((b H + h) s + i) d + c] = x[((b s + i) srcHeads + h / group) d + c].
@@ -119,11 +90,11 @@ __global__ void softmaxKernel(const float *S, T *P, float *lse, int64_t rowBase,
   float m = -INFINITY;
   for (int64_t j = first + threadIdx.x; j <= last; j += blockDim.x)
     m = fmaxf(m, row[j]);
-  m = blockReduce(m, true, red);
+  m = blockMax(m, red);
   float sum = 0;
   for (int64_t j = first + threadIdx.x; j <= last; j += blockDim.x)
     sum += expf(row[j] - m);
-  sum = blockReduce(sum, false, red);
+  sum = blockSum(sum, red);
   float inv = sum > 0 ? 1.0f / sum : 0.0f;
   for (int64_t j = threadIdx.x; j < d.seq; j += blockDim.x)
     st(p + j, j >= first && j <= last ? expf(row[j] - m) * inv : 0.0f);

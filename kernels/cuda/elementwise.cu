@@ -10,7 +10,7 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "llmopt-kernels/cuda.h"
+#include "common.cuh"
 
 #include <algorithm>
 
@@ -18,22 +18,6 @@
 
 namespace llmopt::kernels::cuda {
 namespace {
-
-constexpr int kThreads = 256;
-
-__device__ __forceinline__ float ld(const float *p) { return *p; }
-__device__ __forceinline__ float ld(const bf16 *p) { return __bfloat162float(*p); }
-__device__ __forceinline__ void st(float *p, float v) { *p = v; }
-__device__ __forceinline__ void st(bf16 *p, float v) { *p = __float2bfloat16(v); }
-
-unsigned gridFor(int64_t count) {
-  int64_t blocks = (count + kThreads - 1) / kThreads;
-  return unsigned(blocks < 65535 * 16 ? (blocks > 0 ? blocks : 1) : 65535 * 16);
-}
-
-#define GRID_STRIDE(i, n)                                                                  \
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < (n);                \
-       i += int64_t(blockDim.x) * gridDim.x)
 
 template <typename T> __global__ void addKernel(const T *a, const T *b, T *y, int64_t n) {
   GRID_STRIDE(i, n) st(y + i, ld(a + i) + ld(b + i));
@@ -112,15 +96,9 @@ __global__ void sumSquaresKernel(const float *x, int64_t n, double *out) {
   __shared__ double red[kThreads];
   double s = 0;
   GRID_STRIDE(i, n) s += double(x[i]) * double(x[i]);
-  red[threadIdx.x] = s;
-  __syncthreads();
-  for (int o = blockDim.x / 2; o > 0; o >>= 1) {
-    if (int(threadIdx.x) < o)
-      red[threadIdx.x] += red[threadIdx.x + o];
-    __syncthreads();
-  }
+  s = blockTreeSum(s, red);
   if (threadIdx.x == 0)
-    atomicAdd(out, red[0]);
+    atomicAdd(out, s);
 }
 __global__ void finishSquaresKernel(const double *sum, float *out, bool root) {
   *out = root ? float(sqrt(*sum)) : float(*sum);
@@ -133,33 +111,12 @@ __global__ void finishSquaresKernel(const double *sum, float *out, bool root) {
 template <typename T>
 __global__ void vpStatsKernel(const T *z, const int32_t *labels, float *lse, float *target,
                               int64_t part, int64_t offset, int64_t ignore) {
-  __shared__ float red[kThreads];
+  __shared__ float red[32];
   int64_t r = blockIdx.x;
   const T *row = z + r * part;
-  float m = -INFINITY;
-  for (int64_t j = threadIdx.x; j < part; j += blockDim.x)
-    m = fmaxf(m, ld(row + j));
-  red[threadIdx.x] = m;
-  __syncthreads();
-  for (int o = blockDim.x / 2; o > 0; o >>= 1) {
-    if (int(threadIdx.x) < o)
-      red[threadIdx.x] = fmaxf(red[threadIdx.x], red[threadIdx.x + o]);
-    __syncthreads();
-  }
-  m = red[0];
-  __syncthreads();
-  float s = 0;
-  for (int64_t j = threadIdx.x; j < part; j += blockDim.x)
-    s += expf(ld(row + j) - m);
-  red[threadIdx.x] = s;
-  __syncthreads();
-  for (int o = blockDim.x / 2; o > 0; o >>= 1) {
-    if (int(threadIdx.x) < o)
-      red[threadIdx.x] += red[threadIdx.x + o];
-    __syncthreads();
-  }
+  float logSumExp = rowLogSumExp(row, part, red);
   if (threadIdx.x == 0) {
-    lse[r] = m + logf(red[0]);
+    lse[r] = logSumExp;
     int64_t l = labels[r];
     target[r] = l != ignore && l >= offset && l < offset + part ? ld(row + (l - offset)) : 0.0f;
   }
@@ -282,15 +239,9 @@ __global__ void combineBwdKernel(const T *d, const T *e, const float *w, const i
       acc += ld(g + f) * ld(e + row + f);
     }
   }
-  red[threadIdx.x] = acc;
-  __syncthreads();
-  for (int o = blockDim.x / 2; o > 0; o >>= 1) {
-    if (int(threadIdx.x) < o)
-      red[threadIdx.x] += red[threadIdx.x + o];
-    __syncthreads();
-  }
+  acc = blockTreeSum(acc, red);
   if (threadIdx.x == 0)
-    dw[c] = red[0];
+    dw[c] = acc;
 }
 
 /// Slots into `slots` (device, choices entries), false when an index is out

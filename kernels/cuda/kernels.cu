@@ -8,7 +8,7 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "llmopt-kernels/cuda.h"
+#include "common.cuh"
 
 #include <cuda_fp8.h>
 
@@ -18,59 +18,6 @@
 
 namespace llmopt::kernels::cuda {
 namespace {
-
-constexpr int kThreads = 256;
-
-__device__ __forceinline__ float ld(const float *p) { return *p; }
-__device__ __forceinline__ float ld(const bf16 *p) { return __bfloat162float(*p); }
-__device__ __forceinline__ void st(float *p, float v) { *p = v; }
-__device__ __forceinline__ void st(bf16 *p, float v) { *p = __float2bfloat16(v); }
-
-/// Sum over the block (kThreads threads); `red` is 32 floats of shared memory.
-__device__ float blockSum(float v, float *red) {
-  for (int o = 16; o > 0; o >>= 1)
-    v += __shfl_xor_sync(0xffffffffu, v, o);
-  int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  if (lane == 0)
-    red[warp] = v;
-  __syncthreads();
-  float t = threadIdx.x < (blockDim.x >> 5) ? red[threadIdx.x] : 0.0f;
-  if (warp == 0)
-    for (int o = 16; o > 0; o >>= 1)
-      t += __shfl_xor_sync(0xffffffffu, t, o);
-  __syncthreads();
-  if (threadIdx.x == 0)
-    red[0] = t;
-  __syncthreads();
-  float r = red[0];
-  __syncthreads();
-  return r;
-}
-
-__device__ float blockMax(float v, float *red) {
-  for (int o = 16; o > 0; o >>= 1)
-    v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-  int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  if (lane == 0)
-    red[warp] = v;
-  __syncthreads();
-  float t = threadIdx.x < (blockDim.x >> 5) ? red[threadIdx.x] : -INFINITY;
-  if (warp == 0)
-    for (int o = 16; o > 0; o >>= 1)
-      t = fmaxf(t, __shfl_xor_sync(0xffffffffu, t, o));
-  __syncthreads();
-  if (threadIdx.x == 0)
-    red[0] = t;
-  __syncthreads();
-  float r = red[0];
-  __syncthreads();
-  return r;
-}
-
-unsigned gridFor(int64_t count) {
-  int64_t blocks = (count + kThreads - 1) / kThreads;
-  return unsigned(blocks < 65535 * 16 ? (blocks > 0 ? blocks : 1) : 65535 * 16);
-}
 
 // --- norms ----------------------------------------------------------------------
 
@@ -180,10 +127,6 @@ __device__ __forceinline__ float geluGrad(float x, bool t) {
 }
 __device__ __forceinline__ float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 
-#define GRID_STRIDE(i, n)                                                                  \
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < (n);                \
-       i += int64_t(blockDim.x) * gridDim.x)
-
 template <typename T> __global__ void geluFwdKernel(const T *x, T *o, int64_t n, bool t) {
   GRID_STRIDE(i, n) st(o + i, gelu(ld(x + i), t));
 }
@@ -237,28 +180,6 @@ __global__ void rotaryKernel(const T *x, T *out, int64_t rows, int64_t seq, int6
 }
 
 // --- softmax cross-entropy ------------------------------------------------------
-
-/// log sum_j exp(row[j]) in one pass over the row: each thread keeps a
-/// running maximum and a sum scaled to it (rescaled when the maximum grows),
-/// then the block combines them at the block's maximum.
-template <typename T>
-__device__ float rowLogSumExp(const T *row, int64_t vocab, float *red) {
-  float m = -INFINITY, s = 0;
-  for (int64_t j = threadIdx.x; j < vocab; j += blockDim.x) {
-    float v = ld(row + j);
-    if (v == -INFINITY)
-      continue;
-    if (v > m) {
-      s = s * expf(m - v) + 1.0f;
-      m = v;
-    } else {
-      s += expf(v - m);
-    }
-  }
-  float top = blockMax(m, red);
-  float total = blockSum(m == -INFINITY ? 0.0f : s * expf(m - top), red);
-  return top + logf(total);
-}
 
 template <typename T>
 __global__ void ceRowKernel(const T *logits, const int32_t *labels, float *rowLoss,
