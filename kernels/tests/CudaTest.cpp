@@ -10,6 +10,7 @@
 #include "llmopt-kernels/cpu.h"
 #include "llmopt-kernels/cuda.h"
 
+#include "RandomVec.h"
 #include "gtest/gtest.h"
 #include <cmath>
 #include <cstdio>
@@ -24,15 +25,6 @@ namespace {
 #define NEED_GPU()                                                                         \
   if (!gpu::deviceAvailable())                                                             \
   GTEST_SKIP() << "no CUDA device"
-
-std::vector<float> randomVec(size_t n, uint32_t seed, float scale = 1.0f) {
-  std::mt19937 gen(seed);
-  std::normal_distribution<float> d(0.0f, scale);
-  std::vector<float> v(n);
-  for (float &x : v)
-    x = d(gen);
-  return v;
-}
 
 /// A device copy of a host vector, freed at scope exit.
 template <typename T> struct Dev {
@@ -60,6 +52,27 @@ void expectClose(const std::vector<float> &got, const std::vector<float> &want, 
   for (size_t i = 0; i < got.size(); ++i)
     ASSERT_LE(std::abs(double(got[i]) - want[i]), tol * std::max(1.0, std::abs(double(want[i]))))
         << what << "[" << i << "]";
+}
+
+/// bf16 copies of `x`; roundToBf16 also rounds `x` to them (a CPU reference
+/// then sees the device's inputs); toFloat widens them back.
+std::vector<gpu::bf16> toBf16(const std::vector<float> &x) {
+  std::vector<gpu::bf16> y(x.size());
+  for (size_t i = 0; i < x.size(); ++i)
+    y[i] = __float2bfloat16(x[i]);
+  return y;
+}
+std::vector<gpu::bf16> roundToBf16(std::vector<float> &x) {
+  std::vector<gpu::bf16> y = toBf16(x);
+  for (size_t i = 0; i < x.size(); ++i)
+    x[i] = __bfloat162float(y[i]);
+  return y;
+}
+std::vector<float> toFloat(const std::vector<gpu::bf16> &x) {
+  std::vector<float> y(x.size());
+  for (size_t i = 0; i < x.size(); ++i)
+    y[i] = __bfloat162float(x[i]);
+  return y;
 }
 
 TEST(Cuda, RMSNorm) {
@@ -151,24 +164,13 @@ TEST(Cuda, RMSNormBF16) {
   NEED_GPU();
   const int64_t n = 4, c = 256;
   auto x = randomVec(n * c, 11), w = randomVec(c, 12);
-  std::vector<gpu::bf16> xb(x.size()), wb(w.size());
-  for (size_t i = 0; i < x.size(); ++i) {
-    xb[i] = __float2bfloat16(x[i]);
-    x[i] = __bfloat162float(xb[i]);
-  }
-  for (size_t i = 0; i < w.size(); ++i) {
-    wb[i] = __float2bfloat16(w[i]);
-    w[i] = __bfloat162float(wb[i]);
-  }
+  std::vector<gpu::bf16> xb = roundToBf16(x), wb = roundToBf16(w);
   std::vector<float> out(n * c), rstd(n);
   cpu::rmsNormForward(x.data(), w.data(), out.data(), rstd.data(), n, c, 1e-5f);
   Dev<gpu::bf16> dX(xb), dW(wb), dOut(n * c);
   Dev<float> dRstd(n);
   ASSERT_EQ(gpu::rmsNormForward(dX.p, dW.p, dOut.p, dRstd.p, n, c, 1e-5f, nullptr), cudaSuccess);
-  std::vector<float> got;
-  for (gpu::bf16 v : dOut.host())
-    got.push_back(__bfloat162float(v));
-  expectClose(got, out, 2e-2, "rms_norm bf16");
+  expectClose(toFloat(dOut.host()), out, 2e-2, "rms_norm bf16");
 }
 
 TEST(Cuda, EmbeddingAndRotary) {
@@ -466,20 +468,8 @@ TEST(Cuda, AttentionGemm) {
       expectClose(dDk.host(), dk, 1e-4, "attention dk");
       expectClose(dDv.host(), dv, 1e-4, "attention dv");
     }
-    auto toB = [](const std::vector<float> &x) {
-      std::vector<gpu::bf16> y(x.size());
-      for (size_t i = 0; i < x.size(); ++i)
-        y[i] = __float2bfloat16(x[i]);
-      return y;
-    };
-    auto toF = [](const std::vector<gpu::bf16> &x) {
-      std::vector<float> y(x.size());
-      for (size_t i = 0; i < x.size(); ++i)
-        y[i] = __bfloat162float(x[i]);
-      return y;
-    };
-    Dev<gpu::bf16> bQ(toB(q)), bK(toB(k)), bV(toB(v)), bG(toB(g)), bOut(qn), bDq(qn), bDk(kn),
-        bDv(kn), bScratch(gpu::attentionGemmScratchBytes(d, 2) / 2 + 1);
+    Dev<gpu::bf16> bQ(toBf16(q)), bK(toBf16(k)), bV(toBf16(v)), bG(toBf16(g)), bOut(qn), bDq(qn),
+        bDk(kn), bDv(kn), bScratch(gpu::attentionGemmScratchBytes(d, 2) / 2 + 1);
     Dev<float> bLse(lse.size());
     ASSERT_TRUE(gpu::attentionForwardGemm(*gemm, bQ.p, bK.p, bV.p, bOut.p, bLse.p, d, bScratch.p,
                                           nullptr, error))
@@ -487,10 +477,10 @@ TEST(Cuda, AttentionGemm) {
     ASSERT_TRUE(gpu::attentionBackwardGemm(*gemm, bG.p, bQ.p, bK.p, bV.p, bOut.p, bLse.p, bDq.p,
                                            bDk.p, bDv.p, d, bScratch.p, nullptr, error))
         << error;
-    expectClose(toF(bOut.host()), out, 3e-2, "bf16 attention out");
-    expectClose(toF(bDq.host()), dq, 6e-2, "bf16 attention dq");
-    expectClose(toF(bDk.host()), dk, 6e-2, "bf16 attention dk");
-    expectClose(toF(bDv.host()), dv, 6e-2, "bf16 attention dv");
+    expectClose(toFloat(bOut.host()), out, 3e-2, "bf16 attention out");
+    expectClose(toFloat(bDq.host()), dq, 6e-2, "bf16 attention dq");
+    expectClose(toFloat(bDk.host()), dk, 6e-2, "bf16 attention dk");
+    expectClose(toFloat(bDv.host()), dv, 6e-2, "bf16 attention dv");
   }
 }
 
@@ -517,22 +507,9 @@ TEST(Cuda, AttentionCudnn) {
     size_t qn = size_t(a.batch * a.seq * a.heads * a.headDim),
            kn = size_t(a.batch * a.seq * a.kvHeads * a.headDim);
     auto q = randomVec(qn, 80), k = randomVec(kn, 81), v = randomVec(kn, 82), g = randomVec(qn, 83);
-    auto toB = [](std::vector<float> &x) {
-      std::vector<gpu::bf16> y(x.size());
-      for (size_t i = 0; i < x.size(); ++i) {
-        y[i] = __float2bfloat16(x[i]);
-        x[i] = __bfloat162float(y[i]); // the reference sees the rounded inputs
-      }
-      return y;
-    };
-    auto toF = [](const std::vector<gpu::bf16> &x) {
-      std::vector<float> y(x.size());
-      for (size_t i = 0; i < x.size(); ++i)
-        y[i] = __bfloat162float(x[i]);
-      return y;
-    };
-    Dev<gpu::bf16> bQ(toB(q)), bK(toB(k)), bV(toB(v)), bG(toB(g)), bOut(qn), bDq(qn), bDk(kn),
-        bDv(kn);
+    // The reference sees the rounded inputs.
+    Dev<gpu::bf16> bQ(roundToBf16(q)), bK(roundToBf16(k)), bV(roundToBf16(v)),
+        bG(roundToBf16(g)), bOut(qn), bDq(qn), bDk(kn), bDv(kn);
     std::vector<float> out(qn), lse(size_t(a.batch * a.heads * a.seq)), dq(qn), dk(kn), dv(kn);
     cpu::attentionForward(q.data(), k.data(), v.data(), out.data(), lse.data(), a);
     cpu::attentionBackward(g.data(), q.data(), k.data(), v.data(), out.data(), lse.data(),
@@ -542,11 +519,11 @@ TEST(Cuda, AttentionCudnn) {
     ASSERT_TRUE(cudnn->backward(bG.p, bQ.p, bK.p, bV.p, bOut.p, bLse.p, bDq.p, bDk.p, bDv.p, d,
                                 nullptr, error))
         << error;
-    expectClose(toF(bOut.host()), out, 3e-2, "cuDNN attention out");
+    expectClose(toFloat(bOut.host()), out, 3e-2, "cuDNN attention out");
     expectClose(bLse.host(), lse, 1e-2, "cuDNN attention lse");
-    expectClose(toF(bDq.host()), dq, 6e-2, "cuDNN attention dq");
-    expectClose(toF(bDk.host()), dk, 6e-2, "cuDNN attention dk");
-    expectClose(toF(bDv.host()), dv, 6e-2, "cuDNN attention dv");
+    expectClose(toFloat(bDq.host()), dq, 6e-2, "cuDNN attention dq");
+    expectClose(toFloat(bDk.host()), dk, 6e-2, "cuDNN attention dk");
+    expectClose(toFloat(bDv.host()), dv, 6e-2, "cuDNN attention dv");
   }
   gpu::AttentionDims window{1, 16, 2, 2, 64, 0.125f, true, 4};
   EXPECT_FALSE(gpu::CudnnAttention::supports(window));

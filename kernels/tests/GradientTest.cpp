@@ -10,6 +10,7 @@
 
 #include "llmopt-kernels/cpu.h"
 
+#include "RandomVec.h"
 #include "gtest/gtest.h"
 #include <cmath>
 #include <functional>
@@ -19,15 +20,6 @@
 using namespace llmopt::kernels::cpu;
 
 namespace {
-
-std::vector<float> randomVec(size_t n, uint32_t seed, float scale = 1.0f) {
-  std::mt19937 gen(seed);
-  std::normal_distribution<float> d(0.0f, scale);
-  std::vector<float> v(n);
-  for (float &x : v)
-    x = d(gen);
-  return v;
-}
 
 double dot(const std::vector<float> &a, const std::vector<float> &b) {
   double s = 0;
