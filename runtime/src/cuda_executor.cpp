@@ -434,15 +434,9 @@ bool CudaExecutor::State::kernel(const Instruction &ins, CpuExecutor &host, std:
   case KernelId::AttentionBwd: {
     bool fwd = ins.kernel->id == KernelId::AttentionFwd;
     const Buffer &q = in[fwd ? 0 : 1];
-    cu::AttentionDims d;
-    d.batch = q.shape[0];
-    d.seq = q.shape[1];
-    d.heads = int64_t(ins.number("heads"));
-    d.kvHeads = int64_t(ins.number("kv_heads"));
-    d.headDim = int64_t(ins.number("head_dim"));
-    d.scale = float(ins.number("scale"));
-    d.causal = ins.flag("causal");
-    d.window = int64_t(ins.number("window"));
+    kernels::cpu::AttentionShape a = attentionShape(ins, q, in[fwd ? 1 : 2]);
+    cu::AttentionDims d{a.batch, a.seq, a.heads, a.kvHeads, a.headDim, a.scale, a.causal,
+                        a.window};
     // Tensor-core attention (attention_gemm.cu). The forward's
     // log-sum-exps are kept by output buffer: the backward reads the
     // output the last forward into that buffer wrote, and its statistics.

@@ -242,16 +242,7 @@ bool CpuExecutor::runRingAttention(const Instruction &ins, Communicator &comm,
     return false;
   bool bwd = ins.kind == Instruction::Kind::CPRingAttentionBwd;
   const Buffer &q = ins.ins[bwd ? 1 : 0], &kb = ins.ins[bwd ? 2 : 1];
-  k::AttentionShape a;
-  a.batch = q.shape[0];
-  a.seq = q.shape[1];
-  a.kvSeq = kb.shape[1];
-  a.heads = int64_t(ins.number("heads"));
-  a.kvHeads = int64_t(ins.number("kv_heads"));
-  a.headDim = int64_t(ins.number("head_dim"));
-  a.scale = float(ins.number("scale"));
-  a.causal = ins.flag("causal");
-  a.window = int64_t(ins.number("window"));
+  k::AttentionShape a = attentionShape(ins, q, kb);
   // Positions of rank r's rows: chunks r and 2 parts - 1 - r.
   auto positions = [&](int r) {
     std::vector<int32_t> p(size_t(a.seq));
@@ -1179,20 +1170,11 @@ bool CpuExecutor::runWide(const Instruction &ins, Communicator &comm, std::strin
   case KernelId::AttentionBwd: {
     bool fwd = ins.kernel->id == KernelId::AttentionFwd;
     const Buffer &q = fwd ? in[0] : in[1];
-    k::AttentionShape a;
-    a.batch = q.shape[0];
-    a.seq = q.shape[1];
-    a.heads = int64_t(ins.number("heads"));
-    a.kvHeads = int64_t(ins.number("kv_heads"));
-    a.headDim = int64_t(ins.number("head_dim"));
-    a.scale = float(ins.number("scale"));
-    a.causal = ins.flag("causal");
-    a.window = int64_t(ins.number("window"));
+    k::AttentionShape a = attentionShape(ins, q, fwd ? in[1] : in[2]);
     // Context parallelism: local queries at their positions, whole keys.
     std::vector<int32_t> pos;
     if (!cpPositions(ins, a.seq, pos, error))
       return false;
-    a.kvSeq = (fwd ? in[1] : in[2]).shape[1];
     a.qPos = pos.empty() ? nullptr : pos.data();
     std::vector<float> lse(a.batch * a.heads * a.seq);
     if (fwd) {
@@ -1579,6 +1561,20 @@ bool CpuExecutor::runWide(const Instruction &ins, Communicator &comm, std::strin
   }
   error = std::string("the CPU backend has no kernel '") + ins.kernel->name + "'";
   return false;
+}
+
+k::AttentionShape attentionShape(const Instruction &ins, const Buffer &q, const Buffer &kv) {
+  k::AttentionShape a;
+  a.batch = q.shape[0];
+  a.seq = q.shape[1];
+  a.kvSeq = kv.shape[1];
+  a.heads = int64_t(ins.number("heads"));
+  a.kvHeads = int64_t(ins.number("kv_heads"));
+  a.headDim = int64_t(ins.number("head_dim"));
+  a.scale = float(ins.number("scale"));
+  a.causal = ins.flag("causal");
+  a.window = int64_t(ins.number("window"));
+  return a;
 }
 
 } // namespace llmopt::runtime

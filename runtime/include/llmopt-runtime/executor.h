@@ -33,6 +33,12 @@ struct ParamState {
   bool valueChunked = false;
 };
 
+/// An attention instruction's shape (attention_* and cp_ring_attention_*:
+/// `q` and `k` its query and key buffers; parameters heads, kv_heads,
+/// head_dim, scale, causal, window).
+kernels::cpu::AttentionShape attentionShape(const Instruction &ins, const Buffer &q,
+                                            const Buffer &k);
+
 struct StepResult {
   float loss = 0;
   float gradNorm = 0;
