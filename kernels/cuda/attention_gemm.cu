@@ -180,37 +180,75 @@ struct Layout {
   }
 };
 
-template <typename T>
-bool forward(Gemm &gemm, const T *q, const T *k, const T *v, T *out, float *lse,
-             const AttentionDims &d, void *scratch, cudaStream_t s, std::string &error) {
+/// Heads that split into kv_heads groups, or `error`.
+bool groupsOf(const AttentionDims &d, std::string &error) {
   if (d.kvHeads <= 0 || d.heads % d.kvHeads) {
     error = "attention: heads must be a multiple of kv_heads";
     return false;
   }
-  Layout L(d, sizeof(T));
-  char *base = static_cast<char *>(scratch);
-  T *qt = reinterpret_cast<T *>(base + L.qt), *kt = reinterpret_cast<T *>(base + L.kt),
-    *vt = reinterpret_cast<T *>(base + L.vt), *ot = reinterpret_cast<T *>(base + L.ot),
-    *P = reinterpret_cast<T *>(base + L.P);
-  float *S = reinterpret_cast<float *>(base + L.S);
-  int64_t group = d.heads / d.kvHeads, n = L.bh * d.seq * d.headDim, sd = d.seq * d.headDim,
-          ss = d.seq * d.seq;
-  packKernel<<<gridFor(n), kThreads, 0, s>>>(q, qt, d.batch, d.seq, d.heads, 1, d.headDim);
-  packKernel<<<gridFor(n), kThreads, 0, s>>>(k, kt, d.batch, d.seq, d.kvHeads, group, d.headDim);
-  packKernel<<<gridFor(n), kThreads, 0, s>>>(v, vt, d.batch, d.seq, d.kvHeads, group, d.headDim);
-  for (int64_t c0 = 0; c0 < L.bh; c0 += L.chunk) {
-    int64_t cn = std::min(L.chunk, L.bh - c0);
+  return true;
+}
+
+/// The scratch's parts as typed pointers (`ot` holds O in the forward, dO
+/// in the backward), and the sizes the products use.
+template <typename T> struct Parts {
+  Layout L;
+  T *qt, *kt, *vt, *ot, *P;
+  float *S, *D, *dkt, *dvt;
+  int64_t group, n, sd, ss;
+  Parts(const AttentionDims &d, void *scratch) : L(d, sizeof(T)) {
+    char *base = static_cast<char *>(scratch);
+    qt = reinterpret_cast<T *>(base + L.qt);
+    kt = reinterpret_cast<T *>(base + L.kt);
+    vt = reinterpret_cast<T *>(base + L.vt);
+    ot = reinterpret_cast<T *>(base + L.ot);
+    P = reinterpret_cast<T *>(base + L.P);
+    S = reinterpret_cast<float *>(base + L.S);
+    D = reinterpret_cast<float *>(base + L.D);
+    dkt = reinterpret_cast<float *>(base + L.dkt);
+    dvt = reinterpret_cast<float *>(base + L.dvt);
+    group = d.heads / d.kvHeads;
+    n = L.bh * d.seq * d.headDim;
+    sd = d.seq * d.headDim;
+    ss = d.seq * d.seq;
+  }
+  /// Q, K and V packed per (batch, head), K and V repeated over each group.
+  void pack(const T *q, const T *k, const T *v, const AttentionDims &d, cudaStream_t s) {
+    packKernel<<<gridFor(n), kThreads, 0, s>>>(q, qt, d.batch, d.seq, d.heads, 1, d.headDim);
+    packKernel<<<gridFor(n), kThreads, 0, s>>>(k, kt, d.batch, d.seq, d.kvHeads, group,
+                                               d.headDim);
+    packKernel<<<gridFor(n), kThreads, 0, s>>>(v, vt, d.batch, d.seq, d.kvHeads, group,
+                                               d.headDim);
+  }
+  /// S = scale Q K^T for the `cn` pairs from `c0` (fp32).
+  bool scores(Gemm &gemm, int64_t c0, int64_t cn, const AttentionDims &d, cudaStream_t s,
+              std::string &error) {
     BatchedShape qk{d.seq, d.seq,  d.headDim, false, true, d.headDim, d.headDim, d.seq, sd, sd, ss,
                     cn,    typeOf<T>(), CUDA_R_32F, d.scale, 0.0f};
-    if (!gemm.batched(qt + c0 * sd, kt + c0 * sd, S, qk, s, error))
+    return gemm.batched(qt + c0 * sd, kt + c0 * sd, S, qk, s, error);
+  }
+};
+
+template <typename T>
+bool forward(Gemm &gemm, const T *q, const T *k, const T *v, T *out, float *lse,
+             const AttentionDims &d, void *scratch, cudaStream_t s, std::string &error) {
+  if (!groupsOf(d, error))
+    return false;
+  Parts<T> t(d, scratch);
+  const Layout &L = t.L;
+  int64_t sd = t.sd, ss = t.ss;
+  t.pack(q, k, v, d, s);
+  for (int64_t c0 = 0; c0 < L.bh; c0 += L.chunk) {
+    int64_t cn = std::min(L.chunk, L.bh - c0);
+    if (!t.scores(gemm, c0, cn, d, s, error))
       return false;
-    softmaxKernel<<<unsigned(cn * d.seq), kThreads, 0, s>>>(S, P, lse, c0 * d.seq, d);
+    softmaxKernel<<<unsigned(cn * d.seq), kThreads, 0, s>>>(t.S, t.P, lse, c0 * d.seq, d);
     BatchedShape pv{d.seq, d.headDim, d.seq, false, false, d.seq, d.headDim, d.headDim, ss, sd, sd,
                     cn,    typeOf<T>(), typeOf<T>(), 1.0f, 0.0f};
-    if (!gemm.batched(P, vt + c0 * sd, ot + c0 * sd, pv, s, error))
+    if (!gemm.batched(t.P, t.vt + c0 * sd, t.ot + c0 * sd, pv, s, error))
       return false;
   }
-  unpackKernel<<<gridFor(n), kThreads, 0, s>>>(ot, out, d.batch, d.seq, d.heads, d.headDim);
+  unpackKernel<<<gridFor(t.n), kThreads, 0, s>>>(t.ot, out, d.batch, d.seq, d.heads, d.headDim);
   if (cudaError_t e = cudaGetLastError()) {
     error = std::string("attention: ") + cudaGetErrorString(e);
     return false;
@@ -222,23 +260,14 @@ template <typename T>
 bool backward(Gemm &gemm, const T *dout, const T *q, const T *k, const T *v, const T *out,
               const float *lse, T *dq, T *dk, T *dv, const AttentionDims &d, void *scratch,
               cudaStream_t s, std::string &error) {
-  if (d.kvHeads <= 0 || d.heads % d.kvHeads) {
-    error = "attention: heads must be a multiple of kv_heads";
+  if (!groupsOf(d, error))
     return false;
-  }
-  Layout L(d, sizeof(T));
-  char *base = static_cast<char *>(scratch);
-  T *qt = reinterpret_cast<T *>(base + L.qt), *kt = reinterpret_cast<T *>(base + L.kt),
-    *vt = reinterpret_cast<T *>(base + L.vt), *dot = reinterpret_cast<T *>(base + L.ot),
-    *P = reinterpret_cast<T *>(base + L.P);
-  float *S = reinterpret_cast<float *>(base + L.S), *D = reinterpret_cast<float *>(base + L.D),
-        *dkt = reinterpret_cast<float *>(base + L.dkt),
-        *dvt = reinterpret_cast<float *>(base + L.dvt);
-  int64_t group = d.heads / d.kvHeads, n = L.bh * d.seq * d.headDim, sd = d.seq * d.headDim,
-          ss = d.seq * d.seq, rows = L.bh * d.seq;
-  packKernel<<<gridFor(n), kThreads, 0, s>>>(q, qt, d.batch, d.seq, d.heads, 1, d.headDim);
-  packKernel<<<gridFor(n), kThreads, 0, s>>>(k, kt, d.batch, d.seq, d.kvHeads, group, d.headDim);
-  packKernel<<<gridFor(n), kThreads, 0, s>>>(v, vt, d.batch, d.seq, d.kvHeads, group, d.headDim);
+  Parts<T> t(d, scratch);
+  const Layout &L = t.L;
+  T *qt = t.qt, *kt = t.kt, *vt = t.vt, *dot = t.ot, *P = t.P;
+  float *S = t.S, *D = t.D, *dkt = t.dkt, *dvt = t.dvt;
+  int64_t group = t.group, n = t.n, sd = t.sd, ss = t.ss, rows = L.bh * d.seq;
+  t.pack(q, k, v, d, s);
   packKernel<<<gridFor(n), kThreads, 0, s>>>(dout, dot, d.batch, d.seq, d.heads, 1, d.headDim);
   rowDotKernel<<<unsigned((rows * 32 + kThreads - 1) / kThreads), kThreads, 0, s>>>(
       dout, out, D, d.batch, d.seq, d.heads, d.headDim);
@@ -253,10 +282,7 @@ bool backward(Gemm &gemm, const T *dout, const T *q, const T *k, const T *v, con
                           0.0f};
     };
     T *qc = qt + c0 * sd, *kc = kt + c0 * sd, *vc = vt + c0 * sd, *doc = dot + c0 * sd;
-    if (!gemm.batched(qc, kc, S,
-                      shape(d.seq, d.seq, d.headDim, false, true, d.headDim, d.headDim, d.seq, sd,
-                            sd, ss, CUDA_R_32F, d.scale),
-                      s, error))
+    if (!t.scores(gemm, c0, cn, d, s, error))
       return false;
     probsKernel<<<unsigned(cn * d.seq), kThreads, 0, s>>>(S, lse, P, c0 * d.seq, d);
     // dV = P^T dO.

@@ -12,6 +12,7 @@
 
 #include "RandomVec.h"
 #include "gtest/gtest.h"
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <random>
@@ -222,13 +223,18 @@ TEST(Cuda, CrossEntropy) {
   expectClose(dD.host(), d, 1e-4, "cross_entropy dlogits");
 }
 
+/// Parameters, gradients and moments (v non-negative) for the AdamW tests.
+std::array<std::vector<float>, 4> adamwInputs(int64_t n) {
+  std::vector<float> v = randomVec(size_t(n), 20, 0.1f);
+  for (float &x : v)
+    x = std::abs(x);
+  return {randomVec(size_t(n), 17), randomVec(size_t(n), 18), randomVec(size_t(n), 19, 0.1f), v};
+}
+
 TEST(Cuda, AdamW) {
   NEED_GPU();
   const int64_t n = 777;
-  auto p = randomVec(n, 17), g = randomVec(n, 18), m = randomVec(n, 19, 0.1f),
-       v = randomVec(n, 20, 0.1f);
-  for (float &x : v)
-    x = std::abs(x);
+  auto [p, g, m, v] = adamwInputs(n);
   cpu::AdamWParams cp;
   cp.lr = 1e-3f, cp.gradScale = 0.5f, cp.step = 3;
   gpu::AdamWArgs ga{cp.lr, cp.beta1, cp.beta2, cp.eps, cp.weightDecay, cp.gradScale, cp.step};
@@ -246,10 +252,7 @@ TEST(Cuda, AdamW) {
 TEST(Cuda, AdamWFromDeviceNormAndStep) {
   NEED_GPU();
   const int64_t n = 777;
-  auto p = randomVec(n, 17), g = randomVec(n, 18), m = randomVec(n, 19, 0.1f),
-       v = randomVec(n, 20, 0.1f);
-  for (float &x : v)
-    x = std::abs(x);
+  auto [p, g, m, v] = adamwInputs(n);
   cpu::AdamWParams cp;
   cp.lr = 1e-3f, cp.step = 3;
   cp.gradScale = float(std::min(1.0, 2.0 / (4.0 + 1e-6)));
