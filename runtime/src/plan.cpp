@@ -529,6 +529,18 @@ bool parsePlan(const json::Value &root, Plan &plan, std::string &error) {
       bool flushed = false;
     };
     std::map<int64_t, ScatterBucket> scatterBuckets;
+    // Whether instructions (first, last] cross a part of the schedule
+    // (backward_start or a chunk's begin): what starts in one part must end
+    // in it.
+    auto crossesPart = [&](size_t first, size_t last) {
+      auto crosses = [&](int64_t boundary) {
+        return int64_t(first) < boundary && boundary <= int64_t(last);
+      };
+      bool crossing = crosses(prog.backwardStart);
+      for (const Program::ChunkStart &cs : prog.chunks)
+        crossing |= crosses(cs.begin);
+      return crossing;
+    };
     for (const char *phase : {"micro_batch_instructions", "step_instructions"}) {
     const json::Value *instrs = pv.get(phase);
     if (!instrs || !instrs->isArray())
@@ -635,13 +647,7 @@ bool parsePlan(const json::Value &root, Plan &plan, std::string &error) {
                                            "another param_wait already waited for");
         // Start and wait run in one part of the schedule (no backward or
         // chunk boundary between them).
-        auto crosses = [&](int64_t boundary) {
-          return int64_t(started->second) < boundary && boundary <= int64_t(ii);
-        };
-        bool crossing = crosses(prog.backwardStart);
-        for (const Program::ChunkStart &cs : prog.chunks)
-          crossing |= crosses(cs.begin);
-        if (crossing)
+        if (crossesPart(started->second, ii))
           return c.fail(iw + ".event", "waits across a schedule boundary (backward_start or a "
                                        "chunk's begin) from its param_gather");
         ins.event = int(event);
@@ -718,13 +724,7 @@ bool parsePlan(const json::Value &root, Plan &plan, std::string &error) {
                                   "'s other members in axis or reduce");
           }
           if (ins.flush) {
-            auto crosses = [&](int64_t boundary) {
-              return int64_t(sb.first) < boundary && boundary <= int64_t(ii);
-            };
-            bool crossing = crosses(prog.backwardStart);
-            for (const Program::ChunkStart &cs : prog.chunks)
-              crossing |= crosses(cs.begin);
-            if (crossing)
+            if (crossesPart(sb.first, ii))
               return c.fail(iw + ".bucket", "bucket " + std::to_string(bucket) +
                                                 " spans a schedule boundary (backward_start or "
                                                 "a chunk's begin)");
