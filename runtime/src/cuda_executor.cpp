@@ -817,6 +817,13 @@ bool CudaExecutor::init(const Plan &plan, int rank, uint64_t seed, std::string &
       return (error = "out of GPU memory for accumulator '" + name + "'", false);
     s->accum[name] = std::move(b);
   }
+  // This GPU: its architecture picks the fused kernels' build and names the
+  // cuBLASLt algorithm cache.
+  cudaDeviceProp prop{};
+  int device = 0;
+  bool known = cudaGetDevice(&device) == cudaSuccess &&
+               cudaGetDeviceProperties(&prop, device) == cudaSuccess;
+  std::string sm = std::to_string(prop.major * 10 + prop.minor);
   // The generated fused kernels, compiled for this GPU (LLMOPT_CUDA_FUSED=0:
   // the bodies kernel by kernel, as without a compiler).
   std::set<std::string> fusedNames;
@@ -826,14 +833,10 @@ bool CudaExecutor::init(const Plan &plan, int rank, uint64_t seed, std::string &
         fusedNames.insert(ins.fusedName);
   const char *fusedEnv = std::getenv("LLMOPT_CUDA_FUSED");
   if (!fusedNames.empty() && !planDir.empty() && !(fusedEnv && std::string(fusedEnv) == "0")) {
-    cudaDeviceProp prop{};
     std::string why;
-    int device = 0;
-    if (cudaGetDevice(&device) != cudaSuccess ||
-        cudaGetDeviceProperties(&prop, device) != cudaSuccess) {
+    if (!known) {
       why = "cannot read the device's properties";
-    } else if (s->fused.load(planDir, std::to_string(prop.major * 10 + prop.minor),
-                                plan.kernelsSha256, why)) {
+    } else if (s->fused.load(planDir, sm, plan.kernelsSha256, why)) {
       for (const std::string &name : fusedNames)
         if (!(s->launchers[name] = s->fused.find(name))) {
           why = s->fused.path() + " has no launcher '" + name + "'";
@@ -853,21 +856,15 @@ bool CudaExecutor::init(const Plan &plan, int rank, uint64_t seed, std::string &
   if (!s->gemm)
     return (error = "cuBLASLt: " + why, false);
   // cuBLASLt's algorithm choices from earlier runs on this kind of GPU.
-  if (std::string dir = kernelCacheDirectory(); !dir.empty()) {
-    cudaDeviceProp prop{};
-    int device = 0;
-    if (cudaGetDevice(&device) == cudaSuccess &&
-        cudaGetDeviceProperties(&prop, device) == cudaSuccess) {
-      std::string name = prop.name;
-      for (char &ch : name)
-        if (!std::isalnum(static_cast<unsigned char>(ch)))
-          ch = '-';
-      s->algorithmCache = dir + "/cublaslt-" + name + "-sm" +
-                          std::to_string(prop.major * 10 + prop.minor) + "-v" +
-                          std::to_string(cu::cublasLtVersion()) + ".bin";
-      s->gemm->loadAlgorithms(s->algorithmCache);
-      s->savedAlgorithms = s->gemm->cachedAlgorithms();
-    }
+  if (std::string dir = kernelCacheDirectory(); known && !dir.empty()) {
+    std::string name = prop.name;
+    for (char &ch : name)
+      if (!std::isalnum(static_cast<unsigned char>(ch)))
+        ch = '-';
+    s->algorithmCache = dir + "/cublaslt-" + name + "-sm" + sm + "-v" +
+                        std::to_string(cu::cublasLtVersion()) + ".bin";
+    s->gemm->loadAlgorithms(s->algorithmCache);
+    s->savedAlgorithms = s->gemm->cachedAlgorithms();
   }
   return syncToDevice(error);
 }
