@@ -11,7 +11,8 @@ root=$(cd "$(dirname "$0")/../.." && pwd)
 build=${1:-$root/build}
 kit=$root/.gpukit
 rm -rf "$kit" && mkdir -p "$kit/bin" "$kit/lib" "$kit/plans" "$kit/data"
-cp "$build"/bin/{llm-run,llm-data,llm-ckpt} "$build/kernels/tests/LLMOptKernelCUDATests" "$kit/bin/"
+cp "$build"/bin/{llm-run,llm-data,llm-ckpt} "$build/kernels/tests/LLMOptKernelCUDATests" \
+  "$build/bench/llm-opt-bench-gpu-kernels" "$kit/bin/"
 # Shared libraries other than glibc's and CUDA's (OpenMPI and what it loads).
 for b in "$kit"/bin/*; do
   ldd "$b" | awk '/=> \// {print $3}'
@@ -30,6 +31,15 @@ lower "$in/byte-gpt2.json" "dir=$kit/plans/tiny-gpt2 batch=4 seq=32 lr=0.003" --
 lower "$in/byte-llama.json" "dir=$kit/plans/tiny-llama batch=4 seq=32 lr=0.003" --hf-dtype=f32
 lower "$in/byte-llama.json" "dir=$kit/plans/tiny-bf16 batch=4 seq=32 lr=0.003"
 lower "$in/byte-gpt2.json" "dir=$kit/plans/tiny-gpt2-bf16 batch=4 seq=32 lr=0.003"
+# Recomputation and two micro-batches (kept norm / loss statistics, graph
+# replays), fp32 GPT-2 and Llama.
+for m in gpt2 llama; do
+  for rc in full selective; do
+    "$opt" "$in/byte-$m.json" --hf-dtype=f32 -o /dev/null \
+      --llm-auto-parallel="cluster=dgx-h100 gpus=1 global-batch=4 seq-len=32 fix=dp:1,micro_batch:2,recompute:$rc" \
+      --llm-lower-to-plan="dir=$kit/plans/tiny-$m-rc-$rc lr=0.003" >/dev/null
+  done
+done
 # Issue 7's measurements: GPT-2 124M B=16 T=1024 and Llama 3.2 1B, bf16.
 lower "$root/examples/models/gpt2-124m.json" "dir=$kit/plans/gpt2-124m batch=16 seq=1024"
 # lr 1e-4: at 3e-4 the 1B model's first steps spike (loss 8.8 -> 14.1 on

@@ -2,8 +2,8 @@
 # Runs issue 7's GPU checks and measurements from .gpukit/ (bench/gpu/make-kit.sh)
 # on a machine with an NVIDIA GPU, CUDA 13 and PyTorch, from the repository root:
 #   bench/gpu/run.sh OUT_DIR [kernels] [tiny] [sanitize] [gpt2] [gpt2-torch] [gpt2-compile]
-#                    [gpt2-cudnn] [gpt2-graphs] [llama] [llama-torch] [llama-compile]
-#                    [llama-cudnn]
+#                    [gpt2-gemm] [gpt2-graphs] [llama] [llama-torch] [llama-compile]
+#                    [llama-gemm] [bench]
 # Writes OUT_DIR/log.txt and OUT_DIR/results.tgz (metrics, profiles, summaries).
 set -uo pipefail
 out=$(mkdir -p "$1" && cd "$1" && pwd); shift
@@ -56,23 +56,29 @@ if has kernels; then
   run "$kit/bin/LLMOptKernelCUDATests" --gtest_color=no 2>&1 | grep -v -E "^\[ RUN|^\[-+\]|^$" | head -120
 fi
 
+if has bench; then
+  step "GPU kernel benchmarks (bench/GpuKernelBench.cpp)"
+  run "$kit/bin/llm-opt-bench-gpu-kernels" --benchmark_min_time=0.2 --benchmark_out=gpu-kernels.json
+fi
+
 if has tiny; then
   step "test/Runtime/cuda.test: CUDA vs CPU backend on the tiny models"
-  for p in tiny-gpt2:1e-3 tiny-llama:1e-3 tiny-bf16:2e-2 tiny-gpt2-bf16:2e-2; do
+  for p in tiny-gpt2:1e-3 tiny-llama:1e-3 tiny-bf16:2e-2 tiny-gpt2-bf16:2e-2 tiny-gpt2-rc-full:1e-3 \
+    tiny-gpt2-rc-selective:1e-3 tiny-llama-rc-full:1e-3 tiny-llama-rc-selective:1e-3; do
     n=${p%%:*} tol=${p##*:}
     run llm-run "$kit/plans/$n" --data "$kit/data/tiny.bin" --steps 10 --metrics $n-cpu.jsonl --quiet
     run llm-run "$kit/plans/$n" --data "$kit/data/tiny.bin" --steps 10 --metrics $n-gpu.jsonl --device cuda --quiet
     side $n-cpu.jsonl $n-gpu.jsonl
     python3 "$cmp" $n-cpu.jsonl $n-gpu.jsonl --rel $tol
   done
-  step "cuDNN attention (LLMOPT_CUDA_ATTENTION=cudnn) vs the CPU backend, bf16"
+  step "the GEMM attention (LLMOPT_CUDA_ATTENTION=gemm; bf16 plans use cuDNN's by default) vs the CPU backend, bf16"
   for n in tiny-bf16 tiny-gpt2-bf16; do
-    LLMOPT_CUDA_ATTENTION=cudnn run llm-run "$kit/plans/$n" --data "$kit/data/tiny.bin" --steps 10 --metrics $n-cudnn.jsonl --device cuda --quiet
-    side $n-cpu.jsonl $n-cudnn.jsonl
-    python3 "$cmp" $n-cpu.jsonl $n-cudnn.jsonl --rel 2e-2
+    LLMOPT_CUDA_ATTENTION=gemm run llm-run "$kit/plans/$n" --data "$kit/data/tiny.bin" --steps 10 --metrics $n-gemm.jsonl --device cuda --quiet
+    side $n-cpu.jsonl $n-gemm.jsonl
+    python3 "$cmp" $n-cpu.jsonl $n-gemm.jsonl --rel 2e-2
   done
   step "CUDA graphs (LLMOPT_CUDA_GRAPHS=1) vs the CPU backend"
-  for p in tiny-llama:1e-3 tiny-bf16:2e-2; do
+  for p in tiny-llama:1e-3 tiny-bf16:2e-2 tiny-llama-rc-full:1e-3; do
     n=${p%%:*} tol=${p##*:}
     LLMOPT_CUDA_GRAPHS=1 run llm-run "$kit/plans/$n" --data "$kit/data/tiny.bin" --steps 10 --metrics $n-graphs.jsonl --device cuda --quiet 2> $n-graphs.err
     cat $n-graphs.err
@@ -110,6 +116,7 @@ bench() { # NAME STEPS
   # short run so that the timed steps above carry no events.
   TMO=120 run llm-run "$plan" --data "$kit/data/text.bin" --steps 3 --device cuda --quiet \
     --profile $n-profile.json
+  ours $n
 }
 torchref() { # NAME CONFIG BATCH SEQ STEPS
   local n=$1 cfg=$2 b=$3 t=$4 steps=$5 f
@@ -120,7 +127,6 @@ torchref() { # NAME CONFIG BATCH SEQ STEPS
   side $n-ours.jsonl $n-torch.jsonl
   python3 "$cmp" $n-torch.jsonl $n-ours.jsonl --rel 1e-2 --keys loss
   python3 "$cmp" $n-torch.jsonl $n-ours.jsonl --rel 5e-2 --keys grad_norm
-  ours $n
 }
 torchcompile() { # NAME CONFIG BATCH SEQ STEPS
   local n=$1 cfg=$2 b=$3 t=$4 steps=$5 f
@@ -160,23 +166,23 @@ for k in sorted(p["kernels"], key=lambda k: -k["seconds"])[:8]:
                                                  k["flops"] / k["seconds"] / 1e12 if k["seconds"] else 0))
 PY
 }
-cudnnbench() { # NAME: the same plan with cuDNN's fused attention
+gemmbench() { # NAME: the same plan with the GEMM attention instead of cuDNN's
   local n=$1
-  step "$n: llm-opt with LLMOPT_CUDA_ATTENTION=cudnn"
-  LLMOPT_CUDA_ATTENTION=cudnn TMO=${OURS_TMO:-240} run llm-run "$kit/plans/$n" --data "$kit/data/text.bin" \
-    --steps 20 --metrics $n-cudnn.jsonl --device cuda --peak-tflops 989
-  [ -f $n-ours.jsonl ] && side $n-ours.jsonl $n-cudnn.jsonl && python3 "$cmp" $n-ours.jsonl $n-cudnn.jsonl --rel 2e-2 --keys loss
-  python3 - $n-cudnn.jsonl <<'PY'
+  step "$n: llm-opt with LLMOPT_CUDA_ATTENTION=gemm"
+  LLMOPT_CUDA_ATTENTION=gemm TMO=${OURS_TMO:-240} run llm-run "$kit/plans/$n" --data "$kit/data/text.bin" \
+    --steps 20 --metrics $n-gemm.jsonl --device cuda --peak-tflops 989
+  [ -f $n-ours.jsonl ] && side $n-ours.jsonl $n-gemm.jsonl && python3 "$cmp" $n-ours.jsonl $n-gemm.jsonl --rel 2e-2 --keys loss
+  python3 - $n-gemm.jsonl <<'PY'
 import json, statistics, sys
 r = [json.loads(l) for l in open(sys.argv[1])][5:]
 if r:
-    print("llm-opt + cuDNN attention: median step %.4f s, %.0f tok/s, MFU %.3f" % (
+    print("llm-opt + GEMM attention: median step %.4f s, %.0f tok/s, MFU %.3f" % (
         statistics.median(x["step_time_s"] for x in r), statistics.median(x["tokens_per_s"] for x in r),
         statistics.median(x.get("mfu", 0) for x in r)))
 PY
 }
 has gpt2 && bench gpt2-124m 20
-has gpt2-cudnn && cudnnbench gpt2-124m
+has gpt2-gemm && gemmbench gpt2-124m
 if has gpt2-graphs; then
   step "gpt2-124m: CUDA graphs"
   LLMOPT_CUDA_GRAPHS=1 TMO=240 run llm-run "$kit/plans/gpt2-124m" --data "$kit/data/text.bin" \
@@ -193,7 +199,7 @@ fi
 has gpt2-torch && torchref gpt2-124m "$root/examples/models/gpt2-124m.json" 16 1024 20
 has gpt2-compile && torchcompile gpt2-124m "$root/examples/models/gpt2-124m.json" 16 1024 20
 has llama && bench llama-1b 20
-has llama-cudnn && cudnnbench llama-1b
+has llama-gemm && gemmbench llama-1b
 has llama-torch && torchref llama-1b "$root/examples/models/llama3.2-1b.json" 8 2048 20
 has llama-compile && torchcompile llama-1b "$root/examples/models/llama3.2-1b.json" 8 2048 20
 step "done"

@@ -19,9 +19,13 @@
 namespace llmopt::kernels::cuda {
 namespace {
 
-template <typename T> __global__ void addKernel(const T *a, const T *b, T *y, int64_t n) {
-  GRID_STRIDE(i, n) st(y + i, ld(a + i) + ld(b + i));
-}
+struct Add {
+  __device__ void operator()(const float *in, float *out) const { out[0] = in[0] + in[1]; }
+};
+struct Scale {
+  float f;
+  __device__ void operator()(const float *in, float *out) const { out[0] = in[0] * f; }
+};
 template <typename T> __global__ void toFloatKernel(const T *x, float *y, int64_t n) {
   GRID_STRIDE(i, n) y[i] = ld(x + i);
 }
@@ -31,9 +35,6 @@ template <typename T> __global__ void fromFloatKernel(const float *x, T *y, int6
 template <typename T> __global__ void addIntoKernel(float *acc, const T *x, int64_t n) {
   GRID_STRIDE(i, n) acc[i] += ld(x + i);
 }
-template <typename T> __global__ void scaleKernel(const T *x, T *y, int64_t n, float f) {
-  GRID_STRIDE(i, n) st(y + i, ld(x + i) * f);
-}
 template <typename T> __global__ void fillKernel(T *y, int64_t n, float v) {
   GRID_STRIDE(i, n) st(y + i, v);
 }
@@ -41,18 +42,22 @@ template <typename T>
 __global__ void biasAddKernel(const T *x, const T *bias, T *y, int64_t n, int64_t c) {
   GRID_STRIDE(i, n) st(y + i, ld(x + i) + ld(bias + i % c));
 }
-/// Column sums (bias gradients), deterministic: a block per 32 columns,
-/// 32 row lanes each summing every 32nd row in double, the lanes then added
-/// in order. Coalesced reads (a warp reads 32 neighbouring columns); the
-/// first version, a thread per column over every row, ran the GPT-2 124M
-/// bias gradients at a few GB/s on an H100.
+/// Column sums (bias gradients), deterministic: a block per 32 columns and
+/// chunk of rows, 32 row lanes each summing every 32nd row of the chunk in
+/// double, the lanes then added in order; coalesced reads (a warp reads 32
+/// neighbouring columns). With one chunk the block writes `out`; with
+/// several each writes its chunk's partial sums and sumChunksKernel adds
+/// them in chunk order. (A block per 32 columns over every row kept too few
+/// loads in flight: GPT-2 124M's 768-wide gradients ran on 24 blocks.)
 template <typename T>
-__global__ void sumRowsKernel(const T *g, float *out, int64_t rows, int64_t c, bool add) {
+__global__ void sumRowsKernel(const T *g, float *out, double *partial, int64_t rows, int64_t c,
+                              int64_t chunkRows, bool add) {
   __shared__ double part[32][33];
   int64_t j = int64_t(blockIdx.x) * 32 + threadIdx.x;
+  int64_t r0 = int64_t(blockIdx.y) * chunkRows, r1 = min(rows, r0 + chunkRows);
   double s = 0;
   if (j < c)
-    for (int64_t r = threadIdx.y; r < rows; r += 32)
+    for (int64_t r = r0 + threadIdx.y; r < r1; r += 32)
       s += double(ld(g + r * c + j));
   part[threadIdx.y][threadIdx.x] = s;
   __syncthreads();
@@ -60,8 +65,38 @@ __global__ void sumRowsKernel(const T *g, float *out, int64_t rows, int64_t c, b
     double t = 0;
     for (int y = 0; y < 32; ++y)
       t += part[y][threadIdx.x];
+    if (partial)
+      partial[blockIdx.y * c + j] = t;
+    else
+      out[j] = add ? out[j] + float(t) : float(t);
+  }
+}
+__global__ void sumChunksKernel(const double *partial, float *out, int64_t chunks, int64_t c,
+                                bool add) {
+  GRID_STRIDE(j, c) {
+    double t = 0;
+    for (int64_t k = 0; k < chunks; ++k)
+      t += partial[k * c + j];
     out[j] = add ? out[j] + float(t) : float(t);
   }
+}
+/// Row chunks of about 512 rows, at most 64 (the partial sums' scratch).
+int64_t sumRowsChunks(int64_t rows) {
+  return std::max<int64_t>(1, std::min<int64_t>(64, rows / 512));
+}
+template <typename T>
+cudaError_t launchSumRows(const T *g, float *out, int64_t rows, int64_t c, bool add,
+                          void *scratch, cudaStream_t s) {
+  if (c == 0)
+    return cudaSuccess;
+  int64_t chunks = scratch ? sumRowsChunks(rows) : 1;
+  int64_t chunkRows = (rows + chunks - 1) / chunks;
+  auto *partial = chunks > 1 ? static_cast<double *>(scratch) : nullptr;
+  sumRowsKernel<<<dim3(unsigned((c + 31) / 32), unsigned(chunks)), dim3(32, 32), 0, s>>>(
+      g, out, partial, rows, c, chunkRows, add);
+  if (partial)
+    sumChunksKernel<<<gridFor(c), kThreads, 0, s>>>(partial, out, chunks, c, add);
+  return cudaGetLastError();
 }
 /// Columns [offset, offset + size) of x [rows, c] to / from y [rows, size].
 template <typename T>
@@ -74,6 +109,23 @@ __global__ void columnsKernel(const T *x, T *y, int64_t rows, int64_t c, int64_t
     else
       y[r * c + offset + j] = x[i];
   }
+}
+/// columnsKernel on 16-byte words where rows, offset and pointers allow
+/// (GPT-2's Q/K/V split and the gradients' concat: 2-byte copies ran at
+/// about a quarter of an H100's bandwidth).
+template <typename T>
+cudaError_t launchColumns(const T *x, T *y, int64_t rows, int64_t c, int64_t offset,
+                          int64_t size, bool gather, cudaStream_t s) {
+  constexpr int64_t per = 16 / sizeof(T);
+  if (c % per == 0 && offset % per == 0 && size % per == 0 &&
+      reinterpret_cast<uintptr_t>(x) % 16 == 0 && reinterpret_cast<uintptr_t>(y) % 16 == 0) {
+    columnsKernel<<<gridFor(rows * size / per), kThreads, 0, s>>>(
+        reinterpret_cast<const uint4 *>(x), reinterpret_cast<uint4 *>(y), rows, c / per,
+        offset / per, size / per, gather);
+  } else {
+    columnsKernel<<<gridFor(rows * size), kThreads, 0, s>>>(x, y, rows, c, offset, size, gather);
+  }
+  return cudaGetLastError();
 }
 template <typename T>
 __global__ void positionFwdKernel(const T *x, const T *table, T *out, int64_t batch, int64_t seq,
@@ -263,6 +315,15 @@ cudaError_t computeSlots(const int32_t *idx, int64_t choices, int64_t experts, i
 
 } // namespace
 
+size_t sumRowsScratchBytes(int64_t rows, int64_t c) {
+  int64_t chunks = sumRowsChunks(rows);
+  return chunks > 1 ? size_t(chunks * c) * sizeof(double) : 0;
+}
+
+size_t normBackwardScratchBytes(int64_t n, int64_t c) {
+  return (size_t(n * c) * sizeof(float) + 255) / 256 * 256 + sumRowsScratchBytes(n, c);
+}
+
 #define LLMOPT_CUDA_DEFINE_SMALL(T)                                                         \
   cudaError_t toFloat(const T *x, float *y, int64_t n, cudaStream_t s) {                   \
     toFloatKernel<<<gridFor(n), kThreads, 0, s>>>(x, y, n);                                 \
@@ -277,12 +338,10 @@ cudaError_t computeSlots(const int32_t *idx, int64_t choices, int64_t experts, i
     return cudaGetLastError();                                                              \
   }                                                                                         \
   cudaError_t add(const T *a, const T *b, T *y, int64_t n, cudaStream_t s) {               \
-    addKernel<<<gridFor(n), kThreads, 0, s>>>(a, b, y, n);                                  \
-    return cudaGetLastError();                                                              \
+    return launchMap(MapArgs<T, 2, 1>{{a, b}, {y}}, n, Add{}, s);                           \
   }                                                                                         \
   cudaError_t scale(const T *x, T *y, int64_t n, float f, cudaStream_t s) {                \
-    scaleKernel<<<gridFor(n), kThreads, 0, s>>>(x, y, n, f);                                \
-    return cudaGetLastError();                                                              \
+    return launchMap(MapArgs<T, 1, 1>{{x}, {y}}, n, Scale{f}, s);                           \
   }                                                                                         \
   cudaError_t fill(T *y, int64_t n, float v, cudaStream_t s) {                             \
     fillKernel<<<gridFor(n), kThreads, 0, s>>>(y, n, v);                                    \
@@ -293,23 +352,17 @@ cudaError_t computeSlots(const int32_t *idx, int64_t choices, int64_t experts, i
     biasAddKernel<<<gridFor(n), kThreads, 0, s>>>(x, bias, y, n, c);                        \
     return cudaGetLastError();                                                              \
   }                                                                                         \
-  cudaError_t sumRows(const T *g, float *out, int64_t rows, int64_t c, cudaStream_t s) {   \
-    if (c == 0)                                                                             \
-      return cudaSuccess;                                                                   \
-    sumRowsKernel<<<unsigned((c + 31) / 32), dim3(32, 32), 0, s>>>(g, out, rows, c, false); \
-    return cudaGetLastError();                                                              \
+  cudaError_t sumRows(const T *g, float *out, int64_t rows, int64_t c, cudaStream_t s,     \
+                      void *scratch) {                                                      \
+    return launchSumRows(g, out, rows, c, false, scratch, s);                               \
   }                                                                                         \
-  cudaError_t sumRowsInto(const T *g, float *out, int64_t rows, int64_t c, cudaStream_t s) { \
-    if (c == 0)                                                                             \
-      return cudaSuccess;                                                                   \
-    sumRowsKernel<<<unsigned((c + 31) / 32), dim3(32, 32), 0, s>>>(g, out, rows, c, true);  \
-    return cudaGetLastError();                                                              \
+  cudaError_t sumRowsInto(const T *g, float *out, int64_t rows, int64_t c, cudaStream_t s,  \
+                          void *scratch) {                                                  \
+    return launchSumRows(g, out, rows, c, true, scratch, s);                                \
   }                                                                                         \
   cudaError_t columns(const T *x, T *y, int64_t rows, int64_t c, int64_t offset,           \
                       int64_t size, bool gather, cudaStream_t s) {                          \
-    columnsKernel<<<gridFor(rows * size), kThreads, 0, s>>>(x, y, rows, c, offset, size,    \
-                                                             gather);                       \
-    return cudaGetLastError();                                                              \
+    return launchColumns(x, y, rows, c, offset, size, gather, s);                           \
   }                                                                                         \
   cudaError_t positionEmbeddingForward(const T *x, const T *table, T *out, int64_t batch,  \
                                        int64_t seq, int64_t h, const int32_t *pos,          \

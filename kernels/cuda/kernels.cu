@@ -127,28 +127,28 @@ __device__ __forceinline__ float geluGrad(float x, bool t) {
 }
 __device__ __forceinline__ float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 
-template <typename T> __global__ void geluFwdKernel(const T *x, T *o, int64_t n, bool t) {
-  GRID_STRIDE(i, n) st(o + i, gelu(ld(x + i), t));
-}
-template <typename T>
-__global__ void geluBwdKernel(const T *g, const T *x, T *dx, int64_t n, bool t) {
-  GRID_STRIDE(i, n) st(dx + i, ld(g + i) * geluGrad(ld(x + i), t));
-}
-template <typename T>
-__global__ void swigluFwdKernel(const T *gate, const T *up, T *o, int64_t n) {
-  GRID_STRIDE(i, n) {
-    float g = ld(gate + i);
-    st(o + i, g * sigmoid(g) * ld(up + i));
+struct GeluFwd {
+  bool t;
+  __device__ void operator()(const float *in, float *out) const { out[0] = gelu(in[0], t); }
+};
+struct GeluBwd { // in: dout, x
+  bool t;
+  __device__ void operator()(const float *in, float *out) const {
+    out[0] = in[0] * geluGrad(in[1], t);
   }
-}
-template <typename T>
-__global__ void swigluBwdKernel(const T *d, const T *gate, const T *up, T *dg, T *du, int64_t n) {
-  GRID_STRIDE(i, n) {
-    float g = ld(gate + i), s = sigmoid(g), dd = ld(d + i);
-    st(dg + i, dd * ld(up + i) * s * (1.0f + g * (1.0f - s)));
-    st(du + i, dd * g * s);
+};
+struct SwigluFwd { // in: gate, up
+  __device__ void operator()(const float *in, float *out) const {
+    out[0] = in[0] * sigmoid(in[0]) * in[1];
   }
-}
+};
+struct SwigluBwd { // in: dout, gate, up; out: dgate, dup
+  __device__ void operator()(const float *in, float *out) const {
+    float g = in[1], s = sigmoid(g);
+    out[0] = in[0] * in[2] * s * (1.0f + g * (1.0f - s));
+    out[1] = in[0] * g * s;
+  }
+};
 
 // --- embeddings and rotary ------------------------------------------------------
 
@@ -164,12 +164,12 @@ __global__ void embeddingBwdKernel(const int32_t *tok, const T *d, float *dt, in
 }
 template <typename T>
 __global__ void rotaryKernel(const T *x, T *out, int64_t rows, int64_t seq, int64_t heads,
-                             int64_t headDim, const double *inv, bool inverse) {
+                             int64_t headDim, const float *cosSin, bool inverse) {
   int64_t half = headDim / 2;
   GRID_STRIDE(k, rows * heads * half) {
     int64_t i = k % half, h = (k / half) % heads, r = k / (half * heads);
-    double angle = double(r % seq) * double(inv[i]);
-    float c = float(cos(angle)), s = float(sin(angle));
+    float2 cs = reinterpret_cast<const float2 *>(cosSin)[(r % seq) * half + i];
+    float c = cs.x, s = cs.y;
     if (inverse)
       s = -s;
     int64_t base = (r * heads + h) * headDim;
@@ -183,7 +183,7 @@ __global__ void rotaryKernel(const T *x, T *out, int64_t rows, int64_t seq, int6
 
 template <typename T>
 __global__ void ceRowKernel(const T *logits, const int32_t *labels, float *rowLoss,
-                            int64_t vocab, int64_t ignore) {
+                            float *rowLse, int64_t vocab, int64_t ignore) {
   __shared__ float red[32];
   int32_t y = labels[blockIdx.x];
   if (y == ignore) {
@@ -193,8 +193,11 @@ __global__ void ceRowKernel(const T *logits, const int32_t *labels, float *rowLo
   }
   const T *row = logits + blockIdx.x * vocab;
   float l = rowLogSumExp(row, vocab, red);
-  if (threadIdx.x == 0)
+  if (threadIdx.x == 0) {
     rowLoss[blockIdx.x] = l - ld(row + y);
+    if (rowLse)
+      rowLse[blockIdx.x] = l;
+  }
 }
 
 /// Sum of row losses and count of counted rows, in one block.
@@ -225,9 +228,11 @@ __global__ void ceScaleKernel(const int32_t *labels, const float *dloss, float *
     scale[0] = c > 0 ? dloss[0] / c : 0.0f;
 }
 
+/// The rows' log-sum-exps from the forward (`rowLse`) or again; 16-byte
+/// words where the logits and their gradient are equally aligned.
 template <typename T>
 __global__ void ceBwdKernel(const T *logits, const int32_t *labels, const float *scale,
-                            T *dlogits, int64_t vocab, int64_t ignore) {
+                            const float *rowLse, T *dlogits, int64_t vocab, int64_t ignore) {
   __shared__ float red[32];
   int32_t y = labels[blockIdx.x];
   T *d = dlogits + blockIdx.x * vocab;
@@ -237,9 +242,30 @@ __global__ void ceBwdKernel(const T *logits, const int32_t *labels, const float 
     return;
   }
   const T *row = logits + blockIdx.x * vocab;
-  float l = rowLogSumExp(row, vocab, red), sc = scale[0];
-  for (int64_t j = threadIdx.x; j < vocab; j += blockDim.x)
-    st(d + j, (expf(ld(row + j) - l) - (j == y ? 1.0f : 0.0f)) * sc);
+  float l = rowLse ? rowLse[blockIdx.x] : rowLogSumExp(row, vocab, red), sc = scale[0];
+  auto grad = [&](int64_t j, float v) { return (expf(v - l) - (j == y ? 1.0f : 0.0f)) * sc; };
+  constexpr int V = 16 / sizeof(T);
+  struct alignas(16) Word {
+    T e[V];
+  };
+  uintptr_t ra = reinterpret_cast<uintptr_t>(row), da = reinterpret_cast<uintptr_t>(d);
+  int64_t head = int64_t((16 - ra % 16) % 16 / sizeof(T));
+  if (ra % 16 != da % 16 || ra % sizeof(T) != 0 || head > vocab)
+    head = vocab;
+  for (int64_t j = threadIdx.x; j < head; j += blockDim.x)
+    st(d + j, grad(j, ld(row + j)));
+  int64_t words = (vocab - head) / V;
+  const Word *in = reinterpret_cast<const Word *>(row + head);
+  Word *out = reinterpret_cast<Word *>(d + head);
+  for (int64_t k = threadIdx.x; k < words; k += blockDim.x) {
+    Word a = in[k], b;
+#pragma unroll
+    for (int i = 0; i < V; ++i)
+      st(&b.e[i], grad(head + k * V + i, ld(&a.e[i])));
+    out[k] = b;
+  }
+  for (int64_t j = head + words * V + threadIdx.x; j < vocab; j += blockDim.x)
+    st(d + j, grad(j, ld(row + j)));
 }
 
 // --- AdamW ----------------------------------------------------------------------
@@ -325,9 +351,29 @@ __global__ void castFp8Kernel(const T *x, int64_t n, bool e5m2, uint8_t *out, co
 LLMOPT_CUDA_FOR_TYPES(LLMOPT_CUDA_DEFINE_FP8)
 #undef LLMOPT_CUDA_DEFINE_FP8
 
+std::vector<float> rotaryTable(const std::vector<double> &invFreq, int64_t seq) {
+  size_t half = invFreq.size();
+  std::vector<float> t(size_t(seq) * half * 2);
+  for (int64_t p = 0; p < seq; ++p)
+    for (size_t i = 0; i < half; ++i) {
+      double angle = double(p) * invFreq[i];
+      t[(size_t(p) * half + i) * 2] = float(std::cos(angle));
+      t[(size_t(p) * half + i) * 2 + 1] = float(std::sin(angle));
+    }
+  return t;
+}
+
 bool deviceAvailable() {
   int n = 0;
   return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+}
+
+/// The column sums' partials after the norms' row terms in their scratch
+/// (normBackwardScratchBytes).
+static void *sumsScratch(void *scratch, int64_t n, int64_t c) {
+  return sumRowsScratchBytes(n, c)
+             ? static_cast<char *>(scratch) + (size_t(n * c) * sizeof(float) + 255) / 256 * 256
+             : nullptr;
 }
 
 #define LLMOPT_CUDA_DEFINE(T)                                                               \
@@ -345,7 +391,8 @@ bool deviceAvailable() {
       return cudaSuccess;                                                                   \
     rmsNormBwdKernel<<<unsigned(n), kThreads, 0, s>>>(d, x, w, rstd, dx, dw, scratch, c);   \
     if (scratch)                                                                            \
-      return sumRowsInto(static_cast<const float *>(scratch), dw, n, c, s);                 \
+      return sumRowsInto(static_cast<const float *>(scratch), dw, n, c, s,                  \
+                         sumsScratch(scratch, n, c));                                       \
     return cudaGetLastError();                                                              \
   }                                                                                         \
   cudaError_t layerNormForward(const T *x, const T *w, const T *b, T *out, float *mean,     \
@@ -365,27 +412,24 @@ bool deviceAvailable() {
                                                         scratch, c);                        \
     if (!scratch)                                                                           \
       return cudaGetLastError();                                                            \
-    if (cudaError_t e = sumRowsInto(static_cast<const float *>(scratch), dw, n, c, s))       \
+    if (cudaError_t e = sumRowsInto(static_cast<const float *>(scratch), dw, n, c, s,        \
+                                    sumsScratch(scratch, n, c)))                            \
       return e;                                                                             \
-    return db ? sumRowsInto(d, db, n, c, s) : cudaGetLastError();                           \
+    return db ? sumRowsInto(d, db, n, c, s, sumsScratch(scratch, n, c)) : cudaGetLastError(); \
   }                                                                                         \
   cudaError_t geluForward(const T *x, T *o, int64_t n, bool t, cudaStream_t s) {            \
-    geluFwdKernel<<<gridFor(n), kThreads, 0, s>>>(x, o, n, t);                              \
-    return cudaGetLastError();                                                              \
+    return launchMap(MapArgs<T, 1, 1>{{x}, {o}}, n, GeluFwd{t}, s);                         \
   }                                                                                         \
   cudaError_t geluBackward(const T *g, const T *x, T *dx, int64_t n, bool t,                \
                            cudaStream_t s) {                                                \
-    geluBwdKernel<<<gridFor(n), kThreads, 0, s>>>(g, x, dx, n, t);                          \
-    return cudaGetLastError();                                                              \
+    return launchMap(MapArgs<T, 2, 1>{{g, x}, {dx}}, n, GeluBwd{t}, s);                     \
   }                                                                                         \
   cudaError_t swigluForward(const T *g, const T *u, T *o, int64_t n, cudaStream_t s) {      \
-    swigluFwdKernel<<<gridFor(n), kThreads, 0, s>>>(g, u, o, n);                            \
-    return cudaGetLastError();                                                              \
+    return launchMap(MapArgs<T, 2, 1>{{g, u}, {o}}, n, SwigluFwd{}, s);                     \
   }                                                                                         \
   cudaError_t swigluBackward(const T *d, const T *g, const T *u, T *dg, T *du, int64_t n,   \
                              cudaStream_t s) {                                              \
-    swigluBwdKernel<<<gridFor(n), kThreads, 0, s>>>(d, g, u, dg, du, n);                    \
-    return cudaGetLastError();                                                              \
+    return launchMap(MapArgs<T, 3, 2>{{d, g, u}, {dg, du}}, n, SwigluBwd{}, s);             \
   }                                                                                         \
   cudaError_t embeddingForward(const int32_t *tok, const T *table, T *out, int64_t n,       \
                                int64_t h, cudaStream_t s) {                                 \
@@ -398,7 +442,7 @@ bool deviceAvailable() {
     return cudaGetLastError();                                                              \
   }                                                                                         \
   cudaError_t rotary(const T *x, T *out, int64_t batch, int64_t seq, int64_t heads,         \
-                     int64_t headDim, const double *inv, bool inverse, cudaStream_t s) {     \
+                     int64_t headDim, const float *inv, bool inverse, cudaStream_t s) {      \
     int64_t work = batch * seq * heads * (headDim / 2);                                     \
     rotaryKernel<<<gridFor(work), kThreads, 0, s>>>(x, out, batch * seq, seq, heads,        \
                                                      headDim, inv, inverse);                \
@@ -406,21 +450,22 @@ bool deviceAvailable() {
   }                                                                                         \
   cudaError_t crossEntropyForward(const T *logits, const int32_t *labels, float *rowLoss,   \
                                   float *loss, int64_t n, int64_t vocab, int64_t ignore,    \
-                                  cudaStream_t s) {                                         \
+                                  cudaStream_t s, float *rowLse) {                          \
     if (n == 0)                                                                             \
       return cudaSuccess;                                                                   \
-    ceRowKernel<<<unsigned(n), kThreads, 0, s>>>(logits, labels, rowLoss, vocab, ignore);   \
+    ceRowKernel<<<unsigned(n), kThreads, 0, s>>>(logits, labels, rowLoss, rowLse, vocab,    \
+                                                 ignore);                                   \
     ceMeanKernel<<<1, kThreads, 0, s>>>(rowLoss, labels, loss, n, ignore);                  \
     return cudaGetLastError();                                                              \
   }                                                                                         \
   cudaError_t crossEntropyBackward(const T *logits, const int32_t *labels, const float *dloss, \
                                    float *scratch, T *dlogits, int64_t n, int64_t vocab,    \
-                                   int64_t ignore, cudaStream_t s) {                        \
+                                   int64_t ignore, cudaStream_t s, const float *rowLse) {   \
     if (n == 0)                                                                             \
       return cudaSuccess;                                                                   \
     ceScaleKernel<<<1, kThreads, 0, s>>>(labels, dloss, scratch, n, ignore);                \
-    ceBwdKernel<<<unsigned(n), kThreads, 0, s>>>(logits, labels, scratch, dlogits, vocab,   \
-                                                 ignore);                                   \
+    ceBwdKernel<<<unsigned(n), kThreads, 0, s>>>(logits, labels, scratch, rowLse, dlogits,  \
+                                                 vocab, ignore);                            \
     return cudaGetLastError();                                                              \
   }
 LLMOPT_CUDA_FOR_TYPES(LLMOPT_CUDA_DEFINE)

@@ -92,7 +92,7 @@ TEST(Cuda, RMSNorm) {
   expectClose(dDw.host(), dw, 1e-4, "rms_norm dweight");
   // With a scratch: the weight gradient summed by column, added to what
   // dweight holds (the previous result: twice the gradient).
-  Dev<float> scratch(n * c);
+  Dev<float> scratch(gpu::normBackwardScratchBytes(n, c) / 4);
   ASSERT_EQ(gpu::rmsNormBackward(dG.p, dX.p, dW.p, dRstd.p, dDx.p, dDw.p, n, c, nullptr,
                                  scratch.p),
             cudaSuccess);
@@ -125,7 +125,7 @@ TEST(Cuda, LayerNorm) {
   expectClose(dDw.host(), dw, 1e-4, "layer_norm dweight");
   expectClose(dDb.host(), db, 1e-4, "layer_norm dbias");
   // With a scratch (column sums, added): twice the gradients.
-  Dev<float> scratch(n * c);
+  Dev<float> scratch(gpu::normBackwardScratchBytes(n, c) / 4);
   ASSERT_EQ(gpu::layerNormBackward(dG.p, dX.p, dW.p, dMean.p, dRstd.p, dDx.p, dDw.p, dDb.p, n, c,
                                    nullptr, scratch.p),
             cudaSuccess);
@@ -195,32 +195,40 @@ TEST(Cuda, EmbeddingAndRotary) {
   std::vector<float> y(x.size());
   cpu::rotary(x.data(), y.data(), 2, seq, heads, hd, 10000.0f, cpu::RopeScaling{}, false);
   Dev<float> dx(x), dy(x.size());
-  Dev<double> dinv(inv);
-  ASSERT_EQ(gpu::rotary(dx.p, dy.p, 2, seq, heads, hd, dinv.p, false, nullptr), cudaSuccess);
+  Dev<float> dcs(gpu::rotaryTable(inv, seq));
+  ASSERT_EQ(gpu::rotary(dx.p, dy.p, 2, seq, heads, hd, dcs.p, false, nullptr), cudaSuccess);
   expectClose(dy.host(), y, 1e-5, "rotary");
 }
 
 TEST(Cuda, CrossEntropy) {
   NEED_GPU();
-  const int64_t n = 5, vocab = 1000;
-  auto logits = randomVec(n * vocab, 16, 3.0f);
-  std::vector<int32_t> labels = {3, -100, 999, 0, 512};
-  float loss = 0;
-  int64_t counted = 0;
-  ASSERT_TRUE(cpu::crossEntropyForward(logits.data(), labels.data(), n, vocab, -100, &loss,
-                                       &counted));
-  std::vector<float> d(n * vocab);
-  cpu::crossEntropyBackward(logits.data(), labels.data(), 1.0f, counted, d.data(), n, vocab, -100);
-  Dev<float> dL(logits), dRow(n), dLoss(1), dOne(std::vector<float>{1.0f}), dScratch(1),
-      dD(n * vocab);
-  Dev<int32_t> dLab(labels);
-  ASSERT_EQ(gpu::crossEntropyForward(dL.p, dLab.p, dRow.p, dLoss.p, n, vocab, -100, nullptr),
-            cudaSuccess);
-  ASSERT_EQ(gpu::crossEntropyBackward(dL.p, dLab.p, dOne.p, dScratch.p, dD.p, n, vocab, -100,
-                                      nullptr),
-            cudaSuccess);
-  expectClose(dLoss.host(), {loss}, 1e-4, "cross_entropy");
-  expectClose(dD.host(), d, 1e-4, "cross_entropy dlogits");
+  // vocab 1001: rows starting at every alignment (the 16-byte words'
+  // head and tail); with and without the forward's row log-sum-exps.
+  for (int64_t vocab : {1000, 1001})
+    for (bool keep : {false, true}) {
+      SCOPED_TRACE("vocab " + std::to_string(vocab) + (keep ? ", kept lse" : ""));
+      const int64_t n = 5;
+      auto logits = randomVec(n * vocab, 16, 3.0f);
+      std::vector<int32_t> labels = {3, -100, 999, 0, 512};
+      float loss = 0;
+      int64_t counted = 0;
+      ASSERT_TRUE(cpu::crossEntropyForward(logits.data(), labels.data(), n, vocab, -100, &loss,
+                                           &counted));
+      std::vector<float> d(n * vocab);
+      cpu::crossEntropyBackward(logits.data(), labels.data(), 1.0f, counted, d.data(), n, vocab,
+                                -100);
+      Dev<float> dL(logits), dRow(n), dLoss(1), dOne(std::vector<float>{1.0f}), dScratch(1),
+          dD(n * vocab), dLse(n);
+      Dev<int32_t> dLab(labels);
+      ASSERT_EQ(gpu::crossEntropyForward(dL.p, dLab.p, dRow.p, dLoss.p, n, vocab, -100, nullptr,
+                                         keep ? dLse.p : nullptr),
+                cudaSuccess);
+      ASSERT_EQ(gpu::crossEntropyBackward(dL.p, dLab.p, dOne.p, dScratch.p, dD.p, n, vocab, -100,
+                                          nullptr, keep ? dLse.p : nullptr),
+                cudaSuccess);
+      expectClose(dLoss.host(), {loss}, 1e-4, "cross_entropy");
+      expectClose(dD.host(), d, 1e-4, "cross_entropy dlogits");
+    }
 }
 
 /// Parameters, gradients and moments (v non-negative) for the AdamW tests.
@@ -557,6 +565,21 @@ TEST(Cuda, SmallKernels) {
     for (int64_t j = 0; j < c; ++j)
       sums[j] += a[r * c + j];
   expectClose(dSum.host(), sums, 1e-5, "sum_rows");
+  {
+    // Many rows: chunks of rows summed apart, then in chunk order; added
+    // (sumRowsInto) to what the output holds.
+    const int64_t tall = 5000, w = 70;
+    auto t = randomVec(tall * w, 65);
+    ASSERT_GT(gpu::sumRowsScratchBytes(tall, w), 0u);
+    Dev<float> dT(t), dS(std::vector<float>(w, 1.0f));
+    Dev<double> partial(gpu::sumRowsScratchBytes(tall, w) / 8);
+    ASSERT_EQ(gpu::sumRowsInto(dT.p, dS.p, tall, w, nullptr, partial.p), cudaSuccess);
+    std::vector<float> want(w, 1.0f);
+    for (int64_t r = 0; r < tall; ++r)
+      for (int64_t j = 0; j < w; ++j)
+        want[j] += t[r * w + j];
+    expectClose(dS.host(), want, 1e-4, "sum_rows (row chunks)");
+  }
   // Split columns [3, 7) out and back.
   Dev<float> dPart(rows * 4);
   ASSERT_EQ(gpu::columns(dA.p, dPart.p, rows, c, 3, 4, true, nullptr), cudaSuccess);
@@ -565,6 +588,19 @@ TEST(Cuda, SmallKernels) {
     for (int64_t j = 0; j < 4; ++j)
       part[r * 4 + j] = a[r * c + 3 + j];
   expectClose(dPart.host(), part, 0, "split");
+  {
+    // Columns [8, 16) of 24, in 16-byte words: out and back into zeros.
+    auto wide = randomVec(rows * 24, 66);
+    Dev<float> dWide(wide), dMid(rows * 8), dBack(rows * 24);
+    ASSERT_EQ(gpu::columns(dWide.p, dMid.p, rows, 24, 8, 8, true, nullptr), cudaSuccess);
+    ASSERT_EQ(gpu::columns(dMid.p, dBack.p, rows, 24, 8, 8, false, nullptr), cudaSuccess);
+    std::vector<float> mid(rows * 8), back(rows * 24, 0.0f);
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t j = 0; j < 8; ++j)
+        mid[r * 8 + j] = back[r * 24 + 8 + j] = wide[r * 24 + 8 + j];
+    expectClose(dMid.host(), mid, 0, "split (16-byte words)");
+    expectClose(dBack.host(), back, 0, "concat (16-byte words)");
+  }
   // Position embeddings (positions 2, 0, 1 of a 3-position table).
   const int64_t batch = 2, seq = 3, h = 4;
   auto x = randomVec(batch * seq * h, 63), table = randomVec(3 * h, 64);

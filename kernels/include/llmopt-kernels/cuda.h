@@ -26,6 +26,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <vector>
 #include <string>
 
 namespace llmopt::kernels::cuda {
@@ -62,18 +63,28 @@ bool deviceAvailable();
                                int64_t hidden, cudaStream_t stream);                        \
   cudaError_t embeddingBackward(const int32_t *tokens, const T *dout, float *dtable,        \
                                 int64_t n, int64_t hidden, cudaStream_t stream);            \
+  /* cosSin: rotaryTable's [seq, headDim / 2] (cos, sin) pairs on the device */          \
   cudaError_t rotary(const T *x, T *out, int64_t batch, int64_t seq, int64_t heads,         \
-                     int64_t headDim, const double *invFreq, bool inverse,                   \
+                     int64_t headDim, const float *cosSin, bool inverse,                     \
                      cudaStream_t stream);                                                  \
-  /* rowLoss: n floats of scratch; loss: the mean over counted rows */                     \
+  /* rowLoss: n floats of scratch; loss: the mean over counted rows; rowLse (optional):  */ \
+  /* n floats receiving each row's log-sum-exp, which the backward then reads instead of */ \
+  /* reading the logits twice (rows of the ignore index are not written) */                \
   cudaError_t crossEntropyForward(const T *logits, const int32_t *labels, float *rowLoss,   \
                                   float *loss, int64_t n, int64_t vocab, int64_t ignoreIndex, \
-                                  cudaStream_t stream);                                     \
+                                  cudaStream_t stream, float *rowLse = nullptr);            \
   cudaError_t crossEntropyBackward(const T *logits, const int32_t *labels, const float *dloss, \
                                    float *scratch, T *dlogits, int64_t n, int64_t vocab,    \
-                                   int64_t ignoreIndex, cudaStream_t stream);
+                                   int64_t ignoreIndex, cudaStream_t stream,                \
+                                   const float *rowLse = nullptr);
 LLMOPT_CUDA_FOR_TYPES(LLMOPT_CUDA_DECLARE)
 #undef LLMOPT_CUDA_DECLARE
+/// The rotary embedding's (cos, sin) of position p and pair i, for p < seq
+/// and i < invFreq.size(), at [p][i][0..1]: the angle p * invFreq[i] in
+/// double, as the CPU reference, rounded to float (computed once on the
+/// host; per element in double on the GPU it made the kernel 6x slower than
+/// its memory traffic).
+std::vector<float> rotaryTable(const std::vector<double> &invFreq, int64_t seq);
 
 /// Attention with the CPU reference's semantics (causal, sliding window,
 /// GQA), one thread per query row: a correctness baseline, not the
@@ -131,8 +142,10 @@ LLMOPT_CUDA_FOR_TYPES(LLMOPT_CUDA_DECLARE_FP8)
 /// The plan's small kernels (elementwise.cu). `columns` copies columns
 /// [offset, offset + size) of x [rows, c] into y [rows, size] (`gather`) or
 /// back (split / concat); sumRows writes the fp32 column sums (bias
-/// gradients; sumRowsInto adds them), deterministically (the norms'
-/// backward, given a `scratch` of n x c floats, sums its weight and bias
+/// gradients; sumRowsInto adds them), deterministically, on a block per 32
+/// columns and chunk of rows given `scratch` of sumRowsScratchBytes (else
+/// one chunk: few blocks for narrow rows) (the norms' backward, given a
+/// `scratch` of normBackwardScratchBytes, sums its weight and bias
 /// gradients that way instead of with atomics); the vocabulary-parallel cross-entropy runs stats (per row:
 /// this part's log-sum-exp and target logit), then, after the all-gather of
 /// the log-sum-exps into `all` [parts, rows], loss and backward; MoE
@@ -149,9 +162,10 @@ LLMOPT_CUDA_FOR_TYPES(LLMOPT_CUDA_DECLARE_FP8)
   cudaError_t fill(T *y, int64_t n, float value, cudaStream_t stream);                        \
   cudaError_t biasAdd(const T *x, const T *bias, T *y, int64_t n, int64_t c,                 \
                       cudaStream_t stream);                                                  \
-  cudaError_t sumRows(const T *g, float *out, int64_t rows, int64_t c, cudaStream_t stream);  \
+  cudaError_t sumRows(const T *g, float *out, int64_t rows, int64_t c, cudaStream_t stream,   \
+                      void *scratch = nullptr);                                             \
   cudaError_t sumRowsInto(const T *g, float *out, int64_t rows, int64_t c,                  \
-                          cudaStream_t stream);                                             \
+                          cudaStream_t stream, void *scratch = nullptr);                    \
   cudaError_t columns(const T *x, T *y, int64_t rows, int64_t c, int64_t offset,             \
                       int64_t size, bool gather, cudaStream_t stream);                       \
   cudaError_t positionEmbeddingForward(const T *x, const T *table, T *out, int64_t batch,    \
@@ -187,6 +201,11 @@ LLMOPT_CUDA_FOR_TYPES(LLMOPT_CUDA_DECLARE_FP8)
                                  cudaStream_t stream, bool &ok);
 LLMOPT_CUDA_FOR_TYPES(LLMOPT_CUDA_DECLARE_SMALL)
 #undef LLMOPT_CUDA_DECLARE_SMALL
+/// Scratch bytes for sumRows over `rows` x `c` (0: one chunk).
+size_t sumRowsScratchBytes(int64_t rows, int64_t c);
+/// Scratch bytes for the norms' backward over n x c: the weight gradient's
+/// row terms and their column sums' partials.
+size_t normBackwardScratchBytes(int64_t n, int64_t c);
 /// Sum of squares of x (fp32) into *out, or its square root with `root`;
 /// `scratch` is one double of device memory.
 cudaError_t sumSquares(const float *x, int64_t n, double *scratch, float *out, bool root,
