@@ -107,6 +107,20 @@ void BM_LinearBackward(benchmark::State &state) {
                  (withDx ? 4.0 : 2.0) * double(n) * double(in) * double(out), 0);
 }
 
+// Args: rows, n, k, ldc: C [rows, n] = A [rows, k] B [n, k]^T with C's rows
+// `ldc` apart (an LM head's aligned part written straight into logits of
+// an odd vocabulary: ldc 50257).
+void BM_GemmLeadingDim(benchmark::State &state) {
+  int64_t m = state.range(0), n = state.range(1), k = state.range(2), ldc = state.range(3);
+  DevMem a(size_t(m * k) * 2), b(size_t(n * k) * 2), c(size_t(m * ldc) * 2);
+  gpu::BatchedShape s;
+  s.m = m, s.n = n, s.k = k, s.transB = true, s.lda = k, s.ldb = k, s.ldc = ldc;
+  s.ab = s.c = CUDA_R_16BF;
+  std::string error;
+  timeWithEvents(state, [&] { return gemm() && gemm()->batched(a.p, b.p, c.p, s, nullptr, error); },
+                 2.0 * double(m) * double(n) * double(k), 0);
+}
+
 // Args: rows, columns: bf16 rows copied into rows padded to 16 bytes.
 void BM_PadRows(benchmark::State &state) {
   int64_t n = state.range(0), c = state.range(1), ld = (c + 7) / 8 * 8;
@@ -163,6 +177,8 @@ BENCHMARK(BM_LinearForward)->Args({16384, 768, 50257})->Args({16384, 768, 50304}
     ->Args({16384, 768, 3072})->UseManualTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_LinearBackward)->Args({16384, 768, 50257, 1})->Args({16384, 768, 50257, 0})
     ->Args({16384, 768, 50304, 1})->Args({16384, 768, 50304, 0})
+    ->UseManualTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_GemmLeadingDim)->Args({16384, 50176, 768, 50257})->Args({16384, 50176, 768, 50304})
     ->UseManualTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_PadRows)->Args({16384, 50257})->UseManualTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_SumRows)->Args({16384, 768, 0})->Args({16384, 768, 1})->Args({16384, 3072, 1})

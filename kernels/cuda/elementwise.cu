@@ -320,9 +320,6 @@ size_t sumRowsScratchBytes(int64_t rows, int64_t c) {
   return chunks > 1 ? size_t(chunks * c) * sizeof(double) : 0;
 }
 
-size_t normBackwardScratchBytes(int64_t n, int64_t c) {
-  return (size_t(n * c) * sizeof(float) + 255) / 256 * 256 + sumRowsScratchBytes(n, c);
-}
 
 #define LLMOPT_CUDA_DEFINE_SMALL(T)                                                         \
   cudaError_t toFloat(const T *x, float *y, int64_t n, cudaStream_t s) {                   \

@@ -9,6 +9,8 @@
 
 #include "llmopt-kernels/gemm.h"
 
+#include "llmopt-kernels/cuda.h"
+
 #include <cublasLt.h>
 
 #include <cstdio>
@@ -122,6 +124,21 @@ public:
                 s.transposed ? wide : s.in, ldy, s.in, s.type, s.type, false, false};
       if (!run(p, w, dy, dx, nullptr, 0.0f, stream, error))
         return false;
+    }
+    if (!s.transposed && wide != s.out) {
+      // dW^T (in x wide) = x^T (in x n) * dy (n x wide) into a scratch,
+      // then its first `out` columns added to dW (measured: 1.5 ms and an
+      // add instead of 2.3 ms for n = 50257 columns).
+      float *dwide = static_cast<float *>(gradients.get(size_t(wide) * size_t(s.in) * 4, error));
+      Problem p{CUBLAS_OP_N, CUBLAS_OP_T, s.in, wide, s.n, s.in, ldy, s.in, s.type,
+                CUDA_R_32F, false, false};
+      if (!dwide || !run(p, x, dy, dwide, nullptr, 0.0f, stream, error))
+        return false;
+      if (addInto(dw, static_cast<const float *>(dwide), s.out * s.in, stream) != cudaSuccess) {
+        error = "cannot add a linear's weight gradient";
+        return false;
+      }
+      return true;
     }
     if (!s.transposed) {
       // dW^T (in x out) += x^T (in x n) * dy (n x out).
@@ -440,7 +457,7 @@ private:
 
   cublasLtHandle_t handle = nullptr;
   void *workspace = nullptr;
-  Scratch rows, weights, biases; // padded operands of linears with an odd `out`
+  Scratch rows, weights, biases, gradients; // padded operands of linears with an odd `out`
   using Key = decltype(Problem{}.key());
   std::map<Key, cublasLtMatmulAlgo_t> algos;
   std::set<Key> unchecked; // read from a file, not yet checked

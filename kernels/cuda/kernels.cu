@@ -109,6 +109,144 @@ __global__ void layerNormBwdKernel(const T *dout, const T *x, const T *w, const 
   }
 }
 
+/// The norms' backward on 16-byte words, a warp per row, for rows of a
+/// multiple of 16 bytes and at most W words per lane: each lane keeps its
+/// columns' weight (and bias) gradient terms in registers over the block's
+/// rows, the block adds its warps' sums in warp order into its partial sums
+/// [block, c] (the bias partials after all the weight partials), and
+/// sumRowsInto adds the blocks' partials in order: deterministic, and
+/// without the row terms' round trip through memory. RMSNorm when `mean`
+/// is null. (A first version kept each warp's sums in shared memory: too
+/// little of it for more than four warps a block, and latency-bound.)
+constexpr int kNormWarps = 8;
+constexpr int64_t kNormRowsPerBlock = 32;
+template <typename T, int W, bool BIAS>
+__global__ void __launch_bounds__(kNormWarps * 32)
+    normBwdWarpKernel(const T *dout, const T *x, const T *w, const float *mean,
+                      const float *rstd, T *dx, float *partial, int64_t n, int64_t c) {
+  constexpr int V = 16 / sizeof(T);
+  struct alignas(16) Word {
+    T e[V];
+  };
+  extern __shared__ float4 sumWords[];
+  float *sums = reinterpret_cast<float *>(sumWords); // [c] weight, then [c] bias
+  int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  float aw[W][V], ab[W][V];
+#pragma unroll
+  for (int t = 0; t < W; ++t)
+#pragma unroll
+    for (int e = 0; e < V; ++e)
+      aw[t][e] = ab[t][e] = 0;
+  int64_t words = c / V, r0 = int64_t(blockIdx.x) * kNormRowsPerBlock;
+  int64_t r1 = min(n, r0 + kNormRowsPerBlock);
+  const Word *ww = reinterpret_cast<const Word *>(w);
+  for (int64_t r = r0 + warp; r < r1; r += kNormWarps) {
+    const Word *xr = reinterpret_cast<const Word *>(x + r * c);
+    const Word *gr = reinterpret_cast<const Word *>(dout + r * c);
+    float m = mean ? mean[r] : 0.0f, rs = rstd[r], sd = 0, sdx = 0;
+#pragma unroll
+    for (int t = 0; t < W; ++t) {
+      int64_t k = lane + 32 * t;
+      if (k < words) {
+        Word xv = xr[k], gv = gr[k], wv = ww[k];
+#pragma unroll
+        for (int e = 0; e < V; ++e) {
+          float xh = (ld(&xv.e[e]) - m) * rs, go = ld(&gv.e[e]), dxh = go * ld(&wv.e[e]);
+          sd += dxh;
+          sdx += dxh * xh;
+          aw[t][e] += go * xh;
+          if (BIAS)
+            ab[t][e] += go;
+        }
+      }
+    }
+    for (int o = 16; o > 0; o >>= 1) {
+      sd += __shfl_xor_sync(0xffffffffu, sd, o);
+      sdx += __shfl_xor_sync(0xffffffffu, sdx, o);
+    }
+    float meanD = mean ? sd / float(c) : 0.0f, meanDX = sdx / float(c);
+    Word *dr = reinterpret_cast<Word *>(dx + r * c);
+#pragma unroll
+    for (int t = 0; t < W; ++t) {
+      int64_t k = lane + 32 * t;
+      if (k < words) {
+        Word xv = xr[k], gv = gr[k], wv = ww[k], out;
+#pragma unroll
+        for (int e = 0; e < V; ++e) {
+          float xh = (ld(&xv.e[e]) - m) * rs, dxh = ld(&gv.e[e]) * ld(&wv.e[e]);
+          st(&out.e[e], rs * (dxh - meanD - xh * meanDX));
+        }
+        dr[k] = out;
+      }
+    }
+  }
+  // The warps' sums in warp order.
+  for (int v = 0; v < kNormWarps; ++v) {
+    if (warp == v)
+#pragma unroll
+      for (int t = 0; t < W; ++t) {
+        int64_t k = lane + 32 * t;
+        if (k < words)
+#pragma unroll
+          for (int e = 0; e < V; ++e) {
+            int64_t j = k * V + e;
+            sums[j] = v == 0 ? aw[t][e] : sums[j] + aw[t][e];
+            if (BIAS)
+              sums[c + j] = v == 0 ? ab[t][e] : sums[c + j] + ab[t][e];
+          }
+      }
+    __syncthreads();
+  }
+  for (int64_t j = threadIdx.x; j < c; j += blockDim.x) {
+    partial[blockIdx.x * c + j] = sums[j];
+    if (BIAS)
+      partial[(gridDim.x + blockIdx.x) * c + j] = sums[c + j];
+  }
+}
+
+/// Blocks of normBwdWarpKernel for n rows (a function of n only, so that
+/// the sums' order is the same on every GPU).
+int64_t normBlocks(int64_t n) { return (n + kNormRowsPerBlock - 1) / kNormRowsPerBlock; }
+
+template <typename T, int W, bool BIAS>
+void launchNormWords(const T *d, const T *x, const T *w, const float *mean, const float *rstd,
+                     T *dx, float *partial, int64_t n, int64_t c, cudaStream_t s) {
+  normBwdWarpKernel<T, W, BIAS><<<unsigned(normBlocks(n)), kNormWarps * 32,
+                                  size_t(c) * sizeof(float) * (BIAS ? 2 : 1), s>>>(
+      d, x, w, mean, rstd, dx, partial, n, c);
+}
+
+/// normBwdWarpKernel where the rows are words, at most 8 a lane; false
+/// where the caller should use the row-term kernels.
+template <typename T>
+bool normBackwardWords(const T *d, const T *x, const T *w, const float *mean, const float *rstd,
+                       T *dx, float *dw, float *db, int64_t n, int64_t c, cudaStream_t s,
+                       float *scratch, cudaError_t &err) {
+  constexpr int V = 16 / sizeof(T);
+  auto aligned = [](const void *p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+  int64_t perLane = (c / V + 31) / 32;
+  if (!scratch || c % V != 0 || perLane > 8 || !aligned(d) || !aligned(x) || !aligned(w) ||
+      !aligned(dx))
+    return false;
+  bool bias = db != nullptr;
+#define LLMOPT_NORM_WORDS(W)                                                                \
+  if (perLane <= W) {                                                                       \
+    if (bias)                                                                               \
+      launchNormWords<T, W, true>(d, x, w, mean, rstd, dx, scratch, n, c, s);               \
+    else                                                                                    \
+      launchNormWords<T, W, false>(d, x, w, mean, rstd, dx, scratch, n, c, s);              \
+  } else
+  LLMOPT_NORM_WORDS(1) LLMOPT_NORM_WORDS(2) LLMOPT_NORM_WORDS(4) LLMOPT_NORM_WORDS(8) {}
+#undef LLMOPT_NORM_WORDS
+  int64_t blocks = normBlocks(n);
+  err = sumRowsInto(static_cast<const float *>(scratch), dw, blocks, c, s);
+  if (err == cudaSuccess && db)
+    err = sumRowsInto(static_cast<const float *>(scratch + blocks * c), db, blocks, c, s);
+  if (err == cudaSuccess)
+    err = cudaGetLastError();
+  return true;
+}
+
 // --- activations ----------------------------------------------------------------
 
 __device__ __forceinline__ float gelu(float x, bool t) {
@@ -162,17 +300,20 @@ __global__ void embeddingBwdKernel(const int32_t *tok, const T *d, float *dt, in
                                    int64_t h) {
   GRID_STRIDE(i, n * h) atomicAdd(dt + int64_t(tok[i / h]) * h + i % h, ld(d + i));
 }
-template <typename T>
-__global__ void rotaryKernel(const T *x, T *out, int64_t rows, int64_t seq, int64_t heads,
-                             int64_t headDim, const float *cosSin, bool inverse) {
-  int64_t half = headDim / 2;
-  GRID_STRIDE(k, rows * heads * half) {
-    int64_t i = k % half, h = (k / half) % heads, r = k / (half * heads);
+/// Index type I: int32_t where the work fits (64-bit divisions made the
+/// kernel several times slower than its memory traffic).
+template <typename T, typename I>
+__global__ void rotaryKernel(const T *x, T *out, I rows, I seq, I heads, I headDim,
+                             const float *cosSin, bool inverse) {
+  I half = headDim / 2, total = rows * heads * half;
+  for (I k = I(blockIdx.x) * I(blockDim.x) + I(threadIdx.x); k < total;
+       k += I(blockDim.x) * I(gridDim.x)) {
+    I i = k % half, h = (k / half) % heads, r = k / (half * heads);
     float2 cs = reinterpret_cast<const float2 *>(cosSin)[(r % seq) * half + i];
     float c = cs.x, s = cs.y;
     if (inverse)
       s = -s;
-    int64_t base = (r * heads + h) * headDim;
+    I base = (r * heads + h) * headDim;
     float x1 = ld(x + base + i), x2 = ld(x + base + i + half);
     st(out + base + i, x1 * c - x2 * s);
     st(out + base + i + half, x2 * c + x1 * s);
@@ -368,6 +509,11 @@ bool deviceAvailable() {
   return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
 }
 
+size_t normBackwardScratchBytes(int64_t n, int64_t c) {
+  size_t terms = (size_t(n * c) * sizeof(float) + 255) / 256 * 256 + sumRowsScratchBytes(n, c);
+  return std::max(terms, size_t(2 * normBlocks(n) * c) * sizeof(float));
+}
+
 /// The column sums' partials after the norms' row terms in their scratch
 /// (normBackwardScratchBytes).
 static void *sumsScratch(void *scratch, int64_t n, int64_t c) {
@@ -389,6 +535,10 @@ static void *sumsScratch(void *scratch, int64_t n, int64_t c) {
                               float *scratch) {                                             \
     if (n == 0)                                                                             \
       return cudaSuccess;                                                                   \
+    if (cudaError_t e; normBackwardWords(d, x, w, static_cast<const float *>(nullptr), rstd,  \
+                                         dx, dw, static_cast<float *>(nullptr), n, c, s,      \
+                                         scratch, e))                                       \
+      return e;                                                                             \
     rmsNormBwdKernel<<<unsigned(n), kThreads, 0, s>>>(d, x, w, rstd, dx, dw, scratch, c);   \
     if (scratch)                                                                            \
       return sumRowsInto(static_cast<const float *>(scratch), dw, n, c, s,                  \
@@ -408,6 +558,9 @@ static void *sumsScratch(void *scratch, int64_t n, int64_t c) {
                                 int64_t c, cudaStream_t s, float *scratch) {                \
     if (n == 0)                                                                             \
       return cudaSuccess;                                                                   \
+    if (cudaError_t e; normBackwardWords(d, x, w, mean, rstd, dx, dw, db, n, c, s, scratch,  \
+                                         e))                                                \
+      return e;                                                                             \
     layerNormBwdKernel<<<unsigned(n), kThreads, 0, s>>>(d, x, w, mean, rstd, dx, dw, db,     \
                                                         scratch, c);                        \
     if (!scratch)                                                                           \
@@ -444,8 +597,14 @@ static void *sumsScratch(void *scratch, int64_t n, int64_t c) {
   cudaError_t rotary(const T *x, T *out, int64_t batch, int64_t seq, int64_t heads,         \
                      int64_t headDim, const float *inv, bool inverse, cudaStream_t s) {      \
     int64_t work = batch * seq * heads * (headDim / 2);                                     \
-    rotaryKernel<<<gridFor(work), kThreads, 0, s>>>(x, out, batch * seq, seq, heads,        \
-                                                     headDim, inv, inverse);                \
+    if (batch * seq * heads * headDim < (int64_t(1) << 31))                                 \
+      rotaryKernel<T, int32_t><<<gridFor(work), kThreads, 0, s>>>(                          \
+          x, out, int32_t(batch * seq), int32_t(seq), int32_t(heads), int32_t(headDim), inv, \
+          inverse);                                                                         \
+    else                                                                                    \
+      rotaryKernel<T, int64_t><<<gridFor(work), kThreads, 0, s>>>(x, out, batch * seq, seq, \
+                                                                  heads, headDim, inv,      \
+                                                                  inverse);                 \
     return cudaGetLastError();                                                              \
   }                                                                                         \
   cudaError_t crossEntropyForward(const T *logits, const int32_t *labels, float *rowLoss,   \

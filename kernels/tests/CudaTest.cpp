@@ -78,7 +78,10 @@ std::vector<float> toFloat(const std::vector<gpu::bf16> &x) {
 
 TEST(Cuda, RMSNorm) {
   NEED_GPU();
-  const int64_t n = 7, c = 300;
+  // With a scratch: rows of 16-byte words take the warp-per-row kernel
+  // (150 rows: three blocks of partial sums), others the row terms.
+  for (auto [n, c] : {std::pair<int64_t, int64_t>{7, 300}, {150, 64}, {3, 301}}) {
+  SCOPED_TRACE("rows " + std::to_string(n) + ", columns " + std::to_string(c));
   auto x = randomVec(n * c, 1), w = randomVec(c, 2), g = randomVec(n * c, 3);
   std::vector<float> out(n * c), rstd(n), dx(n * c), dw(c, 0);
   cpu::rmsNormForward(x.data(), w.data(), out.data(), rstd.data(), n, c, 1e-5f);
@@ -101,11 +104,13 @@ TEST(Cuda, RMSNorm) {
     v *= 2;
   expectClose(dDw.host(), twice, 1e-4, "rms_norm dweight (column sums)");
   expectClose(dDx.host(), dx, 1e-4, "rms_norm dx (column sums)");
+  }
 }
 
 TEST(Cuda, LayerNorm) {
   NEED_GPU();
-  const int64_t n = 5, c = 513;
+  for (auto [n, c] : {std::pair<int64_t, int64_t>{5, 513}, {200, 512}}) {
+  SCOPED_TRACE("rows " + std::to_string(n) + ", columns " + std::to_string(c));
   auto x = randomVec(n * c, 4), w = randomVec(c, 5), b = randomVec(c, 6), g = randomVec(n * c, 7);
   std::vector<float> out(n * c), mean(n), rstd(n), dx(n * c), dw(c, 0), db(c, 0);
   cpu::layerNormForward(x.data(), w.data(), b.data(), out.data(), mean.data(), rstd.data(), n, c,
@@ -134,6 +139,8 @@ TEST(Cuda, LayerNorm) {
     dw2[i] *= 2, db2[i] *= 2;
   expectClose(dDw.host(), dw2, 1e-4, "layer_norm dweight (column sums)");
   expectClose(dDb.host(), db2, 1e-4, "layer_norm dbias (column sums)");
+  expectClose(dDx.host(), dx, 1e-4, "layer_norm dx (column sums)");
+  }
 }
 
 TEST(Cuda, Activations) {
@@ -172,6 +179,18 @@ TEST(Cuda, RMSNormBF16) {
   Dev<float> dRstd(n);
   ASSERT_EQ(gpu::rmsNormForward(dX.p, dW.p, dOut.p, dRstd.p, n, c, 1e-5f, nullptr), cudaSuccess);
   expectClose(toFloat(dOut.host()), out, 2e-2, "rms_norm bf16");
+  // The backward on 16-byte words of 8 bf16 (c = 256) with a scratch.
+  auto g = randomVec(n * c, 13);
+  std::vector<gpu::bf16> gb = roundToBf16(g);
+  std::vector<float> dx(n * c), dw(c, 0);
+  cpu::rmsNormBackward(g.data(), x.data(), w.data(), rstd.data(), dx.data(), dw.data(), n, c);
+  Dev<gpu::bf16> dG(gb), dDx(n * c);
+  Dev<float> dDw(c), scratch(gpu::normBackwardScratchBytes(n, c) / 4);
+  ASSERT_EQ(gpu::rmsNormBackward(dG.p, dX.p, dW.p, dRstd.p, dDx.p, dDw.p, n, c, nullptr,
+                                 scratch.p),
+            cudaSuccess);
+  expectClose(toFloat(dDx.host()), dx, 3e-2, "rms_norm bf16 dx");
+  expectClose(dDw.host(), dw, 1e-3, "rms_norm bf16 dweight");
 }
 
 TEST(Cuda, EmbeddingAndRotary) {
