@@ -7,8 +7,9 @@
 // One graph per shape and direction, built on first use and cached.
 // Causal (top-left) or unmasked attention; no sliding window (the plans
 // with one keep the GEMM attention). Built only where the cuDNN frontend's
-// headers and libcudnn are found (LLMOPT_HAVE_CUDNN), and not yet checked
-// on a GPU: llm-run uses it only with LLMOPT_CUDA_ATTENTION=cudnn.
+// headers and libcudnn are found (LLMOPT_HAVE_CUDNN); checked against the
+// CPU reference on an H100 (Cuda.AttentionCudnn), llm-run's default for
+// bf16 plans (LLMOPT_CUDA_ATTENTION=gemm chooses the GEMM attention).
 //
 //===----------------------------------------------------------------------===//
 
