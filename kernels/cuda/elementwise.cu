@@ -147,7 +147,16 @@ __global__ void positionBwdKernel(const T *d, float *dtable, int64_t batch, int6
 __global__ void sumSquaresKernel(const float *x, int64_t n, double *out) {
   __shared__ double red[kThreads];
   double s = 0;
-  GRID_STRIDE(i, n) s += double(x[i]) * double(x[i]);
+  // 16-byte words where x allows, then the rest.
+  int64_t words = reinterpret_cast<uintptr_t>(x) % 16 == 0 ? n / 4 : 0;
+  GRID_STRIDE(w, words) {
+    float4 q = reinterpret_cast<const float4 *>(x)[w];
+    s += double(q.x) * double(q.x) + double(q.y) * double(q.y) + double(q.z) * double(q.z) +
+         double(q.w) * double(q.w);
+  }
+  for (int64_t i = words * 4 + int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += int64_t(blockDim.x) * gridDim.x)
+    s += double(x[i]) * double(x[i]);
   s = blockTreeSum(s, red);
   if (threadIdx.x == 0)
     atomicAdd(out, s);

@@ -411,16 +411,49 @@ __global__ void ceBwdKernel(const T *logits, const int32_t *labels, const float 
 
 // --- AdamW ----------------------------------------------------------------------
 
+__device__ __forceinline__ float adamwOne(float p, float g, float &m, float &v,
+                                          const AdamWArgs &a, float scale, float bc1, float bc2) {
+  float gi = g * scale;
+  m = a.beta1 * m + (1.0f - a.beta1) * gi;
+  v = a.beta2 * v + (1.0f - a.beta2) * gi * gi;
+  return p * (1.0f - a.lr * a.weightDecay) - a.lr * (m / bc1) / (sqrtf(v / bc2) + a.eps);
+}
+
+/// In 16-byte words (4 parameters a load of each state) where every
+/// pointer allows, then element by element.
 __device__ __forceinline__ void adamwUpdate(float *p, const float *g, float *m, float *v,
                                             bf16 *working, int64_t n, const AdamWArgs &a,
                                             float scale, float bc1, float bc2) {
-  GRID_STRIDE(i, n) {
-    float gi = g[i] * scale;
-    float mi = a.beta1 * m[i] + (1.0f - a.beta1) * gi;
-    float vi = a.beta2 * v[i] + (1.0f - a.beta2) * gi * gi;
+  auto aligned = [](const void *q, int bytes) {
+    return reinterpret_cast<uintptr_t>(q) % bytes == 0;
+  };
+  int64_t words = aligned(p, 16) && aligned(g, 16) && aligned(m, 16) && aligned(v, 16) &&
+                          (!working || aligned(working, 8))
+                      ? n / 4
+                      : 0;
+  GRID_STRIDE(w, words) {
+    float4 pw = reinterpret_cast<float4 *>(p)[w], gw = reinterpret_cast<const float4 *>(g)[w];
+    float4 mw = reinterpret_cast<float4 *>(m)[w], vw = reinterpret_cast<float4 *>(v)[w];
+    pw.x = adamwOne(pw.x, gw.x, mw.x, vw.x, a, scale, bc1, bc2);
+    pw.y = adamwOne(pw.y, gw.y, mw.y, vw.y, a, scale, bc1, bc2);
+    pw.z = adamwOne(pw.z, gw.z, mw.z, vw.z, a, scale, bc1, bc2);
+    pw.w = adamwOne(pw.w, gw.w, mw.w, vw.w, a, scale, bc1, bc2);
+    reinterpret_cast<float4 *>(p)[w] = pw;
+    reinterpret_cast<float4 *>(m)[w] = mw;
+    reinterpret_cast<float4 *>(v)[w] = vw;
+    if (working) {
+      __nv_bfloat162 lo = __floats2bfloat162_rn(pw.x, pw.y);
+      __nv_bfloat162 hi = __floats2bfloat162_rn(pw.z, pw.w);
+      uint2 packed{*reinterpret_cast<unsigned *>(&lo), *reinterpret_cast<unsigned *>(&hi)};
+      reinterpret_cast<uint2 *>(working)[w] = packed;
+    }
+  }
+  for (int64_t i = words * 4 + int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += int64_t(blockDim.x) * gridDim.x) {
+    float mi = m[i], vi = v[i];
+    float pi = adamwOne(p[i], g[i], mi, vi, a, scale, bc1, bc2);
     m[i] = mi;
     v[i] = vi;
-    float pi = p[i] * (1.0f - a.lr * a.weightDecay) - a.lr * (mi / bc1) / (sqrtf(vi / bc2) + a.eps);
     p[i] = pi;
     if (working)
       working[i] = __float2bfloat16(pi);
@@ -634,7 +667,8 @@ cudaError_t adamw(float *param, const float *grad, float *m, float *v, bf16 *wor
                   int64_t count, const AdamWArgs &a, cudaStream_t s) {
   float bc1 = 1.0f - std::pow(a.beta1, float(a.step));
   float bc2 = 1.0f - std::pow(a.beta2, float(a.step));
-  adamwKernel<<<gridFor(count), kThreads, 0, s>>>(param, grad, m, v, working, count, a, bc1, bc2);
+  adamwKernel<<<gridFor((count + 3) / 4), kThreads, 0, s>>>(param, grad, m, v, working, count, a,
+                                                             bc1, bc2);
   return cudaGetLastError();
 }
 
@@ -643,8 +677,8 @@ cudaError_t adamwDevice(float *param, const float *grad, float *m, float *v, bf1
                         const int64_t *step, cudaStream_t s) {
   if (count == 0)
     return cudaSuccess;
-  adamwDeviceKernel<<<gridFor(count), kThreads, 0, s>>>(param, grad, m, v, working, count, a,
-                                                        norm, maxNorm, step);
+  adamwDeviceKernel<<<gridFor((count + 3) / 4), kThreads, 0, s>>>(param, grad, m, v, working,
+                                                                   count, a, norm, maxNorm, step);
   return cudaGetLastError();
 }
 
