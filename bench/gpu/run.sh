@@ -3,7 +3,7 @@
 # on a machine with an NVIDIA GPU, CUDA 13 and PyTorch, from the repository root:
 #   bench/gpu/run.sh OUT_DIR [kernels] [tiny] [sanitize] [gpt2] [gpt2-torch] [gpt2-compile]
 #                    [gpt2-gemm] [gpt2-graphs] [llama] [llama-torch] [llama-compile]
-#                    [llama-gemm] [bench]
+#                    [llama-gemm] [gpt2-padded] [bench]
 # Writes OUT_DIR/log.txt and OUT_DIR/results.tgz (metrics, profiles, summaries).
 set -uo pipefail
 out=$(mkdir -p "$1" && cd "$1" && pwd); shift
@@ -64,7 +64,8 @@ fi
 if has tiny; then
   step "test/Runtime/cuda.test: CUDA vs CPU backend on the tiny models"
   for p in tiny-gpt2:1e-3 tiny-llama:1e-3 tiny-bf16:2e-2 tiny-gpt2-bf16:2e-2 tiny-gpt2-rc-full:1e-3 \
-    tiny-gpt2-rc-selective:1e-3 tiny-llama-rc-full:1e-3 tiny-llama-rc-selective:1e-3; do
+    tiny-gpt2-rc-selective:1e-3 tiny-llama-rc-full:1e-3 tiny-llama-rc-selective:1e-3 \
+    tiny-v261:1e-3 tiny-v261-bf16:2e-2; do
     n=${p%%:*} tol=${p##*:}
     run llm-run "$kit/plans/$n" --data "$kit/data/tiny.bin" --steps 10 --metrics $n-cpu.jsonl --quiet
     run llm-run "$kit/plans/$n" --data "$kit/data/tiny.bin" --steps 10 --metrics $n-gpu.jsonl --device cuda --quiet
@@ -76,6 +77,12 @@ if has tiny; then
     LLMOPT_CUDA_ATTENTION=gemm run llm-run "$kit/plans/$n" --data "$kit/data/tiny.bin" --steps 10 --metrics $n-gemm.jsonl --device cuda --quiet
     side $n-cpu.jsonl $n-gemm.jsonl
     python3 "$cmp" $n-cpu.jsonl $n-gemm.jsonl --rel 2e-2
+  done
+  step "the LM head's logits in padded rows (LLMOPT_CUDA_PAD_LOGITS=1) vs the CPU backend"
+  for p in tiny-v261:1e-3 tiny-v261-bf16:2e-2; do
+    n=${p%%:*} tol=${p##*:}
+    LLMOPT_CUDA_PAD_LOGITS=1 run llm-run "$kit/plans/$n" --data "$kit/data/tiny.bin" --steps 10 --metrics $n-padded.jsonl --device cuda --quiet
+    python3 "$cmp" $n-cpu.jsonl $n-padded.jsonl --rel $tol
   done
   step "CUDA graphs (LLMOPT_CUDA_GRAPHS=1) vs the CPU backend"
   for p in tiny-llama:1e-3 tiny-bf16:2e-2 tiny-llama-rc-full:1e-3; do
@@ -195,6 +202,12 @@ if r:
     print("llm-opt + CUDA graphs: median step %.4f s, %.0f tok/s" % (
         statistics.median(x["step_time_s"] for x in r), statistics.median(x["tokens_per_s"] for x in r)))
 PY
+fi
+if has gpt2-padded; then
+  step "gpt2-124m: the LM head's logits in padded rows (LLMOPT_CUDA_PAD_LOGITS=1)"
+  LLMOPT_CUDA_PAD_LOGITS=1 TMO=240 run llm-run "$kit/plans/gpt2-124m" --data "$kit/data/text.bin" \
+    --steps 20 --metrics gpt2-124m-padded.jsonl --device cuda --peak-tflops 989
+  [ -f gpt2-124m-ours.jsonl ] && python3 "$cmp" gpt2-124m-ours.jsonl gpt2-124m-padded.jsonl --rel 1e-2 --keys loss
 fi
 has gpt2-torch && torchref gpt2-124m "$root/examples/models/gpt2-124m.json" 16 1024 20
 has gpt2-compile && torchcompile gpt2-124m "$root/examples/models/gpt2-124m.json" 16 1024 20

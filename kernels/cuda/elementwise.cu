@@ -138,9 +138,20 @@ __global__ void positionFwdKernel(const T *x, const T *table, T *out, int64_t ba
 template <typename T>
 __global__ void positionBwdKernel(const T *d, float *dtable, int64_t batch, int64_t seq, int64_t h,
                                   const int32_t *pos) {
+  if (!pos) {
+    // Positions 0..seq-1: a thread per (position, column) summing the batch
+    // in order (deterministic).
+    GRID_STRIDE(i, seq * h) {
+      float sum = 0;
+      for (int64_t b = 0; b < batch; ++b)
+        sum += ld(d + b * seq * h + i);
+      dtable[i] += sum;
+    }
+    return;
+  }
   GRID_STRIDE(i, batch * seq * h) {
     int64_t c = i % h, s = (i / h) % seq;
-    atomicAdd(dtable + int64_t(pos ? pos[s] : s) * h + c, ld(d + i));
+    atomicAdd(dtable + int64_t(pos[s]) * h + c, ld(d + i));
   }
 }
 /// Sum of squares into *out (zeroed by the launcher), in double per block.

@@ -82,22 +82,24 @@ public:
               s.transposed ? s.out : s.in, s.in, s.out, s.type, s.type, bias != nullptr,
               pre != nullptr};
     size_t elem = elementBytes(s.type);
-    int64_t wide = paddedOut(s.out, elem);
+    int64_t wide = linearPaddedOut(s.out, s.type);
+    if (!pitchOk(s, wide, error))
+      return false;
     if (wide == s.out || pre)
       return run(p, w, x, y, bias, 0.0f, stream, error, pre);
     // An odd `out` (GPT-2's LM head): the product with zero-padded weights
-    // into padded rows, then copied into y.
+    // into padded rows (y's own with s.ld), else copied into y.
     const void *wp = padWeight(w, s, wide, stream, error);
     const void *bp = bias ? padBias(bias, s, wide, stream, error) : nullptr;
-    void *ywide = rows.get(size_t(wide) * size_t(s.n) * elem, error);
+    void *ywide = s.ld == wide ? y : rows.get(size_t(wide) * size_t(s.n) * elem, error);
     if (!wp || (bias && !bp) || !ywide)
       return false;
     p.m = p.ldd = wide;
     if (s.transposed)
       p.lda = wide;
     return run(p, wp, x, ywide, bp, 0.0f, stream, error) &&
-           copyRows(y, size_t(s.out) * elem, ywide, size_t(wide) * elem, size_t(s.out) * elem,
-                    s.n, stream, error);
+           (ywide == y || copyRows(y, size_t(s.out) * elem, ywide, size_t(wide) * elem,
+                                   size_t(s.out) * elem, s.n, stream, error));
   }
 
   bool linearBackward(const void *dy, const void *x, const void *w, void *dx, float *dw,
@@ -105,8 +107,14 @@ public:
     // An odd `out`: dy copied into rows padded with zeros, and the weights
     // padded with zeros, so that dx's product runs over a multiple of 128.
     size_t elem = elementBytes(s.type);
-    int64_t wide = paddedOut(s.out, elem), ldy = s.out;
-    if (wide != s.out) {
+    int64_t wide = linearPaddedOut(s.out, s.type), ldy = s.out;
+    if (!pitchOk(s, wide, error))
+      return false;
+    if (wide != s.out && s.ld == wide) {
+      ldy = wide; // dy in padded rows already, the padding zero
+      if (dx && !(w = padWeight(w, s, wide, stream, error)))
+        return false;
+    } else if (wide != s.out) {
       void *dywide = rows.get(size_t(wide) * size_t(s.n) * elem, error);
       if (!dywide ||
           !copyRows(dywide, size_t(wide) * elem, dy, size_t(s.out) * elem, size_t(s.out) * elem,
@@ -249,12 +257,11 @@ private:
   static constexpr size_t kWorkspace = 32u << 20;
 
   static size_t elementBytes(cudaDataType_t t) { return t == CUDA_R_32F ? 4 : 2; }
-  /// `out` padded to a multiple of 128 where its rows are not a multiple of
-  /// 16 bytes. Measured on an H100 for GPT-2's LM head (16384 x 768 x
-  /// 50257, bf16): cuBLASLt's forward ran at 88 TFLOP/s and the backward's
-  /// dx product at about 130, against 774 and 863 for 50304.
-  static int64_t paddedOut(int64_t out, size_t elem) {
-    return (size_t(out) * elem) % 16 == 0 ? out : (out + 127) / 128 * 128;
+  static bool pitchOk(const LinearShape &s, int64_t wide, std::string &error) {
+    if (s.ld == 0 || s.ld == s.out || s.ld == wide)
+      return true;
+    error = "a linear's row pitch must be its output size or linearPaddedOut of it";
+    return false;
   }
 
   /// A device buffer that grows (used in stream order, one use at a time).
@@ -467,6 +474,11 @@ private:
 } // namespace
 
 size_t cublasLtVersion() { return cublasLtGetVersion(); }
+
+int64_t linearPaddedOut(int64_t out, cudaDataType_t type) {
+  size_t elem = type == CUDA_R_32F ? 4 : 2;
+  return (size_t(out) * elem) % 16 == 0 ? out : (out + 127) / 128 * 128;
+}
 
 std::unique_ptr<Gemm> Gemm::create(std::string &error) {
   auto g = std::make_unique<LtGemm>();

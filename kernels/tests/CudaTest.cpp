@@ -207,6 +207,27 @@ TEST(Cuda, EmbeddingAndRotary) {
   ASSERT_EQ(gpu::embeddingBackward(dTok.p, dG.p, dDt.p, n, h, nullptr), cudaSuccess);
   expectClose(dOut.host(), out, 0, "embedding");
   expectClose(dDt.host(), dt, 1e-5, "embedding dtable");
+  // In token order (deterministic): positions {4}, {0, 2}, {1, 5}, {3};
+  // in chunks of at most 64 and of 1 positions; added to what the table's
+  // gradient holds.
+  std::vector<int32_t> order = gpu::embeddingOrder(tok.data(), n);
+  EXPECT_EQ(order, (std::vector<int32_t>{4, 0, 2, 1, 5, 3, 4, 0, 1, 2, 3, 4, 4, 0, 1, 3, 5, 6}));
+  std::vector<int32_t> single = gpu::embeddingOrder(tok.data(), n, 1);
+  EXPECT_EQ(single,
+            (std::vector<int32_t>{4, 0, 2, 1, 5, 3, 4, 0, 1, 3, 5, 6, 6, 0, 1, 2, 3, 4, 5, 6}));
+  Dev<float> scratch(n * h);
+  float times = 1;
+  for (const std::vector<int32_t> *o : {&order, &single}) {
+    Dev<int32_t> dOrder(*o);
+    ASSERT_EQ(gpu::embeddingBackwardOrdered(dTok.p, dOrder.p, dG.p, dDt.p, n, h, scratch.p,
+                                            nullptr),
+              cudaSuccess);
+    times += 1;
+    std::vector<float> want(dt);
+    for (float &v : want)
+      v *= times;
+    expectClose(dDt.host(), want, 1e-5, "embedding dtable (in token order)");
+  }
 
   // Rotary with theta 10000 and no scaling: inverse frequencies theta^(-2i/d).
   auto x = randomVec(2 * seq * heads * hd, 15);
@@ -247,6 +268,24 @@ TEST(Cuda, CrossEntropy) {
                 cudaSuccess);
       expectClose(dLoss.host(), {loss}, 1e-4, "cross_entropy");
       expectClose(dD.host(), d, 1e-4, "cross_entropy dlogits");
+      // Rows 5 elements apart beyond the vocabulary (logits and gradient in
+      // padded rows): the same loss and gradient, the gradient's padding 0.
+      const int64_t pitch = vocab + 5;
+      std::vector<float> wide(n * pitch, 7.0f), dwant(n * pitch, 0.0f);
+      for (int64_t r = 0; r < n; ++r)
+        for (int64_t j = 0; j < vocab; ++j) {
+          wide[r * pitch + j] = logits[r * vocab + j];
+          dwant[r * pitch + j] = d[r * vocab + j];
+        }
+      Dev<float> dWide(wide), dWideD(std::vector<float>(n * pitch, 3.0f));
+      ASSERT_EQ(gpu::crossEntropyForward(dWide.p, dLab.p, dRow.p, dLoss.p, n, vocab, -100,
+                                         nullptr, keep ? dLse.p : nullptr, pitch),
+                cudaSuccess);
+      ASSERT_EQ(gpu::crossEntropyBackward(dWide.p, dLab.p, dOne.p, dScratch.p, dWideD.p, n, vocab,
+                                          -100, nullptr, keep ? dLse.p : nullptr, pitch, pitch),
+                cudaSuccess);
+      expectClose(dLoss.host(), {loss}, 1e-4, "cross_entropy (padded rows)");
+      expectClose(dWideD.host(), dwant, 1e-4, "cross_entropy dlogits (padded rows)");
     }
 }
 
@@ -330,6 +369,33 @@ TEST(Cuda, LinearThroughCuBLASLt) {
     expectClose(dY.host(), y, 1e-4, "linear y");
     expectClose(dDx.host(), dx, 1e-4, "linear dx");
     expectClose(dDw.host(), dw, 1e-4, "linear dweight");
+    int64_t wide = gpu::linearPaddedOut(out, CUDA_R_32F);
+    if (wide == out)
+      continue;
+    // y written in padded rows, dy read from them (padding zero): the same
+    // results; dW accumulates (twice the gradient).
+    s.ld = wide;
+    Dev<float> dYw(n * wide);
+    std::vector<float> gw(n * wide, 0.0f), yw(n * wide, 0.0f), dw2(dw);
+    for (int64_t r = 0; r < n; ++r)
+      for (int64_t j = 0; j < out; ++j) {
+        gw[r * wide + j] = g[r * out + j];
+        yw[r * wide + j] = y[r * out + j];
+      }
+    for (float &v : dw2)
+      v *= 2;
+    Dev<float> dGw(gw);
+    ASSERT_TRUE(gemm->linearForward(dX.p, dW.p, dB.p, dYw.p, s, nullptr, error)) << error;
+    ASSERT_TRUE(gemm->linearBackward(dGw.p, dX.p, dW.p, dDx.p, dDw.p, s, nullptr, error)) << error;
+    std::vector<float> gotY = dYw.host();
+    for (int64_t r = 0; r < n; ++r)
+      for (int64_t j = out; j < wide; ++j)
+        gotY[r * wide + j] = 0; // the padding's values are unspecified
+    expectClose(gotY, yw, 1e-4, "linear y (padded rows)");
+    expectClose(dDx.host(), dx, 1e-4, "linear dx (padded rows)");
+    expectClose(dDw.host(), dw2, 1e-4, "linear dweight (padded rows)");
+    s.ld = out + 1;
+    EXPECT_FALSE(gemm->linearForward(dX.p, dW.p, dB.p, dYw.p, s, nullptr, error));
   }
   EXPECT_GE(gemm->cachedAlgorithms(), 3u);
 

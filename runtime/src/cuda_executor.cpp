@@ -11,6 +11,7 @@
 
 #include "llmopt-runtime/cuda_executor.h"
 #include "llmopt-runtime/fused_library.h"
+#include "llmopt-runtime/padded_logits.h"
 
 #include "llmopt-kernels/cuda.h"
 #include "llmopt-kernels/gemm.h"
@@ -75,6 +76,11 @@ struct CudaExecutor::State {
   const Program *program = nullptr;
   bool bf16 = false;
   DevBuf arena, tokens, labels;
+  /// The micro-batch's token positions grouped by token
+  /// (cu::embeddingOrder), for a deterministic embedding backward.
+  std::vector<int32_t> tokenOrder;
+  DevBuf tokenOrderDev;
+  bool orderTokens = false;
   struct Param {
     DevBuf master, m, v, working; // working: bf16 plans only
     int64_t n = 0;
@@ -92,6 +98,25 @@ struct CudaExecutor::State {
   /// the running micro-batch.
   std::map<std::tuple<int, int64_t, std::string>, std::unique_ptr<DevBuf>> lses;
   std::set<const float *> lseFresh;
+  /// Logits of a vocabulary whose rows are not a multiple of 16 bytes
+  /// (GPT-2's 50257) and their gradient, kept in rows padded to
+  /// cu::linearPaddedOut in one buffer of their own, where the LM head's
+  /// linear_fwd, the cross-entropy and linear_bwd are their only users (in
+  /// that order): no copies into and out of padded rows around the LM
+  /// head's GEMMs (3 of GPT-2 124M's 42 ms on an H100). By instruction,
+  /// output or input, and slot: the row pitch.
+  std::map<std::tuple<const Instruction *, bool, size_t>, int64_t> paddedPitch;
+  DevBuf paddedLogits;
+  /// The padded rows standing for this operand, and their pitch, or null.
+  void *paddedRows(const Instruction &ins, bool output, size_t slot, int64_t &pitch) {
+    auto it = paddedPitch.find({&ins, output, slot});
+    if (it == paddedPitch.end())
+      return nullptr;
+    pitch = it->second;
+    return paddedLogits.p;
+  }
+  void padLogits(const Program &prog, cudaDataType_t type);
+
   /// The norms' row statistics (mean and 1/std, or 1/rms) by input buffer,
   /// kind and epsilon (fresh, like the attention's, when written in the
   /// running micro-batch).
@@ -324,6 +349,24 @@ struct CudaExecutor::State {
   }
 };
 
+void CudaExecutor::State::padLogits(const Program &prog, cudaDataType_t type) {
+  // Opt-in until measured on a GPU (LLMOPT_CUDA_PAD_LOGITS=1).
+  const char *e = std::getenv("LLMOPT_CUDA_PAD_LOGITS");
+  if (!e || std::strcmp(e, "1") != 0)
+    return;
+  auto found =
+      findPaddedLogits(prog, [&](int64_t vocab) { return cu::linearPaddedOut(vocab, type); });
+  if (!found)
+    return;
+  size_t bytes = size_t(found->rows) * size_t(found->pitch) * (type == CUDA_R_32F ? 4 : 2);
+  if (!paddedLogits.reserve(bytes))
+    return; // out of memory: the copies instead
+  for (auto [ins, output] : {std::pair{found->linearFwd, true}, {found->lossFwd, false},
+                             {found->lossBwd, false}, {found->lossBwd, true},
+                             {found->linearBwd, false}})
+    paddedPitch[{ins, output, 0}] = found->pitch;
+}
+
 template <typename T>
 bool CudaExecutor::State::kernel(const Instruction &ins, CpuExecutor &host, std::string &error) {
   const std::vector<Buffer> &in = ins.ins, &out = ins.outs;
@@ -334,9 +377,21 @@ bool CudaExecutor::State::kernel(const Instruction &ins, CpuExecutor &host, std:
     return ok(cu::embeddingForward(at<int32_t>(in[0]), at<T>(in[1]), at<T>(out[0]),
                                    in[0].elements, in[1].shape[1], s));
   case KernelId::EmbeddingBwd: {
+    // The step's tokens: each token's rows summed in position order
+    // (bit-identical from run to run); other token buffers: atomics.
     float *g = gradTarget(out[0], 0, error);
-    return g && ok(cu::embeddingBackward(at<int32_t>(in[0]), at<T>(in[1]), g, in[0].elements,
-                                         out[0].shape[1], s)) &&
+    const int32_t *tok = at<int32_t>(in[0]);
+    if (!g)
+      return false;
+    bool ordered = orderTokens && tok == tokens.as<int32_t>();
+    int64_t n = in[0].elements, h = out[0].shape[1];
+    auto *partial = ordered ? static_cast<float *>(tmp(8, size_t(n * h) * 4, error)) : nullptr;
+    if (ordered && !partial)
+      return false;
+    return ok(ordered ? cu::embeddingBackwardOrdered(tok, tokenOrderDev.as<int32_t>(),
+                                                     at<T>(in[1]), g, n, h, partial, s)
+                      : cu::embeddingBackward(tok, at<T>(in[1]), g, in[0].elements,
+                                              out[0].shape[1], s)) &&
            gradDone(out[0], g, error);
   }
   case KernelId::PositionEmbeddingFwd:
@@ -411,8 +466,9 @@ bool CudaExecutor::State::kernel(const Instruction &ins, CpuExecutor &host, std:
               "output";
       return false;
     }
+    void *y = gelu ? nullptr : paddedRows(ins, true, 0, sh.ld);
     return gemm->linearForward(at<T>(x), at<T>(w), in.size() > 2 ? at<T>(in[2]) : nullptr,
-                               at<T>(out[gelu ? 1 : 0]), sh, s, error,
+                               y ? y : at<T>(out[gelu ? 1 : 0]), sh, s, error,
                                gelu ? at<T>(out[0]) : nullptr);
   }
   case KernelId::LinearBwd: {
@@ -424,8 +480,9 @@ bool CudaExecutor::State::kernel(const Instruction &ins, CpuExecutor &host, std:
     // and the bias gradient is added from a scratch.
     bool accumulate = ins.flag("accumulate");
     float *dw = accumulate ? at<float>(out[1]) : gradTarget(out[1], 0, error);
-    if (!dw || !gemm->linearBackward(at<T>(in[0]), at<T>(in[1]), at<T>(w), at<T>(out[0]), dw, sh,
-                                     s, error) ||
+    const void *dy = paddedRows(ins, false, 0, sh.ld);
+    if (!dw || !gemm->linearBackward(dy ? dy : at<T>(in[0]), at<T>(in[1]), at<T>(w), at<T>(out[0]),
+                                     dw, sh, s, error) ||
         (!accumulate && !gradDone(out[1], dw, error)))
       return false;
     if (out.size() < 3)
@@ -603,10 +660,13 @@ bool CudaExecutor::State::kernel(const Instruction &ins, CpuExecutor &host, std:
     if (!rowLoss || !kept->reserve(size_t(rowsOf(in[0])) * 4))
       return (error = "out of GPU memory for the cross-entropy's row statistics", false);
     lseFresh.insert(kept->as<float>());
-    return ok(cu::crossEntropyForward(at<T>(in[0]), at<int32_t>(in[1]), rowLoss,
-                                      at<float>(out[0]), rowsOf(in[0]), lastDim(in[0]),
+    int64_t pitch = 0;
+    const void *z = paddedRows(ins, false, 0, pitch);
+    return ok(cu::crossEntropyForward(z ? static_cast<const T *>(z) : at<T>(in[0]),
+                                      at<int32_t>(in[1]), rowLoss, at<float>(out[0]),
+                                      rowsOf(in[0]), lastDim(in[0]),
                                       int64_t(ins.number("ignore_index", -100)), s,
-                                      kept->as<float>()));
+                                      kept->as<float>(), pitch));
   }
   case KernelId::CrossEntropyBwd: {
     auto *scale = static_cast<float *>(tmp(1, 16, error));
@@ -614,11 +674,14 @@ bool CudaExecutor::State::kernel(const Instruction &ins, CpuExecutor &host, std:
     const float *lse = kept != ceLses.end() && lseFresh.count(kept->second->as<float>())
                            ? kept->second->as<float>()
                            : nullptr;
-    return scale && ok(cu::crossEntropyBackward(at<T>(in[0]), at<int32_t>(in[1]),
-                                                at<float>(in[2]), scale, at<T>(out[0]),
-                                                rowsOf(in[0]), lastDim(in[0]),
-                                                int64_t(ins.number("ignore_index", -100)), s,
-                                                lse));
+    int64_t pitch = 0, pitchD = 0;
+    const void *z = paddedRows(ins, false, 0, pitch);
+    void *dz = paddedRows(ins, true, 0, pitchD);
+    return scale && ok(cu::crossEntropyBackward(
+                        z ? static_cast<const T *>(z) : at<T>(in[0]), at<int32_t>(in[1]),
+                        at<float>(in[2]), scale, dz ? static_cast<T *>(dz) : at<T>(out[0]),
+                        rowsOf(in[0]), lastDim(in[0]), int64_t(ins.number("ignore_index", -100)),
+                        s, lse, pitch, pitchD));
   }
   case KernelId::GlobalNorm: {
     // Every accumulator's squares into one fp64 sum (as the CPU).
@@ -851,6 +914,8 @@ bool CudaExecutor::init(const Plan &plan, int rank, uint64_t seed, std::string &
       note(sub);
     if (ins.kernel && ins.kernel->id == KernelId::EmbeddingFwd && ins.ins.size() > 1)
       s->vocab = ins.ins[1].shape[0];
+    if (ins.kernel && ins.kernel->id == KernelId::EmbeddingBwd)
+      s->orderTokens = true;
     if (ins.kernel && ins.kernel->id == KernelId::CrossEntropyFwd && !ins.ins.empty()) {
       s->classes = lastDim(ins.ins[0]);
       s->ignoreIndex = int64_t(ins.number("ignore_index", -100));
@@ -859,6 +924,7 @@ bool CudaExecutor::init(const Plan &plan, int rank, uint64_t seed, std::string &
   for (const std::vector<Instruction> *list : {&program->microBatch, &program->step})
     for (const Instruction &ins : *list)
       note(ins);
+  s->padLogits(*program, anyBf16 ? CUDA_R_16BF : CUDA_R_32F);
   for (const auto &[name, n] : sizes) {
     auto b = std::make_unique<DevBuf>();
     if (!b->reserve(size_t(n) * 4))
@@ -1014,6 +1080,13 @@ bool CudaExecutor::step(const std::vector<std::vector<int32_t>> &tok,
         return (error = "a label is outside the vocabulary of " + std::to_string(s->classes),
                 false);
     // In stream order: after the previous micro-batch has read its inputs.
+    if (s->orderTokens) {
+      s->tokenOrder = cu::embeddingOrder(tok[m].data(), int64_t(tok[m].size()));
+      if (!s->tokenOrderDev.reserve(s->tokenOrder.size() * 4) ||
+          cudaMemcpyAsync(s->tokenOrderDev.p, s->tokenOrder.data(), s->tokenOrder.size() * 4,
+                          cudaMemcpyHostToDevice, st) != cudaSuccess)
+        return (error = "cannot upload the micro-batch's token order", false);
+    }
     if (cudaMemcpyAsync(s->tokens.p, tok[m].data(), tok[m].size() * 4, cudaMemcpyHostToDevice,
                         st) != cudaSuccess ||
         cudaMemcpyAsync(s->labels.p, lab[m].data(), lab[m].size() * 4, cudaMemcpyHostToDevice,

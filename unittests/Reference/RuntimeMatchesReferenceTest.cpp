@@ -18,6 +18,7 @@
 #include "llmopt/Pipelines/Pipelines.h"
 #include "llmopt/Reference/Interpreter.h"
 #include "llmopt-runtime/executor.h"
+#include "llmopt-runtime/padded_logits.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -192,3 +193,38 @@ TEST_P(RuntimeMatchesReference, ZeRO1EqualsOneRankOnTheWholeBatch) {
 INSTANTIATE_TEST_SUITE_P(Models, RuntimeMatchesReference, ::testing::Values(kLlama, kGPT2));
 
 } // namespace
+
+// The CUDA backend's padded-logits analysis on lowered plans: GPT-2's tied
+// and Llama's own LM head, a vocabulary of 50 (fp32 rows of 200 bytes).
+TEST(PaddedLogits, FindsTheLMHeadItsLossAndItsBackward) {
+  for (const char *config : {kGPT2, kLlama}) {
+    std::string name = std::string("padded-") + (config == kLlama ? "llama" : "gpt2");
+    SCOPED_TRACE(name);
+    auto l = lower(config, 1, 2, name);
+    runtime::Plan plan;
+    std::string error;
+    ASSERT_TRUE(runtime::loadPlan(l->dir, plan, error)) << error;
+    const runtime::Program &prog = plan.programs.front();
+    auto rounded = [](int64_t v) { return (v * 4) % 16 ? (v + 127) / 128 * 128 : v; };
+    std::optional<runtime::PaddedLogits> p = runtime::findPaddedLogits(prog, rounded);
+    ASSERT_TRUE(p);
+    EXPECT_EQ(p->linearFwd->kernel->id, kernels::KernelId::LinearFwd);
+    EXPECT_EQ(p->lossFwd->kernel->id, kernels::KernelId::CrossEntropyFwd);
+    EXPECT_EQ(p->lossBwd->kernel->id, kernels::KernelId::CrossEntropyBwd);
+    EXPECT_EQ(p->linearBwd->kernel->id, kernels::KernelId::LinearBwd);
+    EXPECT_EQ(p->vocab, 50);
+    EXPECT_EQ(p->pitch, 128);
+    EXPECT_EQ(p->rows, 2 * 8);
+    // The same buffers: the head's output is the loss's input, the loss
+    // backward's output the head backward's input.
+    auto sameBuffer = [](const runtime::Buffer &a, const runtime::Buffer &b) {
+      return a.space == b.space && a.offset == b.offset && a.name == b.name &&
+             a.elements == b.elements;
+    };
+    EXPECT_TRUE(sameBuffer(p->linearFwd->outs[0], p->lossFwd->ins[0]));
+    EXPECT_TRUE(sameBuffer(p->linearFwd->outs[0], p->lossBwd->ins[0]));
+    EXPECT_TRUE(sameBuffer(p->lossBwd->outs[0], p->linearBwd->ins[0]));
+    // Rows already a multiple of 16 bytes: nothing to do.
+    EXPECT_FALSE(runtime::findPaddedLogits(prog, [](int64_t v) { return v; }));
+  }
+}

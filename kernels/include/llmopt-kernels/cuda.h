@@ -61,6 +61,11 @@ bool deviceAvailable();
                              int64_t count, cudaStream_t stream);                           \
   cudaError_t embeddingForward(const int32_t *tokens, const T *table, T *out, int64_t n,    \
                                int64_t hidden, cudaStream_t stream);                        \
+  /* order: embeddingOrder(tokens) on the device: each token's rows added in position */  \
+  /* order (deterministic, no atomics; without it, atomics); scratch: n x hidden floats */  \
+  cudaError_t embeddingBackwardOrdered(const int32_t *tokens, const int32_t *order,        \
+                                       const T *dout, float *dtable, int64_t n, int64_t hidden, \
+                                       float *scratch, cudaStream_t stream);                \
   cudaError_t embeddingBackward(const int32_t *tokens, const T *dout, float *dtable,        \
                                 int64_t n, int64_t hidden, cudaStream_t stream);            \
   /* cosSin: rotaryTable's [seq, headDim / 2] (cos, sin) pairs on the device */          \
@@ -69,16 +74,26 @@ bool deviceAvailable();
                      cudaStream_t stream);                                                  \
   /* rowLoss: n floats of scratch; loss: the mean over counted rows; rowLse (optional):  */ \
   /* n floats receiving each row's log-sum-exp, which the backward then reads instead of */ \
-  /* reading the logits twice (rows of the ignore index are not written) */                \
+  /* reading the logits twice (rows of the ignore index are not written); ld / ldD: the */ \
+  /* row pitch of logits / dlogits (0: vocab), dlogits' padding zeroed */                   \
   cudaError_t crossEntropyForward(const T *logits, const int32_t *labels, float *rowLoss,   \
                                   float *loss, int64_t n, int64_t vocab, int64_t ignoreIndex, \
-                                  cudaStream_t stream, float *rowLse = nullptr);            \
+                                  cudaStream_t stream, float *rowLse = nullptr,             \
+                                  int64_t ld = 0);                                          \
   cudaError_t crossEntropyBackward(const T *logits, const int32_t *labels, const float *dloss, \
                                    float *scratch, T *dlogits, int64_t n, int64_t vocab,    \
                                    int64_t ignoreIndex, cudaStream_t stream,                \
-                                   const float *rowLse = nullptr);
+                                   const float *rowLse = nullptr, int64_t ld = 0,           \
+                                   int64_t ldD = 0);
 LLMOPT_CUDA_FOR_TYPES(LLMOPT_CUDA_DECLARE)
 #undef LLMOPT_CUDA_DECLARE
+/// The positions of n tokens grouped by token id, in position order within
+/// a token, cut into chunks of at most `rowsPerChunk` positions of one
+/// token: [n positions][the count K of distinct tokens][K + 1: each token's
+/// first chunk][the count C of chunks][C + 1 chunk starts], for
+/// embeddingBackwardOrdered (computed on the host, where the tokens are
+/// read).
+std::vector<int32_t> embeddingOrder(const int32_t *tokens, int64_t n, int64_t rowsPerChunk = 64);
 /// The rotary embedding's (cos, sin) of position p and pair i, for p < seq
 /// and i < invFreq.size(), at [p][i][0..1]: the angle p * invFreq[i] in
 /// double, as the CPU reference, rounded to float (computed once on the
