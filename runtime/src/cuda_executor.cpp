@@ -1082,7 +1082,9 @@ bool CudaExecutor::step(const std::vector<std::vector<int32_t>> &tok,
     // In stream order: after the previous micro-batch has read its inputs.
     if (s->orderTokens) {
       s->tokenOrder = cu::embeddingOrder(tok[m].data(), int64_t(tok[m].size()));
-      if (!s->tokenOrderDev.reserve(s->tokenOrder.size() * 4) ||
+      // Its largest size (n positions, n groups and chunks at most) at
+      // once: a captured graph keeps the pointer.
+      if (!s->tokenOrderDev.reserve((3 * tok[m].size() + 4) * 4) ||
           cudaMemcpyAsync(s->tokenOrderDev.p, s->tokenOrder.data(), s->tokenOrder.size() * 4,
                           cudaMemcpyHostToDevice, st) != cudaSuccess)
         return (error = "cannot upload the micro-batch's token order", false);
