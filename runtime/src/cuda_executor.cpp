@@ -20,6 +20,12 @@
 #endif
 
 #include <cuda_runtime.h>
+#if __has_include(<nccl.h>)
+#include <nccl.h>
+#define LLMOPT_HAVE_NCCL_HEADER 1
+#endif
+
+#include <dlfcn.h>
 
 #include <algorithm>
 #include <cctype>
@@ -68,6 +74,47 @@ struct DevBuf {
 
 int64_t lastDim(const Buffer &b) { return b.shape.empty() ? 1 : b.shape.back(); }
 int64_t rowsOf(const Buffer &b) { return lastDim(b) ? b.elements / lastDim(b) : 0; }
+
+#ifdef LLMOPT_HAVE_NCCL_HEADER
+/// NCCL, loaded when a plan has collectives (libnccl.so.2 from the loader's
+/// path: CUDA's, or PyTorch's nvidia-nccl wheel), so that llm-run starts
+/// where NCCL is not installed.
+struct NcclApi {
+  void *lib = nullptr;
+  ncclResult_t (*getUniqueId)(ncclUniqueId *) = nullptr;
+  ncclResult_t (*commInitRank)(ncclComm_t *, int, ncclUniqueId, int) = nullptr;
+  ncclResult_t (*allReduce)(const void *, void *, size_t, ncclDataType_t, ncclRedOp_t,
+                            ncclComm_t, cudaStream_t) = nullptr;
+  ncclResult_t (*commDestroy)(ncclComm_t) = nullptr;
+  const char *(*errorString)(ncclResult_t) = nullptr;
+
+  bool load(std::string &error) {
+    if (lib)
+      return true;
+    if (!(lib = dlopen("libnccl.so.2", RTLD_NOW | RTLD_LOCAL))) {
+      error = std::string("cannot load NCCL (libnccl.so.2) for the plan's collectives: ") +
+              dlerror() + "; put NCCL's lib directory on LD_LIBRARY_PATH";
+      return false;
+    }
+    auto sym = [&](auto &fn, const char *name) {
+      fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(dlsym(lib, name));
+      return fn != nullptr;
+    };
+    if (sym(getUniqueId, "ncclGetUniqueId") && sym(commInitRank, "ncclCommInitRank") &&
+        sym(allReduce, "ncclAllReduce") && sym(commDestroy, "ncclCommDestroy") &&
+        sym(errorString, "ncclGetErrorString"))
+      return true;
+    error = "libnccl.so.2 lacks a function llm-run calls (NCCL 2.10 or later is needed)";
+    return false;
+  }
+  bool ok(ncclResult_t r, const char *what, std::string &error) const {
+    if (r == ncclSuccess)
+      return true;
+    error = std::string(what) + ": " + errorString(r);
+    return false;
+  }
+};
+#endif
 
 } // namespace
 
@@ -179,7 +226,22 @@ struct CudaExecutor::State {
   /// launches follow) instead of switching features off for good.
   bool capturing = false;
   int64_t stepsRun = 0;
+  /// The micro-batch running (bucketed all-reduces wait for the last).
+  int64_t microBatch = 0;
+#ifdef LLMOPT_HAVE_NCCL_HEADER
+  /// One NCCL communicator per mesh axis the plan's collectives use (none
+  /// for an axis of one rank), on the instructions' stream: collectives in
+  /// plan order, not yet overlapped with compute.
+  NcclApi nccl;
+  std::map<std::string, ncclComm_t> comms;
+  bool collective(const Instruction &ins, std::string &error);
+#endif
   ~State() {
+#ifdef LLMOPT_HAVE_NCCL_HEADER
+    for (auto &[axis, c] : comms)
+      if (c)
+        nccl.commDestroy(c);
+#endif
     for (cudaGraphExec_t g : {microGraph, stepGraph})
       if (g)
         cudaGraphExecDestroy(g);
@@ -345,9 +407,42 @@ struct CudaExecutor::State {
 
   template <typename T> bool kernel(const Instruction &ins, CpuExecutor &host, std::string &error);
   bool run(const Instruction &ins, CpuExecutor &host, std::string &error) {
+#ifdef LLMOPT_HAVE_NCCL_HEADER
+    if (ins.kind != Instruction::Kind::Kernel)
+      return collective(ins, error);
+#endif
     return bf16 ? kernel<cu::bf16>(ins, host, error) : kernel<float>(ins, host, error);
   }
 };
+
+#ifdef LLMOPT_HAVE_NCCL_HEADER
+bool CudaExecutor::State::collective(const Instruction &ins, std::string &error) {
+  switch (ins.kind) {
+  case Instruction::Kind::BucketAllReduce:
+    // Gradients are complete only after the step's last micro-batch.
+    if (microBatch + 1 < program->numMicroBatches)
+      return true;
+    [[fallthrough]];
+  case Instruction::Kind::AllReduce: {
+    auto it = comms.find(ins.axis);
+    if (it == comms.end())
+      return true; // an axis of one rank
+    for (const Buffer &b : ins.buffers)
+      if (!nccl.ok(nccl.allReduce(ptr(b), ptr(b), size_t(b.elements),
+                                  b.dtype == DType::BF16 ? ncclBfloat16 : ncclFloat32,
+                                  ins.reduce == "avg" ? ncclAvg : ncclSum, it->second, stream),
+                   "ncclAllReduce", error))
+        return false;
+    return true;
+  }
+  case Instruction::Kind::BucketWait:
+    return true; // in stream order after its all-reduces
+  default:
+    error = "the CUDA backend does not run this collective yet";
+    return false;
+  }
+}
+#endif
 
 void CudaExecutor::State::padLogits(const Program &prog, cudaDataType_t type) {
   // Opt-in until measured on a GPU (LLMOPT_CUDA_PAD_LOGITS=1).
@@ -820,10 +915,28 @@ bool CudaExecutor::init(const Plan &plan, int rank, uint64_t seed, std::string &
     return false;
   }
   if (plan.worldSize != 1) {
-    error = "the CUDA backend runs single-GPU plans so far (this plan has " +
-            std::to_string(plan.worldSize) + " ranks; NCCL communicators are issue 7's next "
-                                             "step)";
+#ifdef LLMOPT_HAVE_NCCL_HEADER
+    if (!comm)
+      return (error = "a plan of " + std::to_string(plan.worldSize) +
+                      " ranks needs the launcher's communicator to set up NCCL",
+              false);
+    // A GPU per rank of the node: the launcher's local rank (OpenMPI, Slurm,
+    // torchrun), else the rank, modulo the node's GPUs.
+    int devices = 0, local = rank;
+    for (const char *v : {"OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID", "LOCAL_RANK"})
+      if (const char *e = std::getenv(v)) {
+        local = std::atoi(e);
+        break;
+      }
+    if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0 ||
+        cudaSetDevice(local % devices) != cudaSuccess)
+      return (error = "cannot select a GPU for local rank " + std::to_string(local), false);
+#else
+    error = "the CUDA backend runs single-GPU plans only in this build (no nccl.h at build "
+            "time; this plan has " +
+            std::to_string(plan.worldSize) + " ranks)";
     return false;
+#endif
   }
   const Program *program = plan.programFor(rank);
   if (!program)
@@ -841,9 +954,26 @@ bool CudaExecutor::init(const Plan &plan, int rank, uint64_t seed, std::string &
       KernelId::BiasAdd, KernelId::SumRows, KernelId::CrossEntropyFwd,
       KernelId::CrossEntropyBwd, KernelId::GlobalNorm, KernelId::AdamW, KernelId::Fused};
   bool anyBf16 = false;
+  std::set<std::string> axes; // of the collectives (NCCL communicators)
   std::function<bool(const Instruction &)> supported = [&](const Instruction &ins) {
     if (ins.kind != Instruction::Kind::Kernel) {
-      error = "the CUDA backend runs no collectives yet (single-GPU plans only)";
+#ifdef LLMOPT_HAVE_NCCL_HEADER
+      // Data-parallel gradient all-reduces (plain or bucketed) so far.
+      using K = Instruction::Kind;
+      if (ins.kind == K::AllReduce || ins.kind == K::BucketAllReduce || ins.kind == K::BucketWait) {
+        for (const Buffer &b : ins.buffers)
+          if (b.dtype != DType::F32 && b.dtype != DType::BF16)
+            return (error = "the CUDA backend all-reduces fp32 and bf16 buffers only", false);
+        if (ins.kind != K::BucketWait)
+          axes.insert(ins.axis);
+        return true;
+      }
+      error = "the CUDA backend runs data-parallel all-reduces only so far (no reduce-scatter, "
+              "all-gather, pipeline sends or expert all-to-alls: ZeRO, tensor, pipeline and "
+              "expert parallelism run on the CPU backend)";
+#else
+      error = "the CUDA backend runs no collectives in this build (no nccl.h at build time)";
+#endif
       return false;
     }
     if (!kRuns.count(ins.kernel->id)) {
@@ -887,6 +1017,37 @@ bool CudaExecutor::init(const Plan &plan, int rank, uint64_t seed, std::string &
   s->plan = &plan;
   s->program = program;
   s->bf16 = anyBf16;
+#ifdef LLMOPT_HAVE_NCCL_HEADER
+  // A communicator per axis of more than one rank: the axis's first rank
+  // makes NCCL's unique id, which reaches the others through the
+  // launcher's communicator (its 128 bytes as floats, summed with zeros).
+  for (const std::string &axis : axes) {
+    int index = 0, size = 1;
+    comm->axisPosition(axis, index, size);
+    if (size <= 1)
+      continue;
+    if (!s->nccl.load(error))
+      return false;
+    ncclUniqueId id{};
+    if (index == 0 && !s->nccl.ok(s->nccl.getUniqueId(&id), "ncclGetUniqueId", error))
+      return false;
+    std::vector<float> bytes(sizeof(id.internal), 0.0f);
+    for (size_t i = 0; i < bytes.size(); ++i)
+      bytes[i] = index == 0 ? float(static_cast<unsigned char>(id.internal[i])) : 0.0f;
+    if (!comm->allReduce(axis, bytes.data(), int64_t(bytes.size()), /*average=*/false, error))
+      return false;
+    for (size_t i = 0; i < bytes.size(); ++i)
+      id.internal[i] = char(static_cast<unsigned char>(bytes[i]));
+    ncclComm_t c = nullptr;
+    if (!s->nccl.ok(s->nccl.commInitRank(&c, size, id, index), "ncclCommInitRank", error))
+      return false;
+    s->comms[axis] = c;
+  }
+  // A captured micro-batch would keep the bucketed all-reduces' decision
+  // of the micro-batch it was captured in.
+  if (!axes.empty())
+    s->graphs = false;
+#endif
   if (!s->arena.reserve(size_t(program->arenaBytes))) {
     error = "cannot allocate the " + std::to_string(program->arenaBytes) + "-byte arena";
     return false;
@@ -1067,6 +1228,7 @@ bool CudaExecutor::step(const std::vector<std::vector<int32_t>> &tok,
   };
   s->hostNorms.clear();
   for (size_t m = 0; m < tok.size(); ++m) {
+    s->microBatch = int64_t(m);
     if (plan.inputs.size() < 2 || int64_t(tok[m].size()) != plan.inputs[0].elements ||
         int64_t(lab[m].size()) != plan.inputs[1].elements)
       return (error = "a micro-batch does not match the plan's inputs", false);

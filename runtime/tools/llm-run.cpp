@@ -406,6 +406,7 @@ int main(int argc, char **argv) {
   if (o.device == "cuda") {
     gpu = std::make_unique<CudaExecutor>();
     gpu->planDir = o.plan;
+    gpu->comm = comm;
   }
   CpuExecutor cpuExe;
   CpuExecutor &exe = gpu ? gpu->host : cpuExe;

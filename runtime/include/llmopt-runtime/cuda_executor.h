@@ -1,12 +1,13 @@
 //===- cuda_executor.h - running a plan on one GPU -------------------*- C++ -*-===//
 //
-// The CUDA backend, first slice: one rank's program on one GPU with the
-// kernels of kernels/cuda and cuBLASLt. It takes the plans a single GPU runs
-// (world size 1; fp32 or bf16; dense models: embeddings, norms, linears,
-// attention, GeLU / SwiGLU, rotary, cross-entropy, fused row-wise chains run
-// kernel by kernel, AdamW with global-norm clipping) and refuses the rest by
-// name (collectives, pipelines, MoE experts, fp8 and fp16 plans) so that a
-// run never silently differs from the CPU backend.
+// The CUDA backend: one rank's program on one GPU with the kernels of
+// kernels/cuda, cuBLASLt and cuDNN. It takes fp32 and bf16 plans of dense
+// models (embeddings, norms, linears, attention, GeLU / SwiGLU, rotary,
+// cross-entropy, the generated fused kernels, AdamW with global-norm
+// clipping), data-parallel ones through NCCL all-reduces (a communicator per
+// mesh axis; written without a multi-GPU machine to run it), and refuses
+// the rest by name (ZeRO, tensor / pipeline / expert parallelism, fp8 and
+// fp16 plans) so that a run never silently differs from the CPU backend.
 //
 // Parameters are initialized exactly as the CPU backend does (it creates
 // them) and kept on the device as fp32 masters, AdamW moments and, for bf16
@@ -18,6 +19,7 @@
 #ifndef LLMOPT_RUNTIME_CUDA_EXECUTOR_H
 #define LLMOPT_RUNTIME_CUDA_EXECUTOR_H
 
+#include "llmopt-runtime/comm.h"
 #include "llmopt-runtime/executor.h"
 
 #include <memory>
@@ -54,6 +56,9 @@ public:
   /// The plan's directory (set before init): its kernels.cu is compiled
   /// for this GPU and its fused kernels launched (fused_library.h).
   std::string planDir;
+  /// The launcher's communicator (set before init for plans of more than
+  /// one rank): the mesh axes' ranks and the exchange of NCCL's unique ids.
+  Communicator *comm = nullptr;
 
 private:
   /// One instruction; under `host.profiling` between two CUDA events.
