@@ -225,10 +225,13 @@ bool normBackwardWords(const T *d, const T *x, const T *w, const float *mean, co
   constexpr int V = 16 / sizeof(T);
   auto aligned = [](const void *p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
   int64_t perLane = (c / V + 31) / 32;
-  if (!scratch || c % V != 0 || perLane > 8 || !aligned(d) || !aligned(x) || !aligned(w) ||
-      !aligned(dx))
-    return false;
   bool bias = db != nullptr;
+  // With a bias gradient, 8 words a lane (2048 bf16 columns) ran slower than
+  // the row terms on an H100 (0.269 vs 0.255 ms for 16384 rows): 128 fp32
+  // sums a lane do not stay in registers.
+  if (!scratch || c % V != 0 || perLane > (bias ? 4 : 8) || !aligned(d) || !aligned(x) ||
+      !aligned(w) || !aligned(dx))
+    return false;
 #define LLMOPT_NORM_WORDS(W)                                                                \
   if (perLane <= W) {                                                                       \
     if (bias)                                                                               \
