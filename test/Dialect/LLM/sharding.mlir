@@ -87,3 +87,37 @@ func.func @attention_block(%x: tensor<1x8x64xf32>, %g: tensor<64xf32>, %wq: tens
   %y = llm.add %x, %o : tensor<1x8x64xf32>
   return %y : tensor<1x8x64xf32>
 }
+
+// -----
+
+// Megatron's LM head: the weight's rows (the vocabulary) split, the logits
+// stay this rank's part of the vocabulary and the cross-entropy spans the
+// ranks itself (vocab_axis): no all-reduce, the loss whole on every rank.
+// CHECK-LABEL: func.func @lm_head
+// CHECK: %[[Z:.*]] = llm.linear {{.*}} : tensor<2x4x8xf32>, tensor<8x8xf32> -> tensor<2x4x8xf32>
+// CHECK-NEXT: %[[L:.*]] = llm.cross_entropy %[[Z]], %{{.*}} {vocab_axis = "tp"} : tensor<2x4x8xf32>, tensor<2x4xi32> -> tensor<f32>
+// CHECK-NOT: shard.all_reduce
+// CHECK: return %[[L]]
+shard.grid @tp(shape = 2)
+func.func @lm_head(%x: tensor<2x4x8xf32>, %w: tensor<16x8xf32>, %labels: tensor<2x4xi32>) -> tensor<f32> {
+  %rows = shard.sharding @tp split_axes = [[0]] : !shard.sharding
+  %ws = shard.shard %w to %rows annotate_for_users : tensor<16x8xf32>
+  %z = llm.linear %x, %ws : tensor<2x4x8xf32>, tensor<16x8xf32> -> tensor<2x4x16xf32>
+  %l = llm.cross_entropy %z, %labels : tensor<2x4x16xf32>, tensor<2x4xi32> -> tensor<f32>
+  return %l : tensor<f32>
+}
+
+// -----
+
+// An embedding table split by columns (the hidden size): a lookup in this
+// rank's columns, no communication.
+// CHECK-LABEL: func.func @embedding_columns
+// CHECK: llm.embedding {{.*}} : tensor<2x4xi32>, tensor<16x4xf32> -> tensor<2x4x4xf32>
+// CHECK-NOT: shard.all_reduce
+shard.grid @tp(shape = 2)
+func.func @embedding_columns(%t: tensor<2x4xi32>, %w: tensor<16x8xf32>) -> tensor<2x4x8xf32> {
+  %cols = shard.sharding @tp split_axes = [[], [0]] : !shard.sharding
+  %ws = shard.shard %w to %cols annotate_for_users : tensor<16x8xf32>
+  %x = llm.embedding %t, %ws : tensor<2x4xi32>, tensor<16x8xf32> -> tensor<2x4x8xf32>
+  return %x : tensor<2x4x8xf32>
+}

@@ -207,6 +207,96 @@ struct RowShardingModel
   }
 };
 
+/// llm.embedding over loops (batch, seq, hidden, vocab): the tokens index
+/// (batch, seq), the table (vocab, hidden), the result (batch, seq, hidden);
+/// the vocabulary is a reduction (a lookup is a one-hot contraction).
+/// Splitting the hidden size (the table's columns) or the tokens needs no
+/// communication; a vocabulary split (Megatron's vocabulary-parallel
+/// embedding: a masked lookup and an all-reduce) is refused by name.
+struct EmbeddingShardingModel
+    : public shard::ShardingInterface::ExternalModel<EmbeddingShardingModel, EmbeddingOp> {
+  SmallVector<utils::IteratorType> getLoopIteratorTypes(Operation *) const {
+    using I = utils::IteratorType;
+    return {I::parallel, I::parallel, I::parallel, I::reduction};
+  }
+  SmallVector<AffineMap> getIndexingMaps(Operation *op) const {
+    MLIRContext *ctx = op->getContext();
+    AffineExpr b = getAffineDimExpr(0, ctx), t = getAffineDimExpr(1, ctx),
+               h = getAffineDimExpr(2, ctx), v = getAffineDimExpr(3, ctx);
+    return {AffineMap::get(4, 0, {b, t}, ctx), AffineMap::get(4, 0, {v, h}, ctx),
+            AffineMap::get(4, 0, {b, t, h}, ctx)};
+  }
+  LogicalResult partition(Operation *op, ArrayRef<Value> operands,
+                          ArrayRef<shard::Sharding> operandShardings,
+                          ArrayRef<shard::Sharding> resultShardings, IRMapping &map,
+                          SymbolTableCollection &symbolTable, OpBuilder &builder) const {
+    if (splitOver(op, operandShardings, resultShardings, getLoopIteratorTypes(op),
+                  getIndexingMaps(op), symbolTable, 3) > 1)
+      return op->emitOpError() << "splits its vocabulary: a vocabulary-parallel embedding "
+                                  "(masked lookup and all-reduce) is not partitioned by "
+                                  "shard-partition; split the table's columns or keep it whole";
+    Operation *local = cloneLocal(op, operands, resultShardings, symbolTable, builder);
+    map.map(op->getResult(0), local->getResult(0));
+    map.map(op, local);
+    return success();
+  }
+};
+
+/// llm.cross_entropy over loops (leading..., vocab). The vocabulary is
+/// parallel to upstream `shard`: the op spans a split vocabulary itself
+/// (Megatron's vocabulary-parallel cross-entropy, through `vocab_axis`),
+/// so its loss stays whole on every rank. A vocabulary split over a
+/// one-axis grid becomes `vocab_axis` = the grid's name; a split of the
+/// tokens is refused (their mean would need the counts of every rank).
+struct CrossEntropyShardingModel
+    : public shard::ShardingInterface::ExternalModel<CrossEntropyShardingModel,
+                                                      CrossEntropyOp> {
+  static int64_t rank(Operation *op) {
+    return cast<RankedTensorType>(op->getOperand(0).getType()).getRank();
+  }
+  SmallVector<utils::IteratorType> getLoopIteratorTypes(Operation *op) const {
+    return SmallVector<utils::IteratorType>(size_t(rank(op)), utils::IteratorType::parallel);
+  }
+  SmallVector<AffineMap> getIndexingMaps(Operation *op) const {
+    MLIRContext *ctx = op->getContext();
+    unsigned n = unsigned(rank(op));
+    SmallVector<AffineExpr> lead;
+    for (unsigned i = 0; i + 1 < n; ++i)
+      lead.push_back(getAffineDimExpr(i, ctx));
+    return {AffineMap::getMultiDimIdentityMap(n, ctx), AffineMap::get(n, 0, lead, ctx),
+            AffineMap::get(n, 0, {}, ctx)};
+  }
+  LogicalResult partition(Operation *op, ArrayRef<Value> operands,
+                          ArrayRef<shard::Sharding> operandShardings,
+                          ArrayRef<shard::Sharding> resultShardings, IRMapping &map,
+                          SymbolTableCollection &symbolTable, OpBuilder &builder) const {
+    auto ce = cast<CrossEntropyOp>(op);
+    auto iters = getLoopIteratorTypes(op);
+    auto maps = getIndexingMaps(op);
+    unsigned vocab = unsigned(rank(op) - 1);
+    for (unsigned i = 0; i < vocab; ++i)
+      if (splitOver(op, operandShardings, resultShardings, iters, maps, symbolTable, i) > 1)
+        return op->emitOpError() << "splits its tokens: the mean loss would need every "
+                                    "rank's count of counted labels (split the vocabulary)";
+    int64_t parts = splitOver(op, operandShardings, resultShardings, iters, maps, symbolTable,
+                              vocab);
+    shard::GridOp grid;
+    if (parts > 1) {
+      grid = shard::getGrid(op, resultShardings.front().getGridAttr(), symbolTable);
+      if (grid.getShape().size() != 1 || ce.getVocabAxis())
+        return op->emitOpError() << "splits its vocabulary over a grid of "
+                                 << grid.getShape().size()
+                                 << " axes or again: vocab_axis names one mesh axis";
+    }
+    Operation *local = cloneLocal(op, operands, resultShardings, symbolTable, builder);
+    if (grid)
+      cast<CrossEntropyOp>(local).setVocabAxisAttr(builder.getStringAttr(grid.getSymName()));
+    map.map(op->getResult(0), local->getResult(0));
+    map.map(op, local);
+    return success();
+  }
+};
+
 } // namespace
 
 void llmopt::llm::registerShardingInterfaceExternalModels(DialectRegistry &registry) {
@@ -219,5 +309,7 @@ void llmopt::llm::registerShardingInterfaceExternalModels(DialectRegistry &regis
     RMSNormOp::attachInterface<RowShardingModel<RMSNormOp, false>>(*ctx);
     LayerNormOp::attachInterface<RowShardingModel<LayerNormOp, false>>(*ctx);
     RotaryOp::attachInterface<RowShardingModel<RotaryOp, true>>(*ctx);
+    EmbeddingOp::attachInterface<EmbeddingShardingModel>(*ctx);
+    CrossEntropyOp::attachInterface<CrossEntropyShardingModel>(*ctx);
   });
 }

@@ -18,7 +18,11 @@ namespace llmopt::llm {
 /// Attaches ShardingInterface to llm.linear (a matmul: leading and output
 /// dimensions parallel, input features a reduction, partial sums all-reduced
 /// when it is split), the elementwise ops (add, gelu, swiglu), attention
-/// (split by heads), the norms (rows only) and rotary (by whole heads).
+/// (split by heads), the norms (rows only), rotary (by whole heads), the
+/// embedding (tokens or the table's columns; a vocabulary split is refused)
+/// and the cross-entropy (a vocabulary split over a one-axis grid becomes its
+/// `vocab_axis`, Megatron's vocabulary-parallel loss; a token split is
+/// refused).
 void registerShardingInterfaceExternalModels(mlir::DialectRegistry &registry);
 } // namespace llmopt::llm
 

@@ -1,0 +1,37 @@
+// RUN: llm-opt %s --split-input-file --verify-diagnostics --pass-pipeline='builtin.module(func.func(sharding-propagation,cse),func.func(shard-partition))'
+
+// What shard-partition refuses on llm ops, by name.
+
+// A vocabulary-parallel embedding needs a masked lookup and an all-reduce.
+shard.grid @tp(shape = 2)
+func.func @embedding_vocabulary(%t: tensor<2x4xi32>, %w: tensor<16x8xf32>) -> tensor<2x4x8xf32> {
+  %rows = shard.sharding @tp split_axes = [[0]] : !shard.sharding
+  %ws = shard.shard %w to %rows annotate_for_users : tensor<16x8xf32>
+  // expected-error @below {{splits its vocabulary: a vocabulary-parallel embedding (masked lookup and all-reduce) is not partitioned by shard-partition}}
+  %x = llm.embedding %t, %ws : tensor<2x4xi32>, tensor<16x8xf32> -> tensor<2x4x8xf32>
+  return %x : tensor<2x4x8xf32>
+}
+
+// -----
+
+// The mean loss over tokens split across ranks.
+shard.grid @dp(shape = 2)
+func.func @cross_entropy_tokens(%z: tensor<2x4x16xf32>, %labels: tensor<2x4xi32>) -> tensor<f32> {
+  %batch = shard.sharding @dp split_axes = [[0]] : !shard.sharding
+  %zs = shard.shard %z to %batch annotate_for_users : tensor<2x4x16xf32>
+  // expected-error @below {{splits its tokens: the mean loss would need every rank's count of counted labels}}
+  %l = llm.cross_entropy %zs, %labels : tensor<2x4x16xf32>, tensor<2x4xi32> -> tensor<f32>
+  return %l : tensor<f32>
+}
+
+// -----
+
+// vocab_axis names one mesh axis: a split over two grid axes is refused.
+shard.grid @g(shape = 2x2)
+func.func @cross_entropy_two_axes(%z: tensor<2x4x16xf32>, %labels: tensor<2x4xi32>) -> tensor<f32> {
+  %vocab = shard.sharding @g split_axes = [[], [], [0, 1]] : !shard.sharding
+  %zs = shard.shard %z to %vocab annotate_for_users : tensor<2x4x16xf32>
+  // expected-error @below {{splits its vocabulary over a grid of 2 axes or again}}
+  %l = llm.cross_entropy %zs, %labels : tensor<2x4x16xf32>, tensor<2x4xi32> -> tensor<f32>
+  return %l : tensor<f32>
+}
