@@ -121,3 +121,38 @@ func.func @embedding_columns(%t: tensor<2x4xi32>, %w: tensor<16x8xf32>) -> tenso
   %x = llm.embedding %t, %ws : tensor<2x4xi32>, tensor<16x8xf32> -> tensor<2x4x8xf32>
   return %x : tensor<2x4x8xf32>
 }
+
+// -----
+
+// The linear's backward: its tokens split (data parallelism) all-reduce the
+// weight gradient, dx stays split; its output features split (the
+// column-parallel backward) all-reduce dx, the weight gradient stays this
+// rank's rows.
+// CHECK-LABEL: func.func @linear_grad_data_parallel
+// CHECK: %[[DX:.*]], %[[DW:.*]] = llm.linear_grad {{.*}} : tensor<2x8x16xf32>, tensor<2x8x32xf32>, tensor<16x32xf32>
+// CHECK-NEXT: %[[R:.*]] = shard.all_reduce %[[DW]] on @dp grid_axes = [0] : tensor<16x32xf32>
+// CHECK-NEXT: return %[[DX]], %[[R]]
+shard.grid @dp(shape = 2)
+func.func @linear_grad_data_parallel(%g: tensor<4x8x16xf32>, %x: tensor<4x8x32xf32>, %w: tensor<16x32xf32>) -> (tensor<4x8x32xf32>, tensor<16x32xf32>) {
+  %b = shard.sharding @dp split_axes = [[0]] : !shard.sharding
+  %gs = shard.shard %g to %b annotate_for_users : tensor<4x8x16xf32>
+  %xs = shard.shard %x to %b annotate_for_users : tensor<4x8x32xf32>
+  %dx, %dw = llm.linear_grad %gs, %xs, %w : tensor<4x8x16xf32>, tensor<4x8x32xf32>, tensor<16x32xf32>
+  return %dx, %dw : tensor<4x8x32xf32>, tensor<16x32xf32>
+}
+
+// -----
+
+// CHECK-LABEL: func.func @linear_grad_column_parallel
+// CHECK: %[[DX:.*]], %[[DW:.*]] = llm.linear_grad {{.*}} : tensor<4x8x8xf32>, tensor<4x8x32xf32>, tensor<8x32xf32>
+// CHECK-NEXT: %[[R:.*]] = shard.all_reduce %[[DX]] on @tp grid_axes = [0] : tensor<4x8x32xf32>
+// CHECK-NEXT: return %[[R]], %[[DW]]
+shard.grid @tp(shape = 2)
+func.func @linear_grad_column_parallel(%g: tensor<4x8x16xf32>, %x: tensor<4x8x32xf32>, %w: tensor<16x32xf32>) -> (tensor<4x8x32xf32>, tensor<16x32xf32>) {
+  %rows = shard.sharding @tp split_axes = [[0]] : !shard.sharding
+  %ws = shard.shard %w to %rows annotate_for_users : tensor<16x32xf32>
+  %c = shard.sharding @tp split_axes = [[], [], [0]] : !shard.sharding
+  %gs = shard.shard %g to %c annotate_for_users : tensor<4x8x16xf32>
+  %dx, %dw = llm.linear_grad %gs, %x, %ws : tensor<4x8x16xf32>, tensor<4x8x32xf32>, tensor<16x32xf32>
+  return %dx, %dw : tensor<4x8x32xf32>, tensor<16x32xf32>
+}

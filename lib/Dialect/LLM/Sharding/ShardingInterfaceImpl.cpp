@@ -297,6 +297,78 @@ struct CrossEntropyShardingModel
   }
 };
 
+/// llm.linear_grad over the forward's loops (leading..., out, in): the
+/// output gradient indexes (leading, out), the input (leading, in), the
+/// weight and its gradient (out, in) (or (in, out)), dx (leading, in), the
+/// bias gradient (out). Its two products reduce over different loops: dx
+/// over `out` (all-reduced over the axes splitting it: Megatron's
+/// column-parallel backward), dW and db over the leading loops (all-reduced
+/// over the axes splitting the tokens: data parallelism's gradient
+/// all-reduce).
+struct LinearGradShardingModel
+    : public shard::ShardingInterface::ExternalModel<LinearGradShardingModel, LinearGradOp> {
+  static int64_t leading(Operation *op) {
+    return cast<RankedTensorType>(op->getOperand(1).getType()).getRank() - 1;
+  }
+  SmallVector<utils::IteratorType> getLoopIteratorTypes(Operation *op) const {
+    SmallVector<utils::IteratorType> types(size_t(leading(op)), utils::IteratorType::parallel);
+    types.push_back(utils::IteratorType::reduction); // out, for dx
+    types.push_back(utils::IteratorType::parallel);  // in
+    return types;
+  }
+  SmallVector<AffineMap> getIndexingMaps(Operation *op) const {
+    auto g = cast<LinearGradOp>(op);
+    MLIRContext *ctx = op->getContext();
+    int64_t n = leading(op);
+    unsigned dims = unsigned(n + 2);
+    SmallVector<AffineExpr> lead;
+    for (int64_t i = 0; i < n; ++i)
+      lead.push_back(getAffineDimExpr(unsigned(i), ctx));
+    AffineExpr out = getAffineDimExpr(unsigned(n), ctx), in = getAffineDimExpr(unsigned(n + 1), ctx);
+    SmallVector<AffineExpr> dy(lead), x(lead);
+    dy.push_back(out);
+    x.push_back(in);
+    AffineMap weight = g.getTransposed() ? AffineMap::get(dims, 0, {in, out}, ctx)
+                                         : AffineMap::get(dims, 0, {out, in}, ctx);
+    SmallVector<AffineMap> maps = {AffineMap::get(dims, 0, dy, ctx),
+                                   AffineMap::get(dims, 0, x, ctx), weight,
+                                   AffineMap::get(dims, 0, x, ctx), weight};
+    if (g.getBiasGrad())
+      maps.push_back(AffineMap::get(dims, 0, {out}, ctx));
+    return maps;
+  }
+  LogicalResult partition(Operation *op, ArrayRef<Value> operands,
+                          ArrayRef<shard::Sharding> operandShardings,
+                          ArrayRef<shard::Sharding> resultShardings, IRMapping &map,
+                          SymbolTableCollection &symbolTable, OpBuilder &builder) const {
+    shard::Sharding any = resultShardings.front();
+    if (!any)
+      return op->emitOpError() << "has no result sharding to partition with";
+    shard::GridOp grid = shard::getGrid(op, any.getGridAttr(), symbolTable);
+    shard::ShardingArray axes = shard::getGridAxisAssignmentForLoopIterators(
+        operandShardings, resultShardings, getLoopIteratorTypes(op), getIndexingMaps(op));
+    int64_t n = leading(op);
+    SmallVector<shard::GridAxis> outAxes, leadAxes;
+    // (A split of `in` splits dx and dW alike: nothing to reduce.)
+    for (int64_t i = 0; i <= n && i < int64_t(axes.size()); ++i)
+      for (shard::GridAxis a : axes[size_t(i)])
+        (i == n ? outAxes : leadAxes).push_back(a);
+    Operation *local = cloneLocal(op, operands, resultShardings, symbolTable, builder);
+    auto reduce = [&](Value v, ArrayRef<shard::GridAxis> over) -> Value {
+      if (over.empty())
+        return v;
+      return shard::AllReduceOp::create(builder, op->getLoc(), v, grid.getSymName(), over,
+                                        shard::ReductionKind::Sum)
+          .getResult();
+    };
+    map.map(op->getResult(0), reduce(local->getResult(0), outAxes));
+    for (unsigned i = 1; i < op->getNumResults(); ++i)
+      map.map(op->getResult(i), reduce(local->getResult(i), leadAxes));
+    map.map(op, local);
+    return success();
+  }
+};
+
 } // namespace
 
 void llmopt::llm::registerShardingInterfaceExternalModels(DialectRegistry &registry) {
@@ -311,5 +383,6 @@ void llmopt::llm::registerShardingInterfaceExternalModels(DialectRegistry &regis
     RotaryOp::attachInterface<RowShardingModel<RotaryOp, true>>(*ctx);
     EmbeddingOp::attachInterface<EmbeddingShardingModel>(*ctx);
     CrossEntropyOp::attachInterface<CrossEntropyShardingModel>(*ctx);
+    LinearGradOp::attachInterface<LinearGradShardingModel>(*ctx);
   });
 }

@@ -22,7 +22,9 @@ namespace llmopt::llm {
 /// embedding (tokens or the table's columns; a vocabulary split is refused)
 /// and the cross-entropy (a vocabulary split over a one-axis grid becomes its
 /// `vocab_axis`, Megatron's vocabulary-parallel loss; a token split is
-/// refused).
+/// refused); of the backward ops, llm.linear_grad (dx all-reduced over the
+/// axes splitting the output features, the weight and bias gradients over
+/// those splitting the tokens).
 void registerShardingInterfaceExternalModels(mlir::DialectRegistry &registry);
 } // namespace llmopt::llm
 
