@@ -35,3 +35,15 @@ func.func @cross_entropy_two_axes(%z: tensor<2x4x16xf32>, %labels: tensor<2x4xi3
   %l = llm.cross_entropy %zs, %labels : tensor<2x4x16xf32>, tensor<2x4xi32> -> tensor<f32>
   return %l : tensor<f32>
 }
+
+// -----
+
+// The norms' backward keeps the features whole, as their forward.
+shard.grid @tp(shape = 2)
+func.func @rms_norm_grad_features(%g: tensor<2x4x16xf32>, %x: tensor<2x4x16xf32>, %w: tensor<16xf32>) -> (tensor<2x4x16xf32>, tensor<16xf32>) {
+  %f = shard.sharding @tp split_axes = [[0]] : !shard.sharding
+  %ws = shard.shard %w to %f annotate_for_users : tensor<16xf32>
+  // expected-error @below {{normalizes over its features, which must not be split}}
+  %dx, %dw = llm.rms_norm_grad %g, %x, %ws eps 1.0e-05 : tensor<2x4x16xf32>, tensor<16xf32>
+  return %dx, %dw : tensor<2x4x16xf32>, tensor<16xf32>
+}

@@ -156,3 +156,30 @@ func.func @linear_grad_column_parallel(%g: tensor<4x8x16xf32>, %x: tensor<4x8x32
   %dx, %dw = llm.linear_grad %gs, %x, %ws : tensor<4x8x16xf32>, tensor<4x8x32xf32>, tensor<16x32xf32>
   return %dx, %dw : tensor<4x8x32xf32>, tensor<16x32xf32>
 }
+
+// -----
+
+// The norms' backward with the tokens split: dx stays split, the weight
+// and bias gradients are all-reduced; SwiGLU's backward is elementwise.
+// CHECK-LABEL: func.func @norm_grad_data_parallel
+// CHECK: %[[DX:.*]], %[[DW:.*]], %[[DB:.*]] = llm.layer_norm_grad {{.*}} : tensor<2x8x16xf32>, tensor<16xf32> -> tensor<16xf32>
+// CHECK-NEXT: %[[RW:.*]] = shard.all_reduce %[[DW]] on @dp grid_axes = [0]
+// CHECK-NEXT: %[[RB:.*]] = shard.all_reduce %[[DB]] on @dp grid_axes = [0]
+// CHECK-NEXT: return %[[DX]], %[[RW]], %[[RB]]
+// CHECK-LABEL: func.func @swiglu_grad_data_parallel
+// CHECK: llm.swiglu_grad {{.*}} : tensor<2x8x16xf32>
+// CHECK-NOT: shard.all_reduce
+shard.grid @dp(shape = 2)
+func.func @norm_grad_data_parallel(%g: tensor<4x8x16xf32>, %x: tensor<4x8x16xf32>, %w: tensor<16xf32>) -> (tensor<4x8x16xf32>, tensor<16xf32>, tensor<16xf32>) {
+  %b = shard.sharding @dp split_axes = [[0]] : !shard.sharding
+  %gs = shard.shard %g to %b annotate_for_users : tensor<4x8x16xf32>
+  %xs = shard.shard %x to %b annotate_for_users : tensor<4x8x16xf32>
+  %dx, %dw, %db = llm.layer_norm_grad %gs, %xs, %w bias eps 1.0e-05 : tensor<4x8x16xf32>, tensor<16xf32> -> tensor<16xf32>
+  return %dx, %dw, %db : tensor<4x8x16xf32>, tensor<16xf32>, tensor<16xf32>
+}
+func.func @swiglu_grad_data_parallel(%g: tensor<4x8x16xf32>, %a: tensor<4x8x16xf32>, %u: tensor<4x8x16xf32>) -> (tensor<4x8x16xf32>, tensor<4x8x16xf32>) {
+  %b = shard.sharding @dp split_axes = [[0]] : !shard.sharding
+  %gs = shard.shard %g to %b annotate_for_users : tensor<4x8x16xf32>
+  %dg, %du = llm.swiglu_grad %gs, %a, %u : tensor<4x8x16xf32>
+  return %dg, %du : tensor<4x8x16xf32>, tensor<4x8x16xf32>
+}

@@ -369,6 +369,63 @@ struct LinearGradShardingModel
   }
 };
 
+/// The norms' backward over loops (leading..., features): the output
+/// gradient, input and input gradient index every loop, the weight and its
+/// (and the bias's) gradient the features. The features must stay whole
+/// (the forward normalizes over them); a split of the tokens (data or
+/// sequence parallelism) all-reduces the weight and bias gradients.
+template <typename Op>
+struct NormGradShardingModel
+    : public shard::ShardingInterface::ExternalModel<NormGradShardingModel<Op>, Op> {
+  static int64_t rank(Operation *op) {
+    return cast<RankedTensorType>(op->getOperand(1).getType()).getRank();
+  }
+  SmallVector<utils::IteratorType> getLoopIteratorTypes(Operation *op) const {
+    SmallVector<utils::IteratorType> t(size_t(rank(op) - 1), utils::IteratorType::parallel);
+    t.push_back(utils::IteratorType::reduction);
+    return t;
+  }
+  SmallVector<AffineMap> getIndexingMaps(Operation *op) const {
+    MLIRContext *ctx = op->getContext();
+    unsigned n = unsigned(rank(op));
+    AffineMap rows = AffineMap::getMultiDimIdentityMap(n, ctx);
+    AffineMap features = AffineMap::get(n, 0, {getAffineDimExpr(n - 1, ctx)}, ctx);
+    SmallVector<AffineMap> maps = {rows, rows, features, rows};
+    for (unsigned i = 1; i < op->getNumResults(); ++i)
+      maps.push_back(features);
+    return maps;
+  }
+  LogicalResult partition(Operation *op, ArrayRef<Value> operands,
+                          ArrayRef<shard::Sharding> operandShardings,
+                          ArrayRef<shard::Sharding> resultShardings, IRMapping &map,
+                          SymbolTableCollection &symbolTable, OpBuilder &builder) const {
+    shard::ShardingArray axes = shard::getGridAxisAssignmentForLoopIterators(
+        operandShardings, resultShardings, getLoopIteratorTypes(op), getIndexingMaps(op));
+    int64_t n = rank(op);
+    if (size_t(n) <= axes.size() && !axes[size_t(n - 1)].empty())
+      return op->emitOpError() << "normalizes over its features, which must not be split "
+                                  "(sequence parallelism splits the rows instead)";
+    SmallVector<shard::GridAxis> rows;
+    for (int64_t i = 0; i + 1 < n && i < int64_t(axes.size()); ++i)
+      rows.append(axes[size_t(i)].begin(), axes[size_t(i)].end());
+    Operation *local = cloneLocal(op, operands, resultShardings, symbolTable, builder);
+    map.map(op->getResult(0), local->getResult(0));
+    for (unsigned i = 1; i < op->getNumResults(); ++i) {
+      Value v = local->getResult(i);
+      if (!rows.empty()) {
+        shard::GridOp grid =
+            shard::getGrid(op, resultShardings.front().getGridAttr(), symbolTable);
+        v = shard::AllReduceOp::create(builder, op->getLoc(), v, grid.getSymName(), rows,
+                                       shard::ReductionKind::Sum)
+                .getResult();
+      }
+      map.map(op->getResult(i), v);
+    }
+    map.map(op, local);
+    return success();
+  }
+};
+
 } // namespace
 
 void llmopt::llm::registerShardingInterfaceExternalModels(DialectRegistry &registry) {
@@ -384,5 +441,9 @@ void llmopt::llm::registerShardingInterfaceExternalModels(DialectRegistry &regis
     EmbeddingOp::attachInterface<EmbeddingShardingModel>(*ctx);
     CrossEntropyOp::attachInterface<CrossEntropyShardingModel>(*ctx);
     LinearGradOp::attachInterface<LinearGradShardingModel>(*ctx);
+    RMSNormGradOp::attachInterface<NormGradShardingModel<RMSNormGradOp>>(*ctx);
+    LayerNormGradOp::attachInterface<NormGradShardingModel<LayerNormGradOp>>(*ctx);
+    GeluGradOp::attachInterface<shard::ElementwiseShardingInterface<GeluGradOp>>(*ctx);
+    SwiGLUGradOp::attachInterface<shard::ElementwiseShardingInterface<SwiGLUGradOp>>(*ctx);
   });
 }

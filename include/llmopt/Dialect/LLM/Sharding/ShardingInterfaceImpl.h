@@ -24,7 +24,9 @@ namespace llmopt::llm {
 /// `vocab_axis`, Megatron's vocabulary-parallel loss; a token split is
 /// refused); of the backward ops, llm.linear_grad (dx all-reduced over the
 /// axes splitting the output features, the weight and bias gradients over
-/// those splitting the tokens).
+/// those splitting the tokens), the norms' gradients (features whole, the
+/// weight and bias gradients all-reduced over a split of the tokens) and the
+/// activations' gradients (elementwise).
 void registerShardingInterfaceExternalModels(mlir::DialectRegistry &registry);
 } // namespace llmopt::llm
 
