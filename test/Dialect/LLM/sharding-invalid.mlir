@@ -47,3 +47,15 @@ func.func @rms_norm_grad_features(%g: tensor<2x4x16xf32>, %x: tensor<2x4x16xf32>
   %dx, %dw = llm.rms_norm_grad %g, %x, %ws eps 1.0e-05 : tensor<2x4x16xf32>, tensor<16xf32>
   return %dx, %dw : tensor<2x4x16xf32>, tensor<16xf32>
 }
+
+// -----
+
+// The attention's backward split by sequence is context parallelism.
+shard.grid @cp(shape = 2)
+func.func @attention_grad_sequence(%g: tensor<1x8x64xf32>, %q: tensor<1x8x64xf32>, %k: tensor<1x8x32xf32>, %v: tensor<1x8x32xf32>, %o: tensor<1x8x64xf32>) -> (tensor<1x8x64xf32>, tensor<1x8x32xf32>, tensor<1x8x32xf32>) {
+  %s = shard.sharding @cp split_axes = [[], [0]] : !shard.sharding
+  %qs = shard.shard %q to %s annotate_for_users : tensor<1x8x64xf32>
+  // expected-error @below {{a sequence split is context parallelism: use llm-partition-cp}}
+  %dq, %dk, %dv = llm.attention_grad %g, %qs, %k, %v, %o heads 4 kv_heads 2 head_dim 16 scale 2.500000e-01 causal : tensor<1x8x64xf32>, tensor<1x8x32xf32>
+  return %dq, %dk, %dv : tensor<1x8x64xf32>, tensor<1x8x32xf32>, tensor<1x8x32xf32>
+}

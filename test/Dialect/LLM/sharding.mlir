@@ -183,3 +183,40 @@ func.func @swiglu_grad_data_parallel(%g: tensor<4x8x16xf32>, %a: tensor<4x8x16xf
   %dg, %du = llm.swiglu_grad %gs, %a, %u : tensor<4x8x16xf32>
   return %dg, %du : tensor<4x8x16xf32>, tensor<4x8x16xf32>
 }
+
+// -----
+
+// The loss's backward on this rank's vocabulary (vocab_axis), the
+// embedding's table gradient all-reduced over a split of the tokens, the
+// attention's backward on this rank's heads.
+// CHECK-LABEL: func.func @cross_entropy_grad_vocabulary
+// CHECK: llm.cross_entropy_grad {{.*}} {vocab_axis = "tp"} : tensor<2x4x8xf32>, tensor<2x4xi32>, tensor<f32>
+// CHECK-LABEL: func.func @embedding_grad_data_parallel
+// CHECK: %[[D:.*]] = llm.embedding_grad {{.*}} : tensor<2x8xi32>, tensor<2x8x16xf32> -> tensor<32x16xf32>
+// CHECK-NEXT: shard.all_reduce %[[D]] on @dp grid_axes = [0]
+// CHECK-LABEL: func.func @attention_grad_heads
+// CHECK: llm.attention_grad {{.*}} heads 2 kv_heads 1 head_dim 16 {{.*}} : tensor<1x8x32xf32>, tensor<1x8x16xf32>
+// CHECK-NOT: shard.all_reduce
+shard.grid @tp(shape = 2)
+shard.grid @dp(shape = 2)
+func.func @cross_entropy_grad_vocabulary(%z: tensor<2x4x16xf32>, %labels: tensor<2x4xi32>, %one: tensor<f32>) -> tensor<2x4x16xf32> {
+  %v = shard.sharding @tp split_axes = [[], [], [0]] : !shard.sharding
+  %zs = shard.shard %z to %v annotate_for_users : tensor<2x4x16xf32>
+  %d = llm.cross_entropy_grad %zs, %labels, %one : tensor<2x4x16xf32>, tensor<2x4xi32>, tensor<f32>
+  return %d : tensor<2x4x16xf32>
+}
+func.func @embedding_grad_data_parallel(%t: tensor<4x8xi32>, %g: tensor<4x8x16xf32>) -> tensor<32x16xf32> {
+  %b = shard.sharding @dp split_axes = [[0]] : !shard.sharding
+  %gs = shard.shard %g to %b annotate_for_users : tensor<4x8x16xf32>
+  %ts = shard.shard %t to %b annotate_for_users : tensor<4x8xi32>
+  %d = llm.embedding_grad %ts, %gs : tensor<4x8xi32>, tensor<4x8x16xf32> -> tensor<32x16xf32>
+  return %d : tensor<32x16xf32>
+}
+func.func @attention_grad_heads(%g: tensor<1x8x64xf32>, %q: tensor<1x8x64xf32>, %k: tensor<1x8x32xf32>, %v: tensor<1x8x32xf32>, %o: tensor<1x8x64xf32>) -> (tensor<1x8x64xf32>, tensor<1x8x32xf32>, tensor<1x8x32xf32>) {
+  %h = shard.sharding @tp split_axes = [[], [], [0]] : !shard.sharding
+  %qs = shard.shard %q to %h annotate_for_users : tensor<1x8x64xf32>
+  %ks = shard.shard %k to %h annotate_for_users : tensor<1x8x32xf32>
+  %vs = shard.shard %v to %h annotate_for_users : tensor<1x8x32xf32>
+  %dq, %dk, %dv = llm.attention_grad %g, %qs, %ks, %vs, %o heads 4 kv_heads 2 head_dim 16 scale 2.500000e-01 causal : tensor<1x8x64xf32>, tensor<1x8x32xf32>
+  return %dq, %dk, %dv : tensor<1x8x64xf32>, tensor<1x8x32xf32>, tensor<1x8x32xf32>
+}

@@ -242,15 +242,17 @@ struct EmbeddingShardingModel
   }
 };
 
-/// llm.cross_entropy over loops (leading..., vocab). The vocabulary is
+/// llm.cross_entropy and its gradient over loops (leading..., vocab): the
+/// logits (and the gradient) index every loop, the labels the leading ones,
+/// the loss (and its incoming gradient) none. The vocabulary is
 /// parallel to upstream `shard`: the op spans a split vocabulary itself
 /// (Megatron's vocabulary-parallel cross-entropy, through `vocab_axis`),
 /// so its loss stays whole on every rank. A vocabulary split over a
 /// one-axis grid becomes `vocab_axis` = the grid's name; a split of the
 /// tokens is refused (their mean would need the counts of every rank).
+template <typename Op>
 struct CrossEntropyShardingModel
-    : public shard::ShardingInterface::ExternalModel<CrossEntropyShardingModel,
-                                                      CrossEntropyOp> {
+    : public shard::ShardingInterface::ExternalModel<CrossEntropyShardingModel<Op>, Op> {
   static int64_t rank(Operation *op) {
     return cast<RankedTensorType>(op->getOperand(0).getType()).getRank();
   }
@@ -263,14 +265,19 @@ struct CrossEntropyShardingModel
     SmallVector<AffineExpr> lead;
     for (unsigned i = 0; i + 1 < n; ++i)
       lead.push_back(getAffineDimExpr(i, ctx));
-    return {AffineMap::getMultiDimIdentityMap(n, ctx), AffineMap::get(n, 0, lead, ctx),
-            AffineMap::get(n, 0, {}, ctx)};
+    SmallVector<AffineMap> maps = {AffineMap::getMultiDimIdentityMap(n, ctx),
+                                   AffineMap::get(n, 0, lead, ctx)};
+    for (Value v : llvm::concat<Value>(op->getOperands().drop_front(2), op->getResults()))
+      maps.push_back(cast<RankedTensorType>(v.getType()).getRank() == 0
+                         ? AffineMap::get(n, 0, {}, ctx)
+                         : AffineMap::getMultiDimIdentityMap(n, ctx));
+    return maps;
   }
   LogicalResult partition(Operation *op, ArrayRef<Value> operands,
                           ArrayRef<shard::Sharding> operandShardings,
                           ArrayRef<shard::Sharding> resultShardings, IRMapping &map,
                           SymbolTableCollection &symbolTable, OpBuilder &builder) const {
-    auto ce = cast<CrossEntropyOp>(op);
+    auto ce = cast<Op>(op);
     auto iters = getLoopIteratorTypes(op);
     auto maps = getIndexingMaps(op);
     unsigned vocab = unsigned(rank(op) - 1);
@@ -290,7 +297,7 @@ struct CrossEntropyShardingModel
     }
     Operation *local = cloneLocal(op, operands, resultShardings, symbolTable, builder);
     if (grid)
-      cast<CrossEntropyOp>(local).setVocabAxisAttr(builder.getStringAttr(grid.getSymName()));
+      cast<Op>(local).setVocabAxisAttr(builder.getStringAttr(grid.getSymName()));
     map.map(op->getResult(0), local->getResult(0));
     map.map(op, local);
     return success();
@@ -426,6 +433,94 @@ struct NormGradShardingModel
   }
 };
 
+/// llm.embedding_grad over the forward's loops (batch, seq, hidden,
+/// vocab): the table's gradient (vocab, hidden) sums over the tokens, so a
+/// split of the tokens all-reduces it; a split of the hidden size needs
+/// nothing; a vocabulary split is refused, as in the forward.
+struct EmbeddingGradShardingModel
+    : public shard::ShardingInterface::ExternalModel<EmbeddingGradShardingModel,
+                                                      EmbeddingGradOp> {
+  SmallVector<utils::IteratorType> getLoopIteratorTypes(Operation *) const {
+    using I = utils::IteratorType;
+    return {I::reduction, I::reduction, I::parallel, I::parallel};
+  }
+  SmallVector<AffineMap> getIndexingMaps(Operation *op) const {
+    MLIRContext *ctx = op->getContext();
+    AffineExpr b = getAffineDimExpr(0, ctx), t = getAffineDimExpr(1, ctx),
+               h = getAffineDimExpr(2, ctx), v = getAffineDimExpr(3, ctx);
+    return {AffineMap::get(4, 0, {b, t}, ctx), AffineMap::get(4, 0, {b, t, h}, ctx),
+            AffineMap::get(4, 0, {v, h}, ctx)};
+  }
+  LogicalResult partition(Operation *op, ArrayRef<Value> operands,
+                          ArrayRef<shard::Sharding> operandShardings,
+                          ArrayRef<shard::Sharding> resultShardings, IRMapping &map,
+                          SymbolTableCollection &symbolTable, OpBuilder &builder) const {
+    shard::ShardingArray axes = shard::getGridAxisAssignmentForLoopIterators(
+        operandShardings, resultShardings, getLoopIteratorTypes(op), getIndexingMaps(op));
+    if (axes.size() > 3 && !axes[3].empty())
+      return op->emitOpError() << "splits its vocabulary: a vocabulary-parallel embedding is "
+                                  "not partitioned by shard-partition";
+    SmallVector<shard::GridAxis> tokens;
+    for (size_t i = 0; i < 2 && i < axes.size(); ++i)
+      tokens.append(axes[i].begin(), axes[i].end());
+    Operation *local = cloneLocal(op, operands, resultShardings, symbolTable, builder);
+    Value v = local->getResult(0);
+    if (!tokens.empty()) {
+      shard::GridOp grid = shard::getGrid(op, resultShardings.front().getGridAttr(), symbolTable);
+      v = shard::AllReduceOp::create(builder, op->getLoc(), v, grid.getSymName(), tokens,
+                                     shard::ReductionKind::Sum)
+              .getResult();
+    }
+    map.map(op->getResult(0), v);
+    map.map(op, local);
+    return success();
+  }
+};
+
+/// llm.attention_grad over the forward's loops (batch, query, heads, key):
+/// split by heads (Megatron's attention split) it runs on this rank's
+/// heads; a sequence split is context parallelism (llm-partition-cp).
+struct AttentionGradShardingModel
+    : public shard::ShardingInterface::ExternalModel<AttentionGradShardingModel,
+                                                      AttentionGradOp> {
+  SmallVector<utils::IteratorType> getLoopIteratorTypes(Operation *) const {
+    using I = utils::IteratorType;
+    return {I::parallel, I::parallel, I::parallel, I::reduction};
+  }
+  SmallVector<AffineMap> getIndexingMaps(Operation *op) const {
+    MLIRContext *ctx = op->getContext();
+    AffineExpr b = getAffineDimExpr(0, ctx), q = getAffineDimExpr(1, ctx),
+               h = getAffineDimExpr(2, ctx), k = getAffineDimExpr(3, ctx);
+    AffineMap queries = AffineMap::get(4, 0, {b, q, h}, ctx),
+              keys = AffineMap::get(4, 0, {b, k, h}, ctx);
+    // grad, q, k, v, out; dq, dk, dv.
+    return {queries, queries, keys, keys, queries, queries, keys, keys};
+  }
+  LogicalResult partition(Operation *op, ArrayRef<Value> operands,
+                          ArrayRef<shard::Sharding> operandShardings,
+                          ArrayRef<shard::Sharding> resultShardings, IRMapping &map,
+                          SymbolTableCollection &symbolTable, OpBuilder &builder) const {
+    auto a = cast<AttentionGradOp>(op);
+    auto iters = getLoopIteratorTypes(op);
+    auto maps = getIndexingMaps(op);
+    if (splitOver(op, operandShardings, resultShardings, iters, maps, symbolTable, 1) > 1 ||
+        splitOver(op, operandShardings, resultShardings, iters, maps, symbolTable, 3) > 1)
+      return op->emitOpError() << "a sequence split is context parallelism: use llm-partition-cp";
+    int64_t n = splitOver(op, operandShardings, resultShardings, iters, maps, symbolTable, 2);
+    if (a.getNumHeads() % n || a.getNumKvHeads() % n)
+      return op->emitOpError() << a.getNumHeads() << " heads and " << a.getNumKvHeads()
+                               << " KV heads do not split into " << n << " parts";
+    Operation *local = cloneLocal(op, operands, resultShardings, symbolTable, builder);
+    auto l = cast<AttentionGradOp>(local);
+    l.setNumHeadsAttr(builder.getI64IntegerAttr(a.getNumHeads() / n));
+    l.setNumKvHeadsAttr(builder.getI64IntegerAttr(a.getNumKvHeads() / n));
+    for (auto [r, lr] : llvm::zip(op->getResults(), local->getResults()))
+      map.map(r, lr);
+    map.map(op, local);
+    return success();
+  }
+};
+
 } // namespace
 
 void llmopt::llm::registerShardingInterfaceExternalModels(DialectRegistry &registry) {
@@ -439,8 +534,11 @@ void llmopt::llm::registerShardingInterfaceExternalModels(DialectRegistry &regis
     LayerNormOp::attachInterface<RowShardingModel<LayerNormOp, false>>(*ctx);
     RotaryOp::attachInterface<RowShardingModel<RotaryOp, true>>(*ctx);
     EmbeddingOp::attachInterface<EmbeddingShardingModel>(*ctx);
-    CrossEntropyOp::attachInterface<CrossEntropyShardingModel>(*ctx);
+    CrossEntropyOp::attachInterface<CrossEntropyShardingModel<CrossEntropyOp>>(*ctx);
+    CrossEntropyGradOp::attachInterface<CrossEntropyShardingModel<CrossEntropyGradOp>>(*ctx);
     LinearGradOp::attachInterface<LinearGradShardingModel>(*ctx);
+    EmbeddingGradOp::attachInterface<EmbeddingGradShardingModel>(*ctx);
+    AttentionGradOp::attachInterface<AttentionGradShardingModel>(*ctx);
     RMSNormGradOp::attachInterface<NormGradShardingModel<RMSNormGradOp>>(*ctx);
     LayerNormGradOp::attachInterface<NormGradShardingModel<LayerNormGradOp>>(*ctx);
     GeluGradOp::attachInterface<shard::ElementwiseShardingInterface<GeluGradOp>>(*ctx);

@@ -25,8 +25,11 @@ namespace llmopt::llm {
 /// refused); of the backward ops, llm.linear_grad (dx all-reduced over the
 /// axes splitting the output features, the weight and bias gradients over
 /// those splitting the tokens), the norms' gradients (features whole, the
-/// weight and bias gradients all-reduced over a split of the tokens) and the
-/// activations' gradients (elementwise).
+/// weight and bias gradients all-reduced over a split of the tokens), the
+/// activations' gradients (elementwise), the attention's (by heads), the
+/// embedding's (the table gradient all-reduced over a split of the tokens)
+/// and the loss's (vocab_axis, as the forward). Not modelled: MoE's router,
+/// dispatch, experts and combine, and the position embedding.
 void registerShardingInterfaceExternalModels(mlir::DialectRegistry &registry);
 } // namespace llmopt::llm
 
