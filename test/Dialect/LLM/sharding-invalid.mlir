@@ -59,3 +59,15 @@ func.func @attention_grad_sequence(%g: tensor<1x8x64xf32>, %q: tensor<1x8x64xf32
   %dq, %dk, %dv = llm.attention_grad %g, %qs, %k, %v, %o heads 4 kv_heads 2 head_dim 16 scale 2.500000e-01 causal : tensor<1x8x64xf32>, tensor<1x8x32xf32>
   return %dq, %dk, %dv : tensor<1x8x64xf32>, tensor<1x8x32xf32>, tensor<1x8x32xf32>
 }
+
+// -----
+
+// The experts' hidden size is what their up-projections contract.
+shard.grid @tp(shape = 2)
+func.func @experts_hidden(%d: tensor<4x2x8xf32>, %w1: tensor<4x16x8xf32>, %w2: tensor<4x8x16xf32>) -> tensor<4x2x8xf32> {
+  %h = shard.sharding @tp split_axes = [[], [], [0]] : !shard.sharding
+  %ds = shard.shard %d to %h annotate_for_users : tensor<4x2x8xf32>
+  // expected-error @below {{splits its hidden size, which the experts' up-projections contract}}
+  %y = llm.moe_experts %ds, %w1, %w2 gelu : tensor<4x2x8xf32>, tensor<4x16x8xf32>, tensor<4x8x16xf32>
+  return %y : tensor<4x2x8xf32>
+}

@@ -220,3 +220,35 @@ func.func @attention_grad_heads(%g: tensor<1x8x64xf32>, %q: tensor<1x8x64xf32>, 
   %dq, %dk, %dv = llm.attention_grad %g, %qs, %ks, %vs, %o heads 4 kv_heads 2 head_dim 16 scale 2.500000e-01 causal : tensor<1x8x64xf32>, tensor<1x8x32xf32>
   return %dq, %dk, %dv : tensor<1x8x64xf32>, tensor<1x8x32xf32>, tensor<1x8x32xf32>
 }
+
+// -----
+
+// Mixtral's experts: split by expert (expert parallelism), this rank's
+// experts on their rows; split by ffn (tensor parallelism inside the
+// experts), the down-projection's partial sums all-reduced.
+// CHECK-LABEL: func.func @experts_by_expert
+// CHECK: llm.moe_experts {{.*}} swiglu : tensor<2x2x8xf32>, tensor<2x16x8xf32>, tensor<2x16x8xf32>, tensor<2x8x16xf32>
+// CHECK-NOT: shard.all_reduce
+// CHECK-LABEL: func.func @experts_by_ffn
+// CHECK: %[[Y:.*]] = llm.moe_experts {{.*}} swiglu : tensor<4x2x8xf32>, tensor<4x8x8xf32>, tensor<4x8x8xf32>, tensor<4x8x8xf32>
+// CHECK-NEXT: shard.all_reduce %[[Y]] on @tp grid_axes = [0]
+shard.grid @ep(shape = 2)
+shard.grid @tp(shape = 2)
+func.func @experts_by_expert(%d: tensor<4x2x8xf32>, %w1: tensor<4x16x8xf32>, %w3: tensor<4x16x8xf32>, %w2: tensor<4x8x16xf32>) -> tensor<4x2x8xf32> {
+  %s = shard.sharding @ep split_axes = [[0]] : !shard.sharding
+  %ds = shard.shard %d to %s annotate_for_users : tensor<4x2x8xf32>
+  %w1s = shard.shard %w1 to %s annotate_for_users : tensor<4x16x8xf32>
+  %w3s = shard.shard %w3 to %s annotate_for_users : tensor<4x16x8xf32>
+  %w2s = shard.shard %w2 to %s annotate_for_users : tensor<4x8x16xf32>
+  %y = llm.moe_experts %ds, %w1s, %w3s, %w2s swiglu : tensor<4x2x8xf32>, tensor<4x16x8xf32>, tensor<4x16x8xf32>, tensor<4x8x16xf32>
+  return %y : tensor<4x2x8xf32>
+}
+func.func @experts_by_ffn(%d: tensor<4x2x8xf32>, %w1: tensor<4x16x8xf32>, %w3: tensor<4x16x8xf32>, %w2: tensor<4x8x16xf32>) -> tensor<4x2x8xf32> {
+  %f = shard.sharding @tp split_axes = [[], [0]] : !shard.sharding
+  %g = shard.sharding @tp split_axes = [[], [], [0]] : !shard.sharding
+  %w1s = shard.shard %w1 to %f annotate_for_users : tensor<4x16x8xf32>
+  %w3s = shard.shard %w3 to %f annotate_for_users : tensor<4x16x8xf32>
+  %w2s = shard.shard %w2 to %g annotate_for_users : tensor<4x8x16xf32>
+  %y = llm.moe_experts %d, %w1s, %w3s, %w2s swiglu : tensor<4x2x8xf32>, tensor<4x16x8xf32>, tensor<4x16x8xf32>, tensor<4x8x16xf32>
+  return %y : tensor<4x2x8xf32>
+}

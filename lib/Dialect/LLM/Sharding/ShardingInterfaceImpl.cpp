@@ -521,6 +521,56 @@ struct AttentionGradShardingModel
   }
 };
 
+/// llm.moe_experts over loops (expert, slot, hidden, ffn): the dispatched
+/// rows and the result index (expert, slot, hidden), the up-projections
+/// (gate, up, fc1) (expert, ffn, hidden), the down-projection (expert,
+/// hidden, ffn); the ffn is a reduction of the down-projection. A split of
+/// the experts (expert parallelism) or the slots runs this rank's experts or
+/// slots; a split of the ffn (tensor parallelism inside the experts)
+/// all-reduces the partial outputs; the hidden size is contracted by the
+/// up-projections and must stay whole.
+struct MoEExpertsShardingModel
+    : public shard::ShardingInterface::ExternalModel<MoEExpertsShardingModel, MoEExpertsOp> {
+  SmallVector<utils::IteratorType> getLoopIteratorTypes(Operation *) const {
+    using I = utils::IteratorType;
+    return {I::parallel, I::parallel, I::parallel, I::reduction};
+  }
+  SmallVector<AffineMap> getIndexingMaps(Operation *op) const {
+    MLIRContext *ctx = op->getContext();
+    AffineExpr e = getAffineDimExpr(0, ctx), c = getAffineDimExpr(1, ctx),
+               h = getAffineDimExpr(2, ctx), f = getAffineDimExpr(3, ctx);
+    AffineMap rows = AffineMap::get(4, 0, {e, c, h}, ctx);
+    SmallVector<AffineMap> maps = {rows};
+    unsigned weights = op->getNumOperands() - 1;
+    for (unsigned i = 0; i < weights; ++i)
+      maps.push_back(i + 1 < weights ? AffineMap::get(4, 0, {e, f, h}, ctx)
+                                     : AffineMap::get(4, 0, {e, h, f}, ctx));
+    maps.push_back(rows);
+    return maps;
+  }
+  LogicalResult partition(Operation *op, ArrayRef<Value> operands,
+                          ArrayRef<shard::Sharding> operandShardings,
+                          ArrayRef<shard::Sharding> resultShardings, IRMapping &map,
+                          SymbolTableCollection &symbolTable, OpBuilder &builder) const {
+    shard::ShardingArray axes = shard::getGridAxisAssignmentForLoopIterators(
+        operandShardings, resultShardings, getLoopIteratorTypes(op), getIndexingMaps(op));
+    if (axes.size() > 2 && !axes[2].empty())
+      return op->emitOpError() << "splits its hidden size, which the experts' up-projections "
+                                  "contract: split the experts, their slots or the ffn";
+    Operation *local = cloneLocal(op, operands, resultShardings, symbolTable, builder);
+    Value v = local->getResult(0);
+    if (axes.size() > 3 && !axes[3].empty()) {
+      shard::GridOp grid = shard::getGrid(op, resultShardings.front().getGridAttr(), symbolTable);
+      v = shard::AllReduceOp::create(builder, op->getLoc(), v, grid.getSymName(), axes[3],
+                                     shard::ReductionKind::Sum)
+              .getResult();
+    }
+    map.map(op->getResult(0), v);
+    map.map(op, local);
+    return success();
+  }
+};
+
 } // namespace
 
 void llmopt::llm::registerShardingInterfaceExternalModels(DialectRegistry &registry) {
@@ -538,6 +588,7 @@ void llmopt::llm::registerShardingInterfaceExternalModels(DialectRegistry &regis
     CrossEntropyGradOp::attachInterface<CrossEntropyShardingModel<CrossEntropyGradOp>>(*ctx);
     LinearGradOp::attachInterface<LinearGradShardingModel>(*ctx);
     EmbeddingGradOp::attachInterface<EmbeddingGradShardingModel>(*ctx);
+    MoEExpertsOp::attachInterface<MoEExpertsShardingModel>(*ctx);
     AttentionGradOp::attachInterface<AttentionGradShardingModel>(*ctx);
     RMSNormGradOp::attachInterface<NormGradShardingModel<RMSNormGradOp>>(*ctx);
     LayerNormGradOp::attachInterface<NormGradShardingModel<LayerNormGradOp>>(*ctx);
