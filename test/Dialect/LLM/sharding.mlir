@@ -252,3 +252,35 @@ func.func @experts_by_ffn(%d: tensor<4x2x8xf32>, %w1: tensor<4x16x8xf32>, %w3: t
   %y = llm.moe_experts %d, %w1s, %w3s, %w2s swiglu : tensor<4x2x8xf32>, tensor<4x16x8xf32>, tensor<4x16x8xf32>, tensor<4x8x16xf32>
   return %y : tensor<4x2x8xf32>
 }
+
+// -----
+
+// The experts' backward: an ffn split all-reduces the rows' gradient (the
+// weights' gradients stay split); a split of the slots all-reduces the
+// weights' gradients.
+// CHECK-LABEL: func.func @experts_grad_by_ffn
+// CHECK: %[[DX:.*]], %[[DW:.*]]:2 = llm.moe_experts_grad {{.*}} gelu : tensor<4x2x8xf32>, tensor<4x8x8xf32>, tensor<4x8x8xf32>
+// CHECK-NEXT: %[[R:.*]] = shard.all_reduce %[[DX]] on @tp grid_axes = [0]
+// CHECK-NEXT: return %[[R]], %[[DW]]#0, %[[DW]]#1
+// CHECK-LABEL: func.func @experts_grad_by_slot
+// CHECK: %[[DX:.*]], %[[DW:.*]]:2 = llm.moe_experts_grad {{.*}} gelu : tensor<4x1x8xf32>, tensor<4x16x8xf32>, tensor<4x8x16xf32>
+// CHECK-NEXT: %[[R1:.*]] = shard.all_reduce %[[DW]]#0 on @dp grid_axes = [0]
+// CHECK-NEXT: %[[R2:.*]] = shard.all_reduce %[[DW]]#1 on @dp grid_axes = [0]
+// CHECK-NEXT: return %[[DX]], %[[R1]], %[[R2]]
+shard.grid @tp(shape = 2)
+shard.grid @dp(shape = 2)
+func.func @experts_grad_by_ffn(%g: tensor<4x2x8xf32>, %d: tensor<4x2x8xf32>, %w1: tensor<4x16x8xf32>, %w2: tensor<4x8x16xf32>) -> (tensor<4x2x8xf32>, tensor<4x16x8xf32>, tensor<4x8x16xf32>) {
+  %f = shard.sharding @tp split_axes = [[], [0]] : !shard.sharding
+  %f2 = shard.sharding @tp split_axes = [[], [], [0]] : !shard.sharding
+  %w1s = shard.shard %w1 to %f annotate_for_users : tensor<4x16x8xf32>
+  %w2s = shard.shard %w2 to %f2 annotate_for_users : tensor<4x8x16xf32>
+  %dx, %dw1, %dw2 = llm.moe_experts_grad %g, %d, %w1s, %w2s gelu : tensor<4x2x8xf32>, tensor<4x16x8xf32>, tensor<4x8x16xf32> -> tensor<4x16x8xf32>, tensor<4x8x16xf32>
+  return %dx, %dw1, %dw2 : tensor<4x2x8xf32>, tensor<4x16x8xf32>, tensor<4x8x16xf32>
+}
+func.func @experts_grad_by_slot(%g: tensor<4x2x8xf32>, %d: tensor<4x2x8xf32>, %w1: tensor<4x16x8xf32>, %w2: tensor<4x8x16xf32>) -> (tensor<4x2x8xf32>, tensor<4x16x8xf32>, tensor<4x8x16xf32>) {
+  %c = shard.sharding @dp split_axes = [[], [0]] : !shard.sharding
+  %gs = shard.shard %g to %c annotate_for_users : tensor<4x2x8xf32>
+  %ds = shard.shard %d to %c annotate_for_users : tensor<4x2x8xf32>
+  %dx, %dw1, %dw2 = llm.moe_experts_grad %gs, %ds, %w1, %w2 gelu : tensor<4x2x8xf32>, tensor<4x16x8xf32>, tensor<4x8x16xf32> -> tensor<4x16x8xf32>, tensor<4x8x16xf32>
+  return %dx, %dw1, %dw2 : tensor<4x2x8xf32>, tensor<4x16x8xf32>, tensor<4x8x16xf32>
+}

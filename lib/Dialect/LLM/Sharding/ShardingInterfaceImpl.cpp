@@ -571,6 +571,61 @@ struct MoEExpertsShardingModel
   }
 };
 
+/// llm.moe_experts_grad over the forward's loops (expert, slot, hidden,
+/// ffn): the output gradient, the rows and their gradient index (expert,
+/// slot, hidden), the weights and their gradients as in the forward. The
+/// rows' gradient sums over the ffn (all-reduced over a split of it), the
+/// weights' gradients over the slots (all-reduced over a split of them); the
+/// hidden size stays whole.
+struct MoEExpertsGradShardingModel
+    : public shard::ShardingInterface::ExternalModel<MoEExpertsGradShardingModel,
+                                                      MoEExpertsGradOp> {
+  SmallVector<utils::IteratorType> getLoopIteratorTypes(Operation *) const {
+    using I = utils::IteratorType;
+    return {I::parallel, I::parallel, I::parallel, I::reduction};
+  }
+  SmallVector<AffineMap> getIndexingMaps(Operation *op) const {
+    MLIRContext *ctx = op->getContext();
+    AffineExpr e = getAffineDimExpr(0, ctx), c = getAffineDimExpr(1, ctx),
+               h = getAffineDimExpr(2, ctx), f = getAffineDimExpr(3, ctx);
+    AffineMap rows = AffineMap::get(4, 0, {e, c, h}, ctx);
+    unsigned weights = op->getNumOperands() - 2;
+    SmallVector<AffineMap> w;
+    for (unsigned i = 0; i < weights; ++i)
+      w.push_back(i + 1 < weights ? AffineMap::get(4, 0, {e, f, h}, ctx)
+                                  : AffineMap::get(4, 0, {e, h, f}, ctx));
+    SmallVector<AffineMap> maps = {rows, rows};
+    maps.append(w);
+    maps.push_back(rows);
+    maps.append(w);
+    return maps;
+  }
+  LogicalResult partition(Operation *op, ArrayRef<Value> operands,
+                          ArrayRef<shard::Sharding> operandShardings,
+                          ArrayRef<shard::Sharding> resultShardings, IRMapping &map,
+                          SymbolTableCollection &symbolTable, OpBuilder &builder) const {
+    shard::ShardingArray axes = shard::getGridAxisAssignmentForLoopIterators(
+        operandShardings, resultShardings, getLoopIteratorTypes(op), getIndexingMaps(op));
+    if (axes.size() > 2 && !axes[2].empty())
+      return op->emitOpError() << "splits its hidden size, which the experts' up-projections "
+                                  "contract: split the experts, their slots or the ffn";
+    Operation *local = cloneLocal(op, operands, resultShardings, symbolTable, builder);
+    shard::GridOp grid = shard::getGrid(op, resultShardings.front().getGridAttr(), symbolTable);
+    auto reduce = [&](Value v, size_t loop) -> Value {
+      if (axes.size() <= loop || axes[loop].empty())
+        return v;
+      return shard::AllReduceOp::create(builder, op->getLoc(), v, grid.getSymName(), axes[loop],
+                                        shard::ReductionKind::Sum)
+          .getResult();
+    };
+    map.map(op->getResult(0), reduce(local->getResult(0), 3));
+    for (unsigned i = 1; i < op->getNumResults(); ++i)
+      map.map(op->getResult(i), reduce(local->getResult(i), 1));
+    map.map(op, local);
+    return success();
+  }
+};
+
 } // namespace
 
 void llmopt::llm::registerShardingInterfaceExternalModels(DialectRegistry &registry) {
@@ -589,6 +644,7 @@ void llmopt::llm::registerShardingInterfaceExternalModels(DialectRegistry &regis
     LinearGradOp::attachInterface<LinearGradShardingModel>(*ctx);
     EmbeddingGradOp::attachInterface<EmbeddingGradShardingModel>(*ctx);
     MoEExpertsOp::attachInterface<MoEExpertsShardingModel>(*ctx);
+    MoEExpertsGradOp::attachInterface<MoEExpertsGradShardingModel>(*ctx);
     AttentionGradOp::attachInterface<AttentionGradShardingModel>(*ctx);
     RMSNormGradOp::attachInterface<NormGradShardingModel<RMSNormGradOp>>(*ctx);
     LayerNormGradOp::attachInterface<NormGradShardingModel<LayerNormGradOp>>(*ctx);

@@ -28,9 +28,9 @@ namespace llmopt::llm {
 /// weight and bias gradients all-reduced over a split of the tokens), the
 /// activations' gradients (elementwise), the attention's (by heads), the
 /// embedding's (the table gradient all-reduced over a split of the tokens)
-/// and the loss's (vocab_axis, as the forward); MoE's experts (by expert,
-/// slot, or ffn with the partial outputs all-reduced). Not modelled: MoE's
-/// router, dispatch and combine, and the position embedding.
+/// and the loss's (vocab_axis, as the forward); MoE's experts and their
+/// backward (by expert, slot, or ffn, partial sums all-reduced). Not
+/// modelled: MoE's router, dispatch and combine, and the position embedding.
 void registerShardingInterfaceExternalModels(mlir::DialectRegistry &registry);
 } // namespace llmopt::llm
 
