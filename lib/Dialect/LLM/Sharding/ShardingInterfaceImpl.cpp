@@ -119,6 +119,68 @@ int64_t splitOver(Operation *op, ArrayRef<shard::Sharding> operandShardings,
   return n;
 }
 
+/// `v` summed over the grid axes `over` (of the grid of `sharding`), or `v`
+/// when there are none.
+Value allReduceOver(Operation *op, Value v, ArrayRef<shard::GridAxis> over,
+                    shard::Sharding sharding, SymbolTableCollection &symbolTable,
+                    OpBuilder &builder) {
+  if (over.empty())
+    return v;
+  shard::GridOp grid = shard::getGrid(op, sharding.getGridAttr(), symbolTable);
+  return shard::AllReduceOp::create(builder, op->getLoc(), v, grid.getSymName(), over,
+                                    shard::ReductionKind::Sum)
+      .getResult();
+}
+
+/// The grid axes of loops [first, last) of `op` (concatenated).
+SmallVector<shard::GridAxis> axesOfLoops(const shard::ShardingArray &axes, size_t first,
+                                         size_t last) {
+  SmallVector<shard::GridAxis> out;
+  for (size_t i = first; i < last && i < axes.size(); ++i)
+    out.append(axes[i].begin(), axes[i].end());
+  return out;
+}
+
+/// Attention (forward or backward) over loops (batch, query, heads, key) on
+/// this rank's heads; a sequence split is refused (context parallelism).
+template <typename AttnOp>
+LogicalResult partitionByHeads(Operation *op, ArrayRef<Value> operands,
+                               ArrayRef<shard::Sharding> operandShardings,
+                               ArrayRef<shard::Sharding> resultShardings,
+                               ArrayRef<utils::IteratorType> iters, ArrayRef<AffineMap> maps,
+                               IRMapping &map, SymbolTableCollection &symbolTable,
+                               OpBuilder &builder) {
+  auto a = cast<AttnOp>(op);
+  if (splitOver(op, operandShardings, resultShardings, iters, maps, symbolTable, 1) > 1 ||
+      splitOver(op, operandShardings, resultShardings, iters, maps, symbolTable, 3) > 1)
+    return op->emitOpError() << "a sequence split is context parallelism: use llm-partition-cp";
+  int64_t n = splitOver(op, operandShardings, resultShardings, iters, maps, symbolTable, 2);
+  if (a.getNumHeads() % n || a.getNumKvHeads() % n)
+    return op->emitOpError() << a.getNumHeads() << " heads and " << a.getNumKvHeads()
+                             << " KV heads do not split into " << n << " parts";
+  Operation *local = cloneLocal(op, operands, resultShardings, symbolTable, builder);
+  auto l = cast<AttnOp>(local);
+  l.setNumHeadsAttr(builder.getI64IntegerAttr(a.getNumHeads() / n));
+  l.setNumKvHeadsAttr(builder.getI64IntegerAttr(a.getNumKvHeads() / n));
+  for (auto [r, lr] : llvm::zip(op->getResults(), local->getResults()))
+    map.map(r, lr);
+  map.map(op, local);
+  return success();
+}
+
+/// The experts' weights over loops (expert, slot, hidden, ffn): the
+/// up-projections (expert, ffn, hidden), the last (down) (expert, hidden,
+/// ffn).
+SmallVector<AffineMap> expertWeightMaps(MLIRContext *ctx, unsigned weights) {
+  AffineExpr e = getAffineDimExpr(0, ctx), h = getAffineDimExpr(2, ctx),
+             f = getAffineDimExpr(3, ctx);
+  SmallVector<AffineMap> maps;
+  for (unsigned i = 0; i < weights; ++i)
+    maps.push_back(i + 1 < weights ? AffineMap::get(4, 0, {e, f, h}, ctx)
+                                   : AffineMap::get(4, 0, {e, h, f}, ctx));
+  return maps;
+}
+
 /// llm.attention over loops (batch, query, heads, key): the features of q,
 /// k, v and the output are heads (of their sizes); keys are a reduction.
 /// Splitting heads is Megatron's attention split; splitting the sequence is
@@ -141,23 +203,9 @@ struct AttentionShardingModel
                           ArrayRef<shard::Sharding> operandShardings,
                           ArrayRef<shard::Sharding> resultShardings, IRMapping &map,
                           SymbolTableCollection &symbolTable, OpBuilder &builder) const {
-    auto a = cast<AttentionOp>(op);
-    auto iters = getLoopIteratorTypes(op);
-    auto maps = getIndexingMaps(op);
-    if (splitOver(op, operandShardings, resultShardings, iters, maps, symbolTable, 1) > 1 ||
-        splitOver(op, operandShardings, resultShardings, iters, maps, symbolTable, 3) > 1)
-      return op->emitOpError() << "a sequence split is context parallelism: use llm-partition-cp";
-    int64_t n = splitOver(op, operandShardings, resultShardings, iters, maps, symbolTable, 2);
-    if (a.getNumHeads() % n || a.getNumKvHeads() % n)
-      return op->emitOpError() << a.getNumHeads() << " heads and " << a.getNumKvHeads()
-                               << " KV heads do not split into " << n << " parts";
-    Operation *local = cloneLocal(op, operands, resultShardings, symbolTable, builder);
-    auto l = cast<AttentionOp>(local);
-    l.setNumHeadsAttr(builder.getI64IntegerAttr(a.getNumHeads() / n));
-    l.setNumKvHeadsAttr(builder.getI64IntegerAttr(a.getNumKvHeads() / n));
-    map.map(op->getResult(0), local->getResult(0));
-    map.map(op, local);
-    return success();
+    return partitionByHeads<AttentionOp>(op, operands, operandShardings, resultShardings,
+                                         getLoopIteratorTypes(op), getIndexingMaps(op), map,
+                                         symbolTable, builder);
   }
 };
 
@@ -351,26 +399,18 @@ struct LinearGradShardingModel
     shard::Sharding any = resultShardings.front();
     if (!any)
       return op->emitOpError() << "has no result sharding to partition with";
-    shard::GridOp grid = shard::getGrid(op, any.getGridAttr(), symbolTable);
     shard::ShardingArray axes = shard::getGridAxisAssignmentForLoopIterators(
         operandShardings, resultShardings, getLoopIteratorTypes(op), getIndexingMaps(op));
-    int64_t n = leading(op);
-    SmallVector<shard::GridAxis> outAxes, leadAxes;
+    size_t n = size_t(leading(op));
     // (A split of `in` splits dx and dW alike: nothing to reduce.)
-    for (int64_t i = 0; i <= n && i < int64_t(axes.size()); ++i)
-      for (shard::GridAxis a : axes[size_t(i)])
-        (i == n ? outAxes : leadAxes).push_back(a);
+    SmallVector<shard::GridAxis> outAxes = axesOfLoops(axes, n, n + 1),
+                                 leadAxes = axesOfLoops(axes, 0, n);
     Operation *local = cloneLocal(op, operands, resultShardings, symbolTable, builder);
-    auto reduce = [&](Value v, ArrayRef<shard::GridAxis> over) -> Value {
-      if (over.empty())
-        return v;
-      return shard::AllReduceOp::create(builder, op->getLoc(), v, grid.getSymName(), over,
-                                        shard::ReductionKind::Sum)
-          .getResult();
-    };
-    map.map(op->getResult(0), reduce(local->getResult(0), outAxes));
+    map.map(op->getResult(0),
+            allReduceOver(op, local->getResult(0), outAxes, any, symbolTable, builder));
     for (unsigned i = 1; i < op->getNumResults(); ++i)
-      map.map(op->getResult(i), reduce(local->getResult(i), leadAxes));
+      map.map(op->getResult(i),
+              allReduceOver(op, local->getResult(i), leadAxes, any, symbolTable, builder));
     map.map(op, local);
     return success();
   }
@@ -412,22 +452,12 @@ struct NormGradShardingModel
     if (size_t(n) <= axes.size() && !axes[size_t(n - 1)].empty())
       return op->emitOpError() << "normalizes over its features, which must not be split "
                                   "(sequence parallelism splits the rows instead)";
-    SmallVector<shard::GridAxis> rows;
-    for (int64_t i = 0; i + 1 < n && i < int64_t(axes.size()); ++i)
-      rows.append(axes[size_t(i)].begin(), axes[size_t(i)].end());
+    SmallVector<shard::GridAxis> rows = axesOfLoops(axes, 0, size_t(n - 1));
     Operation *local = cloneLocal(op, operands, resultShardings, symbolTable, builder);
     map.map(op->getResult(0), local->getResult(0));
-    for (unsigned i = 1; i < op->getNumResults(); ++i) {
-      Value v = local->getResult(i);
-      if (!rows.empty()) {
-        shard::GridOp grid =
-            shard::getGrid(op, resultShardings.front().getGridAttr(), symbolTable);
-        v = shard::AllReduceOp::create(builder, op->getLoc(), v, grid.getSymName(), rows,
-                                       shard::ReductionKind::Sum)
-                .getResult();
-      }
-      map.map(op->getResult(i), v);
-    }
+    for (unsigned i = 1; i < op->getNumResults(); ++i)
+      map.map(op->getResult(i), allReduceOver(op, local->getResult(i), rows,
+                                              resultShardings.front(), symbolTable, builder));
     map.map(op, local);
     return success();
   }
@@ -460,18 +490,9 @@ struct EmbeddingGradShardingModel
     if (axes.size() > 3 && !axes[3].empty())
       return op->emitOpError() << "splits its vocabulary: a vocabulary-parallel embedding is "
                                   "not partitioned by shard-partition";
-    SmallVector<shard::GridAxis> tokens;
-    for (size_t i = 0; i < 2 && i < axes.size(); ++i)
-      tokens.append(axes[i].begin(), axes[i].end());
     Operation *local = cloneLocal(op, operands, resultShardings, symbolTable, builder);
-    Value v = local->getResult(0);
-    if (!tokens.empty()) {
-      shard::GridOp grid = shard::getGrid(op, resultShardings.front().getGridAttr(), symbolTable);
-      v = shard::AllReduceOp::create(builder, op->getLoc(), v, grid.getSymName(), tokens,
-                                     shard::ReductionKind::Sum)
-              .getResult();
-    }
-    map.map(op->getResult(0), v);
+    map.map(op->getResult(0), allReduceOver(op, local->getResult(0), axesOfLoops(axes, 0, 2),
+                                            resultShardings.front(), symbolTable, builder));
     map.map(op, local);
     return success();
   }
@@ -500,24 +521,9 @@ struct AttentionGradShardingModel
                           ArrayRef<shard::Sharding> operandShardings,
                           ArrayRef<shard::Sharding> resultShardings, IRMapping &map,
                           SymbolTableCollection &symbolTable, OpBuilder &builder) const {
-    auto a = cast<AttentionGradOp>(op);
-    auto iters = getLoopIteratorTypes(op);
-    auto maps = getIndexingMaps(op);
-    if (splitOver(op, operandShardings, resultShardings, iters, maps, symbolTable, 1) > 1 ||
-        splitOver(op, operandShardings, resultShardings, iters, maps, symbolTable, 3) > 1)
-      return op->emitOpError() << "a sequence split is context parallelism: use llm-partition-cp";
-    int64_t n = splitOver(op, operandShardings, resultShardings, iters, maps, symbolTable, 2);
-    if (a.getNumHeads() % n || a.getNumKvHeads() % n)
-      return op->emitOpError() << a.getNumHeads() << " heads and " << a.getNumKvHeads()
-                               << " KV heads do not split into " << n << " parts";
-    Operation *local = cloneLocal(op, operands, resultShardings, symbolTable, builder);
-    auto l = cast<AttentionGradOp>(local);
-    l.setNumHeadsAttr(builder.getI64IntegerAttr(a.getNumHeads() / n));
-    l.setNumKvHeadsAttr(builder.getI64IntegerAttr(a.getNumKvHeads() / n));
-    for (auto [r, lr] : llvm::zip(op->getResults(), local->getResults()))
-      map.map(r, lr);
-    map.map(op, local);
-    return success();
+    return partitionByHeads<AttentionGradOp>(op, operands, operandShardings, resultShardings,
+                                             getLoopIteratorTypes(op), getIndexingMaps(op),
+                                             map, symbolTable, builder);
   }
 };
 
@@ -538,13 +544,10 @@ struct MoEExpertsShardingModel
   SmallVector<AffineMap> getIndexingMaps(Operation *op) const {
     MLIRContext *ctx = op->getContext();
     AffineExpr e = getAffineDimExpr(0, ctx), c = getAffineDimExpr(1, ctx),
-               h = getAffineDimExpr(2, ctx), f = getAffineDimExpr(3, ctx);
+               h = getAffineDimExpr(2, ctx);
     AffineMap rows = AffineMap::get(4, 0, {e, c, h}, ctx);
     SmallVector<AffineMap> maps = {rows};
-    unsigned weights = op->getNumOperands() - 1;
-    for (unsigned i = 0; i < weights; ++i)
-      maps.push_back(i + 1 < weights ? AffineMap::get(4, 0, {e, f, h}, ctx)
-                                     : AffineMap::get(4, 0, {e, h, f}, ctx));
+    maps.append(expertWeightMaps(ctx, op->getNumOperands() - 1));
     maps.push_back(rows);
     return maps;
   }
@@ -558,14 +561,8 @@ struct MoEExpertsShardingModel
       return op->emitOpError() << "splits its hidden size, which the experts' up-projections "
                                   "contract: split the experts, their slots or the ffn";
     Operation *local = cloneLocal(op, operands, resultShardings, symbolTable, builder);
-    Value v = local->getResult(0);
-    if (axes.size() > 3 && !axes[3].empty()) {
-      shard::GridOp grid = shard::getGrid(op, resultShardings.front().getGridAttr(), symbolTable);
-      v = shard::AllReduceOp::create(builder, op->getLoc(), v, grid.getSymName(), axes[3],
-                                     shard::ReductionKind::Sum)
-              .getResult();
-    }
-    map.map(op->getResult(0), v);
+    map.map(op->getResult(0), allReduceOver(op, local->getResult(0), axesOfLoops(axes, 3, 4),
+                                            resultShardings.front(), symbolTable, builder));
     map.map(op, local);
     return success();
   }
@@ -587,13 +584,9 @@ struct MoEExpertsGradShardingModel
   SmallVector<AffineMap> getIndexingMaps(Operation *op) const {
     MLIRContext *ctx = op->getContext();
     AffineExpr e = getAffineDimExpr(0, ctx), c = getAffineDimExpr(1, ctx),
-               h = getAffineDimExpr(2, ctx), f = getAffineDimExpr(3, ctx);
+               h = getAffineDimExpr(2, ctx);
     AffineMap rows = AffineMap::get(4, 0, {e, c, h}, ctx);
-    unsigned weights = op->getNumOperands() - 2;
-    SmallVector<AffineMap> w;
-    for (unsigned i = 0; i < weights; ++i)
-      w.push_back(i + 1 < weights ? AffineMap::get(4, 0, {e, f, h}, ctx)
-                                  : AffineMap::get(4, 0, {e, h, f}, ctx));
+    SmallVector<AffineMap> w = expertWeightMaps(ctx, op->getNumOperands() - 2);
     SmallVector<AffineMap> maps = {rows, rows};
     maps.append(w);
     maps.push_back(rows);
@@ -610,17 +603,12 @@ struct MoEExpertsGradShardingModel
       return op->emitOpError() << "splits its hidden size, which the experts' up-projections "
                                   "contract: split the experts, their slots or the ffn";
     Operation *local = cloneLocal(op, operands, resultShardings, symbolTable, builder);
-    shard::GridOp grid = shard::getGrid(op, resultShardings.front().getGridAttr(), symbolTable);
-    auto reduce = [&](Value v, size_t loop) -> Value {
-      if (axes.size() <= loop || axes[loop].empty())
-        return v;
-      return shard::AllReduceOp::create(builder, op->getLoc(), v, grid.getSymName(), axes[loop],
-                                        shard::ReductionKind::Sum)
-          .getResult();
-    };
-    map.map(op->getResult(0), reduce(local->getResult(0), 3));
+    shard::Sharding any = resultShardings.front();
+    map.map(op->getResult(0), allReduceOver(op, local->getResult(0), axesOfLoops(axes, 3, 4),
+                                            any, symbolTable, builder));
     for (unsigned i = 1; i < op->getNumResults(); ++i)
-      map.map(op->getResult(i), reduce(local->getResult(i), 1));
+      map.map(op->getResult(i), allReduceOver(op, local->getResult(i), axesOfLoops(axes, 1, 2),
+                                              any, symbolTable, builder));
     map.map(op, local);
     return success();
   }
