@@ -71,3 +71,15 @@ func.func @experts_hidden(%d: tensor<4x2x8xf32>, %w1: tensor<4x16x8xf32>, %w2: t
   %y = llm.moe_experts %ds, %w1, %w2 gelu : tensor<4x2x8xf32>, tensor<4x16x8xf32>, tensor<4x8x16xf32>
   return %y : tensor<4x2x8xf32>
 }
+
+// -----
+
+// A rank's positions are not a part of the position table's rows.
+shard.grid @sp(shape = 2)
+func.func @positions_sequence(%x: tensor<2x8x16xf32>, %t: tensor<32x16xf32>) -> tensor<2x8x16xf32> {
+  %s = shard.sharding @sp split_axes = [[], [0]] : !shard.sharding
+  %xs = shard.shard %x to %s annotate_for_users : tensor<2x8x16xf32>
+  // expected-error @below {{splits its sequence: a rank's positions are not a part of the position table's rows}}
+  %y = llm.position_embedding %xs, %t : tensor<2x8x16xf32>, tensor<32x16xf32>
+  return %y : tensor<2x8x16xf32>
+}

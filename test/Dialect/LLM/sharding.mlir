@@ -284,3 +284,21 @@ func.func @experts_grad_by_slot(%g: tensor<4x2x8xf32>, %d: tensor<4x2x8xf32>, %w
   %dx, %dw1, %dw2 = llm.moe_experts_grad %gs, %ds, %w1, %w2 gelu : tensor<4x2x8xf32>, tensor<4x16x8xf32>, tensor<4x8x16xf32> -> tensor<4x16x8xf32>, tensor<4x8x16xf32>
   return %dx, %dw1, %dw2 : tensor<4x2x8xf32>, tensor<4x16x8xf32>, tensor<4x8x16xf32>
 }
+
+// -----
+
+// GPT-2's positions with the batch split: the forward on this rank's rows
+// with the whole table, the table's gradient all-reduced.
+// CHECK-LABEL: func.func @positions_data_parallel
+// CHECK: llm.position_embedding {{.*}} : tensor<2x8x16xf32>, tensor<32x16xf32>
+// CHECK-NEXT: %[[D:.*]] = llm.position_embedding_grad {{.*}} : tensor<2x8x16xf32> -> tensor<32x16xf32>
+// CHECK-NEXT: shard.all_reduce %[[D]] on @dp grid_axes = [0]
+shard.grid @dp(shape = 2)
+func.func @positions_data_parallel(%x: tensor<4x8x16xf32>, %t: tensor<32x16xf32>, %g: tensor<4x8x16xf32>) -> (tensor<4x8x16xf32>, tensor<32x16xf32>) {
+  %b = shard.sharding @dp split_axes = [[0]] : !shard.sharding
+  %xs = shard.shard %x to %b annotate_for_users : tensor<4x8x16xf32>
+  %gs = shard.shard %g to %b annotate_for_users : tensor<4x8x16xf32>
+  %y = llm.position_embedding %xs, %t : tensor<4x8x16xf32>, tensor<32x16xf32>
+  %d = llm.position_embedding_grad %gs : tensor<4x8x16xf32> -> tensor<32x16xf32>
+  return %y, %d : tensor<4x8x16xf32>, tensor<32x16xf32>
+}

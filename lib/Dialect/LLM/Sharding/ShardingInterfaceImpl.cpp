@@ -614,6 +614,50 @@ struct MoEExpertsGradShardingModel
   }
 };
 
+/// GPT-2's learned positions, forward (input + table[position]) and
+/// backward (the table's gradient summed over the batch), over loops
+/// (batch, seq, hidden): the table (and its gradient) indexes (seq, hidden)
+/// although it holds every position, so a sequence split is refused (a
+/// rank's positions are not a part of the table's rows); a hidden split
+/// runs on the table's columns; a batch split all-reduces the backward's
+/// table gradient.
+template <typename Op, bool Backward>
+struct PositionShardingModel
+    : public shard::ShardingInterface::ExternalModel<PositionShardingModel<Op, Backward>, Op> {
+  SmallVector<utils::IteratorType> getLoopIteratorTypes(Operation *) const {
+    using I = utils::IteratorType;
+    return {Backward ? I::reduction : I::parallel, I::parallel, I::parallel};
+  }
+  SmallVector<AffineMap> getIndexingMaps(Operation *op) const {
+    MLIRContext *ctx = op->getContext();
+    AffineExpr b = getAffineDimExpr(0, ctx), t = getAffineDimExpr(1, ctx),
+               h = getAffineDimExpr(2, ctx);
+    AffineMap rows = AffineMap::get(3, 0, {b, t, h}, ctx), table = AffineMap::get(3, 0, {t, h}, ctx);
+    if (Backward)
+      return {rows, table};
+    return {rows, table, rows};
+  }
+  LogicalResult partition(Operation *op, ArrayRef<Value> operands,
+                          ArrayRef<shard::Sharding> operandShardings,
+                          ArrayRef<shard::Sharding> resultShardings, IRMapping &map,
+                          SymbolTableCollection &symbolTable, OpBuilder &builder) const {
+    shard::ShardingArray axes = shard::getGridAxisAssignmentForLoopIterators(
+        operandShardings, resultShardings, getLoopIteratorTypes(op), getIndexingMaps(op));
+    if (axes.size() > 1 && !axes[1].empty())
+      return op->emitOpError() << "splits its sequence: a rank's positions are not a part of "
+                                  "the position table's rows (split the batch or the hidden "
+                                  "size)";
+    Operation *local = cloneLocal(op, operands, resultShardings, symbolTable, builder);
+    Value v = local->getResult(0);
+    if (Backward)
+      v = allReduceOver(op, v, axesOfLoops(axes, 0, 1), resultShardings.front(), symbolTable,
+                        builder);
+    map.map(op->getResult(0), v);
+    map.map(op, local);
+    return success();
+  }
+};
+
 } // namespace
 
 void llmopt::llm::registerShardingInterfaceExternalModels(DialectRegistry &registry) {
@@ -632,6 +676,9 @@ void llmopt::llm::registerShardingInterfaceExternalModels(DialectRegistry &regis
     LinearGradOp::attachInterface<LinearGradShardingModel>(*ctx);
     EmbeddingGradOp::attachInterface<EmbeddingGradShardingModel>(*ctx);
     MoEExpertsOp::attachInterface<MoEExpertsShardingModel>(*ctx);
+    PositionEmbeddingOp::attachInterface<PositionShardingModel<PositionEmbeddingOp, false>>(*ctx);
+    PositionEmbeddingGradOp::attachInterface<
+        PositionShardingModel<PositionEmbeddingGradOp, true>>(*ctx);
     MoEExpertsGradOp::attachInterface<MoEExpertsGradShardingModel>(*ctx);
     AttentionGradOp::attachInterface<AttentionGradShardingModel>(*ctx);
     RMSNormGradOp::attachInterface<NormGradShardingModel<RMSNormGradOp>>(*ctx);

@@ -29,8 +29,9 @@ namespace llmopt::llm {
 /// activations' gradients (elementwise), the attention's (by heads), the
 /// embedding's (the table gradient all-reduced over a split of the tokens)
 /// and the loss's (vocab_axis, as the forward); MoE's experts and their
-/// backward (by expert, slot, or ffn, partial sums all-reduced). Not
-/// modelled: MoE's router, dispatch and combine, and the position embedding.
+/// backward (by expert, slot, or ffn, partial sums all-reduced); the
+/// learned positions and their gradient (a sequence split refused). Not
+/// modelled: MoE's router, dispatch and combine.
 void registerShardingInterfaceExternalModels(mlir::DialectRegistry &registry);
 } // namespace llmopt::llm
 
