@@ -411,7 +411,28 @@ struct CudaExecutor::State {
     if (ins.kind != Instruction::Kind::Kernel)
       return collective(ins, error);
 #endif
+    // (An output in place of an input is read first: what was kept for the
+    // input still serves this instruction.)
+    for (const Buffer &b : ins.outs)
+      if (std::none_of(ins.ins.begin(), ins.ins.end(), [&](const Buffer &i) {
+            return i.space == b.space && i.offset == b.offset && i.name == b.name;
+          }))
+        overwritten(b);
     return bf16 ? kernel<cu::bf16>(ins, host, error) : kernel<float>(ins, host, error);
+  }
+  /// Statistics kept for what `b` held (a norm's input, logits, an
+  /// attention output) are stale once an instruction writes `b` (a fused
+  /// kernel's norm keeps none, recomputation rewrites buffers).
+  void overwritten(const Buffer &b) {
+    auto key = std::make_tuple(int(b.space), b.offset, b.name);
+    for (auto *kept : {&lses, &ceLses})
+      if (auto it = kept->find(key); it != kept->end())
+        lseFresh.erase(it->second->as<float>());
+    for (auto it = norms.lower_bound({int(b.space), b.offset, b.name, false, -INFINITY});
+         it != norms.end() && std::get<0>(it->first) == int(b.space) &&
+         std::get<1>(it->first) == b.offset && std::get<2>(it->first) == b.name;
+         ++it)
+      lseFresh.erase(it->second->as<float>());
   }
 };
 
