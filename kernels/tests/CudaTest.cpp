@@ -781,3 +781,40 @@ TEST(Cuda, MoEDispatchAndCombine) {
   EXPECT_FALSE(ok);
 }
 } // namespace
+
+// Host-side helpers of the CUDA library: these run without a GPU.
+TEST(CudaHost, EmbeddingOrderGroupsPositionsByTokenInChunks) {
+  // Token 7 at positions 0, 2, 3, 5 (chunks of 3: {0, 2, 3}, {5}), token 1
+  // at 1, token 9 at 4.
+  std::vector<int32_t> tok = {7, 1, 7, 7, 9, 7};
+  std::vector<int32_t> order = gpu::embeddingOrder(tok.data(), 6, 3);
+  // positions | K | first chunk per token (+ end) | C | chunk starts (+ end)
+  EXPECT_EQ(order, (std::vector<int32_t>{1, 0, 2, 3, 5, 4, 3, 0, 1, 3, 4, 4, 0, 1, 4, 5, 6}));
+  EXPECT_EQ(gpu::embeddingOrder(tok.data(), 0), (std::vector<int32_t>{0, 0, 0, 0}));
+}
+
+TEST(CudaHost, RotaryTableIsTheCosAndSinOfPositionTimesFrequency) {
+  std::vector<double> inv = {1.0, 0.25};
+  std::vector<float> t = gpu::rotaryTable(inv, 3);
+  ASSERT_EQ(t.size(), 12u);
+  for (int p = 0; p < 3; ++p)
+    for (int i = 0; i < 2; ++i) {
+      EXPECT_EQ(t[size_t(p * 4 + i * 2)], float(std::cos(p * inv[size_t(i)])));
+      EXPECT_EQ(t[size_t(p * 4 + i * 2 + 1)], float(std::sin(p * inv[size_t(i)])));
+    }
+}
+
+TEST(CudaHost, PaddedSizesAndScratch) {
+  // Rows of 16-byte multiples stay; others round up to 128 elements.
+  EXPECT_EQ(gpu::linearPaddedOut(50304, CUDA_R_16BF), 50304);
+  EXPECT_EQ(gpu::linearPaddedOut(50257, CUDA_R_16BF), 50304);
+  EXPECT_EQ(gpu::linearPaddedOut(37, CUDA_R_32F), 128);
+  EXPECT_EQ(gpu::linearPaddedOut(24, CUDA_R_32F), 24);
+  // Column sums: one chunk (no scratch) below 1024 rows, at most 64 chunks.
+  EXPECT_EQ(gpu::sumRowsScratchBytes(1000, 8), 0u);
+  EXPECT_EQ(gpu::sumRowsScratchBytes(16384, 768), size_t(32 * 768 * 8));
+  EXPECT_EQ(gpu::sumRowsScratchBytes(1 << 20, 4), size_t(64 * 4 * 8));
+  // The norms' scratch holds the row terms or the per-block partials.
+  EXPECT_GE(gpu::normBackwardScratchBytes(16384, 768), size_t(16384 * 768 * 4));
+  EXPECT_GE(gpu::normBackwardScratchBytes(1, 768), size_t(2 * 768 * 4));
+}
