@@ -12,6 +12,9 @@
 #include "mlir/IR/DialectRegistry.h"
 #include "mlir/IR/IRMapping.h"
 
+#include <optional>
+#include <utility>
+
 using namespace mlir;
 using namespace llmopt::llm;
 
@@ -139,6 +142,40 @@ SmallVector<shard::GridAxis> axesOfLoops(const shard::ShardingArray &axes, size_
   for (size_t i = first; i < last && i < axes.size(); ++i)
     out.append(axes[i].begin(), axes[i].end());
   return out;
+}
+
+/// Loops [first, last) whose grid axes a result is summed over ({0, 0}:
+/// none).
+using LoopRange = std::pair<size_t, size_t>;
+
+/// The partition most models share: a split of loop `whole` (when given) is
+/// refused with `why`; otherwise `op` is cloned on its local operands and
+/// each result summed over the grid axes of its loops `reduceOf(result)`
+/// (the partial sums a split reduction leaves).
+template <typename Model>
+LogicalResult partitionLocal(const Model &model, Operation *op, ArrayRef<Value> operands,
+                             ArrayRef<shard::Sharding> operandShardings,
+                             ArrayRef<shard::Sharding> resultShardings, IRMapping &map,
+                             SymbolTableCollection &symbolTable, OpBuilder &builder,
+                             std::optional<size_t> whole, StringRef why,
+                             function_ref<LoopRange(unsigned)> reduceOf) {
+  shard::Sharding any = resultShardings.front();
+  if (!any)
+    return op->emitOpError() << "has no result sharding to partition with";
+  shard::ShardingArray axes = shard::getGridAxisAssignmentForLoopIterators(
+      operandShardings, resultShardings, model.getLoopIteratorTypes(op),
+      model.getIndexingMaps(op));
+  if (whole && *whole < axes.size() && !axes[*whole].empty())
+    return op->emitOpError() << why;
+  Operation *local = cloneLocal(op, operands, resultShardings, symbolTable, builder);
+  for (unsigned i = 0; i < op->getNumResults(); ++i) {
+    auto [first, last] = reduceOf(i);
+    map.map(op->getResult(i), allReduceOver(op, local->getResult(i),
+                                            axesOfLoops(axes, first, last), any, symbolTable,
+                                            builder));
+  }
+  map.map(op, local);
+  return success();
 }
 
 /// Attention (forward or backward) over loops (batch, query, heads, key) on
@@ -379,7 +416,8 @@ struct LinearGradShardingModel
     SmallVector<AffineExpr> lead;
     for (int64_t i = 0; i < n; ++i)
       lead.push_back(getAffineDimExpr(unsigned(i), ctx));
-    AffineExpr out = getAffineDimExpr(unsigned(n), ctx), in = getAffineDimExpr(unsigned(n + 1), ctx);
+    AffineExpr out = getAffineDimExpr(unsigned(n), ctx);
+    AffineExpr in = getAffineDimExpr(unsigned(n + 1), ctx);
     SmallVector<AffineExpr> dy(lead), x(lead);
     dy.push_back(out);
     x.push_back(in);
@@ -396,23 +434,13 @@ struct LinearGradShardingModel
                           ArrayRef<shard::Sharding> operandShardings,
                           ArrayRef<shard::Sharding> resultShardings, IRMapping &map,
                           SymbolTableCollection &symbolTable, OpBuilder &builder) const {
-    shard::Sharding any = resultShardings.front();
-    if (!any)
-      return op->emitOpError() << "has no result sharding to partition with";
-    shard::ShardingArray axes = shard::getGridAxisAssignmentForLoopIterators(
-        operandShardings, resultShardings, getLoopIteratorTypes(op), getIndexingMaps(op));
+    // dx sums over `out`, dW and db over the leading loops. (A split of
+    // `in` splits dx and dW alike: nothing to reduce.)
     size_t n = size_t(leading(op));
-    // (A split of `in` splits dx and dW alike: nothing to reduce.)
-    SmallVector<shard::GridAxis> outAxes = axesOfLoops(axes, n, n + 1),
-                                 leadAxes = axesOfLoops(axes, 0, n);
-    Operation *local = cloneLocal(op, operands, resultShardings, symbolTable, builder);
-    map.map(op->getResult(0),
-            allReduceOver(op, local->getResult(0), outAxes, any, symbolTable, builder));
-    for (unsigned i = 1; i < op->getNumResults(); ++i)
-      map.map(op->getResult(i),
-              allReduceOver(op, local->getResult(i), leadAxes, any, symbolTable, builder));
-    map.map(op, local);
-    return success();
+    return partitionLocal(*this, op, operands, operandShardings, resultShardings, map,
+                          symbolTable, builder, std::nullopt, "", [&](unsigned r) {
+                            return r == 0 ? LoopRange{n, n + 1} : LoopRange{0, n};
+                          });
   }
 };
 
@@ -446,20 +474,14 @@ struct NormGradShardingModel
                           ArrayRef<shard::Sharding> operandShardings,
                           ArrayRef<shard::Sharding> resultShardings, IRMapping &map,
                           SymbolTableCollection &symbolTable, OpBuilder &builder) const {
-    shard::ShardingArray axes = shard::getGridAxisAssignmentForLoopIterators(
-        operandShardings, resultShardings, getLoopIteratorTypes(op), getIndexingMaps(op));
-    int64_t n = rank(op);
-    if (size_t(n) <= axes.size() && !axes[size_t(n - 1)].empty())
-      return op->emitOpError() << "normalizes over its features, which must not be split "
-                                  "(sequence parallelism splits the rows instead)";
-    SmallVector<shard::GridAxis> rows = axesOfLoops(axes, 0, size_t(n - 1));
-    Operation *local = cloneLocal(op, operands, resultShardings, symbolTable, builder);
-    map.map(op->getResult(0), local->getResult(0));
-    for (unsigned i = 1; i < op->getNumResults(); ++i)
-      map.map(op->getResult(i), allReduceOver(op, local->getResult(i), rows,
-                                              resultShardings.front(), symbolTable, builder));
-    map.map(op, local);
-    return success();
+    size_t n = size_t(rank(op));
+    return partitionLocal(*this, op, operands, operandShardings, resultShardings, map,
+                          symbolTable, builder, n - 1,
+                          "normalizes over its features, which must not be split (sequence "
+                          "parallelism splits the rows instead)",
+                          [&](unsigned r) {
+                            return r == 0 ? LoopRange{0, 0} : LoopRange{0, n - 1};
+                          });
   }
 };
 
@@ -485,16 +507,11 @@ struct EmbeddingGradShardingModel
                           ArrayRef<shard::Sharding> operandShardings,
                           ArrayRef<shard::Sharding> resultShardings, IRMapping &map,
                           SymbolTableCollection &symbolTable, OpBuilder &builder) const {
-    shard::ShardingArray axes = shard::getGridAxisAssignmentForLoopIterators(
-        operandShardings, resultShardings, getLoopIteratorTypes(op), getIndexingMaps(op));
-    if (axes.size() > 3 && !axes[3].empty())
-      return op->emitOpError() << "splits its vocabulary: a vocabulary-parallel embedding is "
-                                  "not partitioned by shard-partition";
-    Operation *local = cloneLocal(op, operands, resultShardings, symbolTable, builder);
-    map.map(op->getResult(0), allReduceOver(op, local->getResult(0), axesOfLoops(axes, 0, 2),
-                                            resultShardings.front(), symbolTable, builder));
-    map.map(op, local);
-    return success();
+    return partitionLocal(*this, op, operands, operandShardings, resultShardings, map,
+                          symbolTable, builder, 3,
+                          "splits its vocabulary: a vocabulary-parallel embedding is not "
+                          "partitioned by shard-partition",
+                          [](unsigned) { return LoopRange{0, 2}; });
   }
 };
 
@@ -527,6 +544,10 @@ struct AttentionGradShardingModel
   }
 };
 
+constexpr const char *kExpertsHidden =
+    "splits its hidden size, which the experts' up-projections contract: split the experts, "
+    "their slots or the ffn";
+
 /// llm.moe_experts over loops (expert, slot, hidden, ffn): the dispatched
 /// rows and the result index (expert, slot, hidden), the up-projections
 /// (gate, up, fc1) (expert, ffn, hidden), the down-projection (expert,
@@ -555,16 +576,9 @@ struct MoEExpertsShardingModel
                           ArrayRef<shard::Sharding> operandShardings,
                           ArrayRef<shard::Sharding> resultShardings, IRMapping &map,
                           SymbolTableCollection &symbolTable, OpBuilder &builder) const {
-    shard::ShardingArray axes = shard::getGridAxisAssignmentForLoopIterators(
-        operandShardings, resultShardings, getLoopIteratorTypes(op), getIndexingMaps(op));
-    if (axes.size() > 2 && !axes[2].empty())
-      return op->emitOpError() << "splits its hidden size, which the experts' up-projections "
-                                  "contract: split the experts, their slots or the ffn";
-    Operation *local = cloneLocal(op, operands, resultShardings, symbolTable, builder);
-    map.map(op->getResult(0), allReduceOver(op, local->getResult(0), axesOfLoops(axes, 3, 4),
-                                            resultShardings.front(), symbolTable, builder));
-    map.map(op, local);
-    return success();
+    return partitionLocal(*this, op, operands, operandShardings, resultShardings, map,
+                          symbolTable, builder, 2, kExpertsHidden,
+                          [](unsigned) { return LoopRange{3, 4}; });
   }
 };
 
@@ -597,20 +611,11 @@ struct MoEExpertsGradShardingModel
                           ArrayRef<shard::Sharding> operandShardings,
                           ArrayRef<shard::Sharding> resultShardings, IRMapping &map,
                           SymbolTableCollection &symbolTable, OpBuilder &builder) const {
-    shard::ShardingArray axes = shard::getGridAxisAssignmentForLoopIterators(
-        operandShardings, resultShardings, getLoopIteratorTypes(op), getIndexingMaps(op));
-    if (axes.size() > 2 && !axes[2].empty())
-      return op->emitOpError() << "splits its hidden size, which the experts' up-projections "
-                                  "contract: split the experts, their slots or the ffn";
-    Operation *local = cloneLocal(op, operands, resultShardings, symbolTable, builder);
-    shard::Sharding any = resultShardings.front();
-    map.map(op->getResult(0), allReduceOver(op, local->getResult(0), axesOfLoops(axes, 3, 4),
-                                            any, symbolTable, builder));
-    for (unsigned i = 1; i < op->getNumResults(); ++i)
-      map.map(op->getResult(i), allReduceOver(op, local->getResult(i), axesOfLoops(axes, 1, 2),
-                                              any, symbolTable, builder));
-    map.map(op, local);
-    return success();
+    // The rows' gradient sums over the ffn, the weights' over the slots.
+    return partitionLocal(*this, op, operands, operandShardings, resultShardings, map,
+                          symbolTable, builder, 2, kExpertsHidden, [](unsigned r) {
+                            return r == 0 ? LoopRange{3, 4} : LoopRange{1, 2};
+                          });
   }
 };
 
@@ -632,7 +637,8 @@ struct PositionShardingModel
     MLIRContext *ctx = op->getContext();
     AffineExpr b = getAffineDimExpr(0, ctx), t = getAffineDimExpr(1, ctx),
                h = getAffineDimExpr(2, ctx);
-    AffineMap rows = AffineMap::get(3, 0, {b, t, h}, ctx), table = AffineMap::get(3, 0, {t, h}, ctx);
+    AffineMap rows = AffineMap::get(3, 0, {b, t, h}, ctx);
+    AffineMap table = AffineMap::get(3, 0, {t, h}, ctx);
     if (Backward)
       return {rows, table};
     return {rows, table, rows};
@@ -641,20 +647,11 @@ struct PositionShardingModel
                           ArrayRef<shard::Sharding> operandShardings,
                           ArrayRef<shard::Sharding> resultShardings, IRMapping &map,
                           SymbolTableCollection &symbolTable, OpBuilder &builder) const {
-    shard::ShardingArray axes = shard::getGridAxisAssignmentForLoopIterators(
-        operandShardings, resultShardings, getLoopIteratorTypes(op), getIndexingMaps(op));
-    if (axes.size() > 1 && !axes[1].empty())
-      return op->emitOpError() << "splits its sequence: a rank's positions are not a part of "
-                                  "the position table's rows (split the batch or the hidden "
-                                  "size)";
-    Operation *local = cloneLocal(op, operands, resultShardings, symbolTable, builder);
-    Value v = local->getResult(0);
-    if (Backward)
-      v = allReduceOver(op, v, axesOfLoops(axes, 0, 1), resultShardings.front(), symbolTable,
-                        builder);
-    map.map(op->getResult(0), v);
-    map.map(op, local);
-    return success();
+    return partitionLocal(*this, op, operands, operandShardings, resultShardings, map,
+                          symbolTable, builder, 1,
+                          "splits its sequence: a rank's positions are not a part of the "
+                          "position table's rows (split the batch or the hidden size)",
+                          [](unsigned) { return Backward ? LoopRange{0, 1} : LoopRange{0, 0}; });
   }
 };
 
