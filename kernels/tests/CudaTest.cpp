@@ -14,6 +14,7 @@
 #include "gtest/gtest.h"
 #include <array>
 #include <cmath>
+#include <tuple>
 #include <cstdio>
 #include <random>
 #include <vector>
@@ -492,6 +493,31 @@ TEST(Cuda, LinearFp8) {
 } // namespace
 
 namespace {
+/// Random inputs for attention of shape `a` (seeds seed..seed+3), rounded to
+/// bf16 when `round` (the reference then sees the device's inputs), and
+/// the CPU reference's output, log-sum-exps and gradients.
+struct AttentionReference {
+  size_t qn = 0, kn = 0;
+  std::vector<float> q, k, v, g, out, lse, dq, dk, dv;
+};
+AttentionReference attentionReference(const cpu::AttentionShape &a, uint32_t seed,
+                                      bool round = false) {
+  AttentionReference r;
+  r.qn = size_t(a.batch * a.seq * a.heads * a.headDim);
+  r.kn = size_t(a.batch * a.seq * a.kvHeads * a.headDim);
+  r.q = randomVec(r.qn, seed), r.k = randomVec(r.kn, seed + 1), r.v = randomVec(r.kn, seed + 2);
+  r.g = randomVec(r.qn, seed + 3);
+  if (round)
+    for (std::vector<float> *x : {&r.q, &r.k, &r.v, &r.g})
+      roundToBf16(*x);
+  r.out.resize(r.qn), r.lse.resize(size_t(a.batch * a.heads * a.seq)), r.dq.resize(r.qn);
+  r.dk.resize(r.kn), r.dv.resize(r.kn);
+  cpu::attentionForward(r.q.data(), r.k.data(), r.v.data(), r.out.data(), r.lse.data(), a);
+  cpu::attentionBackward(r.g.data(), r.q.data(), r.k.data(), r.v.data(), r.out.data(),
+                         r.lse.data(), r.dq.data(), r.dk.data(), r.dv.data(), a);
+  return r;
+}
+
 TEST(Cuda, AttentionBaseline) {
   NEED_GPU();
   for (auto [heads, kvHeads, window] : {std::tuple{4, 2, 0}, std::tuple{2, 1, 3}}) {
@@ -500,13 +526,10 @@ TEST(Cuda, AttentionBaseline) {
     a.scale = 0.35f, a.causal = true, a.window = window;
     gpu::AttentionDims d{a.batch, a.seq, a.heads, a.kvHeads, a.headDim, a.scale, a.causal,
                          a.window};
-    size_t qn = size_t(a.batch * a.seq * a.heads * a.headDim),
-           kn = size_t(a.batch * a.seq * a.kvHeads * a.headDim);
-    auto q = randomVec(qn, 40), k = randomVec(kn, 41), v = randomVec(kn, 42), g = randomVec(qn, 43);
-    std::vector<float> out(qn), lse(size_t(a.batch * a.heads * a.seq)), dq(qn), dk(kn), dv(kn);
-    cpu::attentionForward(q.data(), k.data(), v.data(), out.data(), lse.data(), a);
-    cpu::attentionBackward(g.data(), q.data(), k.data(), v.data(), out.data(), lse.data(),
-                           dq.data(), dk.data(), dv.data(), a);
+    AttentionReference r = attentionReference(a, 40);
+    size_t qn = r.qn, kn = r.kn;
+    const auto &[q, k, v, g, out, lse, dq, dk, dv] =
+        std::tie(r.q, r.k, r.v, r.g, r.out, r.lse, r.dq, r.dk, r.dv);
     Dev<float> dQ(q), dK(k), dV(v), dG(g), dOut(qn), dLse(lse.size()), dDq(qn), dDk(kn), dDv(kn),
         scratch(2 * kn);
     ASSERT_EQ(gpu::attentionForward(dQ.p, dK.p, dV.p, dOut.p, dLse.p, d, nullptr), cudaSuccess);
@@ -542,13 +565,10 @@ TEST(Cuda, AttentionGemm) {
     a.window = c.window;
     gpu::AttentionDims d{a.batch, a.seq, a.heads, a.kvHeads, a.headDim, a.scale, a.causal,
                          a.window};
-    size_t qn = size_t(a.batch * a.seq * a.heads * a.headDim),
-           kn = size_t(a.batch * a.seq * a.kvHeads * a.headDim);
-    auto q = randomVec(qn, 70), k = randomVec(kn, 71), v = randomVec(kn, 72), g = randomVec(qn, 73);
-    std::vector<float> out(qn), lse(size_t(a.batch * a.heads * a.seq)), dq(qn), dk(kn), dv(kn);
-    cpu::attentionForward(q.data(), k.data(), v.data(), out.data(), lse.data(), a);
-    cpu::attentionBackward(g.data(), q.data(), k.data(), v.data(), out.data(), lse.data(),
-                           dq.data(), dk.data(), dv.data(), a);
+    AttentionReference r = attentionReference(a, 70);
+    size_t qn = r.qn, kn = r.kn;
+    const auto &[q, k, v, g, out, lse, dq, dk, dv] =
+        std::tie(r.q, r.k, r.v, r.g, r.out, r.lse, r.dq, r.dk, r.dv);
     {
       Dev<float> dQ(q), dK(k), dV(v), dG(g), dOut(qn), dLse(lse.size()), dDq(qn), dDk(kn),
           dDv(kn), scratch(gpu::attentionGemmScratchBytes(d, 4) / 4 + 1);
@@ -600,16 +620,12 @@ TEST(Cuda, AttentionCudnn) {
     a.headDim = c.headDim, a.scale = 1.0f / std::sqrt(float(c.headDim)), a.causal = c.causal;
     gpu::AttentionDims d{a.batch, a.seq, a.heads, a.kvHeads, a.headDim, a.scale, a.causal, 0};
     ASSERT_TRUE(gpu::CudnnAttention::supports(d));
-    size_t qn = size_t(a.batch * a.seq * a.heads * a.headDim),
-           kn = size_t(a.batch * a.seq * a.kvHeads * a.headDim);
-    auto q = randomVec(qn, 80), k = randomVec(kn, 81), v = randomVec(kn, 82), g = randomVec(qn, 83);
     // The reference sees the rounded inputs.
-    Dev<gpu::bf16> bQ(roundToBf16(q)), bK(roundToBf16(k)), bV(roundToBf16(v)),
-        bG(roundToBf16(g)), bOut(qn), bDq(qn), bDk(kn), bDv(kn);
-    std::vector<float> out(qn), lse(size_t(a.batch * a.heads * a.seq)), dq(qn), dk(kn), dv(kn);
-    cpu::attentionForward(q.data(), k.data(), v.data(), out.data(), lse.data(), a);
-    cpu::attentionBackward(g.data(), q.data(), k.data(), v.data(), out.data(), lse.data(),
-                           dq.data(), dk.data(), dv.data(), a);
+    AttentionReference r = attentionReference(a, 80, /*round=*/true);
+    size_t qn = r.qn, kn = r.kn;
+    const auto &[out, lse, dq, dk, dv] = std::tie(r.out, r.lse, r.dq, r.dk, r.dv);
+    Dev<gpu::bf16> bQ(toBf16(r.q)), bK(toBf16(r.k)), bV(toBf16(r.v)), bG(toBf16(r.g)), bOut(qn),
+        bDq(qn), bDk(kn), bDv(kn);
     Dev<float> bLse(lse.size());
     ASSERT_TRUE(cudnn->forward(bQ.p, bK.p, bV.p, bOut.p, bLse.p, d, nullptr, error)) << error;
     ASSERT_TRUE(cudnn->backward(bG.p, bQ.p, bK.p, bV.p, bOut.p, bLse.p, bDq.p, bDk.p, bDv.p, d,
