@@ -10,6 +10,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "llmopt-kernels/cudnn_attention.h"
+#include "llmopt-kernels/device_buffer.h"
 
 #include <cudnn_frontend.h>
 
@@ -32,8 +33,6 @@ struct Built {
 class Impl final : public CudnnAttention {
 public:
   ~Impl() override {
-    if (workspace)
-      cudaFree(workspace);
     if (handle)
       cudnnDestroy(handle);
   }
@@ -75,25 +74,18 @@ public:
 private:
   bool run(Built &b, std::unordered_map<int64_t, void *> &pack, cudaStream_t stream,
            std::string &error) {
-    if (size_t(b.workspace) > workspaceBytes) {
-      if (workspace)
-        cudaFree(workspace);
-      workspace = nullptr;
-      workspaceBytes = 0;
-      if (cudaMalloc(&workspace, size_t(b.workspace)) != cudaSuccess) {
-        cudaGetLastError(); // not an error of the kernels that come next
-        error = "out of GPU memory for cuDNN's attention workspace (" +
-                std::to_string(b.workspace) + " bytes)";
-        return false;
-      }
-      workspaceBytes = size_t(b.workspace);
+    if (!workspace.reserve(size_t(b.workspace))) {
+      cudaGetLastError(); // not an error of the kernels that come next
+      error = "out of GPU memory for cuDNN's attention workspace (" +
+              std::to_string(b.workspace) + " bytes)";
+      return false;
     }
     if (cudnnStatus_t s = cudnnSetStream(handle, stream); s != CUDNN_STATUS_SUCCESS) {
       error = std::string("cudnnSetStream: ") + cudnnGetErrorString(s);
       return false;
     }
     try {
-      auto status = b.graph->execute(handle, pack, workspace);
+      auto status = b.graph->execute(handle, pack, workspace.p);
       if (!status.is_good()) {
         error = "cuDNN attention: " + status.get_message();
         return false;
@@ -189,8 +181,7 @@ private:
   }
 
   cudnnHandle_t handle = nullptr;
-  void *workspace = nullptr;
-  size_t workspaceBytes = 0;
+  DeviceBuffer workspace;
   std::map<Key, Built> graphs;
 };
 

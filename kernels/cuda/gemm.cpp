@@ -10,6 +10,7 @@
 #include "llmopt-kernels/gemm.h"
 
 #include "llmopt-kernels/cuda.h"
+#include "llmopt-kernels/device_buffer.h"
 
 #include <cublasLt.h>
 
@@ -264,28 +265,14 @@ private:
     return false;
   }
 
-  /// A device buffer that grows (used in stream order, one use at a time).
-  struct Scratch {
-    void *p = nullptr;
-    size_t bytes = 0;
-    ~Scratch() {
-      if (p)
-        cudaFree(p);
-    }
+  /// A buffer of padded operands (used in stream order, one use at a time).
+  struct Scratch : DeviceBuffer {
     void *get(size_t need, std::string &error) {
-      if (need <= bytes)
+      if (reserve(need))
         return p;
-      if (p)
-        cudaFree(p);
-      p = nullptr;
-      bytes = 0;
-      if (cudaMalloc(&p, need) != cudaSuccess) {
-        error = "out of GPU memory for " + std::to_string(need) +
-                " bytes of a linear's padded operands";
-        return nullptr;
-      }
-      bytes = need;
-      return p;
+      error = "out of GPU memory for " + std::to_string(need) +
+              " bytes of a linear's padded operands";
+      return nullptr;
     }
   };
 

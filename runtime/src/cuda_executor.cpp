@@ -14,6 +14,7 @@
 #include "llmopt-runtime/padded_logits.h"
 
 #include "llmopt-kernels/cuda.h"
+#include "llmopt-kernels/device_buffer.h"
 #include "llmopt-kernels/gemm.h"
 #ifdef LLMOPT_HAVE_CUDNN
 #include "llmopt-kernels/cudnn_attention.h"
@@ -46,31 +47,7 @@ using kernels::KernelId;
 
 namespace {
 
-/// Device memory, freed with its owner.
-struct DevBuf {
-  void *p = nullptr;
-  size_t bytes = 0;
-  DevBuf() = default;
-  DevBuf(const DevBuf &) = delete;
-  DevBuf &operator=(const DevBuf &) = delete;
-  ~DevBuf() {
-    if (p)
-      cudaFree(p);
-  }
-  bool reserve(size_t n) {
-    if (n <= bytes)
-      return true;
-    if (p)
-      cudaFree(p);
-    p = nullptr;
-    bytes = 0;
-    if (cudaMalloc(&p, std::max<size_t>(n, 16)) != cudaSuccess)
-      return false;
-    bytes = std::max<size_t>(n, 16);
-    return true;
-  }
-  template <typename T> T *as() const { return static_cast<T *>(p); }
-};
+using DevBuf = cu::DeviceBuffer;
 
 int64_t lastDim(const Buffer &b) { return b.shape.empty() ? 1 : b.shape.back(); }
 int64_t rowsOf(const Buffer &b) { return lastDim(b) ? b.elements / lastDim(b) : 0; }
