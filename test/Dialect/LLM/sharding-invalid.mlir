@@ -83,3 +83,15 @@ func.func @positions_sequence(%x: tensor<2x8x16xf32>, %t: tensor<32x16xf32>) -> 
   %y = llm.position_embedding %xs, %t : tensor<2x8x16xf32>, tensor<32x16xf32>
   return %y : tensor<2x8x16xf32>
 }
+
+// -----
+
+// Heads split by whole heads only (3 heads over 2 ranks).
+shard.grid @tp(shape = 2)
+func.func @attention_grad_heads_uneven(%g: tensor<1x8x48xf32>, %q: tensor<1x8x48xf32>, %k: tensor<1x8x48xf32>, %v: tensor<1x8x48xf32>, %o: tensor<1x8x48xf32>) -> (tensor<1x8x48xf32>, tensor<1x8x48xf32>, tensor<1x8x48xf32>) {
+  %h = shard.sharding @tp split_axes = [[], [], [0]] : !shard.sharding
+  %qs = shard.shard %q to %h annotate_for_users : tensor<1x8x48xf32>
+  // expected-error @below {{3 heads and 3 KV heads do not split into 2 parts}}
+  %dq, %dk, %dv = llm.attention_grad %g, %qs, %k, %v, %o heads 3 kv_heads 3 head_dim 16 scale 2.500000e-01 causal : tensor<1x8x48xf32>, tensor<1x8x48xf32>
+  return %dq, %dk, %dv : tensor<1x8x48xf32>, tensor<1x8x48xf32>, tensor<1x8x48xf32>
+}
