@@ -95,3 +95,64 @@ func.func @attention_grad_heads_uneven(%g: tensor<1x8x48xf32>, %q: tensor<1x8x48
   %dq, %dk, %dv = llm.attention_grad %g, %qs, %k, %v, %o heads 3 kv_heads 3 head_dim 16 scale 2.500000e-01 causal : tensor<1x8x48xf32>, tensor<1x8x48xf32>
   return %dq, %dk, %dv : tensor<1x8x48xf32>, tensor<1x8x48xf32>, tensor<1x8x48xf32>
 }
+
+// -----
+
+// A token split of the dispatch is expert parallelism's all-to-all.
+shard.grid @dp(shape = 2)
+func.func @dispatch_tokens(%x: tensor<4x8x16xf32>, %i: tensor<4x8x2xi32>) -> tensor<4x32x16xf32> {
+  %s = shard.sharding @dp split_axes = [[0]] : !shard.sharding
+  %xs = shard.shard %x to %s annotate_for_users : tensor<4x8x16xf32>
+  // expected-error @below {{places each token in its expert's next free slot, counting the tokens before it, so only the hidden size splits here; a token split is expert parallelism's all-to-all (llm-partition-ep: llm.ep_dispatch and llm.ep_combine)}}
+  %d = llm.moe_dispatch %xs, %i capacity 0.0 : tensor<4x8x16xf32>, tensor<4x8x2xi32> -> tensor<4x32x16xf32>
+  return %d : tensor<4x32x16xf32>
+}
+
+// -----
+
+// The router scores whole hidden vectors.
+shard.grid @tp(shape = 2)
+func.func @router_hidden(%x: tensor<2x4x16xf32>, %wg: tensor<4x16xf32>) -> (tensor<2x4x2xf32>, tensor<2x4x2xi32>) {
+  %s = shard.sharding @tp split_axes = [[], [], [0]] : !shard.sharding
+  %xs = shard.shard %x to %s annotate_for_users : tensor<2x4x16xf32>
+  // expected-error @below {{chooses each token's top-k of a softmax over every expert's score of its whole hidden vector: split the tokens}}
+  %p, %i = llm.moe_router %xs, %wg top_k 2 : tensor<2x4x16xf32>, tensor<4x16xf32> -> tensor<2x4x2xf32>, tensor<2x4x2xi32>
+  return %p, %i : tensor<2x4x2xf32>, tensor<2x4x2xi32>
+}
+
+// -----
+
+// ... and chooses among all experts (the gate split by experts).
+shard.grid @ep(shape = 2)
+func.func @router_experts(%x: tensor<2x4x16xf32>, %wg: tensor<4x16xf32>) -> (tensor<2x4x2xf32>, tensor<2x4x2xi32>) {
+  %s = shard.sharding @ep split_axes = [[0]] : !shard.sharding
+  %wgs = shard.shard %wg to %s annotate_for_users : tensor<4x16xf32>
+  // expected-error @below {{chooses each token's top-k of a softmax over every expert's score}}
+  %p, %i = llm.moe_router %x, %wgs top_k 2 : tensor<2x4x16xf32>, tensor<4x16xf32> -> tensor<2x4x2xf32>, tensor<2x4x2xi32>
+  return %p, %i : tensor<2x4x2xf32>, tensor<2x4x2xi32>
+}
+
+// -----
+
+// The load-balancing loss's gradient counts every token's choices.
+shard.grid @dp(shape = 2)
+func.func @router_grad_aux_tokens(%dp: tensor<4x8x2xf32>, %x: tensor<4x8x16xf32>, %wg: tensor<4x16xf32>, %p: tensor<4x8x2xf32>, %i: tensor<4x8x2xi32>) -> (tensor<4x8x16xf32>, tensor<4x16xf32>) {
+  %s = shard.sharding @dp split_axes = [[0]] : !shard.sharding
+  %xs = shard.shard %x to %s annotate_for_users : tensor<4x8x16xf32>
+  // expected-error @below {{splits its tokens with aux_loss: the load-balancing loss's gradient needs every token's expert counts}}
+  %dx, %dg = llm.moe_router_grad %dp, %xs, %wg, %p, %i top_k 2 normalize aux_loss 1.0e-02 : tensor<4x8x2xf32>, tensor<4x8x16xf32>, tensor<4x16xf32>, tensor<4x8x2xi32>
+  return %dx, %dg : tensor<4x8x16xf32>, tensor<4x16xf32>
+}
+
+// -----
+
+// A parameter's part (llm.shard) splits one dimension.
+shard.grid @mesh(shape = 2x2)
+func.func @param_two_dims(%x: tensor<1x4x16xf32>) -> tensor<1x4x32xf32> {
+  // expected-error @below {{'w' is split along 2 dimensions; a parameter's part (llm.shard) splits one}}
+  %w = llm.param "w" normal(0.02) : tensor<32x16xf32>
+  %s = shard.sharding @mesh split_axes = [[0], [1]] : !shard.sharding
+  %ws = shard.shard %w to %s : tensor<32x16xf32>
+  %y = llm.linear %x, %ws : tensor<1x4x16xf32>, tensor<32x16xf32> -> tensor<1x4x32xf32>
+  return %y : tensor<1x4x32xf32>
+}

@@ -302,3 +302,141 @@ func.func @positions_data_parallel(%x: tensor<4x8x16xf32>, %t: tensor<32x16xf32>
   %d = llm.position_embedding_grad %gs : tensor<4x8x16xf32> -> tensor<32x16xf32>
   return %y, %d : tensor<4x8x16xf32>, tensor<32x16xf32>
 }
+
+// -----
+
+// A whole Megatron training step of the MLP through upstream `shard`: the
+// parameters' parts carry llm.shard (the runtime's form), the backward runs
+// on the parts, the global norm sums squared norms over tp for the split
+// gradients and once for the whole one (the norm weight), AdamW updates the
+// parts. The column-parallel linear's input gradient is all-reduced
+// before the norm's backward (Megatron's f operator).
+// CHECK-LABEL: func.func @tp_training_step
+// CHECK: %[[W1:.*]] = llm.param "w1" normal(2.000000e-02) {llm.shard = {axis = "tp", blocks = 1 : i64, dim = 0 : i64, parts = 2 : i64}} : tensor<16x16xf32>
+// CHECK: %[[W2:.*]] = llm.param "w2" normal(2.000000e-02) {llm.shard = {axis = "tp", blocks = 1 : i64, dim = 1 : i64, parts = 2 : i64}} : tensor<16x16xf32>
+// CHECK: llm.param "g" ones : tensor<16xf32>
+// CHECK: %{{.*}}, %[[DW2:.*]] = llm.linear_grad {{.*}}, %[[W2]] : tensor<4x8x16xf32>, tensor<4x8x16xf32>, tensor<16x16xf32>
+// CHECK: %[[DXN:.*]], %[[DW1:.*]] = llm.linear_grad {{.*}}, %[[W1]] : tensor<4x8x16xf32>, tensor<4x8x16xf32>, tensor<16x16xf32>
+// CHECK-NEXT: %[[DXR:.*]] = shard.all_reduce %[[DXN]] on @tp grid_axes = [0] : tensor<4x8x16xf32>
+// CHECK-NEXT: %{{.*}}, %[[DG:.*]] = llm.rms_norm_grad %[[DXR]]
+// CHECK-NOT: shard.all_gather
+// CHECK-DAG: %[[NW:.*]] = llm.global_norm %[[DG]] : tensor<16xf32> -> tensor<f32>
+// CHECK-DAG: %[[NW2:.*]] = arith.mulf %[[NW]], %[[NW]] : tensor<f32>
+// CHECK-DAG: %[[NS:.*]] = llm.global_norm %[[DW1]], %[[DW2]] : tensor<16x16xf32>, tensor<16x16xf32> -> tensor<f32>
+// CHECK-DAG: %[[NS2:.*]] = arith.mulf %[[NS]], %[[NS]] : tensor<f32>
+// CHECK-DAG: %[[R:.*]] = shard.all_reduce %[[NS2]] on @tp grid_axes = [0] : tensor<f32> -> tensor<f32>
+// CHECK: %[[SUM:.*]] = arith.addf
+// CHECK: %[[NORM:.*]] = math.sqrt %[[SUM]] : tensor<f32>
+// CHECK: llm.adamw "w1", %[[DW1]], %[[NORM]] {{.*}} : tensor<16x16xf32>, tensor<f32>
+// CHECK: llm.adamw "w2", %[[DW2]], %[[NORM]] {{.*}} : tensor<16x16xf32>, tensor<f32>
+// CHECK: llm.adamw "g", %[[DG]], %[[NORM]] {{.*}} : tensor<16xf32>, tensor<f32>
+shard.grid @tp(shape = 2)
+func.func @tp_training_step(%x: tensor<4x8x16xf32>, %dy: tensor<4x8x16xf32>) {
+  %w1 = llm.param "w1" normal(0.02) : tensor<32x16xf32>
+  %w2 = llm.param "w2" normal(0.02) : tensor<16x32xf32>
+  %g = llm.param "g" ones : tensor<16xf32>
+  %s1 = shard.sharding @tp split_axes = [[0]] : !shard.sharding
+  %w1s = shard.shard %w1 to %s1 annotate_for_users : tensor<32x16xf32>
+  %s2 = shard.sharding @tp split_axes = [[], [0]] : !shard.sharding
+  %w2s = shard.shard %w2 to %s2 annotate_for_users : tensor<16x32xf32>
+  %xn = llm.rms_norm %x, %g eps 1.0e-05 : tensor<4x8x16xf32>, tensor<16xf32>
+  %h = llm.linear %xn, %w1s : tensor<4x8x16xf32>, tensor<32x16xf32> -> tensor<4x8x32xf32>
+  %a = llm.gelu %h none : tensor<4x8x32xf32>
+  %da, %dw2 = llm.linear_grad %dy, %a, %w2s : tensor<4x8x16xf32>, tensor<4x8x32xf32>, tensor<16x32xf32>
+  %dh = llm.gelu_grad %da, %h none : tensor<4x8x32xf32>
+  %dxn, %dw1 = llm.linear_grad %dh, %xn, %w1s : tensor<4x8x32xf32>, tensor<4x8x16xf32>, tensor<32x16xf32>
+  %dx, %dg = llm.rms_norm_grad %dxn, %x, %g eps 1.0e-05 : tensor<4x8x16xf32>, tensor<16xf32>
+  %n = llm.global_norm %dw1, %dw2, %dg : tensor<32x16xf32>, tensor<16x32xf32>, tensor<16xf32> -> tensor<f32>
+  llm.adamw "w1", %dw1, %n lr 1.0e-3 betas(0.9, 0.95) eps 1.0e-8 weight_decay 0.1 max_norm 1.0 : tensor<32x16xf32>, tensor<f32>
+  llm.adamw "w2", %dw2, %n lr 1.0e-3 betas(0.9, 0.95) eps 1.0e-8 weight_decay 0.1 max_norm 1.0 : tensor<16x32xf32>, tensor<f32>
+  llm.adamw "g", %dg, %n lr 1.0e-3 betas(0.9, 0.95) eps 1.0e-8 weight_decay 0.0 max_norm 1.0 : tensor<16xf32>, tensor<f32>
+  return
+}
+
+// -----
+
+// The same step on a 2 x 2 grid, data parallel over axis 0 and tensor
+// parallel over axis 1: the weight gradients are all-reduced over the data
+// axis, the norm's squares over the tensor axis (the parameters' parts name
+// their grid axis).
+// CHECK-LABEL: func.func @dp_tp_training_step
+// CHECK-SAME: (%{{.*}}: tensor<2x8x16xf32>, %{{.*}}: tensor<2x8x16xf32>)
+// CHECK: llm.param "w1" normal(2.000000e-02) {llm.shard = {axis = "mesh", blocks = 1 : i64, dim = 0 : i64, grid_axes = array<i64: 1>, parts = 2 : i64}} : tensor<16x16xf32>
+// CHECK: %{{.*}}, %[[DW2:.*]] = llm.linear_grad
+// CHECK-NEXT: %[[R2:.*]] = shard.all_reduce %[[DW2]] on @mesh grid_axes = [0] : tensor<16x16xf32>
+// CHECK: %{{.*}}, %[[DW1:.*]] = llm.linear_grad
+// CHECK-NEXT: %[[R1:.*]] = shard.all_reduce %[[DW1]] on @mesh grid_axes = [0] : tensor<16x16xf32>
+// CHECK-NEXT: %[[N:.*]] = llm.global_norm %[[R1]], %[[R2]]
+// CHECK-NEXT: %[[SQ:.*]] = arith.mulf %[[N]], %[[N]]
+// CHECK-NEXT: %[[S:.*]] = shard.all_reduce %[[SQ]] on @mesh grid_axes = [1] : tensor<f32> -> tensor<f32>
+// CHECK-NEXT: %[[NORM:.*]] = math.sqrt %[[S]]
+// CHECK-NEXT: llm.adamw "w1", %[[R1]], %[[NORM]]
+// CHECK-NEXT: llm.adamw "w2", %[[R2]], %[[NORM]]
+shard.grid @mesh(shape = 2x2)
+func.func @dp_tp_training_step(%x: tensor<4x8x16xf32>, %dy: tensor<4x8x16xf32>) {
+  %w1 = llm.param "w1" normal(0.02) : tensor<32x16xf32>
+  %w2 = llm.param "w2" normal(0.02) : tensor<16x32xf32>
+  %sx = shard.sharding @mesh split_axes = [[0]] : !shard.sharding
+  %xs = shard.shard %x to %sx annotate_for_users : tensor<4x8x16xf32>
+  %dys = shard.shard %dy to %sx annotate_for_users : tensor<4x8x16xf32>
+  %s1 = shard.sharding @mesh split_axes = [[1]] : !shard.sharding
+  %w1s = shard.shard %w1 to %s1 annotate_for_users : tensor<32x16xf32>
+  %s2 = shard.sharding @mesh split_axes = [[], [1]] : !shard.sharding
+  %w2s = shard.shard %w2 to %s2 annotate_for_users : tensor<16x32xf32>
+  %h = llm.linear %xs, %w1s : tensor<4x8x16xf32>, tensor<32x16xf32> -> tensor<4x8x32xf32>
+  %a = llm.gelu %h none : tensor<4x8x32xf32>
+  %da, %dw2 = llm.linear_grad %dys, %a, %w2s : tensor<4x8x16xf32>, tensor<4x8x32xf32>, tensor<16x32xf32>
+  %dh = llm.gelu_grad %da, %h none : tensor<4x8x32xf32>
+  %dx, %dw1 = llm.linear_grad %dh, %xs, %w1s : tensor<4x8x32xf32>, tensor<4x8x16xf32>, tensor<32x16xf32>
+  %n = llm.global_norm %dw1, %dw2 : tensor<32x16xf32>, tensor<16x32xf32> -> tensor<f32>
+  llm.adamw "w1", %dw1, %n lr 1.0e-3 betas(0.9, 0.95) eps 1.0e-8 weight_decay 0.1 max_norm 1.0 : tensor<32x16xf32>, tensor<f32>
+  llm.adamw "w2", %dw2, %n lr 1.0e-3 betas(0.9, 0.95) eps 1.0e-8 weight_decay 0.1 max_norm 1.0 : tensor<16x32xf32>, tensor<f32>
+  return
+}
+
+// -----
+
+// MoE routing, data parallel: the router and its backward on this rank's
+// tokens, the gate's gradient all-reduced.
+// CHECK-LABEL: func.func @router_data_parallel
+// CHECK-SAME: (%[[X:.*]]: tensor<2x8x16xf32>, %[[WG:.*]]: tensor<4x16xf32>, %[[DP:.*]]: tensor<2x8x2xf32>)
+// CHECK-NEXT: %[[P:.*]], %[[I:.*]] = llm.moe_router %[[X]], %[[WG]] top_k 2 normalize : tensor<2x8x16xf32>, tensor<4x16xf32> -> tensor<2x8x2xf32>, tensor<2x8x2xi32>
+// CHECK-NEXT: %[[DX:.*]], %[[DG:.*]] = llm.moe_router_grad %[[DP]], %[[X]], %[[WG]], %[[P]], %[[I]] top_k 2 normalize : tensor<2x8x2xf32>, tensor<2x8x16xf32>, tensor<4x16xf32>, tensor<2x8x2xi32>
+// CHECK-NEXT: %[[R:.*]] = shard.all_reduce %[[DG]] on @dp grid_axes = [0] : tensor<4x16xf32> -> tensor<4x16xf32>
+// CHECK-NEXT: return %[[P]], %[[I]], %[[DX]], %[[R]]
+shard.grid @dp(shape = 2)
+func.func @router_data_parallel(%x: tensor<4x8x16xf32>, %wg: tensor<4x16xf32>, %dp: tensor<4x8x2xf32>) -> (tensor<4x8x2xf32>, tensor<4x8x2xi32>, tensor<4x8x16xf32>, tensor<4x16xf32>) {
+  %s = shard.sharding @dp split_axes = [[0]] : !shard.sharding
+  %xs = shard.shard %x to %s annotate_for_users : tensor<4x8x16xf32>
+  %p, %i = llm.moe_router %xs, %wg top_k 2 normalize : tensor<4x8x16xf32>, tensor<4x16xf32> -> tensor<4x8x2xf32>, tensor<4x8x2xi32>
+  %dx, %dg = llm.moe_router_grad %dp, %xs, %wg, %p, %i top_k 2 normalize : tensor<4x8x2xf32>, tensor<4x8x16xf32>, tensor<4x16xf32>, tensor<4x8x2xi32>
+  %pr = shard.shard %p to %s : tensor<4x8x2xf32>
+  %ir = shard.shard %i to %s : tensor<4x8x2xi32>
+  %dxr = shard.shard %dx to %s : tensor<4x8x16xf32>
+  return %pr, %ir, %dxr, %dg : tensor<4x8x2xf32>, tensor<4x8x2xi32>, tensor<4x8x16xf32>, tensor<4x16xf32>
+}
+
+// -----
+
+// Dispatch, combine and their backward on a split hidden size: each rank
+// moves its columns of every row; the routing weights' gradient (a dot
+// product over the hidden size) is all-reduced.
+// CHECK-LABEL: func.func @routing_hidden
+// CHECK: llm.moe_dispatch {{.*}} : tensor<2x4x8xf32>, tensor<2x4x2xi32> -> tensor<4x8x8xf32>
+// CHECK-NEXT: llm.moe_combine {{.*}} : tensor<4x8x8xf32>, tensor<2x4x2xf32>, tensor<2x4x2xi32> -> tensor<2x4x8xf32>
+// CHECK-NEXT: %[[DE:.*]], %[[DW:.*]] = llm.moe_combine_grad {{.*}} : tensor<2x4x8xf32>, tensor<4x8x8xf32>, tensor<2x4x2xf32>, tensor<2x4x2xi32>
+// CHECK-NEXT: %[[R:.*]] = shard.all_reduce %[[DW]] on @tp grid_axes = [0] : tensor<2x4x2xf32>
+// CHECK-NEXT: llm.moe_dispatch_grad %[[DE]], {{.*}} : tensor<4x8x8xf32>, tensor<2x4x2xi32> -> tensor<2x4x8xf32>
+shard.grid @tp(shape = 2)
+func.func @routing_hidden(%x: tensor<2x4x16xf32>, %p: tensor<2x4x2xf32>, %i: tensor<2x4x2xi32>, %g: tensor<2x4x16xf32>) -> (tensor<2x4x16xf32>, tensor<2x4x2xf32>, tensor<2x4x16xf32>) {
+  %s = shard.sharding @tp split_axes = [[], [], [0]] : !shard.sharding
+  %xs = shard.shard %x to %s annotate_for_users : tensor<2x4x16xf32>
+  %gs = shard.shard %g to %s annotate_for_users : tensor<2x4x16xf32>
+  %d = llm.moe_dispatch %xs, %i capacity 0.0 : tensor<2x4x16xf32>, tensor<2x4x2xi32> -> tensor<4x8x16xf32>
+  %y = llm.moe_combine %d, %p, %i : tensor<4x8x16xf32>, tensor<2x4x2xf32>, tensor<2x4x2xi32> -> tensor<2x4x16xf32>
+  %de, %dw = llm.moe_combine_grad %gs, %d, %p, %i : tensor<2x4x16xf32>, tensor<4x8x16xf32>, tensor<2x4x2xf32>, tensor<2x4x2xi32>
+  %dx = llm.moe_dispatch_grad %de, %i : tensor<4x8x16xf32>, tensor<2x4x2xi32> -> tensor<2x4x16xf32>
+  %yr = shard.shard %y to %s : tensor<2x4x16xf32>
+  %dxr = shard.shard %dx to %s : tensor<2x4x16xf32>
+  return %yr, %dw, %dxr : tensor<2x4x16xf32>, tensor<2x4x2xf32>, tensor<2x4x16xf32>
+}

@@ -4,6 +4,8 @@
 #include "llmopt/Dialect/LLM/IR/LLMDialect.h"
 #include "llmopt/Dialect/LLM/IR/LLMOps.h"
 
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Math/IR/Math.h"
 #include "mlir/Dialect/Shard/IR/ShardOps.h"
 #include "mlir/Dialect/Shard/Interfaces/ShardingInterface.h"
 #include "mlir/Dialect/Shard/Interfaces/ShardingInterfaceImpl.h"
@@ -12,6 +14,7 @@
 #include "mlir/IR/DialectRegistry.h"
 #include "mlir/IR/IRMapping.h"
 
+#include <map>
 #include <optional>
 #include <utility>
 
@@ -90,15 +93,48 @@ struct LinearShardingModel
   }
 };
 
+/// The first sharding of `op`'s results, else of its operands, that names
+/// a grid (null when every value is whole).
+shard::Sharding anySharding(ArrayRef<shard::Sharding> resultShardings,
+                            ArrayRef<shard::Sharding> operandShardings) {
+  for (ArrayRef<shard::Sharding> list : {resultShardings, operandShardings})
+    for (shard::Sharding sh : list)
+      if (sh)
+        return sh;
+  return shard::Sharding();
+}
+
 /// Clones `op` on its partitioned operands with result types from the
-/// result shardings.
+/// result shardings. A result without one (sharding-propagation leaves
+/// unused results unannotated) takes the sharding its indexing map gives
+/// under the op's loop split.
 Operation *cloneLocal(Operation *op, ArrayRef<Value> operands,
+                      ArrayRef<shard::Sharding> operandShardings,
                       ArrayRef<shard::Sharding> resultShardings,
                       SymbolTableCollection &symbolTable, OpBuilder &builder) {
+  std::vector<shard::Sharding> results(resultShardings.begin(), resultShardings.end());
+  results.resize(op->getNumResults());
+  shard::Sharding any = anySharding(resultShardings, operandShardings);
+  if (any && llvm::is_contained(results, shard::Sharding())) {
+    auto model = cast<shard::ShardingInterface>(op);
+    shard::ShardingArray axes = shard::getGridAxisAssignmentForLoopIterators(
+        operandShardings, resultShardings, model.getLoopIteratorTypes(),
+        model.getIndexingMaps());
+    FailureOr<std::vector<shard::Sharding>> all = shard::detail::defaultGetShardingAnnotations(
+        op, shard::ShardingOption(axes, any.getGridAttr()));
+    if (succeeded(all))
+      for (auto [i, sh] : llvm::enumerate(results))
+        if (!sh)
+          sh = (*all)[op->getNumOperands() + i];
+  }
   OperationState state(op->getLoc(), op->getName());
   state.addOperands(operands);
   state.addAttributes(op->getAttrs());
-  for (auto [r, sh] : llvm::zip(op->getResults(), resultShardings)) {
+  for (auto [r, sh] : llvm::zip(op->getResults(), results)) {
+    if (!sh) { // nothing split
+      state.addTypes(r.getType());
+      continue;
+    }
     shard::GridOp grid = shard::getGrid(op, sh.getGridAttr(), symbolTable);
     state.addTypes(shard::shardType(r.getType(), grid, sh));
   }
@@ -114,7 +150,7 @@ int64_t splitOver(Operation *op, ArrayRef<shard::Sharding> operandShardings,
       shard::getGridAxisAssignmentForLoopIterators(operandShardings, resultShardings, iterators, maps);
   if (loop >= axes.size() || axes[loop].empty())
     return 1;
-  shard::Sharding any = resultShardings.front();
+  shard::Sharding any = anySharding(resultShardings, operandShardings);
   shard::GridOp grid = shard::getGrid(op, any.getGridAttr(), symbolTable);
   int64_t n = 1;
   for (shard::GridAxis a : axes[loop])
@@ -148,7 +184,7 @@ SmallVector<shard::GridAxis> axesOfLoops(const shard::ShardingArray &axes, size_
 /// none).
 using LoopRange = std::pair<size_t, size_t>;
 
-/// The partition most models share: a split of loop `whole` (when given) is
+/// The partition most models share: a split of any of the loops `whole` is
 /// refused with `why`; otherwise `op` is cloned on its local operands and
 /// each result summed over the grid axes of its loops `reduceOf(result)`
 /// (the partial sums a split reduction leaves).
@@ -157,17 +193,22 @@ LogicalResult partitionLocal(const Model &model, Operation *op, ArrayRef<Value> 
                              ArrayRef<shard::Sharding> operandShardings,
                              ArrayRef<shard::Sharding> resultShardings, IRMapping &map,
                              SymbolTableCollection &symbolTable, OpBuilder &builder,
-                             std::optional<size_t> whole, StringRef why,
+                             ArrayRef<size_t> whole, StringRef why,
                              function_ref<LoopRange(unsigned)> reduceOf) {
-  shard::Sharding any = resultShardings.front();
-  if (!any)
-    return op->emitOpError() << "has no result sharding to partition with";
+  shard::Sharding any = anySharding(resultShardings, operandShardings);
+  if (!any) { // nothing split
+    map.map(op, cloneLocal(op, operands, operandShardings, resultShardings, symbolTable, builder));
+    for (auto [r, l] : llvm::zip(op->getResults(), map.lookup(op)->getResults()))
+      map.map(r, l);
+    return success();
+  }
   shard::ShardingArray axes = shard::getGridAxisAssignmentForLoopIterators(
       operandShardings, resultShardings, model.getLoopIteratorTypes(op),
       model.getIndexingMaps(op));
-  if (whole && *whole < axes.size() && !axes[*whole].empty())
-    return op->emitOpError() << why;
-  Operation *local = cloneLocal(op, operands, resultShardings, symbolTable, builder);
+  for (size_t loop : whole)
+    if (loop < axes.size() && !axes[loop].empty())
+      return op->emitOpError() << why;
+  Operation *local = cloneLocal(op, operands, operandShardings, resultShardings, symbolTable, builder);
   for (unsigned i = 0; i < op->getNumResults(); ++i) {
     auto [first, last] = reduceOf(i);
     map.map(op->getResult(i), allReduceOver(op, local->getResult(i),
@@ -195,7 +236,7 @@ LogicalResult partitionByHeads(Operation *op, ArrayRef<Value> operands,
   if (a.getNumHeads() % n || a.getNumKvHeads() % n)
     return op->emitOpError() << a.getNumHeads() << " heads and " << a.getNumKvHeads()
                              << " KV heads do not split into " << n << " parts";
-  Operation *local = cloneLocal(op, operands, resultShardings, symbolTable, builder);
+  Operation *local = cloneLocal(op, operands, operandShardings, resultShardings, symbolTable, builder);
   auto l = cast<AttnOp>(local);
   l.setNumHeadsAttr(builder.getI64IntegerAttr(a.getNumHeads() / n));
   l.setNumKvHeadsAttr(builder.getI64IntegerAttr(a.getNumKvHeads() / n));
@@ -284,7 +325,7 @@ struct RowShardingModel
                   unsigned(rank(op) - 1)) > 1)
       return op->emitOpError() << "normalizes over its features, which must not be split "
                                   "(sequence parallelism splits the rows instead)";
-    Operation *local = cloneLocal(op, operands, resultShardings, symbolTable, builder);
+    Operation *local = cloneLocal(op, operands, operandShardings, resultShardings, symbolTable, builder);
     for (auto [r, l] : llvm::zip(op->getResults(), local->getResults()))
       map.map(r, l);
     map.map(op, local);
@@ -320,7 +361,7 @@ struct EmbeddingShardingModel
       return op->emitOpError() << "splits its vocabulary: a vocabulary-parallel embedding "
                                   "(masked lookup and all-reduce) is not partitioned by "
                                   "shard-partition; split the table's columns or keep it whole";
-    Operation *local = cloneLocal(op, operands, resultShardings, symbolTable, builder);
+    Operation *local = cloneLocal(op, operands, operandShardings, resultShardings, symbolTable, builder);
     map.map(op->getResult(0), local->getResult(0));
     map.map(op, local);
     return success();
@@ -374,13 +415,14 @@ struct CrossEntropyShardingModel
                               vocab);
     shard::GridOp grid;
     if (parts > 1) {
-      grid = shard::getGrid(op, resultShardings.front().getGridAttr(), symbolTable);
+      grid = shard::getGrid(op, anySharding(resultShardings, operandShardings).getGridAttr(),
+                            symbolTable);
       if (grid.getShape().size() != 1 || ce.getVocabAxis())
         return op->emitOpError() << "splits its vocabulary over a grid of "
                                  << grid.getShape().size()
                                  << " axes or again: vocab_axis names one mesh axis";
     }
-    Operation *local = cloneLocal(op, operands, resultShardings, symbolTable, builder);
+    Operation *local = cloneLocal(op, operands, operandShardings, resultShardings, symbolTable, builder);
     if (grid)
       cast<Op>(local).setVocabAxisAttr(builder.getStringAttr(grid.getSymName()));
     map.map(op->getResult(0), local->getResult(0));
@@ -438,7 +480,7 @@ struct LinearGradShardingModel
     // `in` splits dx and dW alike: nothing to reduce.)
     size_t n = size_t(leading(op));
     return partitionLocal(*this, op, operands, operandShardings, resultShardings, map,
-                          symbolTable, builder, std::nullopt, "", [&](unsigned r) {
+                          symbolTable, builder, {}, "", [&](unsigned r) {
                             return r == 0 ? LoopRange{n, n + 1} : LoopRange{0, n};
                           });
   }
@@ -476,7 +518,7 @@ struct NormGradShardingModel
                           SymbolTableCollection &symbolTable, OpBuilder &builder) const {
     size_t n = size_t(rank(op));
     return partitionLocal(*this, op, operands, operandShardings, resultShardings, map,
-                          symbolTable, builder, n - 1,
+                          symbolTable, builder, {n - 1},
                           "normalizes over its features, which must not be split (sequence "
                           "parallelism splits the rows instead)",
                           [&](unsigned r) {
@@ -508,7 +550,7 @@ struct EmbeddingGradShardingModel
                           ArrayRef<shard::Sharding> resultShardings, IRMapping &map,
                           SymbolTableCollection &symbolTable, OpBuilder &builder) const {
     return partitionLocal(*this, op, operands, operandShardings, resultShardings, map,
-                          symbolTable, builder, 3,
+                          symbolTable, builder, {3},
                           "splits its vocabulary: a vocabulary-parallel embedding is not "
                           "partitioned by shard-partition",
                           [](unsigned) { return LoopRange{0, 2}; });
@@ -577,7 +619,7 @@ struct MoEExpertsShardingModel
                           ArrayRef<shard::Sharding> resultShardings, IRMapping &map,
                           SymbolTableCollection &symbolTable, OpBuilder &builder) const {
     return partitionLocal(*this, op, operands, operandShardings, resultShardings, map,
-                          symbolTable, builder, 2, kExpertsHidden,
+                          symbolTable, builder, {2}, kExpertsHidden,
                           [](unsigned) { return LoopRange{3, 4}; });
   }
 };
@@ -613,7 +655,7 @@ struct MoEExpertsGradShardingModel
                           SymbolTableCollection &symbolTable, OpBuilder &builder) const {
     // The rows' gradient sums over the ffn, the weights' over the slots.
     return partitionLocal(*this, op, operands, operandShardings, resultShardings, map,
-                          symbolTable, builder, 2, kExpertsHidden, [](unsigned r) {
+                          symbolTable, builder, {2}, kExpertsHidden, [](unsigned r) {
                             return r == 0 ? LoopRange{3, 4} : LoopRange{1, 2};
                           });
   }
@@ -648,10 +690,367 @@ struct PositionShardingModel
                           ArrayRef<shard::Sharding> resultShardings, IRMapping &map,
                           SymbolTableCollection &symbolTable, OpBuilder &builder) const {
     return partitionLocal(*this, op, operands, operandShardings, resultShardings, map,
-                          symbolTable, builder, 1,
+                          symbolTable, builder, {1},
                           "splits its sequence: a rank's positions are not a part of the "
                           "position table's rows (split the batch or the hidden size)",
                           [](unsigned) { return Backward ? LoopRange{0, 1} : LoopRange{0, 0}; });
+  }
+};
+
+/// MoE's routing ops over loops (tokens..., k, hidden, expert, slot): the
+/// tokens' leading dimensions, their top-k choices, the hidden size, the
+/// experts and the dispatched rows' slots. Each operand or result is one of
+/// four index kinds.
+enum class MoEIndex { Tokens, Choices, Gate, Rows };
+enum MoELoop : unsigned { Lead, K, H, E, C };
+
+/// Per-op layout: the index kinds of operands then results, each loop's
+/// iterator (Lead, K, H, E, C), the loops that must stay whole and why, and
+/// the loops each result sums over.
+template <typename Op> struct MoELayout;
+
+using I = utils::IteratorType;
+constexpr const char *kRoutingWhole =
+    "places each token in its expert's next free slot, counting the tokens before it, so only "
+    "the hidden size splits here; a token split is expert parallelism's all-to-all "
+    "(llm-partition-ep: llm.ep_dispatch and llm.ep_combine)";
+
+template <> struct MoELayout<MoERouterOp> {
+  static constexpr MoEIndex kinds[] = {MoEIndex::Tokens, MoEIndex::Gate, MoEIndex::Choices,
+                                       MoEIndex::Choices};
+  static constexpr I iters[] = {I::parallel, I::parallel, I::reduction, I::reduction,
+                                I::parallel};
+  static constexpr MoELoop whole[] = {K, H, E, C};
+  static constexpr const char *why =
+      "chooses each token's top-k of a softmax over every expert's score of its whole hidden "
+      "vector: split the tokens";
+  static SmallVector<MoELoop> reduces(unsigned) { return {}; }
+};
+template <> struct MoELayout<MoERouterGradOp> {
+  static constexpr MoEIndex kinds[] = {MoEIndex::Choices, MoEIndex::Tokens, MoEIndex::Gate,
+                                       MoEIndex::Choices, MoEIndex::Choices, MoEIndex::Tokens,
+                                       MoEIndex::Gate};
+  static constexpr I iters[] = {I::parallel, I::parallel, I::parallel, I::reduction,
+                                I::parallel};
+  static constexpr MoELoop whole[] = {K, H, E, C};
+  static constexpr const char *why =
+      "recomputes each token's softmax over every expert's score of its whole hidden vector: "
+      "split the tokens";
+  /// dx sums over the experts (whole here); the gate's gradient over the
+  /// tokens: all-reduced over a token split (data parallelism).
+  static SmallVector<MoELoop> reduces(unsigned r) {
+    return r == 0 ? SmallVector<MoELoop>{} : SmallVector<MoELoop>{Lead};
+  }
+};
+template <> struct MoELayout<MoEDispatchOp> {
+  static constexpr MoEIndex kinds[] = {MoEIndex::Tokens, MoEIndex::Choices, MoEIndex::Rows};
+  static constexpr I iters[] = {I::reduction, I::reduction, I::parallel, I::parallel,
+                                I::parallel};
+  static constexpr MoELoop whole[] = {Lead, K, E, C};
+  static constexpr const char *why = kRoutingWhole;
+  static SmallVector<MoELoop> reduces(unsigned) { return {}; }
+};
+template <> struct MoELayout<MoEDispatchGradOp> {
+  static constexpr MoEIndex kinds[] = {MoEIndex::Rows, MoEIndex::Choices, MoEIndex::Tokens};
+  static constexpr I iters[] = {I::parallel, I::reduction, I::parallel, I::reduction,
+                                I::reduction};
+  static constexpr MoELoop whole[] = {Lead, K, E, C};
+  static constexpr const char *why = kRoutingWhole;
+  static SmallVector<MoELoop> reduces(unsigned) { return {}; }
+};
+template <> struct MoELayout<MoECombineOp> {
+  static constexpr MoEIndex kinds[] = {MoEIndex::Rows, MoEIndex::Choices, MoEIndex::Choices,
+                                       MoEIndex::Tokens};
+  static constexpr I iters[] = {I::parallel, I::reduction, I::parallel, I::reduction,
+                                I::reduction};
+  static constexpr MoELoop whole[] = {Lead, K, E, C};
+  static constexpr const char *why = kRoutingWhole;
+  static SmallVector<MoELoop> reduces(unsigned) { return {}; }
+};
+template <> struct MoELayout<MoECombineGradOp> {
+  static constexpr MoEIndex kinds[] = {MoEIndex::Tokens, MoEIndex::Rows, MoEIndex::Choices,
+                                       MoEIndex::Choices, MoEIndex::Rows, MoEIndex::Choices};
+  static constexpr I iters[] = {I::parallel, I::parallel, I::parallel, I::parallel,
+                                I::parallel};
+  static constexpr MoELoop whole[] = {Lead, K, E, C};
+  static constexpr const char *why = kRoutingWhole;
+  /// The routing weights' gradient is a dot product over the hidden size:
+  /// all-reduced over a hidden split.
+  static SmallVector<MoELoop> reduces(unsigned r) {
+    return r == 0 ? SmallVector<MoELoop>{} : SmallVector<MoELoop>{H};
+  }
+};
+
+/// MoE's router, dispatch and combine (and their backward) as
+/// `MoELayout<Op>` describes them. The router splits by tokens only (the
+/// gate's gradient all-reduced over them), the dispatch and combine by the
+/// hidden size only (the routing weights' gradient all-reduced over it).
+template <typename Op>
+struct MoERoutingModel
+    : public shard::ShardingInterface::ExternalModel<MoERoutingModel<Op>, Op> {
+  using Layout = MoELayout<Op>;
+  /// The tokens' leading dimensions (batch, seq).
+  static unsigned leading(Operation *op) {
+    for (auto [i, kind] : llvm::enumerate(Layout::kinds))
+      if (kind == MoEIndex::Tokens || kind == MoEIndex::Choices) {
+        Value v = i < op->getNumOperands() ? op->getOperand(unsigned(i))
+                                           : op->getResult(unsigned(i - op->getNumOperands()));
+        return unsigned(cast<RankedTensorType>(v.getType()).getRank() - 1);
+      }
+    return 0;
+  }
+  /// The first loop of `l` (Lead: the first of the leading ones).
+  static unsigned loop(Operation *op, MoELoop l) {
+    return l == Lead ? 0 : leading(op) + unsigned(l) - 1;
+  }
+  SmallVector<utils::IteratorType> getLoopIteratorTypes(Operation *op) const {
+    SmallVector<utils::IteratorType> t(leading(op), Layout::iters[Lead]);
+    t.append(std::begin(Layout::iters) + 1, std::end(Layout::iters));
+    return t;
+  }
+  SmallVector<AffineMap> getIndexingMaps(Operation *op) const {
+    MLIRContext *ctx = op->getContext();
+    unsigned n = leading(op), dims = n + 4;
+    auto d = [&](MoELoop l) { return getAffineDimExpr(loop(op, l), ctx); };
+    SmallVector<AffineExpr> lead;
+    for (unsigned i = 0; i < n; ++i)
+      lead.push_back(getAffineDimExpr(i, ctx));
+    SmallVector<AffineMap> maps;
+    for (MoEIndex kind : Layout::kinds) {
+      SmallVector<AffineExpr> e;
+      switch (kind) {
+      case MoEIndex::Tokens:
+        e = lead;
+        e.push_back(d(H));
+        break;
+      case MoEIndex::Choices:
+        e = lead;
+        e.push_back(d(K));
+        break;
+      case MoEIndex::Gate:
+        e = {d(E), d(H)};
+        break;
+      case MoEIndex::Rows:
+        e = {d(E), d(C), d(H)};
+        break;
+      }
+      maps.push_back(AffineMap::get(dims, 0, e, ctx));
+    }
+    return maps;
+  }
+  LogicalResult partition(Operation *op, ArrayRef<Value> operands,
+                          ArrayRef<shard::Sharding> operandShardings,
+                          ArrayRef<shard::Sharding> resultShardings, IRMapping &map,
+                          SymbolTableCollection &symbolTable, OpBuilder &builder) const {
+    unsigned n = leading(op);
+    SmallVector<size_t> whole;
+    for (MoELoop l : Layout::whole) {
+      if (l == Lead)
+        for (unsigned i = 0; i < n; ++i)
+          whole.push_back(i);
+      else
+        whole.push_back(loop(op, l));
+    }
+    if constexpr (std::is_same<Op, MoERouterGradOp>::value) {
+      // The load-balancing loss's gradient counts every token's choices.
+      shard::ShardingArray axes = shard::getGridAxisAssignmentForLoopIterators(
+          operandShardings, resultShardings, getLoopIteratorTypes(op), getIndexingMaps(op));
+      if (cast<Op>(op).getAuxLoss() && !axesOfLoops(axes, 0, n).empty())
+        return op->emitOpError()
+               << "splits its tokens with aux_loss: the load-balancing loss's gradient needs "
+                  "every token's expert counts (llm-build-training-step sums "
+                  "llm.moe_expert_counts over the chunks instead)";
+    }
+    return partitionLocal(*this, op, operands, operandShardings, resultShardings, map,
+                          symbolTable, builder, whole, Layout::why, [&](unsigned r) {
+                            SmallVector<MoELoop> over = Layout::reduces(r);
+                            if (over.empty())
+                              return LoopRange{0, 0};
+                            return over.front() == Lead
+                                       ? LoopRange{0, n}
+                                       : LoopRange{loop(op, over.front()),
+                                                   loop(op, over.front()) + 1};
+                          });
+  }
+};
+
+/// llm.param over its dimensions (all parallel): a split parameter is this
+/// rank's part, recorded as `llm.shard` (the grid as `axis`, with
+/// `grid_axes` on a grid of several axes; `dim`, `parts`), the form the
+/// runtime reads: it initializes the whole tensor and keeps the part.
+struct ParamShardingModel
+    : public shard::ShardingInterface::ExternalModel<ParamShardingModel, ParamOp> {
+  static unsigned rank(Operation *op) {
+    return unsigned(cast<RankedTensorType>(op->getResult(0).getType()).getRank());
+  }
+  SmallVector<utils::IteratorType> getLoopIteratorTypes(Operation *op) const {
+    return SmallVector<utils::IteratorType>(rank(op), utils::IteratorType::parallel);
+  }
+  SmallVector<AffineMap> getIndexingMaps(Operation *op) const {
+    return {AffineMap::getMultiDimIdentityMap(rank(op), op->getContext())};
+  }
+  LogicalResult partition(Operation *op, ArrayRef<Value> operands,
+                          ArrayRef<shard::Sharding> operandShardings,
+                          ArrayRef<shard::Sharding> resultShardings, IRMapping &map,
+                          SymbolTableCollection &symbolTable, OpBuilder &builder) const {
+    shard::Sharding sh = resultShardings.front();
+    if (!sh)
+      return op->emitOpError() << "has no result sharding to partition with";
+    shard::GridOp grid = shard::getGrid(op, sh.getGridAttr(), symbolTable);
+    SmallVector<std::pair<int64_t, shard::GridAxesAttr>> split;
+    for (auto [dim, axes] : llvm::enumerate(sh.getSplitAxes()))
+      if (!axes.empty())
+        split.push_back({int64_t(dim), axes});
+    if (split.size() > 1)
+      return op->emitOpError() << "'" << cast<ParamOp>(op).getName()
+                               << "' is split along " << split.size()
+                               << " dimensions; a parameter's part (llm.shard) splits one";
+    Operation *local = cloneLocal(op, operands, operandShardings, resultShardings, symbolTable, builder);
+    if (!split.empty()) {
+      Builder b(op->getContext());
+      int64_t parts = 1;
+      SmallVector<int64_t> axes;
+      for (shard::GridAxis a : split.front().second.asArrayRef()) {
+        parts *= grid.getShape()[size_t(a)];
+        axes.push_back(a);
+      }
+      SmallVector<NamedAttribute> attrs = {
+          b.getNamedAttr("axis", b.getStringAttr(grid.getSymName())),
+          b.getNamedAttr("dim", b.getI64IntegerAttr(split.front().first)),
+          b.getNamedAttr("blocks", b.getI64IntegerAttr(1)),
+          b.getNamedAttr("parts", b.getI64IntegerAttr(parts))};
+      if (grid.getShape().size() > 1)
+        attrs.push_back(b.getNamedAttr("grid_axes", b.getDenseI64ArrayAttr(axes)));
+      local->setAttr("llm.shard", b.getDictionaryAttr(attrs));
+    }
+    map.map(op->getResult(0), local->getResult(0));
+    map.map(op, local);
+    return success();
+  }
+};
+
+/// The loops of the optimizer ops: each gradient's dimensions (parallel),
+/// one block per gradient operand.
+SmallVector<AffineMap> gradientBlocks(Operation *op, unsigned &dims) {
+  MLIRContext *ctx = op->getContext();
+  dims = 0;
+  for (Value v : op->getOperands())
+    dims += unsigned(cast<RankedTensorType>(v.getType()).getRank());
+  SmallVector<AffineMap> maps;
+  unsigned next = 0;
+  for (Value v : op->getOperands()) {
+    SmallVector<AffineExpr> e;
+    for (int64_t i = 0; i < cast<RankedTensorType>(v.getType()).getRank(); ++i)
+      e.push_back(getAffineDimExpr(next++, ctx));
+    maps.push_back(AffineMap::get(dims, 0, e, ctx));
+  }
+  return maps;
+}
+
+/// llm.global_norm over its gradients' dimensions: the gradients may stay
+/// split (as tensor parallelism or ZeRO leave them); the ranks' squared
+/// norms are summed over the grid axes splitting them, once per set of
+/// axes (a gradient split over fewer axes is counted once), then the root.
+struct GlobalNormShardingModel
+    : public shard::ShardingInterface::ExternalModel<GlobalNormShardingModel, GlobalNormOp> {
+  SmallVector<utils::IteratorType> getLoopIteratorTypes(Operation *op) const {
+    unsigned dims;
+    gradientBlocks(op, dims);
+    return SmallVector<utils::IteratorType>(dims, utils::IteratorType::parallel);
+  }
+  SmallVector<AffineMap> getIndexingMaps(Operation *op) const {
+    unsigned dims;
+    SmallVector<AffineMap> maps = gradientBlocks(op, dims);
+    maps.push_back(AffineMap::get(dims, 0, {}, op->getContext()));
+    return maps;
+  }
+  /// Each gradient keeps its sharding: its block of loops takes its split
+  /// axes (the default would give a grid axis to one loop of the op only,
+  /// gathering every other gradient split over it).
+  FailureOr<shard::ShardingOption>
+  getShardingOption(Operation *op, ArrayRef<shard::Sharding> operandShardings,
+                    ArrayRef<shard::Sharding>) const {
+    shard::ShardingArray array;
+    FlatSymbolRefAttr grid;
+    for (auto [v, sh] : llvm::zip(op->getOperands(), operandShardings)) {
+      int64_t rank = cast<RankedTensorType>(v.getType()).getRank();
+      for (int64_t d = 0; d < rank; ++d) {
+        array.emplace_back();
+        if (!sh || size_t(d) >= sh.getSplitAxes().size())
+          continue;
+        if (grid && grid != sh.getGridAttr())
+          return op->emitOpError() << "sums gradients split over two grids";
+        grid = sh.getGridAttr();
+        ArrayRef<shard::GridAxis> axes = sh.getSplitAxes()[size_t(d)].asArrayRef();
+        array.back().append(axes.begin(), axes.end());
+      }
+    }
+    if (!grid)
+      return shard::ShardingOption::makeEmpty();
+    return shard::ShardingOption(std::move(array), grid);
+  }
+  LogicalResult partition(Operation *op, ArrayRef<Value> operands,
+                          ArrayRef<shard::Sharding> operandShardings,
+                          ArrayRef<shard::Sharding> resultShardings, IRMapping &map,
+                          SymbolTableCollection &symbolTable, OpBuilder &builder) const {
+    // Group the gradients by the (sorted) grid axes splitting them.
+    std::map<SmallVector<shard::GridAxis>, SmallVector<Value>> groups;
+    shard::Sharding grid;
+    for (auto [v, sh] : llvm::zip(operands, operandShardings)) {
+      SmallVector<shard::GridAxis> axes;
+      if (sh) {
+        for (shard::GridAxesAttr a : sh.getSplitAxes())
+          axes.append(a.asArrayRef().begin(), a.asArrayRef().end());
+        if (!axes.empty()) {
+          if (grid && grid.getGridAttr() != sh.getGridAttr())
+            return op->emitOpError() << "sums gradients split over two grids";
+          grid = sh;
+        }
+      }
+      llvm::sort(axes);
+      groups[axes].push_back(v);
+    }
+    Location loc = op->getLoc();
+    Type scalar = op->getResult(0).getType();
+    if (groups.size() == 1 && groups.begin()->first.empty()) {
+      Operation *local = cloneLocal(op, operands, operandShardings, {}, symbolTable, builder);
+      map.map(op->getResult(0), local->getResult(0));
+      map.map(op, local);
+      return success();
+    }
+    Value total;
+    for (auto &[axes, grads] : groups) {
+      Value norm = GlobalNormOp::create(builder, loc, scalar, grads).getResult();
+      Value sq = arith::MulFOp::create(builder, loc, norm, norm).getResult();
+      sq = allReduceOver(op, sq, axes, grid, symbolTable, builder);
+      total = total ? arith::AddFOp::create(builder, loc, total, sq).getResult() : sq;
+    }
+    Value result = math::SqrtOp::create(builder, loc, total).getResult();
+    map.map(op->getResult(0), result);
+    map.map(op, result.getDefiningOp());
+    return success();
+  }
+};
+
+/// llm.adamw over its gradient's dimensions (the norm is a scalar): a split
+/// gradient updates the matching part of its (equally split) parameter.
+struct AdamWShardingModel
+    : public shard::ShardingInterface::ExternalModel<AdamWShardingModel, AdamWOp> {
+  SmallVector<utils::IteratorType> getLoopIteratorTypes(Operation *op) const {
+    unsigned rank = unsigned(cast<RankedTensorType>(op->getOperand(0).getType()).getRank());
+    return SmallVector<utils::IteratorType>(rank, utils::IteratorType::parallel);
+  }
+  SmallVector<AffineMap> getIndexingMaps(Operation *op) const {
+    unsigned rank = unsigned(cast<RankedTensorType>(op->getOperand(0).getType()).getRank());
+    return {AffineMap::getMultiDimIdentityMap(rank, op->getContext()),
+            AffineMap::get(rank, 0, {}, op->getContext())};
+  }
+  LogicalResult partition(Operation *op, ArrayRef<Value> operands,
+                          ArrayRef<shard::Sharding> operandShardings,
+                          ArrayRef<shard::Sharding> resultShardings, IRMapping &map,
+                          SymbolTableCollection &symbolTable, OpBuilder &builder) const {
+    map.map(op, cloneLocal(op, operands, operandShardings, {}, symbolTable, builder));
+    return success();
   }
 };
 
@@ -682,5 +1081,18 @@ void llmopt::llm::registerShardingInterfaceExternalModels(DialectRegistry &regis
     LayerNormGradOp::attachInterface<NormGradShardingModel<LayerNormGradOp>>(*ctx);
     GeluGradOp::attachInterface<shard::ElementwiseShardingInterface<GeluGradOp>>(*ctx);
     SwiGLUGradOp::attachInterface<shard::ElementwiseShardingInterface<SwiGLUGradOp>>(*ctx);
+    MoERouterOp::attachInterface<MoERoutingModel<MoERouterOp>>(*ctx);
+    MoERouterGradOp::attachInterface<MoERoutingModel<MoERouterGradOp>>(*ctx);
+    MoEDispatchOp::attachInterface<MoERoutingModel<MoEDispatchOp>>(*ctx);
+    MoEDispatchGradOp::attachInterface<MoERoutingModel<MoEDispatchGradOp>>(*ctx);
+    MoECombineOp::attachInterface<MoERoutingModel<MoECombineOp>>(*ctx);
+    MoECombineGradOp::attachInterface<MoERoutingModel<MoECombineGradOp>>(*ctx);
+    ParamOp::attachInterface<ParamShardingModel>(*ctx);
+    GlobalNormOp::attachInterface<GlobalNormShardingModel>(*ctx);
+    AdamWOp::attachInterface<AdamWShardingModel>(*ctx);
+    // The global norm's partition sums squared norms (arith) and takes
+    // their root (math).
+    ctx->getOrLoadDialect<arith::ArithDialect>();
+    ctx->getOrLoadDialect<math::MathDialect>();
   });
 }
