@@ -24,9 +24,6 @@ namespace {
 
 constexpr int64_t kChunkBytes = int64_t(1) << 30; // fp32 scores per chunk at most
 
-template <typename T> cudaDataType_t typeOf();
-template <> cudaDataType_t typeOf<float>() { return CUDA_R_32F; }
-template <> cudaDataType_t typeOf<bf16>() { return CUDA_R_16BF; }
 
 /// Keys row i of a (batch, head) sees: [first, last].
 __device__ __forceinline__ void visible(const AttentionDims &d, int64_t i, int64_t &first,

@@ -18,6 +18,11 @@ namespace llmopt::kernels::cuda {
 
 constexpr int kThreads = 256;
 
+/// cuBLASLt's name of a storage type.
+template <typename T> cudaDataType_t typeOf();
+template <> inline cudaDataType_t typeOf<float>() { return CUDA_R_32F; }
+template <> inline cudaDataType_t typeOf<bf16>() { return CUDA_R_16BF; }
+
 __device__ __forceinline__ float ld(const float *p) { return *p; }
 __device__ __forceinline__ float ld(const bf16 *p) { return __bfloat162float(*p); }
 __device__ __forceinline__ void st(float *p, float v) { *p = v; }

@@ -16,6 +16,7 @@
 #include <cmath>
 #include <tuple>
 #include <cstdio>
+#include <memory>
 #include <random>
 #include <vector>
 
@@ -796,6 +797,128 @@ TEST(Cuda, MoEDispatchAndCombine) {
             cudaSuccess);
   EXPECT_FALSE(ok);
 }
+
+/// `x` in the device storage type T (bf16: rounded), and back in fp32.
+template <typename T> std::vector<T> stored(const std::vector<float> &x);
+template <> std::vector<float> stored<float>(const std::vector<float> &x) { return x; }
+template <> std::vector<gpu::bf16> stored<gpu::bf16>(const std::vector<float> &x) {
+  return toBf16(x);
+}
+std::vector<float> widened(const std::vector<float> &x) { return x; }
+std::vector<float> widened(const std::vector<gpu::bf16> &x) { return toFloat(x); }
+
+/// The router on cuBLASLt in storage type T against the CPU reference on
+/// the same (rounded) inputs: top-k choices exactly, weights and gradients
+/// within `tol`; renormalized and not, with and without the load-balancing
+/// loss (local counts, and the whole sequence's counts passed in).
+template <typename T> void checkRouter(gpu::Gemm &gemm, double tol) {
+  std::string error;
+  const int64_t tokens = 37, hidden = 24, experts = 6, topK = 2;
+  std::vector<float> seqCounts = {9, 14, 11, 20, 5, 15};
+  for (bool normalize : {true, false})
+    for (int auxCase = 0; auxCase < 3; ++auxCase) {
+      auto x = widened(stored<T>(randomVec(tokens * hidden, 90))),
+           gate = widened(stored<T>(randomVec(experts * hidden, 91, 0.3f))),
+           dwt = randomVec(tokens * topK, 92);
+      float coef = auxCase ? 0.01f : 0.0f;
+      std::vector<float> w(tokens * topK), dx(tokens * hidden), dg(experts * hidden, 0.0f),
+          cnt(experts);
+      std::vector<int32_t> idx(tokens * topK);
+      cpu::moeRouterForward(x.data(), gate.data(), w.data(), idx.data(), tokens, hidden, experts,
+                            topK, normalize);
+      cpu::moeRouterBackward(dwt.data(), x.data(), gate.data(), w.data(), idx.data(), dx.data(),
+                             dg.data(), tokens, hidden, experts, topK, normalize, coef,
+                             auxCase == 2 ? seqCounts.data() : nullptr, 2 * tokens, 0.5f);
+      cpu::moeExpertCounts(idx.data(), cnt.data(), tokens, experts, topK);
+      gpu::MoERouterDims d{tokens, hidden, experts, topK, normalize};
+      Dev<float> dW(tokens * topK), dDwt(dwt), dDg(experts * hidden), dCnt(experts),
+          dSeq(seqCounts);
+      gpu::MoEAux aux{coef, auxCase == 2 ? dSeq.p : nullptr, 2 * tokens, 0.5f};
+      Dev<int32_t> dIdx(tokens * topK);
+      Dev<char> scratch(gpu::moeRouterScratchBytes(d, sizeof(T)));
+      Dev<T> dX(stored<T>(x)), dG(stored<T>(gate)), dDx(tokens * hidden);
+      ASSERT_TRUE(gpu::moeRouterForwardGemm(gemm, dX.p, dG.p, dW.p, dIdx.p, d, scratch.p, nullptr,
+                                            error))
+          << error;
+      ASSERT_TRUE(gpu::moeRouterBackwardGemm(gemm, dDwt.p, dX.p, dG.p, dW.p, dIdx.p, dDx.p,
+                                             dDg.p, d, aux, scratch.p, nullptr, error))
+          << error;
+      ASSERT_EQ(gpu::moeExpertCounts(dIdx.p, dCnt.p, tokens, experts, topK, nullptr),
+                cudaSuccess);
+      EXPECT_EQ(dIdx.host(), idx) << "normalize " << normalize << " aux " << auxCase;
+      expectClose(dW.host(), w, tol, "router weights");
+      expectClose(widened(dDx.host()), dx, tol, "router dx");
+      expectClose(dDg.host(), dg, tol, "router dgate");
+      expectClose(dCnt.host(), cnt, 0, "expert counts");
+    }
+}
+
+TEST(Cuda, MoERouter) {
+  NEED_GPU();
+  std::string error;
+  auto gemm = gpu::Gemm::create(error);
+  ASSERT_TRUE(gemm) << error;
+  checkRouter<float>(*gemm, 1e-4);
+  checkRouter<gpu::bf16>(*gemm, 3e-2);
+}
+
+/// The experts' MLPs as batched GEMMs in storage type T against the CPU
+/// reference, SwiGLU and GeLU, with the zero rows of a dropless dispatch.
+template <typename T> void checkExperts(gpu::Gemm &gemm, double tol) {
+  std::string error;
+  const int64_t experts = 3, capacity = 5, hidden = 16, ffn = 24;
+  for (bool swiglu : {true, false}) {
+    int count = swiglu ? 3 : 2;
+    auto x = randomVec(experts * capacity * hidden, 93),
+         g = widened(stored<T>(randomVec(experts * capacity * hidden, 94)));
+    for (int64_t e = 0; e < experts; ++e) // the last rows of each expert empty
+      for (int64_t c = 3 + e % 2; c < capacity; ++c)
+        for (int64_t i = 0; i < hidden; ++i)
+          x[(e * capacity + c) * hidden + i] = 0;
+    x = widened(stored<T>(x));
+    std::vector<std::vector<float>> w, dw;
+    std::vector<std::unique_ptr<Dev<T>>> dWs;
+    std::vector<std::unique_ptr<Dev<float>>> dDws;
+    const float *wp[3] = {};
+    float *dwp[3] = {}, *dDwp[3] = {};
+    const T *dWp[3] = {};
+    for (int i = 0; i < count; ++i) {
+      w.push_back(widened(stored<T>(randomVec(experts * ffn * hidden, 95 + i, 0.2f))));
+      dw.emplace_back(experts * ffn * hidden, 0.0f);
+      dWs.push_back(std::make_unique<Dev<T>>(stored<T>(w.back())));
+      dDws.push_back(std::make_unique<Dev<float>>(experts * ffn * hidden));
+      wp[i] = w.back().data();
+      dwp[i] = dw.back().data();
+      dWp[i] = dWs.back()->p;
+      dDwp[i] = dDws.back()->p;
+    }
+    std::vector<float> y(x.size()), dx(x.size());
+    cpu::MoEExpertShape sh{experts, capacity, hidden, ffn, swiglu};
+    cpu::moeExpertsForward(x.data(), wp, y.data(), sh);
+    cpu::moeExpertsBackward(g.data(), x.data(), wp, dx.data(), dwp, sh);
+    gpu::MoEExpertDims d{experts, capacity, hidden, ffn, swiglu};
+    Dev<char> scratch(gpu::moeExpertsScratchBytes(d, sizeof(T)));
+    Dev<T> dX(stored<T>(x)), dG(stored<T>(g)), dY(x.size()), dDx(x.size());
+    ASSERT_TRUE(gpu::moeExpertsForwardGemm(gemm, dX.p, dWp, dY.p, d, scratch.p, nullptr, error))
+        << error;
+    ASSERT_TRUE(gpu::moeExpertsBackwardGemm(gemm, dG.p, dX.p, dWp, dDx.p, dDwp, d, scratch.p,
+                                            nullptr, error))
+        << error;
+    expectClose(widened(dY.host()), y, tol, swiglu ? "swiglu experts" : "gelu experts");
+    expectClose(widened(dDx.host()), dx, tol, "experts dx");
+    for (int i = 0; i < count; ++i)
+      expectClose(dDws[size_t(i)]->host(), dw[size_t(i)], tol, "experts dweight");
+  }
+}
+
+TEST(Cuda, MoEExperts) {
+  NEED_GPU();
+  std::string error;
+  auto gemm = gpu::Gemm::create(error);
+  ASSERT_TRUE(gemm) << error;
+  checkExperts<float>(*gemm, 1e-4);
+  checkExperts<gpu::bf16>(*gemm, 6e-2);
+}
 } // namespace
 
 // Host-side helpers of the CUDA library: these run without a GPU.
@@ -833,4 +956,14 @@ TEST(CudaHost, PaddedSizesAndScratch) {
   // The norms' scratch holds the row terms or the per-block partials.
   EXPECT_GE(gpu::normBackwardScratchBytes(16384, 768), size_t(16384 * 768 * 4));
   EXPECT_GE(gpu::normBackwardScratchBytes(1, 768), size_t(2 * 768 * 4));
+  // The router's scratch: fp32 logits and 16-bit logit gradients in rows of
+  // 8 (E = 6), and E counts, each part 256-byte aligned.
+  EXPECT_EQ(gpu::moeRouterScratchBytes({37, 24, 6, 2, false}, 2), size_t(1280 + 768 + 256));
+  // The experts' scratch: six [capacity, ffn] activations and an fp32
+  // [capacity, hidden] per expert of a group; all experts when that is
+  // under 1 GiB, else one at a time (Mixtral 8x7B's worst-case dropless
+  // capacity of 16384 rows).
+  EXPECT_EQ(gpu::moeExpertsScratchBytes({3, 5, 16, 24, true}, 2), size_t(3 * (6 * 256 + 512)));
+  EXPECT_EQ(gpu::moeExpertsScratchBytes({8, 16384, 4096, 14336, true}, 2),
+            size_t(6) * 16384 * 14336 * 2 + size_t(16384) * 4096 * 4);
 }

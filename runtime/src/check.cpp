@@ -267,12 +267,7 @@ struct Checker {
     case KernelId::MoECombineFwd:
     case KernelId::MoECombineBwd: {
       KernelId id = ins.kernel->id;
-      const Buffer &routes = id == KernelId::MoECombineFwd   ? in[2]
-                             : id == KernelId::MoECombineBwd ? in[3]
-                                                             : in[1];
-      const Buffer &slots = id == KernelId::MoEDispatchFwd   ? out[0]
-                            : id == KernelId::MoEDispatchBwd ? in[0]
-                                                             : in[id == KernelId::MoECombineFwd ? 0 : 1];
+      const Buffer &routes = ins.moeIndices(), &slots = ins.moeRows();
       const Buffer &tokens = id == KernelId::MoEDispatchFwd || id == KernelId::MoECombineBwd
                                  ? in[0]
                                  : out[0];

@@ -896,6 +896,116 @@ bool CudaExecutor::State::kernel(const Instruction &ins, CpuExecutor &host, std:
                                 static_cast<cu::bf16 *>(raw(*wide[i])), wide[i]->elements, s));
     return done;
   }
+  case KernelId::MoERouterFwd:
+  case KernelId::MoERouterBwd: {
+    bool fwd = ins.kernel->id == KernelId::MoERouterFwd;
+    if (!fwd && in.size() != 5 && in.size() != 6)
+      return (error = "moe_router_bwd takes 5 inputs, or 6 with the sequence's expert counts",
+              false);
+    const Buffer &x = in[fwd ? 0 : 1], &gate = in[fwd ? 1 : 2];
+    const Buffer &weights = fwd ? out[0] : in[3], &routes = fwd ? out[1] : in[4];
+    if (weights.dtype != DType::F32 || routes.dtype != DType::I32 ||
+        (!fwd && in[0].dtype != DType::F32))
+      return (error = std::string(ins.kernel->name) +
+                      ": routing weights must be f32 and expert indices i32",
+              false);
+    cu::MoERouterDims d{rowsOf(x), lastDim(x), gate.shape[0], int64_t(ins.number("top_k")),
+                        ins.flag("normalize")};
+    void *scratch = tmp(9, cu::moeRouterScratchBytes(d, sizeof(T)), error);
+    if (!scratch)
+      return false;
+    if (fwd)
+      return cu::moeRouterForwardGemm(*gemm, at<T>(x), at<T>(gate), at<float>(weights),
+                                      at<int32_t>(routes), d, scratch, s, error);
+    if (in.size() == 6 && (in[5].elements != d.experts || in[5].dtype != DType::F32 ||
+                           ins.number("aux_tokens") < 1))
+      return (error = "moe_router_bwd: the counts need one f32 entry per expert and "
+                      "aux_tokens >= 1",
+              false);
+    cu::MoEAux aux{float(ins.number("aux_loss")), in.size() == 6 ? at<float>(in[5]) : nullptr,
+                   int64_t(ins.number("aux_tokens")), float(ins.number("aux_scale", 1.0))};
+    float *dgate = gradTarget(out[1], 15, error);
+    return dgate &&
+           cu::moeRouterBackwardGemm(*gemm, at<float>(in[0]), at<T>(x), at<T>(gate),
+                                     at<float>(weights), at<int32_t>(routes), at<T>(out[0]),
+                                     dgate, d, aux, scratch, s, error) &&
+           gradDone(out[1], dgate, error);
+  }
+  case KernelId::MoEExpertCounts: {
+    int64_t topK = int64_t(ins.number("top_k"));
+    if (topK < 1 || in[0].elements % topK != 0 || out[0].dtype != DType::F32)
+      return (error = "moe_expert_counts: top_k must divide the indices; counts are f32",
+              false);
+    return ok(cu::moeExpertCounts(at<int32_t>(in[0]), at<float>(out[0]), in[0].elements / topK,
+                                  out[0].elements, topK, s));
+  }
+  case KernelId::MoEDispatchFwd:
+  case KernelId::MoEDispatchBwd:
+  case KernelId::MoECombineFwd:
+  case KernelId::MoECombineBwd: {
+    // Tokens [n, hidden], routes [n, top_k], expert rows [experts, capacity,
+    // hidden]; slots recomputed from the routes by each kernel.
+    // (Shapes and dtypes checked when the plan was read: check.cpp.)
+    KernelId id = ins.kernel->id;
+    const Buffer &routes = ins.moeIndices(), &rows = ins.moeRows();
+    int64_t topK = lastDim(routes), n = topK ? routes.elements / topK : 0;
+    int64_t experts = rows.shape[0], capacity = rows.shape[1], hidden = rows.shape[2];
+    auto *slots = static_cast<int64_t *>(tmp(10, size_t(std::max<int64_t>(1, n * topK)) * 8, error));
+    int *bad = static_cast<int *>(tmp(11, sizeof(int), error));
+    if (!slots || !bad)
+      return false;
+    const int32_t *idx = at<int32_t>(routes);
+    bool valid = true;
+    cudaError_t e =
+        id == KernelId::MoEDispatchFwd
+            ? cu::moeDispatchForward(at<T>(in[0]), idx, at<T>(out[0]), n, hidden, topK, experts,
+                                     capacity, slots, bad, s, valid)
+        : id == KernelId::MoEDispatchBwd
+            ? cu::moeDispatchBackward(at<T>(in[0]), idx, at<T>(out[0]), n, hidden, topK, experts,
+                                      capacity, slots, bad, s, valid)
+        : id == KernelId::MoECombineFwd
+            ? cu::moeCombineForward(at<T>(in[0]), at<float>(in[1]), idx, at<T>(out[0]), n, topK,
+                                    hidden, experts, capacity, slots, bad, s, valid)
+            : cu::moeCombineBackward(at<T>(in[0]), at<T>(in[1]), at<float>(in[2]), idx,
+                                     at<T>(out[0]), at<float>(out[1]), n, topK, hidden, experts,
+                                     capacity, slots, bad, s, valid);
+    if (!ok(e))
+      return false;
+    if (!valid)
+      return (error = "an expert index is outside [0, " + std::to_string(experts) + ")", false);
+    return true;
+  }
+  case KernelId::MoEExpertsFwd:
+  case KernelId::MoEExpertsBwd: {
+    bool fwd = ins.kernel->id == KernelId::MoEExpertsFwd;
+    const Buffer &x = in[fwd ? 0 : 1];
+    size_t first = fwd ? 1 : 2, count = ins.flag("swiglu") ? 3 : 2;
+    if (in.size() != first + count || (!fwd && out.size() != 1 + count) || x.shape.size() != 3)
+      return (error = "moe experts take rows [experts, capacity, hidden] and " +
+                      std::to_string(count) + " weights",
+              false);
+    cu::MoEExpertDims d{x.shape[0], x.shape[1], x.shape[2], in[first].shape[1],
+                        ins.flag("swiglu")};
+    void *scratch = tmp(9, cu::moeExpertsScratchBytes(d, sizeof(T)), error);
+    if (!scratch)
+      return false;
+    const T *w[3] = {};
+    float *dw[3] = {};
+    for (size_t i = 0; i < count; ++i) {
+      w[i] = at<T>(in[first + i]);
+      if (!fwd && !(dw[i] = gradTarget(out[1 + i], 12 + i, error)))
+        return false;
+    }
+    if (fwd)
+      return cu::moeExpertsForwardGemm(*gemm, at<T>(x), w, at<T>(out[0]), d, scratch, s, error);
+    if (!cu::moeExpertsBackwardGemm(*gemm, at<T>(in[0]), at<T>(x), w, at<T>(out[0]), dw, d,
+                                    scratch, s, error))
+      return false;
+    for (size_t i = 0; i < count; ++i)
+      if (!gradDone(out[1 + i], dw[i], error))
+        return false;
+    return true;
+  }
   default:
     error = std::string("the CUDA backend does not run '") + ins.kernel->name + "' yet";
     return false;
@@ -950,7 +1060,10 @@ bool CudaExecutor::init(const Plan &plan, int rank, uint64_t seed, std::string &
       KernelId::AttentionBwd, KernelId::GeluFwd, KernelId::GeluBwd, KernelId::SwiGLUFwd,
       KernelId::SwiGLUBwd, KernelId::Add, KernelId::Copy, KernelId::Scale, KernelId::Fill,
       KernelId::BiasAdd, KernelId::SumRows, KernelId::CrossEntropyFwd,
-      KernelId::CrossEntropyBwd, KernelId::GlobalNorm, KernelId::AdamW, KernelId::Fused};
+      KernelId::CrossEntropyBwd, KernelId::GlobalNorm, KernelId::AdamW, KernelId::Fused,
+      KernelId::MoERouterFwd, KernelId::MoERouterBwd, KernelId::MoEExpertCounts,
+      KernelId::MoEDispatchFwd, KernelId::MoEDispatchBwd, KernelId::MoECombineFwd,
+      KernelId::MoECombineBwd, KernelId::MoEExpertsFwd, KernelId::MoEExpertsBwd};
   bool anyBf16 = false;
   std::set<std::string> axes; // of the collectives (NCCL communicators)
   std::function<bool(const Instruction &)> supported = [&](const Instruction &ins) {

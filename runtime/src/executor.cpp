@@ -1394,12 +1394,7 @@ bool CpuExecutor::runWide(const Instruction &ins, Communicator &comm, std::strin
   case KernelId::MoECombineBwd: {
     // Tokens [n, hidden], routes [n, top_k], expert rows [experts, capacity, hidden].
     KernelId id = ins.kernel->id;
-    const Buffer &routesBuf = id == KernelId::MoECombineFwd   ? in[2]
-                              : id == KernelId::MoECombineBwd ? in[3]
-                                                              : in[1];
-    const Buffer &rows = id == KernelId::MoEDispatchFwd   ? out[0]
-                         : id == KernelId::MoEDispatchBwd ? in[0]
-                                                          : in[id == KernelId::MoECombineFwd ? 0 : 1];
+    const Buffer &routesBuf = ins.moeIndices(), &rows = ins.moeRows();
     const int32_t *idx = routes(routesBuf, error);
     if (!idx)
       return false;

@@ -34,6 +34,23 @@ bool Instruction::flag(const std::string &key) const {
   return it != params.end() && it->second.isBool() && it->second.boolean;
 }
 
+const Buffer &Instruction::moeIndices() const {
+  using K = kernels::KernelId;
+  return kernel->id == K::MoECombineFwd ? ins[2] : kernel->id == K::MoECombineBwd ? ins[3] : ins[1];
+}
+
+const Buffer &Instruction::moeRows() const {
+  using K = kernels::KernelId;
+  switch (kernel->id) {
+  case K::MoEDispatchFwd:
+    return outs[0];
+  case K::MoECombineBwd:
+    return ins[1];
+  default: // dispatch backward, combine
+    return ins[0];
+  }
+}
+
 std::string Instruction::text(const std::string &key) const {
   auto it = params.find(key);
   return it != params.end() && it->second.isString() ? it->second.string : std::string();

@@ -14,8 +14,8 @@
 // Attention: attentionForward / attentionBackward are a one-thread-per-row
 // baseline (tests only); the backend runs attentionForwardGemm /
 // attentionBackwardGemm (tensor cores, below) or cuDNN's fused attention
-// (cudnn_attention.h). Not here yet (issue 7): the MoE experts' batched
-// GEMMs, NCCL. GEMMs: gemm.h (cuBLASLt).
+// (cudnn_attention.h). MoE: router and experts on cuBLASLt (moe.cu),
+// dispatch and combine (elementwise.cu). GEMMs: gemm.h (cuBLASLt).
 //
 //===----------------------------------------------------------------------===//
 
@@ -140,6 +140,53 @@ size_t attentionGemmScratchBytes(const AttentionDims &d, size_t elementBytes);
                              std::string &error);
 LLMOPT_CUDA_FOR_TYPES(LLMOPT_CUDA_DECLARE_ATTENTION_GEMM)
 #undef LLMOPT_CUDA_DECLARE_ATTENTION_GEMM
+
+/// Mixture of experts on the tensor cores (moe.cu), with cpu.h's semantics.
+/// The router: logits = x gate^T (fp32, one cuBLASLt product), softmax and
+/// top-k per token; its backward rebuilds the logits and writes dx,
+/// accumulating the gate's gradient (fp32), with the load-balancing loss's
+/// gradient when `aux.coef` > 0 (`aux.counts`, device, E floats, over
+/// `aux.tokens` tokens: the whole sequence's counts; null: this call's).
+/// The experts: x [experts, capacity, hidden] through each expert's MLP
+/// (swiglu: gate, up [E, ffn, hidden], down [E, hidden, ffn]; else fc1, fc2
+/// with exact GeLU), strided batched products over groups of experts; the
+/// backward recomputes the hidden activations, writes dx and accumulates
+/// the weights' gradients (fp32). Scratch: the *ScratchBytes below.
+struct MoERouterDims {
+  int64_t tokens = 1, hidden = 1, experts = 1, topK = 1;
+  bool normalize = false;
+};
+struct MoEAux {
+  float coef = 0;
+  const float *counts = nullptr;
+  int64_t tokens = 0;
+  float scale = 1;
+};
+struct MoEExpertDims {
+  int64_t experts = 1, capacity = 1, hidden = 1, ffn = 1;
+  bool swiglu = true;
+};
+size_t moeRouterScratchBytes(const MoERouterDims &d, size_t elementBytes);
+size_t moeExpertsScratchBytes(const MoEExpertDims &d, size_t elementBytes);
+/// counts[e] (written): how many of the tokens' top-k choices went to e.
+cudaError_t moeExpertCounts(const int32_t *indices, float *counts, int64_t tokens,
+                            int64_t experts, int64_t topK, cudaStream_t stream);
+#define LLMOPT_CUDA_DECLARE_MOE(T)                                                            \
+  bool moeRouterForwardGemm(Gemm &gemm, const T *x, const T *gate, float *weights,           \
+                            int32_t *indices, const MoERouterDims &d, void *scratch,        \
+                            cudaStream_t stream, std::string &error);                       \
+  bool moeRouterBackwardGemm(Gemm &gemm, const float *dweights, const T *x, const T *gate,   \
+                             const float *weights, const int32_t *indices, T *dx,           \
+                             float *dgate, const MoERouterDims &d, const MoEAux &aux,       \
+                             void *scratch, cudaStream_t stream, std::string &error);       \
+  bool moeExpertsForwardGemm(Gemm &gemm, const T *x, const T *const *weights, T *out,        \
+                             const MoEExpertDims &d, void *scratch, cudaStream_t stream,    \
+                             std::string &error);                                           \
+  bool moeExpertsBackwardGemm(Gemm &gemm, const T *dout, const T *x, const T *const *weights, \
+                              T *dx, float *const *dweights, const MoEExpertDims &d,        \
+                              void *scratch, cudaStream_t stream, std::string &error);
+LLMOPT_CUDA_FOR_TYPES(LLMOPT_CUDA_DECLARE_MOE)
+#undef LLMOPT_CUDA_DECLARE_MOE
 
 /// fp8 GEMM inputs (per-tensor current scaling, the CPU reference's
 /// fakeQuantizeFp8): `amax` (one float of device scratch) receives max |x|,

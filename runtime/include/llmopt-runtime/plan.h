@@ -93,6 +93,10 @@ struct Instruction {
   double number(const std::string &key, double dflt = 0) const;
   bool flag(const std::string &key) const;
   std::string text(const std::string &key) const;
+  /// An MoE dispatch or combine (forward or backward): its expert indices
+  /// [tokens, top_k] and its expert rows [experts, capacity, hidden].
+  const Buffer &moeIndices() const;
+  const Buffer &moeRows() const;
 };
 
 struct Program {
