@@ -239,14 +239,31 @@ bool moeCombineBackward(const float *dout, const float *expertOut, const float *
   return true;
 }
 
+/// Rows of an expert's [capacity, cols] block up to its last nonzero row
+/// (of `a` or, when given, `b`). A dispatch fills each expert's slots from
+/// the first and leaves the rest zero, and zero rows stay zero through the
+/// experts (no biases; GeLU and SwiGLU of zero are zero) and give zero
+/// gradients, so the experts compute the used rows only: a dropless
+/// dispatch sizes every expert for all tokens, E / top_k times the routed
+/// rows. Exact: each row is computed on its own.
+static int64_t usedRows(const float *a, const float *b, int64_t rows, int64_t cols) {
+  for (int64_t r = rows; r > 0; --r)
+    for (const float *m : {a, b})
+      if (m && std::any_of(m + (r - 1) * cols, m + r * cols, [](float v) { return v != 0.0f; }))
+        return r;
+  return 0;
+}
+
 void moeExpertsForward(const float *x, const float *const *weights, float *out,
                        const MoEExpertShape &s) {
-  int64_t rows = s.capacity;
-  std::vector<float> h(size_t(rows * s.ffn)), u, a(size_t(rows * s.ffn));
+  int64_t cap = s.capacity;
+  std::vector<float> h(size_t(cap * s.ffn)), u, a(size_t(cap * s.ffn));
   if (s.swiglu)
-    u.resize(size_t(rows * s.ffn));
+    u.resize(size_t(cap * s.ffn));
   for (int64_t e = 0; e < s.experts; ++e) {
-    const float *xe = x + e * rows * s.hidden;
+    const float *xe = x + e * cap * s.hidden;
+    int64_t rows = usedRows(xe, nullptr, cap, s.hidden);
+    std::fill(out + (e * cap + rows) * s.hidden, out + (e + 1) * cap * s.hidden, 0.0f);
     const float *w1 = weights[0] + e * s.ffn * s.hidden;
     linearForward(xe, w1, nullptr, h.data(), rows, s.hidden, s.ffn, false);
     if (s.swiglu) {
@@ -257,23 +274,25 @@ void moeExpertsForward(const float *x, const float *const *weights, float *out,
       geluForward(h.data(), a.data(), rows * s.ffn, false);
     }
     const float *w2 = weights[s.swiglu ? 2 : 1] + e * s.hidden * s.ffn;
-    linearForward(a.data(), w2, nullptr, out + e * rows * s.hidden, rows, s.ffn, s.hidden,
+    linearForward(a.data(), w2, nullptr, out + e * cap * s.hidden, rows, s.ffn, s.hidden,
                   false);
   }
 }
 
 void moeExpertsBackward(const float *dout, const float *x, const float *const *weights,
                         float *dx, float *const *dweights, const MoEExpertShape &s) {
-  int64_t rows = s.capacity, f = s.ffn;
-  std::vector<float> h(size_t(rows * f)), u, a(size_t(rows * f)), da(size_t(rows * f)),
-      dh(size_t(rows * f)), du, dxu;
+  int64_t cap = s.capacity, f = s.ffn;
+  std::vector<float> h(size_t(cap * f)), u, a(size_t(cap * f)), da(size_t(cap * f)),
+      dh(size_t(cap * f)), du, dxu;
   if (s.swiglu) {
-    u.resize(size_t(rows * f));
-    du.resize(size_t(rows * f));
-    dxu.resize(size_t(rows * s.hidden));
+    u.resize(size_t(cap * f));
+    du.resize(size_t(cap * f));
+    dxu.resize(size_t(cap * s.hidden));
   }
   for (int64_t e = 0; e < s.experts; ++e) {
-    const float *xe = x + e * rows * s.hidden;
+    const float *xe = x + e * cap * s.hidden;
+    int64_t rows = usedRows(xe, dout + e * cap * s.hidden, cap, s.hidden);
+    std::fill(dx + (e * cap + rows) * s.hidden, dx + (e + 1) * cap * s.hidden, 0.0f);
     const float *w1 = weights[0] + e * f * s.hidden;
     const float *w3 = s.swiglu ? weights[1] + e * f * s.hidden : nullptr;
     int w2i = s.swiglu ? 2 : 1;
@@ -286,13 +305,13 @@ void moeExpertsBackward(const float *dout, const float *x, const float *const *w
     } else {
       geluForward(h.data(), a.data(), rows * f, false);
     }
-    linearBackward(dout + e * rows * s.hidden, a.data(), w2, da.data(),
+    linearBackward(dout + e * cap * s.hidden, a.data(), w2, da.data(),
                    dweights[w2i] + e * s.hidden * f, nullptr, rows, f, s.hidden, false);
     if (s.swiglu)
       swigluBackward(da.data(), h.data(), u.data(), dh.data(), du.data(), rows * f);
     else
       geluBackward(da.data(), h.data(), dh.data(), rows * f, false);
-    float *dxe = dx + e * rows * s.hidden;
+    float *dxe = dx + e * cap * s.hidden;
     linearBackward(dh.data(), xe, w1, dxe, dweights[0] + e * f * s.hidden, nullptr, rows,
                    s.hidden, f, false);
     if (s.swiglu) {
