@@ -36,6 +36,9 @@ lower "$in/byte-gpt2.json" "dir=$kit/plans/tiny-gpt2-bf16 batch=4 seq=32 lr=0.00
 sed 's/"vocab_size": 256/"vocab_size": 261/' "$in/byte-gpt2.json" >"$kit/byte-gpt2-v261.json"
 lower "$kit/byte-gpt2-v261.json" "dir=$kit/plans/tiny-v261 batch=4 seq=32 lr=0.003" --hf-dtype=f32
 lower "$kit/byte-gpt2-v261.json" "dir=$kit/plans/tiny-v261-bf16 batch=4 seq=32 lr=0.003"
+# Mixtral-style MoE (router, dispatch, experts, combine on the GPU).
+lower "$in/byte-mixtral.json" "dir=$kit/plans/tiny-moe batch=4 seq=32 lr=0.003" --hf-dtype=f32
+lower "$in/byte-mixtral.json" "dir=$kit/plans/tiny-moe-bf16 batch=4 seq=32 lr=0.003"
 # Recomputation and two micro-batches (kept norm / loss statistics, graph
 # replays), fp32 GPT-2 and Llama.
 for m in gpt2 llama; do

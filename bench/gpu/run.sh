@@ -65,7 +65,7 @@ if has tiny; then
   step "test/Runtime/cuda.test: CUDA vs CPU backend on the tiny models"
   for p in tiny-gpt2:1e-3 tiny-llama:1e-3 tiny-bf16:2e-2 tiny-gpt2-bf16:2e-2 tiny-gpt2-rc-full:1e-3 \
     tiny-gpt2-rc-selective:1e-3 tiny-llama-rc-full:1e-3 tiny-llama-rc-selective:1e-3 \
-    tiny-v261:1e-3 tiny-v261-bf16:2e-2; do
+    tiny-v261:1e-3 tiny-v261-bf16:2e-2 tiny-moe:1e-3 tiny-moe-bf16:2e-2; do
     n=${p%%:*} tol=${p##*:}
     run llm-run "$kit/plans/$n" --data "$kit/data/tiny.bin" --steps 10 --metrics $n-cpu.jsonl --quiet
     run llm-run "$kit/plans/$n" --data "$kit/data/tiny.bin" --steps 10 --metrics $n-gpu.jsonl --device cuda --quiet
@@ -101,7 +101,7 @@ fi
 
 if has sanitize; then
   step "compute-sanitizer memcheck, tiny models, 2 steps"
-  for n in tiny-gpt2 tiny-bf16; do
+  for n in tiny-gpt2 tiny-bf16 tiny-moe-bf16; do
     TMO=200 run compute-sanitizer --tool memcheck --print-limit 20 llm-run "$kit/plans/$n" --data "$kit/data/tiny.bin" --steps 2 --device cuda --quiet 2>&1 | tail -40
   done
 fi
