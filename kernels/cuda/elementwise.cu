@@ -251,8 +251,11 @@ __global__ void slotsKernel(const int32_t *idx, int64_t choices, int64_t experts
   for (int64_t start = 0; start < choices; start += kThreads) {
     int64_t i = start + threadIdx.x;
     int32_t x = i < choices ? idx[i] : 0;
-    if (e == 0 && i < choices && (x < 0 || x >= experts))
-      *bad = 1;
+    if (e == 0 && i < choices && (x < 0 || x >= experts)) {
+      slots[i] = -1; // dropped
+      if (bad)
+        *bad = 1;
+    }
     int mine = i < choices && x == e ? 1 : 0, before = 0, total = 0;
     Scan(scan).ExclusiveSum(mine, before, total);
     if (mine)
@@ -327,11 +330,15 @@ __global__ void combineBwdKernel(const T *d, const T *e, const float *w, const i
 /// of range (checked on the host after a synchronizing copy).
 cudaError_t computeSlots(const int32_t *idx, int64_t choices, int64_t experts, int64_t capacity,
                          int64_t *slots, int *bad, cudaStream_t s, bool &ok) {
-  if (cudaError_t e = cudaMemsetAsync(bad, 0, sizeof(int), s); e != cudaSuccess)
-    return e;
+  ok = true;
+  if (bad)
+    if (cudaError_t e = cudaMemsetAsync(bad, 0, sizeof(int), s); e != cudaSuccess)
+      return e;
   if (experts > 0)
     slotsKernel<<<unsigned(experts), kThreads, 0, s>>>(idx, choices, experts, capacity, slots,
                                                        bad);
+  if (!bad)
+    return cudaGetLastError();
   int host = 0;
   if (cudaError_t e = cudaMemcpyAsync(&host, bad, sizeof(int), cudaMemcpyDeviceToHost, s);
       e != cudaSuccess)

@@ -251,8 +251,9 @@ struct ExpertParts {
   ExpertParts(const MoEExpertDims &d, size_t elementBytes) {
     hidden = aligned(size_t(d.capacity * d.ffn) * elementBytes);
     rows = aligned(size_t(d.capacity * d.hidden) * 4);
-    size_t per = 6 * hidden + rows;
-    group = std::max<int64_t>(1, std::min<int64_t>(d.experts, int64_t(kBudget / per)));
+    size_t per = std::max<size_t>(1, 6 * hidden + rows);
+    size_t budget = d.scratchBudget ? d.scratchBudget : kBudget;
+    group = std::max<int64_t>(1, std::min<int64_t>(d.experts, int64_t(budget / per)));
   }
   size_t bytes() const { return size_t(group) * (6 * hidden + rows); }
   template <typename T> T *part(void *scratch, int i) const {
@@ -261,8 +262,8 @@ struct ExpertParts {
   float *dx(void *scratch) const {
     return reinterpret_cast<float *>(static_cast<char *>(scratch) + 6 * group * hidden);
   }
-  /// Scratch for the hidden activations of at most this many bytes, or one
-  /// expert's when that is more.
+  /// Scratch for the hidden activations of at most this many bytes (unless
+  /// the dims say otherwise), or one expert's when that is more.
   static constexpr size_t kBudget = size_t(1) << 30;
 };
 
@@ -376,9 +377,10 @@ cudaError_t moeExpertCounts(const int32_t *indices, float *counts, int64_t token
                             int64_t experts, int64_t topK, cudaStream_t stream) {
   if (cudaError_t e = cudaMemsetAsync(counts, 0, size_t(experts) * 4, stream))
     return e;
-  if (tokens * topK > 0)
-    countsKernel<<<gridFor(tokens * topK), kThreads, 0, stream>>>(indices, counts,
-                                                                  tokens * topK, experts);
+  if (tokens * topK == 0)
+    return cudaSuccess;
+  countsKernel<<<gridFor(tokens * topK), kThreads, 0, stream>>>(indices, counts, tokens * topK,
+                                                                experts);
   return cudaGetLastError();
 }
 

@@ -796,6 +796,14 @@ TEST(Cuda, MoEDispatchAndCombine) {
                                     slots.p, bad.p, nullptr, ok),
             cudaSuccess);
   EXPECT_FALSE(ok);
+  // Unchecked (no flag: what the backend does with the router's indices):
+  // the bad choice is dropped, nothing is written out of bounds.
+  ASSERT_EQ(gpu::moeDispatchForward(dX.p, dWrong.p, dRows.p, tokens, h, topK, experts, capacity,
+                                    slots.p, nullptr, nullptr, ok),
+            cudaSuccess);
+  EXPECT_TRUE(ok);
+  EXPECT_EQ(slots.host()[3], -1);
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
 }
 
 /// `x` in the device storage type T (bf16: rounded), and back in fp32.
@@ -863,10 +871,14 @@ TEST(Cuda, MoERouter) {
 }
 
 /// The experts' MLPs as batched GEMMs in storage type T against the CPU
-/// reference, SwiGLU and GeLU, with the zero rows of a dropless dispatch.
+/// reference, SwiGLU and GeLU, with the zero rows of a dropless dispatch;
+/// all experts in one batch, and in groups of two (a scratch budget of two
+/// experts: the second group one expert, at an offset).
 template <typename T> void checkExperts(gpu::Gemm &gemm, double tol) {
   std::string error;
   const int64_t experts = 3, capacity = 5, hidden = 16, ffn = 24;
+  size_t perExpert = gpu::moeExpertsScratchBytes({1, capacity, hidden, ffn, true}, sizeof(T));
+  for (size_t budget : {size_t(0), 2 * perExpert})
   for (bool swiglu : {true, false}) {
     int count = swiglu ? 3 : 2;
     auto x = randomVec(experts * capacity * hidden, 93),
@@ -896,7 +908,8 @@ template <typename T> void checkExperts(gpu::Gemm &gemm, double tol) {
     cpu::MoEExpertShape sh{experts, capacity, hidden, ffn, swiglu};
     cpu::moeExpertsForward(x.data(), wp, y.data(), sh);
     cpu::moeExpertsBackward(g.data(), x.data(), wp, dx.data(), dwp, sh);
-    gpu::MoEExpertDims d{experts, capacity, hidden, ffn, swiglu};
+    gpu::MoEExpertDims d{experts, capacity, hidden, ffn, swiglu, budget};
+    EXPECT_EQ(gpu::moeExpertsScratchBytes(d, sizeof(T)), (budget ? 2 : 3) * perExpert);
     Dev<char> scratch(gpu::moeExpertsScratchBytes(d, sizeof(T)));
     Dev<T> dX(stored<T>(x)), dG(stored<T>(g)), dY(x.size()), dDx(x.size());
     ASSERT_TRUE(gpu::moeExpertsForwardGemm(gemm, dX.p, dWp, dY.p, d, scratch.p, nullptr, error))

@@ -165,6 +165,9 @@ struct MoEAux {
 struct MoEExpertDims {
   int64_t experts = 1, capacity = 1, hidden = 1, ffn = 1;
   bool swiglu = true;
+  /// Scratch bytes a group of experts may take (0: 1 GiB; one expert's
+  /// when that is more).
+  size_t scratchBudget = 0;
 };
 size_t moeRouterScratchBytes(const MoERouterDims &d, size_t elementBytes);
 size_t moeExpertsScratchBytes(const MoEExpertDims &d, size_t elementBytes);
@@ -214,7 +217,10 @@ LLMOPT_CUDA_FOR_TYPES(LLMOPT_CUDA_DECLARE_FP8)
 /// dispatch (backward: sum a token's copies) and combine (hidden before
 /// top_k in dispatch's arguments, as the CPU reference) assign each
 /// expert's slots in token order (`slots`: tokens x top_k int64 scratch,
-/// `bad`: one int), `ok` false when an index is not an expert.
+/// `bad`: one int), `ok` false when an index is not an expert; with `bad`
+/// null nothing is checked (no copy to the host, so that CUDA graphs can
+/// capture the step: for indices from the router) and a choice of an index
+/// outside the experts is dropped.
 #define LLMOPT_CUDA_DECLARE_SMALL(T)                                                         \
   cudaError_t toFloat(const T *x, float *y, int64_t n, cudaStream_t stream);                 \
   cudaError_t fromFloat(const float *x, T *y, int64_t n, cudaStream_t stream);               \
