@@ -440,3 +440,4 @@ func.func @routing_hidden(%x: tensor<2x4x16xf32>, %p: tensor<2x4x2xf32>, %i: ten
   %dxr = shard.shard %dx to %s : tensor<2x4x16xf32>
   return %yr, %dw, %dxr : tensor<2x4x16xf32>, tensor<2x4x2xf32>, tensor<2x4x16xf32>
 }
+

@@ -23,76 +23,6 @@ using namespace llmopt::llm;
 
 namespace {
 
-/// llm.linear as a matmul over loops (leading dims..., out, in).
-struct LinearShardingModel
-    : public shard::ShardingInterface::ExternalModel<LinearShardingModel, LinearOp> {
-  static int64_t leading(Operation *op) {
-    return cast<RankedTensorType>(op->getOperand(0).getType()).getRank() - 1;
-  }
-
-  SmallVector<utils::IteratorType> getLoopIteratorTypes(Operation *op) const {
-    SmallVector<utils::IteratorType> types(size_t(leading(op) + 1),
-                                           utils::IteratorType::parallel);
-    types.push_back(utils::IteratorType::reduction);
-    return types;
-  }
-
-  SmallVector<AffineMap> getIndexingMaps(Operation *op) const {
-    auto l = cast<LinearOp>(op);
-    MLIRContext *ctx = op->getContext();
-    int64_t n = leading(op);
-    SmallVector<AffineExpr> lead;
-    for (int64_t i = 0; i < n; ++i)
-      lead.push_back(getAffineDimExpr(unsigned(i), ctx));
-    AffineExpr out = getAffineDimExpr(unsigned(n), ctx), in = getAffineDimExpr(unsigned(n + 1), ctx);
-    unsigned dims = unsigned(n + 2);
-    SmallVector<AffineExpr> x(lead), y(lead);
-    x.push_back(in);
-    y.push_back(out);
-    SmallVector<AffineMap> maps = {AffineMap::get(dims, 0, x, ctx)};
-    maps.push_back(l.getTransposed() ? AffineMap::get(dims, 0, {in, out}, ctx)
-                                     : AffineMap::get(dims, 0, {out, in}, ctx));
-    if (l.getBias())
-      maps.push_back(AffineMap::get(dims, 0, {out}, ctx));
-    maps.push_back(AffineMap::get(dims, 0, y, ctx));
-    return maps;
-  }
-
-  /// The local linear on the partitioned operands; when the input features
-  /// are split, its outputs are partial sums, all-reduced over those axes
-  /// (Megatron's row-parallel linear).
-  LogicalResult partition(Operation *op, ArrayRef<Value> partitionedOperands,
-                          ArrayRef<shard::Sharding> operandShardings,
-                          ArrayRef<shard::Sharding> resultShardings, IRMapping &partitionMap,
-                          SymbolTableCollection &symbolTable, OpBuilder &builder) const {
-    auto l = cast<LinearOp>(op);
-    shard::Sharding resultSharding = resultShardings.front();
-    if (!resultSharding)
-      return op->emitOpError() << "has no result sharding to partition with";
-    shard::GridOp grid = shard::getGrid(op, resultSharding.getGridAttr(), symbolTable);
-    SmallVector<utils::IteratorType> iterators = getLoopIteratorTypes(op);
-    SmallVector<AffineMap> maps = getIndexingMaps(op);
-    shard::ShardingArray axes = shard::getGridAxisAssignmentForLoopIterators(
-        operandShardings, resultShardings, iterators, maps);
-    SmallVector<shard::GridAxis> reduced = shard::getReductionGridAxes(iterators, axes);
-    if (!reduced.empty() && l.getBias())
-      return op->emitOpError() << "a row-parallel linear with a bias is not partitioned by "
-                                  "shard-partition (the bias would be added on every rank)";
-    OperationState state(op->getLoc(), op->getName());
-    state.addOperands(partitionedOperands);
-    state.addAttributes(op->getAttrs());
-    state.addTypes(shard::shardType(l.getType(), grid, resultSharding));
-    Value result = builder.create(state)->getResult(0);
-    if (!reduced.empty())
-      result = shard::AllReduceOp::create(builder, op->getLoc(), result, grid.getSymName(),
-                                          reduced, shard::ReductionKind::Sum)
-                   .getResult();
-    partitionMap.map(op->getResult(0), result);
-    partitionMap.map(op, result.getDefiningOp());
-    return success();
-  }
-};
-
 /// The first sharding of `op`'s results, else of its operands, that names
 /// a grid (null when every value is whole).
 shard::Sharding anySharding(ArrayRef<shard::Sharding> resultShardings,
@@ -218,6 +148,60 @@ LogicalResult partitionLocal(const Model &model, Operation *op, ArrayRef<Value> 
   map.map(op, local);
   return success();
 }
+
+/// llm.linear as a matmul over loops (leading dims..., out, in).
+struct LinearShardingModel
+    : public shard::ShardingInterface::ExternalModel<LinearShardingModel, LinearOp> {
+  static int64_t leading(Operation *op) {
+    return cast<RankedTensorType>(op->getOperand(0).getType()).getRank() - 1;
+  }
+
+  SmallVector<utils::IteratorType> getLoopIteratorTypes(Operation *op) const {
+    SmallVector<utils::IteratorType> types(size_t(leading(op) + 1),
+                                           utils::IteratorType::parallel);
+    types.push_back(utils::IteratorType::reduction);
+    return types;
+  }
+
+  SmallVector<AffineMap> getIndexingMaps(Operation *op) const {
+    auto l = cast<LinearOp>(op);
+    MLIRContext *ctx = op->getContext();
+    int64_t n = leading(op);
+    SmallVector<AffineExpr> lead;
+    for (int64_t i = 0; i < n; ++i)
+      lead.push_back(getAffineDimExpr(unsigned(i), ctx));
+    AffineExpr out = getAffineDimExpr(unsigned(n), ctx), in = getAffineDimExpr(unsigned(n + 1), ctx);
+    unsigned dims = unsigned(n + 2);
+    SmallVector<AffineExpr> x(lead), y(lead);
+    x.push_back(in);
+    y.push_back(out);
+    SmallVector<AffineMap> maps = {AffineMap::get(dims, 0, x, ctx)};
+    maps.push_back(l.getTransposed() ? AffineMap::get(dims, 0, {in, out}, ctx)
+                                     : AffineMap::get(dims, 0, {out, in}, ctx));
+    if (l.getBias())
+      maps.push_back(AffineMap::get(dims, 0, {out}, ctx));
+    maps.push_back(AffineMap::get(dims, 0, y, ctx));
+    return maps;
+  }
+
+  /// The local linear on the partitioned operands; when the input features
+  /// are split, its outputs are partial sums, all-reduced over those axes
+  /// (Megatron's row-parallel linear).
+  LogicalResult partition(Operation *op, ArrayRef<Value> operands,
+                          ArrayRef<shard::Sharding> operandShardings,
+                          ArrayRef<shard::Sharding> resultShardings, IRMapping &map,
+                          SymbolTableCollection &symbolTable, OpBuilder &builder) const {
+    size_t n = size_t(leading(op));
+    if (cast<LinearOp>(op).getBias() &&
+        splitOver(op, operandShardings, resultShardings, getLoopIteratorTypes(op),
+                  getIndexingMaps(op), symbolTable, unsigned(n + 1)) > 1)
+      return op->emitOpError() << "a row-parallel linear with a bias is not partitioned by "
+                                  "shard-partition (the bias would be added on every rank)";
+    return partitionLocal(*this, op, operands, operandShardings, resultShardings, map,
+                          symbolTable, builder, {}, "",
+                          [&](unsigned) { return LoopRange{n + 1, n + 2}; });
+  }
+};
 
 /// Attention (forward or backward) over loops (batch, query, heads, key) on
 /// this rank's heads; a sequence split is refused (context parallelism).
@@ -894,8 +878,11 @@ struct ParamShardingModel
                           ArrayRef<shard::Sharding> resultShardings, IRMapping &map,
                           SymbolTableCollection &symbolTable, OpBuilder &builder) const {
     shard::Sharding sh = resultShardings.front();
-    if (!sh)
-      return op->emitOpError() << "has no result sharding to partition with";
+    if (!sh) { // unused: whole
+      map.map(op, cloneLocal(op, operands, operandShardings, {}, symbolTable, builder));
+      map.map(op->getResult(0), map.lookup(op)->getResult(0));
+      return success();
+    }
     shard::GridOp grid = shard::getGrid(op, sh.getGridAttr(), symbolTable);
     SmallVector<std::pair<int64_t, shard::GridAxesAttr>> split;
     for (auto [dim, axes] : llvm::enumerate(sh.getSplitAxes()))
