@@ -3,6 +3,7 @@
 #include "llmopt-runtime/fused_library.h"
 #include "llmopt-runtime/sha256.h"
 
+#include <cuda_runtime_api.h>
 #include <dlfcn.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -118,7 +119,12 @@ bool FusedLibrary::load(const std::string &planDir, const std::string &sm,
                          "(set LLMOPT_CACHE_DIR)";
     return false;
   }
-  file = dir + "/fused-" + digest.substr(0, 16) + "-sm" + sm + ".so";
+  // Named by what the library depends on: the source, nvcc's flags and the
+  // CUDA runtime this llm-run was built with (the library links it shared;
+  // a cache kept across a CUDA upgrade must not serve the old build).
+  std::string flags = " -O3 -std=c++17 -shared -Xcompiler -fPIC -cudart shared";
+  std::string key = sha256Hex(digest + flags + " cudart " + std::to_string(CUDART_VERSION));
+  file = dir + "/fused-" + key.substr(0, 16) + "-sm" + sm + ".so";
   if (access(file.c_str(), R_OK) != 0) {
     std::string nvcc = findNvcc();
     if (nvcc.empty()) {
@@ -147,8 +153,7 @@ bool FusedLibrary::load(const std::string &planDir, const std::string &sm,
         return false;
       }
     }
-    std::string cmd = quote(nvcc) + " -O3 -std=c++17 -shared -Xcompiler -fPIC -cudart shared" +
-                      " -gencode arch=compute_" + sm + ",code=sm_" + sm + " -o " + quote(lib) +
+    std::string cmd = quote(nvcc) + flags + " -gencode arch=compute_" + sm + ",code=sm_" + sm + " -o " + quote(lib) +
                       " " + quote(cu) + " > " + quote(log) + " 2>&1";
     int rc = std::system(cmd.c_str());
     if (rc != 0) {
