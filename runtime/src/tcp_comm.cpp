@@ -293,33 +293,115 @@ public:
         index = int(i);
   }
 
+  // Collectives exchange blocks directly between the group's members: each
+  // rank sends and receives about the data once per phase (a reduce-scatter
+  // then an all-gather for an all-reduce), never the whole buffer to every
+  // member. Sums add the members' blocks in group order starting from zero,
+  // so every rank (and every run) gets the same bits.
+
   bool allReduce(const std::string &axis, float *data, int64_t count, bool average,
                  std::string &error) override {
-    std::vector<int> g = group(axis);
-    if (g.size() <= 1)
+    Group g = groupOf(axis);
+    if (g.n <= 1)
       return true;
-    uint32_t channel = channelOf(axis);
-    int32_t tag = int32_t(counter[channel]++ & 0x7fffffff);
-    size_t bytes = size_t(count) * sizeof(float);
-    for (int r : g)
-      if (r != rank_)
-        post(r, channel, tag, data, bytes);
-    // Sum in group order: every rank adds the same numbers in the same order.
-    std::vector<float> sum(size_t(count), 0.0f), part;
-    for (int r : g) {
-      const float *x = data;
-      if (r != rank_) {
-        if (!take(r, channel, tag, part, bytes, error))
-          return false;
-        x = part.data();
-      }
-      for (int64_t i = 0; i < count; ++i)
-        sum[size_t(i)] += x[i];
+    int32_t scatter = g.nextTag(counter), gather = g.nextTag(counter);
+    auto chunk = [&](int j) { return shardChunk(count, g.n, j); };
+    for (int j = 0; j < g.n; ++j)
+      if (j != g.me)
+        post(g.ranks[size_t(j)], g.channel, scatter, data + chunk(j).begin,
+             size_t(chunk(j).size()) * sizeof(float));
+    Chunk mine = chunk(g.me);
+    std::vector<float> sum;
+    if (!sumInOrder(g, scatter, data + mine.begin, mine.size(), sum, error))
+      return false;
+    if (average)
+      for (float &v : sum)
+        v *= 1.0f / float(g.n);
+    std::copy(sum.begin(), sum.end(), data + mine.begin);
+    for (int j = 0; j < g.n; ++j)
+      if (j != g.me)
+        post(g.ranks[size_t(j)], g.channel, gather, sum.data(), sum.size() * sizeof(float));
+    return gatherFrom(g, gather, chunk, data, error);
+  }
+
+  bool allGatherBlocks(const std::string &axis, const float *mine, float *all, int64_t count,
+                       std::string &error) override {
+    Group g = groupOf(axis);
+    std::copy(mine, mine + count, all + count * g.me);
+    if (g.n <= 1)
+      return true;
+    int32_t tag = g.nextTag(counter);
+    for (int j = 0; j < g.n; ++j)
+      if (j != g.me)
+        post(g.ranks[size_t(j)], g.channel, tag, mine, size_t(count) * sizeof(float));
+    return gatherFrom(g, tag, [&](int i) { return Chunk{count * i, count * (i + 1)}; }, all,
+                      error);
+  }
+
+  bool reduceScatterBlocks(const std::string &axis, const float *all, float *mine,
+                           int64_t count, std::string &error) override {
+    Group g = groupOf(axis);
+    if (g.n <= 1) {
+      std::copy(all, all + count, mine);
+      return true;
     }
-    float scale = average ? 1.0f / float(g.size()) : 1.0f;
-    for (int64_t i = 0; i < count; ++i)
-      data[i] = average ? sum[size_t(i)] * scale : sum[size_t(i)];
+    int32_t tag = g.nextTag(counter);
+    for (int j = 0; j < g.n; ++j)
+      if (j != g.me)
+        post(g.ranks[size_t(j)], g.channel, tag, all + count * j, size_t(count) * sizeof(float));
+    std::vector<float> sum;
+    if (!sumInOrder(g, tag, all + count * g.me, count, sum, error))
+      return false;
+    std::copy(sum.begin(), sum.end(), mine);
     return true;
+  }
+
+  bool allToAllBlocks(const std::string &axis, const float *send, float *recv, int64_t count,
+                      std::string &error) override {
+    Group g = groupOf(axis);
+    std::copy(send + count * g.me, send + count * (g.me + 1), recv + count * g.me);
+    if (g.n <= 1)
+      return true;
+    int32_t tag = g.nextTag(counter);
+    for (int j = 0; j < g.n; ++j)
+      if (j != g.me)
+        post(g.ranks[size_t(j)], g.channel, tag, send + count * j, size_t(count) * sizeof(float));
+    return gatherFrom(g, tag, [&](int i) { return Chunk{count * i, count * (i + 1)}; }, recv,
+                      error);
+  }
+
+  bool reduceScatter(const std::string &axis, float *data, int64_t count, bool average,
+                     std::string &error) override {
+    Group g = groupOf(axis);
+    if (g.n <= 1)
+      return true;
+    int32_t tag = g.nextTag(counter);
+    for (int j = 0; j < g.n; ++j) {
+      Chunk c = shardChunk(count, g.n, j);
+      if (j != g.me)
+        post(g.ranks[size_t(j)], g.channel, tag, data + c.begin, size_t(c.size()) * sizeof(float));
+    }
+    Chunk mine = shardChunk(count, g.n, g.me);
+    std::vector<float> sum;
+    if (!sumInOrder(g, tag, data + mine.begin, mine.size(), sum, error))
+      return false;
+    for (size_t i = 0; i < sum.size(); ++i)
+      data[mine.begin + int64_t(i)] = average ? sum[i] * (1.0f / float(g.n)) : sum[i];
+    return true;
+  }
+
+  bool allGather(const std::string &axis, float *data, int64_t count,
+                 std::string &error) override {
+    Group g = groupOf(axis);
+    if (g.n <= 1)
+      return true;
+    int32_t tag = g.nextTag(counter);
+    Chunk mine = shardChunk(count, g.n, g.me);
+    for (int j = 0; j < g.n; ++j)
+      if (j != g.me)
+        post(g.ranks[size_t(j)], g.channel, tag, data + mine.begin,
+             size_t(mine.size()) * sizeof(float));
+    return gatherFrom(g, tag, [&](int i) { return shardChunk(count, g.n, i); }, data, error);
   }
 
   bool send(int peer, int tag, const float *data, int64_t count, std::string &error) override {
@@ -417,6 +499,63 @@ private:
         l->cv.notify_all();
       }
     });
+  }
+
+  /// A collective's group: its world ranks in axis order, this rank's
+  /// index, and the channel whose count tags the collective's frames.
+  struct Group {
+    std::vector<int> ranks;
+    int n = 1, me = 0;
+    uint32_t channel = 0;
+    int32_t nextTag(std::map<uint32_t, uint64_t> &counters) const {
+      return int32_t(counters[channel]++ & 0x7fffffff);
+    }
+  };
+  Group groupOf(const std::string &axis) const {
+    Group g;
+    g.ranks = group(axis);
+    g.n = int(g.ranks.size());
+    for (int i = 0; i < g.n; ++i)
+      if (g.ranks[size_t(i)] == rank_)
+        g.me = i;
+    g.channel = channelOf(axis);
+    return g;
+  }
+
+  /// 0 + block 0 + block 1 + ... over the group's members, in group order:
+  /// this rank's block is `own`, the others' arrive tagged `tag`.
+  bool sumInOrder(const Group &g, int32_t tag, const float *own, int64_t count,
+                  std::vector<float> &sum, std::string &error) {
+    sum.assign(size_t(count), 0.0f);
+    std::vector<float> part;
+    for (int i = 0; i < g.n; ++i) {
+      const float *x = own;
+      if (i != g.me) {
+        if (!take(g.ranks[size_t(i)], g.channel, tag, part, size_t(count) * sizeof(float),
+                  error))
+          return false;
+        x = part.data();
+      }
+      for (int64_t k = 0; k < count; ++k)
+        sum[size_t(k)] += x[k];
+    }
+    return true;
+  }
+
+  /// The other members' blocks, tagged `tag`, into `out` at `at(i)`.
+  template <typename At>
+  bool gatherFrom(const Group &g, int32_t tag, At at, float *out, std::string &error) {
+    std::vector<float> part;
+    for (int i = 0; i < g.n; ++i) {
+      if (i == g.me)
+        continue;
+      Chunk c = at(i);
+      if (!take(g.ranks[size_t(i)], g.channel, tag, part, size_t(c.size()) * sizeof(float),
+                error))
+        return false;
+      std::copy(part.begin(), part.end(), out + c.begin);
+    }
+    return true;
   }
 
   void post(int r, uint32_t channel, int32_t tag, const void *data, size_t bytes) {
