@@ -257,10 +257,16 @@ bool CpuExecutor::runRingAttention(const Instruction &ins, Communicator &comm,
   int prev = rank + (((index + parts - 1) % parts) - index) * tpSize;
   const int kRingTag = 32000;
   int64_t kvCount = kb.elements, rows = a.batch * a.heads * a.seq;
-  auto shift = [&](std::vector<std::vector<float>> &blocks) {
-    for (std::vector<float> &blk : blocks)
-      if (!comm.send(next, kRingTag, blk.data(), int64_t(blk.size()), error))
+  // Sends copy their data and do not block, so a block goes to the next rank
+  // before this rank computes on it: the transfer overlaps the computation,
+  // and the previous rank's block is received (into the same buffer) after.
+  auto sendOn = [&](std::vector<float> *const *blocks, size_t n) {
+    for (size_t i = 0; i < n; ++i)
+      if (!comm.send(next, kRingTag, blocks[i]->data(), int64_t(blocks[i]->size()), error))
         return false;
+    return true;
+  };
+  auto receive = [&](std::vector<std::vector<float>> &blocks) {
     for (std::vector<float> &blk : blocks)
       if (!comm.recv(prev, kRingTag, blk.data(), int64_t(blk.size()), error))
         return false;
@@ -273,7 +279,10 @@ bool CpuExecutor::runRingAttention(const Instruction &ins, Communicator &comm,
         std::vector<float>(data(kb), data(kb) + kvCount),
         std::vector<float>(data(ins.ins[bwd ? 3 : 2]), data(ins.ins[bwd ? 3 : 2]) + kvCount)};
     std::vector<float> ob(static_cast<size_t>(q.elements)), lb(static_cast<size_t>(rows));
+    std::vector<float> *kvs[] = {&kv[0], &kv[1]};
     for (int i = 0; i < parts; ++i) {
+      if (i + 1 < parts && !sendOn(kvs, 2))
+        return false;
       std::vector<int32_t> kPos = positions((index - i + parts) % parts);
       a.kPos = kPos.data();
       k::attentionForward(data(q), kv[0].data(), kv[1].data(), ob.data(), lb.data(), a);
@@ -291,7 +300,7 @@ bool CpuExecutor::runRingAttention(const Instruction &ins, Communicator &comm,
               out[size_t(o + d)] = out[size_t(o + d)] * wa + ob[size_t(o + d)] * wb;
             lse[r] = l;
           }
-      if (i + 1 < parts && !shift(kv))
+      if (i + 1 < parts && !receive(kv))
         return false;
     }
   }
@@ -307,7 +316,12 @@ bool CpuExecutor::runRingAttention(const Instruction &ins, Communicator &comm,
       std::vector<float>(size_t(kvCount), 0.0f), std::vector<float>(size_t(kvCount), 0.0f)};
   std::vector<float> dq(static_cast<size_t>(q.elements), 0.0f), dqb(static_cast<size_t>(q.elements)),
       dkb(static_cast<size_t>(kvCount)), dvb(static_cast<size_t>(kvCount));
+  std::vector<float> *keysValues[] = {&blk[0], &blk[1]}, *grads[] = {&blk[2], &blk[3]};
   for (int i = 0; i < parts; ++i) {
+    // Keys and values travel on before the computation, their gradients
+    // after it (this rank adds its part first).
+    if (!sendOn(keysValues, 2))
+      return false;
     std::vector<int32_t> kPos = positions((index - i + parts) % parts);
     a.kPos = kPos.data();
     k::attentionBackward(data(ins.ins[0]), data(q), blk[0].data(), blk[1].data(), out.data(),
@@ -318,7 +332,7 @@ bool CpuExecutor::runRingAttention(const Instruction &ins, Communicator &comm,
       blk[2][size_t(j)] += dkb[size_t(j)];
       blk[3][size_t(j)] += dvb[size_t(j)];
     }
-    if (!shift(blk))
+    if (!sendOn(grads, 2) || !receive(blk))
       return false;
   }
   std::copy(dq.begin(), dq.end(), data(ins.outs[0]));
