@@ -61,4 +61,11 @@ void fakeQuantizeFp8(const float *x, float *y, int64_t n, Fp8 format, float amax
     y[i] = roundToFp8(x[i] * scale, format) / scale;
 }
 
+void fakeQuantizeFp8Rows(const float *x, float *y, int64_t rows, int64_t cols, Fp8 format,
+                         const float *amax) {
+  for (int64_t r = 0; r < rows; ++r)
+    fakeQuantizeFp8(x + r * cols, y + r * cols, cols, format,
+                    amax ? amax[r] : absMax(x + r * cols, cols));
+}
+
 } // namespace llmopt::kernels::cpu

@@ -254,73 +254,127 @@ static int64_t usedRows(const float *a, const float *b, int64_t rows, int64_t co
   return 0;
 }
 
-void moeExpertsForward(const float *x, const float *const *weights, float *out,
-                       const MoEExpertShape &s) {
-  int64_t cap = s.capacity;
-  std::vector<float> h(size_t(cap * s.ffn)), u, a(size_t(cap * s.ffn));
-  if (s.swiglu)
-    u.resize(size_t(cap * s.ffn));
-  for (int64_t e = 0; e < s.experts; ++e) {
-    const float *xe = x + e * cap * s.hidden;
-    int64_t rows = usedRows(xe, nullptr, cap, s.hidden);
-    std::fill(out + (e * cap + rows) * s.hidden, out + (e + 1) * cap * s.hidden, 0.0f);
-    const float *w1 = weights[0] + e * s.ffn * s.hidden;
-    linearForward(xe, w1, nullptr, h.data(), rows, s.hidden, s.ffn, false);
-    if (s.swiglu) {
-      const float *w3 = weights[1] + e * s.ffn * s.hidden;
-      linearForward(xe, w3, nullptr, u.data(), rows, s.hidden, s.ffn, false);
-      swigluForward(h.data(), u.data(), a.data(), rows * s.ffn);
-    } else {
-      geluForward(h.data(), a.data(), rows * s.ffn, false);
-    }
-    const float *w2 = weights[s.swiglu ? 2 : 1] + e * s.hidden * s.ffn;
-    linearForward(a.data(), w2, nullptr, out + e * cap * s.hidden, rows, s.ffn, s.hidden,
-                  false);
+namespace {
+/// The experts' fp8 inputs (MoEExpertShape::fp8): rounded copies of one
+/// expert's GEMM operands, or the operands themselves without fp8.
+struct Fp8Inputs {
+  const MoEExpertShape &s;
+  /// Weight `wi` of expert e (n elements at `w`), E4M3 per tensor.
+  const float *weight(const float *w, int wi, int64_t e, int64_t n,
+                      std::vector<float> &buf) const {
+    if (!s.fp8)
+      return w;
+    buf.resize(size_t(n));
+    fakeQuantizeFp8(w, buf.data(), n, Fp8::E4M3,
+                    s.weightAmax ? s.weightAmax[wi * s.experts + e] : absMax(w, n));
+    return buf.data();
+  }
+  /// rows x cols activations (or gradients, `grad`) per row; `ffn`: the
+  /// columns are the ffn, whose rows' amaxes are made whole over the ranks
+  /// splitting it.
+  bool quantize(const float *x, int64_t rows, int64_t cols, bool grad, bool ffn,
+            std::vector<float> &buf, const float *&out) const {
+    out = x;
+    if (!s.fp8)
+      return true;
+    std::vector<float> amax(static_cast<size_t>(rows));
+    for (int64_t r = 0; r < rows; ++r)
+      amax[size_t(r)] = absMax(x + r * cols, cols);
+    if (ffn && s.rowAmax && !s.rowAmax(s.rowAmaxContext, amax.data(), rows))
+      return false;
+    buf.resize(size_t(rows * cols));
+    fakeQuantizeFp8Rows(x, buf.data(), rows, cols, grad && s.fp8 == 2 ? Fp8::E5M2 : Fp8::E4M3,
+                        amax.data());
+    out = buf.data();
+    return true;
+  }
+};
+
+/// One expert's hidden activations h (and u) and a on its used rows, from
+/// its (rounded) rows and weights.
+void expertHidden(const float *xq, const float *w1, const float *w3, float *h, float *u,
+                  float *a, int64_t rows, const MoEExpertShape &s) {
+  linearForward(xq, w1, nullptr, h, rows, s.hidden, s.ffn, false);
+  if (s.swiglu) {
+    linearForward(xq, w3, nullptr, u, rows, s.hidden, s.ffn, false);
+    swigluForward(h, u, a, rows * s.ffn);
+  } else {
+    geluForward(h, a, rows * s.ffn, false);
   }
 }
+} // namespace
 
-void moeExpertsBackward(const float *dout, const float *x, const float *const *weights,
+bool moeExpertsForward(const float *x, const float *const *weights, float *out,
+                       const MoEExpertShape &s) {
+  int64_t cap = s.capacity, f = s.ffn, wn = f * s.hidden;
+  std::vector<float> h(size_t(cap * f)), u, a(size_t(cap * f)), xb, ab, w1b, w3b, w2b;
+  if (s.swiglu)
+    u.resize(size_t(cap * f));
+  Fp8Inputs q{s};
+  int down = s.swiglu ? 2 : 1;
+  for (int64_t e = 0; e < s.experts; ++e) {
+    const float *xe = x + e * cap * s.hidden, *xq = nullptr, *aq = nullptr;
+    int64_t rows = usedRows(xe, nullptr, cap, s.hidden);
+    std::fill(out + (e * cap + rows) * s.hidden, out + (e + 1) * cap * s.hidden, 0.0f);
+    if (!q.quantize(xe, rows, s.hidden, false, false, xb, xq))
+      return false;
+    expertHidden(xq, q.weight(weights[0] + e * wn, 0, e, wn, w1b),
+                 s.swiglu ? q.weight(weights[1] + e * wn, 1, e, wn, w3b) : nullptr, h.data(),
+                 u.data(), a.data(), rows, s);
+    if (!q.quantize(a.data(), rows, f, false, true, ab, aq))
+      return false;
+    linearForward(aq, q.weight(weights[down] + e * wn, down, e, wn, w2b), nullptr,
+                  out + e * cap * s.hidden, rows, f, s.hidden, false);
+  }
+  return true;
+}
+
+bool moeExpertsBackward(const float *dout, const float *x, const float *const *weights,
                         float *dx, float *const *dweights, const MoEExpertShape &s) {
-  int64_t cap = s.capacity, f = s.ffn;
+  int64_t cap = s.capacity, f = s.ffn, wn = f * s.hidden;
   std::vector<float> h(size_t(cap * f)), u, a(size_t(cap * f)), da(size_t(cap * f)),
-      dh(size_t(cap * f)), du, dxu;
+      dh(size_t(cap * f)), du, dxu, xb, ab, gb, dhb, dub, w1b, w3b, w2b;
   if (s.swiglu) {
     u.resize(size_t(cap * f));
     du.resize(size_t(cap * f));
     dxu.resize(size_t(cap * s.hidden));
   }
+  Fp8Inputs q{s};
+  int down = s.swiglu ? 2 : 1;
   for (int64_t e = 0; e < s.experts; ++e) {
-    const float *xe = x + e * cap * s.hidden;
-    int64_t rows = usedRows(xe, dout + e * cap * s.hidden, cap, s.hidden);
+    const float *xe = x + e * cap * s.hidden, *ge = dout + e * cap * s.hidden;
+    int64_t rows = usedRows(xe, ge, cap, s.hidden);
     std::fill(dx + (e * cap + rows) * s.hidden, dx + (e + 1) * cap * s.hidden, 0.0f);
-    const float *w1 = weights[0] + e * f * s.hidden;
-    const float *w3 = s.swiglu ? weights[1] + e * f * s.hidden : nullptr;
-    int w2i = s.swiglu ? 2 : 1;
-    const float *w2 = weights[w2i] + e * s.hidden * f;
+    const float *xq = nullptr, *aq = nullptr, *gq = nullptr, *dhq = nullptr, *duq = nullptr;
+    const float *w1 = q.weight(weights[0] + e * wn, 0, e, wn, w1b);
+    const float *w3 = s.swiglu ? q.weight(weights[1] + e * wn, 1, e, wn, w3b) : nullptr;
+    const float *w2 = q.weight(weights[down] + e * wn, down, e, wn, w2b);
     // The expert's hidden activations are recomputed, not stored.
-    linearForward(xe, w1, nullptr, h.data(), rows, s.hidden, f, false);
-    if (s.swiglu) {
-      linearForward(xe, w3, nullptr, u.data(), rows, s.hidden, f, false);
-      swigluForward(h.data(), u.data(), a.data(), rows * f);
-    } else {
-      geluForward(h.data(), a.data(), rows * f, false);
-    }
-    linearBackward(dout + e * cap * s.hidden, a.data(), w2, da.data(),
-                   dweights[w2i] + e * s.hidden * f, nullptr, rows, f, s.hidden, false);
+    if (!q.quantize(xe, rows, s.hidden, false, false, xb, xq))
+      return false;
+    expertHidden(xq, w1, w3, h.data(), u.data(), a.data(), rows, s);
+    if (!q.quantize(a.data(), rows, f, false, true, ab, aq) ||
+        !q.quantize(ge, rows, s.hidden, true, false, gb, gq))
+      return false;
+    linearBackward(gq, aq, w2, da.data(), dweights[down] + e * wn, nullptr, rows, f, s.hidden,
+                   false);
     if (s.swiglu)
       swigluBackward(da.data(), h.data(), u.data(), dh.data(), du.data(), rows * f);
     else
       geluBackward(da.data(), h.data(), dh.data(), rows * f, false);
+    if (!q.quantize(dh.data(), rows, f, true, true, dhb, dhq) ||
+        (s.swiglu && !q.quantize(du.data(), rows, f, true, true, dub, duq)))
+      return false;
     float *dxe = dx + e * cap * s.hidden;
-    linearBackward(dh.data(), xe, w1, dxe, dweights[0] + e * f * s.hidden, nullptr, rows,
-                   s.hidden, f, false);
+    linearBackward(dhq, xq, w1, dxe, dweights[0] + e * wn, nullptr, rows, s.hidden, f, false);
     if (s.swiglu) {
-      linearBackward(du.data(), xe, w3, dxu.data(), dweights[1] + e * f * s.hidden, nullptr,
-                     rows, s.hidden, f, false);
+      linearBackward(duq, xq, w3, dxu.data(), dweights[1] + e * wn, nullptr, rows, s.hidden, f,
+                     false);
       for (int64_t i = 0; i < rows * s.hidden; ++i)
         dxe[i] += dxu[size_t(i)];
     }
   }
+  return true;
 }
 
 } // namespace llmopt::kernels::cpu

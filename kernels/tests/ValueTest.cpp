@@ -142,3 +142,46 @@ TEST(Value, ParallelInitializationIsTheSequentialOne) {
   EXPECT_NEAR(sum / double(n), 0.0, 1e-4);
   EXPECT_NEAR(std::sqrt(sq / double(n)), 0.02, 1e-4);
 }
+
+namespace {
+/// One fp8 SwiGLU expert (hidden 8, ffn 16) on `rows` (hidden values each)
+/// at capacity `cap`; returns its output rows.
+std::vector<float> fp8Expert(const std::vector<float> &rows, int64_t cap, int fp8) {
+  const int64_t h = 8, f = 16;
+  std::vector<float> x(size_t(cap * h), 0.0f), y(x.size());
+  std::copy(rows.begin(), rows.end(), x.begin());
+  std::vector<float> w1(size_t(f * h)), w3(w1.size()), w2(w1.size());
+  for (size_t i = 0; i < w1.size(); ++i) {
+    w1[i] = 0.1f * std::sin(float(i));
+    w3[i] = 0.1f * std::cos(float(i));
+    w2[i] = 0.1f * std::sin(0.5f * float(i) + 1);
+  }
+  const float *w[3] = {w1.data(), w3.data(), w2.data()};
+  llmopt::kernels::cpu::MoEExpertShape s{1, cap, h, f, true};
+  s.fp8 = fp8;
+  EXPECT_TRUE(llmopt::kernels::cpu::moeExpertsForward(x.data(), w, y.data(), s));
+  return y;
+}
+} // namespace
+
+// fp8 experts scale each row (token) by its own amax: a token's output is
+// the same whichever other tokens share its expert (expert parallelism's
+// all-to-all mixes different ranks' tokens into one expert's rows), and it
+// differs from the unrounded one.
+TEST(Value, Fp8ExpertRowsRoundOnTheirOwn) {
+  std::vector<float> a(16), b(24);
+  for (size_t i = 0; i < a.size(); ++i)
+    a[i] = std::sin(0.7f * float(i));
+  for (size_t i = 0; i < b.size(); ++i)
+    b[i] = 30.0f * std::cos(1.3f * float(i)); // much larger: a per-tensor scale would change
+  std::vector<float> ab(a);
+  ab.insert(ab.end(), b.begin(), b.end());
+  std::vector<float> alone = fp8Expert(a, 6, 1), shared = fp8Expert(ab, 6, 1),
+                     exact = fp8Expert(a, 6, 0);
+  EXPECT_EQ(std::vector<float>(alone.begin(), alone.begin() + 16),
+            std::vector<float>(shared.begin(), shared.begin() + 16));
+  EXPECT_NE(std::vector<float>(alone.begin(), alone.begin() + 16),
+            std::vector<float>(exact.begin(), exact.begin() + 16));
+  for (size_t i = 0; i < 16; ++i)
+    EXPECT_NEAR(alone[i], exact[i], 0.1 * std::abs(exact[i]) + 1e-3);
+}

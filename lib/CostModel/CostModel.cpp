@@ -359,11 +359,11 @@ struct Evaluator {
       double rows = T * l.topK * cf; // per rank after the all-to-all
       double perExpert = rows * c.ep / l.experts;
       double local = double(l.experts) / c.ep;
-      // The router and (as lowered: llm.moe_experts has no fp8 form yet)
-      // the experts' GEMMs stay 16-bit under fp8 recipes.
+      // The router stays 16-bit under fp8 recipes; the experts' GEMMs are
+      // fp8 as the linears'.
       g += gemm16(T, double(l.experts), h);
-      g += local * (gemm16(perExpert, f * (l.gatedMlp ? 2 : 1) / t, h) +
-                    gemm16(perExpert, h, f / t));
+      g += local * (gemm(perExpert, f * (l.gatedMlp ? 2 : 1) / t, h) +
+                    gemm(perExpert, h, f / t));
       mlpAct = rows * f / t;
       // Dispatch and combine all-to-alls forward, and again backward.
       double a2a = coll.allToAll(rows * h * actElt, c.ep, epPerNode);
@@ -401,7 +401,7 @@ struct Evaluator {
     double fWork = (l.gatedMlp ? 6.0 : 4.0) * mlpAct / T;
     double ropeWork = model.positions == 0 ? 4.0 * (q / t + kvLocal) : 0;
     // fp8: every GEMM input is scaled and cast (read 16-bit, write 8-bit).
-    double castWork = job.fp8 ? 3.0 * (2 * h + q / t + (l.isMoE() ? 0 : f / t)) : 0;
+    double castWork = job.fp8 ? 3.0 * (2 * h + q / t + f / t) : 0;
     double elem = memTime(T * (hWork + fWork + ropeWork + castWork) * actElt / 2);
 
     lc.fwd = g + attnFwd + elem;

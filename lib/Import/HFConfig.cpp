@@ -844,7 +844,8 @@ private:
                        InitKind::normal, c.initStd);
       Value y = MoEExpertsOp::create(
           b, loc, rows, d, ValueRange{w1, w3, w2},
-          ExpertActivationAttr::get(b.getContext(), ExpertActivation::swiglu));
+          ExpertActivationAttr::get(b.getContext(), ExpertActivation::swiglu),
+          /*gemm=*/TypeAttr());
       m = MoECombineOp::create(b, loc, act(c.hidden), y, router.getWeights(),
                                router.getIndices());
     } else {

@@ -449,6 +449,18 @@ bool CpuExecutor::startScatter(PendingScatter p, const std::string &axis, Commun
                                        int64_t(q.mine.size()), q.handle, error);
 }
 
+/// `x` made the maximum over each of the comma-separated mesh axes `axes`.
+static bool allReduceMaxOver(Communicator &comm, const std::string &axes, float *x, int64_t n,
+                             std::string &error) {
+  for (size_t at = 0; at < axes.size();) {
+    size_t end = std::min(axes.find(',', at), axes.size());
+    if (!comm.allReduceMax(axes.substr(at, end - at), x, n, error))
+      return false;
+    at = end + 1;
+  }
+  return true;
+}
+
 bool CpuExecutor::fp8Inputs(const Instruction &ins,
                             std::initializer_list<std::pair<const Buffer *, k::Fp8>> operands,
                             std::vector<std::vector<float>> &rounded, Communicator &comm,
@@ -465,13 +477,8 @@ bool CpuExecutor::fp8Inputs(const Instruction &ins,
   std::vector<float> amax;
   for (const auto &[b, format] : operands)
     amax.push_back(k::absMax(data(*b), b->elements));
-  std::string axes = ins.text("amax_axis");
-  for (size_t at = 0; at < axes.size();) {
-    size_t end = std::min(axes.find(',', at), axes.size());
-    if (!comm.allReduceMax(axes.substr(at, end - at), amax.data(), int64_t(amax.size()), error))
-      return false;
-    at = end + 1;
-  }
+  if (!allReduceMaxOver(comm, ins.text("amax_axis"), amax.data(), int64_t(amax.size()), error))
+    return false;
   size_t i = 0;
   for (const auto &[b, format] : operands) {
     // "e4m3": every operand in E4M3 (forward recipes).
@@ -1450,11 +1457,38 @@ bool CpuExecutor::runWide(const Instruction &ins, Communicator &comm, std::strin
         dw[i] = data(out[1 + i]);
       }
     }
-    if (fwd)
-      k::moeExpertsForward(data(x), w, data(out[0]), sh);
-    else
-      k::moeExpertsBackward(data(in[0]), data(x), w, data(out[0]), dw, sh);
-    return true;
+    // fp8: activations per row, each expert's weights per tensor; where the
+    // ffn is split (`amax_axis`), the weights' and the hidden rows' amaxes
+    // are the maxima over its ranks.
+    std::string recipe = ins.text("fp8"), axes = ins.text("amax_axis");
+    if (!recipe.empty() && recipe != (fwd ? "e4m3" : "hybrid")) {
+      error = std::string(ins.kernel->name) + ": fp8 recipe '" + recipe + "' (want " +
+              (fwd ? "e4m3" : "hybrid") + ")";
+      return false;
+    }
+    sh.fp8 = recipe.empty() ? 0 : fwd ? 1 : 2;
+    std::vector<float> weightAmax;
+    struct RowAmax {
+      Communicator &comm;
+      const std::string &axes;
+      std::string &error;
+    } rows{comm, axes, error};
+    if (sh.fp8 && !axes.empty()) {
+      int64_t per = sh.ffn * sh.hidden;
+      for (size_t i = 0; i < count; ++i)
+        for (int64_t e = 0; e < sh.experts; ++e)
+          weightAmax.push_back(k::absMax(w[i] + e * per, per));
+      if (!allReduceMaxOver(comm, axes, weightAmax.data(), int64_t(weightAmax.size()), error))
+        return false;
+      sh.weightAmax = weightAmax.data();
+      sh.rowAmax = [](void *c, float *amax, int64_t n) {
+        auto *r = static_cast<RowAmax *>(c);
+        return allReduceMaxOver(r->comm, r->axes, amax, n, r->error);
+      };
+      sh.rowAmaxContext = &rows;
+    }
+    return fwd ? k::moeExpertsForward(data(x), w, data(out[0]), sh)
+               : k::moeExpertsBackward(data(in[0]), data(x), w, data(out[0]), dw, sh);
   }
   case KernelId::TPSlice:
   case KernelId::TPUnslice: {

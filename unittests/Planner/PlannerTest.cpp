@@ -50,11 +50,11 @@ ModelDesc llama(int layers, int64_t h, int64_t heads, int64_t kv, int64_t ffn,
   return m;
 }
 
-/// fp8 speeds up the GEMMs the lowering runs in fp8 (the layers' linears)
-/// and not the MoE experts', which llm.moe_experts runs in 16 bits: an MoE
-/// model whose GEMM time is mostly its experts gains far less than the
-/// dense model with the same attention and one expert's MLP.
-TEST(CostModel, Fp8SpeedsUpLinearsNotExperts) {
+/// fp8 speeds up the GEMMs the lowering runs in fp8, the layers' linears
+/// and the MoE experts': an MoE model whose GEMM time is mostly its experts
+/// gains about as much as the dense model with the same attention and one
+/// expert's MLP (with 16-bit experts it gained half as much).
+TEST(CostModel, Fp8SpeedsUpLinearsAndExperts) {
   ModelDesc dense = llama(4, 4096, 32, 8, 14336, 32000), moe = dense;
   for (LayerDesc &l : moe.layers) {
     l.experts = 8;
@@ -65,11 +65,11 @@ TEST(CostModel, Fp8SpeedsUpLinearsNotExperts) {
   ClusterSpec c = cluster("dgx-h100", 8);
   ParallelConfig cfg;
   cfg.dp = 8;
-  cfg.ep = 8;
   cfg.zero = 1;
   cfg.microBatch = 1;
   cfg.numMicroBatches = 1;
-  auto speedup = [&](const ModelDesc &m) {
+  auto speedup = [&](const ModelDesc &m, int ep) {
+    cfg.ep = ep;
     JobSpec j = job(8, 4096);
     PlanEval bf16 = evaluate(m, c, j, cfg);
     j.fp8 = true;
@@ -77,14 +77,9 @@ TEST(CostModel, Fp8SpeedsUpLinearsNotExperts) {
     EXPECT_TRUE(bf16.feasible() && fp8.feasible()) << bf16.detail << fp8.detail;
     return bf16.time.compute / fp8.time.compute;
   };
-  ParallelConfig dcfg = cfg;
-  double moeGain = speedup(moe);
-  cfg.ep = 1;
-  double denseGain = speedup(dense);
-  cfg = dcfg;
+  double denseGain = speedup(dense, 1), moeGain = speedup(moe, 8);
   EXPECT_GT(denseGain, 1.15);
-  EXPECT_LT(moeGain, 1.0 + (denseGain - 1.0) / 2);
-  EXPECT_GT(moeGain, 1.0) << "dense " << denseGain << " moe " << moeGain;
+  EXPECT_GT(moeGain, 1.0 + (denseGain - 1.0) * 0.8) << "dense " << denseGain;
 }
 
 TEST(Planner, ConstraintsParse) {

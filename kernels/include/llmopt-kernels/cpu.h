@@ -207,15 +207,34 @@ bool moeCombineBackward(const float *dout, const float *expertOut, const float *
 struct MoEExpertShape {
   int64_t experts = 1, capacity = 1, hidden = 1, ffn = 1;
   bool swiglu = true; ///< weights gate, up, down; else fc1, fc2 with exact GeLU
+  /// fp8 GEMM inputs (0: none; 1: forward, all E4M3; 2: backward, Transformer
+  /// Engine's hybrid recipe, gradients E5M2): activations and their
+  /// gradients scaled per row (each token its own scale, so that a row
+  /// rounds the same whichever tokens share its expert: the same bits under
+  /// expert parallelism as on one rank), each expert's weight per tensor.
+  int fp8 = 0;
+  /// With fp8: the amax of weight w of expert e at [w * experts + e] (the
+  /// whole tensor's, where the ffn is split over ranks); null: this rank's.
+  const float *weightAmax = nullptr;
+  /// With fp8 where the ffn is split over ranks: makes `n` per-row amaxes of
+  /// the hidden activations (or their gradients) the whole rows' (the
+  /// maximum over the ranks); false on failure. Null: the rows are whole.
+  bool (*rowAmax)(void *context, float *amax, int64_t n) = nullptr;
+  void *rowAmaxContext = nullptr;
 };
 /// Expert e's MLP on rows [e, :, :] of x; weights [experts, ffn, hidden]
 /// (gate / up / fc1) and [experts, hidden, ffn] (down / fc2), no biases, so
 /// zero rows stay zero. Backward writes dx, accumulates the weight
-/// gradients, and recomputes the hidden activations.
-void moeExpertsForward(const float *x, const float *const *weights, float *out,
+/// gradients, and recomputes the hidden activations. False only when
+/// `shape.rowAmax` fails.
+bool moeExpertsForward(const float *x, const float *const *weights, float *out,
                        const MoEExpertShape &shape);
-void moeExpertsBackward(const float *dout, const float *x, const float *const *weights,
+bool moeExpertsBackward(const float *dout, const float *x, const float *const *weights,
                         float *dx, float *const *dweights, const MoEExpertShape &shape);
+/// Each of `rows` rows of `x` (`cols` wide) rounded to fp8 with its own
+/// amax (`amax[r]`, or the row's own when null) into `y` (may alias `x`).
+void fakeQuantizeFp8Rows(const float *x, float *y, int64_t rows, int64_t cols, Fp8 format,
+                         const float *amax = nullptr);
 
 // --- optimizer (adamw.cpp) -------------------------------------------------------
 /// Sum of squares of a gradient buffer (the global norm is the square root of

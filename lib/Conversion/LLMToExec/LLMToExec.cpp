@@ -126,8 +126,12 @@ struct Converter {
   /// is taken over the axes that split its operands (tensor parallelism: the
   /// weight and some activations; context parallelism: the sequence).
   /// Fails for 16-bit GEMMs of a 32-bit model, which are not lowered.
+  /// `experts`: the weights of MoE experts, which scale activations per row
+  /// (no amax over the sequence's chunks) and need the amax over `tp` only
+  /// where tensor parallelism splits their ffn.
   LogicalResult gemmParams(Operation *op, std::optional<Type> gemm, StringRef recipe,
-                           SmallVectorImpl<NamedAttribute> &params) {
+                           SmallVectorImpl<NamedAttribute> &params,
+                           std::optional<ValueRange> experts = std::nullopt) {
     if (!gemm)
       return success();
     if (!isa<Float8E4M3FNType>(*gemm))
@@ -136,10 +140,23 @@ struct Converter {
                                   "backward uses f8E5M2 for gradients)";
     params.push_back(b.getNamedAttr("fp8", b.getStringAttr(recipe)));
     SmallVector<StringRef> axes;
-    if (vpParts > 1)
-      axes.push_back("tp");
-    if (cp > 1)
-      axes.push_back("cp");
+    if (experts) {
+      auto tpSplit = [](Value w) {
+        if (auto g = w.getDefiningOp<ZeroGatherOp>())
+          w = g.getParam();
+        auto p = w.getDefiningOp<ParamOp>();
+        auto shard = p ? p->getAttrOfType<DictionaryAttr>("llm.shard") : DictionaryAttr();
+        auto axis = shard ? shard.getAs<StringAttr>("axis") : StringAttr();
+        return axis && axis.getValue() == "tp";
+      };
+      if (llvm::any_of(*experts, tpSplit))
+        axes.push_back("tp");
+    } else {
+      if (vpParts > 1)
+        axes.push_back("tp");
+      if (cp > 1)
+        axes.push_back("cp");
+    }
     if (!axes.empty())
       params.push_back(b.getNamedAttr("amax_axis", b.getStringAttr(llvm::join(axes, ","))));
     return success();
@@ -525,18 +542,24 @@ LogicalResult Converter::convert(Operation *op) {
       .Case([&](MoEDispatchGradOp d) {
         return kernel(loc, "moe_dispatch_bwd", {d.getGrad(), d.getIndices()}, d.getResult());
       })
-      .Case([&](MoEExpertsOp e) {
+      .Case([&](MoEExpertsOp e) -> LogicalResult {
         SmallVector<Value> ins = {e.getInput()};
         llvm::append_range(ins, e.getWeights());
-        return kernel(loc, "moe_experts_fwd", ins, e.getResult(),
-                      {flag("swiglu", e.getActivation() == ExpertActivation::swiglu)});
+        SmallVector<NamedAttribute> params = {
+            flag("swiglu", e.getActivation() == ExpertActivation::swiglu)};
+        if (failed(gemmParams(e, e.getGemm(), "e4m3", params, e.getWeights())))
+          return failure();
+        return kernel(loc, "moe_experts_fwd", ins, e.getResult(), params);
       })
-      .Case([&](MoEExpertsGradOp e) {
+      .Case([&](MoEExpertsGradOp e) -> LogicalResult {
         SmallVector<Value> ins = {e.getGrad(), e.getInput()}, outs = {e.getInputGrad()};
         llvm::append_range(ins, e.getWeights());
         llvm::append_range(outs, e.getWeightGrads());
-        return kernel(loc, "moe_experts_bwd", ins, outs,
-                      {flag("swiglu", e.getActivation() == ExpertActivation::swiglu)});
+        SmallVector<NamedAttribute> params = {
+            flag("swiglu", e.getActivation() == ExpertActivation::swiglu)};
+        if (failed(gemmParams(e, e.getGemm(), "hybrid", params, e.getWeights())))
+          return failure();
+        return kernel(loc, "moe_experts_bwd", ins, outs, params);
       })
       .Case([&](MoECombineOp c) {
         return kernel(loc, "moe_combine_fwd", {c.getInput(), c.getWeights(), c.getIndices()},

@@ -889,6 +889,22 @@ func.func @moe_experts_dynamic_expert_count(%d: tensor<?x?x8xf32>, %w1: tensor<4
 
 // -----
 
+func.func @moe_experts_bf16_gemm(%d: tensor<4x?x8xf32>, %w1: tensor<4x16x8xf32>, %w2: tensor<4x8x16xf32>) {
+  // expected-error @+1 {{expert GEMMs take f8E4M3FN inputs (gradients E5M2), got 'bf16'}}
+  %y = llm.moe_experts %d, %w1, %w2 gelu gemm bf16 : tensor<4x?x8xf32>, tensor<4x16x8xf32>, tensor<4x8x16xf32>
+  return
+}
+
+// -----
+
+func.func @moe_experts_grad_e5m2_gemm(%g: tensor<4x2x8xf32>, %d: tensor<4x2x8xf32>, %w1: tensor<4x16x8xf32>, %w2: tensor<4x8x16xf32>) {
+  // expected-error @+1 {{expert GEMMs take f8E4M3FN inputs (gradients E5M2), got 'f8E5M2'}}
+  %dx, %dw1, %dw2 = llm.moe_experts_grad %g, %d, %w1, %w2 gelu gemm f8E5M2 : tensor<4x2x8xf32>, tensor<4x16x8xf32>, tensor<4x8x16xf32> -> tensor<4x16x8xf32>, tensor<4x8x16xf32>
+  return
+}
+
+// -----
+
 func.func @moe_experts_swiglu_with_two_weights(%d: tensor<4x?x8xf32>, %w1: tensor<4x16x8xf32>, %w2: tensor<4x8x16xf32>) {
   // expected-error @+1 {{swiglu experts take 3 weights, got 2}}
   %y = llm.moe_experts %d, %w1, %w2 swiglu : tensor<4x?x8xf32>, tensor<4x16x8xf32>, tensor<4x8x16xf32>

@@ -183,8 +183,9 @@ func.func @moe(%x: tensor<?x?x4096xbf16>) -> (tensor<?x?x4096xbf16>, tensor<?x?x
   %d0 = llm.moe_dispatch %x, %i2 capacity 0.0 : tensor<?x?x4096xbf16>, tensor<?x?x2xi64> -> tensor<8x?x4096xbf16>
   // CHECK: %[[E:.*]] = llm.moe_experts %[[D]], %[[W1]], %[[W3]], %[[W2]] swiglu : tensor<8x?x4096xbf16>, tensor<8x14336x4096xbf16>, tensor<8x14336x4096xbf16>, tensor<8x4096x14336xbf16>
   %e = llm.moe_experts %d, %w1, %w3, %w2 swiglu : tensor<8x?x4096xbf16>, tensor<8x14336x4096xbf16>, tensor<8x14336x4096xbf16>, tensor<8x4096x14336xbf16>
-  // CHECK: %[[G:.*]] = llm.moe_experts %[[D0]], %[[FC1]], %[[FC2]] gelu : tensor<8x?x4096xbf16>, tensor<8x1024x4096xbf16>, tensor<8x4096x1024xbf16>
-  %g = llm.moe_experts %d0, %fc1, %fc2 gelu : tensor<8x?x4096xbf16>, tensor<8x1024x4096xbf16>, tensor<8x4096x1024xbf16>
+  // fp8 experts.
+  // CHECK: %[[G:.*]] = llm.moe_experts %[[D0]], %[[FC1]], %[[FC2]] gelu gemm f8E4M3FN : tensor<8x?x4096xbf16>, tensor<8x1024x4096xbf16>, tensor<8x4096x1024xbf16>
+  %g = llm.moe_experts %d0, %fc1, %fc2 gelu gemm f8E4M3FN : tensor<8x?x4096xbf16>, tensor<8x1024x4096xbf16>, tensor<8x4096x1024xbf16>
   // CHECK: %[[C:.*]] = llm.moe_combine %[[E]], %[[P]], %[[I]] : tensor<8x?x4096xbf16>, tensor<?x?x2xf32>, tensor<?x?x2xi32> -> tensor<?x?x4096xbf16>
   %c = llm.moe_combine %e, %p, %i : tensor<8x?x4096xbf16>, tensor<?x?x2xf32>, tensor<?x?x2xi32> -> tensor<?x?x4096xbf16>
   // CHECK: return %[[C]], %[[P2]], %[[I2]], %[[G]]

@@ -139,6 +139,8 @@ LogicalResult MoEDispatchGradOp::verify() {
 }
 
 LogicalResult MoEExpertsGradOp::verify() {
+  if (std::optional<Type> gemm = getGemm(); gemm && !isa<Float8E4M3FNType>(*gemm))
+    return emitOpError() << "expert GEMMs take f8E4M3FN inputs (gradients E5M2), got " << *gemm;
   if (getWeights().size() != getWeightGrads().size())
     return emitOpError() << "needs one weight gradient per weight";
   for (auto [w, g] : llvm::zip(getWeights(), getWeightGrads()))

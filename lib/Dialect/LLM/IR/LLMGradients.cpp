@@ -193,7 +193,7 @@ LogicalResult MoEExpertsOp::emitGradient(OpBuilder &b, ArrayRef<Value> grads,
                                          SmallVectorImpl<Value> &out) {
   auto g = MoEExpertsGradOp::create(b, getLoc(), getInput().getType(),
                                     getWeights().getTypes(), grads[0], getInput(),
-                                    getWeights(), getActivationAttr());
+                                    getWeights(), getActivationAttr(), getGemmAttr());
   out.assign({g.getInputGrad()});
   llvm::append_range(out, g.getWeightGrads());
   return success();

@@ -449,7 +449,17 @@ int64_t MoEExpertsOp::getFfnSize() {
   return tensorType(getWeights().front()).getDimSize(1);
 }
 
+/// The experts' GEMM input type: fp8 E4M3 only.
+static LogicalResult verifyExpertGemm(Operation *op, std::optional<Type> gemm) {
+  if (gemm && !isa<Float8E4M3FNType>(*gemm))
+    return op->emitOpError() << "expert GEMMs take f8E4M3FN inputs (gradients E5M2), got "
+                             << *gemm;
+  return success();
+}
+
 LogicalResult MoEExpertsOp::verify() {
+  if (failed(verifyExpertGemm(*this, getGemm())))
+    return failure();
   RankedTensorType x = tensorType(getInput());
   if (x.getRank() != 3 || x.isDynamicDim(0) || x.isDynamicDim(2))
     return emitOpError()

@@ -285,14 +285,19 @@ struct LLMAutoParallelPass
     }
     module->setAttr("llm.plan_activation_bytes", b.getDenseI64ArrayAttr(activation));
     module->setAttr("llm.plan_in_flight", b.getDenseI64ArrayAttr(inFlight));
-    // fp8 jobs: the layers' linear GEMMs read fp8 (E4M3 forward); the LM head
-    // stays in 16 bits, as the cost model and Transformer Engine recipes
-    // have it.
+    // fp8 jobs: the layers' linear and expert GEMMs read fp8 (E4M3
+    // forward); the LM head and the MoE router stay in 16 bits, as the cost
+    // model and Transformer Engine recipes have it.
     if (job.fp8)
       module.walk([&](LayerOp layer) {
+        TypeAttr f8 = TypeAttr::get(b.getType<Float8E4M3FNType>());
         layer.walk([&](LinearOp l) {
           if (!l.getGemm())
-            l.setGemmAttr(TypeAttr::get(b.getType<Float8E4M3FNType>()));
+            l.setGemmAttr(f8);
+        });
+        layer.walk([&](MoEExpertsOp e) {
+          if (!e.getGemm())
+            e.setGemmAttr(f8);
         });
       });
   }

@@ -247,18 +247,20 @@ def LLM_MoEExpertsGradOp : LLM_CostOp<"moe_experts_grad", [Pure,
   let summary = "gradients of the expert MLPs";
   let description = [{
     Input and weight gradients of `llm.moe_experts`; the experts' hidden
-    activations are recomputed from `input`, not saved.
+    activations are recomputed from `input`, not saved. `gemm` as the
+    forward's (fp8: Transformer Engine's hybrid recipe, gradients E5M2).
     ```mlir
     %dx, %dw1, %dw3, %dw2 = llm.moe_experts_grad %g, %d, %w1, %w3, %w2 swiglu : tensor<4x8x32xf32>, tensor<4x48x32xf32>, tensor<4x48x32xf32>, tensor<4x32x48xf32> -> tensor<4x48x32xf32>, tensor<4x48x32xf32>, tensor<4x32x48xf32>
     ```
     Verified: one weight gradient per weight, of its type.
   }];
   let arguments = (ins LLM_Activation:$grad, LLM_Activation:$input,
-                       Variadic<LLM_Weight>:$weights, LLM_ExpertActivation:$activation);
+                       Variadic<LLM_Weight>:$weights, LLM_ExpertActivation:$activation,
+                       OptionalAttr<TypeAttr>:$gemm);
   let results = (outs LLM_Activation:$input_grad, Variadic<LLM_Weight>:$weight_grads);
   let assemblyFormat = [{
-    $grad `,` $input `,` $weights $activation attr-dict `:` type($input) `,` type($weights)
-    `->` type($weight_grads)
+    $grad `,` $input `,` $weights $activation (`gemm` $gemm^)? attr-dict `:` type($input) `,`
+    type($weights) `->` type($weight_grads)
   }];
 }
 

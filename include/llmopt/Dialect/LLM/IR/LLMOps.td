@@ -439,19 +439,25 @@ def LLM_MoEExpertsOp : LLM_DiffOp<"moe_experts", [Pure,
     down [E, hidden, ffn] (Mixtral's w1, w3, w2); with `gelu` they are
     fc1 [E, ffn, hidden] and fc2 [E, hidden, ffn].
 
+    `gemm f8E4M3FN` runs the experts' GEMMs on fp8 inputs: activations (and,
+    backward, their gradients in E5M2) scaled per row, so that a token
+    rounds the same whichever tokens share its expert, each expert's weight
+    per tensor.
+
     ```mlir
     %y = llm.moe_experts %d, %w1, %w3, %w2 swiglu : tensor<8x?x4096xbf16>, tensor<8x14336x4096xbf16>, tensor<8x14336x4096xbf16>, tensor<8x4096x14336xbf16>
+    %z = llm.moe_experts %d, %w1, %w3, %w2 swiglu gemm f8E4M3FN : tensor<8x?x4096xbf16>, tensor<8x14336x4096xbf16>, tensor<8x14336x4096xbf16>, tensor<8x4096x14336xbf16>
     ```
 
     Verified: three weights for `swiglu`, two for `gelu`; at least one
     expert and a positive ffn size; every weight is rank 3 with the input's
-    expert count, hidden size and one ffn size.
+    expert count, hidden size and one ffn size; `gemm` is f8E4M3FN.
   }];
   let arguments = (ins LLM_Activation:$input, Variadic<LLM_Weight>:$weights,
-                       LLM_ExpertActivation:$activation);
+                       LLM_ExpertActivation:$activation, OptionalAttr<TypeAttr>:$gemm);
   let results = (outs LLM_Activation:$result);
   let assemblyFormat = [{
-    $input `,` $weights $activation attr-dict `:` type($input) `,` type($weights)
+    $input `,` $weights $activation (`gemm` $gemm^)? attr-dict `:` type($input) `,` type($weights)
   }];
   let extraClassDeclaration = [{
     int64_t getNumExperts();
