@@ -17,6 +17,7 @@
 #include <cstdio>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <set>
 #include <tuple>
 
@@ -49,9 +50,11 @@ struct Problem {
   /// Strided batches (1: one product).
   int64_t batch = 1, strideA = 0, strideB = 0, strideD = 0;
   float alpha = 1;
+  /// B's type where it is not `ab` (fp8: E5M2 gradients times E4M3).
+  std::optional<cudaDataType_t> typeB;
   auto key() const {
     return std::make_tuple(int(ta), int(tb), m, n, k, lda, ldb, ldd, int(ab), int(d), bias, gelu,
-                           batch, strideA, strideB, strideD);
+                           batch, strideA, strideB, strideD, int(typeB.value_or(ab)));
   }
 };
 
@@ -174,12 +177,26 @@ public:
       error = "fp8 GEMMs take no bias here (add it separately)";
       return false;
     }
-    // y^T (out x n) = W^T-op (out x in) * x^T (in x n): A transposed, B not.
-    Problem p{CUBLAS_OP_T, CUBLAS_OP_N, s.out, s.n, s.in, s.in, s.in, s.out,
-              CUDA_R_8F_E4M3, s.type, bias != nullptr, false};
-    p.scaleA = wScaleInv;
-    p.scaleB = xScaleInv;
-    return run(p, wq, xq, y, bias, 0.0f, stream, error);
+    return fp8Product(xq, false, wq, false, xScaleInv, wScaleInv, y, s.n, s.in, s.out, s.type,
+                      0.0f, stream, error);
+  }
+
+  bool fp8Product(const uint8_t *aq, bool aE5M2, const uint8_t *bq, bool bE5M2,
+                  const float *aScaleInv, const float *bScaleInv, void *y, int64_t n, int64_t k,
+                  int64_t out, cudaDataType_t yType, float beta, cudaStream_t stream,
+                  std::string &error) override {
+    if (aE5M2 && bE5M2) {
+      error = "fp8 GEMMs take at most one E5M2 operand";
+      return false;
+    }
+    // y^T (out x n) = B-op (out x k) * A^T (k x n): cuBLASLt's A is our B,
+    // transposed; its B our A.
+    Problem p{CUBLAS_OP_T, CUBLAS_OP_N, out, n, k, k, k, out,
+              bE5M2 ? CUDA_R_8F_E5M2 : CUDA_R_8F_E4M3, yType, false, false};
+    p.typeB = aE5M2 ? CUDA_R_8F_E5M2 : CUDA_R_8F_E4M3;
+    p.scaleA = bScaleInv;
+    p.scaleB = aScaleInv;
+    return run(p, bq, aq, y, nullptr, beta, stream, error);
   }
 
   bool batched(const void *a, const void *b, void *c, const BatchedShape &s, cudaStream_t stream,
@@ -199,10 +216,11 @@ public:
 
   size_t cachedAlgorithms() const override { return algos.size(); }
 
-  // The file: a magic line, then per entry the problem key's 16 integers and
-  // the algorithm's 8 words, little-endian as in memory.
-  static constexpr char kMagic[] = "llm-opt cuBLASLt algorithms v1\n";
-  static constexpr size_t kKeyWords = 16;
+  // The file: a magic line, then per entry the problem key's 17 integers and
+  // the algorithm's 8 words, little-endian as in memory (v1 files, of 16
+  // key words, are not read).
+  static constexpr char kMagic[] = "llm-opt cuBLASLt algorithms v2\n";
+  static constexpr size_t kKeyWords = 17;
 
   bool loadAlgorithms(const std::string &path) override {
     std::ifstream f(path, std::ios::binary);
@@ -216,7 +234,7 @@ public:
       if (!f.read(reinterpret_cast<char *>(&algo), sizeof(algo)))
         return false; // truncated: use none of it
       Key k{int(w[0]), int(w[1]), w[2], w[3], w[4], w[5], w[6], w[7], int(w[8]), int(w[9]),
-            w[10] != 0, w[11] != 0, w[12], w[13], w[14], w[15]};
+            w[10] != 0, w[11] != 0, w[12], w[13], w[14], w[15], int(w[16])};
       loaded.emplace(k, algo);
     }
     for (auto &[k, a] : loaded)
@@ -236,7 +254,7 @@ public:
                                 std::get<6>(k),  std::get<7>(k),  std::get<8>(k),
                                 std::get<9>(k),  std::get<10>(k), std::get<11>(k),
                                 std::get<12>(k), std::get<13>(k), std::get<14>(k),
-                                std::get<15>(k)};
+                                std::get<15>(k), std::get<16>(k)};
         f.write(reinterpret_cast<const char *>(w), sizeof(w));
         f.write(reinterpret_cast<const char *>(&a), sizeof(a));
       }
@@ -360,7 +378,9 @@ private:
         check(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &p.tb, sizeof(p.tb)),
               "transb") &&
         check(cublasLtMatrixLayoutCreate(&la, p.ab, uint64_t(ar), uint64_t(ac), p.lda), "layout A") &&
-        check(cublasLtMatrixLayoutCreate(&lb, p.ab, uint64_t(br), uint64_t(bc), p.ldb), "layout B") &&
+        check(cublasLtMatrixLayoutCreate(&lb, p.typeB.value_or(p.ab), uint64_t(br), uint64_t(bc),
+                                         p.ldb),
+              "layout B") &&
         check(cublasLtMatrixLayoutCreate(&ld, p.d, uint64_t(p.m), uint64_t(p.n), p.ldd), "layout D");
     if (ok && p.batch > 1) {
       int32_t count = int32_t(p.batch);

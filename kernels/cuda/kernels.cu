@@ -553,6 +553,31 @@ __global__ void castFp8Kernel(const T *x, int64_t n, bool e5m2, uint8_t *out, co
     out[i] = __nv_cvt_float_to_fp8(ld(x + i) * scale, __NV_SATFINITE, e5m2 ? __NV_E5M2 : __NV_E4M3);
 }
 
+/// castFp8Kernel into the transpose: out[c * rows + r] = fp8(x[r * cols + c]),
+/// through 32 x 32 tiles of shared memory (reads and writes coalesced).
+template <typename T>
+__global__ void castFp8TransposedKernel(const T *x, int64_t rows, int64_t cols, bool e5m2,
+                                        uint8_t *out, const float *amax, float *scaleInv) {
+  __shared__ float tile[32][33];
+  float a = *amax, top = e5m2 ? 57344.0f : 448.0f;
+  float scale = a > 0.0f && isfinite(a) ? fminf(top / a, FLT_MAX) : 1.0f;
+  if (blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0 && threadIdx.y == 0)
+    *scaleInv = 1.0f / scale;
+  int64_t r0 = int64_t(blockIdx.y) * 32, c0 = int64_t(blockIdx.x) * 32;
+  for (int i = threadIdx.y; i < 32; i += blockDim.y) {
+    int64_t r = r0 + i, c = c0 + threadIdx.x;
+    if (r < rows && c < cols)
+      tile[i][threadIdx.x] = ld(x + r * cols + c);
+  }
+  __syncthreads();
+  for (int i = threadIdx.y; i < 32; i += blockDim.y) {
+    int64_t c = c0 + i, r = r0 + threadIdx.x;
+    if (r < rows && c < cols)
+      out[c * rows + r] = __nv_cvt_float_to_fp8(tile[threadIdx.x][i] * scale, __NV_SATFINITE,
+                                                e5m2 ? __NV_E5M2 : __NV_E4M3);
+  }
+}
+
 } // namespace
 
 #define LLMOPT_CUDA_DEFINE_FP8(T)                                                           \
@@ -565,6 +590,23 @@ __global__ void castFp8Kernel(const T *x, int64_t n, bool e5m2, uint8_t *out, co
     }                                                                                       \
     castFp8Kernel<<<gridFor(n), kThreads, 0, s>>>(x, n, e5m2, out,                          \
                                                   amaxOverride ? amaxOverride : amax, scaleInv); \
+    return cudaGetLastError();                                                              \
+  }                                                                                         \
+  cudaError_t quantizeFp8Transposed(const T *x, int64_t rows, int64_t cols, bool e5m2,      \
+                                    uint8_t *out, float *amax, float *scaleInv,             \
+                                    const float *amaxOverride, cudaStream_t s) {            \
+    int64_t n = rows * cols;                                                                \
+    if (n == 0)                                                                             \
+      return cudaSuccess;                                                                   \
+    if (!amaxOverride) {                                                                    \
+      if (cudaError_t e = cudaMemsetAsync(amax, 0, sizeof(float), s); e != cudaSuccess)     \
+        return e;                                                                           \
+      amaxKernel<<<std::min(gridFor(n), 1024u), kThreads, 0, s>>>(x, n, amax);              \
+    }                                                                                       \
+    dim3 grid(unsigned((cols + 31) / 32), unsigned((rows + 31) / 32)), block(32, 8);        \
+    castFp8TransposedKernel<<<grid, block, 0, s>>>(x, rows, cols, e5m2, out,                \
+                                                   amaxOverride ? amaxOverride : amax,      \
+                                                   scaleInv);                               \
     return cudaGetLastError();                                                              \
   }
 LLMOPT_CUDA_FOR_TYPES(LLMOPT_CUDA_DEFINE_FP8)

@@ -344,6 +344,59 @@ TEST(Cuda, AdamWFromDeviceNormAndStep) {
 } // namespace
 
 #include "llmopt-kernels/gemm.h"
+/// The fp8 linear's backward as the CUDA backend runs it (Transformer
+/// Engine's hybrid recipe): dy in E5M2, x and W in E4M3, per-tensor
+/// scaling; dx = dy W and dW = dy^T x as TN products of transposed copies
+/// (quantizeFp8Transposed: the transpose of quantizeFp8's bytes), against
+/// the CPU reference on the same rounded operands.
+TEST(Cuda, LinearFp8Backward) {
+  NEED_GPU();
+  int major = 0, minor = 0;
+  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0);
+  cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0);
+  if (major * 10 + minor < 89)
+    GTEST_SKIP() << "fp8 GEMMs need sm_89 / sm_90";
+  std::string error;
+  auto gemm = gpu::Gemm::create(error);
+  ASSERT_TRUE(gemm) << error;
+  const int64_t n = 32, in = 64, out = 48;
+  auto x = randomVec(n * in, 43), w = randomVec(in * out, 44, 0.1f), g = randomVec(n * out, 45);
+  std::vector<float> xq(x.size()), wq(w.size()), gq(g.size()), dx(n * in), dw(in * out, 0.0f);
+  cpu::fakeQuantizeFp8(x.data(), xq.data(), n * in, cpu::Fp8::E4M3, cpu::absMax(x.data(), n * in));
+  cpu::fakeQuantizeFp8(w.data(), wq.data(), in * out, cpu::Fp8::E4M3,
+                       cpu::absMax(w.data(), in * out));
+  cpu::fakeQuantizeFp8(g.data(), gq.data(), n * out, cpu::Fp8::E5M2,
+                       cpu::absMax(g.data(), n * out));
+  cpu::linearBackward(gq.data(), xq.data(), wq.data(), dx.data(), dw.data(), nullptr, n, in, out,
+                      false);
+  Dev<float> dX(x), dW(w), dG(g), dDx(n * in), dDw(in * out), f(24);
+  Dev<uint8_t> gQ(n * out), gQT(n * out), xQT(n * in), wQT(in * out);
+  ASSERT_EQ(gpu::quantizeFp8(dG.p, n * out, true, gQ.p, f.p, f.p + 4, nullptr, nullptr),
+            cudaSuccess);
+  ASSERT_EQ(gpu::quantizeFp8Transposed(dG.p, n, out, true, gQT.p, f.p, f.p + 4, f.p, nullptr),
+            cudaSuccess);
+  ASSERT_EQ(gpu::quantizeFp8Transposed(dX.p, n, in, false, xQT.p, f.p + 8, f.p + 12, nullptr,
+                                       nullptr),
+            cudaSuccess);
+  ASSERT_EQ(gpu::quantizeFp8Transposed(dW.p, out, in, false, wQT.p, f.p + 16, f.p + 20, nullptr,
+                                       nullptr),
+            cudaSuccess);
+  std::vector<uint8_t> rows = gQ.host(), cols = gQT.host();
+  for (int64_t r = 0; r < n; ++r)
+    for (int64_t c = 0; c < out; ++c)
+      ASSERT_EQ(cols[size_t(c * n + r)], rows[size_t(r * out + c)]) << r << "," << c;
+  ASSERT_TRUE(gemm->fp8Product(gQ.p, true, wQT.p, false, f.p + 4, f.p + 20, dDx.p, n, out, in,
+                               CUDA_R_32F, 0.0f, nullptr, error))
+      << error;
+  ASSERT_TRUE(gemm->fp8Product(gQT.p, true, xQT.p, false, f.p + 4, f.p + 12, dDw.p, out, n, in,
+                               CUDA_R_32F, 0.0f, nullptr, error))
+      << error;
+  expectClose(dDx.host(), dx, 1e-3, "fp8 linear dx");
+  expectClose(dDw.host(), dw, 1e-3, "fp8 linear dweight");
+  EXPECT_FALSE(gemm->fp8Product(gQ.p, true, gQ.p, true, f.p + 4, f.p + 4, dDx.p, n, out, n,
+                                CUDA_R_32F, 0.0f, nullptr, error));
+}
+
 #ifdef LLMOPT_HAVE_CUDNN
 #include "llmopt-kernels/cudnn_attention.h"
 #endif

@@ -383,6 +383,7 @@ struct CudaExecutor::State {
   }
 
   template <typename T> bool kernel(const Instruction &ins, CpuExecutor &host, std::string &error);
+  template <typename T> bool fp8Linear(const Instruction &ins, std::string &error);
   bool run(const Instruction &ins, CpuExecutor &host, std::string &error) {
 #ifdef LLMOPT_HAVE_NCCL_HEADER
     if (ins.kind != Instruction::Kind::Kernel)
@@ -458,6 +459,67 @@ void CudaExecutor::State::padLogits(const Program &prog, cudaDataType_t type) {
                              {found->lossBwd, false}, {found->lossBwd, true},
                              {found->linearBwd, false}})
     paddedPitch[{ins, output, 0}] = found->pitch;
+}
+
+/// An fp8 linear (`fp8`: "e4m3" forward, "hybrid" backward), per-tensor
+/// current scaling as the CPU backend's: every operand quantized with its
+/// amax on the device, the products on cuBLASLt's fp8 path in its TN layout
+/// (the backward's from transposed copies: dx = dy W reads W^T, dW = dy^T x
+/// reads dy^T and x^T); the bias's gradient sums the unrounded dy.
+template <typename T>
+bool CudaExecutor::State::fp8Linear(const Instruction &ins, std::string &error) {
+  const std::vector<Buffer> &in = ins.ins, &out = ins.outs;
+  cudaStream_t s = stream;
+  auto ok = [&](cudaError_t e) { return check(e, ins.kernel->name, error); };
+  bool fwd = ins.kernel->id == KernelId::LinearFwd;
+  const Buffer &x = in[fwd ? 0 : 1], &w = in[fwd ? 1 : 2];
+  int64_t n = rowsOf(x), inF = w.shape[1], outF = w.shape[0];
+  cudaDataType_t type = bf16 ? CUDA_R_16BF : CUDA_R_32F;
+  // Each operand's amax and scale 16 bytes apart (cuBLASLt refused scale
+  // pointers 4 bytes apart on an H100: kernels/tests/CudaTest.cpp): operand
+  // i's amax at f[8 i], its scale at f[8 i + 4].
+  auto *f = static_cast<float *>(tmp(22, 24 * sizeof(float), error));
+  auto bytes = [&](size_t slot, int64_t count) {
+    return static_cast<uint8_t *>(tmp(slot, size_t(std::max<int64_t>(1, count)), error));
+  };
+  if (!f)
+    return false;
+  if (fwd) {
+    uint8_t *xq = bytes(16, n * inF), *wq = bytes(17, outF * inF);
+    if (!xq || !wq ||
+        !ok(cu::quantizeFp8(at<T>(x), n * inF, false, xq, f, f + 4, nullptr, s)) ||
+        !ok(cu::quantizeFp8(at<T>(w), outF * inF, false, wq, f + 8, f + 12, nullptr, s)) ||
+        !gemm->fp8Product(xq, false, wq, false, f + 4, f + 12, at<T>(out[0]), n, inF, outF, type,
+                          0.0f, s, error))
+      return false;
+    return in.size() < 3 || ok(cu::biasAdd(at<T>(out[0]), at<T>(in[2]), at<T>(out[0]),
+                                           out[0].elements, outF, s));
+  }
+  const Buffer &dy = in[0];
+  uint8_t *dyq = bytes(18, n * outF), *dyqT = bytes(19, n * outF), *xqT = bytes(20, n * inF),
+          *wqT = bytes(21, outF * inF);
+  if (!dyq || !dyqT || !xqT || !wqT ||
+      !ok(cu::quantizeFp8(at<T>(dy), n * outF, true, dyq, f, f + 4, nullptr, s)) ||
+      !ok(cu::quantizeFp8Transposed(at<T>(dy), n, outF, true, dyqT, f, f + 4, f, s)) ||
+      !ok(cu::quantizeFp8Transposed(at<T>(x), n, inF, false, xqT, f + 8, f + 12, nullptr, s)) ||
+      !ok(cu::quantizeFp8Transposed(at<T>(w), outF, inF, false, wqT, f + 16, f + 20, nullptr, s)))
+    return false;
+  // dx [n, in] = dy [n, out] (W^T [in, out])^T.
+  if (!gemm->fp8Product(dyq, true, wqT, false, f + 4, f + 20, at<T>(out[0]), n, outF, inF, type,
+                        0.0f, s, error))
+    return false;
+  // dW [out, in] = dy^T [out, n] (x^T [in, n])^T.
+  float *dw = gradTarget(out[1], 0, error);
+  if (!dw || !gemm->fp8Product(dyqT, true, xqT, false, f + 4, f + 12, dw, outF, n, inF,
+                               CUDA_R_32F, 0.0f, s, error) ||
+      !gradDone(out[1], dw, error))
+    return false;
+  if (out.size() < 3)
+    return true;
+  float *db = gradTarget(out[2], 3, error);
+  void *sums = sumsScratch(n, outF, error);
+  return db && sums && ok(cu::sumRows(at<T>(dy), db, n, outF, s, sums)) &&
+         gradDone(out[2], db, error);
 }
 
 template <typename T>
@@ -546,6 +608,8 @@ bool CudaExecutor::State::kernel(const Instruction &ins, CpuExecutor &host, std:
     return gradDone(out[1], dw, error) && (!db || gradDone(out[2], db, error));
   }
   case KernelId::LinearFwd: {
+    if (!ins.text("fp8").empty())
+      return fp8Linear<T>(ins, error);
     const Buffer &x = in[0], &w = in[1];
     bool tr = ins.flag("transposed");
     cu::LinearShape sh{rowsOf(x), tr ? w.shape[0] : w.shape[1], tr ? w.shape[1] : w.shape[0], tr,
@@ -565,6 +629,8 @@ bool CudaExecutor::State::kernel(const Instruction &ins, CpuExecutor &host, std:
                                gelu ? at<T>(out[0]) : nullptr);
   }
   case KernelId::LinearBwd: {
+    if (!ins.text("fp8").empty())
+      return fp8Linear<T>(ins, error);
     const Buffer &w = in[2];
     bool tr = ins.flag("transposed");
     cu::LinearShape sh{rowsOf(in[1]), tr ? w.shape[0] : w.shape[1], tr ? w.shape[1] : w.shape[0],
@@ -1089,9 +1155,16 @@ bool CudaExecutor::init(const Plan &plan, int rank, uint64_t seed, std::string &
       error = std::string("the CUDA backend does not run '") + ins.kernel->name + "' yet";
       return false;
     }
-    if (!ins.text("fp8").empty() || !ins.text("shard").empty() || !ins.text("cp").empty()) {
+    bool fp8Linear = (ins.kernel->id == KernelId::LinearFwd ||
+                      ins.kernel->id == KernelId::LinearBwd) &&
+                     !ins.flag("transposed") && ins.text("amax_axis").empty() &&
+                     ins.text("epilogue").empty() &&
+                     (ins.text("fp8") == "e4m3" || ins.text("fp8") == "hybrid");
+    if ((!ins.text("fp8").empty() && !fp8Linear) || !ins.text("shard").empty() ||
+        !ins.text("cp").empty()) {
       error = std::string(ins.kernel->name) +
-              ": fp8, sharded and context-parallel kernels are not run by the CUDA backend yet";
+              ": fp8 (other than a single GPU's [out, in] linears), sharded and "
+              "context-parallel kernels are not run by the CUDA backend yet";
       return false;
     }
     if (ins.kernel->id == KernelId::AdamW && ins.ins.size() > 2) {

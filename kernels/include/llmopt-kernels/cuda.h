@@ -198,9 +198,14 @@ LLMOPT_CUDA_FOR_TYPES(LLMOPT_CUDA_DECLARE_MOE)
 /// factor cuBLASLt multiplies the product by. `amaxOverride`, when not
 /// null, is used instead of this tensor's amax (an amax reduced over the
 /// ranks holding parts of the tensor).
+/// quantizeFp8Transposed writes x [rows, cols] transposed, out[c * rows +
+/// r] (what cuBLASLt's fp8 TN products read in a backward).
 #define LLMOPT_CUDA_DECLARE_FP8(T)                                                           \
   cudaError_t quantizeFp8(const T *x, int64_t n, bool e5m2, uint8_t *out, float *amax,       \
-                          float *scaleInv, const float *amaxOverride, cudaStream_t stream);
+                          float *scaleInv, const float *amaxOverride, cudaStream_t stream);  \
+  cudaError_t quantizeFp8Transposed(const T *x, int64_t rows, int64_t cols, bool e5m2,       \
+                                    uint8_t *out, float *amax, float *scaleInv,              \
+                                    const float *amaxOverride, cudaStream_t stream);
 LLMOPT_CUDA_FOR_TYPES(LLMOPT_CUDA_DECLARE_FP8)
 #undef LLMOPT_CUDA_DECLARE_FP8
 

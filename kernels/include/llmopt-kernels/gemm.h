@@ -83,6 +83,15 @@ public:
                                 const float *wScaleInv, const void *bias, void *y,
                                 const LinearShape &s, cudaStream_t stream,
                                 std::string &error) = 0;
+  /// fp8 (sm_89 / sm_90): y [n, out] = (aq bq^T) * aScaleInv * bScaleInv
+  /// (+ beta y), with aq [n, k] and bq [out, k] fp8 bytes from quantizeFp8
+  /// (E4M3, or E5M2 for at most one of them), y in `yType` (16-bit, or
+  /// fp32 for weight gradients): cuBLASLt's TN layout, so a backward
+  /// product reads transposed copies (quantizeFp8Transposed).
+  virtual bool fp8Product(const uint8_t *aq, bool aE5M2, const uint8_t *bq, bool bE5M2,
+                          const float *aScaleInv, const float *bScaleInv, void *y, int64_t n,
+                          int64_t k, int64_t out, cudaDataType_t yType, float beta,
+                          cudaStream_t stream, std::string &error) = 0;
   /// The strided batched product above (attention's QK^T, PV and their
   /// gradients).
   virtual bool batched(const void *a, const void *b, void *c, const BatchedShape &s,
