@@ -29,6 +29,18 @@ namespace {
   if (!gpu::deviceAvailable())                                                             \
   GTEST_SKIP() << "no CUDA device"
 
+/// fp8 GEMMs: sm_89 / sm_90.
+int computeCapability() {
+  int major = 0, minor = 0;
+  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0);
+  cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0);
+  return major * 10 + minor;
+}
+#define NEED_FP8_GPU()                                                                     \
+  NEED_GPU();                                                                              \
+  if (computeCapability() < 89)                                                            \
+  GTEST_SKIP() << "fp8 GEMMs need sm_89 / sm_90"
+
 /// A device copy of a host vector, freed at scope exit.
 template <typename T> struct Dev {
   T *p = nullptr;
@@ -350,12 +362,7 @@ TEST(Cuda, AdamWFromDeviceNormAndStep) {
 /// (quantizeFp8Transposed: the transpose of quantizeFp8's bytes), against
 /// the CPU reference on the same rounded operands.
 TEST(Cuda, LinearFp8Backward) {
-  NEED_GPU();
-  int major = 0, minor = 0;
-  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0);
-  cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0);
-  if (major * 10 + minor < 89)
-    GTEST_SKIP() << "fp8 GEMMs need sm_89 / sm_90";
+  NEED_FP8_GPU();
   std::string error;
   auto gemm = gpu::Gemm::create(error);
   ASSERT_TRUE(gemm) << error;
@@ -502,12 +509,7 @@ TEST(Cuda, GemmAlgorithmCacheFile) {
 }
 
 TEST(Cuda, LinearFp8) {
-  NEED_GPU();
-  int major = 0, minor = 0;
-  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0);
-  cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0);
-  if (major * 10 + minor < 89)
-    GTEST_SKIP() << "fp8 GEMMs need sm_89 / sm_90";
+  NEED_FP8_GPU();
   std::string error;
   auto gemm = gpu::Gemm::create(error);
   ASSERT_TRUE(gemm) << error;
