@@ -563,7 +563,8 @@ __global__ void castFp8TransposedKernel(const T *x, int64_t rows, int64_t cols, 
   float scale = a > 0.0f && isfinite(a) ? fminf(top / a, FLT_MAX) : 1.0f;
   if (blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0 && threadIdx.y == 0)
     *scaleInv = 1.0f / scale;
-  int64_t r0 = int64_t(blockIdx.y) * 32, c0 = int64_t(blockIdx.x) * 32;
+  // Row tiles on x (up to 2^31 - 1 of them), column tiles on y (65535).
+  int64_t r0 = int64_t(blockIdx.x) * 32, c0 = int64_t(blockIdx.y) * 32;
   for (int i = threadIdx.y; i < 32; i += blockDim.y) {
     int64_t r = r0 + i, c = c0 + threadIdx.x;
     if (r < rows && c < cols)
@@ -603,7 +604,7 @@ __global__ void castFp8TransposedKernel(const T *x, int64_t rows, int64_t cols, 
         return e;                                                                           \
       amaxKernel<<<std::min(gridFor(n), 1024u), kThreads, 0, s>>>(x, n, amax);              \
     }                                                                                       \
-    dim3 grid(unsigned((cols + 31) / 32), unsigned((rows + 31) / 32)), block(32, 8);        \
+    dim3 grid(unsigned((rows + 31) / 32), unsigned((cols + 31) / 32)), block(32, 8);        \
     castFp8TransposedKernel<<<grid, block, 0, s>>>(x, rows, cols, e5m2, out,                \
                                                    amaxOverride ? amaxOverride : amax,      \
                                                    scaleInv);                               \

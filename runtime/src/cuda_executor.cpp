@@ -1130,6 +1130,11 @@ bool CudaExecutor::init(const Plan &plan, int rank, uint64_t seed, std::string &
       KernelId::MoECombineBwd, KernelId::MoEExpertsFwd, KernelId::MoEExpertsBwd};
   bool anyBf16 = false;
   std::set<std::string> axes; // of the collectives (NCCL communicators)
+  int device = 0, major = 0, minor = 0;
+  cudaGetDevice(&device);
+  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
+  cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device);
+  int capability = major * 10 + minor;
   std::function<bool(const Instruction &)> supported = [&](const Instruction &ins) {
     if (ins.kind != Instruction::Kind::Kernel) {
 #ifdef LLMOPT_HAVE_NCCL_HEADER
@@ -1155,11 +1160,23 @@ bool CudaExecutor::init(const Plan &plan, int rank, uint64_t seed, std::string &
       error = std::string("the CUDA backend does not run '") + ins.kernel->name + "' yet";
       return false;
     }
-    bool fp8Linear = (ins.kernel->id == KernelId::LinearFwd ||
-                      ins.kernel->id == KernelId::LinearBwd) &&
+    bool fwd = ins.kernel->id == KernelId::LinearFwd;
+    bool fp8Linear = (fwd || ins.kernel->id == KernelId::LinearBwd) &&
                      !ins.flag("transposed") && ins.text("amax_axis").empty() &&
-                     ins.text("epilogue").empty() &&
-                     (ins.text("fp8") == "e4m3" || ins.text("fp8") == "hybrid");
+                     ins.text("epilogue").empty() && !ins.flag("accumulate") &&
+                     ins.text("fp8") == (fwd ? "e4m3" : "hybrid");
+    if (fp8Linear) {
+      // cuBLASLt's fp8 products (sm_89 / sm_90) take dimensions of 16-byte
+      // multiples: the tokens (the weight gradient's k) and both features.
+      const Buffer &x = ins.ins[fwd ? 0 : 1], &w = ins.ins[fwd ? 1 : 2];
+      if (capability < 89 || rowsOf(x) % 16 || w.shape[0] % 16 || w.shape[1] % 16) {
+        error = std::string(ins.kernel->name) + ": fp8 GEMMs need an sm_89 / sm_90 GPU (this "
+                "is sm_" + std::to_string(capability) + ") and tokens per micro-batch and "
+                "features that are multiples of 16 (" + std::to_string(rowsOf(x)) + ", " +
+                std::to_string(w.shape[1]) + " -> " + std::to_string(w.shape[0]) + ")";
+        return false;
+      }
+    }
     if ((!ins.text("fp8").empty() && !fp8Linear) || !ins.text("shard").empty() ||
         !ins.text("cp").empty()) {
       error = std::string(ins.kernel->name) +
