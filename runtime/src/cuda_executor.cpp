@@ -1130,10 +1130,10 @@ bool CudaExecutor::init(const Plan &plan, int rank, uint64_t seed, std::string &
       KernelId::MoECombineBwd, KernelId::MoEExpertsFwd, KernelId::MoEExpertsBwd};
   bool anyBf16 = false;
   std::set<std::string> axes; // of the collectives (NCCL communicators)
-  int device = 0, major = 0, minor = 0;
-  cudaGetDevice(&device);
-  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
-  cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device);
+  int current = 0, major = 0, minor = 0;
+  cudaGetDevice(&current);
+  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, current);
+  cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, current);
   int capability = major * 10 + minor;
   std::function<bool(const Instruction &)> supported = [&](const Instruction &ins) {
     if (ins.kind != Instruction::Kind::Kernel) {
