@@ -84,8 +84,16 @@ if has tiny; then
     LLMOPT_CUDA_PAD_LOGITS=1 run llm-run "$kit/plans/$n" --data "$kit/data/tiny.bin" --steps 10 --metrics $n-padded.jsonl --device cuda --quiet
     python3 "$cmp" $n-cpu.jsonl $n-padded.jsonl --rel $tol
   done
+  step "multi-tensor AdamW (LLMOPT_CUDA_MULTI_ADAMW=1) vs one launch per tensor: bit-identical, also under graphs"
+  for n in tiny-llama tiny-bf16 tiny-moe-bf16; do
+    LLMOPT_CUDA_MULTI_ADAMW=1 run llm-run "$kit/plans/$n" --data "$kit/data/tiny.bin" --steps 10 --metrics $n-multi.jsonl --device cuda --quiet
+    python3 "$cmp" $n-gpu.jsonl $n-multi.jsonl --rel 0
+    LLMOPT_CUDA_MULTI_ADAMW=1 LLMOPT_CUDA_GRAPHS=1 run llm-run "$kit/plans/$n" --data "$kit/data/tiny.bin" --steps 10 --metrics $n-multi-graphs.jsonl --device cuda --quiet
+    LLMOPT_CUDA_GRAPHS=1 run llm-run "$kit/plans/$n" --data "$kit/data/tiny.bin" --steps 10 --metrics $n-graphs-only.jsonl --device cuda --quiet
+    python3 "$cmp" $n-graphs-only.jsonl $n-multi-graphs.jsonl --rel 0
+  done
   step "CUDA graphs (LLMOPT_CUDA_GRAPHS=1) vs the CPU backend"
-  for p in tiny-llama:1e-3 tiny-bf16:2e-2 tiny-llama-rc-full:1e-3; do
+  for p in tiny-llama:1e-3 tiny-bf16:2e-2 tiny-llama-rc-full:1e-3 tiny-moe-bf16:2e-2; do
     n=${p%%:*} tol=${p##*:}
     LLMOPT_CUDA_GRAPHS=1 run llm-run "$kit/plans/$n" --data "$kit/data/tiny.bin" --steps 10 --metrics $n-graphs.jsonl --device cuda --quiet 2> $n-graphs.err
     cat $n-graphs.err

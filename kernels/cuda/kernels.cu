@@ -465,10 +465,12 @@ __device__ __forceinline__ float adamwOne(float p, float g, float &m, float &v,
 }
 
 /// In 16-byte words (4 parameters a load of each state) where every
-/// pointer allows, then element by element.
-__device__ __forceinline__ void adamwUpdate(float *p, const float *g, float *m, float *v,
-                                            bf16 *working, int64_t n, const AdamWArgs &a,
-                                            float scale, float bc1, float bc2) {
+/// pointer allows, then element by element; this thread's words and
+/// elements are first, first + stride, ...
+__device__ __forceinline__ void adamwSpan(float *p, const float *g, float *m, float *v,
+                                          bf16 *working, int64_t n, const AdamWArgs &a,
+                                          float scale, float bc1, float bc2, int64_t first,
+                                          int64_t stride) {
   auto aligned = [](const void *q, int bytes) {
     return reinterpret_cast<uintptr_t>(q) % bytes == 0;
   };
@@ -476,7 +478,7 @@ __device__ __forceinline__ void adamwUpdate(float *p, const float *g, float *m, 
                           (!working || aligned(working, 8))
                       ? n / 4
                       : 0;
-  GRID_STRIDE(w, words) {
+  for (int64_t w = first; w < words; w += stride) {
     float4 pw = reinterpret_cast<float4 *>(p)[w], gw = reinterpret_cast<const float4 *>(g)[w];
     float4 mw = reinterpret_cast<float4 *>(m)[w], vw = reinterpret_cast<float4 *>(v)[w];
     pw.x = adamwOne(pw.x, gw.x, mw.x, vw.x, a, scale, bc1, bc2);
@@ -493,8 +495,7 @@ __device__ __forceinline__ void adamwUpdate(float *p, const float *g, float *m, 
       reinterpret_cast<uint2 *>(working)[w] = packed;
     }
   }
-  for (int64_t i = words * 4 + int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
-       i += int64_t(blockDim.x) * gridDim.x) {
+  for (int64_t i = words * 4 + first; i < n; i += stride) {
     float mi = m[i], vi = v[i];
     float pi = adamwOne(p[i], g[i], mi, vi, a, scale, bc1, bc2);
     m[i] = mi;
@@ -503,6 +504,44 @@ __device__ __forceinline__ void adamwUpdate(float *p, const float *g, float *m, 
     if (working)
       working[i] = __float2bfloat16(pi);
   }
+}
+
+/// adamwSpan over the whole grid.
+__device__ __forceinline__ void adamwUpdate(float *p, const float *g, float *m, float *v,
+                                            bf16 *working, int64_t n, const AdamWArgs &a,
+                                            float scale, float bc1, float bc2) {
+  adamwSpan(p, g, m, v, working, n, a, scale, bc1, bc2,
+            int64_t(blockIdx.x) * blockDim.x + threadIdx.x, int64_t(blockDim.x) * gridDim.x);
+}
+
+/// Multi-tensor AdamW: a block per chunk of a tensor (the same update as
+/// adamwKernel / adamwDeviceKernel element by element: bit-identical). The
+/// clipping factor and bias corrections from `norm` and `step` on the
+/// device, or (norm null) from `a.gradScale` and the host's bc1, bc2.
+__global__ void adamwMultiKernel(const AdamWTensor *tensors, const AdamWChunk *chunks,
+                                 AdamWArgs a, float bc1, float bc2, const float *norm,
+                                 double maxNorm, const int64_t *step) {
+  __shared__ float k[3];
+  if (threadIdx.x == 0) {
+    if (norm) {
+      float t = float(*step);
+      k[0] = maxNorm > 0 ? float(fmin(1.0, maxNorm / (double(*norm) + 1e-6))) : 1.0f;
+      k[1] = 1.0f - powf(a.beta1, t);
+      k[2] = 1.0f - powf(a.beta2, t);
+    } else {
+      k[0] = a.gradScale;
+      k[1] = bc1;
+      k[2] = bc2;
+    }
+  }
+  __syncthreads();
+  AdamWChunk c = chunks[blockIdx.x];
+  AdamWTensor t = tensors[c.tensor];
+  AdamWArgs ta = a;
+  ta.weightDecay = t.weightDecay;
+  int64_t b = c.begin;
+  adamwSpan(t.param + b, t.grad + b, t.m + b, t.v + b, t.working ? t.working + b : nullptr,
+            c.end - b, ta, k[0], k[1], k[2], threadIdx.x, blockDim.x);
 }
 
 __global__ void adamwKernel(float *p, const float *g, float *m, float *v, bf16 *working,
@@ -811,6 +850,26 @@ cudaError_t adamwDevice(float *param, const float *grad, float *m, float *v, bf1
     return cudaSuccess;
   adamwDeviceKernel<<<gridFor((count + 3) / 4), kThreads, 0, s>>>(param, grad, m, v, working,
                                                                    count, a, norm, maxNorm, step);
+  return cudaGetLastError();
+}
+
+std::vector<AdamWChunk> adamwChunks(const std::vector<int64_t> &counts) {
+  std::vector<AdamWChunk> chunks;
+  for (size_t t = 0; t < counts.size(); ++t)
+    for (int64_t b = 0; b < counts[t]; b += kAdamWChunk)
+      chunks.push_back({int32_t(t), b, std::min(counts[t], b + kAdamWChunk)});
+  return chunks;
+}
+
+cudaError_t adamwMulti(const AdamWTensor *tensors, const AdamWChunk *chunks, int64_t count,
+                       const AdamWArgs &a, const float *norm, double maxNorm,
+                       const int64_t *step, cudaStream_t s) {
+  if (count == 0)
+    return cudaSuccess;
+  float bc1 = 1.0f - std::pow(a.beta1, float(a.step));
+  float bc2 = 1.0f - std::pow(a.beta2, float(a.step));
+  adamwMultiKernel<<<unsigned(count), kThreads, 0, s>>>(tensors, chunks, a, bc1, bc2, norm,
+                                                         maxNorm, step);
   return cudaGetLastError();
 }
 

@@ -409,6 +409,60 @@ TEST(Cuda, LinearFp8Backward) {
 #endif
 
 namespace {
+/// Multi-tensor AdamW (one launch, a block per chunk) against one launch
+/// per tensor: bit-identical, with per-tensor weight decay, a tensor of
+/// several chunks and one without a bf16 working copy; with the norm and
+/// step on the host and on the device.
+TEST(Cuda, AdamWMultiTensorIsPerTensor) {
+  NEED_GPU();
+  const std::vector<int64_t> counts = {gpu::kAdamWChunk + 4464, 4099, 37};
+  const float decay[] = {0.1f, 0.0f, 0.1f};
+  for (bool device : {false, true}) {
+    std::vector<std::unique_ptr<Dev<float>>> one, multi; // p, g, m, v per tensor
+    std::vector<std::unique_ptr<Dev<gpu::bf16>>> w1, w2;
+    std::vector<gpu::AdamWTensor> tensors;
+    Dev<float> dNorm(std::vector<float>{4.0f});
+    Dev<int64_t> dStep(std::vector<int64_t>{3});
+    for (size_t t = 0; t < counts.size(); ++t) {
+      auto [p, g, m, v] = adamwInputs(counts[t]);
+      for (auto *list : {&one, &multi})
+        for (const std::vector<float> *x : {&p, &g, &m, &v})
+          list->push_back(std::make_unique<Dev<float>>(*x));
+      w1.push_back(std::make_unique<Dev<gpu::bf16>>(size_t(counts[t])));
+      w2.push_back(std::make_unique<Dev<gpu::bf16>>(size_t(counts[t])));
+      bool working = t != 1;
+      gpu::AdamWArgs a{1e-3f, 0.9f, 0.95f, 1e-8f, decay[t], 0.5f, 3};
+      if (device)
+        ASSERT_EQ(gpu::adamwDevice(one[4 * t]->p, one[4 * t + 1]->p, one[4 * t + 2]->p,
+                                   one[4 * t + 3]->p, working ? w1[t]->p : nullptr, counts[t], a,
+                                   dNorm.p, 2.0, dStep.p, nullptr),
+                  cudaSuccess);
+      else
+        ASSERT_EQ(gpu::adamw(one[4 * t]->p, one[4 * t + 1]->p, one[4 * t + 2]->p,
+                             one[4 * t + 3]->p, working ? w1[t]->p : nullptr, counts[t], a,
+                             nullptr),
+                  cudaSuccess);
+      tensors.push_back({multi[4 * t]->p, multi[4 * t + 1]->p, multi[4 * t + 2]->p,
+                         multi[4 * t + 3]->p, working ? w2[t]->p : nullptr, counts[t], decay[t]});
+    }
+    std::vector<gpu::AdamWChunk> chunks = gpu::adamwChunks(counts);
+    Dev<char> dTensors(tensors.size() * sizeof(gpu::AdamWTensor)),
+        dChunks(chunks.size() * sizeof(gpu::AdamWChunk));
+    cudaMemcpy(dTensors.p, tensors.data(), dTensors.n, cudaMemcpyHostToDevice);
+    cudaMemcpy(dChunks.p, chunks.data(), dChunks.n, cudaMemcpyHostToDevice);
+    gpu::AdamWArgs a{1e-3f, 0.9f, 0.95f, 1e-8f, 0.0f, 0.5f, 3};
+    ASSERT_EQ(gpu::adamwMulti(reinterpret_cast<const gpu::AdamWTensor *>(dTensors.p),
+                              reinterpret_cast<const gpu::AdamWChunk *>(dChunks.p),
+                              int64_t(chunks.size()), a, device ? dNorm.p : nullptr, 2.0,
+                              device ? dStep.p : nullptr, nullptr),
+              cudaSuccess);
+    for (size_t i = 0; i < one.size(); ++i)
+      EXPECT_EQ(multi[i]->host(), one[i]->host()) << "tensor " << i / 4 << " state " << i % 4;
+    for (size_t t = 0; t < counts.size(); ++t)
+      EXPECT_EQ(toFloat(w2[t]->host()), toFloat(w1[t]->host())) << "working copy " << t;
+  }
+}
+
 TEST(Cuda, LinearThroughCuBLASLt) {
   NEED_GPU();
   std::string error;
@@ -1024,6 +1078,17 @@ TEST(CudaHost, PaddedSizesAndScratch) {
   // The norms' scratch holds the row terms or the per-block partials.
   EXPECT_GE(gpu::normBackwardScratchBytes(16384, 768), size_t(16384 * 768 * 4));
   EXPECT_GE(gpu::normBackwardScratchBytes(1, 768), size_t(2 * 768 * 4));
+  // Multi-tensor AdamW: chunks of at most kAdamWChunk, in tensor order.
+  auto chunks = gpu::adamwChunks({gpu::kAdamWChunk + 10, 3, 0, gpu::kAdamWChunk});
+  ASSERT_EQ(chunks.size(), 4u);
+  EXPECT_EQ(std::make_tuple(chunks[0].tensor, chunks[0].begin, chunks[0].end),
+            std::make_tuple(0, int64_t(0), gpu::kAdamWChunk));
+  EXPECT_EQ(std::make_tuple(chunks[1].tensor, chunks[1].begin, chunks[1].end),
+            std::make_tuple(0, gpu::kAdamWChunk, gpu::kAdamWChunk + 10));
+  EXPECT_EQ(std::make_tuple(chunks[2].tensor, chunks[2].begin, chunks[2].end),
+            std::make_tuple(1, int64_t(0), int64_t(3)));
+  EXPECT_EQ(std::make_tuple(chunks[3].tensor, chunks[3].begin, chunks[3].end),
+            std::make_tuple(3, int64_t(0), gpu::kAdamWChunk));
   // The router's scratch: fp32 logits and 16-bit logit gradients in rows of
   // 8 (E = 6), and E counts, each part 256-byte aligned.
   EXPECT_EQ(gpu::moeRouterScratchBytes({37, 24, 6, 2, false}, 2), size_t(1280 + 768 + 256));

@@ -35,6 +35,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <deque>
 #include <map>
 #include <set>
 #include <tuple>
@@ -140,6 +141,24 @@ struct CudaExecutor::State {
     return paddedLogits.p;
   }
   void padLogits(const Program &prog, cudaDataType_t type);
+
+  /// Multi-tensor AdamW (LLMOPT_CUDA_MULTI_ADAMW=1, opt-in until measured
+  /// on a GPU): runs of consecutive adamw instructions of the step with the
+  /// same hyperparameters (but weight decay) and norm run as one launch at
+  /// the run's first instruction; the others do nothing. Their descriptors
+  /// are uploaded when the run first executes (the first step, before any
+  /// graph capture).
+  struct AdamWRun {
+    std::vector<const Instruction *> members;
+    DevBuf tensors, chunks;
+    int64_t chunkCount = 0;
+    bool built = false;
+  };
+  std::deque<AdamWRun> adamwRuns; // (DevBuf does not move)
+  std::map<const Instruction *, int> adamwLeaders; // index into adamwRuns
+  std::set<const Instruction *> adamwFollowers;
+  void groupAdamW(const Program &prog);
+  bool runAdamW(AdamWRun &run, const Instruction &ins, CpuExecutor &host, std::string &error);
 
   /// The norms' row statistics (mean and 1/std, or 1/rms) by input buffer,
   /// kind and epsilon (fresh, like the attention's, when written in the
@@ -442,6 +461,82 @@ bool CudaExecutor::State::collective(const Instruction &ins, std::string &error)
   }
 }
 #endif
+
+void CudaExecutor::State::groupAdamW(const Program &prog) {
+  const char *e = std::getenv("LLMOPT_CUDA_MULTI_ADAMW");
+  if (!e || std::strcmp(e, "1") != 0)
+    return;
+  auto same = [](const Instruction &a, const Instruction &b) {
+    for (const char *k : {"lr", "beta1", "beta2", "eps", "max_norm"})
+      if (a.number(k) != b.number(k))
+        return false;
+    const Buffer &x = a.ins[1], &y = b.ins[1];
+    return a.ins.size() == 2 && b.ins.size() == 2 && x.space == y.space &&
+           x.offset == y.offset && x.name == y.name;
+  };
+  std::vector<const Instruction *> current;
+  auto flush = [&] {
+    if (current.size() >= 2) {
+      adamwLeaders[current.front()] = int(adamwRuns.size());
+      adamwFollowers.insert(current.begin() + 1, current.end());
+      adamwRuns.emplace_back();
+      adamwRuns.back().members = current;
+    }
+    current.clear();
+  };
+  for (const Instruction &ins : prog.step) {
+    bool adamw = ins.kind == Instruction::Kind::Kernel && ins.kernel->id == KernelId::AdamW &&
+                 ins.text("shard").empty();
+    if (!adamw || (!current.empty() && !same(*current.front(), ins)))
+      flush();
+    if (adamw)
+      current.push_back(&ins);
+  }
+  flush();
+}
+
+bool CudaExecutor::State::runAdamW(AdamWRun &run, const Instruction &ins, CpuExecutor &host,
+                                   std::string &error) {
+  if (!run.built) {
+    std::vector<cu::AdamWTensor> tensors;
+    std::vector<int64_t> counts;
+    for (const Instruction *m : run.members) {
+      Param &p = params.at(m->text("param"));
+      tensors.push_back({p.master.as<float>(), static_cast<const float *>(ptr(m->ins[0])),
+                         p.m.as<float>(), p.v.as<float>(), p.working.as<cu::bf16>(), p.n,
+                         float(m->number("weight_decay"))});
+      counts.push_back(p.n);
+    }
+    std::vector<cu::AdamWChunk> chunks = cu::adamwChunks(counts);
+    size_t tb = tensors.size() * sizeof(cu::AdamWTensor), cb = chunks.size() * sizeof(cu::AdamWChunk);
+    if (!run.tensors.reserve(tb) || !run.chunks.reserve(std::max<size_t>(cb, 1)) ||
+        cudaMemcpy(run.tensors.p, tensors.data(), tb, cudaMemcpyHostToDevice) != cudaSuccess ||
+        (cb && cudaMemcpy(run.chunks.p, chunks.data(), cb, cudaMemcpyHostToDevice) !=
+                   cudaSuccess))
+      return (error = "cannot upload the multi-tensor AdamW descriptors", false);
+    run.chunkCount = int64_t(chunks.size());
+    run.built = true;
+  }
+  const auto *tensors = static_cast<const cu::AdamWTensor *>(run.tensors.p);
+  const auto *chunks = static_cast<const cu::AdamWChunk *>(run.chunks.p);
+  double maxNorm = ins.number("max_norm");
+  cu::AdamWArgs a{float(ins.number("lr")), float(ins.number("beta1")), float(ins.number("beta2")),
+                  float(ins.number("eps")), 0.0f, 1.0f, 0};
+  if (graphs)
+    return check(cu::adamwMulti(tensors, chunks, run.chunkCount, a, static_cast<float *>(ptr(ins.ins[1])),
+                                maxNorm, stepCounter.as<int64_t>(), stream),
+                 "adamw", error);
+  float norm = 0;
+  if (auto it = hostNorms.find(ptr(ins.ins[1])); it != hostNorms.end())
+    norm = it->second;
+  else if (!check(cudaMemcpy(&norm, ptr(ins.ins[1]), 4, cudaMemcpyDeviceToHost), "adamw", error))
+    return false;
+  a.gradScale = maxNorm > 0 ? float(std::min(1.0, maxNorm / (double(norm) + 1e-6))) : 1.0f;
+  a.step = host.steps + 1;
+  return check(cu::adamwMulti(tensors, chunks, run.chunkCount, a, nullptr, maxNorm, nullptr,
+                              stream),
+               "adamw", error);
+}
 
 void CudaExecutor::State::padLogits(const Program &prog, cudaDataType_t type) {
   // Opt-in until measured on a GPU (LLMOPT_CUDA_PAD_LOGITS=1).
@@ -860,6 +955,10 @@ bool CudaExecutor::State::kernel(const Instruction &ins, CpuExecutor &host, std:
     return ok(cudaMemcpy(ptr(out[0]), &norm, 4, cudaMemcpyHostToDevice));
   }
   case KernelId::AdamW: {
+    if (adamwFollowers.count(&ins))
+      return true; // updated by its run's first instruction
+    if (auto it = adamwLeaders.find(&ins); it != adamwLeaders.end())
+      return runAdamW(adamwRuns[size_t(it->second)], ins, host, error);
     Param &p = params.at(ins.text("param"));
     if (graphs) {
       cu::AdamWArgs a{float(ins.number("lr")),          float(ins.number("beta1")),
@@ -1285,6 +1384,7 @@ bool CudaExecutor::init(const Plan &plan, int rank, uint64_t seed, std::string &
     for (const Instruction &ins : *list)
       note(ins);
   s->padLogits(*program, anyBf16 ? CUDA_R_16BF : CUDA_R_32F);
+  s->groupAdamW(*program);
   for (const auto &[name, n] : sizes) {
     auto b = std::make_unique<DevBuf>();
     if (!b->reserve(size_t(n) * 4))

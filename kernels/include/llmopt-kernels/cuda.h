@@ -305,6 +305,30 @@ cudaError_t adamw(float *param, const float *grad, float *m, float *v, bf16 *wor
 cudaError_t adamwDevice(float *param, const float *grad, float *m, float *v, bf16 *working,
                         int64_t count, const AdamWArgs &args, const float *norm, double maxNorm,
                         const int64_t *step, cudaStream_t stream);
+/// Multi-tensor AdamW: one launch updates many parameters (a block per
+/// chunk of at most kAdamWChunk of a tensor's elements), each with its own
+/// weight decay; the rest of `a` is shared. `tensors` and `chunks` are
+/// device arrays (adamwChunks makes the chunks from the tensors' counts, in
+/// order); with `norm` (and `step`) on the device as adamwDevice, else with
+/// a.gradScale and a.step as adamw. Element by element the same update as
+/// those (bit-identical).
+struct AdamWTensor {
+  float *param;
+  const float *grad;
+  float *m, *v;
+  bf16 *working; ///< may be null
+  int64_t count;
+  float weightDecay;
+};
+struct AdamWChunk {
+  int32_t tensor;
+  int64_t begin, end;
+};
+constexpr int64_t kAdamWChunk = 65536;
+std::vector<AdamWChunk> adamwChunks(const std::vector<int64_t> &counts);
+cudaError_t adamwMulti(const AdamWTensor *tensors, const AdamWChunk *chunks, int64_t count,
+                       const AdamWArgs &a, const float *norm, double maxNorm,
+                       const int64_t *step, cudaStream_t stream);
 /// out = sqrt(*sum) (the global norm from sumSquaresAccumulate), on the device.
 cudaError_t sqrtOfSum(const double *sum, float *out, cudaStream_t stream);
 
