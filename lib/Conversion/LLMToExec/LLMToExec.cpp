@@ -824,22 +824,33 @@ struct ConvertLLMToExecPass
       // Data-parallel gradient buckets (no ZeRO): an accumulator joins the
       // open bucket once its gradient is added; a full bucket starts its
       // all-reduce (during the last micro-batch only) right there.
+      // Expert gradients (expert parallelism) go in buckets of their own
+      // over the ranks holding the same experts (edp); the step then scales
+      // them by 1 / ep as it does unbucketed ones.
       bool bucketing = zero == 0 && dp > 1 && bucketBytes > 0;
-      llvm::DenseSet<Attribute> bucketable;
+      llvm::DenseMap<Attribute, bool> bucketable; // accumulator -> expert
       if (bucketing)
-        for (auto [a, acc] : llvm::zip(updates, gradAccs))
-          if (!epSharded.contains(a.getName()) && !tied.contains(a.getName()))
-            bucketable.insert(acc);
-      SmallVector<Attribute> open, bucketed;
-      int64_t openBytes = 0, buckets = 0;
-      auto startBucket = [&](Location at) {
-        if (open.empty())
+        for (auto [a, acc] : llvm::zip(updates, gradAccs)) {
+          bool expert = epSharded.contains(a.getName());
+          if (!tied.contains(a.getName()) && (!expert || dp / ep > 1))
+            bucketable[acc] = expert;
+        }
+      struct OpenBucket {
+        SmallVector<Attribute> members;
+        int64_t bytes = 0;
+      } open[2]; // dense (dp), experts (edp)
+      SmallVector<Attribute> bucketed;
+      int64_t buckets = 0;
+      auto startBucket = [&](Location at, bool expert) {
+        OpenBucket &o = open[expert ? 1 : 0];
+        if (o.members.empty())
           return;
-        BucketAllReduceOp::create(cv.ob, at, b.getStringAttr("dp"), b.getStringAttr("avg"),
-                                  b.getI64IntegerAttr(buckets++), b.getArrayAttr(open));
-        llvm::append_range(bucketed, open);
-        open.clear();
-        openBytes = 0;
+        BucketAllReduceOp::create(cv.ob, at, b.getStringAttr(expert ? "edp" : "dp"),
+                                  b.getStringAttr("avg"), b.getI64IntegerAttr(buckets++),
+                                  b.getArrayAttr(o.members));
+        llvm::append_range(bucketed, o.members);
+        o.members.clear();
+        o.bytes = 0;
       };
 
       // ZeRO-2/3 gradient buckets: the reduce-scatters of one axis join the
@@ -961,19 +972,21 @@ struct ConvertLLMToExecPass
               }
             } else
               addInto(it->second, *g);
-            if (bucketable.contains(it->second)) {
-              open.push_back(it->second);
+            if (auto e = bucketable.find(it->second); e != bucketable.end()) {
+              OpenBucket &o = open[e->second ? 1 : 0];
+              o.members.push_back(it->second);
               int64_t n = 1;
               for (int64_t d : it->second.getShape().asArrayRef())
                 n *= d;
-              openBytes += 4 * n;
-              if (openBytes >= bucketBytes)
-                startBucket(op.getLoc());
+              o.bytes += 4 * n;
+              if (o.bytes >= bucketBytes)
+                startBucket(op.getLoc(), e->second);
             }
             accumulateAt.erase(it);
           }
       }
-      startBucket(func.getLoc());
+      startBucket(func.getLoc(), false);
+      startBucket(func.getLoc(), true);
       closeScatters();
       if (!cv.pendingGathers.empty()) {
         func.emitError() << "convert-llm-to-exec: a prefetched parameter gather has no reader "
@@ -1045,9 +1058,13 @@ struct ConvertLLMToExecPass
             dense.push_back(acc);
         exec::AllReduceOp::create(cv.ob, loc, dpAxis, avg, b.getArrayAttr(dense));
         if (!experts.empty()) {
-          if (dp / ep > 1)
+          SmallVector<Attribute> unbucketed;
+          for (Attribute acc : experts)
+            if (!llvm::is_contained(bucketed, acc))
+              unbucketed.push_back(acc);
+          if (dp / ep > 1 && !unbucketed.empty())
             exec::AllReduceOp::create(cv.ob, loc, b.getStringAttr("edp"), avg,
-                                      b.getArrayAttr(experts));
+                                      b.getArrayAttr(unbucketed));
           for (Attribute acc : experts)
             KernelOp::create(cv.ob, loc, b.getStringAttr("scale"), b.getArrayAttr({acc}),
                              b.getArrayAttr({acc}),
