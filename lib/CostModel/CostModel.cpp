@@ -354,6 +354,7 @@ struct Evaluator {
     // GEMMs (forward; backward is dgrad + wgrad, twice the work).
     double g = gemm(T, q / t + 2 * kvComputed, h) + gemm(T, h, q / t);
     double mlpAct = 0; // rows x ffn elements per rank through the activation
+    double expertUp = 0; // the experts' up-projections, which their backward redoes
     if (l.isMoE()) {
       double cf = l.capacityFactor > 0 ? l.capacityFactor : 1.0;
       double rows = T * l.topK * cf; // per rank after the all-to-all
@@ -362,8 +363,8 @@ struct Evaluator {
       // The router stays 16-bit under fp8 recipes; the experts' GEMMs are
       // fp8 as the linears'.
       g += gemm16(T, double(l.experts), h);
-      g += local * (gemm(perExpert, f * (l.gatedMlp ? 2 : 1) / t, h) +
-                    gemm(perExpert, h, f / t));
+      expertUp = local * gemm(perExpert, f * (l.gatedMlp ? 2 : 1) / t, h);
+      g += expertUp + local * gemm(perExpert, h, f / t);
       mlpAct = rows * f / t;
       // Dispatch and combine all-to-alls forward, and again backward.
       double a2a = coll.allToAll(rows * h * actElt, c.ep, epPerNode);
@@ -447,6 +448,7 @@ struct Evaluator {
       lc.recompute = lc.fwd;
       break;
     }
+    lc.recompute += expertUp;
 
     // Activations kept per micro-batch (Korthikanti et al. 2022, generalized to
     // GQA, gated MLPs, MoE and fused attention).
@@ -461,8 +463,11 @@ struct Evaluator {
       attnSaved = (job.dropout ? 5.0 : 2.0) * headsLocal * keys;
     double mlpSaved = (l.gatedMlp ? 6.0 : 4.0) * mlpAct / T;
     if (l.isMoE()) {
+      // As lowered: the experts keep their dispatched rows and their output
+      // rows (the combine's backward reads them); their hidden activations
+      // are recomputed by the experts' backward (lc.recompute below).
       double cf = l.capacityFactor > 0 ? l.capacityFactor : 1.0;
-      mlpSaved += 2.0 * h * l.topK * cf; // dispatched copies of the input
+      mlpSaved = 2 * (2.0 * h * l.topK * cf);
     }
     switch (c.recompute) {
     case Recompute::None:
@@ -473,7 +478,7 @@ struct Evaluator {
         // Norm outputs (the inputs of the qkv and fc1 GEMMs) and the
         // activation output (the input of fc2) are recomputed.
         double normOut = 4 * h / (c.sp ? t : 1);
-        double actOut = 2.0 * mlpAct / T;
+        double actOut = l.isMoE() ? 0.0 : 2.0 * mlpAct / T; // experts keep none
         lc.actBytes =
             T * (perToken - normOut + attnSaved + mlpSaved - actOut) * actElt / 2;
       } else {
