@@ -275,16 +275,22 @@ BatchedShape grouped(int64_t g, int64_t m, int64_t n, int64_t k, bool ta, bool t
   return BatchedShape{m, n, k, ta, tb, lda, ldb, ldc, sa, sb, sc, g, typeOf<T>(), c, 1.0f, beta};
 }
 
+/// The rows of each expert computed: `d.rows` (a dropless dispatch sizes
+/// every expert for all tokens; the rest are zero), else all.
+int64_t usedRows(const MoEExpertDims &d) {
+  return d.rows > 0 && d.rows < d.capacity ? d.rows : d.capacity;
+}
+
 /// h (and u), a for experts [e0, e0 + g): the group's hidden activations.
 template <typename T>
 bool expertHidden(Gemm &gemm, const T *x, const T *const *w, const MoEExpertDims &d,
                   const ExpertParts &p, void *scratch, int64_t e0, int64_t g, cudaStream_t s,
                   std::string &error) {
-  int64_t C = d.capacity, H = d.hidden, F = d.ffn;
+  int64_t C = d.capacity, R = usedRows(d), H = d.hidden, F = d.ffn;
   T *h = p.part<T>(scratch, 0), *u = p.part<T>(scratch, 1), *a = p.part<T>(scratch, 2);
   const T *xe = x + e0 * C * H;
-  // h = x W1^T, u = x W3^T: [C, F] per expert.
-  BatchedShape up = grouped<T>(g, C, F, H, false, true, H, H, F, C * H, F * H, C * F,
+  // h = x W1^T, u = x W3^T: [R, F] per expert (rows past R are not read).
+  BatchedShape up = grouped<T>(g, R, F, H, false, true, H, H, F, C * H, F * H, C * F,
                                typeOf<T>(), 0.0f);
   if (!gemm.batched(xe, w[0] + e0 * F * H, h, up, s, error))
     return false;
@@ -300,14 +306,17 @@ template <typename T>
 bool expertsForward(Gemm &gemm, const T *x, const T *const *w, T *out, const MoEExpertDims &d,
                     void *scratch, cudaStream_t s, std::string &error) {
   ExpertParts p(d, sizeof(T));
-  int64_t C = d.capacity, H = d.hidden, F = d.ffn;
+  int64_t C = d.capacity, R = usedRows(d), H = d.hidden, F = d.ffn;
   const T *down = w[d.swiglu ? 2 : 1];
+  if (R < C && !launched("moe experts", error,
+                         cudaMemsetAsync(out, 0, size_t(d.experts * C * H) * sizeof(T), s)))
+    return false;
   for (int64_t e0 = 0; e0 < d.experts; e0 += p.group) {
     int64_t g = std::min(p.group, d.experts - e0);
     if (!expertHidden(gemm, x, w, d, p, scratch, e0, g, s, error))
       return false;
-    // out = a W2^T: [C, H] per expert.
-    BatchedShape dn = grouped<T>(g, C, H, F, false, true, F, F, H, C * F, H * F, C * H,
+    // out = a W2^T: [R, H] per expert.
+    BatchedShape dn = grouped<T>(g, R, H, F, false, true, F, F, H, C * F, H * F, C * H,
                                  typeOf<T>(), 0.0f);
     if (!gemm.batched(p.part<T>(scratch, 2), down + e0 * H * F, out + e0 * C * H, dn, s, error))
       return false;
@@ -320,8 +329,11 @@ bool expertsBackward(Gemm &gemm, const T *dout, const T *x, const T *const *w, T
                      float *const *dw, const MoEExpertDims &d, void *scratch, cudaStream_t s,
                      std::string &error) {
   ExpertParts p(d, sizeof(T));
-  int64_t C = d.capacity, H = d.hidden, F = d.ffn;
+  int64_t C = d.capacity, R = usedRows(d), H = d.hidden, F = d.ffn;
   int down = d.swiglu ? 2 : 1;
+  if (R < C && !launched("moe experts backward", error,
+                         cudaMemsetAsync(dx, 0, size_t(d.experts * C * H) * sizeof(T), s)))
+    return false;
   T *h = p.part<T>(scratch, 0), *u = p.part<T>(scratch, 1), *a = p.part<T>(scratch, 2),
     *da = p.part<T>(scratch, 3), *dh = p.part<T>(scratch, 4), *du = p.part<T>(scratch, 5);
   for (int64_t e0 = 0; e0 < d.experts; e0 += p.group) {
@@ -329,13 +341,13 @@ bool expertsBackward(Gemm &gemm, const T *dout, const T *x, const T *const *w, T
     const T *dy = dout + e0 * C * H, *xe = x + e0 * C * H;
     if (!expertHidden(gemm, x, w, d, p, scratch, e0, g, s, error))
       return false;
-    // da = dy W2: [C, F]; dW2 += dy^T a: [H, F].
+    // da = dy W2: [R, F]; dW2 += dy^T a: [H, F] over the R rows.
     if (!gemm.batched(dy, w[down] + e0 * H * F, da,
-                      grouped<T>(g, C, F, H, false, false, H, F, F, C * H, H * F, C * F,
+                      grouped<T>(g, R, F, H, false, false, H, F, F, C * H, H * F, C * F,
                                  typeOf<T>(), 0.0f),
                       s, error) ||
         !gemm.batched(dy, a, dw[down] + e0 * H * F,
-                      grouped<T>(g, H, F, C, true, false, H, F, F, C * H, C * F, H * F,
+                      grouped<T>(g, H, F, R, true, false, H, F, F, C * H, C * F, H * F,
                                  CUDA_R_32F, 1.0f),
                       s, error))
       return false;
@@ -348,17 +360,21 @@ bool expertsBackward(Gemm &gemm, const T *dout, const T *x, const T *const *w, T
     for (int i = 0; i < (d.swiglu ? 2 : 1); ++i) {
       const T *dhi = i == 0 ? dh : du;
       if (!gemm.batched(dhi, w[i] + e0 * F * H, dx32,
-                        grouped<T>(g, C, H, F, false, false, F, H, H, C * F, F * H, C * H,
+                        grouped<T>(g, R, H, F, false, false, F, H, H, C * F, F * H, C * H,
                                    CUDA_R_32F, i == 0 ? 0.0f : 1.0f),
                         s, error) ||
           !gemm.batched(dhi, xe, dw[i] + e0 * F * H,
-                        grouped<T>(g, F, H, C, true, false, F, H, H, C * F, C * H, F * H,
+                        grouped<T>(g, F, H, R, true, false, F, H, H, C * F, C * H, F * H,
                                    CUDA_R_32F, 1.0f),
                         s, error))
         return false;
     }
-    if (!launched("moe experts backward", error, fromFloat(dx32, dx + e0 * C * H, g * C * H, s)))
-      return false;
+    // The R rows of each expert (the rest of dx stays zero).
+    for (int64_t e = 0; e < (R < C ? g : 1); ++e)
+      if (!launched("moe experts backward", error,
+                    fromFloat(dx32 + e * C * H, dx + (e0 + e) * C * H, (R < C ? R : g * C) * H,
+                              s)))
+        return false;
   }
   return true;
 }

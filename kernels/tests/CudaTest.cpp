@@ -987,12 +987,14 @@ template <typename T> void checkExperts(gpu::Gemm &gemm, double tol) {
   std::string error;
   const int64_t experts = 3, capacity = 5, hidden = 16, ffn = 24;
   size_t perExpert = gpu::moeExpertsScratchBytes({1, capacity, hidden, ffn, true}, sizeof(T));
+  // rows 4: the busiest expert's load (the experts compute rows 0-3 only).
+  for (int64_t rows : {int64_t(0), int64_t(4)})
   for (size_t budget : {size_t(0), 2 * perExpert})
   for (bool swiglu : {true, false}) {
     int count = swiglu ? 3 : 2;
     auto x = randomVec(experts * capacity * hidden, 93),
          g = widened(stored<T>(randomVec(experts * capacity * hidden, 94)));
-    for (int64_t e = 0; e < experts; ++e) // the last rows of each expert empty
+    for (int64_t e = 0; e < experts; ++e) // the last rows of each expert empty (loads 3, 4, 3)
       for (int64_t c = 3 + e % 2; c < capacity; ++c)
         for (int64_t i = 0; i < hidden; ++i)
           x[(e * capacity + c) * hidden + i] = 0;
@@ -1017,10 +1019,12 @@ template <typename T> void checkExperts(gpu::Gemm &gemm, double tol) {
     cpu::MoEExpertShape sh{experts, capacity, hidden, ffn, swiglu};
     cpu::moeExpertsForward(x.data(), wp, y.data(), sh);
     cpu::moeExpertsBackward(g.data(), x.data(), wp, dx.data(), dwp, sh);
-    gpu::MoEExpertDims d{experts, capacity, hidden, ffn, swiglu, budget};
+    gpu::MoEExpertDims d{experts, capacity, hidden, ffn, swiglu, budget, rows};
     EXPECT_EQ(gpu::moeExpertsScratchBytes(d, sizeof(T)), (budget ? 2 : 3) * perExpert);
     Dev<char> scratch(gpu::moeExpertsScratchBytes(d, sizeof(T)));
-    Dev<T> dX(stored<T>(x)), dG(stored<T>(g)), dY(x.size()), dDx(x.size());
+    // Outputs start as garbage: rows past `rows` must be written zero.
+    Dev<T> dX(stored<T>(x)), dG(stored<T>(g)), dY(stored<T>(std::vector<float>(x.size(), 7.0f))),
+        dDx(stored<T>(std::vector<float>(x.size(), 7.0f)));
     ASSERT_TRUE(gpu::moeExpertsForwardGemm(gemm, dX.p, dWp, dY.p, d, scratch.p, nullptr, error))
         << error;
     ASSERT_TRUE(gpu::moeExpertsBackwardGemm(gemm, dG.p, dX.p, dWp, dDx.p, dDwp, d, scratch.p,

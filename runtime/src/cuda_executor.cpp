@@ -119,6 +119,11 @@ struct CudaExecutor::State {
       ropes;
   std::unique_ptr<cu::Gemm> gemm;
   std::map<const void *, float> hostNorms; // global norms just computed, by device pointer
+  /// Dispatched expert rows: the busiest expert's load (rows past it are
+  /// zero), by rows buffer, so that the experts compute only those (a
+  /// dropless dispatch sizes each expert for every token). Read back from
+  /// the device, so not under CUDA graphs.
+  std::map<std::tuple<int, int64_t, std::string>, int64_t> expertRows;
   /// Attention log-sum-exps by forward output buffer, and those written in
   /// the running micro-batch.
   std::map<std::tuple<int, int64_t, std::string>, std::unique_ptr<DevBuf>> lses;
@@ -422,6 +427,7 @@ struct CudaExecutor::State {
   /// kernel's norm keeps none, recomputation rewrites buffers).
   void overwritten(const Buffer &b) {
     auto key = std::make_tuple(int(b.space), b.offset, b.name);
+    expertRows.erase(key);
     for (auto *kept : {&lses, &ceLses})
       if (auto it = kept->find(key); it != kept->end())
         lseFresh.erase(it->second->as<float>());
@@ -1136,7 +1142,22 @@ bool CudaExecutor::State::kernel(const Instruction &ins, CpuExecutor &host, std:
             : cu::moeCombineBackward(at<T>(in[0]), at<T>(in[1]), at<float>(in[2]), idx,
                                      at<T>(out[0]), at<float>(out[1]), n, topK, hidden, experts,
                                      capacity, slots, bad, s, valid);
-    return ok(e) && valid;
+    if (!ok(e) || !valid)
+      return false;
+    if (id != KernelId::MoEDispatchFwd || graphs)
+      return true;
+    // The busiest expert's load: the experts compute that many rows.
+    auto *counts = static_cast<float *>(tmp(23, size_t(experts) * 4, error));
+    std::vector<float> host(static_cast<size_t>(experts));
+    if (!counts || !ok(cu::moeExpertCounts(idx, counts, n, experts, topK, s)) ||
+        !ok(cudaMemcpyAsync(host.data(), counts, size_t(experts) * 4, cudaMemcpyDeviceToHost,
+                            s)) ||
+        !ok(cudaStreamSynchronize(s)))
+      return false;
+    float most = host.empty() ? 0.0f : *std::max_element(host.begin(), host.end());
+    expertRows[{int(rows.space), rows.offset, rows.name}] =
+        std::max<int64_t>(1, std::min(capacity, int64_t(most)));
+    return true;
   }
   case KernelId::MoEExpertsFwd:
   case KernelId::MoEExpertsBwd: {
@@ -1149,6 +1170,8 @@ bool CudaExecutor::State::kernel(const Instruction &ins, CpuExecutor &host, std:
               false);
     cu::MoEExpertDims d{x.shape[0], x.shape[1], x.shape[2], in[first].shape[1],
                         ins.flag("swiglu")};
+    if (auto it = expertRows.find({int(x.space), x.offset, x.name}); it != expertRows.end())
+      d.rows = it->second;
     void *scratch = tmp(9, cu::moeExpertsScratchBytes(d, sizeof(T)), error);
     if (!scratch)
       return false;

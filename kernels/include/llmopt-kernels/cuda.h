@@ -168,6 +168,10 @@ struct MoEExpertDims {
   /// Scratch bytes a group of experts may take (0: 1 GiB; one expert's
   /// when that is more).
   size_t scratchBudget = 0;
+  /// Rows of each expert to compute (0: all `capacity`): a dispatch fills
+  /// each expert's slots from the first, so rows past the busiest expert's
+  /// load are zero in, and are written zero out.
+  int64_t rows = 0;
 };
 size_t moeRouterScratchBytes(const MoERouterDims &d, size_t elementBytes);
 size_t moeExpertsScratchBytes(const MoEExpertDims &d, size_t elementBytes);
