@@ -10,6 +10,8 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <unistd.h>
+#include <functional>
 #include <fstream>
 #include <sys/stat.h>
 
@@ -70,10 +72,6 @@ void removeDir(const std::string &path) {
   (void)std::system(cmd.c_str());
 }
 
-void put(std::string &out, const void *p, size_t n) {
-  out.append(static_cast<const char *>(p), n);
-}
-
 /// One parameter of a rank file: its value and its chunk of the moments.
 struct Saved {
   int64_t begin = 0, end = 0;
@@ -81,17 +79,11 @@ struct Saved {
   std::vector<float> value, m, v;
 };
 
-/// Parses a rank file written under plan `of`.
-bool parseRank(const std::string &blob, const Plan &of, int64_t step, const std::string &where,
-               std::map<std::string, Saved> &out, std::string &error) {
-  size_t at = 0;
-  auto take = [&](void *p, size_t n) {
-    if (at + n > blob.size())
-      return false;
-    std::memcpy(p, blob.data() + at, n);
-    at += n;
-    return true;
-  };
+/// Parses a rank file written under plan `of`, read through `take` (false
+/// when the file has fewer bytes).
+bool parseRank(const std::function<bool(void *, size_t)> &take, const Plan &of, int64_t step,
+               const std::string &where, std::map<std::string, Saved> &out,
+               std::string &error) {
   char magic[8];
   int64_t savedStep = 0, count = 0;
   if (!take(magic, 8) || std::memcmp(magic, kMagic, 8) != 0 || !take(&savedStep, 8) ||
@@ -161,30 +153,41 @@ bool saveCheckpoint(const std::string &dir, const CpuExecutor &exe, const Plan &
   if (!barrier(comm, error))
     return false;
 
-  // This rank's state, in the plan's parameter order.
-  std::string blob;
-  put(blob, kMagic, 8);
-  // The parameters this rank holds (a pipeline stage holds its own).
+  // This rank's state, in the plan's parameter order, streamed to its file
+  // and hashed as it goes (no copy of the state in memory), the digest in a
+  // side file for rank 0's manifest.
   int64_t step = exe.steps, count = int64_t(exe.params.size());
-  put(blob, &step, 8);
-  put(blob, &count, 8);
-  for (const ParamSpec &p : plan.params) {
-    if (!exe.params.count(p.name))
-      continue;
-    const ParamState &st = exe.params.at(p.name);
-    uint32_t len = uint32_t(p.name.size());
-    put(blob, &len, 4);
-    put(blob, p.name.data(), len);
-    int64_t n = int64_t(st.value.size()), shard[2] = {st.shard.begin, st.shard.end};
-    put(blob, &n, 8);
-    put(blob, shard, 16);
-    for (const std::vector<float> *v : {&st.value, &st.m, &st.v})
-      put(blob, v->data(), v->size() * sizeof(float));
-  }
-  std::string file = "rank-" + std::to_string(rank) + ".bin";
-  if (!writeAll(partial + "/" + file, blob)) {
-    error = partial + "/" + file + ": write failed";
-    return false;
+  std::string file = "rank-" + std::to_string(rank) + ".bin", path = partial + "/" + file;
+  {
+    std::ofstream f(path + ".tmp", std::ios::binary | std::ios::trunc);
+    Sha256 hash;
+    auto put = [&](const void *p, size_t n) {
+      f.write(static_cast<const char *>(p), std::streamsize(n));
+      hash.update(p, n);
+    };
+    put(kMagic, 8);
+    put(&step, 8);
+    put(&count, 8);
+    // The parameters this rank holds (a pipeline stage holds its own).
+    for (const ParamSpec &p : plan.params) {
+      if (!exe.params.count(p.name))
+        continue;
+      const ParamState &st = exe.params.at(p.name);
+      uint32_t len = uint32_t(p.name.size());
+      put(&len, 4);
+      put(p.name.data(), len);
+      int64_t n = int64_t(st.value.size()), shard[2] = {st.shard.begin, st.shard.end};
+      put(&n, 8);
+      put(shard, 16);
+      for (const std::vector<float> *v : {&st.value, &st.m, &st.v})
+        put(v->data(), v->size() * sizeof(float));
+    }
+    f.flush();
+    if (!f || (f.close(), !f) || std::rename((path + ".tmp").c_str(), path.c_str()) != 0 ||
+        !writeAll(path + ".sha256", hash.hex())) {
+      error = path + ": write failed";
+      return false;
+    }
   }
   if (!barrier(comm, error))
     return false;
@@ -199,12 +202,14 @@ bool saveCheckpoint(const std::string &dir, const CpuExecutor &exe, const Plan &
                            ",\n  \"world_size\": " + std::to_string(comm.size()) +
                            ",\n  \"plan_sha256\": \"" + planSha256 + "\",\n  \"files\": {";
     for (int r = 0; r < comm.size(); ++r) {
-      std::string f = "rank-" + std::to_string(r) + ".bin", data;
-      if (!readFile(partial + "/" + f, data)) {
+      std::string f = "rank-" + std::to_string(r) + ".bin", digest;
+      std::string side = partial + "/" + f + ".sha256";
+      if (!readFile(side, digest) || digest.size() != 64 || ::access((partial + "/" + f).c_str(), R_OK) != 0) {
         error = partial + "/" + f + ": missing after every rank wrote";
         return false;
       }
-      manifest += std::string(r ? "," : "") + "\n    \"" + f + "\": \"" + sha256Hex(data) + "\"";
+      std::remove(side.c_str());
+      manifest += std::string(r ? "," : "") + "\n    \"" + f + "\": \"" + digest + "\"";
     }
     manifest += "\n  }\n}\n";
     // The plan travels with the checkpoint, so that another plan can reshard it.
@@ -280,17 +285,45 @@ bool openCheckpoint(const std::string &dir, Opened &o, std::string &error) {
 
 bool readRank(const Opened &o, int r, const Plan &of, std::map<std::string, Saved> &out,
               std::string &error) {
-  std::string file = "rank-" + std::to_string(r) + ".bin", blob;
+  std::string file = "rank-" + std::to_string(r) + ".bin";
   const json::Value *want = o.manifest.get("files")->get(file);
-  if (!want || !want->isString() || !readFile(o.stepDir + "/" + file, blob)) {
+  std::ifstream f(o.stepDir + "/" + file, std::ios::binary);
+  if (!want || !want->isString() || !f) {
     error = o.stepDir + "/" + file + ": missing";
     return false;
   }
-  if (sha256Hex(blob) != want->string) {
+  // Parsed as it is read and hashed (no copy of the file in memory); the
+  // digest is checked once the whole file is read.
+  Sha256 hash;
+  auto take = [&](void *p, size_t n) {
+    if (n && !f.read(static_cast<char *>(p), std::streamsize(n)))
+      return false;
+    hash.update(p, n);
+    return true;
+  };
+  std::map<std::string, Saved> parsed;
+  std::string parseError;
+  bool ok = parseRank(take, of, o.step, o.stepDir + "/" + file, parsed, parseError);
+  // The rest of the file (a parse that stopped early, or bytes past the
+  // last parameter) still counts in the digest.
+  bool trailing = false;
+  std::vector<char> rest(1 << 16);
+  f.clear();
+  while (f.read(rest.data(), std::streamsize(rest.size())) || f.gcount() > 0) {
+    hash.update(rest.data(), size_t(f.gcount()));
+    trailing = true;
+  }
+  if (hash.hex() != want->string) {
     error = o.stepDir + "/" + file + ": checksum mismatch: the checkpoint is corrupt";
     return false;
   }
-  return parseRank(blob, of, o.step, o.stepDir + "/" + file, out, error);
+  if (!ok || trailing) {
+    error = ok ? o.stepDir + "/" + file + ": does not match its plan's parameters" : parseError;
+    return false;
+  }
+  for (auto &[name, sv] : parsed)
+    out[name] = std::move(sv);
+  return true;
 }
 
 /// Every whole tensor of an opened checkpoint, from its stored plan.

@@ -51,15 +51,32 @@ bool CpuExecutor::init(const Plan &p, int rank, uint64_t seed, std::string &erro
   }
   numSlots = slots;
   // Another backend runs the instructions: only the parameters are wanted.
-  std::vector<float> arena(arenasWanted ? size_t((program->arenaBytes + 3) / 4) : 0, 0.0f);
-  if (program->stashBytes > 0) {
-    // Only the stash is per micro-batch; the parts share the arena.
-    arenas.assign(1, arena);
-    stashes.assign(slots, std::vector<float>(
-                              arenasWanted ? size_t((program->stashBytes + 3) / 4) : 0, 0.0f));
-  } else {
-    arenas.assign(slots, arena);
+  try {
+    std::vector<float> arena(arenasWanted ? size_t((program->arenaBytes + 3) / 4) : 0, 0.0f);
+    if (program->stashBytes > 0) {
+      // Only the stash is per micro-batch; the parts share the arena.
+      arenas.assign(1, arena);
+      stashes.assign(slots, std::vector<float>(
+                                arenasWanted ? size_t((program->stashBytes + 3) / 4) : 0, 0.0f));
+    } else {
+      arenas.assign(slots, arena);
+      stashes.clear();
+    }
+  } catch (const std::bad_alloc &) {
+    double gib = double(program->stashBytes > 0
+                            ? program->arenaBytes + int64_t(slots) * program->stashBytes
+                            : int64_t(slots) * program->arenaBytes) /
+                 double(int64_t(1) << 30);
+    char size[32];
+    std::snprintf(size, sizeof(size), "%.1f", gib);
+    error = std::string("out of host memory for the plan's activations: ") + size +
+            " GiB per rank (the arena of a micro-batch of " + std::to_string(plan->microBatch) +
+            " x " + std::to_string(plan->seqLen) +
+            " tokens); the CPU backend needs it in RAM: lower the plan with fewer tokens per "
+            "micro-batch or more ranks, or run it with --device cuda";
+    arenas.clear();
     stashes.clear();
+    return false;
   }
   usesLossScaling = false;
   for (const Instruction &ins : program->step)

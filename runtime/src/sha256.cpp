@@ -52,20 +52,35 @@ void block(uint32_t h[8], const unsigned char *p) {
 }
 } // namespace
 
-std::string sha256Hex(const std::string &data) {
-  uint32_t h[8] = {0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a,
-                   0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19};
-  size_t n = data.size();
-  size_t full = n / 64;
-  for (size_t k = 0; k < full; ++k)
-    block(h, reinterpret_cast<const unsigned char *>(data.data()) + 64 * k);
+void Sha256::update(const void *data, size_t n) {
+  const auto *p = static_cast<const unsigned char *>(data);
+  total += n;
+  if (pendingBytes) {
+    size_t take = n < 64 - pendingBytes ? n : 64 - pendingBytes;
+    for (size_t k = 0; k < take; ++k)
+      pending[pendingBytes + k] = p[k];
+    pendingBytes += take;
+    p += take;
+    n -= take;
+    if (pendingBytes < 64)
+      return;
+    block(h, pending);
+    pendingBytes = 0;
+  }
+  for (; n >= 64; p += 64, n -= 64)
+    block(h, p);
+  for (size_t k = 0; k < n; ++k)
+    pending[k] = p[k];
+  pendingBytes = n;
+}
+
+std::string Sha256::hex() {
   unsigned char tail[128] = {0};
-  size_t rest = n - 64 * full;
-  for (size_t k = 0; k < rest; ++k)
-    tail[k] = static_cast<unsigned char>(data[64 * full + k]);
-  tail[rest] = 0x80;
-  size_t len = rest + 1 + 8 <= 64 ? 64 : 128;
-  uint64_t bits = uint64_t(n) * 8;
+  for (size_t k = 0; k < pendingBytes; ++k)
+    tail[k] = pending[k];
+  tail[pendingBytes] = 0x80;
+  size_t len = pendingBytes + 1 + 8 <= 64 ? 64 : 128;
+  uint64_t bits = total * 8;
   for (int k = 0; k < 8; ++k)
     tail[len - 1 - k] = static_cast<unsigned char>(bits >> (8 * k));
   block(h, tail);
@@ -77,6 +92,12 @@ std::string sha256Hex(const std::string &data) {
     for (int k = 7; k >= 0; --k)
       out += hex[(v >> (4 * k)) & 0xF];
   return out;
+}
+
+std::string sha256Hex(const std::string &data) {
+  Sha256 s;
+  s.update(data.data(), data.size());
+  return s.hex();
 }
 
 } // namespace llmopt::runtime

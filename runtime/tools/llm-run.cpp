@@ -25,6 +25,7 @@
 #include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <new>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -296,7 +297,7 @@ private:
 
 } // namespace
 
-int main(int argc, char **argv) {
+static int run(int argc, char **argv) {
   Options o;
   std::string error;
   if (!parse(argc, argv, o, error))
@@ -410,6 +411,8 @@ int main(int argc, char **argv) {
   }
   CpuExecutor cpuExe;
   CpuExecutor &exe = gpu ? gpu->host : cpuExe;
+  // --steps 0 writes the initial weights only: no activations are needed.
+  cpuExe.arenasWanted = o.steps > 0;
   if (gpu ? !gpu->init(plan, rank, o.seed, error) : !exe.init(plan, rank, o.seed, error))
     return fail(error);
   auto toHost = [&](std::string &err) { return !gpu || gpu->syncToHost(err); };
@@ -417,6 +420,7 @@ int main(int argc, char **argv) {
   if (o.device == "cuda")
     return fail("this llm-run was built without CUDA (no nvcc at build time)");
   CpuExecutor exe;
+  exe.arenasWanted = o.steps > 0; // --steps 0: the initial weights only
   if (!exe.init(plan, rank, o.seed, error))
     return fail(error);
   auto toHost = [](std::string &) { return true; };
@@ -552,4 +556,24 @@ int main(int argc, char **argv) {
     return fail(error);
   finalizeMPI();
   return 0;
+}
+
+int main(int argc, char **argv) {
+  // An allocation that fails anywhere else (parameters, moments, data) ends
+  // the job with a message, not an uncaught std::bad_alloc. (Checkpoints are
+  // written to a temporary and renamed: none is left half written.)
+  try {
+    return run(argc, argv);
+  } catch (const std::bad_alloc &) {
+    int world = envInt("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS", "WORLD_SIZE", 1);
+    int rank = envInt("OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID", "RANK", 0);
+    std::fprintf(stderr,
+                 "llm-run: rank %d: error: out of host memory (a plan too large for this "
+                 "machine's RAM: lower it with fewer tokens per micro-batch or more ranks)\n",
+                 rank);
+    std::fflush(stderr);
+    if (world > 1)
+      abortAll(1);
+    return 1;
+  }
 }

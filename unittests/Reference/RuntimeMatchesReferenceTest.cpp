@@ -17,6 +17,7 @@
 #include "llmopt/Import/HFConfig.h"
 #include "llmopt/Pipelines/Pipelines.h"
 #include "llmopt/Reference/Interpreter.h"
+#include "llmopt-runtime/sha256.h"
 #include "llmopt-runtime/executor.h"
 #include "llmopt-runtime/padded_logits.h"
 
@@ -227,4 +228,28 @@ TEST(PaddedLogits, FindsTheLMHeadItsLossAndItsBackward) {
     // Rows already a multiple of 16 bytes: nothing to do.
     EXPECT_FALSE(runtime::findPaddedLogits(prog, [](int64_t v) { return v; }));
   }
+}
+
+// SHA-256 (checkpoint and plan checksums): the FIPS 180-4 examples, and the
+// digest of data given in pieces (a checkpoint hashed as it is written)
+// equals the digest of the whole for any split.
+TEST(Sha256, KnownDigestsAndPieces) {
+  using llmopt::runtime::Sha256;
+  using llmopt::runtime::sha256Hex;
+  EXPECT_EQ(sha256Hex("abc"), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+  EXPECT_EQ(sha256Hex(""), "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+  EXPECT_EQ(sha256Hex(std::string(1000000, 'a')),
+            "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
+  std::string data;
+  for (int i = 0; i < 1000; ++i)
+    data += char(i * 7 + 3);
+  for (size_t a : {size_t(0), size_t(1), size_t(55), size_t(64), size_t(100)})
+    for (size_t b : {size_t(0), size_t(63), size_t(129), size_t(500)}) {
+      size_t first = std::min(a, data.size()), second = std::min(first + b, data.size());
+      Sha256 s;
+      s.update(data.data(), first);
+      s.update(data.data() + first, second - first);
+      s.update(data.data() + second, data.size() - second);
+      EXPECT_EQ(s.hex(), sha256Hex(data)) << a << " " << b;
+    }
 }
