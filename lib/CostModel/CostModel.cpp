@@ -466,8 +466,14 @@ struct Evaluator {
       // As lowered: the experts keep their dispatched rows and their output
       // rows (the combine's backward reads them); their hidden activations
       // are recomputed by the experts' backward (lc.recompute below).
-      double cf = l.capacityFactor > 0 ? l.capacityFactor : 1.0;
+      // A dropless dispatch is sized for the worst case, every token at
+      // every expert: E / top_k times the routed rows.
+      double cf = l.capacityFactor > 0 ? l.capacityFactor : double(l.experts) / double(l.topK);
       mlpSaved = 2 * (2.0 * h * l.topK * cf);
+      // With both ep and tp the experts stay whole; under SP each tp rank
+      // routes its own sequence chunk.
+      if (c.ep > 1 && c.sp)
+        mlpSaved /= t;
     }
     switch (c.recompute) {
     case Recompute::None:
