@@ -297,6 +297,9 @@ struct Checker {
           return fail("expert weights must be [experts, ffn, hidden] and [experts, hidden, ffn]");
         if (!fwd && !same(w, out[1 + i], "a weight gradient"))
           return false;
+        if (!fwd && ins.flag("accumulate") &&
+            (out[1 + i].dtype != DType::F32 || out[1 + i].space != Buffer::Space::Accum))
+          return fail("accumulate adds the weight gradients into f32 accumulators");
       }
       return same(x, out[0], "outs[0]") && (fwd || same(x, in[0], "ins[0]"));
     }

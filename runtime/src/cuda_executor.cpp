@@ -1175,11 +1175,17 @@ bool CudaExecutor::State::kernel(const Instruction &ins, CpuExecutor &host, std:
     void *scratch = tmp(9, cu::moeExpertsScratchBytes(d, sizeof(T)), error);
     if (!scratch)
       return false;
+    // `accumulate`: the GEMMs add the weight gradients into their fp32
+    // accumulators (the outputs) themselves.
+    bool accumulate = !fwd && ins.flag("accumulate");
     const T *w[3] = {};
     float *dw[3] = {};
     for (size_t i = 0; i < count; ++i) {
       w[i] = at<T>(in[first + i]);
-      if (!fwd && !(dw[i] = gradTarget(out[1 + i], 12 + i, error)))
+      if (fwd)
+        continue;
+      dw[i] = accumulate ? at<float>(out[1 + i]) : gradTarget(out[1 + i], 12 + i, error);
+      if (!dw[i])
         return false;
     }
     if (fwd)
@@ -1187,7 +1193,7 @@ bool CudaExecutor::State::kernel(const Instruction &ins, CpuExecutor &host, std:
     if (!cu::moeExpertsBackwardGemm(*gemm, at<T>(in[0]), at<T>(x), w, at<T>(out[0]), dw, d,
                                     scratch, s, error))
       return false;
-    for (size_t i = 0; i < count; ++i)
+    for (size_t i = 0; !accumulate && i < count; ++i)
       if (!gradDone(out[1 + i], dw[i], error))
         return false;
     return true;

@@ -1465,11 +1465,21 @@ bool CpuExecutor::runWide(const Instruction &ins, Communicator &comm, std::strin
     }
     k::MoEExpertShape sh{x.shape[0], x.shape[1], x.shape[2], in[first].shape[1],
                          ins.flag("swiglu")};
+    // `accumulate`: the weight gradients are added into their fp32
+    // accumulators (the outputs), computed apart first as a separate add
+    // would make them.
+    bool accumulate = !fwd && ins.flag("accumulate");
     const float *w[3] = {};
     float *dw[3] = {};
+    std::vector<std::vector<float>> parts(count);
     for (size_t i = 0; i < count; ++i) {
       w[i] = data(in[first + i]);
-      if (!fwd) {
+      if (fwd)
+        continue;
+      if (accumulate) {
+        parts[i].assign(size_t(out[1 + i].elements), 0.0f);
+        dw[i] = parts[i].data();
+      } else {
         zero(out[1 + i]);
         dw[i] = data(out[1 + i]);
       }
@@ -1504,8 +1514,16 @@ bool CpuExecutor::runWide(const Instruction &ins, Communicator &comm, std::strin
       };
       sh.rowAmaxContext = &rows;
     }
-    return fwd ? k::moeExpertsForward(data(x), w, data(out[0]), sh)
-               : k::moeExpertsBackward(data(in[0]), data(x), w, data(out[0]), dw, sh);
+    if (fwd)
+      return k::moeExpertsForward(data(x), w, data(out[0]), sh);
+    if (!k::moeExpertsBackward(data(in[0]), data(x), w, data(out[0]), dw, sh))
+      return false;
+    for (size_t i = 0; accumulate && i < count; ++i) {
+      float *acc = data(out[1 + i]);
+      for (size_t j = 0; j < parts[i].size(); ++j)
+        acc[j] += parts[i][j];
+    }
+    return true;
   }
   case KernelId::TPSlice:
   case KernelId::TPUnslice: {

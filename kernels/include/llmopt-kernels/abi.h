@@ -60,7 +60,7 @@
   LLMOPT_KERNEL(MoEDispatchFwd, "moe_dispatch_fwd", 2, 1, "")                            \
   LLMOPT_KERNEL(MoEDispatchBwd, "moe_dispatch_bwd", 2, 1, "")                            \
   LLMOPT_KERNEL(MoEExpertsFwd, "moe_experts_fwd", -1, 1, "swiglu,fp8,amax_axis")         \
-  LLMOPT_KERNEL(MoEExpertsBwd, "moe_experts_bwd", -1, -1, "swiglu,fp8,amax_axis")        \
+  LLMOPT_KERNEL(MoEExpertsBwd, "moe_experts_bwd", -1, -1, "swiglu,fp8,amax_axis,accumulate") \
   LLMOPT_KERNEL(MoECombineFwd, "moe_combine_fwd", 3, 1, "")                              \
   LLMOPT_KERNEL(MoECombineBwd, "moe_combine_bwd", 4, 2, "")                              \
   LLMOPT_KERNEL(TPSlice, "tp_slice", 1, 1, "shard,parts")                              \

@@ -350,6 +350,8 @@ bool llmopt::llm::accumulatesWeightGradients(Operation *op, int64_t zeroStage) {
       grads.push_back(g.getBiasGrad());
   } else if (auto h = dyn_cast<LMHeadGradOp>(op)) {
     grads.push_back(h.getWeightGrad());
+  } else if (auto e = dyn_cast<MoEExpertsGradOp>(op)) {
+    llvm::append_range(grads, e.getWeightGrads());
   } else {
     return false;
   }
