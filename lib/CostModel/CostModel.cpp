@@ -588,7 +588,7 @@ struct Evaluator {
     double headFwd = gemm16(tokens, V / t, h) + memTime(tokens * V / t * actElt * 2);
     double headBwd = 2 * gemm16(tokens, V / t, h) + memTime(tokens * V / t * actElt * 2);
     double embedTime = memTime(tokens * h * actElt * 3);
-    double logitsBytes = tokens * V / t * (4 + actElt);
+    double logitsBytes = tokens * V / t * (2 * actElt);
     double headAct = tokens * h * actElt / (c.sp ? t : 1);
 
     // Stage layout.
