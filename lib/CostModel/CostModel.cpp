@@ -274,6 +274,9 @@ struct LayerCost {
   double fwd = 0, bwd = 0, recompute = 0;
   double tp = 0, cp = 0, ep = 0;
   double actBytes = 0;
+  /// Full recomputation: what the layer's recomputed forward keeps while
+  /// its backward runs (transient, one layer at a time).
+  double recomputedBytes = 0;
   double denseParams = 0, expertParams = 0; // per rank, before ZeRO
   double fullParamsBytes = 0;              // this layer's weights, gathered
 };
@@ -494,6 +497,7 @@ struct Evaluator {
     case Recompute::Full:
     case Recompute::PerStage:
       lc.actBytes = T * 2 * h / (c.sp ? t : 1) * actElt / 2;
+      lc.recomputedBytes = T * (perToken + attnSaved + mlpSaved) * actElt / 2;
       break;
     }
 
@@ -532,6 +536,7 @@ struct Evaluator {
       t.dense[i + 1] = t.dense[i] + lc.denseParams;
       t.expert[i + 1] = t.expert[i] + lc.expertParams;
       t.maxLayerBytes = std::max(t.maxLayerBytes, lc.fullParamsBytes);
+      t.maxRecomputedBytes = std::max(t.maxRecomputedBytes, lc.recomputedBytes);
     }
     return t;
   }
@@ -674,9 +679,13 @@ struct Evaluator {
         dense += embedParams;
       if (sIdx == c.pp - 1)
         dense += headParams + double(model.finalNormParams);
+      // A recomputed layer's activations live while its backward runs, after
+      // the loss's backward has freed the logits: the larger of the two counts.
+      double stageLogits = sIdx == c.pp - 1 ? logitsBytes : 0;
       auto activations = [&](const LayerTable &lt) {
         return (range(lt.act, first, sm.layers) + (sIdx == c.pp - 1 ? headAct : 0)) *
-               inFlight;
+                   inFlight +
+               std::max(0.0, lt.maxRecomputedBytes - stageLogits);
       };
 
       MemoryBreakdown &mem = sm.memory;

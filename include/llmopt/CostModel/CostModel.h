@@ -165,6 +165,9 @@ struct LayerTable {
   std::vector<double> dense;     ///< non-expert parameters per rank
   std::vector<double> expert;    ///< expert parameters per rank
   double maxLayerBytes = 0;      ///< largest layer's weights, gathered (ZeRO-3)
+  /// Full recomputation: the largest layer's activations while its
+  /// recomputed forward serves its backward (once, not per micro-batch).
+  double maxRecomputedBytes = 0;
 };
 
 /// Builds the layer table of `cfg` (its tp, sp, cp, ep, micro-batch,
