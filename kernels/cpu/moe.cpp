@@ -340,8 +340,14 @@ bool moeExpertsBackward(const float *dout, const float *x, const float *const *w
     dxu.resize(size_t(cap * s.hidden));
   }
   Fp8Inputs q{s};
-  int down = s.swiglu ? 2 : 1;
+  int down = s.swiglu ? 2 : 1, count = s.swiglu ? 3 : 2;
+  std::vector<float> apart(s.addApart ? size_t(count * wn) : 0);
   for (int64_t e = 0; e < s.experts; ++e) {
+    // This expert's weight gradients: apart (then added), or in place.
+    float *dwe[3] = {};
+    for (int i = 0; i < count; ++i)
+      dwe[i] = s.addApart ? apart.data() + i * wn : dweights[i] + e * wn;
+    std::fill(apart.begin(), apart.end(), 0.0f);
     const float *xe = x + e * cap * s.hidden, *ge = dout + e * cap * s.hidden;
     int64_t rows = usedRows(xe, ge, cap, s.hidden);
     std::fill(dx + (e * cap + rows) * s.hidden, dx + (e + 1) * cap * s.hidden, 0.0f);
@@ -356,8 +362,7 @@ bool moeExpertsBackward(const float *dout, const float *x, const float *const *w
     if (!q.quantize(a.data(), rows, f, false, true, ab, aq) ||
         !q.quantize(ge, rows, s.hidden, true, false, gb, gq))
       return false;
-    linearBackward(gq, aq, w2, da.data(), dweights[down] + e * wn, nullptr, rows, f, s.hidden,
-                   false);
+    linearBackward(gq, aq, w2, da.data(), dwe[down], nullptr, rows, f, s.hidden, false);
     if (s.swiglu)
       swigluBackward(da.data(), h.data(), u.data(), dh.data(), du.data(), rows * f);
     else
@@ -366,12 +371,16 @@ bool moeExpertsBackward(const float *dout, const float *x, const float *const *w
         (s.swiglu && !q.quantize(du.data(), rows, f, true, true, dub, duq)))
       return false;
     float *dxe = dx + e * cap * s.hidden;
-    linearBackward(dhq, xq, w1, dxe, dweights[0] + e * wn, nullptr, rows, s.hidden, f, false);
+    linearBackward(dhq, xq, w1, dxe, dwe[0], nullptr, rows, s.hidden, f, false);
     if (s.swiglu) {
-      linearBackward(duq, xq, w3, dxu.data(), dweights[1] + e * wn, nullptr, rows, s.hidden, f,
-                     false);
+      linearBackward(duq, xq, w3, dxu.data(), dwe[1], nullptr, rows, s.hidden, f, false);
       for (int64_t i = 0; i < rows * s.hidden; ++i)
         dxe[i] += dxu[size_t(i)];
+    }
+    for (int i = 0; s.addApart && i < count; ++i) {
+      float *acc = dweights[i] + e * wn;
+      for (int64_t j = 0; j < wn; ++j)
+        acc[j] += dwe[i][j];
     }
   }
   return true;

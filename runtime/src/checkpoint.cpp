@@ -13,6 +13,8 @@
 #include <unistd.h>
 #include <functional>
 #include <fstream>
+#include <fcntl.h>
+#include <stdio.h>
 #include <sys/stat.h>
 
 namespace llmopt::runtime {
@@ -223,8 +225,26 @@ bool saveCheckpoint(const std::string &dir, const CpuExecutor &exe, const Plan &
       error = partial + "/manifest.json: write failed";
       return false;
     }
-    removeDir(final);
-    if (std::rename(partial.c_str(), final.c_str()) != 0) {
+    // A checkpoint of the same step already there (a resumed --steps 0, a
+    // rerun) is swapped out atomically, so that LATEST never names a missing
+    // or half-written directory; where the file system cannot swap, it is
+    // moved aside first.
+    struct stat st;
+    if (::stat(final.c_str(), &st) == 0) {
+      if (::renameat2(AT_FDCWD, partial.c_str(), AT_FDCWD, final.c_str(), RENAME_EXCHANGE) ==
+          0) {
+        removeDir(partial); // now the old checkpoint
+      } else {
+        std::string aside = dir + "/." + name + ".old";
+        removeDir(aside);
+        if (std::rename(final.c_str(), aside.c_str()) != 0 ||
+            std::rename(partial.c_str(), final.c_str()) != 0) {
+          error = final + ": cannot move the checkpoint into place: " + std::strerror(errno);
+          return false;
+        }
+        removeDir(aside);
+      }
+    } else if (std::rename(partial.c_str(), final.c_str()) != 0) {
       error = final + ": cannot move the checkpoint into place: " + std::strerror(errno);
       return false;
     }

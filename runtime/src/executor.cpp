@@ -52,16 +52,18 @@ bool CpuExecutor::init(const Plan &p, int rank, uint64_t seed, std::string &erro
   numSlots = slots;
   // Another backend runs the instructions: only the parameters are wanted.
   try {
-    std::vector<float> arena(arenasWanted ? size_t((program->arenaBytes + 3) / 4) : 0, 0.0f);
-    if (program->stashBytes > 0) {
-      // Only the stash is per micro-batch; the parts share the arena.
-      arenas.assign(1, arena);
-      stashes.assign(slots, std::vector<float>(
-                                arenasWanted ? size_t((program->stashBytes + 3) / 4) : 0, 0.0f));
-    } else {
-      arenas.assign(slots, arena);
-      stashes.clear();
-    }
+    // Built in place (a template copied `slots` times would need one more).
+    size_t arenaFloats = arenasWanted ? size_t((program->arenaBytes + 3) / 4) : 0;
+    size_t stashFloats = arenasWanted ? size_t((program->stashBytes + 3) / 4) : 0;
+    // Only the stash is per micro-batch where there is one; the parts then
+    // share the arena.
+    size_t arenaCount = program->stashBytes > 0 ? 1 : slots;
+    arenas.clear();
+    stashes.clear();
+    for (size_t i = 0; i < arenaCount; ++i)
+      arenas.emplace_back(arenaFloats, 0.0f);
+    for (size_t i = 0; program->stashBytes > 0 && i < slots; ++i)
+      stashes.emplace_back(stashFloats, 0.0f);
   } catch (const std::bad_alloc &) {
     double gib = double(program->stashBytes > 0
                             ? program->arenaBytes + int64_t(slots) * program->stashBytes
@@ -1466,24 +1468,20 @@ bool CpuExecutor::runWide(const Instruction &ins, Communicator &comm, std::strin
     k::MoEExpertShape sh{x.shape[0], x.shape[1], x.shape[2], in[first].shape[1],
                          ins.flag("swiglu")};
     // `accumulate`: the weight gradients are added into their fp32
-    // accumulators (the outputs), computed apart first as a separate add
-    // would make them.
+    // accumulators (the outputs), each expert's computed apart first as a
+    // separate add would make them.
     bool accumulate = !fwd && ins.flag("accumulate");
     const float *w[3] = {};
     float *dw[3] = {};
-    std::vector<std::vector<float>> parts(count);
     for (size_t i = 0; i < count; ++i) {
       w[i] = data(in[first + i]);
       if (fwd)
         continue;
-      if (accumulate) {
-        parts[i].assign(size_t(out[1 + i].elements), 0.0f);
-        dw[i] = parts[i].data();
-      } else {
+      if (!accumulate)
         zero(out[1 + i]);
-        dw[i] = data(out[1 + i]);
-      }
+      dw[i] = data(out[1 + i]);
     }
+    sh.addApart = accumulate;
     // fp8: activations per row, each expert's weights per tensor; where the
     // ffn is split (`amax_axis`), the weights' and the hidden rows' amaxes
     // are the maxima over its ranks.
@@ -1516,14 +1514,7 @@ bool CpuExecutor::runWide(const Instruction &ins, Communicator &comm, std::strin
     }
     if (fwd)
       return k::moeExpertsForward(data(x), w, data(out[0]), sh);
-    if (!k::moeExpertsBackward(data(in[0]), data(x), w, data(out[0]), dw, sh))
-      return false;
-    for (size_t i = 0; accumulate && i < count; ++i) {
-      float *acc = data(out[1 + i]);
-      for (size_t j = 0; j < parts[i].size(); ++j)
-        acc[j] += parts[i][j];
-    }
-    return true;
+    return k::moeExpertsBackward(data(in[0]), data(x), w, data(out[0]), dw, sh);
   }
   case KernelId::TPSlice:
   case KernelId::TPUnslice: {

@@ -544,10 +544,13 @@ static int run(int argc, char **argv) {
   }
   if (tty && rank == 0)
     std::fprintf(stderr, "\n");
-  // The last step is always saved, so a finished run can be extended later.
-  // --steps 0 saves the initial weights (to start another framework from).
-  if (!o.checkpointDir.empty() && (exe.steps > startStep || o.steps == 0) &&
-      (o.checkpointEvery == 0 || exe.steps % o.checkpointEvery != 0) &&
+  // The last step is always saved (unless the periodic save just did), so a
+  // finished run can be extended later. --steps 0 saves the initial (or
+  // resumed) weights: to start another framework from, or resharded to this
+  // run's plan.
+  bool ran = exe.steps > startStep;
+  bool savedLast = ran && o.checkpointEvery > 0 && exe.steps % o.checkpointEvery == 0;
+  if (!o.checkpointDir.empty() && ((ran && !savedLast) || o.steps == 0) &&
       (!toHost(error) || !saveCheckpoint(o.checkpointDir, exe, plan, *comm, error)))
     return fail("checkpoint: " + error);
   if (metrics)

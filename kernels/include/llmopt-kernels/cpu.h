@@ -221,6 +221,11 @@ struct MoEExpertShape {
   /// maximum over the ranks); false on failure. Null: the rows are whole.
   bool (*rowAmax)(void *context, float *amax, int64_t n) = nullptr;
   void *rowAmaxContext = nullptr;
+  /// Backward: each expert's weight gradients are summed apart (in a
+  /// scratch of one expert's weights) and then added to `dweights`, the
+  /// sums a separate add of the whole gradient would make (fp32
+  /// accumulators written in place); else they are accumulated directly.
+  bool addApart = false;
 };
 /// Expert e's MLP on rows [e, :, :] of x; weights [experts, ffn, hidden]
 /// (gate / up / fc1) and [experts, hidden, ffn] (down / fc2), no biases, so

@@ -355,9 +355,12 @@ bool llmopt::llm::accumulatesWeightGradients(Operation *op, int64_t zeroStage) {
   } else {
     return false;
   }
-  for (Value v : grads)
+  for (Value v : grads) {
+    if (v.use_empty()) // no update reads it: nothing to accumulate into
+      return false;
     for (Operation *user : v.getUsers())
       if (!isa<AdamWOp, GlobalNormOp>(user))
         return false;
+  }
   return true;
 }
