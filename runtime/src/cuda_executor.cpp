@@ -1375,7 +1375,7 @@ bool CudaExecutor::init(const Plan &plan, int rank, uint64_t seed, std::string &
   if (!axes.empty())
     s->graphs = false;
 #endif
-  if (!s->arena.reserve(size_t(program->arenaBytes))) {
+  if (stepsWanted && !s->arena.reserve(size_t(program->arenaBytes))) {
     error = "cannot allocate the " + std::to_string(program->arenaBytes) + "-byte arena";
     return false;
   }

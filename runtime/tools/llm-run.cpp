@@ -408,6 +408,7 @@ static int run(int argc, char **argv) {
     gpu = std::make_unique<CudaExecutor>();
     gpu->planDir = o.plan;
     gpu->comm = comm;
+    gpu->stepsWanted = o.steps > 0;
   }
   CpuExecutor cpuExe;
   CpuExecutor &exe = gpu ? gpu->host : cpuExe;

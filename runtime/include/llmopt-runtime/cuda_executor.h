@@ -59,6 +59,9 @@ public:
   /// The launcher's communicator (set before init for plans of more than
   /// one rank): the mesh axes' ranks and the exchange of NCCL's unique ids.
   Communicator *comm = nullptr;
+  /// Set before init: false where no step will run (`--steps 0`: the
+  /// initial weights only), so that no activation arena is allocated.
+  bool stepsWanted = true;
 
 private:
   /// One instruction; under `host.profiling` between two CUDA events.
