@@ -429,7 +429,12 @@ bool loadCheckpoint(const std::string &dir, CpuExecutor &exe, const Plan &plan, 
   if (!openCheckpoint(dir, o, error))
     return false;
   if (o.world == worldSize && o.planHash == plan.sha256) {
-    // The same plan: this rank's file holds exactly its state.
+    // The same plan: this rank's file holds exactly its state, which
+    // replaces the initialized one (released first, so that the state is
+    // in memory once, not twice; a failed load fails the run anyway).
+    for (auto &[name, st] : exe.params)
+      for (std::vector<float> *v : {&st.value, &st.m, &st.v})
+        std::vector<float>().swap(*v);
     std::map<std::string, Saved> saved;
     if (!readRank(o, rank, plan, saved, error))
       return false;
