@@ -12,6 +12,7 @@
 #include <cstring>
 #include <unistd.h>
 #include <functional>
+#include <filesystem>
 #include <fstream>
 #include <fcntl.h>
 #include <stdio.h>
@@ -68,10 +69,12 @@ bool makeDir(const std::string &path) {
   return ::mkdir(path.c_str(), 0755) == 0 || errno == EEXIST;
 }
 
-/// Removes a directory of plain files (a stale partial checkpoint).
+/// Removes a directory of plain files (a stale partial checkpoint), without
+/// a shell: no fork() in a process that MPI (and its registered memory)
+/// may own.
 void removeDir(const std::string &path) {
-  std::string cmd = "rm -rf '" + path + "'";
-  (void)std::system(cmd.c_str());
+  std::error_code ec;
+  std::filesystem::remove_all(path, ec);
 }
 
 /// One parameter of a rank file: its value and its chunk of the moments.

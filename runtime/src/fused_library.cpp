@@ -5,6 +5,8 @@
 
 #include <cuda_runtime_api.h>
 #include <dlfcn.h>
+#include <spawn.h>
+#include <sys/wait.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -27,6 +29,23 @@ std::string quote(const std::string &s) {
 }
 
 bool executable(const std::string &p) { return !p.empty() && access(p.c_str(), X_OK) == 0; }
+
+/// `/bin/sh -c cmd`'s exit status (-1 when it cannot start), through
+/// posix_spawn rather than std::system's fork(): the CUDA runtime and MPI
+/// (with its registered memory) are initialized by the time kernels are
+/// compiled.
+int runShell(const std::string &cmd) {
+  pid_t pid = 0;
+  const char *argv[] = {"/bin/sh", "-c", cmd.c_str(), nullptr};
+  if (posix_spawn(&pid, "/bin/sh", nullptr, nullptr, const_cast<char *const *>(argv), environ) !=
+      0)
+    return -1;
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0)
+    if (errno != EINTR)
+      return -1;
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
 
 std::string findNvcc() {
   if (const char *e = std::getenv("LLMOPT_NVCC"); e && executable(e))
@@ -155,7 +174,7 @@ bool FusedLibrary::load(const std::string &planDir, const std::string &sm,
     }
     std::string cmd = quote(nvcc) + flags + " -gencode arch=compute_" + sm + ",code=sm_" + sm + " -o " + quote(lib) +
                       " " + quote(cu) + " > " + quote(log) + " 2>&1";
-    int rc = std::system(cmd.c_str());
+    int rc = runShell(cmd);
     if (rc != 0) {
       std::ifstream l(log);
       std::string first;
