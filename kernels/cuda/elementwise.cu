@@ -157,8 +157,18 @@ __global__ void positionBwdKernel(const T *d, float *dtable, int64_t batch, int6
   }
 }
 /// Sum of squares into *out (zeroed by the launcher), in double per block.
+/// Per-block partial sums of sumSquaresKernel and the count of blocks done
+/// (zero between launches; launches on one stream run one at a time).
+__device__ double squaresPartials[1024];
+__device__ unsigned squaresDone;
+
+/// *out += sum of x^2, deterministically: each block's sum (a fixed tree)
+/// goes to its slot, and the last block to finish adds the slots in block
+/// order (a fixed tree again), for a grid that depends on n only. (Blocks
+/// adding their sums with atomics made the result depend on their order.)
 __global__ void sumSquaresKernel(const float *x, int64_t n, double *out) {
   __shared__ double red[kThreads];
+  __shared__ bool last;
   double s = 0;
   // 16-byte words where x allows, then the rest.
   int64_t words = reinterpret_cast<uintptr_t>(x) % 16 == 0 ? n / 4 : 0;
@@ -171,8 +181,23 @@ __global__ void sumSquaresKernel(const float *x, int64_t n, double *out) {
        i += int64_t(blockDim.x) * gridDim.x)
     s += double(x[i]) * double(x[i]);
   s = blockTreeSum(s, red);
-  if (threadIdx.x == 0)
-    atomicAdd(out, s);
+  if (threadIdx.x == 0) {
+    squaresPartials[blockIdx.x] = s;
+    __threadfence();
+    last = atomicAdd(&squaresDone, 1u) == gridDim.x - 1;
+  }
+  __syncthreads();
+  if (!last)
+    return;
+  __threadfence();
+  double t = 0;
+  for (unsigned b = threadIdx.x; b < gridDim.x; b += blockDim.x)
+    t += static_cast<volatile double *>(squaresPartials)[b];
+  t = blockTreeSum(t, red);
+  if (threadIdx.x == 0) {
+    *out += t;
+    squaresDone = 0;
+  }
 }
 __global__ void finishSquaresKernel(const double *sum, float *out, bool root) {
   *out = root ? float(sqrt(*sum)) : float(*sum);
