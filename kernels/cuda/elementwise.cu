@@ -156,9 +156,9 @@ __global__ void positionBwdKernel(const T *d, float *dtable, int64_t batch, int6
     atomicAdd(dtable + int64_t(pos[s]) * h + c, ld(d + i));
   }
 }
-/// Sum of squares into *out (zeroed by the launcher), in double per block.
 /// Per-block partial sums of sumSquaresKernel and the count of blocks done
-/// (zero between launches; launches on one stream run one at a time).
+/// (zero between launches: launches of it must not run concurrently on two
+/// streams of one device; the backend runs them on one stream).
 __device__ double squaresPartials[1024];
 __device__ unsigned squaresDone;
 
@@ -527,9 +527,10 @@ size_t sumRowsScratchBytes(int64_t rows, int64_t c) {
 LLMOPT_CUDA_FOR_TYPES(LLMOPT_CUDA_DEFINE_SMALL)
 #undef LLMOPT_CUDA_DEFINE_SMALL
 
-/// Reductions into one double: at most 1024 blocks (each adds its part with
-/// one atomic), not a block per 256 elements -- a million blocks' atomics on
-/// one address took about 10 ms per step for a 1B-parameter model's norm.
+/// Reductions into one double: at most 1024 blocks (their parts added by the
+/// last block; squaresPartials has 1024 slots), not a block per 256 elements
+/// -- a million blocks' atomics on one address took about 10 ms per step for
+/// a 1B-parameter model's norm.
 static unsigned reduceGrid(int64_t n) { return std::min(gridFor(n), 1024u); }
 
 cudaError_t sumSquares(const float *x, int64_t n, double *scratch, float *out, bool root,

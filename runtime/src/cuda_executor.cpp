@@ -515,10 +515,15 @@ bool CudaExecutor::State::runAdamW(AdamWRun &run, const Instruction &ins, CpuExe
     }
     std::vector<cu::AdamWChunk> chunks = cu::adamwChunks(counts);
     size_t tb = tensors.size() * sizeof(cu::AdamWTensor), cb = chunks.size() * sizeof(cu::AdamWChunk);
+    // On the instructions' stream (a non-blocking one under graphs is not
+    // ordered after the default stream's copies), waited for: the host
+    // vectors are this function's.
     if (!run.tensors.reserve(tb) || !run.chunks.reserve(std::max<size_t>(cb, 1)) ||
-        cudaMemcpy(run.tensors.p, tensors.data(), tb, cudaMemcpyHostToDevice) != cudaSuccess ||
-        (cb && cudaMemcpy(run.chunks.p, chunks.data(), cb, cudaMemcpyHostToDevice) !=
-                   cudaSuccess))
+        cudaMemcpyAsync(run.tensors.p, tensors.data(), tb, cudaMemcpyHostToDevice, stream) !=
+            cudaSuccess ||
+        (cb && cudaMemcpyAsync(run.chunks.p, chunks.data(), cb, cudaMemcpyHostToDevice,
+                               stream) != cudaSuccess) ||
+        cudaStreamSynchronize(stream) != cudaSuccess)
       return (error = "cannot upload the multi-tensor AdamW descriptors", false);
     run.chunkCount = int64_t(chunks.size());
     run.built = true;
@@ -1155,8 +1160,10 @@ bool CudaExecutor::State::kernel(const Instruction &ins, CpuExecutor &host, std:
         !ok(cudaStreamSynchronize(s)))
       return false;
     float most = host.empty() ? 0.0f : *std::max_element(host.begin(), host.end());
-    expertRows[{int(rows.space), rows.offset, rows.name}] =
-        std::max<int64_t>(1, std::min(capacity, int64_t(most)));
+    // Rounded up to 64 rows (zero in, zero out): fewer distinct GEMM shapes
+    // for cuBLASLt's heuristic and algorithm cache.
+    int64_t load = (std::max<int64_t>(1, int64_t(most)) + 63) / 64 * 64;
+    expertRows[{int(rows.space), rows.offset, rows.name}] = std::min(capacity, load);
     return true;
   }
   case KernelId::MoEExpertsFwd:

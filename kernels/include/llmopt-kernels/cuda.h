@@ -170,7 +170,8 @@ struct MoEExpertDims {
   size_t scratchBudget = 0;
   /// Rows of each expert to compute (0: all `capacity`): a dispatch fills
   /// each expert's slots from the first, so rows past the busiest expert's
-  /// load are zero in, and are written zero out.
+  /// load are zero in (the rows and, backward, their output gradient, as
+  /// the combine's backward leaves it), and are written zero out.
   int64_t rows = 0;
 };
 size_t moeRouterScratchBytes(const MoERouterDims &d, size_t elementBytes);
