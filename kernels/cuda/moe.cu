@@ -294,12 +294,17 @@ bool expertHidden(Gemm &gemm, const T *x, const T *const *w, const MoEExpertDims
                                typeOf<T>(), 0.0f);
   if (!gemm.batched(xe, w[0] + e0 * F * H, h, up, s, error))
     return false;
-  if (d.swiglu) {
-    if (!gemm.batched(xe, w[1] + e0 * F * H, u, up, s, error))
+  if (d.swiglu && !gemm.batched(xe, w[1] + e0 * F * H, u, up, s, error))
+    return false;
+  // The activation over each expert's R rows (one launch where R = C).
+  for (int64_t e = 0; e < (R < C ? g : 1); ++e) {
+    int64_t at = e * C * F, count = R < C ? R * F : g * C * F;
+    if (!launched("moe experts", error,
+                  d.swiglu ? swigluForward(h + at, u + at, a + at, count, s)
+                           : geluForward(h + at, a + at, count, false, s)))
       return false;
-    return launched("moe experts", error, swigluForward(h, u, a, g * C * F, s));
   }
-  return launched("moe experts", error, geluForward(h, a, g * C * F, false, s));
+  return true;
 }
 
 template <typename T>
@@ -351,10 +356,14 @@ bool expertsBackward(Gemm &gemm, const T *dout, const T *x, const T *const *w, T
                                  CUDA_R_32F, 1.0f),
                       s, error))
       return false;
-    if (!launched("moe experts backward", error,
-                  d.swiglu ? swigluBackward(da, h, u, dh, du, g * C * F, s)
-                           : geluBackward(da, h, dh, g * C * F, false, s)))
-      return false;
+    for (int64_t e = 0; e < (R < C ? g : 1); ++e) {
+      int64_t at = e * C * F, count = R < C ? R * F : g * C * F;
+      if (!launched("moe experts backward", error,
+                    d.swiglu
+                        ? swigluBackward(da + at, h + at, u + at, dh + at, du + at, count, s)
+                        : geluBackward(da + at, h + at, dh + at, count, false, s)))
+        return false;
+    }
     // dx = dh W1 (+ du W3): [C, H] in fp32; dW1 += dh^T x, dW3 += du^T x.
     float *dx32 = p.dx(scratch);
     for (int i = 0; i < (d.swiglu ? 2 : 1); ++i) {
