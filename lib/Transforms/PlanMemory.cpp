@@ -240,11 +240,29 @@ struct PlanMemoryPass : public llmopt::impl::PlanMemoryBase<PlanMemoryPass> {
       double total = 0;
       for (const Buffer &b : buffers)
         total += b.bytes;
+      // Without pipeline stages: the most bytes live at one position, the
+      // least any placement's arena can be (the rest is fragmentation).
+      int64_t livePeak = 0;
+      if (!module->hasAttr("llm.pp")) {
+        std::vector<int64_t> delta(size_t(n) + 2, 0);
+        for (const Buffer &b : buffers) {
+          delta[size_t(b.first)] += b.bytes;
+          delta[size_t(b.last) + 1] -= b.bytes;
+        }
+        int64_t live = 0;
+        for (int64_t d : delta)
+          livePeak = std::max(livePeak, live += d);
+      }
       std::string text = llvm::formatv(
           "memory plan of @{0}: {1} buffers, {2:f1} MiB if never reused, arena {3:f1} MiB "
           "(peak), parameter and optimizer state {4:f1} MiB\n",
           func.getSymName(), buffers.size(), total / (1 << 20), double(peak) / (1 << 20),
           stateBytes / (1 << 20));
+      if (livePeak > 0)
+        text += llvm::formatv("  most bytes live at once: {0:f1} MiB (the arena is {1:f1}% "
+                              "above it)\n",
+                              double(livePeak) / (1 << 20),
+                              100.0 * double(peak - livePeak) / double(livePeak));
       if (auto stages = func->getAttrOfType<DenseI64ArrayAttr>("llm.stage_arena_bytes")) {
         auto stash = func->getAttrOfType<DenseI64ArrayAttr>("llm.stage_stash_bytes");
         for (auto [s, bytes] : llvm::enumerate(stages.asArrayRef()))
