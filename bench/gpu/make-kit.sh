@@ -38,6 +38,7 @@ lower "$kit/byte-gpt2-v261.json" "dir=$kit/plans/tiny-v261 batch=4 seq=32 lr=0.0
 lower "$kit/byte-gpt2-v261.json" "dir=$kit/plans/tiny-v261-bf16 batch=4 seq=32 lr=0.003"
 # fp8 linears on the GPU's fp8 GEMMs.
 "$opt" "$in/byte-llama.json" --hf-dtype=f32 -o /dev/null --llm-auto-parallel="cluster=dgx-h100 gpus=1 global-batch=4 seq-len=32 fp8=true fix=dp:1,micro_batch:4" --llm-lower-to-plan="dir=$kit/plans/tiny-fp8 lr=0.003" >/dev/null
+"$opt" "$in/byte-gpt2.json" --hf-dtype=f32 -o /dev/null --llm-auto-parallel="cluster=dgx-h100 gpus=1 global-batch=4 seq-len=32 fp8=true fix=dp:1,micro_batch:4" --llm-lower-to-plan="dir=$kit/plans/tiny-fp8-gpt2 lr=0.003" >/dev/null
 # Mixtral-style MoE (router, dispatch, experts, combine on the GPU).
 lower "$in/byte-mixtral.json" "dir=$kit/plans/tiny-moe batch=4 seq=32 lr=0.003" --hf-dtype=f32
 lower "$in/byte-mixtral.json" "dir=$kit/plans/tiny-moe-bf16 batch=4 seq=32 lr=0.003"

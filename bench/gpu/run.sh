@@ -65,7 +65,7 @@ if has tiny; then
   step "test/Runtime/cuda.test: CUDA vs CPU backend on the tiny models"
   for p in tiny-gpt2:1e-3 tiny-llama:1e-3 tiny-bf16:2e-2 tiny-gpt2-bf16:2e-2 tiny-gpt2-rc-full:1e-3 \
     tiny-gpt2-rc-selective:1e-3 tiny-llama-rc-full:1e-3 tiny-llama-rc-selective:1e-3 \
-    tiny-v261:1e-3 tiny-v261-bf16:2e-2 tiny-moe:1e-3 tiny-moe-bf16:2e-2 tiny-fp8:2e-2; do
+    tiny-v261:1e-3 tiny-v261-bf16:2e-2 tiny-moe:1e-3 tiny-moe-bf16:2e-2 tiny-fp8:2e-2 tiny-fp8-gpt2:2e-2; do
     n=${p%%:*} tol=${p##*:}
     run llm-run "$kit/plans/$n" --data "$kit/data/tiny.bin" --steps 10 --metrics $n-cpu.jsonl --quiet
     run llm-run "$kit/plans/$n" --data "$kit/data/tiny.bin" --steps 10 --metrics $n-gpu.jsonl --device cuda --quiet

@@ -579,8 +579,20 @@ bool CudaExecutor::State::fp8Linear(const Instruction &ins, std::string &error) 
   auto ok = [&](cudaError_t e) { return check(e, ins.kernel->name, error); };
   bool fwd = ins.kernel->id == KernelId::LinearFwd;
   const Buffer &x = in[fwd ? 0 : 1], &w = in[fwd ? 1 : 2];
-  int64_t n = rowsOf(x), inF = w.shape[1], outF = w.shape[0];
+  // [out, in] weights, or [in, out] (`transposed`, GPT-2's): the products
+  // read W as [out, in] forward and [in, out] for dx, so one of the two is
+  // a transposed copy, and dW is made in the weight's own layout.
+  bool tr = ins.flag("transposed");
+  int64_t n = rowsOf(x), inF = tr ? w.shape[0] : w.shape[1], outF = tr ? w.shape[1] : w.shape[0];
   cudaDataType_t type = bf16 ? CUDA_R_16BF : CUDA_R_32F;
+  // The weight quantized as [rows, cols] of its storage, plain or transposed.
+  auto quantizeWeight = [&](bool transpose, uint8_t *q, float *amax, float *scale) {
+    int64_t rows = w.shape[0], cols = w.shape[1];
+    return ok(transpose
+                  ? cu::quantizeFp8Transposed(at<T>(w), rows, cols, false, q, amax, scale,
+                                              nullptr, s)
+                  : cu::quantizeFp8(at<T>(w), rows * cols, false, q, amax, scale, nullptr, s));
+  };
   // Each operand's amax and scale 16 bytes apart (cuBLASLt refused scale
   // pointers 4 bytes apart on an H100: kernels/tests/CudaTest.cpp): operand
   // i's amax at f[8 i], its scale at f[8 i + 4].
@@ -594,7 +606,7 @@ bool CudaExecutor::State::fp8Linear(const Instruction &ins, std::string &error) 
     uint8_t *xq = bytes(16, n * inF), *wq = bytes(17, outF * inF);
     if (!xq || !wq ||
         !ok(cu::quantizeFp8(at<T>(x), n * inF, false, xq, f, f + 4, nullptr, s)) ||
-        !ok(cu::quantizeFp8(at<T>(w), outF * inF, false, wq, f + 8, f + 12, nullptr, s)) ||
+        !quantizeWeight(tr, wq, f + 8, f + 12) || // [out, in]
         !gemm->fp8Product(xq, false, wq, false, f + 4, f + 12, at<T>(out[0]), n, inF, outF, type,
                           0.0f, s, error))
       return false;
@@ -608,16 +620,20 @@ bool CudaExecutor::State::fp8Linear(const Instruction &ins, std::string &error) 
       !ok(cu::quantizeFp8(at<T>(dy), n * outF, true, dyq, f, f + 4, nullptr, s)) ||
       !ok(cu::quantizeFp8Transposed(at<T>(dy), n, outF, true, dyqT, f, f + 4, f, s)) ||
       !ok(cu::quantizeFp8Transposed(at<T>(x), n, inF, false, xqT, f + 8, f + 12, nullptr, s)) ||
-      !ok(cu::quantizeFp8Transposed(at<T>(w), outF, inF, false, wqT, f + 16, f + 20, nullptr, s)))
+      !quantizeWeight(!tr, wqT, f + 16, f + 20)) // [in, out]
     return false;
   // dx [n, in] = dy [n, out] (W^T [in, out])^T.
   if (!gemm->fp8Product(dyq, true, wqT, false, f + 4, f + 20, at<T>(out[0]), n, outF, inF, type,
                         0.0f, s, error))
     return false;
-  // dW [out, in] = dy^T [out, n] (x^T [in, n])^T.
+  // dW [out, in] = dy^T [out, n] (x^T [in, n])^T; transposed weights take
+  // dW^T [in, out] = x^T [in, n] (dy^T [out, n])^T.
   float *dw = gradTarget(out[1], 0, error);
-  if (!dw || !gemm->fp8Product(dyqT, true, xqT, false, f + 4, f + 12, dw, outF, n, inF,
-                               CUDA_R_32F, 0.0f, s, error) ||
+  if (!dw ||
+      !(tr ? gemm->fp8Product(xqT, false, dyqT, true, f + 12, f + 4, dw, inF, n, outF,
+                              CUDA_R_32F, 0.0f, s, error)
+           : gemm->fp8Product(dyqT, true, xqT, false, f + 4, f + 12, dw, outF, n, inF,
+                              CUDA_R_32F, 0.0f, s, error)) ||
       !gradDone(out[1], dw, error))
     return false;
   if (out.size() < 3)
@@ -1297,7 +1313,7 @@ bool CudaExecutor::init(const Plan &plan, int rank, uint64_t seed, std::string &
     }
     bool fwd = ins.kernel->id == KernelId::LinearFwd;
     bool fp8Linear = (fwd || ins.kernel->id == KernelId::LinearBwd) &&
-                     !ins.flag("transposed") && ins.text("amax_axis").empty() &&
+                     ins.text("amax_axis").empty() &&
                      ins.text("epilogue").empty() && !ins.flag("accumulate") &&
                      ins.text("fp8") == (fwd ? "e4m3" : "hybrid");
     if (fp8Linear) {
@@ -1315,7 +1331,7 @@ bool CudaExecutor::init(const Plan &plan, int rank, uint64_t seed, std::string &
     if ((!ins.text("fp8").empty() && !fp8Linear) || !ins.text("shard").empty() ||
         !ins.text("cp").empty()) {
       error = std::string(ins.kernel->name) +
-              ": fp8 (other than a single GPU's [out, in] linears), sharded and "
+              ": fp8 (other than linears whose amax no other rank shares), sharded and "
               "context-parallel kernels are not run by the CUDA backend yet";
       return false;
     }
