@@ -71,6 +71,13 @@ Operation *cloneLocal(Operation *op, ArrayRef<Value> operands,
   return builder.create(state);
 }
 
+/// `local` stands for `op` and its results for op's (no reduction).
+void mapLocal(Operation *op, Operation *local, IRMapping &map) {
+  for (auto [r, l] : llvm::zip(op->getResults(), local->getResults()))
+    map.map(r, l);
+  map.map(op, local);
+}
+
 /// Grid axes the loop `loop` is split over, and the product of their sizes.
 int64_t splitOver(Operation *op, ArrayRef<shard::Sharding> operandShardings,
                   ArrayRef<shard::Sharding> resultShardings,
@@ -127,9 +134,8 @@ LogicalResult partitionLocal(const Model &model, Operation *op, ArrayRef<Value> 
                              function_ref<LoopRange(unsigned)> reduceOf) {
   shard::Sharding any = anySharding(resultShardings, operandShardings);
   if (!any) { // nothing split
-    map.map(op, cloneLocal(op, operands, operandShardings, resultShardings, symbolTable, builder));
-    for (auto [r, l] : llvm::zip(op->getResults(), map.lookup(op)->getResults()))
-      map.map(r, l);
+    mapLocal(op, cloneLocal(op, operands, operandShardings, resultShardings, symbolTable, builder),
+             map);
     return success();
   }
   shard::ShardingArray axes = shard::getGridAxisAssignmentForLoopIterators(
@@ -224,9 +230,7 @@ LogicalResult partitionByHeads(Operation *op, ArrayRef<Value> operands,
   auto l = cast<AttnOp>(local);
   l.setNumHeadsAttr(builder.getI64IntegerAttr(a.getNumHeads() / n));
   l.setNumKvHeadsAttr(builder.getI64IntegerAttr(a.getNumKvHeads() / n));
-  for (auto [r, lr] : llvm::zip(op->getResults(), local->getResults()))
-    map.map(r, lr);
-  map.map(op, local);
+  mapLocal(op, local, map);
   return success();
 }
 
@@ -309,10 +313,8 @@ struct RowShardingModel
                   unsigned(rank(op) - 1)) > 1)
       return op->emitOpError() << "normalizes over its features, which must not be split "
                                   "(sequence parallelism splits the rows instead)";
-    Operation *local = cloneLocal(op, operands, operandShardings, resultShardings, symbolTable, builder);
-    for (auto [r, l] : llvm::zip(op->getResults(), local->getResults()))
-      map.map(r, l);
-    map.map(op, local);
+    mapLocal(op, cloneLocal(op, operands, operandShardings, resultShardings, symbolTable, builder),
+             map);
     return success();
   }
 };
@@ -346,8 +348,7 @@ struct EmbeddingShardingModel
                                   "(masked lookup and all-reduce) is not partitioned by "
                                   "shard-partition; split the table's columns or keep it whole";
     Operation *local = cloneLocal(op, operands, operandShardings, resultShardings, symbolTable, builder);
-    map.map(op->getResult(0), local->getResult(0));
-    map.map(op, local);
+    mapLocal(op, local, map);
     return success();
   }
 };
@@ -409,8 +410,7 @@ struct CrossEntropyShardingModel
     Operation *local = cloneLocal(op, operands, operandShardings, resultShardings, symbolTable, builder);
     if (grid)
       cast<Op>(local).setVocabAxisAttr(builder.getStringAttr(grid.getSymName()));
-    map.map(op->getResult(0), local->getResult(0));
-    map.map(op, local);
+    mapLocal(op, local, map);
     return success();
   }
 };
@@ -879,8 +879,7 @@ struct ParamShardingModel
                           SymbolTableCollection &symbolTable, OpBuilder &builder) const {
     shard::Sharding sh = resultShardings.front();
     if (!sh) { // unused: whole
-      map.map(op, cloneLocal(op, operands, operandShardings, {}, symbolTable, builder));
-      map.map(op->getResult(0), map.lookup(op)->getResult(0));
+      mapLocal(op, cloneLocal(op, operands, operandShardings, {}, symbolTable, builder), map);
       return success();
     }
     shard::GridOp grid = shard::getGrid(op, sh.getGridAttr(), symbolTable);
@@ -910,8 +909,7 @@ struct ParamShardingModel
         attrs.push_back(b.getNamedAttr("grid_axes", b.getDenseI64ArrayAttr(axes)));
       local->setAttr("llm.shard", b.getDictionaryAttr(attrs));
     }
-    map.map(op->getResult(0), local->getResult(0));
-    map.map(op, local);
+    mapLocal(op, local, map);
     return success();
   }
 };
@@ -1000,9 +998,7 @@ struct GlobalNormShardingModel
     Location loc = op->getLoc();
     Type scalar = op->getResult(0).getType();
     if (groups.size() == 1 && groups.begin()->first.empty()) {
-      Operation *local = cloneLocal(op, operands, operandShardings, {}, symbolTable, builder);
-      map.map(op->getResult(0), local->getResult(0));
-      map.map(op, local);
+      mapLocal(op, cloneLocal(op, operands, operandShardings, {}, symbolTable, builder), map);
       return success();
     }
     Value total;
@@ -1036,7 +1032,7 @@ struct AdamWShardingModel
                           ArrayRef<shard::Sharding> operandShardings,
                           ArrayRef<shard::Sharding> resultShardings, IRMapping &map,
                           SymbolTableCollection &symbolTable, OpBuilder &builder) const {
-    map.map(op, cloneLocal(op, operands, operandShardings, {}, symbolTable, builder));
+    mapLocal(op, cloneLocal(op, operands, operandShardings, {}, symbolTable, builder), map);
     return success();
   }
 };
