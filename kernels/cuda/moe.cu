@@ -281,6 +281,19 @@ int64_t usedRows(const MoEExpertDims &d) {
   return d.rows > 0 && d.rows < d.capacity ? d.rows : d.capacity;
 }
 
+/// Calls `launch(at, count)` over the used rows of experts [0, g), `width`
+/// values a row and `C` rows an expert: one call over all g * C rows where every
+/// row is used (R = C), else one call per expert over its first R rows.
+template <typename Launch>
+bool overUsedRows(int64_t g, int64_t R, int64_t C, int64_t width, const char *what,
+                  std::string &error, Launch launch) {
+  bool all = R >= C;
+  for (int64_t e = 0; e < (all ? 1 : g); ++e)
+    if (!launched(what, error, launch(e * C * width, (all ? g * C : R) * width)))
+      return false;
+  return true;
+}
+
 /// h (and u), a for experts [e0, e0 + g): the group's hidden activations.
 template <typename T>
 bool expertHidden(Gemm &gemm, const T *x, const T *const *w, const MoEExpertDims &d,
@@ -296,15 +309,11 @@ bool expertHidden(Gemm &gemm, const T *x, const T *const *w, const MoEExpertDims
     return false;
   if (d.swiglu && !gemm.batched(xe, w[1] + e0 * F * H, u, up, s, error))
     return false;
-  // The activation over each expert's R rows (one launch where R = C).
-  for (int64_t e = 0; e < (R < C ? g : 1); ++e) {
-    int64_t at = e * C * F, count = R < C ? R * F : g * C * F;
-    if (!launched("moe experts", error,
-                  d.swiglu ? swigluForward(h + at, u + at, a + at, count, s)
-                           : geluForward(h + at, a + at, count, false, s)))
-      return false;
-  }
-  return true;
+  // The activation over each expert's R rows.
+  return overUsedRows(g, R, C, F, "moe experts", error, [&](int64_t at, int64_t count) {
+    return d.swiglu ? swigluForward(h + at, u + at, a + at, count, s)
+                    : geluForward(h + at, a + at, count, false, s);
+  });
 }
 
 template <typename T>
@@ -356,14 +365,12 @@ bool expertsBackward(Gemm &gemm, const T *dout, const T *x, const T *const *w, T
                                  CUDA_R_32F, 1.0f),
                       s, error))
       return false;
-    for (int64_t e = 0; e < (R < C ? g : 1); ++e) {
-      int64_t at = e * C * F, count = R < C ? R * F : g * C * F;
-      if (!launched("moe experts backward", error,
-                    d.swiglu
-                        ? swigluBackward(da + at, h + at, u + at, dh + at, du + at, count, s)
-                        : geluBackward(da + at, h + at, dh + at, count, false, s)))
-        return false;
-    }
+    if (!overUsedRows(g, R, C, F, "moe experts backward", error, [&](int64_t at, int64_t count) {
+          return d.swiglu
+                     ? swigluBackward(da + at, h + at, u + at, dh + at, du + at, count, s)
+                     : geluBackward(da + at, h + at, dh + at, count, false, s);
+        }))
+      return false;
     // dx = dh W1 (+ du W3): [C, H] in fp32; dW1 += dh^T x, dW3 += du^T x.
     float *dx32 = p.dx(scratch);
     for (int i = 0; i < (d.swiglu ? 2 : 1); ++i) {
@@ -379,11 +386,11 @@ bool expertsBackward(Gemm &gemm, const T *dout, const T *x, const T *const *w, T
         return false;
     }
     // The R rows of each expert (the rest of dx stays zero).
-    for (int64_t e = 0; e < (R < C ? g : 1); ++e)
-      if (!launched("moe experts backward", error,
-                    fromFloat(dx32 + e * C * H, dx + (e0 + e) * C * H, (R < C ? R : g * C) * H,
-                              s)))
-        return false;
+    T *dxe = dx + e0 * C * H;
+    if (!overUsedRows(g, R, C, H, "moe experts backward", error, [&](int64_t at, int64_t count) {
+          return fromFloat(dx32 + at, dxe + at, count, s);
+        }))
+      return false;
   }
   return true;
 }
