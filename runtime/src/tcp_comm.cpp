@@ -301,27 +301,8 @@ public:
 
   bool allReduce(const std::string &axis, float *data, int64_t count, bool average,
                  std::string &error) override {
-    Group g = groupOf(axis);
-    if (g.n <= 1)
-      return true;
-    int32_t scatter = g.nextTag(counter), gather = g.nextTag(counter);
-    auto chunk = [&](int j) { return shardChunk(count, g.n, j); };
-    for (int j = 0; j < g.n; ++j)
-      if (j != g.me)
-        post(g.ranks[size_t(j)], g.channel, scatter, data + chunk(j).begin,
-             size_t(chunk(j).size()) * sizeof(float));
-    Chunk mine = chunk(g.me);
-    std::vector<float> sum;
-    if (!sumInOrder(g, scatter, data + mine.begin, mine.size(), sum, error))
-      return false;
-    if (average)
-      for (float &v : sum)
-        v *= 1.0f / float(g.n);
-    std::copy(sum.begin(), sum.end(), data + mine.begin);
-    for (int j = 0; j < g.n; ++j)
-      if (j != g.me)
-        post(g.ranks[size_t(j)], g.channel, gather, sum.data(), sum.size() * sizeof(float));
-    return gatherFrom(g, gather, chunk, data, error);
+    // Each member sums (and scales) its chunk, then the chunks are gathered.
+    return reduceScatter(axis, data, count, average, error) && allGather(axis, data, count, error);
   }
 
   bool allGatherBlocks(const std::string &axis, const float *mine, float *all, int64_t count,
