@@ -14,13 +14,14 @@ config.test_exec_root = os.path.join(config.llmopt_obj_root, "test")
 
 config.substitutions.append(("%PATH%", config.environment["PATH"]))
 config.substitutions.append(("%examples", os.path.join(config.llmopt_source_dir, "examples")))
+config.substitutions.append(("%data", os.path.join(config.llmopt_source_dir, "data")))
 config.environment["FILECHECK_OPTS"] = "--enable-var-scope --dump-input=fail"
 
 llvm_config.with_system_environment(["HOME", "INCLUDE", "LIB", "TMP", "TEMP"])
 llvm_config.use_default_substitutions()
 
 tool_dirs = [config.llmopt_tools_dir, config.llvm_tools_dir]
-tools = ["llm-opt", "llm-translate", "llm-run", "llm-data", "llm-ckpt", "llm-c-api-demo"]
+tools = ["llm-opt", "llm-calibrate", "llm-translate", "llm-run", "llm-data", "llm-ckpt", "llm-c-api-demo"]
 llvm_config.add_tool_substitutions(tools, tool_dirs)
 llvm_config.with_environment("PATH", config.llvm_tools_dir, append_path=True)
 

@@ -7,6 +7,8 @@
 
 #include "llmopt/CostModel/CostModel.h"
 
+#include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/FormatVariadic.h"
 
 #include <algorithm>
@@ -70,6 +72,8 @@ const char *llmopt::cost::toString(RejectReason r) {
     return "experts_not_divisible_by_ep";
   case RejectReason::EPNotDividingDP:
     return "ep_not_dividing_dp";
+  case RejectReason::NotSupportedByStack:
+    return "not_supported_by_stack";
   case RejectReason::SeqNotDivisibleByCP:
     return "seq_not_divisible_by_cp";
   case RejectReason::SPWithoutTP:
@@ -159,6 +163,90 @@ double llmopt::cost::gemmEfficiency(const GpuSpec &gpu, double m, double n, doub
 // Rules
 //===----------------------------------------------------------------------===//
 
+std::vector<int> llmopt::cost::interleavedStageLayers(int layers, int pp, int vpp,
+                                                      bool uneven) {
+  const int chunks = pp * vpp;
+  if (chunks <= 0 || layers < chunks)
+    return {};
+  std::vector<int> perChunk(chunks, layers / chunks);
+  if (layers % chunks) {
+    if (!uneven)
+      return {};
+    // The embedding and the loss take a layer's place in the first and the
+    // last virtual stage; the slots are spread evenly, extra ones to the
+    // middle chunks first.
+    const int slots = layers + 2;
+    std::fill(perChunk.begin(), perChunk.end(), slots / chunks);
+    for (int extra = slots % chunks, i = 0; extra > 0; --extra, ++i)
+      perChunk[chunks > 2 ? 1 + i % (chunks - 2) : i % chunks] += 1;
+    perChunk.front() -= 1;
+    perChunk.back() -= 1;
+    if (*std::min_element(perChunk.begin(), perChunk.end()) < 1)
+      return {};
+  }
+  std::vector<int> stage(pp, 0);
+  for (int k = 0; k < chunks; ++k)
+    stage[k % pp] += perChunk[k];
+  return stage;
+}
+
+RejectReason llmopt::cost::checkStackRules(const ModelDesc &model, const JobSpec &job,
+                                           const ParallelConfig &c, std::string &detail) {
+  const StackProfile &st = job.stack;
+  const StackCapabilities &k = st.caps;
+  auto refuse = [&](const std::string &msg) {
+    detail = "stack " + st.name + " (" + st.title + ") " + msg;
+    return RejectReason::NotSupportedByStack;
+  };
+  if (c.tp > 1 && !k.tensorParallel)
+    return refuse("runs no tensor parallelism (tp must be 1)");
+  if (c.sp && !k.sequenceParallel)
+    return refuse("runs no Megatron-style sequence parallelism (sp must be 0)");
+  if (c.pp > 1 && k.schedules.empty())
+    return refuse("runs no pipeline parallelism (pp must be 1)");
+  const char *sched = c.schedule == Schedule::None ? "1f1b" : toString(c.schedule);
+  if (c.pp > 1 && !st.hasSchedule(sched))
+    return refuse(std::string("has no ") + sched +
+                  " pipeline schedule (it runs " + llvm::join(k.schedules, ", ") + ")");
+  if (c.vpp > 1 && k.maxVirtualStages > 0 && c.vpp > k.maxVirtualStages)
+    return refuse(llvm::formatv("runs at most {0} virtual stages per pipeline rank",
+                                k.maxVirtualStages));
+  if (c.cp > 1) {
+    if (k.contextParallel == CPKind::None)
+      return refuse("runs no context parallelism (cp must be 1)");
+    if (k.contextParallel == CPKind::Ulysses)
+      for (const LayerDesc &l : model.layers)
+        if (l.heads % c.cp || (l.kvHeads % c.cp && c.cp % l.kvHeads))
+          return refuse(llvm::formatv(
+              "splits the sequence Ulysses-style (all-to-all over heads): {0} heads / {1} kv "
+              "heads must be divisible by cp {2}",
+              l.heads, l.kvHeads, c.cp));
+  }
+  if (c.ep > 1 && k.expertParallel == EPLayout::None)
+    return refuse("runs no expert parallelism (ep must be 1)");
+  if (!st.hasZero(c.zero, /*withPP=*/false))
+    return refuse(llvm::formatv("has no ZeRO-{0} (it runs zero {1})", c.zero,
+                                llvm::join(llvm::map_range(k.zeroStages,
+                                                           [](int z) { return std::to_string(z); }),
+                                           ", ")));
+  if (c.pp > 1 && !st.hasZero(c.zero, /*withPP=*/true))
+    return refuse(llvm::formatv(
+        "cannot run ZeRO-{0} with pipeline parallelism (with pp > 1 it runs zero {1})", c.zero,
+        k.zeroStagesWithPP.empty()
+            ? std::string("none")
+            : llvm::join(llvm::map_range(k.zeroStagesWithPP,
+                                         [](int z) { return std::to_string(z); }),
+                         ", ")));
+  if (c.offloadOptimizer && !k.optimizerOffload)
+    return refuse("does not offload optimizer states (offload must be 0)");
+  if (!st.hasRecompute(toString(c.recompute)))
+    return refuse(std::string("has no ") + toString(c.recompute) +
+                  " recomputation (it runs " + llvm::join(k.recompute, ", ") + ")");
+  if (job.fp8 && !k.fp8)
+    return refuse("runs no fp8 GEMMs");
+  return RejectReason::None;
+}
+
 RejectReason llmopt::cost::checkRules(const ModelDesc &model, const ClusterSpec &cluster,
                                       const JobSpec &job, const ParallelConfig &c,
                                       std::string &detail) {
@@ -179,6 +267,8 @@ RejectReason llmopt::cost::checkRules(const ModelDesc &model, const ClusterSpec 
                               cluster.gpusPerNode));
   if (c.sp && c.tp == 1)
     return fail(RejectReason::SPWithoutTP, "sequence parallelism needs tp > 1");
+  if (RejectReason r = checkStackRules(model, job, c, detail); r != RejectReason::None)
+    return r;
   if (c.offloadOptimizer && c.zero == 0)
     return fail(RejectReason::Invalid, "optimizer offload needs zero >= 1");
   bool moe = false;
@@ -207,9 +297,16 @@ RejectReason llmopt::cost::checkRules(const ModelDesc &model, const ClusterSpec 
   if (!moe && c.ep > 1)
     return fail(RejectReason::ExpertsNotDivisibleByEP,
                 llvm::formatv("ep {0} but the model has no experts", c.ep));
-  if (c.ep > 1 && (c.dp * c.cp) % c.ep)
+  if (c.ep > 1 && job.stack.caps.expertParallel == EPLayout::DataTensorParallel) {
+    if ((c.dp * c.cp * c.tp) % c.ep)
+      return fail(RejectReason::EPNotDividingDP,
+                  llvm::formatv("ep {0} does not divide dp*cp*tp = {1} (the ranks an "
+                                "expert-parallel group is carved from)",
+                                c.ep, c.dp * c.cp * c.tp));
+  } else if (c.ep > 1 && (c.dp * c.cp) % c.ep) {
     return fail(RejectReason::EPNotDividingDP,
                 llvm::formatv("ep {0} does not divide dp*cp = {1}", c.ep, c.dp * c.cp));
+  }
   if (c.cp > 1 && job.seqLen % (2 * c.cp))
     return fail(RejectReason::SeqNotDivisibleByCP,
                 llvm::formatv("sequence {0} is not divisible into 2*cp = {1} chunks "
@@ -238,10 +335,15 @@ RejectReason llmopt::cost::checkRules(const ModelDesc &model, const ClusterSpec 
     if (c.schedule == Schedule::Interleaved) {
       if (c.vpp < 2)
         return fail(RejectReason::Invalid, "the interleaved schedule needs vpp >= 2");
-      if (layers % (c.pp * c.vpp))
+      if (interleavedStageLayers(layers, c.pp, c.vpp, job.stack.caps.unevenInterleaving)
+              .empty())
         return fail(RejectReason::LayersNotDivisibleForInterleaving,
-                    llvm::formatv("{0} layers are not divisible by pp {1} x vpp {2}",
-                                  layers, c.pp, c.vpp));
+                    llvm::formatv("{0} layers are not divisible by pp {1} x vpp {2}{3}",
+                                  layers, c.pp, c.vpp,
+                                  job.stack.caps.unevenInterleaving
+                                      ? ""
+                                      : std::string(" and stack ") + job.stack.name +
+                                            " interleaves even stages only"));
       if (m % c.pp)
         return fail(RejectReason::MicroBatchesNotDivisibleForInterleaving,
                     llvm::formatv("{0} micro-batches are not a multiple of pp {1}", m,
@@ -252,6 +354,11 @@ RejectReason llmopt::cost::checkRules(const ModelDesc &model, const ClusterSpec 
       return fail(RejectReason::FewerMicroBatchesThanStages,
                   llvm::formatv("{0} micro-batches are fewer than the {1} stages", m,
                                 c.pp));
+    if (!job.stack.caps.unevenStages && c.vpp == 1 && layers % c.pp)
+      return fail(RejectReason::NotSupportedByStack,
+                  llvm::formatv("stack {0} splits layers evenly over stages: {1} layers "
+                                "are not divisible by pp {2}",
+                                job.stack.name, layers, c.pp));
     if (!c.stageLayers.empty()) {
       if (static_cast<int>(c.stageLayers.size()) != c.pp ||
           std::accumulate(c.stageLayers.begin(), c.stageLayers.end(), 0) != layers ||
@@ -273,6 +380,8 @@ namespace {
 struct LayerCost {
   double fwd = 0, bwd = 0, recompute = 0;
   double tp = 0, cp = 0, ep = 0;
+  /// Communication hidden behind this layer's compute.
+  double hidden = 0;
   double actBytes = 0;
   /// Full recomputation: what the layer's recomputed forward keeps while
   /// its backward runs (transient, one layer at a time).
@@ -292,6 +401,12 @@ struct Evaluator {
   double memBw = 0;
   double actElt = 2; // bytes of an activation element
   double tokens = 0; // per rank per micro-batch (sequence split by cp)
+  double gemmScale = 1, attnEff = 0;
+  /// Compute slowdown per second of communication hidden behind it.
+  double slowdown = 0;
+  /// Experts stay whole (expert tensor parallelism 1) because the
+  /// expert-parallel group takes tensor-parallel ranks (Megatron's layout).
+  bool expertsWhole = false;
 
   // Placement: GPUs of each group on one node.
   int tpPerNode = 1, cpPerNode = 1, dpPerNode = 1, ppPerNode = 1, epPerNode = 1,
@@ -300,12 +415,15 @@ struct Evaluator {
   Evaluator(const ModelDesc &m, const ClusterSpec &cl, const JobSpec &j,
             const ParallelConfig &c)
       : model(m), cl(cl), job(j), c(c) {
+    const StackEfficiency &se = j.stack.eff;
     peak = cl.gpu.peakFlops(j.dtype == DType::FP8 ? DType::BF16 : j.dtype) *
            cl.gpu.throughputScale;
-    gemmPeak = j.fp8 ? cl.gpu.peakFlops(DType::FP8) * cl.gpu.fp8GemmEfficiency *
-                           cl.gpu.throughputScale
-                     : peak;
-    memBw = cl.gpu.hbmBandwidth * cl.gpu.memEfficiency;
+    double fp8Eff = se.fp8Gemm > 0 ? se.fp8Gemm : cl.gpu.fp8GemmEfficiency;
+    gemmPeak = j.fp8 ? cl.gpu.peakFlops(DType::FP8) * fp8Eff * cl.gpu.throughputScale : peak;
+    gemmScale = se.gemm;
+    attnEff = cl.gpu.flashAttentionEfficiency * se.attention;
+    memBw = cl.gpu.hbmBandwidth * std::min(1.0, cl.gpu.memEfficiency * se.memory);
+    slowdown = j.stack.overlap.commSlowdown;
     actElt = bytesOf(j.dtype == DType::FP8 ? DType::BF16 : j.dtype);
     tokens = double(c.microBatch) * j.seqLen / c.cp;
     // Axes from fastest to slowest: tp, cp, then dp and pp in either order.
@@ -320,7 +438,10 @@ struct Evaluator {
     int ppStride = c.ppInsideDp ? c.tp * c.cp : c.tp * c.cp * c.dp;
     dpPerNode = within(dpStride, c.dp);
     ppPerNode = within(ppStride, c.pp);
-    epPerNode = within(dpStride, c.ep);
+    expertsWhole = c.ep > 1 && c.tp > 1 && (c.dp * c.cp) % c.ep != 0 &&
+                   j.stack.caps.expertParallel == EPLayout::DataTensorParallel;
+    // An expert group that takes tensor-parallel ranks starts at stride 1.
+    epPerNode = expertsWhole ? within(1, c.ep) : within(dpStride, c.ep);
     // The gradient group spans cp and dp; contiguous only when dp follows cp.
     dpcpPerNode = c.ppInsideDp ? cpPerNode * (c.cp == 1 ? dpPerNode : 1)
                                : within(c.tp, c.cp * c.dp);
@@ -330,17 +451,33 @@ struct Evaluator {
   double gemm(double m, double n, double k) const {
     if (m <= 0 || n <= 0 || k <= 0)
       return 0;
-    return 2.0 * m * n * k / (gemmPeak * gemmEfficiency(cl.gpu, m, n, k));
+    return 2.0 * m * n * k / (gemmPeak * gemmScale * gemmEfficiency(cl.gpu, m, n, k));
   }
 
   /// A 16-bit GEMM (the LM head stays in bf16 under fp8 recipes).
   double gemm16(double m, double n, double k) const {
     if (m <= 0 || n <= 0 || k <= 0)
       return 0;
-    return 2.0 * m * n * k / (peak * gemmEfficiency(cl.gpu, m, n, k));
+    return 2.0 * m * n * k / (peak * gemmScale * gemmEfficiency(cl.gpu, m, n, k));
   }
 
   double memTime(double bytes) const { return bytes / memBw; }
+
+  /// Time `comm` adds to the critical path when it may overlap `window`
+  /// seconds of compute in `pieces` equal parts (the first, or last, part is
+  /// never hidden): what is not hidden, plus the compute slowdown of what is.
+  double exposed(double comm, double window, double pieces = 1) const {
+    if (comm <= 0)
+      return 0;
+    double open = std::max(comm - std::max(0.0, window), comm / std::max(1.0, pieces));
+    return open + slowdown * (comm - open);
+  }
+  /// Communication hidden by `exposed` (for the report).
+  double hiddenPart(double comm, double window, double pieces = 1) const {
+    if (comm <= 0)
+      return 0;
+    return comm - std::max(comm - std::max(0.0, window), comm / std::max(1.0, pieces));
+  }
 
   LayerCost layer(const LayerDesc &l) const {
     LayerCost lc;
@@ -360,18 +497,25 @@ struct Evaluator {
     double expertUp = 0; // the experts' up-projections, which their backward redoes
     if (l.isMoE()) {
       double cf = l.capacityFactor > 0 ? l.capacityFactor : 1.0;
-      double rows = T * l.topK * cf; // per rank after the all-to-all
+      // Experts split over tp see every token of the tp group; whole experts
+      // (an expert group taking tp ranks) route each rank's sequence chunk.
+      const double et = expertsWhole ? 1.0 : t;
+      const double routed = expertsWhole ? T / t : T;
+      double rows = routed * l.topK * cf; // per rank after the all-to-all
       double perExpert = rows * c.ep / l.experts;
       double local = double(l.experts) / c.ep;
       // The router stays 16-bit under fp8 recipes; the experts' GEMMs are
       // fp8 as the linears'.
-      g += gemm16(T, double(l.experts), h);
-      expertUp = local * gemm(perExpert, f * (l.gatedMlp ? 2 : 1) / t, h);
-      g += expertUp + local * gemm(perExpert, h, f / t);
-      mlpAct = rows * f / t;
-      // Dispatch and combine all-to-alls forward, and again backward.
-      double a2a = coll.allToAll(rows * h * actElt, c.ep, epPerNode);
-      lc.ep = 4 * a2a;
+      g += gemm16(routed, double(l.experts), h);
+      expertUp = local * gemm(perExpert, f * (l.gatedMlp ? 2 : 1) / et, h);
+      g += expertUp + local * gemm(perExpert, h, f / et);
+      mlpAct = rows * f / et;
+      // Dispatch and combine all-to-alls forward, and again backward; the
+      // stack hides a share of them behind compute.
+      double a2a = 4 * coll.allToAll(rows * h * actElt, c.ep, epPerNode);
+      double hid = job.stack.overlap.epOverlap * a2a;
+      lc.ep = a2a - hid + slowdown * hid + job.stack.eff.moeExpertOverhead * local;
+      lc.hidden += hid;
     } else {
       g += gemm(T, f * (l.gatedMlp ? 2 : 1) / t, h) + gemm(T, h, f / t);
       mlpAct = T * f / t;
@@ -385,7 +529,7 @@ struct Evaluator {
       if (l.window > 0)
         keys = std::min<double>(s, l.window), eff = 1.0;
       double flops = 4.0 * c.microBatch * headsLocal * l.headDim * (s / c.cp) * keys * eff;
-      attnFwd = flops / (peak * cl.gpu.flashAttentionEfficiency);
+      attnFwd = flops / (peak * attnEff);
       attnBwd = 2.5 * attnFwd; // dQ, dK, dV, dP plus the recomputed scores
     } else {
       double flops = 4.0 * c.microBatch * headsLocal * l.headDim * (s / c.cp) * keys;
@@ -410,6 +554,11 @@ struct Evaluator {
 
     lc.fwd = g + attnFwd + elem;
     lc.bwd = 2 * g + attnBwd + 1.5 * elem;
+    // A stack whose host cannot launch kernels as fast as they finish.
+    if (double host = job.stack.eff.hostOverheadPerLayer; host > lc.fwd + lc.bwd) {
+      lc.fwd = host / 3;
+      lc.bwd = 2 * host / 3;
+    }
 
     // Tensor / sequence parallel collectives: two per sub-block forward and
     // backward, on activations of T x h.
@@ -418,13 +567,19 @@ struct Evaluator {
       double one = c.sp ? coll.allGather(bytes, c.tp, tpPerNode) +
                               coll.reduceScatter(bytes, c.tp, tpPerNode)
                         : coll.allReduce(bytes, c.tp, tpPerNode);
-      lc.tp = 2 * one * 2; // attention and MLP, forward and backward
+      double tpTotal = 2 * one * 2; // attention and MLP, forward and backward
       // With SP the linears keep their input sharded and all-gather it again
       // for the weight gradient (Korthikanti et al. 2022, section 4.2.2).
       if (c.sp)
-        lc.tp += 2 * coll.allGather(bytes, c.tp, tpPerNode);
+        tpTotal += 2 * coll.allGather(bytes, c.tp, tpPerNode);
       if (c.recompute == Recompute::Full)
-        lc.tp += 2 * one;
+        tpTotal += 2 * one;
+      // Stacks that overlap TP communication with the GEMMs (Megatron's
+      // tp_comm_overlap, torchtitan's AsyncTP) do so on sequence-parallel
+      // layouts, never for all of it (the first chunk, the norms between).
+      double hid = c.sp ? job.stack.overlap.tpOverlap * tpTotal : 0;
+      lc.tp = tpTotal - hid + slowdown * hid;
+      lc.hidden += hid;
     }
     // Context parallelism: ring exchange of K and V chunks, hidden behind the
     // attention of each chunk when it is long enough.
@@ -432,9 +587,18 @@ struct Evaluator {
       double kvBytes = 2.0 * c.microBatch * (s / c.cp) * kvLocal * actElt;
       double step = coll.sendRecv(kvBytes, c.cp > cpPerNode);
       double steps = c.cp - 1;
-      double fwdExposed = std::max(0.0, steps * step - attnFwd * steps / c.cp);
-      double bwdExposed = std::max(0.0, 2 * steps * step - attnBwd * steps / c.cp);
-      lc.cp = fwdExposed + bwdExposed;
+      // Each block's exchange hides only behind that block's attention.
+      double fwdWin = job.stack.overlap.cpOverlap ? attnFwd * steps / c.cp : 0;
+      double bwdWin = job.stack.overlap.cpOverlap ? attnBwd * steps / c.cp : 0;
+      if (job.stack.caps.contextParallel == CPKind::Ulysses) {
+        // Ulysses: all-to-alls of q, k, v and the output forward, their
+        // gradients backward, none hidden.
+        double a2a = coll.allToAll(T * (q + 2 * kvComputed + q) * actElt, c.cp, cpPerNode);
+        lc.cp = 2 * a2a;
+      } else {
+        lc.cp = exposed(steps * step, fwdWin) + exposed(2 * steps * step, bwdWin);
+        lc.hidden += hiddenPart(steps * step, fwdWin) + hiddenPart(2 * steps * step, bwdWin);
+      }
     }
 
     switch (c.recompute) {
@@ -465,22 +629,33 @@ struct Evaluator {
     else
       attnSaved = (job.dropout ? 5.0 : 2.0) * headsLocal * keys;
     double mlpSaved = (l.gatedMlp ? 6.0 : 4.0) * mlpAct / T;
+    // fp8 recipes (Transformer Engine, torchao float8) keep the fp8 copy of
+    // each linear's input for the weight gradient: the qkv and fc1 inputs (h
+    // each), the projection's (q) and fc2's (f) at one byte, not two.
+    double fp8Saving = 0;
+    if (job.fp8)
+      fp8Saving = 2 * h / (c.sp ? t : 1) + q / t + (l.isMoE() ? 0.0 : mlpAct / T);
     if (l.isMoE()) {
       // As lowered: the experts keep their dispatched rows and their output
       // rows (the combine's backward reads them); their hidden activations
       // are recomputed by the experts' backward (lc.recompute below).
       // A dropless dispatch is sized for the worst case, every token at
       // every expert: E / top_k times the routed rows.
-      double cf = l.capacityFactor > 0 ? l.capacityFactor : double(l.experts) / double(l.topK);
+      // Dropless: llm-run sizes the dispatch for the worst case; Megatron's
+      // and torchtitan's dispatchers for the routed rows (plus a margin).
+      double cf = l.capacityFactor > 0 ? l.capacityFactor
+                  : job.stack.moeDispatch == MoEDispatch::Routed
+                      ? 1.0 + job.stack.moeDispatchMargin
+                      : double(l.experts) / double(l.topK);
       mlpSaved = 2 * (2.0 * h * l.topK * cf);
       // With both ep and tp the experts stay whole; under SP each tp rank
       // routes its own sequence chunk.
-      if (c.ep > 1 && c.sp)
+      if ((c.ep > 1 && c.sp) || expertsWhole)
         mlpSaved /= t;
     }
     switch (c.recompute) {
     case Recompute::None:
-      lc.actBytes = T * (perToken + attnSaved + mlpSaved) * actElt / 2;
+      lc.actBytes = T * (perToken + attnSaved + mlpSaved - fp8Saving) * actElt / 2;
       break;
     case Recompute::Selective:
       if (job.flashAttention) {
@@ -488,8 +663,13 @@ struct Evaluator {
         // activation output (the input of fc2) are recomputed.
         double normOut = 4 * h / (c.sp ? t : 1);
         double actOut = l.isMoE() ? 0.0 : 2.0 * mlpAct / T; // experts keep none
-        lc.actBytes =
-            T * (perToken - normOut + attnSaved + mlpSaved - actOut) * actElt / 2;
+        // The recomputed norm and activation outputs were fp8 GEMM inputs.
+        double fp8Left = job.fp8 ? fp8Saving - 2 * h / (c.sp ? t : 1) -
+                                       (l.isMoE() ? 0.0 : mlpAct / T)
+                                 : 0.0;
+        lc.actBytes = T *
+                      (perToken - normOut + attnSaved + mlpSaved - actOut - fp8Left) *
+                      actElt / 2;
       } else {
         lc.actBytes = T * (perToken + mlpSaved) * actElt / 2;
       }
@@ -502,7 +682,7 @@ struct Evaluator {
     }
 
     lc.denseParams = l.denseParams / t;
-    lc.expertParams = l.expertParams / (t * c.ep);
+    lc.expertParams = l.expertParams / ((expertsWhole ? 1.0 : t) * c.ep);
     lc.fullParamsBytes = (l.denseParams + l.expertParams / c.ep) * bytesOf(job.dtype);
     return lc;
   }
@@ -511,7 +691,8 @@ struct Evaluator {
     const size_t L = model.layers.size();
     LayerTable t;
     for (std::vector<double> *v : {&t.time, &t.fwdWindow, &t.bwdWindow, &t.compute,
-                                   &t.recompute, &t.tp, &t.cp, &t.ep, &t.act, &t.dense,
+                                   &t.recompute, &t.tp, &t.cp, &t.ep, &t.hidden, &t.act,
+                                   &t.dense,
                                    &t.expert})
       v->assign(L + 1, 0.0);
     LayerCost lc;
@@ -532,6 +713,7 @@ struct Evaluator {
       t.tp[i + 1] = t.tp[i] + lc.tp;
       t.cp[i + 1] = t.cp[i] + lc.cp;
       t.ep[i + 1] = t.ep[i] + lc.ep;
+      t.hidden[i + 1] = t.hidden[i] + lc.hidden;
       t.act[i + 1] = t.act[i] + lc.actBytes;
       t.dense[i + 1] = t.dense[i] + lc.denseParams;
       t.expert[i + 1] = t.expert[i] + lc.expertParams;
@@ -606,14 +788,16 @@ struct Evaluator {
         sum += headFwd + headBwd;
       return sum;
     };
-    if (stageLayers.empty()) {
+    if (stageLayers.empty() && c.vpp > 1) {
+      stageLayers = interleavedStageLayers(L, c.pp, c.vpp, job.stack.caps.unevenInterleaving);
+    } else if (stageLayers.empty()) {
       stageLayers.assign(c.pp, L / c.pp);
       // Extra layers go to the middle stages, which carry no embedding or head.
       for (int extra = L % c.pp, i = 0; extra > 0; --extra, ++i)
         stageLayers[c.pp > 2 ? 1 + i % (c.pp - 2) : i % c.pp] += 1;
       // Uneven split when it helps (non-interleaved): move layers off the
       // heavier end stages while that lowers the bottleneck.
-      if (c.pp > 1 && c.vpp == 1) {
+      if (c.pp > 1 && c.vpp == 1 && job.stack.caps.unevenStages) {
         for (int iter = 0; iter < 2 * c.pp; ++iter) {
           std::vector<double> times(c.pp);
           for (int sIdx = 0, first = 0; sIdx < c.pp; first += stageLayers[sIdx++])
@@ -639,15 +823,25 @@ struct Evaluator {
     // Activation bytes per micro-batch crossing a stage boundary.
     double boundaryBytes = tokens * h * actElt / (c.sp ? t : 1);
     double p2p = c.pp > 1 ? 2 * c.vpp * coll.sendRecv(boundaryBytes, c.pp > ppPerNode) : 0;
+    // Asynchronous sends leave their latency on the path and slow the
+    // compute they run beside.
+    double p2pHidden = 0;
+    if (job.stack.overlap.ppOverlap && p2p > 0) {
+      double latency = 2 * c.vpp * cl.collectiveBaseLatency;
+      p2pHidden = std::max(0.0, p2p - latency);
+      p2p = latency + slowdown * p2pHidden;
+    }
 
     // Data-parallel groups: dense parameters over dp*cp, experts over dp*cp/ep.
     const int nDense = c.dp * c.cp;
-    const int nExpert = nDense / c.ep;
+    // Whole experts (an expert group taking tp ranks) are replicated over
+    // the rest of dp x cp x tp; experts split over tp over dp x cp / ep.
+    const int nExpert = std::max(1, expertsWhole ? nDense * c.tp / c.ep : nDense / c.ep);
     const double gradB = job.gradBytes;
     const double wB = bytesOf(job.dtype == DType::FP8 ? DType::BF16 : job.dtype);
 
     std::vector<double> stageTimes(c.pp);
-    double worstDp = 0, worstOpt = 0;
+    double worstDp = 0, worstOpt = 0, worstDpHidden = 0;
     double peakTotal = -1;
     for (int sIdx = 0, first = 0; sIdx < c.pp; first += stageLayers[sIdx++]) {
       StageMemory sm;
@@ -697,8 +891,8 @@ struct Evaluator {
                       : bytesPerParam * params;
       };
       mem.weights = sharded(wB, shardW);
-      if (c.zero >= 3)
-        mem.weights += 2 * maxLayerBytes / t; // gathered layer and its prefetch
+      if (c.zero >= 3) // the gathered layer and those prefetched
+        mem.weights += (1 + std::max(1, job.stack.overlap.zero3Prefetch)) * maxLayerBytes / t;
       mem.gradients = sharded(gradB, shardG);
       mem.optimizer = c.offloadOptimizer ? 0 : sharded(12, c.zero >= 1 ? 1 : 0);
       if (sIdx == c.pp - 1)
@@ -755,26 +949,38 @@ struct Evaluator {
       double ag = coll.allGather(wDense, nDense, dpcpPerNode) +
                   coll.allGather(wExpert, nExpert, std::min(nExpert, dpcpPerNode));
       double buckets = std::max(1.0, (gDense + gExpert) / bucket);
-      auto hidden = [&](double comm, double window) {
-        return std::max(comm - window, comm / buckets);
+      // Gradient buckets overlap the backward, the last one never; without
+      // the stack's overlap the whole reduction follows the backward.
+      // ZeRO-3 gathers each layer's parameters while the previous ones
+      // compute (prefetch), so the first gather of each pass is exposed.
+      const bool dpOverlap = job.stack.overlap.dpOverlap;
+      const double pieces = std::max(1, sm.layers);
+      double dpExposed = 0, dpHidden = 0;
+      auto add = [&](double comm, double window, double n, double times = 1) {
+        if (!dpOverlap)
+          window = 0;
+        dpExposed += times * exposed(comm, window, n);
+        dpHidden += times * hiddenPart(comm, window, n);
       };
-      double dpExposed = 0;
       switch (c.zero) {
       case 0:
-        dpExposed = hidden(ar, bwd);
+        add(ar, bwd, buckets);
         break;
       case 1:
-        dpExposed = hidden(rs, bwd) + std::max(0.0, ag - fwd);
+        add(rs, bwd, buckets);
+        add(ag, fwd, buckets);
         break;
       case 2:
-        dpExposed = double(m) * hidden(rs, bwd) + std::max(0.0, ag - fwd);
+        add(rs, bwd, buckets, double(m));
+        add(ag, fwd, buckets);
         break;
       case 3:
-        dpExposed = double(m) * (std::max(0.0, ag - fwd) + hidden(ag + rs, bwd));
+        add(ag, fwd, pieces, double(m));
+        add(ag + rs, bwd, pieces, double(m));
         break;
       }
       if (nDense == 1)
-        dpExposed = 0;
+        dpExposed = dpHidden = 0;
       double optParams = c.zero >= 1 ? dense / nDense + expert / nExpert : params;
       double opt = memTime(optParams * (2 * wB + 2 * gradB + 24));
       if (job.gradClipping)
@@ -782,6 +988,8 @@ struct Evaluator {
       if (c.offloadOptimizer)
         opt = optParams * (gradB + wB) / cl.pcieBandwidth +
               optParams / cl.cpuAdamParamsPerS;
+      if (dpExposed > worstDp)
+        worstDpHidden = dpHidden;
       worstDp = std::max(worstDp, dpExposed);
       worstOpt = std::max(worstOpt, opt);
       if (c.offloadOptimizer && 12.0 * optParams * cl.gpusPerNode > cl.hostMemoryBytes) {
@@ -808,6 +1016,8 @@ struct Evaluator {
     tb.tpComm = range(wt.tp, wFirst, wCount);
     tb.cpComm = range(wt.cp, wFirst, wCount);
     tb.epComm = range(wt.ep, wFirst, wCount);
+    tb.hiddenComm =
+        (range(wt.hidden, wFirst, wCount) + p2pHidden) * double(m) + worstDpHidden;
     if (worst == 0)
       tb.compute += 2 * embedTime;
     if (worst == c.pp - 1)

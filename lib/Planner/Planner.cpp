@@ -107,6 +107,53 @@ bool Constraints::parse(const std::string &text, Constraints &out, std::string &
   return true;
 }
 
+bool llmopt::planner::checkConstraints(const Constraints &fx, const ModelDesc &model,
+                                       const JobSpec &job, std::string &error) {
+  // The fixed values on an otherwise plain configuration: every stack runs
+  // tp 1, pp 1, ZeRO-0 and no recomputation, so a refusal names a fixed one.
+  const StackProfile &st = job.stack;
+  ParallelConfig c;
+  auto get = [&](const char *key, int dflt) {
+    auto it = fx.ints.find(key);
+    return it == fx.ints.end() ? dflt : int(it->second);
+  };
+  c.tp = get("tp", 1);
+  c.pp = get("pp", 1);
+  c.vpp = get("vpp", 1);
+  c.cp = get("cp", 1);
+  c.ep = get("ep", 1);
+  c.zero = get("zero", st.caps.zeroStages.front());
+  c.sp = fx.sp.value_or(false);
+  c.offloadOptimizer = fx.offload.value_or(false);
+  c.recompute = fx.recompute.value_or(Recompute::None);
+  if (!fx.recompute && !st.hasRecompute("none"))
+    c.recompute = Recompute::Full;
+  c.schedule = fx.schedule.value_or(c.vpp > 1 ? Schedule::Interleaved
+                                    : c.pp > 1 ? Schedule::OneFOneB
+                                               : Schedule::None);
+  if (c.pp > 1 && !fx.schedule && c.vpp == 1 && !st.caps.schedules.empty() &&
+      !st.hasSchedule("1f1b"))
+    c.schedule = st.hasSchedule("gpipe") ? Schedule::GPipe : Schedule::Interleaved;
+  std::string detail;
+  if (checkStackRules(model, job, c, detail) == RejectReason::None)
+    return true;
+  std::vector<std::string> others;
+  for (const std::string &n : stackNames()) {
+    if (n == st.name)
+      continue;
+    JobSpec other = job;
+    std::string e;
+    if (getStackProfile(n, other.stack, e) &&
+        checkStackRules(model, other, c, e) == RejectReason::None)
+      others.push_back(n);
+  }
+  error = "fix: " + detail +
+          (others.empty() ? std::string("; change fix=")
+                          : "; change fix=, or plan for a stack that runs it: stack=" +
+                                llvm::join(others, " or stack="));
+  return false;
+}
+
 std::string llmopt::planner::describe(const ParallelConfig &c) {
   std::string s = llvm::formatv("dp{0} tp{1} pp{2}", c.dp, c.tp, c.pp);
   if (c.vpp > 1)
@@ -283,8 +330,24 @@ SearchResult llmopt::planner::search(const ModelDesc &model, const ClusterSpec &
   const std::vector<int64_t> tpChoices = choices("tp", tps);
   for (size_t iTp = 0; iTp < tpChoices.size(); ++iTp) {
     const int64_t tp = tpChoices[iTp];
-    if (gpus % tp)
+    // A fixed degree that cannot lay out is a rejection with its reason,
+    // never a silent "0 tried".
+    auto indivisible = [&](const char *what, int64_t degree, int64_t of, int64_t cp = 1,
+                           int64_t pp = 1) {
+      PlanEval e;
+      e.config.tp = int(tp);
+      e.config.cp = int(cp);
+      e.config.pp = int(pp);
+      e.reason = RejectReason::GpuCountMismatch;
+      e.detail = llvm::formatv("{0} {1} does not divide the {2} GPUs left for it", what,
+                               degree, of);
+      ++result.evaluated;
+      reject(e);
+    };
+    if (gpus % tp) {
+      indivisible("tp", tp, gpus);
       continue;
+    }
     std::vector<int64_t> cps;
     for (int64_t d : divisors(gpus / tp))
       if (d == 1 || job.seqLen / d >= 256) // chunks of at least 256 tokens
@@ -292,8 +355,10 @@ SearchResult llmopt::planner::search(const ModelDesc &model, const ClusterSpec &
     const std::vector<int64_t> cpChoices = choices("cp", cps);
     for (size_t iCp = 0; iCp < cpChoices.size(); ++iCp) {
       const int64_t cp = cpChoices[iCp];
-      if ((gpus / tp) % cp)
+      if ((gpus / tp) % cp) {
+        indivisible("cp", cp, gpus / tp, cp);
         continue;
+      }
       std::vector<int64_t> pps;
       for (int64_t d : divisors(gpus / (tp * cp)))
         if (d <= layers)
@@ -305,8 +370,10 @@ SearchResult llmopt::planner::search(const ModelDesc &model, const ClusterSpec &
                     (double(iCp) + double(iPp) / double(ppChoices.size())) /
                         double(cpChoices.size())) /
                    double(tpChoices.size());
-        if ((gpus / (tp * cp)) % pp)
+        if ((gpus / (tp * cp)) % pp) {
+          indivisible("pp", pp, gpus / (tp * cp), cp, pp);
           continue;
+        }
         int64_t dp = gpus / (tp * cp * pp);
         if (std::optional<int64_t> fdp = fixedInt("dp"); fdp && *fdp != dp) {
           ParallelConfig c;
@@ -359,9 +426,23 @@ SearchResult llmopt::planner::search(const ModelDesc &model, const ClusterSpec &
                 } else {
                   scheds.push_back({Schedule::OneFOneB, 1});
                   scheds.push_back({Schedule::GPipe, 1});
-                  for (int v = 2; v <= opts.maxVirtualStages; ++v)
-                    if (layers % (pp * v) == 0 || fixedInt("vpp"))
-                      scheds.push_back({Schedule::Interleaved, v});
+                  // Any vpp that lays the layers out (evenly, or as the
+                  // stack lays uneven interleaved stages), up to the
+                  // stack's limit and the search's.
+                  int maxV = layers / int(pp);
+                  if (opts.maxVirtualStages > 0)
+                    maxV = std::min(maxV, opts.maxVirtualStages);
+                  if (job.stack.caps.maxVirtualStages > 0)
+                    maxV = std::min(maxV, job.stack.caps.maxVirtualStages);
+                  if (std::optional<int64_t> fv = fixedInt("vpp"); fv && *fv > 1) {
+                    scheds.push_back({Schedule::Interleaved, int(*fv)});
+                  } else {
+                    for (int v = 2; v <= maxV; ++v)
+                      if (layers % (pp * v) == 0 ||
+                          (job.stack.caps.unevenInterleaving &&
+                           (layers + 2) % (pp * v) == 0))
+                        scheds.push_back({Schedule::Interleaved, v});
+                  }
                 }
                 bool anyPlacement = pp > 1 && dp > 1;
                 for (auto [sched, vpp] : scheds) {

@@ -92,6 +92,7 @@ static json::Object planJSON(const PlanEval &p) {
                          {"dp", t.dpComm}}},
            {"bubble", t.bubble},
            {"optimizer", t.optimizer},
+           {"hidden_comm_s", t.hiddenComm},
        }},
       {"time_by_stage", std::move(timeByStage)},
   };
@@ -114,6 +115,7 @@ json::Value llmopt::planner::reportJSON(const ModelDesc &model, const ClusterSpe
                     {"layers", int64_t(model.layers.size())},
                     {"train_flops_per_token", model.trainFlopsPerToken(job.seqLen)}}},
       {"cluster", toJSON(cluster)},
+      {"stack", toJSON(job.stack)},
       {"job",
        json::Object{{"global_batch", job.globalBatch},
                     {"seq_len", job.seqLen},
@@ -147,6 +149,15 @@ void llmopt::planner::printTable(llvm::raw_ostream &os, const ModelDesc &model,
                       cluster.numNodes == 1 ? "node" : "nodes", cluster.gpusPerNode,
                       job.globalBatch, job.seqLen,
                       job.fp8 ? "fp8 GEMMs" : toString(job.dtype));
+  const StackProfile &st = job.stack;
+  os << "stack " << st.name << (st.variant.empty() ? "" : ":" + st.variant) << ": " << st.title
+     << " (" << st.versions << "); profile "
+     << (st.maxCalibratedMfuBf16 > 0
+             ? llvm::formatv("fitted on published runs reaching {0:p} MFU at most",
+                             st.maxCalibratedMfuBf16)
+                   .str()
+             : std::string("not fitted on published runs"))
+     << "\n";
   os << llvm::formatv("searched {0} configurations in {1:f3} s, {2} fit\n\n", r.evaluated,
                       r.seconds, r.feasible);
   if (!r.plans.empty()) {
@@ -167,10 +178,10 @@ void llmopt::planner::printTable(llvm::raw_ostream &os, const ModelDesc &model,
     os << "\nbest plan, step time:";
     os << llvm::formatv(" compute {0:f1}%, recompute {1:f1}%, bubble {2:f1}%, "
                         "exposed comm tp {3:f1}% cp {4:f1}% ep {5:f1}% pp {6:f1}% "
-                        "dp {7:f1}%, optimizer {8:f1}%\n",
+                        "dp {7:f1}%, optimizer {8:f1}%; hidden behind compute {9:f3} s\n",
                         pct(t.compute), pct(t.recompute), pct(t.bubble), pct(t.tpComm),
                         pct(t.cpComm), pct(t.epComm), pct(t.ppComm), pct(t.dpComm),
-                        pct(t.optimizer));
+                        pct(t.optimizer), t.hiddenComm);
     const MemoryBreakdown &m = b.peak;
     os << llvm::formatv("best plan, memory on stage {0} of {1:f1} GiB: weights {2:f1}, "
                         "gradients {3:f1}, optimizer {4:f1}, activations {5:f1}, logits "

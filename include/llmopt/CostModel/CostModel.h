@@ -59,6 +59,13 @@ struct ParallelConfig {
   }
 };
 
+/// Layers per pipeline rank when each of `pp x vpp` virtual stages takes an
+/// equal share of the layers, or, where they do not divide and the stack
+/// allows it, of the layers plus the embedding and the loss counted as a
+/// layer each (Megatron's account_for_embedding/loss_in_pipeline_split: 126
+/// layers on pp 8 x vpp 8 are 128 slots of 2). Empty when no layout exists.
+std::vector<int> interleavedStageLayers(int layers, int pp, int vpp, bool uneven);
+
 /// Bytes per rank by category.
 struct MemoryBreakdown {
   double weights = 0;
@@ -102,6 +109,9 @@ struct TimeBreakdown {
   double bubble = 0;    ///< pipeline fill and drain
   double optimizer = 0; ///< optimizer step (and offload transfers)
   double step = 0;
+  /// Communication hidden behind compute (not part of `step`; the compute
+  /// slowdown hiding it costs is part of the exposed figures above).
+  double hiddenComm = 0;
 };
 
 enum class RejectReason {
@@ -116,6 +126,7 @@ enum class RejectReason {
   MicroBatchesNotDivisibleForInterleaving,
   ExpertsNotDivisibleByEP,
   EPNotDividingDP,
+  NotSupportedByStack,
   SeqNotDivisibleByCP,
   SPWithoutTP,
   TPAcrossNodes,
@@ -152,6 +163,12 @@ RejectReason checkRules(const ModelDesc &model, const ClusterSpec &cluster,
                         const JobSpec &job, const ParallelConfig &cfg,
                         std::string &detail);
 
+/// What the job's training stack (`job.stack`) cannot run of `cfg`:
+/// NotSupportedByStack with `detail` naming the stack and the rule, or None.
+/// Part of checkRules.
+RejectReason checkStackRules(const ModelDesc &model, const JobSpec &job,
+                             const ParallelConfig &cfg, std::string &detail);
+
 /// Per-layer costs of one micro-batch as prefix sums over the layers (entry
 /// i sums layers [0, i)). They depend only on tp, sp, cp, ep, the
 /// micro-batch, recomputation and where the ep group sits, so a search builds
@@ -161,6 +178,7 @@ struct LayerTable {
   std::vector<double> fwdWindow; ///< forward compute (overlap window)
   std::vector<double> bwdWindow; ///< backward compute (overlap window)
   std::vector<double> compute, recompute, tp, cp, ep;
+  std::vector<double> hidden;    ///< communication hidden behind compute
   std::vector<double> act;       ///< activation bytes kept
   std::vector<double> dense;     ///< non-expert parameters per rank
   std::vector<double> expert;    ///< expert parameters per rank

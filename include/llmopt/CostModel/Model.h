@@ -12,6 +12,7 @@
 #define LLMOPT_COSTMODEL_MODEL_H
 
 #include "llmopt/CostModel/Hardware.h"
+#include "llmopt/CostModel/Stack.h"
 
 #include <cstdint>
 #include <string>
@@ -93,6 +94,10 @@ struct JobSpec {
   /// A fused (flash) attention kernel; false materializes the softmax.
   bool flashAttention = true;
   bool gradClipping = true;
+  /// The training stack that runs the job: what it can run and how fast.
+  /// The default (`neutral`) runs everything at the GPU's efficiencies with
+  /// no overlap penalties; the planner loads a real one (`stack=`).
+  StackProfile stack;
 };
 
 } // namespace llmopt::cost

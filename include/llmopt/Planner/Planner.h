@@ -44,6 +44,11 @@ struct Constraints {
   static bool parse(const std::string &text, Constraints &out, std::string &error);
 };
 
+/// Refuses fixed dimensions (`fix=`) the job's stack cannot run, before any
+/// search: false with `error` naming the option, the stack's rule and a fix.
+bool checkConstraints(const Constraints &fixed, const cost::ModelDesc &model,
+                      const cost::JobSpec &job, std::string &error);
+
 /// Where a running search stands, for a progress display.
 struct SearchProgress {
   /// Fraction of the search space done, 0 to 1 (by outer TP x CP x PP
@@ -61,8 +66,9 @@ struct SearchOptions {
   Constraints fixed;
   /// Largest micro-batch tried.
   int64_t maxMicroBatch = 64;
-  /// Largest number of virtual stages per pipeline rank tried.
-  int maxVirtualStages = 8;
+  /// Largest number of virtual stages per pipeline rank tried (0: any that
+  /// lays the layers out; the stack may limit it further).
+  int maxVirtualStages = 0;
   /// Called from the searching thread when the search starts, about every
   /// `progressInterval` seconds while it runs, and once more with `done` set
   /// at the end. The callee decides whether to show anything (the pass shows a

@@ -155,6 +155,25 @@ struct LLMAutoParallelPass
     job.flashAttention = flashAttention;
     job.dropout = dropout;
 
+    // Training stack.
+    if (!stack.empty() && !stackProfile.empty())
+      return fail("give stack= or stack-profile=, not both");
+    if (!stackProfile.empty()) {
+      auto buf = llvm::MemoryBuffer::getFile(stackProfile);
+      if (!buf)
+        return fail("cannot read stack profile '" + stackProfile + "': " +
+                    buf.getError().message());
+      std::string err;
+      if (!cost::parseStackProfile((*buf)->getBuffer().str(), stackProfile, "", job.stack,
+                                   err))
+        return fail(err);
+    } else {
+      std::string err;
+      if (!cost::getStackProfile(stack.empty() ? cost::defaultStackName() : stack.getValue(),
+                                 job.stack, err))
+        return fail("stack: " + err);
+    }
+
     // Cluster.
     if (cluster.empty())
       return fail("no cluster: pass cluster=dgx-h100 (or another preset, or a "
@@ -211,6 +230,9 @@ struct LLMAutoParallelPass
     FailureOr<cost::ModelDesc> model = extractModelDesc(*func);
     if (failed(model))
       return signalPassFailure();
+
+    if (!planner::checkConstraints(opts.fixed, *model, job, error))
+      return fail(error);
 
     if (model->positions > 0 && job.seqLen > model->positions)
       return fail("seq-len " + Twine(job.seqLen) + " exceeds the " +

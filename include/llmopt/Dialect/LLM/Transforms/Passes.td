@@ -104,6 +104,14 @@ def LLMAutoParallel : Pass<"llm-auto-parallel", "::mlir::ModuleOp"> {
     Option<"fix", "fix", "std::string", /*default=*/"\"\"",
            "fixed dimensions, key:value,... (dp tp pp vpp cp ep sp zero offload "
            "recompute micro_batch num_micro_batches schedule placement)">,
+    Option<"stack", "stack", "std::string", /*default=*/"\"\"",
+           "the training stack that will run the plan: megatron (default), torchtitan, "
+           "deepspeed, llm-foundry or llm-run, optionally with a variant "
+           "(torchtitan:eager); the search returns only plans it runs, costed with its "
+           "efficiency profile (data/stacks/NAME.json)">,
+    Option<"stackProfile", "stack-profile", "std::string", /*default=*/"\"\"",
+           "a stack profile JSON file of your own (the schema of data/stacks/*.json) "
+           "instead of a built-in stack">,
     Option<"topK", "top-k", "int64_t", /*default=*/"5", "plans to report">,
     Option<"calibrate", "calibrate", "std::string", /*default=*/"\"\"",
            "set the GPU's GEMM, attention and memory efficiencies from a kernel profile "

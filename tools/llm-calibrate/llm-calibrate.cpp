@@ -1,0 +1,549 @@
+//===- llm-calibrate.cpp - the cost model against published runs ---------===//
+//
+//   llm-calibrate data/calibration/h100/published.json            # the table
+//   llm-calibrate ROWS.json --check                               # tolerances
+//   llm-calibrate ROWS.json --fit=megatron \
+//       --params=efficiency.gemm,efficiency.fp8_gemm,overlap.tp_overlap
+//
+// Scores every published row's own configuration (its tp, pp, vp, cp, ep,
+// sp, ZeRO, recomputation, micro-batch; the `fix=` of llm-auto-parallel)
+// under the row's training stack and compares the predicted tokens/s per GPU
+// with the published figure. `--check` fails (exit 1) when a stack's mean or
+// largest error exceeds the tolerance its profile states. `--fit` searches
+// the named profile parameters (Nelder-Mead on the mean squared log error of
+// that stack's rows) and prints them; the profile files are edited by hand
+// with what it finds, and say what they were fitted on.
+//
+//===----------------------------------------------------------------------===//
+
+#include "llmopt/CostModel/CostModel.h"
+#include "llmopt/Dialect/LLM/Analysis/ModelDesc.h"
+#include "llmopt/Dialect/LLM/Analysis/ModelStats.h"
+#include "llmopt/Dialect/LLM/IR/LLMDialect.h"
+#include "llmopt/Import/HFConfig.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/MLIRContext.h"
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/Support/CommandLine.h"
+#include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/JSON.h"
+#include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/Path.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <numeric>
+
+using namespace llmopt;
+using namespace llmopt::cost;
+namespace json = llvm::json;
+namespace cl = llvm::cl;
+
+static cl::opt<std::string> rowsPath(cl::Positional, cl::desc("<published rows JSON>"),
+                                     cl::Required);
+static cl::opt<std::string> modelsDir("models",
+                                      cl::desc("directory of the rows' config.json files "
+                                               "(default: models/ beside the rows)"));
+static cl::opt<bool> check("check", cl::desc("exit 1 when a stack exceeds its tolerance"));
+static cl::opt<std::string> fitStack("fit", cl::desc("fit this stack's profile parameters"));
+static cl::list<std::string> fitParams("params", cl::CommaSeparated,
+                                       cl::desc("parameters to fit (efficiency.gemm, ...)"));
+static cl::list<std::string> sets("set", cl::CommaSeparated,
+                                  cl::desc("STACK.PARAM=VALUE: override a profile parameter "
+                                           "for the table (megatron.efficiency.gemm=0.9)"));
+static cl::opt<std::string> exclude("exclude", cl::desc("leave out rows whose id contains this"));
+static cl::opt<bool> verbose("v", cl::desc("print each row's time breakdown"));
+static cl::opt<std::string> only("only", cl::desc("rows whose id contains this text"));
+static cl::opt<std::string> profileDir(
+    "profiles", cl::desc("read stack profiles from DIR/NAME.json instead of the built-in ones"));
+
+namespace {
+
+struct Row {
+  std::string id, model, stack, variant, cluster, precision;
+  int gpus = 0, tp = 1, pp = 1, cp = 1, vp = 1, ep = 1, zero = 0;
+  bool sp = false;
+  int64_t seq = 0, globalBatch = 0, microBatch = 1;
+  std::string recompute;
+  double published = 0; // tokens/s per GPU
+  double publishedMemGiB = 0;
+};
+
+bool fail(const llvm::Twine &msg) {
+  llvm::errs() << "llm-calibrate: " << msg << "\n";
+  return false;
+}
+
+/// The stack name llm-opt uses for a row's `stack` text.
+bool stackOf(llvm::StringRef text, llvm::StringRef id, std::string &name,
+             std::string &variant) {
+  variant.clear();
+  if (text.starts_with("Megatron") || text.starts_with("NeMo"))
+    name = "megatron";
+  else if (text.starts_with("torchtitan")) {
+    name = "torchtitan";
+    if (id.contains("-eager"))
+      variant = "eager";
+  } else if (text.starts_with("Composer"))
+    name = "llm-foundry";
+  else
+    return false;
+  return true;
+}
+
+bool readRows(llvm::StringRef text, std::vector<Row> &rows) {
+  llvm::Expected<json::Value> v = json::parse(text);
+  if (!v)
+    return fail("rows: " + llvm::toString(v.takeError()));
+  const json::Object *root = v->getAsObject();
+  const json::Array *arr = root ? root->getArray("rows") : nullptr;
+  if (!arr)
+    return fail("rows: no 'rows' array");
+  for (const json::Value &e : *arr) {
+    const json::Object *o = e.getAsObject();
+    if (!o)
+      return fail("rows: a row is not an object");
+    Row r;
+    auto str = [&](const char *k) { return o->getString(k).value_or("").str(); };
+    auto num = [&](const char *k, double d) {
+      std::optional<double> x = o->getNumber(k);
+      return x ? *x : d;
+    };
+    r.id = str("id");
+    r.model = str("model");
+    r.cluster = str("cluster");
+    r.precision = str("precision");
+    r.recompute = str("recompute");
+    if (!stackOf(str("stack"), r.id, r.stack, r.variant))
+      return fail("row " + r.id + ": unknown stack '" + str("stack") + "'");
+    r.gpus = int(num("gpus", 0));
+    r.tp = int(num("tp", 1));
+    r.pp = int(num("pp", 1));
+    r.cp = int(num("cp", 1));
+    r.vp = int(num("vp", 1));
+    r.ep = int(num("ep", 1));
+    r.zero = int(num("zero", 0));
+    r.sp = num("sp", 0) != 0;
+    r.seq = int64_t(num("seq_len", 0));
+    r.globalBatch = int64_t(num("global_batch", 0));
+    r.microBatch = int64_t(num("micro_batch", 1));
+    r.published = num("tokens_per_s_per_gpu", 0);
+    r.publishedMemGiB = num("published_peak_mem_gib", 0);
+    if (r.gpus <= 0 || r.seq <= 0 || r.globalBatch <= 0 || r.published <= 0)
+      return fail("row " + r.id + ": gpus, seq_len, global_batch and tokens_per_s_per_gpu "
+                  "must be positive");
+    if ((only.empty() || llvm::StringRef(r.id).contains(only)) &&
+        (exclude.empty() || !llvm::StringRef(r.id).contains(exclude)))
+      rows.push_back(r);
+  }
+  return true;
+}
+
+/// The cluster a row ran on: a preset, or a file beside the rows.
+bool clusterOf(const Row &r, llvm::StringRef dir, ClusterSpec &out) {
+  std::string error;
+  std::string contents;
+  std::string spec = r.cluster;
+  if (!getClusterPreset(spec, out)) {
+    llvm::SmallString<256> path(dir);
+    llvm::sys::path::append(path, r.cluster + ".json");
+    auto buf = llvm::MemoryBuffer::getFile(path);
+    if (!buf)
+      return fail("row " + r.id + ": no cluster preset or file '" + path + "'");
+    contents = (*buf)->getBuffer().str();
+    spec = std::string(path);
+  }
+  if (!parseCluster(spec, contents, {}, r.gpus, out, error))
+    return fail("row " + r.id + ": " + error);
+  return true;
+}
+
+struct Scored {
+  double predicted = 0; // tokens/s per GPU
+  double memGiB = 0;
+  double flopsPerToken = 0, peak = 0; // the model's, the GPU's bf16
+  std::string detail;
+  bool ok = false;
+};
+
+/// Parameters given in microseconds are fitted in those units.
+double micro(llvm::StringRef name) { return name.ends_with("_us") ? 1e-6 : 1; }
+
+double *paramRef(StackProfile &p, llvm::StringRef name) {
+  if (name == "efficiency.gemm")
+    return &p.eff.gemm;
+  if (name == "efficiency.fp8_gemm")
+    return &p.eff.fp8Gemm;
+  if (name == "efficiency.attention")
+    return &p.eff.attention;
+  if (name == "efficiency.memory")
+    return &p.eff.memory;
+  if (name == "efficiency.host_overhead_per_layer_us")
+    return &p.eff.hostOverheadPerLayer;
+  if (name == "efficiency.moe_expert_overhead_us")
+    return &p.eff.moeExpertOverhead;
+  if (name == "overlap.comm_slowdown")
+    return &p.overlap.commSlowdown;
+  if (name == "overlap.tp_overlap")
+    return &p.overlap.tpOverlap;
+  if (name == "overlap.ep_overlap")
+    return &p.overlap.epOverlap;
+  return nullptr;
+}
+
+struct Calibrator {
+  mlir::MLIRContext ctx;
+  std::map<std::string, ModelDesc> models;
+  std::map<std::string, ClusterSpec> clusters;
+  std::map<std::string, StackProfile> profiles;
+  std::string dir, modelDir;
+
+  Calibrator() {
+    ctx.loadDialect<llm::LLMDialect, mlir::func::FuncDialect>();
+  }
+
+  const ModelDesc *model(const std::string &name) {
+    auto it = models.find(name);
+    if (it != models.end())
+      return &it->second;
+    llvm::SmallString<256> path(modelDir);
+    llvm::sys::path::append(path, name + ".json");
+    auto buf = llvm::MemoryBuffer::getFile(path);
+    if (!buf) {
+      fail("cannot read model '" + path + "'");
+      return nullptr;
+    }
+    HFImportOptions opts;
+    opts.name = name;
+    mlir::OwningOpRef<mlir::ModuleOp> m =
+        importHFConfig((*buf)->getBuffer(), path, &ctx, opts);
+    if (!m)
+      return nullptr;
+    mlir::FailureOr<mlir::func::FuncOp> f = llm::findModelFunc(*m);
+    if (mlir::failed(f))
+      return nullptr;
+    mlir::FailureOr<ModelDesc> d = llm::extractModelDesc(*f);
+    if (mlir::failed(d))
+      return nullptr;
+    return &models.emplace(name, *d).first->second;
+  }
+
+  StackProfile *profile(const std::string &name, const std::string &variant) {
+    std::string key = variant.empty() ? name : name + ":" + variant;
+    auto it = profiles.find(key);
+    if (it != profiles.end())
+      return &it->second;
+    StackProfile p;
+    std::string error;
+    bool ok;
+    if (!profileDir.empty()) {
+      llvm::SmallString<256> path(profileDir);
+      llvm::sys::path::append(path, name + ".json");
+      auto buf = llvm::MemoryBuffer::getFile(path);
+      if (!buf) {
+        fail("cannot read '" + path + "'");
+        return nullptr;
+      }
+      ok = parseStackProfile((*buf)->getBuffer().str(), std::string(path), variant, p, error);
+    } else {
+      ok = getStackProfile(key, p, error);
+    }
+    if (!ok) {
+      fail(error);
+      return nullptr;
+    }
+    for (llvm::StringRef set : sets) {
+      auto [lhs, value] = set.split('=');
+      auto [stack, param] = lhs.split('.');
+      double v = 0;
+      if (stack != name)
+        continue;
+      double *ref = paramRef(p, param);
+      if (!ref || value.getAsDouble(v)) {
+        fail("--set " + set + ": no such parameter or not a number");
+        return nullptr;
+      }
+      *ref = v * micro(param);
+    }
+    return &profiles.emplace(key, p).first->second;
+  }
+
+  Scored score(const Row &r, const StackProfile &stack) {
+    Scored s;
+    const ModelDesc *m = model(r.model);
+    if (!m) {
+      s.detail = "model not imported";
+      return s;
+    }
+    auto cit = clusters.find(r.cluster + "/" + std::to_string(r.gpus));
+    if (cit == clusters.end()) {
+      ClusterSpec c;
+      if (!clusterOf(r, dir, c)) {
+        s.detail = "no cluster";
+        return s;
+      }
+      cit = clusters.emplace(r.cluster + "/" + std::to_string(r.gpus), c).first;
+    }
+    JobSpec job;
+    job.globalBatch = r.globalBatch;
+    job.seqLen = r.seq;
+    job.fp8 = r.precision == "FP8";
+    // Megatron keeps fp32 main gradients; the FSDP stacks reduce in fp32
+    // into fp32 sharded gradients as well.
+    job.gradBytes = 4;
+    job.stack = stack;
+    ParallelConfig c;
+    c.tp = r.tp, c.pp = r.pp, c.cp = r.cp, c.ep = r.ep, c.vpp = std::max(1, r.vp);
+    c.dp = r.gpus / (r.tp * r.pp * r.cp);
+    c.sp = r.sp && r.tp > 1;
+    c.zero = r.zero;
+    c.recompute = r.recompute == "full"        ? Recompute::Full
+                  : r.recompute == "selective" ? Recompute::Selective
+                                               : Recompute::None;
+    c.microBatch = r.microBatch;
+    c.numMicroBatches = c.dp > 0 ? r.globalBatch / (int64_t(c.dp) * r.microBatch) : 0;
+    c.schedule = r.pp == 1 ? Schedule::None
+                 : c.vpp > 1 ? Schedule::Interleaved
+                             : Schedule::OneFOneB;
+    PlanEval e = evaluate(*m, cit->second, job, c);
+    s.flopsPerToken = m->trainFlopsPerToken(r.seq);
+    s.peak = cit->second.gpu.bf16Flops;
+    s.memGiB = e.peak.total() / double(1ull << 30);
+    if (e.reason != RejectReason::None && e.reason != RejectReason::OutOfMemory) {
+      s.detail = std::string(toString(e.reason)) + ": " + e.detail;
+      return s;
+    }
+    if (e.reason == RejectReason::OutOfMemory)
+      s.detail = e.detail;
+    s.predicted = e.tokensPerS / r.gpus;
+    if (verbose) {
+      const TimeBreakdown &t = e.time;
+      s.detail += llvm::formatv("step {0:f3}s: compute {1:f3} recompute {2:f3} tp {3:f3} cp "
+                                "{4:f3} ep {5:f3} pp {6:f3} dp {7:f3} bubble {8:f3} opt {9:f3} "
+                                "hidden {10:f3}",
+                                t.step, t.compute, t.recompute, t.tpComm, t.cpComm, t.epComm,
+                                t.ppComm, t.dpComm, t.bubble, t.optimizer, t.hiddenComm)
+                      .str();
+    }
+    s.ok = true;
+    return s;
+  }
+};
+
+} // namespace
+
+int main(int argc, char **argv) {
+  cl::ParseCommandLineOptions(argc, argv, "llm-opt cost model vs published runs\n");
+  auto buf = llvm::MemoryBuffer::getFile(rowsPath);
+  if (!buf)
+    return fail("cannot read '" + rowsPath + "'"), 2;
+  std::vector<Row> rows;
+  if (!readRows((*buf)->getBuffer(), rows))
+    return 2;
+  Calibrator cal;
+  cal.dir = llvm::sys::path::parent_path(rowsPath).str();
+  if (cal.dir.empty())
+    cal.dir = ".";
+  llvm::SmallString<256> md(cal.dir);
+  llvm::sys::path::append(md, "models");
+  cal.modelDir = modelsDir.empty() ? std::string(md) : modelsDir.getValue();
+
+  if (!fitStack.empty()) {
+    StackProfile *base = cal.profile(fitStack, "");
+    if (!base)
+      return 2;
+    std::vector<const Row *> mine;
+    for (const Row &r : rows)
+      if (r.stack == fitStack)
+        mine.push_back(&r);
+    if (mine.empty() || fitParams.empty())
+      return fail("--fit needs rows of that stack and --params"), 2;
+    std::vector<double *> refs;
+    StackProfile work = *base;
+    std::map<std::string, StackProfile> variants;
+    for (const std::string &n : fitParams)
+      if (!paramRef(work, n))
+        return fail("unknown parameter '" + n + "'"), 2;
+    // Mean squared log error over the stack's rows for a parameter vector
+    // (variants keep their own overrides of the fitted fields).
+    auto loss = [&](const std::vector<double> &x) {
+      for (size_t i = 0; i < x.size(); ++i)
+        if (x[i] < 0 || (x[i] > 3 && micro(fitParams[i]) == 1) ||
+            (llvm::StringRef(fitParams[i]).starts_with("overlap.") && x[i] > 1))
+          return 1e9;
+      double sum = 0;
+      for (const Row *r : mine) {
+        StackProfile p = r->variant.empty() ? work : *cal.profile(fitStack, r->variant);
+        for (size_t i = 0; i < x.size(); ++i) {
+          bool overridden = false;
+          if (!r->variant.empty()) {
+            // A field the variant sets stays the variant's.
+            double *vref = paramRef(p, fitParams[i]);
+            double *bref = paramRef(*base, fitParams[i]);
+            overridden = *vref != *bref;
+          }
+          if (!overridden)
+            *paramRef(p, fitParams[i]) = x[i] * micro(fitParams[i]);
+        }
+        Scored s = cal.score(*r, p);
+        if (!s.ok)
+          return 1e9;
+        double e = std::log(s.predicted / r->published);
+        sum += e * e;
+      }
+      return sum / mine.size();
+    };
+    const size_t n = fitParams.size();
+    std::vector<std::vector<double>> simplex(n + 1, std::vector<double>(n));
+    for (size_t i = 0; i < n; ++i) {
+      double v = *paramRef(work, fitParams[i]);
+      v /= micro(fitParams[i]);
+      simplex[0][i] = v;
+    }
+    for (size_t k = 1; k <= n; ++k) {
+      simplex[k] = simplex[0];
+      simplex[k][k - 1] = simplex[0][k - 1] > 0 ? simplex[0][k - 1] * 1.2 : 0.1;
+    }
+    std::vector<double> f(n + 1);
+    for (size_t k = 0; k <= n; ++k)
+      f[k] = loss(simplex[k]);
+    for (int iter = 0; iter < 400; ++iter) {
+      std::vector<size_t> order(n + 1);
+      std::iota(order.begin(), order.end(), 0);
+      std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return f[a] < f[b]; });
+      std::vector<std::vector<double>> s2;
+      std::vector<double> f2;
+      for (size_t k : order)
+        s2.push_back(simplex[k]), f2.push_back(f[k]);
+      simplex = s2, f = f2;
+      if (f[n] - f[0] < 1e-10)
+        break;
+      std::vector<double> centroid(n, 0);
+      for (size_t k = 0; k < n; ++k)
+        for (size_t i = 0; i < n; ++i)
+          centroid[i] += simplex[k][i] / n;
+      auto along = [&](double t) {
+        std::vector<double> x(n);
+        for (size_t i = 0; i < n; ++i)
+          x[i] = centroid[i] + t * (simplex[n][i] - centroid[i]);
+        return x;
+      };
+      std::vector<double> xr = along(-1);
+      double fr = loss(xr);
+      if (fr < f[0]) {
+        std::vector<double> xe = along(-2);
+        double fe = loss(xe);
+        if (fe < fr)
+          simplex[n] = xe, f[n] = fe;
+        else
+          simplex[n] = xr, f[n] = fr;
+      } else if (fr < f[n - 1]) {
+        simplex[n] = xr, f[n] = fr;
+      } else {
+        std::vector<double> xc = along(fr < f[n] ? -0.5 : 0.5);
+        double fc = loss(xc);
+        if (fc < std::min(fr, f[n])) {
+          simplex[n] = xc, f[n] = fc;
+        } else {
+          for (size_t k = 1; k <= n; ++k) {
+            for (size_t i = 0; i < n; ++i)
+              simplex[k][i] = simplex[0][i] + 0.5 * (simplex[k][i] - simplex[0][i]);
+            f[k] = loss(simplex[k]);
+          }
+        }
+      }
+    }
+    llvm::outs() << llvm::formatv("fit of {0} on {1} rows: rms log error {2:f4}\n", fitStack,
+                                  mine.size(), std::sqrt(f[0]));
+    for (size_t i = 0; i < n; ++i)
+      llvm::outs() << llvm::formatv("  {0} = {1:f4}\n", fitParams[i], simplex[0][i]);
+    return 0;
+  }
+
+  // The table, per stack.
+  struct Stat {
+    double sum = 0, max = 0, maxMfu = 0;
+    int n = 0;
+    std::string worst;
+  };
+  std::map<std::string, Stat> stats;
+  std::map<std::string, StackTolerance> tolerance;
+  bool broken = false;
+  llvm::outs() << llvm::formatv("{0,-44} {1,-12} {2,10} {3,10} {4,8} {5,8}\n", "row", "stack",
+                                "published", "predicted", "error", "mem GiB");
+  for (const Row &r : rows) {
+    StackProfile *p = cal.profile(r.stack, r.variant);
+    if (!p)
+      return 2;
+    Scored s = cal.score(r, *p);
+    std::string stackName = r.variant.empty() ? r.stack : r.stack + ":" + r.variant;
+    if (!s.ok) {
+      llvm::outs() << llvm::formatv("{0,-44} {1,-12} {2,10:f0} {3,10} {4,8}  {5}\n", r.id,
+                                    stackName, r.published, "-", "refused", s.detail);
+      broken = true;
+      continue;
+    }
+    double err = s.predicted / r.published - 1;
+    std::string outlier;
+    for (const auto &[id, why] : p->tolerance.outliers)
+      if (id == r.id)
+        outlier = why;
+    if (!outlier.empty()) {
+      llvm::outs() << llvm::formatv("{0,-44} {1,-12} {2,10:f0} {3,10:f0} {4,7:f1}% {5,8:f1}  "
+                                    "(outlier, held to no bound: {6})\n",
+                                    r.id, stackName, r.published, s.predicted, 100 * err,
+                                    s.memGiB, outlier);
+      continue;
+    }
+    Stat &st = stats[r.stack + " " + (r.precision == "FP8" ? "fp8" : "bf16")];
+    Stat &all = stats[r.stack + " all"];
+    // The published run's MFU against the bf16 peak (the ceiling the
+    // report flags predictions above).
+    double mfu = r.published * s.flopsPerToken / s.peak;
+    for (Stat *x : {&st, &all}) {
+      x->maxMfu = std::max(x->maxMfu, mfu);
+      x->sum += std::abs(err);
+      x->n += 1;
+      if (std::abs(err) >= x->max)
+        x->max = std::abs(err), x->worst = r.id;
+    }
+    tolerance[r.stack] = p->tolerance;
+    llvm::outs() << llvm::formatv("{0,-44} {1,-12} {2,10:f0} {3,10:f0} {4,7:f1}% {5,8:f1}{6}\n",
+                                  r.id, stackName, r.published, s.predicted, 100 * err,
+                                  s.memGiB, s.detail.empty() ? "" : "  (" + s.detail + ")");
+  }
+  llvm::outs() << llvm::formatv("\n{0,-24} {1,5} {2,12} {3,12} {4,8}  {5}\n", "stack", "rows",
+                                "mean |err|", "max |err|", "max MFU", "worst row");
+  for (const auto &[key, st] : stats) {
+    llvm::outs() << llvm::formatv("{0,-24} {1,5} {2,11:f1}% {3,11:f1}% {4,7:f1}%  {5}\n", key,
+                                  st.n, 100 * st.sum / st.n, 100 * st.max, 100 * st.maxMfu,
+                                  st.worst);
+  }
+  if (check) {
+    for (const auto &[key, st] : stats) {
+      if (!llvm::StringRef(key).ends_with(" all"))
+        continue;
+      std::string name = key.substr(0, key.size() - 4);
+      const StackTolerance &t = tolerance[name];
+      double mean = st.sum / st.n;
+      if (mean > t.meanError || st.max > t.maxError) {
+        llvm::outs() << llvm::formatv("FAIL {0}: mean {1:f1}% (tolerance {2:f1}%), max "
+                                      "{3:f1}% (tolerance {4:f1}%, {5})\n",
+                                      name, 100 * mean, 100 * t.meanError, 100 * st.max,
+                                      100 * t.maxError, st.worst);
+        broken = true;
+      } else {
+        llvm::outs() << llvm::formatv("ok {0}: mean {1:f1}% <= {2:f1}%, max {3:f1}% <= "
+                                      "{4:f1}%\n",
+                                      name, 100 * mean, 100 * t.meanError, 100 * st.max,
+                                      100 * t.maxError);
+      }
+    }
+    if (broken)
+      return 1;
+  }
+  return 0;
+}
