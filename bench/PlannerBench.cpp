@@ -45,6 +45,11 @@ static void runSearch(benchmark::State &state, const ModelDesc &m, int gpus,
   JobSpec j;
   j.globalBatch = batch;
   j.seqLen = seq;
+  // The default stack, as a user's search runs.
+  if (!getStackProfile(defaultStackName(), j.stack, error)) {
+    state.SkipWithError(error.c_str());
+    return;
+  }
   int64_t evaluated = 0;
   for (auto _ : state) {
     SearchResult r = search(m, c, j, SearchOptions());
