@@ -190,6 +190,13 @@ std::vector<int> llmopt::cost::interleavedStageLayers(int layers, int pp, int vp
   return stage;
 }
 
+/// "0, 1, 3", or "none".
+static std::string joinStages(const std::vector<int> &stages) {
+  if (stages.empty())
+    return "none";
+  return llvm::join(llvm::map_range(stages, [](int z) { return std::to_string(z); }), ", ");
+}
+
 RejectReason llmopt::cost::checkStackRules(const ModelDesc &model, const JobSpec &job,
                                            const ParallelConfig &c, std::string &detail) {
   const StackProfile &st = job.stack;
@@ -226,17 +233,11 @@ RejectReason llmopt::cost::checkStackRules(const ModelDesc &model, const JobSpec
     return refuse("runs no expert parallelism (ep must be 1)");
   if (!st.hasZero(c.zero, /*withPP=*/false))
     return refuse(llvm::formatv("has no ZeRO-{0} (it runs zero {1})", c.zero,
-                                llvm::join(llvm::map_range(k.zeroStages,
-                                                           [](int z) { return std::to_string(z); }),
-                                           ", ")));
+                                joinStages(k.zeroStages)));
   if (c.pp > 1 && !st.hasZero(c.zero, /*withPP=*/true))
     return refuse(llvm::formatv(
         "cannot run ZeRO-{0} with pipeline parallelism (with pp > 1 it runs zero {1})", c.zero,
-        k.zeroStagesWithPP.empty()
-            ? std::string("none")
-            : llvm::join(llvm::map_range(k.zeroStagesWithPP,
-                                         [](int z) { return std::to_string(z); }),
-                         ", ")));
+        joinStages(k.zeroStagesWithPP)));
   if (c.offloadOptimizer && !k.optimizerOffload)
     return refuse("does not offload optimizer states (offload must be 0)");
   if (!st.hasRecompute(toString(c.recompute)))
@@ -463,20 +464,20 @@ struct Evaluator {
 
   double memTime(double bytes) const { return bytes / memBw; }
 
-  /// Time `comm` adds to the critical path when it may overlap `window`
-  /// seconds of compute in `pieces` equal parts (the first, or last, part is
-  /// never hidden): what is not hidden, plus the compute slowdown of what is.
-  double exposed(double comm, double window, double pieces = 1) const {
+  /// Time `comm` seconds of communication add to the critical path when
+  /// `hidden` of them run beside compute: the rest, plus the compute slowdown
+  /// of what is hidden. Adds the hidden seconds to `hiddenSum` (the report).
+  double hide(double comm, double hidden, double &hiddenSum) const {
+    hiddenSum += hidden;
+    return comm - hidden + slowdown * hidden;
+  }
+  /// `hide` for communication that may overlap `window` seconds of compute in
+  /// `pieces` equal parts (the first, or last, part is never hidden).
+  double overlap(double comm, double window, double pieces, double &hiddenSum) const {
     if (comm <= 0)
       return 0;
     double open = std::max(comm - std::max(0.0, window), comm / std::max(1.0, pieces));
-    return open + slowdown * (comm - open);
-  }
-  /// Communication hidden by `exposed` (for the report).
-  double hiddenPart(double comm, double window, double pieces = 1) const {
-    if (comm <= 0)
-      return 0;
-    return comm - std::max(comm - std::max(0.0, window), comm / std::max(1.0, pieces));
+    return hide(comm, comm - open, hiddenSum);
   }
 
   LayerCost layer(const LayerDesc &l) const {
@@ -513,9 +514,8 @@ struct Evaluator {
       // Dispatch and combine all-to-alls forward, and again backward; the
       // stack hides a share of them behind compute.
       double a2a = 4 * coll.allToAll(rows * h * actElt, c.ep, epPerNode);
-      double hid = job.stack.overlap.epOverlap * a2a;
-      lc.ep = a2a - hid + slowdown * hid + job.stack.eff.moeExpertOverhead * local;
-      lc.hidden += hid;
+      lc.ep = hide(a2a, job.stack.overlap.epOverlap * a2a, lc.hidden) +
+              job.stack.eff.moeExpertOverhead * local;
     } else {
       g += gemm(T, f * (l.gatedMlp ? 2 : 1) / t, h) + gemm(T, h, f / t);
       mlpAct = T * f / t;
@@ -577,9 +577,7 @@ struct Evaluator {
       // Stacks that overlap TP communication with the GEMMs (Megatron's
       // tp_comm_overlap, torchtitan's AsyncTP) do so on sequence-parallel
       // layouts, never for all of it (the first chunk, the norms between).
-      double hid = c.sp ? job.stack.overlap.tpOverlap * tpTotal : 0;
-      lc.tp = tpTotal - hid + slowdown * hid;
-      lc.hidden += hid;
+      lc.tp = hide(tpTotal, c.sp ? job.stack.overlap.tpOverlap * tpTotal : 0, lc.hidden);
     }
     // Context parallelism: ring exchange of K and V chunks, hidden behind the
     // attention of each chunk when it is long enough.
@@ -596,8 +594,8 @@ struct Evaluator {
         double a2a = coll.allToAll(T * (q + 2 * kvComputed + q) * actElt, c.cp, cpPerNode);
         lc.cp = 2 * a2a;
       } else {
-        lc.cp = exposed(steps * step, fwdWin) + exposed(2 * steps * step, bwdWin);
-        lc.hidden += hiddenPart(steps * step, fwdWin) + hiddenPart(2 * steps * step, bwdWin);
+        lc.cp = overlap(steps * step, fwdWin, 1, lc.hidden) +
+                overlap(2 * steps * step, bwdWin, 1, lc.hidden);
       }
     }
 
@@ -632,17 +630,18 @@ struct Evaluator {
     // fp8 recipes (Transformer Engine, torchao float8) keep the fp8 copy of
     // each linear's input for the weight gradient: the qkv and fc1 inputs (h
     // each), the projection's (q) and fc2's (f) at one byte, not two.
-    double fp8Saving = 0;
-    if (job.fp8)
-      fp8Saving = 2 * h / (c.sp ? t : 1) + q / t + (l.isMoE() ? 0.0 : mlpAct / T);
+    // Of these, selective recomputation redoes the norm and activation
+    // outputs (the qkv, fc1 and fc2 inputs).
+    const double fp8Recomputed =
+        job.fp8 ? 2 * h / (c.sp ? t : 1) + (l.isMoE() ? 0.0 : mlpAct / T) : 0.0;
+    const double fp8Saving = job.fp8 ? fp8Recomputed + q / t : 0.0;
     if (l.isMoE()) {
       // As lowered: the experts keep their dispatched rows and their output
       // rows (the combine's backward reads them); their hidden activations
       // are recomputed by the experts' backward (lc.recompute below).
-      // A dropless dispatch is sized for the worst case, every token at
-      // every expert: E / top_k times the routed rows.
-      // Dropless: llm-run sizes the dispatch for the worst case; Megatron's
-      // and torchtitan's dispatchers for the routed rows (plus a margin).
+      // A dropless dispatch: llm-run sizes it for the worst case, every token
+      // at every expert (E / top_k times the routed rows); Megatron's and
+      // torchtitan's dispatchers for the routed rows (plus a margin).
       double cf = l.capacityFactor > 0 ? l.capacityFactor
                   : job.stack.moeDispatch == MoEDispatch::Routed
                       ? 1.0 + job.stack.moeDispatchMargin
@@ -663,12 +662,9 @@ struct Evaluator {
         // activation output (the input of fc2) are recomputed.
         double normOut = 4 * h / (c.sp ? t : 1);
         double actOut = l.isMoE() ? 0.0 : 2.0 * mlpAct / T; // experts keep none
-        // The recomputed norm and activation outputs were fp8 GEMM inputs.
-        double fp8Left = job.fp8 ? fp8Saving - 2 * h / (c.sp ? t : 1) -
-                                       (l.isMoE() ? 0.0 : mlpAct / T)
-                                 : 0.0;
         lc.actBytes = T *
-                      (perToken - normOut + attnSaved + mlpSaved - actOut - fp8Left) *
+                      (perToken - normOut + attnSaved + mlpSaved - actOut -
+                       (fp8Saving - fp8Recomputed)) *
                       actElt / 2;
       } else {
         lc.actBytes = T * (perToken + mlpSaved) * actElt / 2;
@@ -826,11 +822,8 @@ struct Evaluator {
     // Asynchronous sends leave their latency on the path and slow the
     // compute they run beside.
     double p2pHidden = 0;
-    if (job.stack.overlap.ppOverlap && p2p > 0) {
-      double latency = 2 * c.vpp * cl.collectiveBaseLatency;
-      p2pHidden = std::max(0.0, p2p - latency);
-      p2p = latency + slowdown * p2pHidden;
-    }
+    if (job.stack.overlap.ppOverlap && p2p > 0)
+      p2p = hide(p2p, std::max(0.0, p2p - 2 * c.vpp * cl.collectiveBaseLatency), p2pHidden);
 
     // Data-parallel groups: dense parameters over dp*cp, experts over dp*cp/ep.
     const int nDense = c.dp * c.cp;
@@ -957,10 +950,9 @@ struct Evaluator {
       const double pieces = std::max(1, sm.layers);
       double dpExposed = 0, dpHidden = 0;
       auto add = [&](double comm, double window, double n, double times = 1) {
-        if (!dpOverlap)
-          window = 0;
-        dpExposed += times * exposed(comm, window, n);
-        dpHidden += times * hiddenPart(comm, window, n);
+        double hid = 0;
+        dpExposed += times * overlap(comm, dpOverlap ? window : 0, n, hid);
+        dpHidden += times * hid;
       };
       switch (c.zero) {
       case 0:

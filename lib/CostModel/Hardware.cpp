@@ -2,6 +2,8 @@
 
 #include "llmopt/CostModel/Hardware.h"
 
+#include "JSONMerge.h"
+
 #include "llvm/ADT/StringRef.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/JSON.h"
@@ -304,17 +306,17 @@ bool fromJSON(const json::Object &o, ClusterSpec &c, Reader &r) {
   return ok;
 }
 
-/// Merges `src` into `dst` recursively (objects merge, anything else replaces).
-void merge(json::Object &dst, const json::Object &src) {
+} // namespace
+
+void llmopt::cost::mergeJSON(json::Object &dst, const json::Object &src) {
   for (const auto &kv : src) {
     json::Value *d = dst.get(kv.first);
     if (d && d->getAsObject() && kv.second.getAsObject())
-      merge(*d->getAsObject(), *kv.second.getAsObject());
+      mergeJSON(*d->getAsObject(), *kv.second.getAsObject());
     else
       dst[kv.first] = kv.second;
   }
 }
-} // namespace
 
 bool llmopt::cost::parseCluster(
     const std::string &spec, const std::string &fileContents,
@@ -358,7 +360,7 @@ bool llmopt::cost::parseCluster(
       }
       merged = std::move(*toJSON(preset).getAsObject());
     }
-    merge(merged, *obj);
+    mergeJSON(merged, *obj);
     merged.erase("preset");
     base = std::move(merged);
   }

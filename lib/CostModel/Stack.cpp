@@ -8,6 +8,8 @@
 
 #include "llmopt/CostModel/Stack.h"
 
+#include "JSONMerge.h"
+
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/ADT/StringRef.h"
@@ -223,17 +225,6 @@ private:
   std::set<std::string> seen;
 };
 
-/// Merges `src` into `dst` recursively (objects merge, anything else replaces).
-void merge(json::Object &dst, const json::Object &src) {
-  for (const auto &kv : src) {
-    json::Value *d = dst.get(kv.first);
-    if (d && d->getAsObject() && kv.second.getAsObject())
-      merge(*d->getAsObject(), *kv.second.getAsObject());
-    else
-      dst[kv.first] = kv.second;
-  }
-}
-
 bool readProfile(const json::Object &root, StackProfile &s, std::string &error) {
   Fields f(root, "", error);
   bool ok = f.string("name", s.name) && f.string("title", s.title) &&
@@ -397,7 +388,7 @@ bool llmopt::cost::parseStackProfile(const std::string &text, const std::string 
     for (const auto &kv : over)
       if (kv.first == "name" || kv.first == "variants")
         return fail("variant '" + variant + "' may not change '" + kv.first.str() + "'");
-    merge(merged, over);
+    mergeJSON(merged, over);
   }
   StackProfile s;
   std::string err;

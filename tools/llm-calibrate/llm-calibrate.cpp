@@ -361,9 +361,7 @@ int main(int argc, char **argv) {
         mine.push_back(&r);
     if (mine.empty() || fitParams.empty())
       return fail("--fit needs rows of that stack and --params"), 2;
-    std::vector<double *> refs;
     StackProfile work = *base;
-    std::map<std::string, StackProfile> variants;
     for (const std::string &n : fitParams)
       if (!paramRef(work, n))
         return fail("unknown parameter '" + n + "'"), 2;
