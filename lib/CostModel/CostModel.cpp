@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <limits>
 #include <numeric>
 
 using namespace llmopt::cost;
@@ -439,8 +440,7 @@ struct Evaluator {
     int ppStride = c.ppInsideDp ? c.tp * c.cp : c.tp * c.cp * c.dp;
     dpPerNode = within(dpStride, c.dp);
     ppPerNode = within(ppStride, c.pp);
-    expertsWhole = c.ep > 1 && c.tp > 1 && (c.dp * c.cp) % c.ep != 0 &&
-                   j.stack.caps.expertParallel == EPLayout::DataTensorParallel;
+    expertsWhole = expertsStayWhole(j, c);
     // An expert group that takes tensor-parallel ranks starts at stride 1.
     epPerNode = expertsWhole ? within(1, c.ep) : within(dpStride, c.ep);
     // The gradient group spans cp and dp; contiguous only when dp follows cp.
@@ -594,8 +594,10 @@ struct Evaluator {
         double a2a = coll.allToAll(T * (q + 2 * kvComputed + q) * actElt, c.cp, cpPerNode);
         lc.cp = 2 * a2a;
       } else {
-        lc.cp = overlap(steps * step, fwdWin, 1, lc.hidden) +
-                overlap(2 * steps * step, bwdWin, 1, lc.hidden);
+        // No piece is exposed by itself: the first block is local.
+        const double noFloor = std::numeric_limits<double>::infinity();
+        lc.cp = overlap(steps * step, fwdWin, noFloor, lc.hidden) +
+                overlap(2 * steps * step, bwdWin, noFloor, lc.hidden);
       }
     }
 
@@ -1069,10 +1071,13 @@ LayerTable llmopt::cost::buildLayerTable(const ModelDesc &model,
   return e.table();
 }
 
-int llmopt::cost::expertGroupPerNode(const ClusterSpec &cluster,
+bool llmopt::cost::expertsStayWhole(const JobSpec &job, const ParallelConfig &cfg) {
+  return cfg.ep > 1 && cfg.tp > 1 && (cfg.dp * cfg.cp) % cfg.ep != 0 &&
+         job.stack.caps.expertParallel == EPLayout::DataTensorParallel;
+}
+
+int llmopt::cost::expertGroupPerNode(const ClusterSpec &cluster, const JobSpec &job,
                                      const ParallelConfig &cfg) {
-  JobSpec job;
-  job.seqLen = 1;
   ModelDesc model;
   Evaluator e(model, cluster, job, cfg);
   return e.epPerNode;

@@ -306,12 +306,12 @@ SearchResult llmopt::planner::search(const ModelDesc &model, const ClusterSpec &
 
   // Layer tables depend only on these; many pipeline, ZeRO and schedule
   // choices share one.
-  using TableKey = std::tuple<int, int, int, int, int64_t, int, int>;
+  using TableKey = std::tuple<int, int, int, int, int64_t, int, int, bool>;
   std::map<TableKey, LayerTable> tableCache;
   auto tableFor = [&](ParallelConfig cfg, Recompute rc) -> const LayerTable * {
     cfg.recompute = rc;
     TableKey key{cfg.tp, cfg.cp, int(cfg.sp), cfg.ep, cfg.microBatch, int(rc),
-                 expertGroupPerNode(cluster, cfg)};
+                 expertGroupPerNode(cluster, job, cfg), expertsStayWhole(job, cfg)};
     auto it = tableCache.find(key);
     if (it == tableCache.end())
       it = tableCache.emplace(key, buildLayerTable(model, cluster, job, cfg)).first;

@@ -5,6 +5,8 @@
 #include "llvm/Support/JSON.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include "llvm/ADT/StringRef.h"
+
 #include "gtest/gtest.h"
 #include <cstdio>
 #include <map>
@@ -80,6 +82,46 @@ TEST(CostModel, Fp8SpeedsUpLinearsAndExperts) {
   double denseGain = speedup(dense, 1), moeGain = speedup(moe, 8);
   EXPECT_GT(denseGain, 1.15);
   EXPECT_GT(moeGain, 1.0 + (denseGain - 1.0) * 0.8) << "dense " << denseGain;
+}
+
+/// The search scores candidates against layer tables it shares between
+/// configurations; every plan it returns must score the same when evaluated
+/// alone. An MoE model on Megatron's layout, where an expert group may take
+/// tensor-parallel ranks (whole experts) for some dp and not for others with
+/// the same tp, cp and ep, and where ring CP hides behind attention.
+TEST(Planner, SearchScoresEqualEvaluatingThePlanAlone) {
+  ModelDesc moe = llama(8, 4096, 32, 8, 14336, 32000);
+  for (LayerDesc &l : moe.layers) {
+    l.experts = 16;
+    l.topK = 2;
+    l.expertParams = 16 * 3.0 * 4096 * 14336;
+    l.denseParams -= 3.0 * 4096 * 14336;
+  }
+  ClusterSpec c = cluster("dgx-h100", 64);
+  JobSpec j = job(64, 8192);
+  std::string error;
+  ASSERT_TRUE(getStackProfile("megatron", j.stack, error)) << error;
+  for (const char *fix : {"tp:4,ep:16", "tp:2,cp:2", ""}) {
+    SearchOptions o;
+    o.topK = 20;
+    ASSERT_TRUE(Constraints::parse(fix, o.fixed, error)) << error;
+    SearchResult r = search(moe, c, j, o);
+    ASSERT_FALSE(r.plans.empty()) << fix;
+    bool whole = false;
+    for (const PlanEval &p : r.plans) {
+      ParallelConfig cfg = p.config;
+      cfg.stageLayers.clear();
+      cfg.stageRecompute.clear();
+      whole |= expertsStayWhole(j, cfg);
+      PlanEval alone = evaluate(moe, c, j, cfg);
+      EXPECT_NEAR(alone.time.step, p.time.step, 1e-9 * p.time.step)
+          << fix << ": " << describe(p.config);
+      EXPECT_NEAR(alone.peak.total(), p.peak.total(), 1e-6 * p.peak.total())
+          << fix << ": " << describe(p.config);
+    }
+    if (llvm::StringRef(fix).starts_with("tp:4"))
+      EXPECT_TRUE(whole) << "no plan with an expert group taking tp ranks was tried";
+  }
 }
 
 TEST(Planner, ConstraintsParse) {

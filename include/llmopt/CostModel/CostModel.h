@@ -195,7 +195,13 @@ LayerTable buildLayerTable(const ModelDesc &model, const ClusterSpec &cluster,
 
 /// The GPUs of the expert-parallel group of `cfg` that share a node; the
 /// layer table depends on it.
-int expertGroupPerNode(const ClusterSpec &cluster, const ParallelConfig &cfg);
+int expertGroupPerNode(const ClusterSpec &cluster, const JobSpec &job,
+                       const ParallelConfig &cfg);
+
+/// Whether the experts stay whole (expert tensor parallelism 1) because the
+/// expert-parallel group takes tensor-parallel ranks (the stack's EP layout
+/// allows it and ep does not divide dp x cp); the layer table depends on it.
+bool expertsStayWhole(const JobSpec &job, const ParallelConfig &cfg);
 
 /// Scores `cfg`. The result is infeasible (with reason and detail) when a
 /// rule is broken or a stage does not fit in memory; memory and time are
