@@ -365,6 +365,11 @@ int main(int argc, char **argv) {
     for (const std::string &n : fitParams)
       if (!paramRef(work, n))
         return fail("unknown parameter '" + n + "'"), 2;
+    // The rows' variants, read once (a variant that does not parse is an
+    // error before any fitting).
+    for (const Row *r : mine)
+      if (!r->variant.empty() && !cal.profile(fitStack, r->variant))
+        return 2;
     // Mean squared log error over the stack's rows for a parameter vector
     // (variants keep their own overrides of the fitted fields).
     auto loss = [&](const std::vector<double> &x) {
