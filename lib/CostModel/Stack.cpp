@@ -347,6 +347,8 @@ bool readProfile(const json::Object &root, StackProfile &s, std::string &error) 
     std::string text;
     ok = c.string("rows", text) && c.string("command", text) &&
          c.string("fitted", text) &&
+         c.number("mean_error", s.calibratedMeanError, 0, 10) &&
+         c.number("max_error", s.calibratedMaxError, 0, 10) &&
          c.number("max_mfu_bf16", s.maxCalibratedMfuBf16, 0, 1) &&
          c.number("max_mfu_fp8", s.maxCalibratedMfuFp8, 0, 2) && c.noOthers();
     if (!ok)
@@ -436,6 +438,8 @@ json::Value llmopt::cost::toJSON(const StackProfile &s) {
                     {"cp_overlap", s.overlap.cpOverlap},
                     {"pp_overlap", s.overlap.ppOverlap},
                     {"ep_overlap", s.overlap.epOverlap}}},
+      {"calibrated_mean_error", s.calibratedMeanError},
+      {"calibrated_max_error", s.calibratedMaxError},
       {"max_calibrated_mfu_bf16", s.maxCalibratedMfuBf16},
       {"max_calibrated_mfu_fp8", s.maxCalibratedMfuFp8},
   };

@@ -197,6 +197,15 @@ static std::vector<int64_t> divisors(int64_t n) {
   return d;
 }
 
+std::string llmopt::planner::familyKey(const ParallelConfig &c) {
+  ParallelConfig k = c;
+  k.vpp = 1;
+  k.schedule = Schedule::None;
+  k.ppInsideDp = false;
+  k.stageLayers.clear();
+  return describe(k);
+}
+
 namespace {
 /// How much machinery a plan needs; among equally fast plans the simpler one
 /// is easier to run and to debug.
@@ -205,16 +214,52 @@ std::tuple<int, int, int, int, int, int, int, int64_t> complexity(const Parallel
           int(c.recompute), -c.microBatch};
 }
 
-/// Orders plans: faster first (differences under 0.01 % are ties), then
-/// simpler, then a stable tie-break on the description.
-bool better(const PlanEval &a, const PlanEval &b) {
-  double ta = a.time.step, tb = b.time.step;
-  if (std::abs(ta - tb) > 1e-4 * std::min(ta, tb))
-    return ta < tb;
+bool simplerFirst(const PlanEval &a, const PlanEval &b) {
   auto ca = complexity(a.config), cb = complexity(b.config);
   if (ca != cb)
     return ca < cb;
   return describe(a.config) < describe(b.config);
+}
+
+/// Orders plans best first: by step time, where runs of plans within
+/// kTieTolerance of the run's fastest are ties ordered simpler first. (A
+/// comparator that calls near times equal is not a strict weak order;
+/// ordering by time first and then each run of ties is.)
+void rank(std::vector<PlanEval> &plans) {
+  std::sort(plans.begin(), plans.end(), [](const PlanEval &a, const PlanEval &b) {
+    if (a.time.step != b.time.step)
+      return a.time.step < b.time.step;
+    return simplerFirst(a, b);
+  });
+  for (size_t i = 0; i < plans.size();) {
+    size_t j = i + 1;
+    while (j < plans.size() &&
+           plans[j].time.step <= plans[i].time.step * (1 + kTieTolerance))
+      ++j;
+    std::sort(plans.begin() + i, plans.begin() + j, simplerFirst);
+    i = j;
+  }
+}
+
+/// Ranks `plans` and drops what cannot be among the first `k` families or
+/// their equivalents: plans slower than the k-th family's fastest by more
+/// than kEquivalentTolerance.
+void trim(std::vector<PlanEval> &plans, int k) {
+  rank(plans);
+  std::map<std::string, bool> seen;
+  size_t cut = plans.size();
+  for (size_t i = 0; i < plans.size(); ++i) {
+    if (!seen.emplace(familyKey(plans[i].config), true).second)
+      continue;
+    if (int(seen.size()) == k) {
+      double limit = plans[i].time.step * (1 + kEquivalentTolerance);
+      cut = i + 1;
+      while (cut < plans.size() && plans[cut].time.step <= limit)
+        ++cut;
+      break;
+    }
+  }
+  plans.resize(cut);
 }
 } // namespace
 
@@ -274,6 +319,7 @@ SearchResult llmopt::planner::search(const ModelDesc &model, const ClusterSpec &
     progress(/*done=*/false); // the start, so that a display can open at once
 
   std::vector<PlanEval> kept;
+  size_t trimAt = size_t(8 * std::max(1, opts.topK) + 64);
   auto reject = [&](const PlanEval &e) {
     Rejection &r = result.rejected[toString(e.reason)];
     ++r.count;
@@ -297,10 +343,11 @@ SearchResult llmopt::planner::search(const ModelDesc &model, const ClusterSpec &
     }
     ++result.feasible;
     kept.push_back(std::move(e));
-    // Keep the list short: sort and trim now and then.
-    if (kept.size() >= size_t(8 * std::max(1, opts.topK) + 64)) {
-      std::sort(kept.begin(), kept.end(), better);
-      kept.resize(std::max(1, opts.topK));
+    // Keep the list short: rank and trim now and then (what is kept may
+    // grow when many plans tie with the k-th family).
+    if (kept.size() >= trimAt) {
+      trim(kept, std::max(1, opts.topK));
+      trimAt = std::max(trimAt, 2 * kept.size());
     }
   };
 
@@ -494,6 +541,19 @@ SearchResult llmopt::planner::search(const ModelDesc &model, const ClusterSpec &
                         cfg.offloadOptimizer = off == 1;
                         PlanEval e = evaluate(model, cluster, job, cfg, tables);
                         bool oom = e.reason == RejectReason::OutOfMemory;
+                        // Per-stage recomputation that chose one level for
+                        // every stage is the uniform plan, searched already.
+                        if (rc == Recompute::PerStage && !fx.recompute &&
+                            !e.config.stageRecompute.empty() &&
+                            std::all_of(e.config.stageRecompute.begin(),
+                                        e.config.stageRecompute.end(),
+                                        [&](Recompute r) {
+                                          return r == e.config.stageRecompute.front();
+                                        })) {
+                          if (!off && !oom)
+                            break;
+                          continue;
+                        }
                         consider(std::move(e));
                         // Offload only helps what does not fit otherwise.
                         if (!off && !oom && !fx.offload)
@@ -510,10 +570,26 @@ SearchResult llmopt::planner::search(const ModelDesc &model, const ClusterSpec &
     }
   }
 
-  std::sort(kept.begin(), kept.end(), better);
-  if (kept.size() > size_t(std::max(1, opts.topK)))
-    kept.resize(std::max(1, opts.topK));
-  result.plans = std::move(kept);
+  // One row per family, the fastest layout first, the others within
+  // kEquivalentTolerance listed under it; slower layouts of a family that is
+  // already listed are dropped.
+  trim(kept, std::max(1, opts.topK));
+  std::map<std::string, size_t> row;
+  for (PlanEval &e : kept) {
+    auto [it, fresh] = row.emplace(familyKey(e.config), result.plans.size());
+    if (fresh) {
+      if (int(result.plans.size()) == std::max(1, opts.topK))
+        continue;
+      result.plans.push_back(std::move(e));
+      result.equivalents.emplace_back();
+      continue;
+    }
+    if (it->second >= result.plans.size())
+      continue;
+    const PlanEval &first = result.plans[it->second];
+    if (e.time.step <= first.time.step * (1 + kEquivalentTolerance))
+      result.equivalents[it->second].push_back({e.config, e.time.step, e.peak.total()});
+  }
   result.seconds = elapsed();
   if (opts.progress)
     progress(/*done=*/true);

@@ -2,12 +2,15 @@
 
 #include "llmopt/Planner/Planner.h"
 
+#include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/Format.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/JSON.h"
 #include "llvm/Support/raw_ostream.h"
 
 #include <algorithm>
+#include <map>
 #include <cmath>
 
 using namespace llmopt;
@@ -98,11 +101,101 @@ static json::Object planJSON(const PlanEval &p) {
   };
 }
 
+/// How `c` differs from `ref`, a plan of the same family: its pipeline
+/// layout in the table's words ("vpp5", "1f1b", "pp-inside-dp").
+static std::string layoutDifference(const ParallelConfig &c, const ParallelConfig &ref) {
+  std::string s;
+  if (c.vpp != ref.vpp || c.schedule != ref.schedule)
+    s = c.vpp > 1 ? llvm::formatv("vpp{0}", c.vpp).str() : std::string(toString(c.schedule));
+  if (c.ppInsideDp != ref.ppInsideDp)
+    s += std::string(s.empty() ? "" : " ") + (c.ppInsideDp ? "pp-inside-dp" : "pp-outside-dp");
+  return s;
+}
+
+/// One line for the table: the other layouts of `p` and the spread of their
+/// times and memory, with twins that differ only in placement said once.
+static std::string equivalentsLine(const PlanEval &p, const std::vector<Equivalent> &eq) {
+  auto layout = [](const ParallelConfig &c) {
+    return c.vpp > 1 ? llvm::formatv("vpp{0}", c.vpp).str() : std::string(toString(c.schedule));
+  };
+  std::vector<std::string> layouts;
+  std::map<std::string, int> placements; // layout -> bit 1 outside, bit 2 inside
+  placements[layout(p.config)] |= p.config.ppInsideDp ? 2 : 1;
+  double lo = 0, hi = 0, memLo = p.peak.total(), memHi = memLo;
+  for (const Equivalent &e : eq) {
+    std::string l = layout(e.config);
+    if (l != layout(p.config) && !placements.count(l))
+      layouts.push_back(l);
+    placements[l] |= e.config.ppInsideDp ? 2 : 1;
+    double d = 100.0 * (e.stepSeconds / p.time.step - 1);
+    lo = std::min(lo, d), hi = std::max(hi, d);
+    memLo = std::min(memLo, e.peakBytes), memHi = std::max(memHi, e.peakBytes);
+  }
+  bool everyPlacement = llvm::all_of(placements, [](auto &kv) { return kv.second == 3; });
+  std::string s;
+  if (everyPlacement) {
+    s = layouts.empty() ? "the other pp placement" : llvm::join(layouts, ", ");
+    if (!layouts.empty())
+      s += ", each in either pp placement";
+  } else {
+    std::vector<std::string> each;
+    for (const Equivalent &e : eq)
+      each.push_back(layoutDifference(e.config, p.config));
+    s = llvm::join(each, ", ");
+  }
+  std::string time = hi - lo < 0.005 ? llvm::formatv("{0:f2}%", hi).str()
+                                      : llvm::formatv("{0:f2}% to {1:f2}%", lo, hi).str();
+  std::string mem = memHi - memLo < 0.05 * GiB
+                        ? llvm::formatv("{0:f1} GiB", memHi / GiB).str()
+                        : llvm::formatv("{0:f1} to {1:f1} GiB", memLo / GiB, memHi / GiB).str();
+  return s + " (" + time + ", " + mem + ")";
+}
+
+static json::Value comparisonJSON(const RecipeComparison &c) {
+  json::Array items, changes;
+  for (const GainItem &i : c.items)
+    items.push_back(json::Object{{"category", i.category},
+                                 {"recipe_s", i.recipeSeconds},
+                                 {"best_s", i.bestSeconds},
+                                 {"confidence", i.confidence},
+                                 {"basis", i.basis}});
+  for (const std::string &s : c.changes)
+    changes.push_back(s);
+  return json::Object{{"best", planJSON(c.best)},
+                      {"gain", c.gain},
+                      {"changes", std::move(changes)},
+                      {"by_category", std::move(items)},
+                      {"verdict", c.verdict}};
+}
+
+static json::Value rankingJSON() {
+  return json::Object{
+      {"tie_tolerance", kTieTolerance},
+      {"equivalent_tolerance", kEquivalentTolerance},
+      {"rule",
+       "best first by step time; step times within tie_tolerance are ties, the "
+       "simpler plan first (no offload, then less cp, fewer pipeline chunks, smaller "
+       "tp, ep, ZeRO stage, less recomputation, larger micro-batch); one row per "
+       "plan, its other pipeline layouts (vpp, schedule, placement) within "
+       "equivalent_tolerance listed as its equivalents"}};
+}
+
 json::Value llmopt::planner::reportJSON(const ModelDesc &model, const ClusterSpec &cluster,
                                         const JobSpec &job, const SearchResult &r) {
   json::Array plans;
-  for (const PlanEval &p : r.plans)
-    plans.push_back(planJSON(p));
+  for (size_t i = 0; i < r.plans.size(); ++i) {
+    json::Object p = planJSON(r.plans[i]);
+    json::Array eq;
+    if (i < r.equivalents.size())
+      for (const Equivalent &e : r.equivalents[i])
+        eq.push_back(json::Object{{"config", configJSON(e.config)},
+                                  {"step_time_s", e.stepSeconds},
+                                  {"peak_memory_bytes", e.peakBytes}});
+    p["equivalents"] = std::move(eq);
+    double ceiling = calibratedMfuCeiling(job);
+    p["above_calibrated_mfu"] = ceiling > 0 && r.plans[i].mfu > ceiling;
+    plans.push_back(std::move(p));
+  }
   json::Object rejected, examples;
   for (const auto &[reason, rej] : r.rejected) {
     rejected[reason] = rej.count;
@@ -128,10 +221,31 @@ json::Value llmopt::planner::reportJSON(const ModelDesc &model, const ClusterSpe
        json::Object{{"evaluated", r.evaluated},
                     {"feasible", r.feasible},
                     {"seconds", r.seconds}}},
+      {"ranking", rankingJSON()},
+      {"calibrated_mfu_ceiling", calibratedMfuCeiling(job)},
+      {"versus_free_search", r.versusFree ? comparisonJSON(*r.versusFree) : json::Value(nullptr)},
       {"plans", std::move(plans)},
       {"rejected", std::move(rejected)},
       {"rejected_examples", std::move(examples)},
   };
+}
+
+static void printComparison(llvm::raw_ostream &os, const RecipeComparison &c) {
+  os << "\nyour recipe (fix=) is plan 1; the best plan of a free search:\n";
+  os << llvm::formatv("  {0}  {1:f3} s, {2:p} MFU, {3:f1} GiB ({4:p} faster)\n",
+                      describe(c.best.config), c.best.time.step, c.best.mfu,
+                      c.best.peak.total() / GiB, c.gain);
+  if (!c.changes.empty())
+    os << "  changes: " << llvm::join(c.changes, ", ") << "\n";
+  if (!c.items.empty()) {
+    os << llvm::formatv("  {0,-18} {1,10} {2,10} {3,9}  {4}\n", "s per step", "recipe",
+                        "best", "gain", "confidence");
+    for (const GainItem &i : c.items)
+      os << llvm::formatv("  {0,-18} {1,10:f3} {2,10:f3} {3,9:f3}  {4}: {5}\n", i.category,
+                          i.recipeSeconds, i.bestSeconds, i.recipeSeconds - i.bestSeconds,
+                          i.confidence, i.basis);
+  }
+  os << "  " << c.verdict << "\n";
 }
 
 void llmopt::planner::printTable(llvm::raw_ostream &os, const ModelDesc &model,
@@ -167,11 +281,31 @@ void llmopt::planner::printTable(llvm::raw_ostream &os, const ModelDesc &model,
     os << "#    " << llvm::left_justify("plan", width)
        << llvm::formatv(" {0,10} {1,12} {2,8} {3,7} {4,8}\n", "step s", "tokens/s",
                         "TFLOP/s", "MFU", "mem GiB");
-    int rank = 1;
-    for (const PlanEval &p : r.plans)
-      os << llvm::formatv("{0,-4} ", rank++) << llvm::left_justify(describe(p.config), width)
-         << llvm::formatv(" {0,10:f3} {1,12:f0} {2,8:f1} {3,7:p} {4,8:f1}\n", p.time.step,
-                          p.tokensPerS, p.tflopsPerGpu, p.mfu, p.peak.total() / GiB);
+    bool anyEquivalent = false, anyAbove = false;
+    const double ceiling = calibratedMfuCeiling(job);
+    for (size_t i = 0; i < r.plans.size(); ++i) {
+      const PlanEval &p = r.plans[i];
+      bool above = ceiling > 0 && p.mfu > ceiling;
+      anyAbove |= above;
+      os << llvm::formatv("{0,-4} ", i + 1) << llvm::left_justify(describe(p.config), width)
+         << llvm::formatv(" {0,10:f3} {1,12:f0} {2,8:f1} {3,7:p}{5} {4,8:f1}\n", p.time.step,
+                          p.tokensPerS, p.tflopsPerGpu, p.mfu, p.peak.total() / GiB,
+                          above ? "!" : " ");
+      if (i >= r.equivalents.size() || r.equivalents[i].empty())
+        continue;
+      anyEquivalent = true;
+      os << "       = " << equivalentsLine(p, r.equivalents[i]) << "\n";
+    }
+    if (anyEquivalent)
+      os << llvm::formatv("  (= the same plan with another pipeline layout, within {0}%: one "
+                          "row each; times within {1}% rank the simpler plan first)\n",
+                          100 * kEquivalentTolerance, 100 * kTieTolerance);
+    if (anyAbove)
+      os << llvm::formatv("  (! MFU above the {0:p} that the stack's best published run "
+                          "reaches{1}: no published run confirms it)\n",
+                          ceiling, job.fp8 ? " with fp8" : "");
+    if (r.versusFree)
+      printComparison(os, *r.versusFree);
     const PlanEval &b = r.plans.front();
     const TimeBreakdown &t = b.time;
     auto pct = [&](double x) { return t.step > 0 ? 100.0 * x / t.step : 0.0; };

@@ -29,6 +29,7 @@ from .model import ActivationBytes, LayerStats, Model, ModelStats
 from .plan import (
     EXPORT_FORMATS,
     FIX_KEYS,
+    Equivalent,
     ExposedCommunication,
     MemoryBreakdown,
     ModelSummary,
@@ -60,6 +61,7 @@ __all__ = [
     "Model",
     "ModelStats",
     "ModelSummary",
+    "Equivalent",
     "NoFeasiblePlanError",
     "PRESETS",
     "Plan",

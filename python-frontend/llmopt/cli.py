@@ -55,6 +55,8 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         grad_dtype=args.grad_dtype,
         flash_attention=args.flash_attention,
         dropout=args.dropout,
+        stack=args.stack,
+        stack_profile=args.stack_profile,
     )
     result = plan(
         Model(args.model), _cluster(args), job, fix=args.fix, top_k=args.top_k, html=args.html
@@ -121,6 +123,11 @@ def _parser() -> argparse.ArgumentParser:
     pl.add_argument("--no-flash-attention", dest="flash_attention", action="store_false",
                     help="no fused attention kernel")
     pl.add_argument("--dropout", action="store_true", help="dropout layers")
+    pl.add_argument("--stack", metavar="NAME[:VARIANT]",
+                    help="the training stack that will run the plan: megatron (default), "
+                    "torchtitan, deepspeed, llm-foundry, llm-run, llm-run-cpu")
+    pl.add_argument("--stack-profile", metavar="PATH",
+                    help="a stack profile JSON file instead of --stack")
     pl.add_argument("--fix", metavar="KEY:VALUE,...",
                     help="fix dimensions: dp tp pp vpp cp ep sp zero offload recompute "
                     "micro_batch num_micro_batches schedule placement")

@@ -142,6 +142,14 @@ class Job:
             (Megatron's main gradients, 18 bytes).
         flash_attention: a fused attention kernel.
         dropout: dropout layers (their masks cost memory and time).
+        stack: the training stack that will run the plan, ``name`` or
+            ``name:variant`` (``megatron``, ``torchtitan``, ``torchtitan:eager``,
+            ``deepspeed``, ``llm-foundry``, ``llm-run``, ``llm-run-cpu``);
+            ``None``: llm-opt's default, Megatron-Core. The search keeps to
+            what the stack runs and costs it with the stack's fitted
+            efficiency.
+        stack_profile: a stack profile file (JSON, the schema of
+            ``data/stacks/*.json``) used instead of ``stack``.
     """
 
     global_batch: int
@@ -151,6 +159,8 @@ class Job:
     grad_dtype: str = "bf16"
     flash_attention: bool = True
     dropout: bool = False
+    stack: Optional[str] = None
+    stack_profile: Optional[str] = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.global_batch, int) or self.global_batch <= 0:
@@ -161,6 +171,18 @@ class Job:
             raise ValueError(f"dtype must be bf16 or fp16, got {self.dtype!r} (fp8 GEMMs: fp8=True)")
         if self.grad_dtype not in ("bf16", "fp32"):
             raise ValueError(f"grad_dtype must be bf16 or fp32, got {self.grad_dtype!r}")
+        if self.stack is not None and (
+            not isinstance(self.stack, str) or not self.stack
+            or any(c in self.stack for c in " \t,=\"'{}")
+        ):
+            raise ValueError(
+                f"stack must be a stack name such as 'megatron' or 'torchtitan:eager', "
+                f"got {self.stack!r}"
+            )
+        if self.stack is not None and self.stack_profile is not None:
+            raise ValueError("give stack or stack_profile, not both")
+        if self.stack_profile is not None and not isinstance(self.stack_profile, (str, Path)):
+            raise ValueError(f"stack_profile must be a path, got {self.stack_profile!r}")
 
     def _options(self) -> List[str]:
         options = [f"global-batch={self.global_batch}"]
@@ -173,4 +195,10 @@ class Job:
             f"flash-attention={'true' if self.flash_attention else 'false'}",
             f"dropout={'true' if self.dropout else 'false'}",
         ]
+        if self.stack is not None:
+            options.append(f"stack={self.stack}")
+        if self.stack_profile is not None:
+            options.append(
+                f"stack-profile={quote_option(str(Path(self.stack_profile).absolute()))}"
+            )
         return options

@@ -182,6 +182,16 @@ class TimeBreakdown:
 
 
 @dataclass(frozen=True)
+class Equivalent:
+    """The same plan with another pipeline layout (vpp, schedule, placement),
+    predicted within the report's ``ranking.equivalent_tolerance``."""
+
+    config: PlanConfig
+    step_time_s: float
+    peak_memory_bytes: float
+
+
+@dataclass(frozen=True)
 class Plan:
     """A scored configuration: the prediction for one training step."""
 
@@ -199,6 +209,8 @@ class Plan:
     memory_by_stage: Tuple[StageMemory, ...]
     time_breakdown: TimeBreakdown
     time_by_stage: Tuple[StageTime, ...] = ()
+    #: Its other pipeline layouts that the search ranks as this plan.
+    equivalents: Tuple[Equivalent, ...] = ()
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> "Plan":
@@ -217,6 +229,10 @@ class Plan:
                 ),
             ),
             time_by_stage=tuple(_from_dict(StageTime, s) for s in d.get("time_by_stage", ())),
+            equivalents=tuple(
+                _from_dict(Equivalent, e, config=PlanConfig.from_json(e["config"]))
+                for e in d.get("equivalents", ())
+            ),
         )
 
     @property
@@ -294,6 +310,7 @@ def _run(
     export: Optional[Tuple[str, Path]] = None,
     fix: Optional[str] = None,
     top_k: Optional[int] = None,
+    compare: bool = False,
     extra: Sequence[str] = (),
     before: Sequence[str] = (),
 ) -> str:
@@ -304,6 +321,7 @@ def _run(
         if fix_text:
             options.append(f"fix={fix_text}")
         options.append(f"top-k={request.top_k if top_k is None else top_k}")
+        options.append(f"compare={'true' if compare and fix_text else 'false'}")
         if report is not None:
             options.append(f"report={_quote(str(report))}")
         if html is not None:
@@ -326,10 +344,16 @@ class PlanResult:
     model: ModelSummary
     cluster: Dict[str, Any]
     job: Dict[str, Any]
+    #: The training stack the plans are for: its profile as the report has it.
+    stack: Dict[str, Any]
     search: SearchStats
     plans: List[Plan]
     rejected: Dict[str, Rejection]
     report: Dict[str, Any] = field(repr=False)
+    #: With ``fix``: the free search's best plan against the first plan, as
+    #: the report has it (``best``, ``gain``, ``changes``, ``by_category``,
+    #: ``verdict``); ``None`` without ``fix``.
+    versus_free_search: Optional[Dict[str, Any]] = None
     _table: str = field(repr=False, default="")
     _request: Optional[_Request] = field(repr=False, default=None)
 
@@ -341,12 +365,14 @@ class PlanResult:
             model=_from_dict(ModelSummary, report["model"]),
             cluster=dict(report["cluster"]),
             job=dict(report["job"]),
+            stack=dict(report.get("stack", {})),
             search=_from_dict(SearchStats, report["search"]),
             plans=[Plan.from_json(p) for p in report["plans"]],
             rejected={
                 reason: Rejection(reason, count, examples.get(reason, ""))
                 for reason, count in report.get("rejected", {}).items()
             },
+            versus_free_search=report.get("versus_free_search"),
             report=dict(report),
             _table=table,
             _request=request,
@@ -460,6 +486,7 @@ def plan(
     fix: Union[None, str, Mapping[str, Any], PlanConfig] = None,
     top_k: int = 5,
     html: Optional[PathLike] = None,
+    compare: bool = True,
 ) -> PlanResult:
     """Searches the parallel plans of ``job`` for ``model`` on ``cluster``.
 
@@ -469,6 +496,9 @@ def plan(
             :data:`FIX_KEYS`. The rest are searched.
         top_k: plans to keep (1 to 1000).
         html: also write the search's HTML page here.
+        compare: with ``fix``, also search freely; the result's
+            ``versus_free_search`` says where the best plan gains on the fixed
+            one, by category, and how sure each gain is.
 
     Raises:
         NoFeasiblePlanError: nothing fits (the error's ``notes`` say why).
@@ -486,7 +516,7 @@ def plan(
     with tempfile.TemporaryDirectory(prefix="llmopt-") as tmp:
         report_path = Path(tmp) / "report.json"
         page = Path(html).absolute() if html is not None else None
-        table = _run(request, Path(tmp), report=report_path, html=page)
+        table = _run(request, Path(tmp), report=report_path, html=page, compare=compare)
         report = json.loads(report_path.read_text(encoding="utf-8"))
     return PlanResult.from_json(report, table, request)
 
@@ -507,4 +537,4 @@ def evaluate(
         NoFeasiblePlanError: the configuration breaks a rule or does not fit;
             ``str(error)`` says which and by how much.
     """
-    return plan(model, cluster, job, fix=config, top_k=1).best
+    return plan(model, cluster, job, fix=config, top_k=1, compare=False).best

@@ -146,6 +146,12 @@ struct StackProfile {
   /// is flagged in the report.
   double maxCalibratedMfuBf16 = 0;
   double maxCalibratedMfuFp8 = 0;
+  /// The mean and largest |relative error| of this profile's predictions on
+  /// the published runs it was calibrated on (llm-calibrate --check holds
+  /// them to what the rows give); 0 when it was fitted on none. The report
+  /// weighs a predicted gain against them.
+  double calibratedMeanError = 0;
+  double calibratedMaxError = 0;
 
   bool hasSchedule(const char *name) const;
   bool hasRecompute(const char *name) const;

@@ -84,12 +84,75 @@ struct Rejection {
   double excessBytes = 0;
 };
 
+/// A plan the search ranks as one with the row it is listed under: the same
+/// mesh, sharding, recomputation and micro-batching, laid out differently
+/// along the pipeline (virtual stages, schedule, where the pp axis sits in
+/// the mesh), predicted within `kEquivalentTolerance` of that row.
+struct Equivalent {
+  cost::ParallelConfig config;
+  double stepSeconds = 0;
+  double peakBytes = 0;
+};
+
+/// Step times closer than this (relative) are ties: the simpler plan ranks
+/// first (no offload, then less CP, fewer pipeline chunks, smaller TP, EP,
+/// ZeRO stage, less recomputation, larger micro-batch).
+inline constexpr double kTieTolerance = 1e-4;
+/// Pipeline-layout variants of one plan within this (relative) of its
+/// fastest are one row: far below what the model resolves (its mean error
+/// on every calibrated stack is above 3%).
+inline constexpr double kEquivalentTolerance = 0.005;
+
+/// The key that tells plans apart for the top-k list: everything but the
+/// pipeline layout (vpp, schedule, placement).
+std::string familyKey(const cost::ParallelConfig &c);
+
+/// One category of the step time in which two plans differ, with how sure
+/// the cost model is of that part of the difference.
+struct GainItem {
+  std::string category; ///< "compute", "bubble", "exposed tp comm", ...
+  double recipeSeconds = 0, bestSeconds = 0;
+  std::string confidence; ///< "high", "medium" or "low"
+  std::string basis;      ///< what the figure rests on
+};
+
+/// The best plan of a free search against the best plan with the user's
+/// fixed dimensions (`fix=`): where it gains, by category, and whether the
+/// gain is larger than the model's error on the stack's published runs.
+struct RecipeComparison {
+  cost::PlanEval best;
+  /// Categories whose time differs by more than 0.1% of the recipe's step,
+  /// largest gain first (a negative gain: the best plan spends more there).
+  std::vector<GainItem> items;
+  /// The dimensions that differ, "tp 8 -> 4".
+  std::vector<std::string> changes;
+  /// 1 - best step / recipe step.
+  double gain = 0;
+  /// One sentence: how sure the gain is.
+  std::string verdict;
+};
+
+/// Compares `best` (a free search's) with `recipe` (the fixed search's).
+RecipeComparison compareWithRecipe(const cost::PlanEval &recipe, const cost::PlanEval &best,
+                                   const cost::JobSpec &job);
+
+/// The stack's highest calibrated MFU for the job's precision (0: none); a
+/// plan predicted above it is flagged.
+double calibratedMfuCeiling(const cost::JobSpec &job);
+
 struct SearchResult {
-  std::vector<cost::PlanEval> plans; ///< best first
+  /// Best first, one per family (`familyKey`): `equivalents[i]` lists the
+  /// other layouts of `plans[i]` within `kEquivalentTolerance`, fastest
+  /// first.
+  std::vector<cost::PlanEval> plans;
+  std::vector<std::vector<Equivalent>> equivalents;
   std::map<std::string, Rejection> rejected;
   int64_t evaluated = 0;
   int64_t feasible = 0;
   double seconds = 0;
+  /// With fixed dimensions: how the free search's best compares with
+  /// `plans.front()` (set by the caller that ran both searches).
+  std::optional<RecipeComparison> versusFree;
 };
 
 /// Runs the search. Deterministic: equal inputs give equal results.

@@ -241,6 +241,18 @@ struct LLMAutoParallelPass
                   Twine(model->positions));
 
     planner::SearchResult result = planner::search(*model, cl, job, opts);
+    // A recipe (fix=) against the best plan of a free search.
+    if (compare && !result.plans.empty() &&
+        (!opts.fixed.ints.empty() || opts.fixed.sp || opts.fixed.offload ||
+         opts.fixed.recompute || opts.fixed.schedule || opts.fixed.ppInsideDp)) {
+      planner::SearchOptions free;
+      free.topK = 1;
+      free.progress = opts.progress;
+      planner::SearchResult all = planner::search(*model, cl, job, free);
+      if (!all.plans.empty())
+        result.versusFree =
+            planner::compareWithRecipe(result.plans.front(), all.plans.front(), job);
+    }
     if (result.plans.empty()) {
       InFlightDiagnostic d = module.emitError()
                              << "llm-auto-parallel: no valid configuration of "

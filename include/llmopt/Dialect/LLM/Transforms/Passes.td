@@ -113,6 +113,9 @@ def LLMAutoParallel : Pass<"llm-auto-parallel", "::mlir::ModuleOp"> {
            "a stack profile JSON file of your own (the schema of data/stacks/*.json) "
            "instead of a built-in stack">,
     Option<"topK", "top-k", "int64_t", /*default=*/"5", "plans to report">,
+    Option<"compare", "compare", "bool", /*default=*/"true",
+           "with fix=, also search freely and report where the best plan gains on "
+           "the fixed one, by category, and how sure the gain is">,
     Option<"calibrate", "calibrate", "std::string", /*default=*/"\"\"",
            "set the GPU's GEMM, attention and memory efficiencies from a kernel profile "
            "(llm-run --profile) before planning">,
