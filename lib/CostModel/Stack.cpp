@@ -350,7 +350,9 @@ bool readProfile(const json::Object &root, StackProfile &s, std::string &error) 
          c.number("mean_error", s.calibratedMeanError, 0, 10) &&
          c.number("max_error", s.calibratedMaxError, 0, 10) &&
          c.number("max_mfu_bf16", s.maxCalibratedMfuBf16, 0, 1) &&
-         c.number("max_mfu_fp8", s.maxCalibratedMfuFp8, 0, 2) && c.noOthers();
+         c.number("max_mfu_fp8", s.maxCalibratedMfuFp8, 0, 2) &&
+         c.number("max_mfu_moe_bf16", s.maxCalibratedMfuMoeBf16, 0, 1) &&
+         c.number("max_mfu_moe_fp8", s.maxCalibratedMfuMoeFp8, 0, 2) && c.noOthers();
     if (!ok)
       return false;
   }
@@ -442,5 +444,7 @@ json::Value llmopt::cost::toJSON(const StackProfile &s) {
       {"calibrated_max_error", s.calibratedMaxError},
       {"max_calibrated_mfu_bf16", s.maxCalibratedMfuBf16},
       {"max_calibrated_mfu_fp8", s.maxCalibratedMfuFp8},
+      {"max_calibrated_mfu_moe_bf16", s.maxCalibratedMfuMoeBf16},
+      {"max_calibrated_mfu_moe_fp8", s.maxCalibratedMfuMoeFp8},
   };
 }

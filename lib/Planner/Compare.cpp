@@ -9,6 +9,7 @@
 
 #include "llmopt/Planner/Planner.h"
 
+#include "llvm/ADT/STLExtras.h"
 #include "llvm/Support/FormatVariadic.h"
 
 #include <algorithm>
@@ -18,8 +19,12 @@ using namespace llmopt;
 using namespace llmopt::cost;
 using namespace llmopt::planner;
 
-double llmopt::planner::calibratedMfuCeiling(const JobSpec &job) {
-  return job.fp8 ? job.stack.maxCalibratedMfuFp8 : job.stack.maxCalibratedMfuBf16;
+double llmopt::planner::calibratedMfuCeiling(const ModelDesc &model, const JobSpec &job) {
+  const StackProfile &s = job.stack;
+  bool moe = llvm::any_of(model.layers, [](const LayerDesc &l) { return l.isMoE(); });
+  if (moe)
+    return job.fp8 ? s.maxCalibratedMfuMoeFp8 : s.maxCalibratedMfuMoeBf16;
+  return job.fp8 ? s.maxCalibratedMfuFp8 : s.maxCalibratedMfuBf16;
 }
 
 namespace {

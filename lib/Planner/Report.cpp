@@ -151,6 +151,10 @@ static std::string equivalentsLine(const PlanEval &p, const std::vector<Equivale
   return s + " (" + time + ", " + mem + ")";
 }
 
+static bool ceilingIsMoE(const ModelDesc &m) {
+  return llvm::any_of(m.layers, [](const LayerDesc &l) { return l.isMoE(); });
+}
+
 static json::Value comparisonJSON(const RecipeComparison &c) {
   json::Array items, changes;
   for (const GainItem &i : c.items)
@@ -192,7 +196,7 @@ json::Value llmopt::planner::reportJSON(const ModelDesc &model, const ClusterSpe
                                   {"step_time_s", e.stepSeconds},
                                   {"peak_memory_bytes", e.peakBytes}});
     p["equivalents"] = std::move(eq);
-    double ceiling = calibratedMfuCeiling(job);
+    double ceiling = calibratedMfuCeiling(model, job);
     p["above_calibrated_mfu"] = ceiling > 0 && r.plans[i].mfu > ceiling;
     plans.push_back(std::move(p));
   }
@@ -222,7 +226,7 @@ json::Value llmopt::planner::reportJSON(const ModelDesc &model, const ClusterSpe
                     {"feasible", r.feasible},
                     {"seconds", r.seconds}}},
       {"ranking", rankingJSON()},
-      {"calibrated_mfu_ceiling", calibratedMfuCeiling(job)},
+      {"calibrated_mfu_ceiling", calibratedMfuCeiling(model, job)},
       {"versus_free_search", r.versusFree ? comparisonJSON(*r.versusFree) : json::Value(nullptr)},
       {"plans", std::move(plans)},
       {"rejected", std::move(rejected)},
@@ -282,7 +286,7 @@ void llmopt::planner::printTable(llvm::raw_ostream &os, const ModelDesc &model,
        << llvm::formatv(" {0,10} {1,12} {2,8} {3,7} {4,8}\n", "step s", "tokens/s",
                         "TFLOP/s", "MFU", "mem GiB");
     bool anyEquivalent = false, anyAbove = false;
-    const double ceiling = calibratedMfuCeiling(job);
+    const double ceiling = calibratedMfuCeiling(model, job);
     for (size_t i = 0; i < r.plans.size(); ++i) {
       const PlanEval &p = r.plans[i];
       bool above = ceiling > 0 && p.mfu > ceiling;
@@ -301,9 +305,10 @@ void llmopt::planner::printTable(llvm::raw_ostream &os, const ModelDesc &model,
                           "row each; times within {1}% rank the simpler plan first)\n",
                           100 * kEquivalentTolerance, 100 * kTieTolerance);
     if (anyAbove)
-      os << llvm::formatv("  (! MFU above the {0:p} that the stack's best published run "
-                          "reaches{1}: no published run confirms it)\n",
-                          ceiling, job.fp8 ? " with fp8" : "");
+      os << llvm::formatv("  (! MFU above the {0:p} that the stack's best published {1}run "
+                          "reaches{2}: no published run confirms it)\n",
+                          ceiling, ceilingIsMoE(model) ? "MoE " : "",
+                          job.fp8 ? " with fp8" : "");
     if (r.versusFree)
       printComparison(os, *r.versusFree);
     const PlanEval &b = r.plans.front();

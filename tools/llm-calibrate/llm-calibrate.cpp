@@ -21,6 +21,7 @@
 #include "llmopt/Dialect/LLM/Analysis/ModelStats.h"
 #include "llmopt/Dialect/LLM/IR/LLMDialect.h"
 #include "llmopt/Import/HFConfig.h"
+#include "llmopt/Planner/Planner.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/MLIRContext.h"
@@ -33,8 +34,10 @@
 #include "llvm/Support/raw_ostream.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <map>
+#include <set>
 #include <numeric>
 
 using namespace llmopt;
@@ -57,6 +60,9 @@ static cl::list<std::string> sets("set", cl::CommaSeparated,
 static cl::opt<std::string> exclude("exclude", cl::desc("leave out rows whose id contains this"));
 static cl::opt<bool> verbose("v", cl::desc("print each row's time breakdown"));
 static cl::opt<std::string> only("only", cl::desc("rows whose id contains this text"));
+static cl::opt<bool> searchJobs(
+    "search", cl::desc("search each published job freely under its stack and compare the "
+                       "pick's prediction with the best published run of that job"));
 static cl::opt<std::string> profileDir(
     "profiles", cl::desc("read stack profiles from DIR/NAME.json instead of the built-in ones"));
 
@@ -165,6 +171,7 @@ struct Scored {
   double predicted = 0; // tokens/s per GPU
   double memGiB = 0;
   double flopsPerToken = 0, peak = 0; // the model's, the GPU's bf16
+  bool moe = false;
   std::string detail;
   bool ok = false;
 };
@@ -271,23 +278,21 @@ struct Calibrator {
     return &profiles.emplace(key, p).first->second;
   }
 
-  Scored score(const Row &r, const StackProfile &stack) {
-    Scored s;
-    const ModelDesc *m = model(r.model);
-    if (!m) {
-      s.detail = "model not imported";
-      return s;
-    }
+  /// The model, cluster and job of a row under `stack`; false (with a
+  /// message) when the model or cluster cannot be read.
+  bool setup(const Row &r, const StackProfile &stack, const ModelDesc *&m,
+             const ClusterSpec *&cluster, JobSpec &job) {
+    m = model(r.model);
+    if (!m)
+      return false;
     auto cit = clusters.find(r.cluster + "/" + std::to_string(r.gpus));
     if (cit == clusters.end()) {
       ClusterSpec c;
-      if (!clusterOf(r, dir, c)) {
-        s.detail = "no cluster";
-        return s;
-      }
+      if (!clusterOf(r, dir, c))
+        return false;
       cit = clusters.emplace(r.cluster + "/" + std::to_string(r.gpus), c).first;
     }
-    JobSpec job;
+    cluster = &cit->second;
     job.globalBatch = r.globalBatch;
     job.seqLen = r.seq;
     job.fp8 = r.precision == "FP8";
@@ -295,6 +300,18 @@ struct Calibrator {
     // into fp32 sharded gradients as well.
     job.gradBytes = 4;
     job.stack = stack;
+    return true;
+  }
+
+  Scored score(const Row &r, const StackProfile &stack) {
+    Scored s;
+    const ModelDesc *m = nullptr;
+    const ClusterSpec *cluster = nullptr;
+    JobSpec job;
+    if (!setup(r, stack, m, cluster, job)) {
+      s.detail = "model or cluster not read";
+      return s;
+    }
     ParallelConfig c;
     c.tp = r.tp, c.pp = r.pp, c.cp = r.cp, c.ep = r.ep, c.vpp = std::max(1, r.vp);
     c.dp = r.gpus / (r.tp * r.pp * r.cp);
@@ -308,9 +325,10 @@ struct Calibrator {
     c.schedule = r.pp == 1 ? Schedule::None
                  : c.vpp > 1 ? Schedule::Interleaved
                              : Schedule::OneFOneB;
-    PlanEval e = evaluate(*m, cit->second, job, c);
+    PlanEval e = evaluate(*m, *cluster, job, c);
     s.flopsPerToken = m->trainFlopsPerToken(r.seq);
-    s.peak = cit->second.gpu.bf16Flops;
+    s.peak = cluster->gpu.bf16Flops;
+    s.moe = llvm::any_of(m->layers, [](const LayerDesc &l) { return l.isMoE(); });
     s.memGiB = e.peak.total() / double(1ull << 30);
     if (e.reason != RejectReason::None && e.reason != RejectReason::OutOfMemory) {
       s.detail = std::string(toString(e.reason)) + ": " + e.detail;
@@ -335,6 +353,151 @@ struct Calibrator {
 
 } // namespace
 
+/// Each published job (model, GPUs, sequence, batch, precision, stack) searched
+/// freely under its stack: the pick's predicted throughput against the best
+/// published run of the job. A pick predicted above it by more than the
+/// stack's tolerance must be explained: flagged by the report (MFU above the
+/// stack's best published run), within the tolerance of the MFU the stack
+/// reaches on a comparable published job (same stack, precision and model
+/// kind; parameters and sequence within 2x), or named with its reason in
+/// search-notes.json beside the rows. With --check, one that is not fails,
+/// and so does a note for a job that needs none.
+static int searchEachJob(Calibrator &cal, const std::vector<Row> &rows) {
+  struct Job {
+    const Row *first = nullptr;
+    double best = 0;
+    std::string bestId;
+  };
+  struct Published {
+    const Row *row;
+    double mfu, params;
+    bool moe;
+  };
+  std::map<std::string, Job> jobs;
+  std::vector<std::string> order;
+  std::vector<Published> published;
+  for (const Row &r : rows) {
+    std::string key = llvm::formatv("{0}|{1}|{2}|{3}|{4}|{5}|{6}|{7}", r.model, r.cluster,
+                                    r.gpus, r.seq, r.globalBatch, r.precision, r.stack,
+                                    r.variant);
+    auto [it, fresh] = jobs.emplace(key, Job());
+    if (fresh) {
+      it->second.first = &r;
+      order.push_back(key);
+    }
+    if (r.published > it->second.best)
+      it->second.best = r.published, it->second.bestId = r.id;
+    StackProfile *p = cal.profile(r.stack, r.variant);
+    const ModelDesc *m = nullptr;
+    const ClusterSpec *cluster = nullptr;
+    JobSpec job;
+    if (!p || !cal.setup(r, *p, m, cluster, job))
+      return 2;
+    bool outlier = llvm::any_of(p->tolerance.outliers,
+                                [&](const auto &o) { return o.first == r.id; });
+    if (!outlier)
+      published.push_back({&r, r.published * m->trainFlopsPerToken(r.seq) /
+                                   cluster->gpu.bf16Flops,
+                           m->totalParams(),
+                           llvm::any_of(m->layers, [](const LayerDesc &l) { return l.isMoE(); })});
+  }
+  // Jobs explained by hand: best row id -> why.
+  std::map<std::string, std::string> notes;
+  {
+    llvm::SmallString<256> path(cal.dir);
+    llvm::sys::path::append(path, "search-notes.json");
+    if (auto buf = llvm::MemoryBuffer::getFile(path)) {
+      llvm::Expected<json::Value> v = json::parse((*buf)->getBuffer());
+      const json::Object *o = v ? v->getAsObject() : nullptr;
+      if (!o)
+        return fail("'" + path + "' must be a JSON object of row id: reason"), 2;
+      for (const auto &[id, why] : *o) {
+        std::optional<llvm::StringRef> text = why.getAsString();
+        if (!text)
+          return fail("'" + path + "': the note of " + id.str() + " must be a string"), 2;
+        notes[id.str()] = text->str();
+      }
+    }
+  }
+  llvm::outs() << llvm::formatv("{0,-44} {1,-12} {2,10} {3,10} {4,7} {5,8}  {6}\n",
+                                "job (best published row)", "stack", "published", "pick",
+                                "ratio", "pick MFU", "pick");
+  bool broken = false;
+  double worst = 0;
+  std::set<std::string> usedNotes;
+  for (const std::string &key : order) {
+    const Job &j = jobs[key];
+    const Row &r = *j.first;
+    StackProfile *p = cal.profile(r.stack, r.variant);
+    const ModelDesc *m = nullptr;
+    const ClusterSpec *cluster = nullptr;
+    JobSpec job;
+    if (!p || !cal.setup(r, *p, m, cluster, job))
+      return 2;
+    planner::SearchOptions opts;
+    opts.topK = 1;
+    planner::SearchResult res = planner::search(*m, *cluster, job, opts);
+    std::string stackName = r.variant.empty() ? r.stack : r.stack + ":" + r.variant;
+    if (res.plans.empty()) {
+      llvm::outs() << llvm::formatv("{0,-44} {1,-12} {2,10:f0} {3,10} FAIL: the search "
+                                    "finds no plan for a job that ran\n",
+                                    j.bestId, stackName, j.best, "-");
+      broken = true;
+      continue;
+    }
+    const PlanEval &pick = res.plans.front();
+    double predicted = pick.tokensPerS / r.gpus;
+    double ratio = predicted / j.best;
+    double ceiling = planner::calibratedMfuCeiling(*m, job);
+    bool flagged = ceiling > 0 && pick.mfu > ceiling;
+    bool far = ratio > 1 + p->tolerance.maxError;
+    std::string verdict;
+    if (far && flagged) {
+      verdict = "flagged: MFU above the stack's best published run";
+    } else if (far) {
+      // The best MFU the stack reaches on a comparable published job.
+      bool moe = llvm::any_of(m->layers, [](const LayerDesc &l) { return l.isMoE(); });
+      const Published *ref = nullptr;
+      for (const Published &q : published)
+        if (q.row->stack == r.stack && q.row->variant == r.variant &&
+            q.row->precision == r.precision && q.moe == moe &&
+            q.params <= 2 * m->totalParams() && m->totalParams() <= 2 * q.params &&
+            q.row->seq <= 2 * r.seq && r.seq <= 2 * q.row->seq && (!ref || q.mfu > ref->mfu))
+          ref = &q;
+      auto note = notes.find(j.bestId);
+      if (ref && pick.mfu <= ref->mfu * (1 + p->tolerance.maxError)) {
+        verdict = llvm::formatv("explained: the stack reaches {0:p} MFU on {1}", ref->mfu,
+                                ref->row->id);
+      } else if (note != notes.end()) {
+        verdict = "explained: " + note->second;
+        usedNotes.insert(note->first);
+      } else {
+        verdict = "FAIL: far above the best published run, not flagged or explained";
+        broken = true;
+      }
+    }
+    if (!far)
+      worst = std::max(worst, ratio);
+    llvm::outs() << llvm::formatv("{0,-44} {1,-12} {2,10:f0} {3,10:f0} {4,7:f2} {5,7:p}{6} "
+                                  " {7}{8}{9}\n",
+                                  j.bestId, stackName, j.best, predicted, ratio, pick.mfu,
+                                  flagged ? "!" : " ", planner::describe(pick.config),
+                                  verdict.empty() ? "" : "  ", verdict);
+  }
+  std::set<std::string> selected;
+  for (const auto &[key, j] : jobs)
+    selected.insert(j.bestId);
+  for (const auto &[id, why] : notes)
+    if ((selected.count(id) || (only.empty() && exclude.empty())) && !usedNotes.count(id)) {
+      llvm::outs() << "FAIL: search-notes.json explains " << id
+                   << ", whose pick needs no explanation (or no such job): remove it\n";
+      broken = true;
+    }
+  llvm::outs() << llvm::formatv("\n{0} jobs; the highest ratio within the tolerance: {1:f2}\n",
+                                order.size(), worst);
+  return check && broken ? 1 : 0;
+}
+
 int main(int argc, char **argv) {
   cl::ParseCommandLineOptions(argc, argv, "llm-opt cost model vs published runs\n");
   auto buf = llvm::MemoryBuffer::getFile(rowsPath);
@@ -350,6 +513,9 @@ int main(int argc, char **argv) {
   llvm::SmallString<256> md(cal.dir);
   llvm::sys::path::append(md, "models");
   cal.modelDir = modelsDir.empty() ? std::string(md) : modelsDir.getValue();
+
+  if (searchJobs)
+    return searchEachJob(cal, rows);
 
   if (!fitStack.empty()) {
     StackProfile *base = cal.profile(fitStack, "");
@@ -475,7 +641,11 @@ int main(int argc, char **argv) {
   std::map<std::string, Stat> stats;
   std::map<std::string, StackTolerance> tolerance;
   std::map<std::string, std::pair<double, double>> recorded; // calibration errors
-  std::map<std::string, bool> adjusted; // --set changed this stack
+  struct Ceilings {
+    double bf16 = 0, fp8 = 0, moeBf16 = 0, moeFp8 = 0;
+    std::array<double, 4> stated{};
+  };
+  std::map<std::string, Ceilings> ceilings;
   bool broken = false;
   llvm::outs() << llvm::formatv("{0,-44} {1,-12} {2,10} {3,10} {4,8} {5,8}\n", "row", "stack",
                                 "published", "predicted", "error", "mem GiB");
@@ -508,6 +678,15 @@ int main(int argc, char **argv) {
     // The published run's MFU against the bf16 peak (the ceiling the
     // report flags predictions above).
     double mfu = r.published * s.flopsPerToken / s.peak;
+    {
+      // The ceilings the profile states: dense and MoE rows apart.
+      Ceilings &c = ceilings[r.stack];
+      double &slot = s.moe ? (r.precision == "FP8" ? c.moeFp8 : c.moeBf16)
+                           : (r.precision == "FP8" ? c.fp8 : c.bf16);
+      slot = std::max(slot, mfu);
+      c.stated = {p->maxCalibratedMfuBf16, p->maxCalibratedMfuFp8, p->maxCalibratedMfuMoeBf16,
+                  p->maxCalibratedMfuMoeFp8};
+    }
     for (Stat *x : {&st, &all}) {
       x->maxMfu = std::max(x->maxMfu, mfu);
       x->sum += std::abs(err);
@@ -560,6 +739,21 @@ int main(int argc, char **argv) {
                                       100 * st.max);
         broken = true;
       }
+      // And the MFU ceilings it states, to 0.1 point: the report flags a
+      // plan above them.
+      const Ceilings &c = ceilings[name];
+      std::array<double, 4> got = {c.bf16, c.fp8, c.moeBf16, c.moeFp8};
+      static const char *const fields[] = {"max_mfu_bf16", "max_mfu_fp8", "max_mfu_moe_bf16",
+                                           "max_mfu_moe_fp8"};
+      for (int i = 0; i < 4; ++i)
+        if (sets.empty() && only.empty() && exclude.empty() &&
+            std::abs(got[i] - c.stated[i]) > 0.0015) {
+          llvm::outs() << llvm::formatv("FAIL {0}: the profile states calibration.{1} "
+                                        "{2:p}, the rows give {3:p}: update "
+                                        "data/stacks/{0}.json\n",
+                                        name, fields[i], c.stated[i], got[i]);
+          broken = true;
+        }
     }
     if (broken)
       return 1;

@@ -146,6 +146,11 @@ struct StackProfile {
   /// is flagged in the report.
   double maxCalibratedMfuBf16 = 0;
   double maxCalibratedMfuFp8 = 0;
+  /// The same over the MoE rows only: an MoE layer's MFU is far below a
+  /// dense one's (routing, all-to-all, small expert GEMMs), so MoE plans
+  /// are held to these; 0 when no MoE row calibrates the stack.
+  double maxCalibratedMfuMoeBf16 = 0;
+  double maxCalibratedMfuMoeFp8 = 0;
   /// The mean and largest |relative error| of this profile's predictions on
   /// the published runs it was calibrated on (llm-calibrate --check holds
   /// them to what the rows give); 0 when it was fitted on none. The report

@@ -136,9 +136,10 @@ struct RecipeComparison {
 RecipeComparison compareWithRecipe(const cost::PlanEval &recipe, const cost::PlanEval &best,
                                    const cost::JobSpec &job);
 
-/// The stack's highest calibrated MFU for the job's precision (0: none); a
-/// plan predicted above it is flagged.
-double calibratedMfuCeiling(const cost::JobSpec &job);
+/// The stack's highest calibrated MFU for the job's precision and the
+/// model's kind (dense or MoE); 0: no published run calibrates it. A plan
+/// predicted above it is flagged.
+double calibratedMfuCeiling(const cost::ModelDesc &model, const cost::JobSpec &job);
 
 struct SearchResult {
   /// Best first, one per family (`familyKey`): `equivalents[i]` lists the
