@@ -320,18 +320,22 @@ SearchResult llmopt::planner::search(const ModelDesc &model, const ClusterSpec &
 
   std::vector<PlanEval> kept;
   size_t trimAt = size_t(8 * std::max(1, opts.topK) + 64);
-  auto reject = [&](const PlanEval &e) {
-    Rejection &r = result.rejected[toString(e.reason)];
-    ++r.count;
-    std::string example = e.detail + " (" + describe(e.config) + ")";
+  // Rejections by reason, counted in an array: most candidates of a big
+  // search are rejected, so the example (a formatted description) is built
+  // only when it is kept: the first of its reason, or for out-of-memory the
+  // candidate closest to fitting.
+  std::array<Rejection, size_t(RejectReason::Invalid) + 1> rejections;
+  auto reject = [&](const PlanEval &e, int64_t n = 1) {
+    Rejection &r = rejections[size_t(e.reason)];
+    r.count += n;
     if (e.reason == RejectReason::OutOfMemory) {
       double excess = e.peak.total() - cluster.gpu.hbmBytes;
-      if (r.count == 1 || excess < r.excessBytes) {
+      if (r.count == n || excess < r.excessBytes) {
         r.excessBytes = excess;
-        r.example = example;
+        r.example = e.detail + " (" + describe(e.config) + ")";
       }
-    } else if (r.count == 1) {
-      r.example = example;
+    } else if (r.count == n) {
+      r.example = e.detail + " (" + describe(e.config) + ")";
     }
   };
   auto consider = [&](PlanEval &&e) {
@@ -509,15 +513,17 @@ SearchResult llmopt::planner::search(const ModelDesc &model, const ClusterSpec &
                     std::string detail;
                     RejectReason r = checkRules(model, cluster, job, cfg, detail);
                     if (r != RejectReason::None) {
+                      // One rejection for each ZeRO stage it would have
+                      // tried, the first as the example.
                       PlanEval e;
                       e.config = cfg;
+                      e.config.zero = fixedInt("zero") ? int(*fixedInt("zero")) : 0;
                       e.reason = r;
-                      e.detail = detail;
-                      for (int z = 0; z <= 3; ++z)
-                        if (!fixedInt("zero") || *fixedInt("zero") == z) {
-                          e.config.zero = z;
-                          consider(PlanEval(e));
-                        }
+                      e.detail = std::move(detail);
+                      int64_t n = fixedInt("zero") ? 1 : 4;
+                      result.evaluated += n;
+                      tick();
+                      reject(e, n);
                       continue;
                     }
                     std::array<const LayerTable *, 3> tables = {nullptr, nullptr, nullptr};
@@ -539,6 +545,26 @@ SearchResult llmopt::planner::search(const ModelDesc &model, const ClusterSpec &
                         if (off && z == 0)
                           continue;
                         cfg.offloadOptimizer = off == 1;
+                        // The stack's ZeRO and offload rules, checked here
+                        // without building a rejection message per
+                        // candidate (most of a big search's rejections).
+                        if (!job.stack.hasZero(z, /*withPP=*/pp > 1) ||
+                            (cfg.offloadOptimizer && !job.stack.caps.optimizerOffload)) {
+                          ++result.evaluated;
+                          tick();
+                          Rejection &rj = rejections[size_t(RejectReason::NotSupportedByStack)];
+                          if (rj.count == 0) {
+                            PlanEval e;
+                            e.config = cfg;
+                            e.reason = checkStackRules(model, job, cfg, e.detail);
+                            reject(e);
+                          } else {
+                            ++rj.count;
+                          }
+                          if (!off && !fx.offload)
+                            break; // as a rejected candidate ends the offload loop
+                          continue;
+                        }
                         PlanEval e = evaluate(model, cluster, job, cfg, tables);
                         bool oom = e.reason == RejectReason::OutOfMemory;
                         // Per-stage recomputation that chose one level for
@@ -569,6 +595,10 @@ SearchResult llmopt::planner::search(const ModelDesc &model, const ClusterSpec &
       }
     }
   }
+
+  for (size_t i = 0; i < rejections.size(); ++i)
+    if (rejections[i].count > 0)
+      result.rejected[toString(RejectReason(i))] = std::move(rejections[i]);
 
   // One row per family, the fastest layout first, the others within
   // kEquivalentTolerance listed under it; slower layouts of a family that is
