@@ -198,178 +198,196 @@ static std::string joinStages(const std::vector<int> &stages) {
   return llvm::join(llvm::map_range(stages, [](int z) { return std::to_string(z); }), ", ");
 }
 
-RejectReason llmopt::cost::checkStackRules(const ModelDesc &model, const JobSpec &job,
-                                           const ParallelConfig &c, std::string &detail) {
+// The rules build their message only when the caller wants it (`detail`
+// not null): a search rejects most of its candidates and keeps one message
+// per reason.
+static RejectReason stackRules(const ModelDesc &model, const JobSpec &job,
+                               const ParallelConfig &c, std::string *detail) {
   const StackProfile &st = job.stack;
   const StackCapabilities &k = st.caps;
-  auto refuse = [&](const std::string &msg) {
-    detail = "stack " + st.name + " (" + st.title + ") " + msg;
+  auto refuse = [&](auto msg) {
+    if (detail)
+      *detail = "stack " + st.name + " (" + st.title + ") " + msg();
     return RejectReason::NotSupportedByStack;
   };
   if (c.tp > 1 && !k.tensorParallel)
-    return refuse("runs no tensor parallelism (tp must be 1)");
+    return refuse([&] { return std::string("runs no tensor parallelism (tp must be 1)"); });
   if (c.sp && !k.sequenceParallel)
-    return refuse("runs no Megatron-style sequence parallelism (sp must be 0)");
+    return refuse([&] { return std::string("runs no Megatron-style sequence parallelism (sp must be 0)"); });
   if (c.pp > 1 && k.schedules.empty())
-    return refuse("runs no pipeline parallelism (pp must be 1)");
+    return refuse([&] { return std::string("runs no pipeline parallelism (pp must be 1)"); });
   const char *sched = c.schedule == Schedule::None ? "1f1b" : toString(c.schedule);
   if (c.pp > 1 && !st.hasSchedule(sched))
-    return refuse(std::string("has no ") + sched +
-                  " pipeline schedule (it runs " + llvm::join(k.schedules, ", ") + ")");
+    return refuse([&] { return std::string(std::string("has no ") + sched +
+                  " pipeline schedule (it runs " + llvm::join(k.schedules, ", ") + ")"); });
   if (c.vpp > 1 && k.maxVirtualStages > 0 && c.vpp > k.maxVirtualStages)
-    return refuse(llvm::formatv("runs at most {0} virtual stages per pipeline rank",
-                                k.maxVirtualStages));
+    return refuse([&] { return std::string(llvm::formatv("runs at most {0} virtual stages per pipeline rank",
+                                k.maxVirtualStages)); });
   if (c.cp > 1) {
     if (k.contextParallel == CPKind::None)
-      return refuse("runs no context parallelism (cp must be 1)");
+      return refuse([&] { return std::string("runs no context parallelism (cp must be 1)"); });
     if (k.contextParallel == CPKind::Ulysses)
       for (const LayerDesc &l : model.layers)
         if (l.heads % c.cp || (l.kvHeads % c.cp && c.cp % l.kvHeads))
-          return refuse(llvm::formatv(
+          return refuse([&] { return std::string(llvm::formatv(
               "splits the sequence Ulysses-style (all-to-all over heads): {0} heads / {1} kv "
               "heads must be divisible by cp {2}",
-              l.heads, l.kvHeads, c.cp));
+              l.heads, l.kvHeads, c.cp)); });
   }
   if (c.ep > 1 && k.expertParallel == EPLayout::None)
-    return refuse("runs no expert parallelism (ep must be 1)");
+    return refuse([&] { return std::string("runs no expert parallelism (ep must be 1)"); });
   if (!st.hasZero(c.zero, /*withPP=*/false))
-    return refuse(llvm::formatv("has no ZeRO-{0} (it runs zero {1})", c.zero,
-                                joinStages(k.zeroStages)));
+    return refuse([&] { return std::string(llvm::formatv("has no ZeRO-{0} (it runs zero {1})", c.zero,
+                                joinStages(k.zeroStages))); });
   if (c.pp > 1 && !st.hasZero(c.zero, /*withPP=*/true))
-    return refuse(llvm::formatv(
+    return refuse([&] { return std::string(llvm::formatv(
         "cannot run ZeRO-{0} with pipeline parallelism (with pp > 1 it runs zero {1})", c.zero,
-        joinStages(k.zeroStagesWithPP)));
+        joinStages(k.zeroStagesWithPP))); });
+  if (c.shard > 0 && !k.hasHybridSharding(c.zero))
+    return refuse([&] {
+      return k.hybridSharding.empty()
+                 ? std::string("runs no hybrid sharding (shard must be 0: ZeRO over all of "
+                               "dp x cp)")
+                 : llvm::formatv("runs hybrid sharding with ZeRO {0} only, not ZeRO-{1}",
+                                 joinStages(k.hybridSharding), c.zero)
+                       .str();
+    });
   if (c.offloadOptimizer && !k.optimizerOffload)
-    return refuse("does not offload optimizer states (offload must be 0)");
+    return refuse([&] { return std::string("does not offload optimizer states (offload must be 0)"); });
   if (!st.hasRecompute(toString(c.recompute)))
-    return refuse(std::string("has no ") + toString(c.recompute) +
-                  " recomputation (it runs " + llvm::join(k.recompute, ", ") + ")");
+    return refuse([&] { return std::string(std::string("has no ") + toString(c.recompute) +
+                  " recomputation (it runs " + llvm::join(k.recompute, ", ") + ")"); });
   if (job.fp8 && !k.fp8)
-    return refuse("runs no fp8 GEMMs");
+    return refuse([&] { return std::string("runs no fp8 GEMMs"); });
   return RejectReason::None;
+}
+
+static RejectReason layoutRules(const ModelDesc &model, const ClusterSpec &cluster,
+                                const JobSpec &job, const ParallelConfig &c,
+                                std::string *detail) {
+  auto fail = [&](RejectReason r, auto msg) {
+    if (detail)
+      *detail = msg();
+    return r;
+  };
+  if (c.dp < 1 || c.tp < 1 || c.pp < 1 || c.vpp < 1 || c.cp < 1 || c.ep < 1 ||
+      c.microBatch < 1 || c.zero < 0 || c.zero > 3)
+    return fail(RejectReason::Invalid, [&] { return std::string("degrees must be positive and zero in 0..3"); });
+  if (c.gpus() != cluster.totalGpus())
+    return fail(RejectReason::GpuCountMismatch, [&] { return std::string(llvm::formatv("dp*tp*pp*cp = {0} but the cluster has {1} GPUs",
+                              c.gpus(), cluster.totalGpus())); });
+  if (c.tp > cluster.gpusPerNode)
+    return fail(RejectReason::TPAcrossNodes, [&] { return std::string(llvm::formatv("tp {0} exceeds the {1} GPUs of a node", c.tp,
+                              cluster.gpusPerNode)); });
+  if (c.sp && c.tp == 1)
+    return fail(RejectReason::SPWithoutTP, [&] { return std::string("sequence parallelism needs tp > 1"); });
+  if (RejectReason r = stackRules(model, job, c, detail); r != RejectReason::None)
+    return r;
+  if (c.offloadOptimizer && c.zero == 0)
+    return fail(RejectReason::Invalid, [&] { return std::string("optimizer offload needs zero >= 1"); });
+  if (c.shard < 0 || (c.shard > 0 && (c.zero == 0 || c.shard >= c.dp * c.cp ||
+                                      (c.dp * c.cp) % c.shard)))
+    return fail(RejectReason::Invalid, [&] { return std::string(llvm::formatv("hybrid sharding needs zero >= 1 and a shard group that "
+                              "divides dp x cp = {0} and is smaller (got shard {1}, zero "
+                              "{2})",
+                              c.dp * c.cp, c.shard, c.zero)); });
+  bool moe = false;
+  for (const LayerDesc &l : model.layers) {
+    if (l.heads % c.tp)
+      return fail(RejectReason::HeadsNotDivisibleByTP, [&] { return std::string(llvm::formatv("{0} attention heads are not divisible by tp {1}",
+                                l.heads, c.tp)); });
+    // Fewer KV heads than tp: each rank replicates them (computes all,
+    // keeps its own), which works when tp is a multiple of them.
+    if (l.kvHeads % c.tp && c.tp % l.kvHeads)
+      return fail(RejectReason::KVHeadsNotDivisibleByTP, [&] { return std::string(llvm::formatv("{0} kv heads and tp {1} do not divide one another",
+                                l.kvHeads, c.tp)); });
+    if (l.ffn % c.tp)
+      return fail(RejectReason::FfnNotDivisibleByTP, [&] { return std::string(llvm::formatv("ffn {0} is not divisible by tp {1}", l.ffn, c.tp)); });
+    if (l.isMoE()) {
+      moe = true;
+      if (l.experts % c.ep)
+        return fail(RejectReason::ExpertsNotDivisibleByEP, [&] { return std::string(llvm::formatv("{0} experts are not divisible by ep {1}", l.experts,
+                                  c.ep)); });
+    }
+  }
+  if (!moe && c.ep > 1)
+    return fail(RejectReason::ExpertsNotDivisibleByEP, [&] { return std::string(llvm::formatv("ep {0} but the model has no experts", c.ep)); });
+  if (c.ep > 1 && job.stack.caps.expertParallel == EPLayout::DataTensorParallel) {
+    if ((c.dp * c.cp * c.tp) % c.ep)
+      return fail(RejectReason::EPNotDividingDP, [&] { return std::string(llvm::formatv("ep {0} does not divide dp*cp*tp = {1} (the ranks an "
+                                "expert-parallel group is carved from)",
+                                c.ep, c.dp * c.cp * c.tp)); });
+  } else if (c.ep > 1 && (c.dp * c.cp) % c.ep) {
+    return fail(RejectReason::EPNotDividingDP, [&] { return std::string(llvm::formatv("ep {0} does not divide dp*cp = {1}", c.ep, c.dp * c.cp)); });
+  }
+  if (c.cp > 1 && job.seqLen % (2 * c.cp))
+    return fail(RejectReason::SeqNotDivisibleByCP, [&] { return std::string(llvm::formatv("sequence {0} is not divisible into 2*cp = {1} chunks "
+                              "(load-balanced causal context parallelism)",
+                              job.seqLen, 2 * c.cp)); });
+  if (job.globalBatch % (int64_t(c.dp) * c.microBatch))
+    return fail(RejectReason::BatchNotDivisible, [&] { return std::string(llvm::formatv("global batch {0} is not divisible by dp {1} x micro-batch {2}",
+                              job.globalBatch, c.dp, c.microBatch)); });
+  int64_t m = job.globalBatch / (int64_t(c.dp) * c.microBatch);
+  if (c.numMicroBatches != m)
+    return fail(RejectReason::Invalid, [&] { return std::string(llvm::formatv("num_micro_batches {0} != global batch / (dp x micro-batch) = {1}",
+                              c.numMicroBatches, m)); });
+  int layers = static_cast<int>(model.layers.size());
+  if (layers < c.pp * c.vpp)
+    return fail(RejectReason::TooFewLayersForPP, [&] { return std::string(llvm::formatv("{0} layers cannot fill pp {1} x vpp {2} stages", layers,
+                              c.pp, c.vpp)); });
+  if (c.pp == 1 && (c.vpp > 1 || c.schedule == Schedule::GPipe ||
+                    c.schedule == Schedule::Interleaved))
+    return fail(RejectReason::Invalid, [&] { return std::string("a pipeline schedule needs pp > 1"); });
+  if (c.pp > 1) {
+    if (c.vpp > 1 && c.schedule != Schedule::Interleaved)
+      return fail(RejectReason::Invalid, [&] { return std::string("vpp > 1 needs the interleaved schedule"); });
+    if (c.schedule == Schedule::Interleaved) {
+      if (c.vpp < 2)
+        return fail(RejectReason::Invalid, [&] { return std::string("the interleaved schedule needs vpp >= 2"); });
+      if (interleavedStageLayers(layers, c.pp, c.vpp, job.stack.caps.unevenInterleaving)
+              .empty())
+        return fail(RejectReason::LayersNotDivisibleForInterleaving, [&] { return std::string(llvm::formatv("{0} layers are not divisible by pp {1} x vpp {2}{3}",
+                                  layers, c.pp, c.vpp,
+                                  job.stack.caps.unevenInterleaving
+                                      ? ""
+                                      : std::string(" and stack ") + job.stack.name +
+                                            " interleaves even stages only")); });
+      if (m % c.pp)
+        return fail(RejectReason::MicroBatchesNotDivisibleForInterleaving, [&] { return std::string(llvm::formatv("{0} micro-batches are not a multiple of pp {1}", m,
+                                  c.pp)); });
+    }
+    if ((c.schedule == Schedule::OneFOneB || c.schedule == Schedule::Interleaved) &&
+        m < c.pp)
+      return fail(RejectReason::FewerMicroBatchesThanStages, [&] { return std::string(llvm::formatv("{0} micro-batches are fewer than the {1} stages", m,
+                                c.pp)); });
+    if (!job.stack.caps.unevenStages && c.vpp == 1 && layers % c.pp)
+      return fail(RejectReason::NotSupportedByStack, [&] { return std::string(llvm::formatv("stack {0} splits layers evenly over stages: {1} layers "
+                                "are not divisible by pp {2}",
+                                job.stack.name, layers, c.pp)); });
+    if (!c.stageLayers.empty()) {
+      if (static_cast<int>(c.stageLayers.size()) != c.pp ||
+          std::accumulate(c.stageLayers.begin(), c.stageLayers.end(), 0) != layers ||
+          *std::min_element(c.stageLayers.begin(), c.stageLayers.end()) < 1)
+        return fail(RejectReason::Invalid, [&] { return std::string("stage layer counts must be pp positive numbers adding up to the layers"); });
+    }
+  }
+  return RejectReason::None;
+}
+
+RejectReason llmopt::cost::checkStackRules(const ModelDesc &model, const JobSpec &job,
+                                           const ParallelConfig &c, std::string &detail) {
+  return stackRules(model, job, c, &detail);
 }
 
 RejectReason llmopt::cost::checkRules(const ModelDesc &model, const ClusterSpec &cluster,
                                       const JobSpec &job, const ParallelConfig &c,
                                       std::string &detail) {
-  auto fail = [&](RejectReason r, std::string msg) {
-    detail = std::move(msg);
-    return r;
-  };
-  if (c.dp < 1 || c.tp < 1 || c.pp < 1 || c.vpp < 1 || c.cp < 1 || c.ep < 1 ||
-      c.microBatch < 1 || c.zero < 0 || c.zero > 3)
-    return fail(RejectReason::Invalid, "degrees must be positive and zero in 0..3");
-  if (c.gpus() != cluster.totalGpus())
-    return fail(RejectReason::GpuCountMismatch,
-                llvm::formatv("dp*tp*pp*cp = {0} but the cluster has {1} GPUs",
-                              c.gpus(), cluster.totalGpus()));
-  if (c.tp > cluster.gpusPerNode)
-    return fail(RejectReason::TPAcrossNodes,
-                llvm::formatv("tp {0} exceeds the {1} GPUs of a node", c.tp,
-                              cluster.gpusPerNode));
-  if (c.sp && c.tp == 1)
-    return fail(RejectReason::SPWithoutTP, "sequence parallelism needs tp > 1");
-  if (RejectReason r = checkStackRules(model, job, c, detail); r != RejectReason::None)
-    return r;
-  if (c.offloadOptimizer && c.zero == 0)
-    return fail(RejectReason::Invalid, "optimizer offload needs zero >= 1");
-  bool moe = false;
-  for (const LayerDesc &l : model.layers) {
-    if (l.heads % c.tp)
-      return fail(RejectReason::HeadsNotDivisibleByTP,
-                  llvm::formatv("{0} attention heads are not divisible by tp {1}",
-                                l.heads, c.tp));
-    // Fewer KV heads than tp: each rank replicates them (computes all,
-    // keeps its own), which works when tp is a multiple of them.
-    if (l.kvHeads % c.tp && c.tp % l.kvHeads)
-      return fail(RejectReason::KVHeadsNotDivisibleByTP,
-                  llvm::formatv("{0} kv heads and tp {1} do not divide one another",
-                                l.kvHeads, c.tp));
-    if (l.ffn % c.tp)
-      return fail(RejectReason::FfnNotDivisibleByTP,
-                  llvm::formatv("ffn {0} is not divisible by tp {1}", l.ffn, c.tp));
-    if (l.isMoE()) {
-      moe = true;
-      if (l.experts % c.ep)
-        return fail(RejectReason::ExpertsNotDivisibleByEP,
-                    llvm::formatv("{0} experts are not divisible by ep {1}", l.experts,
-                                  c.ep));
-    }
-  }
-  if (!moe && c.ep > 1)
-    return fail(RejectReason::ExpertsNotDivisibleByEP,
-                llvm::formatv("ep {0} but the model has no experts", c.ep));
-  if (c.ep > 1 && job.stack.caps.expertParallel == EPLayout::DataTensorParallel) {
-    if ((c.dp * c.cp * c.tp) % c.ep)
-      return fail(RejectReason::EPNotDividingDP,
-                  llvm::formatv("ep {0} does not divide dp*cp*tp = {1} (the ranks an "
-                                "expert-parallel group is carved from)",
-                                c.ep, c.dp * c.cp * c.tp));
-  } else if (c.ep > 1 && (c.dp * c.cp) % c.ep) {
-    return fail(RejectReason::EPNotDividingDP,
-                llvm::formatv("ep {0} does not divide dp*cp = {1}", c.ep, c.dp * c.cp));
-  }
-  if (c.cp > 1 && job.seqLen % (2 * c.cp))
-    return fail(RejectReason::SeqNotDivisibleByCP,
-                llvm::formatv("sequence {0} is not divisible into 2*cp = {1} chunks "
-                              "(load-balanced causal context parallelism)",
-                              job.seqLen, 2 * c.cp));
-  if (job.globalBatch % (int64_t(c.dp) * c.microBatch))
-    return fail(RejectReason::BatchNotDivisible,
-                llvm::formatv("global batch {0} is not divisible by dp {1} x micro-batch {2}",
-                              job.globalBatch, c.dp, c.microBatch));
-  int64_t m = job.globalBatch / (int64_t(c.dp) * c.microBatch);
-  if (c.numMicroBatches != m)
-    return fail(RejectReason::Invalid,
-                llvm::formatv("num_micro_batches {0} != global batch / (dp x micro-batch) = {1}",
-                              c.numMicroBatches, m));
-  int layers = static_cast<int>(model.layers.size());
-  if (layers < c.pp * c.vpp)
-    return fail(RejectReason::TooFewLayersForPP,
-                llvm::formatv("{0} layers cannot fill pp {1} x vpp {2} stages", layers,
-                              c.pp, c.vpp));
-  if (c.pp == 1 && (c.vpp > 1 || c.schedule == Schedule::GPipe ||
-                    c.schedule == Schedule::Interleaved))
-    return fail(RejectReason::Invalid, "a pipeline schedule needs pp > 1");
-  if (c.pp > 1) {
-    if (c.vpp > 1 && c.schedule != Schedule::Interleaved)
-      return fail(RejectReason::Invalid, "vpp > 1 needs the interleaved schedule");
-    if (c.schedule == Schedule::Interleaved) {
-      if (c.vpp < 2)
-        return fail(RejectReason::Invalid, "the interleaved schedule needs vpp >= 2");
-      if (interleavedStageLayers(layers, c.pp, c.vpp, job.stack.caps.unevenInterleaving)
-              .empty())
-        return fail(RejectReason::LayersNotDivisibleForInterleaving,
-                    llvm::formatv("{0} layers are not divisible by pp {1} x vpp {2}{3}",
-                                  layers, c.pp, c.vpp,
-                                  job.stack.caps.unevenInterleaving
-                                      ? ""
-                                      : std::string(" and stack ") + job.stack.name +
-                                            " interleaves even stages only"));
-      if (m % c.pp)
-        return fail(RejectReason::MicroBatchesNotDivisibleForInterleaving,
-                    llvm::formatv("{0} micro-batches are not a multiple of pp {1}", m,
-                                  c.pp));
-    }
-    if ((c.schedule == Schedule::OneFOneB || c.schedule == Schedule::Interleaved) &&
-        m < c.pp)
-      return fail(RejectReason::FewerMicroBatchesThanStages,
-                  llvm::formatv("{0} micro-batches are fewer than the {1} stages", m,
-                                c.pp));
-    if (!job.stack.caps.unevenStages && c.vpp == 1 && layers % c.pp)
-      return fail(RejectReason::NotSupportedByStack,
-                  llvm::formatv("stack {0} splits layers evenly over stages: {1} layers "
-                                "are not divisible by pp {2}",
-                                job.stack.name, layers, c.pp));
-    if (!c.stageLayers.empty()) {
-      if (static_cast<int>(c.stageLayers.size()) != c.pp ||
-          std::accumulate(c.stageLayers.begin(), c.stageLayers.end(), 0) != layers ||
-          *std::min_element(c.stageLayers.begin(), c.stageLayers.end()) < 1)
-        return fail(RejectReason::Invalid,
-                    "stage layer counts must be pp positive numbers adding up to the layers");
-    }
-  }
-  return RejectReason::None;
+  return layoutRules(model, cluster, job, c, &detail);
+}
+
+RejectReason llmopt::cost::checkRules(const ModelDesc &model, const ClusterSpec &cluster,
+                                      const JobSpec &job, const ParallelConfig &c) {
+  return layoutRules(model, cluster, job, c, nullptr);
 }
 
 //===----------------------------------------------------------------------===//
@@ -832,6 +850,13 @@ struct Evaluator {
     // Whole experts (an expert group taking tp ranks) are replicated over
     // the rest of dp x cp x tp; experts split over tp over dp x cp / ep.
     const int nExpert = std::max(1, expertsWhole ? nDense * c.tp / c.ep : nDense / c.ep);
+    // ZeRO's groups: all of them, or with hybrid sharding the innermost
+    // `shard` ranks (replicas across the rest); experts shard over their
+    // share of those where the replicas divide their group.
+    const int shardDense = c.shard > 0 ? c.shard : nDense;
+    const int replicas = nDense / shardDense;
+    const int shardExpert = nExpert % replicas == 0 ? nExpert / replicas : nExpert;
+    const int expertReplicas = nExpert / shardExpert;
     const double gradB = job.gradBytes;
     const double wB = bytesOf(job.dtype == DType::FP8 ? DType::BF16 : job.dtype);
 
@@ -882,7 +907,7 @@ struct Evaluator {
       double shardW = c.zero >= 3 ? 1.0 : 0.0;
       double shardG = c.zero >= 2 ? 1.0 : 0.0;
       auto sharded = [&](double bytesPerParam, double on) {
-        return on > 0 ? bytesPerParam * (dense / nDense + expert / nExpert)
+        return on > 0 ? bytesPerParam * (dense / shardDense + expert / shardExpert)
                       : bytesPerParam * params;
       };
       mem.weights = sharded(wB, shardW);
@@ -937,12 +962,22 @@ struct Evaluator {
       // optimizer step on the parameters whose states this rank keeps.
       double gDense = dense * gradB, gExpert = expert * gradB;
       double wDense = dense * wB, wExpert = expert * wB;
-      double rs = coll.reduceScatter(gDense, nDense, dpcpPerNode) +
-                  coll.reduceScatter(gExpert, nExpert, std::min(nExpert, dpcpPerNode));
+      // Hybrid sharding: reduce-scatter within the shard group, then
+      // all-reduce the shard across the replicas (ranks `shard` apart).
+      auto across = [&](double bytes, int shard, int reps) {
+        return reps > 1 ? coll.allReduce(bytes / shard, reps,
+                                         std::max(1, dpcpPerNode / shard))
+                        : 0.0;
+      };
+      double rs =
+          coll.reduceScatter(gDense, shardDense, std::min(shardDense, dpcpPerNode)) +
+          across(gDense, shardDense, replicas) +
+          coll.reduceScatter(gExpert, shardExpert, std::min(shardExpert, dpcpPerNode)) +
+          across(gExpert, shardExpert, expertReplicas);
       double ar = coll.allReduce(gDense, nDense, dpcpPerNode) +
                   coll.allReduce(gExpert, nExpert, std::min(nExpert, dpcpPerNode));
-      double ag = coll.allGather(wDense, nDense, dpcpPerNode) +
-                  coll.allGather(wExpert, nExpert, std::min(nExpert, dpcpPerNode));
+      double ag = coll.allGather(wDense, shardDense, std::min(shardDense, dpcpPerNode)) +
+                  coll.allGather(wExpert, shardExpert, std::min(shardExpert, dpcpPerNode));
       double buckets = std::max(1.0, (gDense + gExpert) / bucket);
       // Gradient buckets overlap the backward, the last one never; without
       // the stack's overlap the whole reduction follows the backward.
@@ -975,7 +1010,7 @@ struct Evaluator {
       }
       if (nDense == 1)
         dpExposed = dpHidden = 0;
-      double optParams = c.zero >= 1 ? dense / nDense + expert / nExpert : params;
+      double optParams = c.zero >= 1 ? dense / shardDense + expert / shardExpert : params;
       double opt = memTime(optParams * (2 * wB + 2 * gradB + 24));
       if (job.gradClipping)
         opt += memTime(params * gradB) + cl.collectiveBaseLatency;

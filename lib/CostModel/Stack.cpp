@@ -65,6 +65,10 @@ bool StackProfile::hasSchedule(const char *s) const {
 bool StackProfile::hasRecompute(const char *r) const {
   return llvm::is_contained(caps.recompute, r);
 }
+bool StackCapabilities::hasHybridSharding(int zero) const {
+  return llvm::is_contained(hybridSharding, zero);
+}
+
 bool StackProfile::hasZero(int stage, bool withPP) const {
   return llvm::is_contained(withPP ? caps.zeroStagesWithPP : caps.zeroStages, stage);
 }
@@ -257,6 +261,7 @@ bool readProfile(const json::Object &root, StackProfile &s, std::string &error) 
          c.ints("zero_stages", k.zeroStages, 0, 3) &&
          c.ints("zero_stages_with_pp", k.zeroStagesWithPP, 0, 3) &&
          c.boolean("optimizer_offload", k.optimizerOffload) &&
+         c.ints("hybrid_sharding", k.hybridSharding, 1, 3) &&
          c.strings("recompute", k.recompute, {"none", "selective", "full", "per-stage"}) &&
          c.boolean("fp8", k.fp8) && c.noOthers();
     if (!ok)

@@ -23,7 +23,7 @@ bool Constraints::parse(const std::string &text, Constraints &out, std::string &
   out = Constraints();
   llvm::SmallVector<llvm::StringRef> items;
   llvm::StringRef(text).split(items, ',', -1, /*KeepEmpty=*/false);
-  static const char *intKeys[] = {"dp", "tp", "pp", "vpp", "cp", "ep", "zero",
+  static const char *intKeys[] = {"dp", "tp", "pp", "vpp", "cp", "ep", "zero", "shard",
                                   "micro_batch", "num_micro_batches"};
   for (llvm::StringRef item : items) {
     auto [key, value] = item.trim().split(':');
@@ -36,7 +36,7 @@ bool Constraints::parse(const std::string &text, Constraints &out, std::string &
     if (llvm::is_contained(intKeys, key)) {
       int64_t v = 0;
       if (value.getAsInteger(10, v) || v < 0 || v > (int64_t(1) << 30) ||
-          (v == 0 && key != "zero")) {
+          (v == 0 && key != "zero" && key != "shard")) {
         error = ("fix: " + key + " must be a positive integer, got '" + value + "'").str();
         return false;
       }
@@ -98,7 +98,7 @@ bool Constraints::parse(const std::string &text, Constraints &out, std::string &
       }
     } else {
       error = ("fix: unknown key '" + key +
-               "': use dp, tp, pp, vpp, cp, ep, sp, zero, offload, recompute, "
+               "': use dp, tp, pp, vpp, cp, ep, sp, zero, shard, offload, recompute, "
                "micro_batch, num_micro_batches, schedule or placement")
                   .str();
       return false;
@@ -111,29 +111,38 @@ bool llmopt::planner::checkConstraints(const Constraints &fx, const ModelDesc &m
                                        const JobSpec &job, std::string &error) {
   // The fixed values on an otherwise plain configuration: every stack runs
   // tp 1, pp 1, ZeRO-0 and no recomputation, so a refusal names a fixed one.
-  const StackProfile &st = job.stack;
-  ParallelConfig c;
   auto get = [&](const char *key, int dflt) {
     auto it = fx.ints.find(key);
     return it == fx.ints.end() ? dflt : int(it->second);
   };
-  c.tp = get("tp", 1);
-  c.pp = get("pp", 1);
-  c.vpp = get("vpp", 1);
-  c.cp = get("cp", 1);
-  c.ep = get("ep", 1);
-  c.zero = get("zero", st.caps.zeroStages.front());
-  c.sp = fx.sp.value_or(false);
-  c.offloadOptimizer = fx.offload.value_or(false);
-  c.recompute = fx.recompute.value_or(Recompute::None);
-  if (!fx.recompute && !st.hasRecompute("none"))
-    c.recompute = Recompute::Full;
-  c.schedule = fx.schedule.value_or(c.vpp > 1 ? Schedule::Interleaved
-                                    : c.pp > 1 ? Schedule::OneFOneB
-                                               : Schedule::None);
-  if (c.pp > 1 && !fx.schedule && c.vpp == 1 && !st.caps.schedules.empty() &&
-      !st.hasSchedule("1f1b"))
-    c.schedule = st.hasSchedule("gpipe") ? Schedule::GPipe : Schedule::Interleaved;
+  // The configuration under stack `st`: ZeRO left open takes the stack's
+  // first stage (its first with hybrid sharding when shard is fixed).
+  auto configFor = [&](const StackProfile &st) {
+    ParallelConfig c;
+    c.tp = get("tp", 1);
+    c.pp = get("pp", 1);
+    c.vpp = get("vpp", 1);
+    c.cp = get("cp", 1);
+    c.ep = get("ep", 1);
+    c.shard = get("shard", 0);
+    c.zero = get("zero", c.shard > 0 && !st.caps.hybridSharding.empty()
+                             ? st.caps.hybridSharding.front()
+                             : st.caps.zeroStages.front());
+    c.sp = fx.sp.value_or(false);
+    c.offloadOptimizer = fx.offload.value_or(false);
+    c.recompute = fx.recompute.value_or(Recompute::None);
+    if (!fx.recompute && !st.hasRecompute("none"))
+      c.recompute = Recompute::Full;
+    c.schedule = fx.schedule.value_or(c.vpp > 1 ? Schedule::Interleaved
+                                      : c.pp > 1 ? Schedule::OneFOneB
+                                                 : Schedule::None);
+    if (c.pp > 1 && !fx.schedule && c.vpp == 1 && !st.caps.schedules.empty() &&
+        !st.hasSchedule("1f1b"))
+      c.schedule = st.hasSchedule("gpipe") ? Schedule::GPipe : Schedule::Interleaved;
+    return c;
+  };
+  const StackProfile &st = job.stack;
+  ParallelConfig c = configFor(st);
   std::string detail;
   if (checkStackRules(model, job, c, detail) == RejectReason::None)
     return true;
@@ -144,7 +153,7 @@ bool llmopt::planner::checkConstraints(const Constraints &fx, const ModelDesc &m
     JobSpec other = job;
     std::string e;
     if (getStackProfile(n, other.stack, e) &&
-        checkStackRules(model, other, c, e) == RejectReason::None)
+        checkStackRules(model, other, configFor(other.stack), e) == RejectReason::None)
       others.push_back(n);
   }
   error = "fix: " + detail +
@@ -165,6 +174,8 @@ std::string llmopt::planner::describe(const ParallelConfig &c) {
   if (c.sp)
     s += " sp";
   s += llvm::formatv(" zero{0}", c.zero).str();
+  if (c.shard > 0)
+    s += llvm::formatv(" shard{0}", c.shard).str();
   if (c.offloadOptimizer)
     s += " offload";
   s += std::string(" rc:") + toString(c.recompute);
@@ -369,6 +380,7 @@ SearchResult llmopt::planner::search(const ModelDesc &model, const ClusterSpec &
     return &it->second;
   };
 
+  std::vector<int> shards;
   std::vector<int64_t> mbChoices;
   for (int64_t mb = 1; mb <= opts.maxMicroBatch; mb *= 2)
     mbChoices.push_back(mb);
@@ -510,9 +522,11 @@ SearchResult llmopt::planner::search(const ModelDesc &model, const ClusterSpec &
                     cfg.vpp = vpp;
                     cfg.ppInsideDp = ppInside;
                     // Rules that do not depend on ZeRO are checked once.
-                    std::string detail;
-                    RejectReason r = checkRules(model, cluster, job, cfg, detail);
+                    RejectReason r = checkRules(model, cluster, job, cfg);
                     if (r != RejectReason::None) {
+                      std::string detail;
+                      if (rejections[size_t(r)].count == 0)
+                        checkRules(model, cluster, job, cfg, detail);
                       // One rejection for each ZeRO stage it would have
                       // tried, the first as the example.
                       PlanEval e;
@@ -539,6 +553,27 @@ SearchResult llmopt::planner::search(const ModelDesc &model, const ClusterSpec &
                       if (z > 0 && dp * cp == 1 && !fixedInt("zero"))
                         continue; // nothing to shard
                       cfg.zero = z;
+                      // Hybrid sharding: ZeRO over all of dp x cp (0), or
+                      // over groups of the dp x cp ranks one node holds
+                      // times 1, 2 and 4, replicated across the groups.
+                      shards.assign(1, 0);
+                      if (std::optional<int64_t> fs = fixedInt("shard")) {
+                        shards.assign(1, *fs == dp * cp ? 0 : int(*fs));
+                      } else if (job.stack.caps.hasHybridSharding(z)) {
+                        int64_t base = std::max<int64_t>(
+                            2, std::min<int64_t>(dp * cp, cluster.gpusPerNode / tp));
+                        for (int64_t s = base; s < dp * cp && s <= base; s *= 2)
+                          if ((dp * cp) % s == 0)
+                            shards.push_back(int(s));
+                      }
+                      // Hybrid sharding trades memory for data-parallel
+                      // communication: it is tried only where the plan
+                      // sharded over all ranks fits and exposes some.
+                      bool tryHybrid = fixedInt("shard").has_value();
+                      for (int shard : shards) {
+                      if (shard > 0 && !tryHybrid)
+                        continue;
+                      cfg.shard = shard;
                       for (int off = 0; off < 2; ++off) {
                         if (fx.offload ? *fx.offload != (off == 1) : false)
                           continue;
@@ -549,7 +584,8 @@ SearchResult llmopt::planner::search(const ModelDesc &model, const ClusterSpec &
                         // without building a rejection message per
                         // candidate (most of a big search's rejections).
                         if (!job.stack.hasZero(z, /*withPP=*/pp > 1) ||
-                            (cfg.offloadOptimizer && !job.stack.caps.optimizerOffload)) {
+                            (cfg.offloadOptimizer && !job.stack.caps.optimizerOffload) ||
+                            (shard > 0 && !job.stack.caps.hasHybridSharding(z))) {
                           ++result.evaluated;
                           tick();
                           Rejection &rj = rejections[size_t(RejectReason::NotSupportedByStack)];
@@ -567,6 +603,9 @@ SearchResult llmopt::planner::search(const ModelDesc &model, const ClusterSpec &
                         }
                         PlanEval e = evaluate(model, cluster, job, cfg, tables);
                         bool oom = e.reason == RejectReason::OutOfMemory;
+                        if (shard == 0 && !off && e.feasible() &&
+                            e.time.dpComm > 1e-3 * e.time.step)
+                          tryHybrid = true;
                         // Per-stage recomputation that chose one level for
                         // every stage is the uniform plan, searched already.
                         if (rc == Recompute::PerStage && !fx.recompute &&
@@ -584,6 +623,7 @@ SearchResult llmopt::planner::search(const ModelDesc &model, const ClusterSpec &
                         // Offload only helps what does not fit otherwise.
                         if (!off && !oom && !fx.offload)
                           break;
+                      }
                       }
                     }
                   }

@@ -49,6 +49,7 @@ static json::Object configJSON(const ParallelConfig &c) {
       {"ep", c.ep},
       {"sp", c.sp},
       {"zero", c.zero},
+      {"shard", c.shard},
       {"offload_optimizer", c.offloadOptimizer},
       {"recompute", toString(c.recompute)},
       {"stage_recompute", stageRecompute(c)},
@@ -402,6 +403,9 @@ bool llmopt::planner::exportPlan(llvm::raw_ostream &os, const std::string &forma
       os << " --use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather";
     else
       os << " --overlap-grad-reduce";
+    if (c.shard > 0)
+      os << llvm::formatv(" --num-distributed-optimizer-instances {0}",
+                          c.dp * c.cp / c.shard);
     os << "\n--bf16";
     if (job.fp8)
       os << " --fp8-format hybrid";
@@ -421,11 +425,20 @@ bool llmopt::planner::exportPlan(llvm::raw_ostream &os, const std::string &forma
     return true;
   }
   if (format == "deepspeed") {
+    if (c.shard > 0 && c.zero != 3) {
+      error = "deepspeed export: DeepSpeed shards over groups (MiCS, mics_shard_size) "
+              "with ZeRO-3 only; this plan has ZeRO-" +
+              std::to_string(c.zero) + " with shard " + std::to_string(c.shard) +
+              ": plan with fix=shard:0";
+      return false;
+    }
     json::Object zero{{"stage", c.zero},
                       {"overlap_comm", true},
                       {"contiguous_gradients", true}};
     if (c.offloadOptimizer)
       zero["offload_optimizer"] = json::Object{{"device", "cpu"}, {"pin_memory", true}};
+    if (c.shard > 0)
+      zero["mics_shard_size"] = c.shard;
     json::Object cfg{
         {"train_batch_size", job.globalBatch},
         {"train_micro_batch_size_per_gpu", c.microBatch},
@@ -450,8 +463,16 @@ bool llmopt::planner::exportPlan(llvm::raw_ostream &os, const std::string &forma
     return true;
   }
   if (format == "torchtitan") {
-    int64_t replicate = c.zero == 0 ? c.dp : 1;
-    int64_t shard = c.zero == 0 ? 1 : c.dp;
+    // FSDP shards over dp_shard x cp; hybrid sharding's groups of
+    // c.shard ranks (cp innermost) are dp_shard = shard / cp of them.
+    if (c.shard > 0 && c.shard % c.cp) {
+      error = "torchtitan export: torchtitan shards over dp_shard x cp, so a shard group "
+              "must be a multiple of cp " +
+              std::to_string(c.cp) + " (got " + std::to_string(c.shard) + ")";
+      return false;
+    }
+    int64_t shard = c.zero == 0 ? 1 : c.shard > 0 ? c.shard / c.cp : c.dp;
+    int64_t replicate = c.dp / shard;
     const char *sched = c.schedule == Schedule::Interleaved ? "Interleaved1F1B"
                         : c.schedule == Schedule::GPipe     ? "GPipe"
                                                             : "1F1B";

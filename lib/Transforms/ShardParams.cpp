@@ -25,6 +25,13 @@ struct ShardParamsPass : public llmopt::impl::ShardParamsBase<ShardParamsPass> {
   void runOnOperation() override {
     ModuleOp module = getOperation();
     auto plan = module->getAttrOfType<PlanAttr>("llm.plan");
+    if (plan && plan.getShard() > 0) {
+      module.emitError() << "llm-shard-params: the plan shards ZeRO over groups of "
+                         << plan.getShard()
+                         << " ranks (hybrid sharding), which the lowering does not run; "
+                            "plan with fix=shard:0 or stack=llm-run-cpu";
+      return signalPassFailure();
+    }
     if (!plan || plan.getZero() != 3 || plan.getDp() <= 1)
       return;
     auto func = module.lookupSymbol<func::FuncOp>("train_step");

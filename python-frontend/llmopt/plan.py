@@ -39,7 +39,7 @@ EXPORT_FORMATS: Tuple[str, ...] = ("megatron", "deepspeed", "torchtitan")
 #: Configuration keys ``fix`` accepts (the report's ``config`` keys;
 #: ``offload`` is ``offload_optimizer``).
 FIX_KEYS: Tuple[str, ...] = (
-    "dp", "tp", "pp", "vpp", "cp", "ep", "sp", "zero", "offload", "recompute",
+    "dp", "tp", "pp", "vpp", "cp", "ep", "sp", "zero", "shard", "offload", "recompute",
     "micro_batch", "num_micro_batches", "schedule", "placement",
 )
 
@@ -67,6 +67,9 @@ class PlanConfig:
     stage_recompute: Tuple[str, ...] = ()
     #: Layers per pipeline stage.
     stage_layers: Tuple[int, ...] = ()
+    #: Hybrid sharding: ZeRO over groups of this many dp x cp ranks,
+    #: replicated across them (0: over all of them).
+    shard: int = 0
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> "PlanConfig":
@@ -93,6 +96,8 @@ class PlanConfig:
         if self.sp:
             s += " sp"
         s += f" zero{self.zero}"
+        if self.shard:
+            s += f" shard{self.shard}"
         if self.offload_optimizer:
             s += " offload"
         s += f" rc:{self.recompute}"
@@ -110,7 +115,7 @@ class PlanConfig:
         return {
             "dp": self.dp, "tp": self.tp, "pp": self.pp, "vpp": self.vpp,
             "cp": self.cp, "ep": self.ep, "sp": self.sp, "zero": self.zero,
-            "offload": self.offload_optimizer, "recompute": self.recompute,
+            "shard": self.shard, "offload": self.offload_optimizer, "recompute": self.recompute,
             "micro_batch": self.micro_batch,
             "num_micro_batches": self.num_micro_batches,
             "schedule": self.schedule, "placement": self.placement,

@@ -125,6 +125,55 @@ TEST(Planner, SearchScoresEqualEvaluatingThePlanAlone) {
   }
 }
 
+/// Hybrid sharding (HSDP) over groups of a node's 8 GPUs on 8 nodes with
+/// one 400 Gb/s NIC each: each rank keeps 8x the ZeRO-sharded states of
+/// sharding over all 64, and the data-parallel traffic drops (gathers and
+/// reduce-scatters on NVLink, only the shard's all-reduce crosses nodes).
+/// With a NIC per GPU (the DGX preset) the gain is small: cross-node rings
+/// run near NVLink's bus bandwidth there. A group that does not divide the
+/// ranks, or hybrid sharding without ZeRO, is refused; a stack without it
+/// refuses fix=shard.
+TEST(CostModel, HybridShardingTradesMemoryForCrossNodeTraffic) {
+  ModelDesc m = llama(32, 4096, 32, 8, 14336, 128256);
+  ClusterSpec c;
+  std::string why;
+  ASSERT_TRUE(parseCluster("dgx-h100", "", {{"network.nics_per_node", "1"}}, 64, c, why))
+      << why;
+  JobSpec j = job(256, 4096);
+  ParallelConfig full;
+  full.dp = 64, full.zero = 3, full.microBatch = 1, full.numMicroBatches = 4;
+  full.recompute = Recompute::Selective;
+  ParallelConfig hybrid = full;
+  hybrid.shard = 8;
+  PlanEval a = evaluate(m, c, j, full), b = evaluate(m, c, j, hybrid);
+  ASSERT_TRUE(a.feasible()) << a.detail;
+  ASSERT_TRUE(b.feasible()) << b.detail;
+  EXPECT_NEAR(b.peak.optimizer, 8 * a.peak.optimizer, 1e-6 * b.peak.optimizer);
+  EXPECT_NEAR(b.peak.gradients, 8 * a.peak.gradients, 1e-6 * b.peak.gradients);
+  EXPECT_GT(b.peak.weights, a.peak.weights);
+  // tp, cp, pp, ep are 1: all communication is data-parallel.
+  EXPECT_LT(b.time.dpComm + b.time.hiddenComm, 0.8 * (a.time.dpComm + a.time.hiddenComm));
+  EXPECT_LT(b.time.step, a.time.step);
+  EXPECT_NE(describe(b.config).find(" zero3 shard8 "), std::string::npos);
+
+  ParallelConfig odd = hybrid;
+  odd.shard = 7;
+  EXPECT_EQ(checkRules(m, c, j, odd, why), RejectReason::Invalid);
+  EXPECT_NE(why.find("divides dp x cp = 64"), std::string::npos) << why;
+  ParallelConfig plain = hybrid;
+  plain.zero = 0;
+  EXPECT_NE(checkRules(m, c, j, plain), RejectReason::None);
+
+  Constraints fx;
+  ASSERT_TRUE(Constraints::parse("shard:8", fx, why)) << why;
+  JobSpec cpu = j;
+  ASSERT_TRUE(getStackProfile("llm-run-cpu", cpu.stack, why)) << why;
+  EXPECT_FALSE(checkConstraints(fx, m, cpu, why));
+  EXPECT_NE(why.find("runs no hybrid sharding"), std::string::npos) << why;
+  EXPECT_NE(why.find("stack=megatron"), std::string::npos) << why;
+  EXPECT_NE(why.find("stack=torchtitan"), std::string::npos) << why;
+}
+
 TEST(Planner, ConstraintsParse) {
   Constraints c;
   std::string error;

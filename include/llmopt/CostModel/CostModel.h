@@ -39,6 +39,10 @@ struct ParallelConfig {
   int dp = 1, tp = 1, pp = 1, vpp = 1, cp = 1, ep = 1;
   bool sp = false;
   int zero = 0;
+  /// Hybrid sharding (HSDP): ZeRO shards over groups of this many of the
+  /// dp x cp ranks (the innermost ones) and replicates across the groups;
+  /// 0: over all of them.
+  int shard = 0;
   bool offloadOptimizer = false;
   Recompute recompute = Recompute::None;
   int64_t microBatch = 1;
@@ -162,6 +166,9 @@ struct PlanEval {
 RejectReason checkRules(const ModelDesc &model, const ClusterSpec &cluster,
                         const JobSpec &job, const ParallelConfig &cfg,
                         std::string &detail);
+/// The same without the message (a search builds one per reason only).
+RejectReason checkRules(const ModelDesc &model, const ClusterSpec &cluster,
+                        const JobSpec &job, const ParallelConfig &c);
 
 /// What the job's training stack (`job.stack`) cannot run of `cfg`:
 /// NotSupportedByStack with `detail` naming the stack and the rule, or None.

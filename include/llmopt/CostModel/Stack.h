@@ -61,6 +61,13 @@ struct StackCapabilities {
   std::vector<int> zeroStages = {0, 1, 2, 3};
   std::vector<int> zeroStagesWithPP = {0, 1, 2, 3};
   bool optimizerOffload = true;
+  /// ZeRO stages it runs with hybrid sharding (HSDP: ZeRO within groups of
+  /// the data-parallel ranks, replicas across them): torchtitan's
+  /// dp_replicate x dp_shard (FSDP, 3), FSDP's HYBRID_SHARD and
+  /// _HYBRID_SHARD_ZERO2 (3, 2), Megatron's distributed-optimizer instances
+  /// (1), DeepSpeed's MiCS (3); empty for none.
+  std::vector<int> hybridSharding = {1, 2, 3};
+  bool hasHybridSharding(int zero) const;
   /// Recomputation modes by name ("none", "selective", "full", "per-stage").
   std::vector<std::string> recompute = {"none", "selective", "full", "per-stage"};
   bool fp8 = true;

@@ -660,6 +660,13 @@ struct ConvertLLMToExecPass
     }
     int64_t dp = 1, tp = 1, ep = 1, cp = 1, micro = 1, zero = 0;
     if (auto plan = module->getAttrOfType<PlanAttr>("llm.plan")) {
+      if (plan.getShard() > 0) {
+        module.emitError() << "convert-llm-to-exec: the plan shards ZeRO over groups of "
+                           << plan.getShard()
+                           << " ranks (hybrid sharding), which the lowering does not run; "
+                              "plan with fix=shard:0 or stack=llm-run-cpu";
+        return signalPassFailure();
+      }
       cp = plan.getCp();
       if (cp > 1 && !module->hasAttr("llm.cp")) {
         module.emitError() << "convert-llm-to-exec: the plan has cp " << cp

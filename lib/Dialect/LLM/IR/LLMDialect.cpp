@@ -22,7 +22,11 @@ LogicalResult PlanAttr::verify(function_ref<InFlightDiagnostic()> emitError, int
                                int64_t microBatch,
                                int64_t numMicroBatches, int64_t seqLen, StringAttr schedule,
                                StringAttr placement, DenseI64ArrayAttr stageLayers,
-                               FloatAttr stepTime, int64_t peakMemoryBytes) {
+                               FloatAttr stepTime, int64_t peakMemoryBytes, int64_t shard) {
+  if (shard < 0 || (shard > 0 && (zero == 0 || shard >= dp * cp || (dp * cp) % shard)))
+    return emitError() << "plan: shard must be 0, or a divisor of dp x cp = " << dp * cp
+                       << " smaller than it with zero >= 1, got shard " << shard
+                       << " with zero " << zero;
   for (auto [name, v] : {std::pair<const char *, int64_t>{"dp", dp},
                          {"tp", tp},
                          {"pp", pp},

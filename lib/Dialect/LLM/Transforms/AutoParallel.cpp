@@ -111,7 +111,8 @@ PlanAttr planAttr(Builder &b, const cost::PlanEval &p, int64_t seqLen) {
       b.getStringAttr(c.placement()),
       b.getDenseI64ArrayAttr(
           SmallVector<int64_t>(c.stageLayers.begin(), c.stageLayers.end())),
-      b.getF64FloatAttr(p.time.step), static_cast<int64_t>(std::llround(p.peak.total())));
+      b.getF64FloatAttr(p.time.step), static_cast<int64_t>(std::llround(p.peak.total())),
+      c.shard);
 }
 
 struct LLMAutoParallelPass

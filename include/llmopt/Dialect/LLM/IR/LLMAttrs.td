@@ -35,11 +35,17 @@ def LLM_PlanAttr : LLM_Attr<"Plan", "plan"> {
     `seq_len` is the sequence length the plan was made for (the job's, which
     may differ from the model's default `llm.seq_len`).
 
+    `shard` (printed only when not 0) is hybrid sharding: ZeRO over groups of
+    that many of the dp x cp ranks, replicated across the groups (0: over
+    all of them). The lowering runs ZeRO over all of dp x cp only and
+    refuses a plan with `shard`.
+
     Verified: degrees, micro-batch sizes and the sequence length are positive; zero is 0-3;
     recompute is none, selective, full or per-stage, with one level per stage
     exactly when per-stage; schedule is none, gpipe, 1f1b or
     interleaved-1f1b (none exactly when pp is 1); pp stage layer counts, each
-    positive; vpp > 1 only with the interleaved schedule.
+    positive; vpp > 1 only with the interleaved schedule; shard is 0, or
+    divides dp x cp, is smaller, and comes with zero >= 1.
   }];
   let parameters = (ins
     "int64_t":$dp, "int64_t":$tp, "int64_t":$pp, "int64_t":$vpp,
@@ -49,7 +55,8 @@ def LLM_PlanAttr : LLM_Attr<"Plan", "plan"> {
     "int64_t":$micro_batch, "int64_t":$num_micro_batches, "int64_t":$seq_len,
     "::mlir::StringAttr":$schedule, "::mlir::StringAttr":$placement,
     "::mlir::DenseI64ArrayAttr":$stage_layers, "::mlir::FloatAttr":$step_time_s,
-    "int64_t":$peak_memory_bytes
+    "int64_t":$peak_memory_bytes,
+    DefaultValuedParameter<"int64_t", "0">:$shard
   );
   let assemblyFormat = "`<` struct(params) `>`";
   let genVerifyDecl = 1;
