@@ -254,6 +254,11 @@ static RejectReason stackRules(const ModelDesc &model, const JobSpec &job,
     });
   if (c.offloadOptimizer && !k.optimizerOffload)
     return refuse([&] { return std::string("does not offload optimizer states (offload must be 0)"); });
+  if (c.recomputeLayers > 0 && !st.hasRecompute("partial"))
+    return refuse([&] {
+      return "recomputes every layer or none of a chunk (it runs " +
+             llvm::join(k.recompute, ", ") + "; recompute_layers must be 0)";
+    });
   if (!st.hasRecompute(toString(c.recompute)))
     return refuse([&] { return std::string(std::string("has no ") + toString(c.recompute) +
                   " recomputation (it runs " + llvm::join(k.recompute, ", ") + ")"); });
@@ -285,6 +290,13 @@ static RejectReason layoutRules(const ModelDesc &model, const ClusterSpec &clust
     return r;
   if (c.offloadOptimizer && c.zero == 0)
     return fail(RejectReason::Invalid, [&] { return std::string("optimizer offload needs zero >= 1"); });
+  if (c.recomputeLayers < 0 || (c.recomputeLayers > 0 && c.recompute != Recompute::Full))
+    return fail(RejectReason::Invalid, [&] {
+      return llvm::formatv("recompute_layers {0} needs full recomputation (the first {0} "
+                           "layers of each model chunk recomputed in full)",
+                           c.recomputeLayers)
+          .str();
+    });
   if (c.shard < 0 || (c.shard > 0 && (c.zero == 0 || c.shard >= c.dp * c.cp ||
                                       (c.dp * c.cp) % c.shard)))
     return fail(RejectReason::Invalid, [&] { return std::string(llvm::formatv("hybrid sharding needs zero >= 1 and a shard group that "
@@ -758,8 +770,10 @@ struct Evaluator {
     std::array<LayerTable, 3> own;
     std::array<const LayerTable *, 3> tables = {nullptr, nullptr, nullptr};
     bool perStage = c.recompute == Recompute::PerStage;
+    // Partial (block) recomputation mixes full recomputation and none.
+    bool partial = c.recompute == Recompute::Full && c.recomputeLayers > 0;
     for (int lvl = 0; lvl < 3; ++lvl) {
-      if (!perStage && lvl != int(c.recompute))
+      if (!perStage && lvl != int(c.recompute) && !(partial && lvl == 0))
         continue;
       if (given && given[lvl]) {
         tables[lvl] = given[lvl];
@@ -772,7 +786,7 @@ struct Evaluator {
       tables[lvl] = &own[lvl];
     }
     // Balance with no recomputation when each stage picks its own.
-    const LayerTable &tab = *tables[perStage ? 0 : int(c.recompute)];
+    const LayerTable &tab = *tables[perStage || partial ? 0 : int(c.recompute)];
     std::vector<const LayerTable *> stageTab(c.pp, &tab);
     auto range = [&](const std::vector<double> &v, int first, int count) {
       return v[first + count] - v[first];
@@ -835,6 +849,40 @@ struct Evaluator {
       }
     }
     ev.config.stageLayers = stageLayers;
+
+    // Partial recomputation: the first recomputeLayers layers of each model
+    // chunk (vpp chunks of a stage's layers) from the full-recomputation
+    // table, the rest from the table without.
+    LayerTable blended;
+    if (partial) {
+      const LayerTable &full = *tables[2], &none = *tables[0];
+      std::vector<bool> recomputed(L, false);
+      for (int sIdx = 0, first = 0; sIdx < c.pp; first += stageLayers[sIdx++]) {
+        int n = stageLayers[sIdx], chunks = std::max(1, std::min(c.vpp, n));
+        for (int k = 0, at = first; k < chunks; ++k) {
+          int len = n / chunks + (k < n % chunks ? 1 : 0);
+          for (int i = 0; i < std::min(len, c.recomputeLayers); ++i)
+            recomputed[at + i] = true;
+          at += len;
+        }
+      }
+      auto mix = [&](std::vector<double> LayerTable::*v) {
+        std::vector<double> out(L + 1, 0.0);
+        for (int i = 0; i < L; ++i) {
+          const std::vector<double> &src = recomputed[i] ? full.*v : none.*v;
+          out[i + 1] = out[i] + (src[i + 1] - src[i]);
+        }
+        blended.*v = std::move(out);
+      };
+      for (auto v : {&LayerTable::time, &LayerTable::fwdWindow, &LayerTable::bwdWindow,
+                     &LayerTable::compute, &LayerTable::recompute, &LayerTable::tp,
+                     &LayerTable::cp, &LayerTable::ep, &LayerTable::hidden, &LayerTable::act,
+                     &LayerTable::dense, &LayerTable::expert})
+        mix(v);
+      blended.maxLayerBytes = full.maxLayerBytes;
+      blended.maxRecomputedBytes = full.maxRecomputedBytes;
+      std::fill(stageTab.begin(), stageTab.end(), &blended);
+    }
 
     // Activation bytes per micro-batch crossing a stage boundary.
     double boundaryBytes = tokens * h * actElt / (c.sp ? t : 1);

@@ -262,7 +262,7 @@ bool readProfile(const json::Object &root, StackProfile &s, std::string &error) 
          c.ints("zero_stages_with_pp", k.zeroStagesWithPP, 0, 3) &&
          c.boolean("optimizer_offload", k.optimizerOffload) &&
          c.ints("hybrid_sharding", k.hybridSharding, 1, 3) &&
-         c.strings("recompute", k.recompute, {"none", "selective", "full", "per-stage"}) &&
+         c.strings("recompute", k.recompute, {"none", "selective", "full", "per-stage", "partial"}) &&
          c.boolean("fp8", k.fp8) && c.noOthers();
     if (!ok)
       return false;

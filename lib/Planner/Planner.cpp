@@ -11,6 +11,7 @@
 #include <map>
 #include <chrono>
 #include <cmath>
+#include <set>
 #include <tuple>
 
 using namespace llmopt;
@@ -24,7 +25,7 @@ bool Constraints::parse(const std::string &text, Constraints &out, std::string &
   llvm::SmallVector<llvm::StringRef> items;
   llvm::StringRef(text).split(items, ',', -1, /*KeepEmpty=*/false);
   static const char *intKeys[] = {"dp", "tp", "pp", "vpp", "cp", "ep", "zero", "shard",
-                                  "micro_batch", "num_micro_batches"};
+                                  "recompute_layers", "micro_batch", "num_micro_batches"};
   for (llvm::StringRef item : items) {
     auto [key, value] = item.trim().split(':');
     key = key.trim();
@@ -36,7 +37,7 @@ bool Constraints::parse(const std::string &text, Constraints &out, std::string &
     if (llvm::is_contained(intKeys, key)) {
       int64_t v = 0;
       if (value.getAsInteger(10, v) || v < 0 || v > (int64_t(1) << 30) ||
-          (v == 0 && key != "zero" && key != "shard")) {
+          (v == 0 && key != "zero" && key != "shard" && key != "recompute_layers")) {
         error = ("fix: " + key + " must be a positive integer, got '" + value + "'").str();
         return false;
       }
@@ -99,10 +100,19 @@ bool Constraints::parse(const std::string &text, Constraints &out, std::string &
     } else {
       error = ("fix: unknown key '" + key +
                "': use dp, tp, pp, vpp, cp, ep, sp, zero, shard, offload, recompute, "
+               "recompute_layers, "
                "micro_batch, num_micro_batches, schedule or placement")
                   .str();
       return false;
     }
+  }
+  if (auto it = out.ints.find("recompute_layers");
+      it != out.ints.end() && it->second > 0 && out.recompute &&
+      *out.recompute != Recompute::Full) {
+    error = std::string("fix: recompute_layers needs full recomputation (the first layers of "
+                        "each chunk recomputed in full), got recompute:") +
+            toString(*out.recompute);
+    return false;
   }
   return true;
 }
@@ -125,13 +135,14 @@ bool llmopt::planner::checkConstraints(const Constraints &fx, const ModelDesc &m
     c.cp = get("cp", 1);
     c.ep = get("ep", 1);
     c.shard = get("shard", 0);
+    c.recomputeLayers = get("recompute_layers", 0);
     c.zero = get("zero", c.shard > 0 && !st.caps.hybridSharding.empty()
                              ? st.caps.hybridSharding.front()
                              : st.caps.zeroStages.front());
     c.sp = fx.sp.value_or(false);
     c.offloadOptimizer = fx.offload.value_or(false);
     c.recompute = fx.recompute.value_or(Recompute::None);
-    if (!fx.recompute && !st.hasRecompute("none"))
+    if ((!fx.recompute && !st.hasRecompute("none")) || c.recomputeLayers > 0)
       c.recompute = Recompute::Full;
     c.schedule = fx.schedule.value_or(c.vpp > 1 ? Schedule::Interleaved
                                       : c.pp > 1 ? Schedule::OneFOneB
@@ -179,6 +190,8 @@ std::string llmopt::planner::describe(const ParallelConfig &c) {
   if (c.offloadOptimizer)
     s += " offload";
   s += std::string(" rc:") + toString(c.recompute);
+  if (c.recomputeLayers > 0)
+    s += llvm::formatv("({0}/chunk)", c.recomputeLayers).str();
   if (!c.stageRecompute.empty()) {
     s += "(";
     for (size_t i = 0; i < c.stageRecompute.size(); ++i)
@@ -381,6 +394,8 @@ SearchResult llmopt::planner::search(const ModelDesc &model, const ClusterSpec &
   };
 
   std::vector<int> shards;
+  using FitKey = std::tuple<int64_t, int, int, bool, int, int, bool>;
+  std::set<FitKey> noneFits;
   std::vector<int64_t> mbChoices;
   for (int64_t mb = 1; mb <= opts.maxMicroBatch; mb *= 2)
     mbChoices.push_back(mb);
@@ -463,16 +478,23 @@ SearchResult llmopt::planner::search(const ModelDesc &model, const ClusterSpec &
             bool sp = spi == 1;
             if (fx.sp ? *fx.sp != sp : (sp && tp == 1))
               continue;
+            // Configurations that fit without recomputation: partial
+            // recomputation cannot beat them (rc none comes first).
+            noneFits.clear();
             for (Recompute rc : {Recompute::None, Recompute::Selective, Recompute::Full,
                                  Recompute::PerStage}) {
               if (fx.recompute && *fx.recompute != rc)
                 continue;
               if (rc == Recompute::PerStage && pp == 1 && !fx.recompute)
                 continue; // one stage: the uniform choices cover it
+              if (fixedInt("recompute_layers").value_or(0) > 0 && rc != Recompute::Full)
+                continue; // partial recomputation is full recomputation of some
               for (int64_t mb : choices("micro_batch", mbChoices)) {
                 ParallelConfig base;
                 base.dp = int(dp), base.tp = int(tp), base.pp = int(pp), base.cp = int(cp);
                 base.ep = int(ep), base.sp = sp, base.recompute = rc, base.microBatch = mb;
+                if (rc == Recompute::Full)
+                  base.recomputeLayers = int(fixedInt("recompute_layers").value_or(0));
                 base.numMicroBatches =
                     job.globalBatch % (dp * mb) ? 0 : job.globalBatch / (dp * mb);
                 if (std::optional<int64_t> fm = fixedInt("num_micro_batches"))
@@ -541,11 +563,28 @@ SearchResult llmopt::planner::search(const ModelDesc &model, const ClusterSpec &
                       continue;
                     }
                     std::array<const LayerTable *, 3> tables = {nullptr, nullptr, nullptr};
+                    // Partial recomputation (the first N layers of each
+                    // chunk) is tried beside full recomputation that fits,
+                    // where the stack runs it and recompute is not fixed: a
+                    // quarter, half and three quarters of a chunk's layers.
+                    const bool partialToo = rc == Recompute::Full && !fx.recompute &&
+                                            !fixedInt("recompute_layers") &&
+                                            job.stack.hasRecompute("partial");
+                    std::vector<int> partials;
+                    if (partialToo) {
+                      int chunk = layers / int(pp * vpp);
+                      for (int q = 1; q <= 3; ++q)
+                        if (int n = chunk * q / 4;
+                            n >= 1 && n < chunk && (partials.empty() || partials.back() != n))
+                          partials.push_back(n);
+                    }
                     if (rc == Recompute::PerStage) {
                       for (int lvl = 0; lvl < 3; ++lvl)
                         tables[lvl] = tableFor(cfg, Recompute(lvl));
                     } else {
                       tables[int(rc)] = tableFor(cfg, rc);
+                      if (cfg.recomputeLayers > 0 || !partials.empty())
+                        tables[0] = tableFor(cfg, Recompute::None);
                     }
                     for (int z = 0; z <= 3; ++z) {
                       if (std::optional<int64_t> fz = fixedInt("zero"); fz && *fz != z)
@@ -619,7 +658,27 @@ SearchResult llmopt::planner::search(const ModelDesc &model, const ClusterSpec &
                             break;
                           continue;
                         }
+                        FitKey fit{mb,      int(sched), vpp,           ppInside,
+                                   z,       shard,      off == 1};
+                        if (rc == Recompute::None && e.feasible())
+                          noneFits.insert(fit);
+                        bool fullFits =
+                            !partials.empty() && e.feasible() && !noneFits.count(fit);
                         consider(std::move(e));
+                        // Recomputing fewer layers is faster and needs more
+                        // memory: tried where recomputing all of them fits
+                        // and none does not, fewest first, up to the first
+                        // that fits (more would be slower).
+                        if (fullFits)
+                          for (int n : partials) {
+                            ParallelConfig part = cfg;
+                            part.recomputeLayers = n;
+                            PlanEval pe = evaluate(model, cluster, job, part, tables);
+                            bool fits = pe.feasible();
+                            consider(std::move(pe));
+                            if (fits)
+                              break;
+                          }
                         // Offload only helps what does not fit otherwise.
                         if (!off && !oom && !fx.offload)
                           break;

@@ -52,6 +52,7 @@ static json::Object configJSON(const ParallelConfig &c) {
       {"shard", c.shard},
       {"offload_optimizer", c.offloadOptimizer},
       {"recompute", toString(c.recompute)},
+      {"recompute_layers", c.recomputeLayers},
       {"stage_recompute", stageRecompute(c)},
       {"micro_batch", c.microBatch},
       {"num_micro_batches", c.numMicroBatches},
@@ -396,6 +397,10 @@ bool llmopt::planner::exportPlan(llvm::raw_ostream &os, const std::string &forma
     }
     if (level == Recompute::Selective)
       os << " --recompute-activations";
+    else if (level == Recompute::Full && c.recomputeLayers > 0)
+      os << llvm::formatv(" --recompute-granularity full --recompute-method block "
+                          "--recompute-num-layers {0}",
+                          c.recomputeLayers);
     else if (level == Recompute::Full)
       os << " --recompute-granularity full --recompute-method uniform "
             "--recompute-num-layers 1";
@@ -423,6 +428,13 @@ bool llmopt::planner::exportPlan(llvm::raw_ostream &os, const std::string &forma
             "every stage, so the strongest one ("
          << toString(level) << ") is exported\n";
     return true;
+  }
+  if (c.recomputeLayers > 0 && format != "megatron") {
+    error = format + " export: the plan recomputes the first " +
+            std::to_string(c.recomputeLayers) +
+            " layers of each chunk (Megatron's block method), which the export does not "
+            "express: plan with fix=recompute_layers:0";
+    return false;
   }
   if (format == "deepspeed") {
     if (c.shard > 0 && c.zero != 3) {

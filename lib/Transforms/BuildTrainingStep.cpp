@@ -139,6 +139,14 @@ struct BuildTrainingStepPass
     std::string mode = recompute;
     if (mode.empty())
       if (auto plan = module->getAttrOfType<PlanAttr>("llm.plan")) {
+        if (plan.getRecomputeLayers() > 0) {
+          module.emitError() << "llm-build-training-step: the plan recomputes the first "
+                             << plan.getRecomputeLayers()
+                             << " layers of each chunk (partial recomputation), which the "
+                                "lowering does not run; plan with fix=recompute_layers:0 or "
+                                "stack=llm-run-cpu";
+          return signalPassFailure();
+        }
         mode = plan.getRecompute().getValue().str();
         if (mode == "per-stage" && plan.getStageRecompute() && !plan.getStageRecompute().empty())
           mode = cast<StringAttr>(plan.getStageRecompute()[0]).getValue().str();

@@ -40,7 +40,7 @@ EXPORT_FORMATS: Tuple[str, ...] = ("megatron", "deepspeed", "torchtitan")
 #: ``offload`` is ``offload_optimizer``).
 FIX_KEYS: Tuple[str, ...] = (
     "dp", "tp", "pp", "vpp", "cp", "ep", "sp", "zero", "shard", "offload", "recompute",
-    "micro_batch", "num_micro_batches", "schedule", "placement",
+    "recompute_layers", "micro_batch", "num_micro_batches", "schedule", "placement",
 )
 
 
@@ -70,6 +70,9 @@ class PlanConfig:
     #: Hybrid sharding: ZeRO over groups of this many dp x cp ranks,
     #: replicated across them (0: over all of them).
     shard: int = 0
+    #: With ``recompute == "full"``: only the first this many layers of each
+    #: model chunk are recomputed (Megatron's block method); 0: all.
+    recompute_layers: int = 0
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> "PlanConfig":
@@ -101,6 +104,8 @@ class PlanConfig:
         if self.offload_optimizer:
             s += " offload"
         s += f" rc:{self.recompute}"
+        if self.recompute_layers:
+            s += f"({self.recompute_layers}/chunk)"
         if self.stage_recompute:
             s += "(" + ",".join(r[:4] for r in self.stage_recompute) + ")"
         s += f" mb{self.micro_batch}x{self.num_micro_batches}"
@@ -116,6 +121,7 @@ class PlanConfig:
             "dp": self.dp, "tp": self.tp, "pp": self.pp, "vpp": self.vpp,
             "cp": self.cp, "ep": self.ep, "sp": self.sp, "zero": self.zero,
             "shard": self.shard, "offload": self.offload_optimizer, "recompute": self.recompute,
+            "recompute_layers": self.recompute_layers,
             "micro_batch": self.micro_batch,
             "num_micro_batches": self.num_micro_batches,
             "schedule": self.schedule, "placement": self.placement,

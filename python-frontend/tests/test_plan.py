@@ -183,3 +183,20 @@ def test_finding_llm_opt(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, llm_op
         assert "set LLMOPT_OPT" in str(e)
     else:
         assert Path(found).parent.name == "bin" and Path(found).parent.parent.name.startswith("build")
+
+
+def test_hybrid_sharding_and_partial_recomputation(examples: Path) -> None:
+    model = Model(examples / "llama3-70b.json")
+    cluster = Cluster.preset("dgx-h100", gpus=128)
+    job = Job(global_batch=512, seq_len=8192)
+    p = llmopt.evaluate(model, cluster, job, {"tp": 8, "pp": 4, "vpp": 5, "sp": True,
+                                              "zero": 1, "shard": 2, "recompute": "full",
+                                              "recompute_layers": 2, "micro_batch": 1})
+    assert (p.config.shard, p.config.recompute_layers) == (2, 2)
+    assert p.config.describe() == (
+        "dp4 tp8 pp4 vpp5 sp zero1 shard2 rc:full(2/chunk) mb1x128 interleaved-1f1b")
+    # The config round-trips through fix= and scores the same.
+    again = llmopt.evaluate(model, cluster, job, p.config)
+    assert (again.config, again.step_time_s) == (p.config, p.step_time_s)
+    with pytest.raises(llmopt.LLMOptError, match="needs full recomputation"):
+        llmopt.evaluate(model, cluster, job, {**p.config.as_fix(), "recompute": "selective"})

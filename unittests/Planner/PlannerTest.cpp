@@ -174,6 +174,47 @@ TEST(CostModel, HybridShardingTradesMemoryForCrossNodeTraffic) {
   EXPECT_NE(why.find("stack=torchtitan"), std::string::npos) << why;
 }
 
+/// Partial recomputation (Megatron's block method): recomputing the first N
+/// layers of each chunk lies between none and full in time and memory, in
+/// proportion to N, and the search offers it where full recomputation fits
+/// and none does not.
+TEST(CostModel, PartialRecomputationLiesBetweenNoneAndFull) {
+  // Llama-3 70B, tp8 pp4 vpp5: chunks of 4 layers.
+  ModelDesc m = llama(80, 8192, 64, 8, 28672, 128256);
+  ClusterSpec c = cluster("dgx-h100", 64);
+  JobSpec j = job(512, 8192);
+  ParallelConfig cfg;
+  cfg.dp = 2, cfg.tp = 8, cfg.pp = 4, cfg.vpp = 5, cfg.sp = true, cfg.zero = 1;
+  cfg.microBatch = 1, cfg.numMicroBatches = 256, cfg.schedule = Schedule::Interleaved;
+  auto with = [&](Recompute r, int n) {
+    ParallelConfig x = cfg;
+    x.recompute = r;
+    x.recomputeLayers = n;
+    return evaluate(m, c, j, x);
+  };
+  PlanEval none = with(Recompute::None, 0), full = with(Recompute::Full, 0);
+  PlanEval half = with(Recompute::Full, 2), all = with(Recompute::Full, 4);
+  ASSERT_TRUE(full.feasible()) << full.detail;
+  // Recomputing a chunk's every layer is full recomputation.
+  EXPECT_NEAR(all.time.step, full.time.step, 1e-9 * full.time.step);
+  EXPECT_NEAR(all.peak.activations, full.peak.activations, 1e-6 * full.peak.activations);
+  // Half the layers: half the recomputation, activations halfway (the
+  // recomputed layer's transient aside).
+  EXPECT_NEAR(half.time.recompute, 0.5 * full.time.recompute, 1e-6 * full.time.recompute);
+  EXPECT_LT(half.time.step, full.time.step);
+  EXPECT_GT(half.time.step, none.time.step);
+  double mid = 0.5 * (none.peak.activations + full.peak.activations);
+  EXPECT_NEAR(half.peak.activations, mid, 0.05 * mid);
+  std::string why;
+  ParallelConfig bad = cfg;
+  bad.recompute = Recompute::Selective;
+  bad.recomputeLayers = 2;
+  EXPECT_EQ(checkRules(m, c, j, bad, why), RejectReason::Invalid);
+  EXPECT_NE(why.find("needs full recomputation"), std::string::npos) << why;
+  EXPECT_EQ(describe(half.config).find("rc:full(2/chunk)") != std::string::npos, true)
+      << describe(half.config);
+}
+
 TEST(Planner, ConstraintsParse) {
   Constraints c;
   std::string error;

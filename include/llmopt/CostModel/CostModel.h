@@ -45,6 +45,11 @@ struct ParallelConfig {
   int shard = 0;
   bool offloadOptimizer = false;
   Recompute recompute = Recompute::None;
+  /// With Recompute::Full: recompute only the first this many layers of
+  /// each model chunk (Megatron's --recompute-method block
+  /// --recompute-num-layers N), keeping the others' activations; 0: every
+  /// layer.
+  int recomputeLayers = 0;
   int64_t microBatch = 1;
   int64_t numMicroBatches = 1;
   Schedule schedule = Schedule::None;

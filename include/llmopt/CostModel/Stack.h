@@ -68,8 +68,10 @@ struct StackCapabilities {
   /// (1), DeepSpeed's MiCS (3); empty for none.
   std::vector<int> hybridSharding = {1, 2, 3};
   bool hasHybridSharding(int zero) const;
-  /// Recomputation modes by name ("none", "selective", "full", "per-stage").
-  std::vector<std::string> recompute = {"none", "selective", "full", "per-stage"};
+  /// Recomputation modes by name ("none", "selective", "full", "per-stage",
+  /// and "partial": full recomputation of the first N layers of each model
+  /// chunk).
+  std::vector<std::string> recompute = {"none", "selective", "full", "per-stage", "partial"};
   bool fp8 = true;
 };
 

@@ -83,3 +83,8 @@ module attributes {llm.plan = #llm.plan<dp = 16, tp = 1, pp = 1, vpp = 1, cp = 1
 
 // expected-error @+1 {{plan: shard must be 0, or a divisor of dp x cp = 16 smaller than it with zero >= 1, got shard 8 with zero 0}}
 module attributes {llm.plan = #llm.plan<dp = 16, tp = 1, pp = 1, vpp = 1, cp = 1, ep = 1, sp = false, zero = 0, offload = false, recompute = "none", stage_recompute = [], micro_batch = 1, num_micro_batches = 4, seq_len = 1024, schedule = "none", placement = "tp-cp-dp-pp", stage_layers = [12], step_time_s = 1.0 : f64, peak_memory_bytes = 1, shard = 8>} {}
+
+// -----
+
+// expected-error @+1 {{plan: recompute_layers must be 0, or positive with recompute = "full", got 2 with "selective"}}
+module attributes {llm.plan = #llm.plan<dp = 2, tp = 1, pp = 1, vpp = 1, cp = 1, ep = 1, sp = false, zero = 1, offload = false, recompute = "selective", stage_recompute = [], micro_batch = 1, num_micro_batches = 4, seq_len = 1024, schedule = "none", placement = "tp-cp-dp-pp", stage_layers = [12], step_time_s = 1.0 : f64, peak_memory_bytes = 1, recompute_layers = 2>} {}

@@ -22,7 +22,8 @@ LogicalResult PlanAttr::verify(function_ref<InFlightDiagnostic()> emitError, int
                                int64_t microBatch,
                                int64_t numMicroBatches, int64_t seqLen, StringAttr schedule,
                                StringAttr placement, DenseI64ArrayAttr stageLayers,
-                               FloatAttr stepTime, int64_t peakMemoryBytes, int64_t shard) {
+                               FloatAttr stepTime, int64_t peakMemoryBytes, int64_t shard,
+                               int64_t recomputeLayers) {
   if (shard < 0 || (shard > 0 && (zero == 0 || shard >= dp * cp || (dp * cp) % shard)))
     return emitError() << "plan: shard must be 0, or a divisor of dp x cp = " << dp * cp
                        << " smaller than it with zero >= 1, got shard " << shard
@@ -44,6 +45,10 @@ LogicalResult PlanAttr::verify(function_ref<InFlightDiagnostic()> emitError, int
       !stageLayers || !stepTime)
     return emitError() << "plan: every field needs a value";
   StringRef rc = recompute.getValue(), sched = schedule.getValue();
+  if (recomputeLayers < 0 || (recomputeLayers > 0 && rc != "full"))
+    return emitError() << "plan: recompute_layers must be 0, or positive with recompute = "
+                          "\"full\", got "
+                       << recomputeLayers << " with \"" << rc << "\"";
   auto isLevel = [](StringRef r) {
     return r == "none" || r == "selective" || r == "full";
   };

@@ -112,7 +112,7 @@ PlanAttr planAttr(Builder &b, const cost::PlanEval &p, int64_t seqLen) {
       b.getDenseI64ArrayAttr(
           SmallVector<int64_t>(c.stageLayers.begin(), c.stageLayers.end())),
       b.getF64FloatAttr(p.time.step), static_cast<int64_t>(std::llround(p.peak.total())),
-      c.shard);
+      c.shard, c.recomputeLayers);
 }
 
 struct LLMAutoParallelPass

@@ -40,12 +40,17 @@ def LLM_PlanAttr : LLM_Attr<"Plan", "plan"> {
     all of them). The lowering runs ZeRO over all of dp x cp only and
     refuses a plan with `shard`.
 
+    `recompute_layers` (printed only when not 0), with `recompute = "full"`:
+    only the first that many layers of each model chunk are recomputed
+    (Megatron's block method). The lowering refuses it.
+
     Verified: degrees, micro-batch sizes and the sequence length are positive; zero is 0-3;
     recompute is none, selective, full or per-stage, with one level per stage
     exactly when per-stage; schedule is none, gpipe, 1f1b or
     interleaved-1f1b (none exactly when pp is 1); pp stage layer counts, each
     positive; vpp > 1 only with the interleaved schedule; shard is 0, or
-    divides dp x cp, is smaller, and comes with zero >= 1.
+    divides dp x cp, is smaller, and comes with zero >= 1; recompute_layers
+    is 0, or positive with recompute = "full".
   }];
   let parameters = (ins
     "int64_t":$dp, "int64_t":$tp, "int64_t":$pp, "int64_t":$vpp,
@@ -56,7 +61,8 @@ def LLM_PlanAttr : LLM_Attr<"Plan", "plan"> {
     "::mlir::StringAttr":$schedule, "::mlir::StringAttr":$placement,
     "::mlir::DenseI64ArrayAttr":$stage_layers, "::mlir::FloatAttr":$step_time_s,
     "int64_t":$peak_memory_bytes,
-    DefaultValuedParameter<"int64_t", "0">:$shard
+    DefaultValuedParameter<"int64_t", "0">:$shard,
+    DefaultValuedParameter<"int64_t", "0">:$recompute_layers
   );
   let assemblyFormat = "`<` struct(params) `>`";
   let genVerifyDecl = 1;
