@@ -201,8 +201,8 @@ static std::string joinStages(const std::vector<int> &stages) {
 // The rules build their message only when the caller wants it (`detail`
 // not null): a search rejects most of its candidates and keeps one message
 // per reason.
-static RejectReason stackRules(const ModelDesc &model, const JobSpec &job,
-                               const ParallelConfig &c, std::string *detail) {
+static RejectReason stackRules(const ModelDesc &model, const JobSpec &job, const ParallelConfig &c,
+                               std::string *detail) {
   const StackProfile &st = job.stack;
   const StackCapabilities &k = st.caps;
   auto refuse = [&](auto msg) {
@@ -213,36 +213,58 @@ static RejectReason stackRules(const ModelDesc &model, const JobSpec &job,
   if (c.tp > 1 && !k.tensorParallel)
     return refuse([&] { return std::string("runs no tensor parallelism (tp must be 1)"); });
   if (c.sp && !k.sequenceParallel)
-    return refuse([&] { return std::string("runs no Megatron-style sequence parallelism (sp must be 0)"); });
+    return refuse(
+        [&] { return std::string("runs no Megatron-style sequence parallelism (sp must be 0)"); });
+  if (c.tp > 1 && c.pp > 1 && !k.tensorParallelWithPP)
+    return refuse([&] {
+      return std::string("runs tensor parallelism without pipeline parallelism only (tp or "
+                         "pp must be 1)");
+    });
+  if (c.tp > 1 && !c.sp && k.moeTensorParallelNeedsSP &&
+      llvm::any_of(model.layers, [](const LayerDesc &l) { return l.isMoE(); }))
+    return refuse([&] {
+      return std::string("needs sequence parallelism with tensor parallelism in MoE models "
+                         "(sp must be 1)");
+    });
   if (c.pp > 1 && k.schedules.empty())
     return refuse([&] { return std::string("runs no pipeline parallelism (pp must be 1)"); });
   const char *sched = c.schedule == Schedule::None ? "1f1b" : toString(c.schedule);
   if (c.pp > 1 && !st.hasSchedule(sched))
-    return refuse([&] { return std::string(std::string("has no ") + sched +
-                  " pipeline schedule (it runs " + llvm::join(k.schedules, ", ") + ")"); });
+    return refuse([&] {
+      return std::string(std::string("has no ") + sched + " pipeline schedule (it runs " +
+                         llvm::join(k.schedules, ", ") + ")");
+    });
   if (c.vpp > 1 && k.maxVirtualStages > 0 && c.vpp > k.maxVirtualStages)
-    return refuse([&] { return std::string(llvm::formatv("runs at most {0} virtual stages per pipeline rank",
-                                k.maxVirtualStages)); });
+    return refuse([&] {
+      return std::string(
+          llvm::formatv("runs at most {0} virtual stages per pipeline rank", k.maxVirtualStages));
+    });
   if (c.cp > 1) {
     if (k.contextParallel == CPKind::None)
       return refuse([&] { return std::string("runs no context parallelism (cp must be 1)"); });
     if (k.contextParallel == CPKind::Ulysses)
       for (const LayerDesc &l : model.layers)
         if (l.heads % c.cp || (l.kvHeads % c.cp && c.cp % l.kvHeads))
-          return refuse([&] { return std::string(llvm::formatv(
-              "splits the sequence Ulysses-style (all-to-all over heads): {0} heads / {1} kv "
-              "heads must be divisible by cp {2}",
-              l.heads, l.kvHeads, c.cp)); });
+          return refuse([&] {
+            return std::string(llvm::formatv(
+                "splits the sequence Ulysses-style (all-to-all over heads): {0} heads / {1} kv "
+                "heads must be divisible by cp {2}",
+                l.heads, l.kvHeads, c.cp));
+          });
   }
   if (c.ep > 1 && k.expertParallel == EPLayout::None)
     return refuse([&] { return std::string("runs no expert parallelism (ep must be 1)"); });
   if (!st.hasZero(c.zero, /*withPP=*/false))
-    return refuse([&] { return std::string(llvm::formatv("has no ZeRO-{0} (it runs zero {1})", c.zero,
-                                joinStages(k.zeroStages))); });
+    return refuse([&] {
+      return std::string(
+          llvm::formatv("has no ZeRO-{0} (it runs zero {1})", c.zero, joinStages(k.zeroStages)));
+    });
   if (c.pp > 1 && !st.hasZero(c.zero, /*withPP=*/true))
-    return refuse([&] { return std::string(llvm::formatv(
-        "cannot run ZeRO-{0} with pipeline parallelism (with pp > 1 it runs zero {1})", c.zero,
-        joinStages(k.zeroStagesWithPP))); });
+    return refuse([&] {
+      return std::string(llvm::formatv(
+          "cannot run ZeRO-{0} with pipeline parallelism (with pp > 1 it runs zero {1})", c.zero,
+          joinStages(k.zeroStagesWithPP)));
+    });
   if (c.shard > 0 && !k.hasHybridSharding(c.zero))
     return refuse([&] {
       return k.hybridSharding.empty()
@@ -253,43 +275,52 @@ static RejectReason stackRules(const ModelDesc &model, const JobSpec &job,
                        .str();
     });
   if (c.offloadOptimizer && !k.optimizerOffload)
-    return refuse([&] { return std::string("does not offload optimizer states (offload must be 0)"); });
+    return refuse(
+        [&] { return std::string("does not offload optimizer states (offload must be 0)"); });
   if (c.recomputeLayers > 0 && !st.hasRecompute("partial"))
     return refuse([&] {
-      return "recomputes every layer or none of a chunk (it runs " +
-             llvm::join(k.recompute, ", ") + "; recompute_layers must be 0)";
+      return "recomputes every layer or none of a chunk (it runs " + llvm::join(k.recompute, ", ") +
+             "; recompute_layers must be 0)";
     });
   if (!st.hasRecompute(toString(c.recompute)))
-    return refuse([&] { return std::string(std::string("has no ") + toString(c.recompute) +
-                  " recomputation (it runs " + llvm::join(k.recompute, ", ") + ")"); });
+    return refuse([&] {
+      return std::string(std::string("has no ") + toString(c.recompute) +
+                         " recomputation (it runs " + llvm::join(k.recompute, ", ") + ")");
+    });
   if (job.fp8 && !k.fp8)
     return refuse([&] { return std::string("runs no fp8 GEMMs"); });
   return RejectReason::None;
 }
 
 static RejectReason layoutRules(const ModelDesc &model, const ClusterSpec &cluster,
-                                const JobSpec &job, const ParallelConfig &c,
-                                std::string *detail) {
+                                const JobSpec &job, const ParallelConfig &c, std::string *detail) {
   auto fail = [&](RejectReason r, auto msg) {
     if (detail)
       *detail = msg();
     return r;
   };
-  if (c.dp < 1 || c.tp < 1 || c.pp < 1 || c.vpp < 1 || c.cp < 1 || c.ep < 1 ||
-      c.microBatch < 1 || c.zero < 0 || c.zero > 3)
-    return fail(RejectReason::Invalid, [&] { return std::string("degrees must be positive and zero in 0..3"); });
+  if (c.dp < 1 || c.tp < 1 || c.pp < 1 || c.vpp < 1 || c.cp < 1 || c.ep < 1 || c.microBatch < 1 ||
+      c.zero < 0 || c.zero > 3)
+    return fail(RejectReason::Invalid,
+                [&] { return std::string("degrees must be positive and zero in 0..3"); });
   if (c.gpus() != cluster.totalGpus())
-    return fail(RejectReason::GpuCountMismatch, [&] { return std::string(llvm::formatv("dp*tp*pp*cp = {0} but the cluster has {1} GPUs",
-                              c.gpus(), cluster.totalGpus())); });
+    return fail(RejectReason::GpuCountMismatch, [&] {
+      return std::string(llvm::formatv("dp*tp*pp*cp = {0} but the cluster has {1} GPUs", c.gpus(),
+                                       cluster.totalGpus()));
+    });
   if (c.tp > cluster.gpusPerNode)
-    return fail(RejectReason::TPAcrossNodes, [&] { return std::string(llvm::formatv("tp {0} exceeds the {1} GPUs of a node", c.tp,
-                              cluster.gpusPerNode)); });
+    return fail(RejectReason::TPAcrossNodes, [&] {
+      return std::string(
+          llvm::formatv("tp {0} exceeds the {1} GPUs of a node", c.tp, cluster.gpusPerNode));
+    });
   if (c.sp && c.tp == 1)
-    return fail(RejectReason::SPWithoutTP, [&] { return std::string("sequence parallelism needs tp > 1"); });
+    return fail(RejectReason::SPWithoutTP,
+                [&] { return std::string("sequence parallelism needs tp > 1"); });
   if (RejectReason r = stackRules(model, job, c, detail); r != RejectReason::None)
     return r;
   if (c.offloadOptimizer && c.zero == 0)
-    return fail(RejectReason::Invalid, [&] { return std::string("optimizer offload needs zero >= 1"); });
+    return fail(RejectReason::Invalid,
+                [&] { return std::string("optimizer offload needs zero >= 1"); });
   if (c.recomputeLayers < 0 || (c.recomputeLayers > 0 && c.recompute != Recompute::Full))
     return fail(RejectReason::Invalid, [&] {
       return llvm::formatv("recompute_layers {0} needs full recomputation (the first {0} "
@@ -297,90 +328,127 @@ static RejectReason layoutRules(const ModelDesc &model, const ClusterSpec &clust
                            c.recomputeLayers)
           .str();
     });
-  if (c.shard < 0 || (c.shard > 0 && (c.zero == 0 || c.shard >= c.dp * c.cp ||
-                                      (c.dp * c.cp) % c.shard)))
-    return fail(RejectReason::Invalid, [&] { return std::string(llvm::formatv("hybrid sharding needs zero >= 1 and a shard group that "
-                              "divides dp x cp = {0} and is smaller (got shard {1}, zero "
-                              "{2})",
-                              c.dp * c.cp, c.shard, c.zero)); });
+  if (c.shard < 0 ||
+      (c.shard > 0 && (c.zero == 0 || c.shard >= c.dp * c.cp || (c.dp * c.cp) % c.shard)))
+    return fail(RejectReason::Invalid, [&] {
+      return std::string(llvm::formatv("hybrid sharding needs zero >= 1 and a shard group that "
+                                       "divides dp x cp = {0} and is smaller (got shard {1}, zero "
+                                       "{2})",
+                                       c.dp * c.cp, c.shard, c.zero));
+    });
   bool moe = false;
   for (const LayerDesc &l : model.layers) {
     if (l.heads % c.tp)
-      return fail(RejectReason::HeadsNotDivisibleByTP, [&] { return std::string(llvm::formatv("{0} attention heads are not divisible by tp {1}",
-                                l.heads, c.tp)); });
+      return fail(RejectReason::HeadsNotDivisibleByTP, [&] {
+        return std::string(
+            llvm::formatv("{0} attention heads are not divisible by tp {1}", l.heads, c.tp));
+      });
     // Fewer KV heads than tp: each rank replicates them (computes all,
     // keeps its own), which works when tp is a multiple of them.
     if (l.kvHeads % c.tp && c.tp % l.kvHeads)
-      return fail(RejectReason::KVHeadsNotDivisibleByTP, [&] { return std::string(llvm::formatv("{0} kv heads and tp {1} do not divide one another",
-                                l.kvHeads, c.tp)); });
+      return fail(RejectReason::KVHeadsNotDivisibleByTP, [&] {
+        return std::string(
+            llvm::formatv("{0} kv heads and tp {1} do not divide one another", l.kvHeads, c.tp));
+      });
     if (l.ffn % c.tp)
-      return fail(RejectReason::FfnNotDivisibleByTP, [&] { return std::string(llvm::formatv("ffn {0} is not divisible by tp {1}", l.ffn, c.tp)); });
+      return fail(RejectReason::FfnNotDivisibleByTP, [&] {
+        return std::string(llvm::formatv("ffn {0} is not divisible by tp {1}", l.ffn, c.tp));
+      });
     if (l.isMoE()) {
       moe = true;
       if (l.experts % c.ep)
-        return fail(RejectReason::ExpertsNotDivisibleByEP, [&] { return std::string(llvm::formatv("{0} experts are not divisible by ep {1}", l.experts,
-                                  c.ep)); });
+        return fail(RejectReason::ExpertsNotDivisibleByEP, [&] {
+          return std::string(
+              llvm::formatv("{0} experts are not divisible by ep {1}", l.experts, c.ep));
+        });
     }
   }
   if (!moe && c.ep > 1)
-    return fail(RejectReason::ExpertsNotDivisibleByEP, [&] { return std::string(llvm::formatv("ep {0} but the model has no experts", c.ep)); });
+    return fail(RejectReason::ExpertsNotDivisibleByEP, [&] {
+      return std::string(llvm::formatv("ep {0} but the model has no experts", c.ep));
+    });
   if (c.ep > 1 && job.stack.caps.expertParallel == EPLayout::DataTensorParallel) {
     if ((c.dp * c.cp * c.tp) % c.ep)
-      return fail(RejectReason::EPNotDividingDP, [&] { return std::string(llvm::formatv("ep {0} does not divide dp*cp*tp = {1} (the ranks an "
-                                "expert-parallel group is carved from)",
-                                c.ep, c.dp * c.cp * c.tp)); });
+      return fail(RejectReason::EPNotDividingDP, [&] {
+        return std::string(llvm::formatv("ep {0} does not divide dp*cp*tp = {1} (the ranks an "
+                                         "expert-parallel group is carved from)",
+                                         c.ep, c.dp * c.cp * c.tp));
+      });
   } else if (c.ep > 1 && (c.dp * c.cp) % c.ep) {
-    return fail(RejectReason::EPNotDividingDP, [&] { return std::string(llvm::formatv("ep {0} does not divide dp*cp = {1}", c.ep, c.dp * c.cp)); });
+    return fail(RejectReason::EPNotDividingDP, [&] {
+      return std::string(llvm::formatv("ep {0} does not divide dp*cp = {1}", c.ep, c.dp * c.cp));
+    });
   }
   if (c.cp > 1 && job.seqLen % (2 * c.cp))
-    return fail(RejectReason::SeqNotDivisibleByCP, [&] { return std::string(llvm::formatv("sequence {0} is not divisible into 2*cp = {1} chunks "
-                              "(load-balanced causal context parallelism)",
-                              job.seqLen, 2 * c.cp)); });
+    return fail(RejectReason::SeqNotDivisibleByCP, [&] {
+      return std::string(llvm::formatv("sequence {0} is not divisible into 2*cp = {1} chunks "
+                                       "(load-balanced causal context parallelism)",
+                                       job.seqLen, 2 * c.cp));
+    });
   if (job.globalBatch % (int64_t(c.dp) * c.microBatch))
-    return fail(RejectReason::BatchNotDivisible, [&] { return std::string(llvm::formatv("global batch {0} is not divisible by dp {1} x micro-batch {2}",
-                              job.globalBatch, c.dp, c.microBatch)); });
+    return fail(RejectReason::BatchNotDivisible, [&] {
+      return std::string(
+          llvm::formatv("global batch {0} is not divisible by dp {1} x micro-batch {2}",
+                        job.globalBatch, c.dp, c.microBatch));
+    });
   int64_t m = job.globalBatch / (int64_t(c.dp) * c.microBatch);
   if (c.numMicroBatches != m)
-    return fail(RejectReason::Invalid, [&] { return std::string(llvm::formatv("num_micro_batches {0} != global batch / (dp x micro-batch) = {1}",
-                              c.numMicroBatches, m)); });
+    return fail(RejectReason::Invalid, [&] {
+      return std::string(
+          llvm::formatv("num_micro_batches {0} != global batch / (dp x micro-batch) = {1}",
+                        c.numMicroBatches, m));
+    });
   int layers = static_cast<int>(model.layers.size());
   if (layers < c.pp * c.vpp)
-    return fail(RejectReason::TooFewLayersForPP, [&] { return std::string(llvm::formatv("{0} layers cannot fill pp {1} x vpp {2} stages", layers,
-                              c.pp, c.vpp)); });
-  if (c.pp == 1 && (c.vpp > 1 || c.schedule == Schedule::GPipe ||
-                    c.schedule == Schedule::Interleaved))
-    return fail(RejectReason::Invalid, [&] { return std::string("a pipeline schedule needs pp > 1"); });
+    return fail(RejectReason::TooFewLayersForPP, [&] {
+      return std::string(
+          llvm::formatv("{0} layers cannot fill pp {1} x vpp {2} stages", layers, c.pp, c.vpp));
+    });
+  if (c.pp == 1 &&
+      (c.vpp > 1 || c.schedule == Schedule::GPipe || c.schedule == Schedule::Interleaved))
+    return fail(RejectReason::Invalid,
+                [&] { return std::string("a pipeline schedule needs pp > 1"); });
   if (c.pp > 1) {
     if (c.vpp > 1 && c.schedule != Schedule::Interleaved)
-      return fail(RejectReason::Invalid, [&] { return std::string("vpp > 1 needs the interleaved schedule"); });
+      return fail(RejectReason::Invalid,
+                  [&] { return std::string("vpp > 1 needs the interleaved schedule"); });
     if (c.schedule == Schedule::Interleaved) {
       if (c.vpp < 2)
-        return fail(RejectReason::Invalid, [&] { return std::string("the interleaved schedule needs vpp >= 2"); });
-      if (interleavedStageLayers(layers, c.pp, c.vpp, job.stack.caps.unevenInterleaving)
-              .empty())
-        return fail(RejectReason::LayersNotDivisibleForInterleaving, [&] { return std::string(llvm::formatv("{0} layers are not divisible by pp {1} x vpp {2}{3}",
-                                  layers, c.pp, c.vpp,
-                                  job.stack.caps.unevenInterleaving
-                                      ? ""
-                                      : std::string(" and stack ") + job.stack.name +
-                                            " interleaves even stages only")); });
+        return fail(RejectReason::Invalid,
+                    [&] { return std::string("the interleaved schedule needs vpp >= 2"); });
+      if (interleavedStageLayers(layers, c.pp, c.vpp, job.stack.caps.unevenInterleaving).empty())
+        return fail(RejectReason::LayersNotDivisibleForInterleaving, [&] {
+          return std::string(llvm::formatv(
+              "{0} layers are not divisible by pp {1} x vpp {2}{3}", layers, c.pp, c.vpp,
+              job.stack.caps.unevenInterleaving
+                  ? ""
+                  : std::string(" and stack ") + job.stack.name + " interleaves even stages only"));
+        });
       if (m % c.pp)
-        return fail(RejectReason::MicroBatchesNotDivisibleForInterleaving, [&] { return std::string(llvm::formatv("{0} micro-batches are not a multiple of pp {1}", m,
-                                  c.pp)); });
+        return fail(RejectReason::MicroBatchesNotDivisibleForInterleaving, [&] {
+          return std::string(
+              llvm::formatv("{0} micro-batches are not a multiple of pp {1}", m, c.pp));
+        });
     }
-    if ((c.schedule == Schedule::OneFOneB || c.schedule == Schedule::Interleaved) &&
-        m < c.pp)
-      return fail(RejectReason::FewerMicroBatchesThanStages, [&] { return std::string(llvm::formatv("{0} micro-batches are fewer than the {1} stages", m,
-                                c.pp)); });
+    if ((c.schedule == Schedule::OneFOneB || c.schedule == Schedule::Interleaved) && m < c.pp)
+      return fail(RejectReason::FewerMicroBatchesThanStages, [&] {
+        return std::string(
+            llvm::formatv("{0} micro-batches are fewer than the {1} stages", m, c.pp));
+      });
     if (!job.stack.caps.unevenStages && c.vpp == 1 && layers % c.pp)
-      return fail(RejectReason::NotSupportedByStack, [&] { return std::string(llvm::formatv("stack {0} splits layers evenly over stages: {1} layers "
-                                "are not divisible by pp {2}",
-                                job.stack.name, layers, c.pp)); });
+      return fail(RejectReason::NotSupportedByStack, [&] {
+        return std::string(llvm::formatv("stack {0} splits layers evenly over stages: {1} layers "
+                                         "are not divisible by pp {2}",
+                                         job.stack.name, layers, c.pp));
+      });
     if (!c.stageLayers.empty()) {
       if (static_cast<int>(c.stageLayers.size()) != c.pp ||
           std::accumulate(c.stageLayers.begin(), c.stageLayers.end(), 0) != layers ||
           *std::min_element(c.stageLayers.begin(), c.stageLayers.end()) < 1)
-        return fail(RejectReason::Invalid, [&] { return std::string("stage layer counts must be pp positive numbers adding up to the layers"); });
+        return fail(RejectReason::Invalid, [&] {
+          return std::string(
+              "stage layer counts must be pp positive numbers adding up to the layers");
+        });
     }
   }
   return RejectReason::None;

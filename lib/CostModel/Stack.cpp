@@ -245,6 +245,8 @@ bool readProfile(const json::Object &root, StackProfile &s, std::string &error) 
     StackCapabilities &k = s.caps;
     ok = c.boolean("tensor_parallel", k.tensorParallel) &&
          c.boolean("sequence_parallel", k.sequenceParallel) &&
+         c.boolean("tensor_parallel_with_pp", k.tensorParallelWithPP) &&
+         c.boolean("moe_tensor_parallel_needs_sp", k.moeTensorParallelNeedsSP) &&
          c.strings("pipeline_schedules", k.schedules,
                    {"1f1b", "interleaved-1f1b", "gpipe"}) &&
          c.boolean("uneven_stages", k.unevenStages) &&

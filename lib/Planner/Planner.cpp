@@ -139,7 +139,9 @@ bool llmopt::planner::checkConstraints(const Constraints &fx, const ModelDesc &m
     c.zero = get("zero", c.shard > 0 && !st.caps.hybridSharding.empty()
                              ? st.caps.hybridSharding.front()
                              : st.caps.zeroStages.front());
-    c.sp = fx.sp.value_or(false);
+    // Left open, sequence parallelism is on where tp > 1 and the stack has
+    // it (some stacks need it, e.g. Megatron's MoE layers with tp).
+    c.sp = fx.sp.value_or(c.tp > 1 && st.caps.sequenceParallel);
     c.offloadOptimizer = fx.offload.value_or(false);
     c.recompute = fx.recompute.value_or(Recompute::None);
     if ((!fx.recompute && !st.hasRecompute("none")) || c.recomputeLayers > 0)

@@ -42,6 +42,12 @@ const char *toString(EPLayout l);
 struct StackCapabilities {
   bool tensorParallel = true;
   bool sequenceParallel = true;
+  /// Tensor parallelism together with pipeline parallelism (DeepSpeed's
+  /// AutoTP runs without its pipeline engine).
+  bool tensorParallelWithPP = true;
+  /// MoE layers with tensor parallelism need sequence parallelism
+  /// (Megatron's arguments check).
+  bool moeTensorParallelNeedsSP = false;
   /// Pipeline schedules by name ("1f1b", "interleaved-1f1b", "gpipe"); empty:
   /// no pipeline parallelism.
   std::vector<std::string> schedules = {"1f1b", "interleaved-1f1b", "gpipe"};
