@@ -9,6 +9,8 @@
 
 #include "llmopt/Planner/Planner.h"
 
+#include "llmopt-runtime/schedule.h"
+
 #include "llvm/Support/FormatVariadic.h"
 
 #include <algorithm>
@@ -19,57 +21,15 @@ using namespace llmopt::cost;
 using namespace llmopt::planner;
 
 namespace {
-struct Pass {
-  int64_t microBatch;
-  int chunk;
-  bool backward;
-};
+using schedule::Pass;
 
-/// The order in which stage `s` of `pp` runs its passes.
-std::vector<Pass> stageOrder(Schedule schedule, int s, int pp, int vpp, int64_t m) {
-  std::vector<Pass> order;
-  if (schedule == Schedule::Interleaved) {
-    // Megatron-LM's interleaved schedule: the k-th forward of a stage runs
-    // chunk (k / pp) % vpp of micro-batch (k / (pp vpp)) pp + k % pp; the
-    // k-th backward visits the chunks in reverse.
-    const int64_t total = m * vpp;
-    auto mbOf = [&](int64_t k) { return (k / (int64_t(pp) * vpp)) * pp + k % pp; };
-    auto fwdPass = [&](int64_t k) {
-      return Pass{mbOf(k), int((k / pp) % vpp), false};
-    };
-    auto bwdPass = [&](int64_t k) {
-      return Pass{mbOf(k), vpp - 1 - int((k / pp) % vpp), true};
-    };
-    int64_t warmup = std::min<int64_t>(2 * (pp - s - 1) + int64_t(vpp - 1) * pp, total);
-    for (int64_t k = 0; k < warmup; ++k)
-      order.push_back(fwdPass(k));
-    for (int64_t k = 0; k < total - warmup; ++k) {
-      order.push_back(fwdPass(warmup + k));
-      order.push_back(bwdPass(k));
-    }
-    for (int64_t k = total - warmup; k < total; ++k)
-      order.push_back(bwdPass(k));
-    return order;
-  }
-  if (schedule == Schedule::GPipe) {
-    for (int64_t i = 0; i < m; ++i)
-      order.push_back({i, 0, false});
-    for (int64_t i = 0; i < m; ++i)
-      order.push_back({i, 0, true});
-    return order;
-  }
-  // 1F1B (and a single stage, which has no schedule): warm up with the
-  // forwards of the micro-batches in flight, then alternate.
-  int64_t warmup = std::min<int64_t>(pp - s - 1, m);
-  for (int64_t i = 0; i < warmup; ++i)
-    order.push_back({i, 0, false});
-  for (int64_t i = 0; i < m - warmup; ++i) {
-    order.push_back({warmup + i, 0, false});
-    order.push_back({i, 0, true});
-  }
-  for (int64_t i = m - warmup; i < m; ++i)
-    order.push_back({i, 0, true});
-  return order;
+/// The order in which stage `s` of `pp` runs its passes: the schedule the
+/// plan emitter writes into the plan and the runtime follows.
+std::vector<Pass> stageOrder(Schedule kind, int s, int pp, int vpp, int64_t m) {
+  schedule::Kind k = kind == Schedule::Interleaved ? schedule::Kind::Interleaved
+                     : kind == Schedule::GPipe     ? schedule::Kind::GPipe
+                                                   : schedule::Kind::OneFOneB;
+  return schedule::stageOrder(k, m, pp, s, kind == Schedule::Interleaved ? vpp : 1);
 }
 } // namespace
 
@@ -135,7 +95,7 @@ bool llmopt::planner::simulatePipeline(Schedule schedule, int chunks,
     for (int s = 0; s < pp; ++s) {
       while (next[s] < orders[s].size()) {
         const Pass &p = orders[s][next[s]];
-        const int v = p.chunk * pp + s;
+        const int v = int(p.chunk) * pp + s;
         double ready = 0;
         if (!p.backward) {
           if (v > 0) {
@@ -151,7 +111,7 @@ bool llmopt::planner::simulatePipeline(Schedule schedule, int chunks,
         }
         PipelineBlock b;
         b.stage = s;
-        b.chunk = p.chunk;
+        b.chunk = int(p.chunk);
         b.microBatch = p.microBatch;
         b.backward = p.backward;
         b.start = std::max(free[s], ready);

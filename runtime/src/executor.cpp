@@ -33,21 +33,35 @@ bool CpuExecutor::init(const Plan &p, int rank, uint64_t seed, std::string &erro
               "' is none of them";
       return false;
     }
-  // A pipeline stage keeps one arena per micro-batch in flight: 1F1B has at
-  // most (stages - stage) of them, GPipe all.
+  // A pipeline stage runs its parts in the plan's order (older plans name
+  // only the schedule: the order is the shared schedule's) and keeps one
+  // arena per micro-batch in flight.
   size_t slots = 1;
-  if (!program->order.empty()) {
-    slots = size_t(program->maxInFlight());
-  } else if (program->backwardStart >= 0) {
-    int stage = 0, stages = 1;
-    this->rank = rank;
-    if (!axis("pp", stage, stages, error))
-      return false;
-    slots = program->schedule == "gpipe" || program->schedule == "interleaved"
-                ? size_t(program->numMicroBatches)
-            : program->schedule == "sequential" ? 1
-                                                : size_t(std::min<int64_t>(
-                                                      program->numMicroBatches, stages - stage));
+  order.clear();
+  if (program->backwardStart >= 0) {
+    order = program->order;
+    if (order.empty()) {
+      int stage = 0, stages = 1;
+      this->rank = rank;
+      if (!axis("pp", stage, stages, error))
+        return false;
+      schedule::Kind kind;
+      if (!schedule::parse(program->schedule, kind)) {
+        error = "unknown pipeline schedule '" + program->schedule +
+                "': use 1f1b, gpipe, interleaved or sequential";
+        return false;
+      }
+      order = schedule::stageOrder(kind, program->numMicroBatches, stages, stage,
+                                   program->numChunks());
+      if (order.empty()) {
+        error = "stage " + std::to_string(stage) + " of " + std::to_string(stages) +
+                " cannot lay out " + std::to_string(program->numMicroBatches) +
+                " micro-batches of " + std::to_string(program->numChunks()) +
+                " chunks in the " + program->schedule + " schedule";
+        return false;
+      }
+    }
+    slots = size_t(std::max<int64_t>(1, schedule::maxInFlight(order, program->numChunks())));
   }
   numSlots = slots;
   // Another backend runs the instructions: only the parameters are wanted.
@@ -597,14 +611,19 @@ bool CpuExecutor::step(const std::vector<std::vector<int32_t>> &tok,
     return true;
   };
   int64_t micro = program->numMicroBatches;
-  if (!program->order.empty()) {
-    // The plan's own order; each micro-batch takes a free arena copy when it
+  if (order.empty()) {
+    // No pipeline: each micro-batch whole.
+    for (int64_t m = 0; m < micro; ++m)
+      if (!runHalf(m, false) || !runHalf(m, true))
+        return false;
+  } else {
+    // The stage's order; each micro-batch takes a free arena copy when it
     // starts and gives it back after its last part.
     std::vector<int64_t> left(size_t(micro), 2 * chunks), slotOf(size_t(micro), -1);
     std::vector<size_t> freeSlots;
     for (size_t i = numSlots; i-- > 0;)
       freeSlots.push_back(i);
-    for (const Program::Part &p : program->order) {
+    for (const Program::Part &p : order) {
       int64_t &own = slotOf[size_t(p.microBatch)];
       if (own < 0) {
         if (freeSlots.empty()) {
@@ -626,52 +645,6 @@ bool CpuExecutor::step(const std::vector<std::vector<int32_t>> &tok,
       if (--left[size_t(p.microBatch)] == 0)
         freeSlots.push_back(size_t(own));
     }
-  } else if (program->backwardStart < 0 || program->schedule == "sequential") {
-    for (int64_t m = 0; m < micro; ++m)
-      if (!runHalf(m, false) || !runHalf(m, true))
-        return false;
-  } else if (program->schedule == "interleaved") {
-    // Interleaved 1F1B (Narayanan et al. 2021): forwards go through the
-    // chunks in groups of pp micro-batches, backwards through the chunks in
-    // reverse; warm-up forwards fill the pipeline below this stage, then one
-    // forward and one backward, then the remaining backwards. Each chunk's
-    // backwards still run in micro-batch order.
-    int stage = 0, stages = 1;
-    if (!axis("pp", stage, stages, error))
-      return false;
-    int64_t total = micro * chunks, group = int64_t(stages);
-    auto mbOf = [&](int64_t k) { return (k / (group * chunks)) * group + k % group; };
-    auto fwdChunk = [&](int64_t k) { return (k / group) % chunks; };
-    int64_t warmup =
-        std::min(total, int64_t(stages - stage - 1) * 2 + (chunks - 1) * group);
-    for (int64_t k = 0; k < warmup; ++k)
-      if (!runPart(mbOf(k), fwdChunk(k), false))
-        return false;
-    for (int64_t k = warmup; k < total; ++k)
-      if (!runPart(mbOf(k), fwdChunk(k), false) ||
-          !runPart(mbOf(k - warmup), chunks - 1 - fwdChunk(k - warmup), true))
-        return false;
-    for (int64_t k = total - warmup; k < total; ++k)
-      if (!runPart(mbOf(k), chunks - 1 - fwdChunk(k), true))
-        return false;
-  } else {
-    // 1F1B (Narayanan et al. 2021): warm up with the forwards that fill the
-    // pipeline below this stage, then one forward and one backward, then
-    // drain; GPipe: every forward, then every backward. Backwards run in
-    // micro-batch order either way, so gradients accumulate as without a
-    // pipeline.
-    int64_t warmup = int64_t(numSlots) - 1;
-    if (program->schedule == "gpipe")
-      warmup = micro;
-    for (int64_t m = 0; m < warmup; ++m)
-      if (!runHalf(m, false))
-        return false;
-    for (int64_t m = warmup; m < micro; ++m)
-      if (!runHalf(m, false) || !runHalf(m - warmup, true))
-        return false;
-    for (int64_t m = std::max<int64_t>(0, micro - warmup); m < micro; ++m)
-      if (!runHalf(m, true))
-        return false;
   }
   slot = 0;
   if (!finishScatters(comm, error))

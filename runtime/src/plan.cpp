@@ -65,19 +65,7 @@ const Program *Plan::programFor(int rank) const {
 }
 
 int64_t Program::maxInFlight() const {
-  // A micro-batch is in flight from its first part to its last.
-  std::vector<int64_t> left(size_t(numMicroBatches), 2 * numChunks());
-  std::vector<bool> started(size_t(numMicroBatches), false);
-  int64_t now = 0, most = 0;
-  for (const Part &p : order) {
-    if (!started[size_t(p.microBatch)]) {
-      started[size_t(p.microBatch)] = true;
-      most = std::max(most, ++now);
-    }
-    if (--left[size_t(p.microBatch)] == 0)
-      --now;
-  }
-  return std::max<int64_t>(1, most);
+  return std::max<int64_t>(1, schedule::maxInFlight(order, numChunks()));
 }
 
 int64_t Program::numChunks() const {

@@ -3,17 +3,76 @@
 #include "llmopt-runtime/executor.h"
 #include "llmopt-runtime/json.h"
 #include "llmopt-runtime/plan.h"
+#include "llmopt-runtime/schedule.h"
 #include "llmopt-runtime/sha256.h"
 
 #include "gtest/gtest.h"
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <map>
 #include <string>
+#include <tuple>
 
 using namespace llmopt::runtime;
 
 namespace {
+
+/// The shared pipeline schedules: every pass once, a micro-batch's backward
+/// after its forward, each chunk's backwards in micro-batch order; 1F1B keeps
+/// (stages - stage) micro-batches in flight, GPipe all; inputs no schedule
+/// runs give no order.
+TEST(Schedule, EveryPassOnceInAValidOrder) {
+  using namespace llmopt::schedule;
+  for (Kind kind : {Kind::Sequential, Kind::GPipe, Kind::OneFOneB, Kind::Interleaved})
+    for (int64_t stages = 1; stages <= 4; ++stages)
+      for (int64_t stage = 0; stage < stages; ++stage)
+        for (int64_t chunks = 1; chunks <= (kind == Kind::Interleaved ? 3 : 1); ++chunks)
+          for (int64_t micro = 1; micro <= 9; ++micro) {
+            std::vector<Pass> order = stageOrder(kind, micro, stages, stage, chunks);
+            SCOPED_TRACE(std::string(name(kind)) + " micro " + std::to_string(micro) +
+                         " stage " + std::to_string(stage) + "/" + std::to_string(stages) +
+                         " chunks " + std::to_string(chunks));
+            if (kind == Kind::Interleaved && micro % stages) {
+              EXPECT_TRUE(order.empty());
+              continue;
+            }
+            ASSERT_EQ(int64_t(order.size()), 2 * micro * chunks);
+            using Key = std::tuple<int64_t, int64_t, bool>;
+            std::map<Key, int> seen;
+            std::map<int64_t, int64_t> lastBackward; // chunk -> micro-batch
+            for (const Pass &p : order) {
+              EXPECT_EQ(seen[Key(p.microBatch, p.chunk, p.backward)]++, 0);
+              if (p.backward) {
+                EXPECT_EQ(seen.count(Key(p.microBatch, p.chunk, false)), 1u);
+                auto it = lastBackward.find(p.chunk);
+                if (it != lastBackward.end()) {
+                  EXPECT_LT(it->second, p.microBatch);
+                }
+                lastBackward[p.chunk] = p.microBatch;
+              }
+            }
+            int64_t inFlight = maxInFlight(order, chunks);
+            if (kind == Kind::OneFOneB)
+              EXPECT_EQ(inFlight, std::min(micro, stages - stage));
+            if (kind == Kind::GPipe)
+              EXPECT_EQ(inFlight, micro);
+            if (kind == Kind::Sequential)
+              EXPECT_EQ(inFlight, 1);
+          }
+  // The textbook 1F1B order of the first of 4 stages, 6 micro-batches.
+  std::vector<Pass> f = stageOrder(Kind::OneFOneB, 6, 4, 0, 1);
+  std::string text;
+  for (const Pass &p : f)
+    text += (p.backward ? "b" : "f") + std::to_string(p.microBatch) + " ";
+  EXPECT_EQ(text, "f0 f1 f2 f3 b0 f4 b1 f5 b2 b3 b4 b5 ");
+  EXPECT_TRUE(stageOrder(Kind::OneFOneB, 4, 2, 2, 1).empty()); // no stage 2 of 2
+  EXPECT_TRUE(stageOrder(Kind::OneFOneB, 4, 2, 0, 2).empty()); // chunks: interleaved only
+  EXPECT_TRUE(stageOrder(Kind::GPipe, 0, 2, 0, 1).empty());
+  Kind k;
+  EXPECT_TRUE(parse("interleaved", k) && k == Kind::Interleaved);
+  EXPECT_FALSE(parse("zero-bubble", k));
+}
 
 TEST(Executor, SixteenBitConversions) {
   auto bf = [](float f) {

@@ -3,6 +3,7 @@
 #include "CudaSource.h"
 
 #include <array>
+#include "llmopt-runtime/schedule.h"
 #include "llmopt/Dialect/Exec/IR/ExecOps.h"
 #include "llmopt/Dialect/LLM/Analysis/ModelStats.h"
 #include "llmopt/Dialect/LLM/IR/LLMOps.h"
@@ -25,53 +26,6 @@ using namespace mlir;
 using namespace llmopt;
 namespace json = llvm::json;
 
-namespace {
-/// The order a pipeline stage runs its micro-batches' parts in: entries
-/// (micro-batch, chunk, backward). 1F1B (Narayanan et al. 2021): warm-up
-/// forwards for the stages below, then one forward and one backward, then
-/// the remaining backwards; GPipe: every forward, then every backward;
-/// interleaved 1F1B: forwards through the chunks in groups of `stages`
-/// micro-batches, backwards through them in reverse; sequential: each
-/// micro-batch whole. Backwards of one chunk always run in micro-batch order.
-std::vector<std::array<int64_t, 3>> scheduleOrder(StringRef schedule, int64_t micro,
-                                                  int64_t stages, int64_t stage, int64_t chunks) {
-  std::vector<std::array<int64_t, 3>> order;
-  auto whole = [&](int64_t m, bool backward) {
-    for (int64_t c = 0; c < chunks; ++c)
-      order.push_back({m, backward ? chunks - 1 - c : c, backward ? 1 : 0});
-  };
-  if (schedule == "sequential") {
-    for (int64_t m = 0; m < micro; ++m) {
-      whole(m, false);
-      whole(m, true);
-    }
-  } else if (schedule == "interleaved") {
-    int64_t total = micro * chunks;
-    auto mb = [&](int64_t k) { return (k / (stages * chunks)) * stages + k % stages; };
-    auto chunk = [&](int64_t k) { return (k / stages) % chunks; };
-    int64_t warmup = std::min(total, (stages - stage - 1) * 2 + (chunks - 1) * stages);
-    for (int64_t k = 0; k < warmup; ++k)
-      order.push_back({mb(k), chunk(k), 0});
-    for (int64_t k = warmup; k < total; ++k) {
-      order.push_back({mb(k), chunk(k), 0});
-      order.push_back({mb(k - warmup), chunks - 1 - chunk(k - warmup), 1});
-    }
-    for (int64_t k = total - warmup; k < total; ++k)
-      order.push_back({mb(k), chunks - 1 - chunk(k), 1});
-  } else {
-    int64_t warmup = schedule == "gpipe" ? micro : std::min(micro, stages - stage) - 1;
-    for (int64_t m = 0; m < warmup; ++m)
-      whole(m, false);
-    for (int64_t m = warmup; m < micro; ++m) {
-      whole(m, false);
-      whole(m - warmup, true);
-    }
-    for (int64_t m = std::max<int64_t>(0, micro - warmup); m < micro; ++m)
-      whole(m, true);
-  }
-  return order;
-}
-} // namespace
 
 namespace {
 
@@ -397,11 +351,20 @@ struct EmitPlanPass : public llmopt::impl::EmitPlanBase<EmitPlanPass> {
           progJSON["chunks"] = std::move(chunks);
         // The schedule spelled out, so that a runtime only follows it.
         json::Array order;
-        StringRef name = *progJSON.getString("schedule");
+        schedule::Kind kind;
+        (void)schedule::parse(progJSON.getString("schedule")->str(), kind);
         int64_t vpp = plan && plan.getVpp() > 1 ? plan.getVpp() : 1;
-        for (auto [m, c, bwd] :
-             scheduleOrder(name, prog.getMicroBatches(), pp, stageIndex, vpp))
-          order.push_back(json::Array{m, c, bwd});
+        std::vector<schedule::Pass> passes =
+            schedule::stageOrder(kind, prog.getMicroBatches(), pp, stageIndex, vpp);
+        if (passes.empty()) {
+          module.emitError() << "llm-emit-plan: stage " << stageIndex << " of " << pp
+                             << " cannot lay out " << prog.getMicroBatches()
+                             << " micro-batches in the " << schedule::name(kind)
+                             << " schedule";
+          return signalPassFailure();
+        }
+        for (const schedule::Pass &p : passes)
+          order.push_back(json::Array{p.microBatch, p.chunk, int64_t(p.backward)});
         progJSON["order"] = std::move(order);
       }
       ++stageIndex;

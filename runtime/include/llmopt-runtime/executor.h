@@ -116,6 +116,9 @@ private:
   /// (and then a single shared arena).
   std::vector<std::vector<float>> stashes;
   size_t numSlots = 1;
+  /// Pipeline stages: the order of the micro-batches' parts (the plan's,
+  /// or the shared schedule's for plans that name only the schedule).
+  std::vector<Program::Part> order;
   size_t slot = 0;
   int rank = 0;
   /// This rank's index and the size of a mesh axis (only `dp` is lowered).

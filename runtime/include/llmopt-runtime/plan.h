@@ -15,6 +15,8 @@
 #include "llmopt-kernels/abi.h"
 #include "llmopt-runtime/json.h"
 
+#include "llmopt-runtime/schedule.h"
+
 #include <cstdint>
 #include <map>
 #include <string>
@@ -125,10 +127,7 @@ struct Program {
   /// The schedule spelled out: (micro-batch, chunk, backward) parts in the
   /// order the stage runs them (pipeline plans; empty in older plans, whose
   /// order follows from `schedule`).
-  struct Part {
-    int64_t microBatch = 0, chunk = 0;
-    bool backward = false;
-  };
+  using Part = schedule::Pass;
   std::vector<Part> order;
   /// Micro-batches in flight at once under `order` (arena copies needed).
   int64_t maxInFlight() const;
