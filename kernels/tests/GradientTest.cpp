@@ -152,6 +152,33 @@ TEST(Gradient, RotaryIsOrthogonal) {
   checkGradient(x, dx, loss, "rotary dx", 1e-3);
 }
 
+/// The rotary frequencies of each Hugging Face rope type against values
+/// computed independently from transformers' definitions (head_dim 16, base
+/// 10000; linear factor 4; llama3 factor 8, low 1, high 4, original length
+/// 64: the first pair is high-frequency, unchanged; the next two are in the
+/// smoothed band; the rest are divided by the factor).
+TEST(Rotary, FrequenciesOfEachRopeType) {
+  const double none[] = {1.0, 0.31622776601683794, 0.1, 0.03162277660168379, 0.01,
+                         0.003162277660168379, 0.001, 0.00031622776601683794};
+  const double linear[] = {0.25, 0.07905694150420949, 0.025, 0.007905694150420948, 0.0025,
+                           0.0007905694150420947, 0.00025, 7.905694150420948e-05};
+  const double llama3[] = {1.0, 0.24438459943539834, 0.013042256043820465,
+                           0.003952847075210474, 0.00125, 0.00039528470752104737, 0.000125,
+                           3.952847075210474e-05};
+  RopeScaling lin;
+  lin.linearFactor = 4;
+  RopeScaling l3{8.0f, 1.0f, 4.0f, 64.0f};
+  std::vector<double> a = ropeInverseFrequencies(16, 10000.0f, RopeScaling{});
+  std::vector<double> b = ropeInverseFrequencies(16, 10000.0f, lin);
+  std::vector<double> c = ropeInverseFrequencies(16, 10000.0f, l3);
+  ASSERT_EQ(a.size(), 8u);
+  for (int i = 0; i < 8; ++i) {
+    EXPECT_NEAR(a[i], none[i], 1e-6 * none[i]) << i;
+    EXPECT_NEAR(b[i], linear[i], 1e-6 * linear[i]) << i;
+    EXPECT_NEAR(c[i], llama3[i], 1e-6 * llama3[i]) << i;
+  }
+}
+
 struct AttnCase {
   int64_t heads, kvHeads;
   bool causal;

@@ -559,6 +559,57 @@ FailureOr<ModelConfig> readConfig(ConfigReader &r) {
       }
     }
     c.ropeScaling = b.getDictionaryAttr(entries);
+    // What each type needs, as transformers' rope validation has it: a type,
+    // and the fields its frequencies are computed from.
+    StringRef type;
+    if (auto t = c.ropeScaling.getAs<StringAttr>("rope_type"))
+      type = t.getValue();
+    else if (auto t = c.ropeScaling.getAs<StringAttr>("type"))
+      type = t.getValue();
+    if (type.empty() && !c.ropeScaling.empty()) {
+      r.error("rope_scaling") << "field 'rope_scaling' needs 'rope_type' (one of \"default\", "
+                                 "\"linear\", \"dynamic\", \"yarn\", \"longrope\", "
+                                 "\"llama3\")";
+      return failure();
+    }
+    SmallVector<StringRef> needed;
+    if (type == "linear" || type == "dynamic" || type == "yarn")
+      needed = {"factor"};
+    else if (type == "llama3")
+      needed = {"factor", "low_freq_factor", "high_freq_factor",
+                "original_max_position_embeddings"};
+    else if (type == "longrope")
+      needed = {"long_factor", "short_factor"};
+    for (StringRef key : needed)
+      if (!c.ropeScaling.get(key)) {
+        r.error("rope_scaling") << "field 'rope_scaling." << key
+                                << "' is required for rope_type \"" << type << "\"";
+        return failure();
+      }
+    if (type == "linear" || type == "dynamic" || type == "llama3")
+      if (auto f = c.ropeScaling.getAs<FloatAttr>("factor"); f && f.getValueAsDouble() < 1) {
+        r.error("rope_scaling") << "field 'rope_scaling.factor' must be at least 1 for "
+                                   "rope_type \""
+                                << type << "\", got " << f.getValueAsDouble();
+        return failure();
+      }
+    // Dynamic NTK scaling changes nothing up to the model's length, which the
+    // lowering then needs to know.
+    if (type == "dynamic" && !c.ropeScaling.get("max_position_embeddings")) {
+      SmallVector<NamedAttribute> withMax(c.ropeScaling.getValue());
+      withMax.push_back(b.getNamedAttr("max_position_embeddings",
+                                       b.getI64IntegerAttr(c.maxPositions)));
+      c.ropeScaling = b.getDictionaryAttr(withMax);
+    }
+    if (type == "llama3") {
+      double lo = c.ropeScaling.getAs<FloatAttr>("low_freq_factor").getValueAsDouble();
+      double hi = c.ropeScaling.getAs<FloatAttr>("high_freq_factor").getValueAsDouble();
+      if (!(hi > lo)) {
+        r.error("rope_scaling") << "field 'rope_scaling.high_freq_factor' (" << hi
+                                << ") must exceed 'low_freq_factor' (" << lo << ")";
+        return failure();
+      }
+    }
   }
 
   if (c.family == Family::Mixtral) {

@@ -114,10 +114,22 @@ struct Run {
           return float(i.getInt());
         return dflt;
       };
-      s.factor = num("factor", 0);
-      s.lowFreqFactor = num("low_freq_factor", 1);
-      s.highFreqFactor = num("high_freq_factor", 4);
-      s.originalMaxPositions = num("original_max_position_embeddings", 8192);
+      StringRef type = "default";
+      if (auto t = d.getAs<StringAttr>("rope_type"))
+        type = t.getValue();
+      else if (auto t = d.getAs<StringAttr>("type"))
+        type = t.getValue();
+      // As the lowering: linear divides every frequency, llama3 scales by
+      // wavelength, dynamic changes nothing within the model's length (the
+      // lowering refuses the rest).
+      if (type == "linear") {
+        s.linearFactor = num("factor", 1);
+      } else if (type == "llama3") {
+        s.factor = num("factor", 0);
+        s.lowFreqFactor = num("low_freq_factor", 1);
+        s.highFreqFactor = num("high_freq_factor", 4);
+        s.originalMaxPositions = num("original_max_position_embeddings", 8192);
+      }
     }
     return s;
   }

@@ -114,7 +114,7 @@ struct CudaExecutor::State {
   std::map<std::string, std::unique_ptr<DevBuf>> accum;
   std::vector<std::unique_ptr<DevBuf>> temps, scratch;
   /// Rotary (cos, sin) tables by head_dim, theta, scaling and sequence.
-  std::map<std::tuple<int64_t, double, double, double, double, double, int64_t>,
+  std::map<std::tuple<int64_t, double, double, double, double, double, double, int64_t>,
            std::unique_ptr<DevBuf>>
       ropes;
   std::unique_ptr<cu::Gemm> gemm;
@@ -386,9 +386,11 @@ struct CudaExecutor::State {
     sc.lowFreqFactor = float(ins.number("low_freq_factor", 1));
     sc.highFreqFactor = float(ins.number("high_freq_factor", 4));
     sc.originalMaxPositions = float(ins.number("original_max_positions", 8192));
+    sc.linearFactor = float(ins.number("linear_factor", 1));
     double theta = ins.number("theta");
     auto key = std::make_tuple(hd, theta, double(sc.factor), double(sc.lowFreqFactor),
-                               double(sc.highFreqFactor), double(sc.originalMaxPositions), seq);
+                               double(sc.highFreqFactor), double(sc.originalMaxPositions),
+                               double(sc.linearFactor), seq);
     auto it = ropes.find(key);
     if (it != ropes.end())
       return it->second->as<float>();

@@ -1170,6 +1170,7 @@ bool CpuExecutor::runWide(const Instruction &ins, Communicator &comm, std::strin
     sc.lowFreqFactor = float(ins.number("low_freq_factor", 1));
     sc.highFreqFactor = float(ins.number("high_freq_factor", 4));
     sc.originalMaxPositions = float(ins.number("original_max_positions", 8192));
+    sc.linearFactor = float(ins.number("linear_factor", 1));
     std::vector<int32_t> pos;
     if (!cpPositions(ins, in[0].shape[1], pos, error))
       return false;

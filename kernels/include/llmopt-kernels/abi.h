@@ -33,7 +33,7 @@
   LLMOPT_KERNEL(Concat, "concat", -1, 1, "")                                             \
   LLMOPT_KERNEL(Rotary, "rotary", 2, 2,                                                  \
                 "head_dim,theta,inverse,factor,low_freq_factor,high_freq_factor,"         \
-                "original_max_positions")                                                \
+                "original_max_positions,linear_factor")                                  \
   LLMOPT_KERNEL(AttentionFwd, "attention_fwd", 3, 1,                                     \
                 "heads,kv_heads,head_dim,scale,causal,window")                           \
   LLMOPT_KERNEL(AttentionBwd, "attention_bwd", 5, 3,                                     \

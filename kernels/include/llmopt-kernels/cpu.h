@@ -100,12 +100,16 @@ void swigluBackward(const float *dout, const float *gate, const float *up, float
                     float *dup, int64_t count);
 
 // --- rotary embedding (rotary.cpp) ----------------------------------------------
-/// Llama-3 style context extension (rope_type "llama3"); factor 0 disables.
+/// Context extension of the rotary frequencies: Hugging Face's "linear"
+/// (every frequency divided by `linearFactor`; 1 disables) and "llama3"
+/// (frequency-dependent, `factor` with the low / high frequency factors and
+/// the original length; factor 0 disables).
 struct RopeScaling {
   float factor = 0;
   float lowFreqFactor = 1;
   float highFreqFactor = 4;
   float originalMaxPositions = 8192;
+  float linearFactor = 1;
 };
 /// Rotates each head of x [batch, seq, heads * headDim] in place-safe fashion
 /// (pairs (i, i + headDim/2), the Hugging Face layout). `inverse` rotates

@@ -340,7 +340,7 @@ LogicalResult Converter::convert(Operation *op) {
         return kernel(loc, "position_embedding_fwd", {e.getInput(), e.getTable()},
                       e.getResult());
       })
-      .Case([&](RotaryOp r) {
+      .Case([&](RotaryOp r) -> LogicalResult {
         SmallVector<NamedAttribute> p = {i64("head_dim", r.getHeadDimAttr().getInt()),
                                          f64("theta", r.getTheta().convertToDouble()),
                                          flag("inverse", r.getInverse())};
@@ -353,10 +353,43 @@ LogicalResult Converter::convert(Operation *op) {
           }
           return dflt;
         };
-        p.push_back(f64("factor", num("factor", 0)));
-        p.push_back(f64("low_freq_factor", num("low_freq_factor", 1)));
-        p.push_back(f64("high_freq_factor", num("high_freq_factor", 4)));
-        p.push_back(f64("original_max_positions", num("original_max_position_embeddings", 8192)));
+        // Hugging Face's rope types: "linear" divides every frequency by the
+        // factor, "llama3" scales by wavelength, "dynamic" (NTK) changes
+        // nothing up to the model's length; the others are refused rather
+        // than trained with other positions than the model's.
+        StringRef type = "default";
+        if (DictionaryAttr d = r.getScalingAttr()) {
+          if (auto t = d.getAs<StringAttr>("rope_type"))
+            type = t.getValue();
+          else if (auto t = d.getAs<StringAttr>("type"))
+            type = t.getValue();
+        }
+        if (type == "linear") {
+          p.push_back(f64("linear_factor", num("factor", 1)));
+        } else if (type == "llama3") {
+          p.push_back(f64("factor", num("factor", 0)));
+          p.push_back(f64("low_freq_factor", num("low_freq_factor", 1)));
+          p.push_back(f64("high_freq_factor", num("high_freq_factor", 4)));
+          p.push_back(
+              f64("original_max_positions", num("original_max_position_embeddings", 8192)));
+        } else if (type == "dynamic") {
+          int64_t cp = 1;
+          if (auto plan = r->getParentOfType<ModuleOp>()->getAttrOfType<PlanAttr>("llm.plan"))
+            cp = plan.getCp();
+          int64_t seq = cast<ShapedType>(r.getQ().getType()).getDimSize(1) * cp;
+          double limit = num("max_position_embeddings", 0);
+          if (limit <= 0 || double(seq) > limit)
+            return r.emitOpError()
+                   << "rope_scaling type \"dynamic\" (NTK) changes the frequencies beyond "
+                      "the model's "
+                   << int64_t(limit) << " positions, which the lowering does not do: train "
+                   << "at a sequence of at most " << int64_t(limit) << " (got " << seq << ")";
+        } else if (type != "default") {
+          return r.emitOpError() << "rope_scaling type \"" << type
+                                 << "\" is not lowered (linear, dynamic up to the model's "
+                                    "length and llama3 are): the model would train with other "
+                                    "positions than it was trained with";
+        }
         return kernel(loc, "rotary", {r.getQ(), r.getK()}, {r.getQOut(), r.getKOut()}, p);
       })
       .Case([&](LayerNormOp n) {
