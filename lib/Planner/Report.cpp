@@ -346,174 +346,299 @@ static const LayerDesc *firstLayer(const ModelDesc &m) {
   return m.layers.empty() ? nullptr : &m.layers.front();
 }
 
+namespace {
+/// The trainers the exports target, the stack each is searched for, and the
+/// versions whose arguments / keys the export uses (docs/planner.md).
+struct ExportTarget {
+  const char *format;
+  const char *stack;
+  const char *trainer;
+};
+const ExportTarget kTargets[] = {
+    {"megatron", "megatron", "Megatron-LM (Megatron-Core 0.14 / main, pretrain_gpt.py arguments)"},
+    {"deepspeed", "deepspeed", "DeepSpeed 0.19 (ds_config JSON)"},
+    {"torchtitan", "torchtitan", "torchtitan 0.2.x (job config TOML)"},
+};
+
+/// Refuses with `error` naming the setting and the trainer.
+bool refuse(std::string &error, const ExportTarget &t, const std::string &what) {
+  error = std::string(t.format) + " export: " + what + "; " + t.trainer +
+          " cannot run it as planned";
+  return false;
+}
+
+bool exportMegatron(llvm::raw_ostream &os, const ExportTarget &t, const ModelDesc &model,
+                    const JobSpec &job, const PlanEval &plan, std::string &error) {
+  const ParallelConfig &c = plan.config;
+  const LayerDesc &l = *firstLayer(model);
+  const int64_t L = int64_t(model.layers.size());
+  if (c.recompute == Recompute::PerStage)
+    return refuse(error, t, "per-stage recomputation (Megatron recomputes alike on every stage)");
+  if (!model.ropeScaling.empty() && model.ropeScaling != "default" &&
+      model.ropeScaling != "llama3")
+    return refuse(error, t, "rope scaling '" + model.ropeScaling + "'");
+  // Stage layers: even, Megatron's uneven first / last stages, or
+  // interleaved with the embedding and loss counted as layers.
+  std::string stages;
+  if (c.pp > 1 && c.vpp == 1) {
+    std::vector<int> s = plan.config.stageLayers;
+    bool even = llvm::all_equal(s);
+    if (!even) {
+      int middle = c.pp > 2 ? int(L) - s.front() - s.back() : 0;
+      bool midEqual = c.pp <= 2 || std::all_of(s.begin() + 1, s.end() - 1,
+                                               [&](int n) { return n == s[1]; });
+      if (!midEqual || (c.pp > 2 && middle % (c.pp - 2)))
+        return refuse(error, t,
+                      "stage layers with unequal middle stages (Megatron sets the first and "
+                      "last stages' layers, the rest equal)");
+      stages = llvm::formatv(" --decoder-first-pipeline-num-layers {0} "
+                             "--decoder-last-pipeline-num-layers {1}",
+                             s.front(), s.back())
+                   .str();
+    }
+  }
+  if (c.vpp > 1 && L % (c.pp * c.vpp))
+    stages = " --account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split";
+  const bool fsdp = c.zero >= 2;
+  os << "# " << t.trainer << " for " << model.name << ": " << describe(c) << "\n";
+  // The launch environment: TP and CP overlap their collectives only with
+  // one connection (validate_args asserts it before Blackwell); Megatron
+  // FSDP asserts the opposite.
+  if ((c.tp > 1 || c.cp > 1) && !fsdp)
+    os << "export CUDA_DEVICE_MAX_CONNECTIONS=1\n";
+  os << llvm::formatv("--num-layers {0} --hidden-size {1} --num-attention-heads {2} "
+                      "--ffn-hidden-size {3} --seq-length {4} --max-position-embeddings {5}",
+                      L, l.hidden, l.heads, l.ffn, job.seqLen,
+                      std::max<int64_t>(model.positions, job.seqLen));
+  if (l.kvHeads != l.heads)
+    os << llvm::formatv(" --group-query-attention --num-query-groups {0}", l.kvHeads);
+  if (l.gatedMlp)
+    os << " --swiglu";
+  if (model.positions == 0) {
+    os << " --position-embedding-type rope --normalization RMSNorm --disable-bias-linear";
+    if (model.ropeTheta > 0)
+      os << llvm::formatv(" --rotary-base {0}", int64_t(std::llround(model.ropeTheta)));
+    if (model.ropeScaling == "llama3")
+      os << llvm::formatv(" --use-rope-scaling --rope-scaling-factor {0}", model.ropeFactor);
+  }
+  if (!model.tiedEmbeddings)
+    os << " --untie-embeddings-and-output-weights";
+  if (!job.dropout)
+    os << " --attention-dropout 0.0 --hidden-dropout 0.0";
+  if (l.isMoE())
+    os << llvm::formatv(" --num-experts {0} --moe-router-topk {1} --moe-token-dispatcher-type "
+                        "alltoall --moe-grouped-gemm",
+                        l.experts, l.topK);
+  os << "\n";
+  os << llvm::formatv("--tensor-model-parallel-size {0} --pipeline-model-parallel-size {1} "
+                      "--context-parallel-size {2}",
+                      c.tp, c.pp, c.cp);
+  if (c.ep > 1)
+    os << llvm::formatv(" --expert-model-parallel-size {0}", c.ep);
+  if (c.vpp > 1)
+    os << llvm::formatv(" --num-virtual-stages-per-pipeline-rank {0}", c.vpp);
+  os << stages;
+  if (c.sp)
+    os << " --sequence-parallel";
+  os << "\n";
+  os << llvm::formatv("--micro-batch-size {0} --global-batch-size {1}", c.microBatch,
+                      job.globalBatch);
+  if (c.recompute == Recompute::Selective)
+    os << " --recompute-granularity selective";
+  else if (c.recompute == Recompute::Full && c.recomputeLayers > 0)
+    os << llvm::formatv(" --recompute-granularity full --recompute-method block "
+                        "--recompute-num-layers {0}",
+                        c.recomputeLayers);
+  else if (c.recompute == Recompute::Full)
+    os << " --recompute-granularity full --recompute-method uniform --recompute-num-layers 1";
+  if (fsdp)
+    os << llvm::formatv(" --use-megatron-fsdp --data-parallel-sharding-strategy {0} "
+                        "--ckpt-format fsdp_dtensor --overlap-grad-reduce "
+                        "--overlap-param-gather",
+                        c.zero == 2 ? "optim_grads" : "optim_grads_params");
+  else if (c.zero == 1)
+    os << " --use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather";
+  else
+    os << " --overlap-grad-reduce";
+  if (c.shard > 0)
+    os << llvm::formatv(" --num-distributed-optimizer-instances {0}", c.dp * c.cp / c.shard);
+  if (c.offloadOptimizer)
+    os << " --optimizer-cpu-offload";
+  os << "\n--bf16";
+  if (job.fp8)
+    os << " --fp8-format hybrid --fp8-recipe tensorwise";
+  if (job.gradBytes == 4)
+    os << " --accumulate-allreduce-grads-in-fp32";
+  if (job.flashAttention)
+    os << " --attention-backend flash";
+  os << " --clip-grad 1.0 --optimizer adam\n";
+  return true;
+}
+
+bool exportDeepSpeed(llvm::raw_ostream &os, const ExportTarget &t, const JobSpec &job,
+                     const PlanEval &plan, std::string &error) {
+  const ParallelConfig &c = plan.config;
+  // What ds_config cannot carry: the pipeline degree (PipelineModule's
+  // num_stages) and the expert-parallel degree (deepspeed.moe.layer.MoE's
+  // ep_size) are set in the model code.
+  if (c.pp > 1)
+    return refuse(error, t,
+                  llvm::formatv("pipeline parallelism (pp {0}: ds_config has no pipeline "
+                                "degree; PipelineModule(num_stages={0}) sets it in the model "
+                                "code)",
+                                c.pp)
+                      .str());
+  if (c.ep > 1)
+    return refuse(error, t,
+                  llvm::formatv("expert parallelism (ep {0}: ds_config has no expert degree; "
+                                "deepspeed.moe.layer.MoE(ep_size={0}) sets it in the model "
+                                "code)",
+                                c.ep)
+                      .str());
+  if (c.recompute == Recompute::PerStage || c.recompute == Recompute::Selective ||
+      c.recomputeLayers > 0)
+    return refuse(error, t,
+                  c.recomputeLayers > 0
+                      ? std::string("recomputation of the first layers of each chunk only")
+                      : std::string(toString(c.recompute)) + " recomputation");
+  if (c.shard > 0 && c.zero != 3)
+    return refuse(error, t,
+                  "hybrid sharding with ZeRO-" + std::to_string(c.zero) +
+                      " (MiCS, mics_shard_size, shards ZeRO-3 only)");
+  json::Object zero{{"stage", c.zero}, {"overlap_comm", true}, {"contiguous_gradients", true}};
+  if (c.offloadOptimizer)
+    zero["offload_optimizer"] = json::Object{{"device", "cpu"}, {"pin_memory", true}};
+  if (c.shard > 0)
+    zero["mics_shard_size"] = c.shard;
+  // With AutoTP every rank counts as data parallel in DeepSpeed's batch
+  // arithmetic (the tp ranks of a group read the same samples): the batch
+  // as DeepSpeed counts it is the plan's times tp.
+  json::Object cfg{
+      {"train_batch_size", job.globalBatch * c.tp},
+      {"train_micro_batch_size_per_gpu", c.microBatch},
+      {"gradient_accumulation_steps", c.numMicroBatches},
+      {"gradient_clipping", 1.0},
+      {"bf16", json::Object{{"enabled", job.dtype == DType::BF16 || job.fp8}}},
+      {"fp16", json::Object{{"enabled", job.dtype == DType::FP16}}},
+      {"zero_optimization", std::move(zero)},
+  };
+  if (c.recompute == Recompute::Full)
+    cfg["activation_checkpointing"] =
+        json::Object{{"partition_activations", false}, {"contiguous_memory_optimization", true}};
+  if (c.tp > 1)
+    cfg["tensor_parallel"] = json::Object{{"autotp_size", c.tp}};
+  if (c.cp > 1)
+    cfg["sequence_parallel_size"] = c.cp; // Ulysses, as the deepspeed stack costs it
+  os << llvm::formatv("{0:2}", json::Value(std::move(cfg))) << "\n";
+  return true;
+}
+
+bool exportTorchtitan(llvm::raw_ostream &os, const ExportTarget &t, const ModelDesc &model,
+                      const JobSpec &job, const PlanEval &plan, std::string &error) {
+  const ParallelConfig &c = plan.config;
+  const LayerDesc &l = *firstLayer(model);
+  const int64_t L = int64_t(model.layers.size());
+  // torchtitan builds the model from a named flavor of its own.
+  const char *flavor = nullptr;
+  if (l.hidden == 4096 && L == 32 && l.ffn == 14336 && model.vocab == 128256)
+    flavor = "8B";
+  else if (l.hidden == 8192 && L == 80 && l.ffn == 28672 && model.vocab == 128256)
+    flavor = "70B";
+  else if (l.hidden == 16384 && L == 126 && l.ffn == 53248 && model.vocab == 128256)
+    flavor = "405B";
+  if (!flavor || l.isMoE())
+    return refuse(error, t,
+                  "the model " + model.name +
+                      " (torchtitan trains the Llama 3 flavors 8B, 70B and 405B by name; add "
+                      "this one to its model registry first)");
+  if (c.recomputeLayers > 0)
+    return refuse(error, t, "recomputation of the first layers of each chunk only");
+  if (job.fp8)
+    return refuse(error, t, "fp8 GEMMs (the float8 converter's keys differ across 0.2.x "
+                            "releases; plan with fp8=false)");
+  if (c.recompute == Recompute::PerStage)
+    return refuse(error, t, "per-stage recomputation");
+  if (c.shard > 0 && c.shard % c.cp)
+    return refuse(error, t,
+                  "a shard group of " + std::to_string(c.shard) +
+                      " ranks (torchtitan shards over dp_shard x cp: a multiple of cp " +
+                      std::to_string(c.cp) + ")");
+  const char *sched = c.schedule == Schedule::Interleaved ? "Interleaved1F1B"
+                      : c.schedule == Schedule::GPipe     ? "GPipe"
+                                                          : "1F1B";
+  // FSDP shards over dp_shard x cp; hybrid sharding's groups of c.shard
+  // ranks (cp innermost) are dp_shard = shard / cp of them.
+  int64_t shard = c.zero == 0 ? 1 : c.shard > 0 ? c.shard / c.cp : c.dp;
+  int64_t replicate = c.dp / shard;
+  os << "# " << t.trainer << " for " << model.name << ": " << describe(c) << "\n";
+  os << "[model]\nname = \"llama3\"\nflavor = \"" << flavor << "\"\n\n";
+  // Without a pipeline torchtitan accumulates global / (local x dp) micro-
+  // batches of local_batch_size; with one, local_batch_size is the rank's
+  // whole step, split into micro-batches of the pipeline's size.
+  int64_t local = c.pp > 1 ? c.microBatch * c.numMicroBatches : c.microBatch;
+  os << "[training]\n";
+  os << llvm::formatv("local_batch_size = {0}\nglobal_batch_size = {1}\nseq_len = {2}\n"
+                      "max_norm = 1.0\nmixed_precision_param = \"bfloat16\"\n"
+                      "mixed_precision_reduce = \"float32\"\n",
+                      local, job.globalBatch, job.seqLen);
+  os << "\n[parallelism]\n";
+  os << llvm::formatv("data_parallel_replicate_degree = {0}\n"
+                      "data_parallel_shard_degree = {1}\n"
+                      "tensor_parallel_degree = {2}\n"
+                      "pipeline_parallel_degree = {3}\n"
+                      "context_parallel_degree = {4}\n"
+                      "expert_parallel_degree = {5}\n",
+                      replicate, shard, c.tp, c.pp, c.cp, c.ep);
+  if (c.tp > 1)
+    os << llvm::formatv("disable_loss_parallel = false\nenable_async_tensor_parallel = {0}\n",
+                        job.stack.variant == "asynctp" ? "true" : "false");
+  if (c.pp > 1) {
+    os << llvm::formatv("pipeline_parallel_schedule = \"{0}\"\n"
+                        "pipeline_parallel_microbatch_size = {1}\n",
+                        sched, c.microBatch);
+    if (c.vpp > 1)
+      os << llvm::formatv("pipeline_parallel_layers_per_stage = {0}\n",
+                          (L + c.pp * c.vpp - 1) / (c.pp * c.vpp));
+  }
+  os << "\n[activation_checkpoint]\n";
+  os << llvm::formatv("mode = \"{0}\"\n", toString(c.recompute));
+  if (c.recompute == Recompute::Selective)
+    os << "selective_ac_option = \"op\"\n";
+  return true;
+}
+} // namespace
+
 bool llmopt::planner::exportPlan(llvm::raw_ostream &os, const std::string &format,
                                  const ModelDesc &model, const JobSpec &job,
                                  const PlanEval &plan, std::string &error) {
-  const ParallelConfig &c = plan.config;
-  const LayerDesc *l = firstLayer(model);
-  if (!l) {
+  const ExportTarget *target = nullptr;
+  for (const ExportTarget &t : kTargets)
+    if (format == t.format)
+      target = &t;
+  if (!target) {
+    error = "unknown export format '" + format + "': use megatron, deepspeed or torchtitan";
+    return false;
+  }
+  if (!firstLayer(model)) {
     error = "the model has no layers to export";
     return false;
   }
-  int64_t numLayers = int64_t(model.layers.size());
-  if (format == "megatron") {
-    os << "# Megatron-LM (megatron-core) arguments for " << model.name << ": "
-       << describe(c) << "\n";
-    os << llvm::formatv("--num-layers {0} --hidden-size {1} --num-attention-heads {2} "
-                        "--ffn-hidden-size {3} --seq-length {4} --max-position-embeddings {5}",
-                        numLayers, l->hidden, l->heads, l->ffn, job.seqLen,
-                        std::max<int64_t>(model.positions, job.seqLen));
-    if (l->kvHeads != l->heads)
-      os << llvm::formatv(" --group-query-attention --num-query-groups {0}", l->kvHeads);
-    if (l->gatedMlp)
-      os << " --swiglu";
-    if (model.positions == 0)
-      os << " --position-embedding-type rope --normalization RMSNorm --disable-bias-linear";
-    if (!model.tiedEmbeddings)
-      os << " --untie-embeddings-and-output-weights";
-    if (l->isMoE())
-      os << llvm::formatv(" --num-experts {0} --moe-router-topk {1}", l->experts, l->topK);
-    os << "\n";
-    os << llvm::formatv("--tensor-model-parallel-size {0} --pipeline-model-parallel-size {1} "
-                        "--context-parallel-size {2}",
-                        c.tp, c.pp, c.cp);
-    if (c.ep > 1)
-      os << llvm::formatv(" --expert-model-parallel-size {0}", c.ep);
-    if (c.vpp > 1)
-      os << llvm::formatv(" --num-layers-per-virtual-pipeline-stage {0}",
-                          numLayers / (c.pp * c.vpp));
-    if (c.sp)
-      os << " --sequence-parallel";
-    os << "\n";
-    os << llvm::formatv("--micro-batch-size {0} --global-batch-size {1}", c.microBatch,
-                        job.globalBatch);
-    // Megatron takes one setting for every stage: a per-stage plan exports
-    // the strongest level any stage uses.
-    Recompute level = c.recompute;
-    if (level == Recompute::PerStage) {
-      level = Recompute::None;
-      for (Recompute r : c.stageRecompute)
-        level = std::max(level, r);
-    }
-    if (level == Recompute::Selective)
-      os << " --recompute-activations";
-    else if (level == Recompute::Full && c.recomputeLayers > 0)
-      os << llvm::formatv(" --recompute-granularity full --recompute-method block "
-                          "--recompute-num-layers {0}",
-                          c.recomputeLayers);
-    else if (level == Recompute::Full)
-      os << " --recompute-granularity full --recompute-method uniform "
-            "--recompute-num-layers 1";
-    if (c.zero >= 1)
-      os << " --use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather";
-    else
-      os << " --overlap-grad-reduce";
-    if (c.shard > 0)
-      os << llvm::formatv(" --num-distributed-optimizer-instances {0}",
-                          c.dp * c.cp / c.shard);
-    os << "\n--bf16";
-    if (job.fp8)
-      os << " --fp8-format hybrid";
-    if (job.gradBytes == 4)
-      os << " --accumulate-allreduce-grads-in-fp32";
-    if (job.flashAttention)
-      os << " --use-flash-attn";
-    os << " --clip-grad 1.0 --optimizer adam\n";
-    if (c.zero >= 2)
-      os << "# note: Megatron's distributed optimizer shards optimizer states (ZeRO-1); "
-            "ZeRO-"
-         << c.zero << " needs --use-torch-fsdp2 instead\n";
-    if (c.recompute == Recompute::PerStage)
-      os << "# note: the plan recomputes per stage; Megatron applies one setting to "
-            "every stage, so the strongest one ("
-         << toString(level) << ") is exported\n";
-    return true;
-  }
-  if (c.recomputeLayers > 0 && format != "megatron") {
-    error = format + " export: the plan recomputes the first " +
-            std::to_string(c.recomputeLayers) +
-            " layers of each chunk (Megatron's block method), which the export does not "
-            "express: plan with fix=recompute_layers:0";
+  // A plan is this layout on this stack: what it costed and allowed is what
+  // the stack runs, so it exports to that stack's trainer only.
+  if (job.stack.name != target->stack) {
+    error = std::string(target->format) + " export: the plan was searched for stack " +
+            job.stack.name + ", whose rules and efficiency are not " + target->trainer +
+            "'s; plan with stack=" + target->stack + " to export for it";
     return false;
   }
-  if (format == "deepspeed") {
-    if (c.shard > 0 && c.zero != 3) {
-      error = "deepspeed export: DeepSpeed shards over groups (MiCS, mics_shard_size) "
-              "with ZeRO-3 only; this plan has ZeRO-" +
-              std::to_string(c.zero) + " with shard " + std::to_string(c.shard) +
-              ": plan with fix=shard:0";
-      return false;
-    }
-    json::Object zero{{"stage", c.zero},
-                      {"overlap_comm", true},
-                      {"contiguous_gradients", true}};
-    if (c.offloadOptimizer)
-      zero["offload_optimizer"] = json::Object{{"device", "cpu"}, {"pin_memory", true}};
-    if (c.shard > 0)
-      zero["mics_shard_size"] = c.shard;
-    json::Object cfg{
-        {"train_batch_size", job.globalBatch},
-        {"train_micro_batch_size_per_gpu", c.microBatch},
-        {"gradient_accumulation_steps", c.numMicroBatches},
-        {"gradient_clipping", 1.0},
-        {"bf16", json::Object{{"enabled", job.dtype == DType::BF16 || job.fp8}}},
-        {"fp16", json::Object{{"enabled", job.dtype == DType::FP16}}},
-        {"zero_optimization", std::move(zero)},
-        {"activation_checkpointing",
-         json::Object{{"partition_activations", c.sp},
-                      {"contiguous_memory_optimization", c.recompute != Recompute::None}}},
-    };
-    if (c.tp > 1)
-      cfg["tensor_parallel"] = json::Object{{"autotp_size", c.tp}};
-    if (c.pp > 1)
-      cfg["pipeline"] = json::Object{{"stages", c.pp}, {"partition_method", "uniform"}};
-    if (c.cp > 1)
-      cfg["sequence_parallel_size"] = c.cp;
-    if (c.ep > 1)
-      cfg["moe"] = json::Object{{"ep_size", c.ep}};
-    os << llvm::formatv("{0:2}", json::Value(std::move(cfg))) << "\n";
-    return true;
-  }
-  if (format == "torchtitan") {
-    // FSDP shards over dp_shard x cp; hybrid sharding's groups of
-    // c.shard ranks (cp innermost) are dp_shard = shard / cp of them.
-    if (c.shard > 0 && c.shard % c.cp) {
-      error = "torchtitan export: torchtitan shards over dp_shard x cp, so a shard group "
-              "must be a multiple of cp " +
-              std::to_string(c.cp) + " (got " + std::to_string(c.shard) + ")";
-      return false;
-    }
-    int64_t shard = c.zero == 0 ? 1 : c.shard > 0 ? c.shard / c.cp : c.dp;
-    int64_t replicate = c.dp / shard;
-    const char *sched = c.schedule == Schedule::Interleaved ? "Interleaved1F1B"
-                        : c.schedule == Schedule::GPipe     ? "GPipe"
-                                                            : "1F1B";
-    os << "# torchtitan job config for " << model.name << ": " << describe(c) << "\n";
-    os << "[training]\n";
-    os << llvm::formatv("local_batch_size = {0}\nglobal_batch_size = {1}\nseq_len = {2}\n"
-                        "max_norm = 1.0\nmixed_precision_param = \"bfloat16\"\n"
-                        "mixed_precision_reduce = \"float32\"\n",
-                        c.microBatch * c.numMicroBatches, job.globalBatch, job.seqLen);
-    os << "\n[parallelism]\n";
-    os << llvm::formatv("data_parallel_replicate_degree = {0}\n"
-                        "data_parallel_shard_degree = {1}\n"
-                        "tensor_parallel_degree = {2}\n"
-                        "pipeline_parallel_degree = {3}\n"
-                        "context_parallel_degree = {4}\n"
-                        "expert_parallel_degree = {5}\n",
-                        replicate, shard, c.tp, c.pp, c.cp, c.ep);
-    if (c.pp > 1)
-      os << llvm::formatv("pipeline_parallel_schedule = \"{0}\"\n"
-                          "pipeline_parallel_microbatch_size = {1}\n",
-                          sched, c.microBatch);
-    os << "\n[activation_checkpoint]\n";
-    os << llvm::formatv("mode = \"{0}\"\n", toString(c.recompute));
-    if (c.recompute == Recompute::Selective)
-      os << "selective_ac_option = \"op\"\n";
-    if (job.fp8)
-      os << "\n[float8]\nenable_fsdp_float8_all_gather = true\n";
-    return true;
-  }
-  error = "unknown export format '" + format + "': use megatron, deepspeed or torchtitan";
-  return false;
+  // Everything goes to a string first: nothing is written on a refusal.
+  std::string text;
+  llvm::raw_string_ostream out(text);
+  bool ok = format == "megatron"    ? exportMegatron(out, *target, model, job, plan, error)
+            : format == "deepspeed" ? exportDeepSpeed(out, *target, job, plan, error)
+                                    : exportTorchtitan(out, *target, model, job, plan, error);
+  if (!ok)
+    return false;
+  os << text;
+  return true;
 }

@@ -73,6 +73,19 @@ def _messages(text: str, kind: str) -> List[str]:
     return out
 
 
+def _clean(stderr: str) -> str:
+    """The diagnostics of llm-opt's standard error without their file
+    locations and source excerpts (the input file's first line and a caret):
+    ``error: ...`` and ``note: ...`` lines, or the text as it is when it has
+    none."""
+    lines = []
+    for line in stderr.splitlines():
+        m = _DIAG.match(line)
+        if m:
+            lines.append(f"{m.group(1)}: {m.group(2)}")
+    return "\n".join(lines) if lines else stderr.strip()
+
+
 def _executable(path: Path) -> bool:
     return path.is_file() and os.access(path, os.X_OK)
 
@@ -140,7 +153,7 @@ def run_llm_opt(args: Sequence[str], *, timeout: Optional[float] = None) -> str:
     except OSError as e:
         raise LLMOptError(f"cannot run {command[0]}: {e}", command=command) from e
     if proc.returncode != 0:
-        message = proc.stderr.strip() or f"llm-opt exited with status {proc.returncode}"
+        message = _clean(proc.stderr) or f"llm-opt exited with status {proc.returncode}"
         cls = NoFeasiblePlanError if "no valid configuration" in message else LLMOptError
         raise cls(message, returncode=proc.returncode, command=command)
     return proc.stdout

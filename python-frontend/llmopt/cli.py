@@ -62,14 +62,20 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         Model(args.model), _cluster(args), job, fix=args.fix, top_k=args.top_k, html=args.html
     )
     out = sys.stdout
-    if args.json:
-        out.write(json.dumps(result.report, indent=2) + "\n")
+    exported = result.export(args.export) if args.export else None
+    if exported is not None and args.export_file is None:
+        # Only the export on standard output (`> ds.json` is the config);
+        # the table goes to standard error.
+        sys.stderr.write(result.table())
+        out.write(exported)
     else:
-        out.write(result.table())
-    if args.export:
-        if not args.json:
-            out.write("\n")
-        out.write(result.export(args.export))
+        if args.json:
+            out.write(json.dumps(result.report, indent=2) + "\n")
+        else:
+            out.write(result.table())
+        if exported is not None:
+            Path(args.export_file).write_text(exported, encoding="utf-8")
+            print(f"llmopt: wrote {args.export_file}", file=sys.stderr)
     if args.html:
         print(f"llmopt: wrote {args.html}", file=sys.stderr)
     return 0
@@ -135,7 +141,10 @@ def _parser() -> argparse.ArgumentParser:
     pl.add_argument("--json", action="store_true", help="print the JSON report instead of the table")
     pl.add_argument("--html", metavar="PATH", help="write the HTML report here")
     pl.add_argument("--export", choices=EXPORT_FORMATS,
-                    help="print the best plan for Megatron-LM, DeepSpeed or torchtitan")
+                    help="the best plan for Megatron-LM, DeepSpeed or torchtitan (plan with "
+                    "that --stack): only it on standard output, the table on standard error")
+    pl.add_argument("--export-file", metavar="PATH",
+                    help="write the export here instead (the table stays on standard output)")
     pl.set_defaults(run=_cmd_plan)
 
     st = sub.add_parser("stats", help="parameters, training FLOPs per token and bytes")

@@ -19,14 +19,29 @@ PLAN = ["plan", "--cluster", "dgx-h100", "--gpus", "16", "--global-batch", "64",
 def test_plan_table_export_and_html(examples: Path, tmp_path: Path,
                                     capsys: pytest.CaptureFixture[str]) -> None:
     html = tmp_path / "plan.html"
+    exported = tmp_path / "args.txt"
     assert main([*PLAN[:1], str(examples / "llama3-8b.json"), *PLAN[1:], "--top-k", "2",
-                 "--export", "megatron", "--html", str(html)]) == 0
+                 "--export", "megatron", "--export-file", str(exported),
+                 "--html", str(html)]) == 0
     out, err = capsys.readouterr()
     assert out.startswith("llama3-8b: 8.03 B parameters")
     assert "\n2    dp" in out and "\n3    dp" not in out
-    assert "# Megatron-LM (megatron-core) arguments for llama3-8b" in out
+    assert exported.read_text().startswith("# Megatron-LM (Megatron-Core 0.14")
     assert html.read_text().startswith("<!DOCTYPE html>")
-    assert f"wrote {html}" in err
+    assert f"wrote {html}" in err and f"wrote {exported}" in err
+    # Without --export-file only the export is on standard output.
+    assert main([*PLAN[:1], str(examples / "llama3-8b.json"), *PLAN[1:], "--top-k", "1",
+                 "--stack", "deepspeed", "--export", "deepspeed"]) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out)["train_batch_size"] == 64
+    assert err.startswith("llama3-8b: 8.03 B parameters")
+    # A plan exports to its own stack's trainer only; the error is the
+    # tool's message without its file location or source excerpt.
+    assert main([*PLAN[:1], str(examples / "llama3-8b.json"), *PLAN[1:],
+                 "--export", "torchtitan"]) == 1
+    out, err = capsys.readouterr()
+    assert "searched for stack megatron" in err and "plan with stack=torchtitan" in err
+    assert "\n^" not in err and "llama3-8b.json:1:1" not in err
 
 
 def test_plan_json_with_fix_and_overrides(examples: Path,
@@ -76,11 +91,11 @@ def test_python_dash_m(examples: Path) -> None:
     proc = subprocess.run(
         [sys.executable, "-m", "llmopt", "plan", str(examples / "gpt2-124m.json"),
          "--cluster", "dgx-a100-80gb", "--global-batch", "64", "--top-k", "1",
-         "--export", "deepspeed"],
+         "--stack", "deepspeed", "--export", "deepspeed"],
         capture_output=True, text=True, env=env, check=False)
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.startswith("gpt2-124m: 124.44 M parameters")
-    assert '"train_batch_size": 64' in proc.stdout
+    assert proc.stderr.startswith("gpt2-124m: 124.44 M parameters")
+    assert json.loads(proc.stdout)["train_batch_size"] == 64
     version = subprocess.run([sys.executable, "-m", "llmopt", "--version"],
                              capture_output=True, text=True, env=env, check=True)
     assert version.stdout.startswith("llmopt ")

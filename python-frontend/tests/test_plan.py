@@ -132,23 +132,31 @@ def test_evaluate_a_known_configuration(examples: Path) -> None:
     assert any(n.startswith("closest: OOM by") for n in e.value.notes)
 
 
-def test_exports(llama8b_16: llmopt.PlanResult) -> None:
-    r = llama8b_16
+def test_exports(llama8b_16: llmopt.PlanResult, examples: Path) -> None:
+    r = llama8b_16  # the default stack: Megatron-Core
     c = r.best.config
     megatron = r.export("megatron")
-    assert megatron.startswith(f"# Megatron-LM (megatron-core) arguments for llama3-8b: {c.describe()}")
+    assert megatron.startswith(f"# Megatron-LM (Megatron-Core 0.14 / main, pretrain_gpt.py "
+                               f"arguments) for llama3-8b: {c.describe()}")
     assert f"--tensor-model-parallel-size {c.tp} --pipeline-model-parallel-size {c.pp}" in megatron
-    ds = json.loads(r.export("deepspeed"))
-    assert ds["train_batch_size"] == 64
-    assert ds["train_micro_batch_size_per_gpu"] == c.micro_batch
-    assert ds["zero_optimization"]["stage"] == c.zero
-    titan = r.export("torchtitan")
-    assert "[parallelism]" in titan and f"tensor_parallel_degree = {c.tp}" in titan
     # Any of the top plans, by rank or object.
     second = r.plans[1].config
-    assert r.export("megatron", 1).startswith(
-        f"# Megatron-LM (megatron-core) arguments for llama3-8b: {second.describe()}")
-    assert r.export("torchtitan", r.plans[1]) == r.export("torchtitan", 1)
+    assert second.describe() in r.export("megatron", 1).splitlines()[0]
+    assert r.export("megatron", r.plans[1]) == r.export("megatron", 1)
+    # Other trainers take plans searched for them.
+    with pytest.raises(llmopt.LLMOptError, match="plan with stack=deepspeed") as e:
+        r.export("deepspeed")
+    assert "\n^" not in str(e.value)
+    model = Model(examples / "llama3-8b.json")
+    cluster = Cluster.preset("dgx-h100", gpus=16)
+    ds = llmopt.plan(model, cluster, Job(global_batch=64, seq_len=8192, stack="deepspeed"),
+                     top_k=1)
+    cfg = json.loads(ds.export("deepspeed"))
+    assert cfg["train_micro_batch_size_per_gpu"] == ds.best.config.micro_batch
+    assert cfg["zero_optimization"]["stage"] == ds.best.config.zero
+    titan = llmopt.plan(model, cluster, Job(global_batch=64, seq_len=8192, stack="torchtitan"),
+                        top_k=1).export("torchtitan")
+    assert "[parallelism]" in titan and 'flavor = "8B"' in titan
     with pytest.raises(ValueError, match="unknown export format"):
         r.export("nemo")
 

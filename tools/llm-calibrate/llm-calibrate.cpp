@@ -125,6 +125,10 @@ bool readRows(llvm::StringRef text, std::vector<Row> &rows) {
     r.recompute = str("recompute");
     if (!stackOf(str("stack"), r.id, r.stack, r.variant))
       return fail("row " + r.id + ": unknown stack '" + str("stack") + "'");
+    // A row may name the profile variant that ran it (rows beside the
+    // published file, e.g. torchtitan's async TP figures).
+    if (std::string v = str("variant"); !v.empty())
+      r.variant = v;
     r.gpus = int(num("gpus", 0));
     r.tp = int(num("tp", 1));
     r.pp = int(num("pp", 1));

@@ -56,6 +56,11 @@ struct ModelDesc {
   int64_t hidden = 0;
   /// Learned position table rows, 0 with rotary embeddings.
   int64_t positions = 0;
+  /// Rotary base (theta), 0 without rotary embeddings; and its scaling
+  /// type ("" none, "linear", "llama3", ...) with the factor.
+  double ropeTheta = 0;
+  std::string ropeScaling;
+  double ropeFactor = 0;
   bool tiedEmbeddings = false;
   /// Parameters of the input tables, of the untied head (0 when tied), and
   /// of the final norm.
