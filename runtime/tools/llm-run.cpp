@@ -23,6 +23,7 @@
 #include "llmopt-runtime/tcp_comm.h"
 
 #include <chrono>
+#include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <new>
@@ -513,12 +514,21 @@ static int run(int argc, char **argv) {
     double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     double tokensPerS = double(perRank * dp * micro * seq) / dt;
     if (metrics) {
+      // JSON has no NaN or infinity: a non-finite value is null.
+      auto num = [](double v) {
+        char buf[32];
+        if (!std::isfinite(v))
+          return std::string("null");
+        std::snprintf(buf, sizeof buf, "%.9g", v);
+        return std::string(buf);
+      };
       std::fprintf(metrics,
-                   "{\"step\": %lld, \"loss\": %.9g, \"grad_norm\": %.9g, \"tokens_per_s\": %.6g, "
+                   "{\"step\": %lld, \"loss\": %s, \"grad_norm\": %s, \"tokens_per_s\": %.6g, "
                    "\"step_time_s\": %.6g, \"peak_memory_bytes\": %lld, "
                    "\"exposed_comm_share\": %.6g",
-                   static_cast<long long>(exe.steps), r.loss, r.gradNorm, tokensPerS, dt,
-                   static_cast<long long>(memory), dt > 0 ? timed.seconds / dt : 0.0);
+                   static_cast<long long>(exe.steps), num(r.loss).c_str(),
+                   num(r.gradNorm).c_str(), tokensPerS, dt, static_cast<long long>(memory),
+                   dt > 0 ? timed.seconds / dt : 0.0);
       if (r.lossScaling)
         std::fprintf(metrics, ", \"loss_scale\": %.9g, \"skipped\": %s", r.lossScale,
                      r.skipped ? "true" : "false");
@@ -538,6 +548,14 @@ static int run(int argc, char **argv) {
                    tty ? "\r" : "", static_cast<long long>(exe.steps),
                    static_cast<long long>(o.steps), r.loss, r.gradNorm, tokensPerS,
                    tty ? "" : "\n");
+    // A non-finite loss or gradient norm is a run gone wrong, not a step
+    // to train on (dynamic loss scaling skips such steps itself): stop
+    // before anything is saved from it.
+    if ((!std::isfinite(r.loss) || !std::isfinite(r.gradNorm)) && !(r.lossScaling && r.skipped))
+      return fail("step " + std::to_string(exe.steps) + ": the loss is " + std::to_string(r.loss) +
+                  " and the gradient norm " + std::to_string(r.gradNorm) +
+                  "; training stopped, nothing saved from this step (check the data, the "
+                  "initialization and the learning rate, or train with loss scaling)");
     if (!o.checkpointDir.empty() && o.checkpointEvery > 0 &&
         exe.steps % o.checkpointEvery == 0 &&
         (!toHost(error) || !saveCheckpoint(o.checkpointDir, exe, plan, *comm, error)))
