@@ -77,6 +77,8 @@ const char *llmopt::cost::toString(RejectReason r) {
     return "not_supported_by_stack";
   case RejectReason::SeqNotDivisibleByCP:
     return "seq_not_divisible_by_cp";
+  case RejectReason::SeqNotDivisibleForSP:
+    return "seq_not_divisible_for_sp";
   case RejectReason::SPWithoutTP:
     return "sp_without_tp";
   case RejectReason::TPAcrossNodes:
@@ -384,6 +386,13 @@ static RejectReason layoutRules(const ModelDesc &model, const ClusterSpec &clust
       return std::string(llvm::formatv("sequence {0} is not divisible into 2*cp = {1} chunks "
                                        "(load-balanced causal context parallelism)",
                                        job.seqLen, 2 * c.cp));
+    });
+  if (c.sp && c.tp > 1 && (job.seqLen / c.cp) % c.tp)
+    return fail(RejectReason::SeqNotDivisibleForSP, [&] {
+      return llvm::formatv("a rank's sequence of {0} tokens does not split into tp = {1} "
+                           "chunks for sequence parallelism",
+                           job.seqLen / c.cp, c.tp)
+          .str();
     });
   if (job.globalBatch % (int64_t(c.dp) * c.microBatch))
     return fail(RejectReason::BatchNotDivisible, [&] {

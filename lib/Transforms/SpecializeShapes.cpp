@@ -69,9 +69,30 @@ struct SpecializeShapesPass
   void runOnOperation() override {
     ModuleOp module = getOperation();
     int64_t b = batch, s = seq;
+    if (b < 0 || s < 0) {
+      module.emitError() << "llm-specialize-shapes: batch and seq must be positive (sequences "
+                            "per rank and micro-batch, tokens per sequence), got batch="
+                         << b << " seq=" << s;
+      return signalPassFailure();
+    }
     // The plan was made for a job: its micro-batch and sequence length win
-    // over the model's default length.
+    // over the model's default length, and may not be changed here (that
+    // would train another global batch than the plan's).
     if (auto plan = module->getAttrOfType<PlanAttr>("llm.plan")) {
+      if (b != 0 && b != plan.getMicroBatch()) {
+        module.emitError() << "llm-specialize-shapes: batch=" << b
+                           << " differs from the plan's micro-batch of " << plan.getMicroBatch()
+                           << " (dp " << plan.getDp() << " x " << plan.getNumMicroBatches()
+                           << " micro-batches); leave batch= out, or plan again with fix=micro_batch:"
+                           << b;
+        return signalPassFailure();
+      }
+      if (s != 0 && s != plan.getSeqLen()) {
+        module.emitError() << "llm-specialize-shapes: seq=" << s
+                           << " differs from the plan's sequence length of " << plan.getSeqLen()
+                           << "; leave seq= out, or plan again with seq-len=" << s;
+        return signalPassFailure();
+      }
       if (b == 0)
         b = plan.getMicroBatch();
       if (s == 0)
@@ -82,6 +103,14 @@ struct SpecializeShapesPass
     if (b <= 0 || s <= 0) {
       module.emitError() << "llm-specialize-shapes: no batch or sequence length: pass "
                             "batch=N seq=N, or plan the module first";
+      return signalPassFailure();
+    }
+    // Shapes the plan and the runtime can hold: a rank's tokens fit in 32
+    // bits of rows, and nothing overflows when multiplied by widths.
+    if (b > (int64_t(1) << 24) || s > (int64_t(1) << 26) || b * s > (int64_t(1) << 31)) {
+      module.emitError() << "llm-specialize-shapes: batch=" << b << " x seq=" << s
+                         << " tokens per rank and micro-batch is more than a plan holds "
+                            "(batch <= 2^24, seq <= 2^26, their product <= 2^31)";
       return signalPassFailure();
     }
     // Context parallelism (llm-partition-cp): each rank holds 2 of 2 cp

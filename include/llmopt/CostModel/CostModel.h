@@ -137,6 +137,7 @@ enum class RejectReason {
   EPNotDividingDP,
   NotSupportedByStack,
   SeqNotDivisibleByCP,
+  SeqNotDivisibleForSP,
   SPWithoutTP,
   TPAcrossNodes,
   GpuCountMismatch,

@@ -691,6 +691,12 @@ struct ConvertLLMToExecPass
                             "(llm-build-training-step, llm-specialize-shapes, llm-plan-memory)";
       return signalPassFailure();
     }
+    if (bucketBytes < 0) {
+      module.emitError() << "convert-llm-to-exec: bucket-bytes must be 0 (no buckets) or "
+                            "positive, got "
+                         << int64_t(bucketBytes);
+      return signalPassFailure();
+    }
     int64_t dp = 1, tp = 1, ep = 1, cp = 1, micro = 1, zero = 0;
     if (auto plan = module->getAttrOfType<PlanAttr>("llm.plan")) {
       if (plan.getShard() > 0) {

@@ -134,7 +134,8 @@ struct LLMAutoParallelPass
     job.globalBatch = globalBatch;
     if (globalBatch > (int64_t(1) << 30))
       return fail("global-batch must be at most 2^30 sequences");
-    if (seqLen < 0 || seqLen > (int64_t(1) << 26))
+    // -1: not given (the model's length); 0 or negative given is an error.
+    if (seqLen != -1 && (seqLen < 1 || seqLen > (int64_t(1) << 26)))
       return fail("seq-len must be between 1 and 2^26, got " + Twine(int64_t(seqLen)));
     job.seqLen = seqLen > 0 ? int64_t(seqLen) : getDefaultSeqLen(module);
     if (job.seqLen <= 0 || job.seqLen > (int64_t(1) << 26))
@@ -197,11 +198,12 @@ struct LLMAutoParallelPass
         return fail("cluster override '" + kv + "' must be path=value");
       overrides.push_back({k.str(), v.str()});
     }
-    if (gpus < 0 || gpus > (1 << 24))
-      return fail("gpus must be between 1 and 16777216");
+    if (gpus != -1 && (gpus < 1 || gpus > (1 << 24)))
+      return fail("gpus must be between 1 and 16777216, got " + Twine(int64_t(gpus)) +
+                  " (leave it out for one node of the preset)");
     cost::ClusterSpec cl;
     std::string error;
-    if (!cost::parseCluster(cluster, contents, overrides, int(gpus), cl, error))
+    if (!cost::parseCluster(cluster, contents, overrides, gpus > 0 ? int(gpus) : 0, cl, error))
       return fail(error);
     std::string calibration;
     if (!calibrate.empty()) {
