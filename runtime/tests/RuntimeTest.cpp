@@ -53,12 +53,15 @@ TEST(Schedule, EveryPassOnceInAValidOrder) {
               }
             }
             int64_t inFlight = maxInFlight(order, chunks);
-            if (kind == Kind::OneFOneB)
+            if (kind == Kind::OneFOneB) {
               EXPECT_EQ(inFlight, std::min(micro, stages - stage));
-            if (kind == Kind::GPipe)
+            }
+            if (kind == Kind::GPipe) {
               EXPECT_EQ(inFlight, micro);
-            if (kind == Kind::Sequential)
+            }
+            if (kind == Kind::Sequential) {
               EXPECT_EQ(inFlight, 1);
+            }
           }
   // The textbook 1F1B order of the first of 4 stages, 6 micro-batches.
   std::vector<Pass> f = stageOrder(Kind::OneFOneB, 6, 4, 0, 1);

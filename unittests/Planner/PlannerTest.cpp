@@ -120,8 +120,9 @@ TEST(Planner, SearchScoresEqualEvaluatingThePlanAlone) {
       EXPECT_NEAR(alone.peak.total(), p.peak.total(), 1e-6 * p.peak.total())
           << fix << ": " << describe(p.config);
     }
-    if (llvm::StringRef(fix).starts_with("tp:4"))
+    if (llvm::StringRef(fix).starts_with("tp:4")) {
       EXPECT_TRUE(whole) << "no plan with an expert group taking tp ranks was tried";
+    }
   }
 }
 
@@ -261,8 +262,9 @@ TEST(Planner, BestFirstAndDeterministic) {
   for (size_t i = 0; i < a.plans.size(); ++i) {
     EXPECT_EQ(describe(a.plans[i].config), describe(b.plans[i].config));
     // Best first; a plan ranks above a faster one only as a tie (simpler).
-    if (i)
+    if (i) {
       EXPECT_LE(a.plans[i - 1].time.step, a.plans[i].time.step * (1 + kTieTolerance));
+    }
   }
   EXPECT_EQ(a.evaluated, b.evaluated);
 }
