@@ -14,6 +14,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "llmopt/CostModel/CostModel.h"
+#include "llmopt/Support/JSONDepth.h"
 
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/JSON.h"
@@ -25,6 +26,10 @@ using namespace llmopt::cost;
 
 bool llmopt::cost::calibrate(GpuSpec &gpu, llvm::StringRef profileJson, DType dtype,
                              std::string &summary, std::string &error) {
+  if (std::string deep = jsonDepthError(profileJson, "the profile"); !deep.empty()) {
+    error = deep;
+    return false;
+  }
   llvm::Expected<llvm::json::Value> parsed = llvm::json::parse(profileJson);
   if (!parsed) {
     error = "the profile is not JSON: " + llvm::toString(parsed.takeError());

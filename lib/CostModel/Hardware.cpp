@@ -1,6 +1,7 @@
 //===- Hardware.cpp - GPU and cluster presets and the cluster schema ------===//
 
 #include "llmopt/CostModel/Hardware.h"
+#include "llmopt/Support/JSONDepth.h"
 
 #include "JSONMerge.h"
 
@@ -338,6 +339,10 @@ bool llmopt::cost::parseCluster(
     base = toJSON(preset);
   } else {
     where = spec + ": ";
+    if (std::string deep = jsonDepthError(fileContents, spec); !deep.empty()) {
+      error = deep;
+      return false;
+    }
     llvm::Expected<json::Value> parsed = json::parse(fileContents);
     if (!parsed) {
       error = where + "malformed JSON: " + llvm::toString(parsed.takeError());
@@ -384,6 +389,11 @@ bool llmopt::cost::parseCluster(
     if (!obj->get(parts.back())) {
       error = "cluster override '" + path + "': no field '" + parts.back().str() +
               "' in the cluster schema (see docs/cost-model.md)";
+      return false;
+    }
+    if (std::string deep = jsonDepthError(value, "cluster override '" + path + "'");
+        !deep.empty()) {
+      error = deep;
       return false;
     }
     llvm::Expected<json::Value> v = json::parse(value);

@@ -7,6 +7,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "llmopt/CostModel/Stack.h"
+#include "llmopt/Support/JSONDepth.h"
 
 #include "JSONMerge.h"
 
@@ -374,6 +375,9 @@ bool llmopt::cost::parseStackProfile(const std::string &text, const std::string 
     error = "stack profile '" + filename + "': " + msg;
     return false;
   };
+  if (std::optional<size_t> at = findTooDeepBracket(text))
+    return fail("malformed JSON: nested deeper than " + std::to_string(kMaxJSONDepth) +
+                " levels (at byte " + std::to_string(*at) + ")");
   llvm::Expected<json::Value> parsed = json::parse(text);
   if (!parsed)
     return fail("not valid JSON: " + llvm::toString(parsed.takeError()));

@@ -12,6 +12,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "llmopt/Import/HFConfig.h"
+#include "llmopt/Support/JSONDepth.h"
 #include "llmopt/Dialect/LLM/IR/LLMOps.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -44,10 +45,6 @@ bool llmopt::looksLikeHFConfig(StringRef contents) {
 
 namespace {
 
-/// Deepest bracket nesting accepted. llvm::json::parse recurses once per
-/// level, so deeper input could exhaust the stack; configs nest two or three.
-constexpr unsigned kMaxJSONDepth = 512;
-
 /// Longest position table (max_position_embeddings, n_positions) accepted:
 /// far beyond any released model, and small enough that sequence lengths,
 /// tokens and their products stay exact.
@@ -60,32 +57,6 @@ std::pair<unsigned, unsigned> lineColOf(StringRef text, size_t pos) {
   size_t nl = before.rfind('\n');
   unsigned col = 1 + (nl == StringRef::npos ? pos : pos - nl - 1);
   return {line, col};
-}
-
-/// Offset of the first `[` or `{` outside strings that opens level
-/// `kMaxJSONDepth + 1`, if any.
-std::optional<size_t> findTooDeepBracket(StringRef text) {
-  unsigned depth = 0;
-  bool inString = false;
-  for (size_t i = 0, e = text.size(); i < e; ++i) {
-    char ch = text[i];
-    if (inString) {
-      if (ch == '\\')
-        ++i; // skip the escaped character, \" included
-      else if (ch == '"')
-        inString = false;
-      continue;
-    }
-    if (ch == '"') {
-      inString = true;
-    } else if (ch == '[' || ch == '{') {
-      if (++depth > kMaxJSONDepth)
-        return i;
-    } else if ((ch == ']' || ch == '}') && depth > 0) {
-      --depth;
-    }
-  }
-  return std::nullopt;
 }
 
 enum class Family { GPT2, Llama, Mistral, Mixtral, Qwen2 };

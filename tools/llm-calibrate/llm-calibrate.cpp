@@ -17,6 +17,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "llmopt/CostModel/CostModel.h"
+#include "llmopt/Support/JSONDepth.h"
 #include "llmopt/Dialect/LLM/Analysis/ModelDesc.h"
 #include "llmopt/Dialect/LLM/Analysis/ModelStats.h"
 #include "llmopt/Dialect/LLM/IR/LLMDialect.h"
@@ -101,6 +102,8 @@ bool stackOf(llvm::StringRef text, llvm::StringRef id, std::string &name,
 }
 
 bool readRows(llvm::StringRef text, std::vector<Row> &rows) {
+  if (std::string deep = llmopt::jsonDepthError(text, "rows"); !deep.empty())
+    return fail(deep);
   llvm::Expected<json::Value> v = json::parse(text);
   if (!v)
     return fail("rows: " + llvm::toString(v.takeError()));
@@ -411,6 +414,9 @@ static int searchEachJob(Calibrator &cal, const std::vector<Row> &rows) {
     llvm::SmallString<256> path(cal.dir);
     llvm::sys::path::append(path, "search-notes.json");
     if (auto buf = llvm::MemoryBuffer::getFile(path)) {
+      if (std::string deep = llmopt::jsonDepthError((*buf)->getBuffer(), path.str());
+          !deep.empty())
+        return fail(deep), 2;
       llvm::Expected<json::Value> v = json::parse((*buf)->getBuffer());
       const json::Object *o = v ? v->getAsObject() : nullptr;
       if (!o)

@@ -20,6 +20,8 @@
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/Support/FileUtilities.h"
 #include "mlir/Tools/mlir-opt/MlirOptMain.h"
+
+#include <optional>
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/Support/InitLLVM.h"
 #include "llvm/Support/MemoryBuffer.h"
@@ -67,6 +69,32 @@ static LogicalResult flushReports() {
   return success();
 }
 
+/// Offset of the first bracket (`(`, `[`, `{`, `<`) outside string literals
+/// and comments that opens level `limit + 1`, if any. MLIR's parser recurses
+/// once per nested attribute or type: an input nested some thousands deep
+/// overflows the stack before any diagnostic. `->` is not a closing bracket.
+static std::optional<size_t> findTooDeepNesting(StringRef text, unsigned limit) {
+  unsigned depth = 0;
+  for (size_t i = 0, e = text.size(); i < e; ++i) {
+    char ch = text[i];
+    if (ch == '"') {
+      for (++i; i < e && text[i] != '"'; ++i)
+        if (text[i] == '\\')
+          ++i;
+    } else if (ch == '/' && i + 1 < e && text[i + 1] == '/') {
+      while (i < e && text[i] != '\n')
+        ++i;
+    } else if (ch == '(' || ch == '[' || ch == '{' || ch == '<') {
+      if (++depth > limit)
+        return i;
+    } else if ((ch == ')' || ch == ']' || ch == '}' || (ch == '>' && (i == 0 || text[i - 1] != '-'))) &&
+               depth > 0) {
+      --depth;
+    }
+  }
+  return std::nullopt;
+}
+
 int main(int argc, char **argv) {
   llvm::InitLLVM y(argc, argv);
   DialectRegistry registry;
@@ -106,6 +134,10 @@ int main(int argc, char **argv) {
     input = importJSON(std::move(input), registry);
     if (!input)
       return EXIT_FAILURE;
+  } else if (std::optional<size_t> at = findTooDeepNesting(input->getBuffer(), 1000)) {
+    llvm::errs() << inputFilename << ": error: nested deeper than 1000 levels (at byte " << *at
+                 << "): no model needs that, and the parser would overflow its stack\n";
+    return EXIT_FAILURE;
   }
 
   // Run into memory so that a failure writes nothing, and print the reports
