@@ -2,8 +2,13 @@
 
 #include "llmopt/Support/Output.h"
 
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/Process.h"
+#include "llvm/Support/raw_ostream.h"
+
 #include <atomic>
 #include <mutex>
+#include <vector>
 
 static std::atomic<bool> wroteToStdout{false};
 static std::mutex reportMutex;
@@ -28,4 +33,49 @@ std::string llmopt::takeBufferedReports() {
   std::string out;
   out.swap(reportBuffer());
   return out;
+}
+
+bool llmopt::writeFilesAtomically(
+    llvm::ArrayRef<std::pair<std::string, std::string>> files, std::string &error) {
+  std::vector<std::string> temps;
+  auto cleanup = [&] {
+    for (const std::string &t : temps)
+      llvm::sys::fs::remove(t);
+  };
+  // Stage every file completely first.
+  for (const auto &[path, text] : files) {
+    std::string temp =
+        path + ".tmp-" + std::to_string(llvm::sys::Process::getProcessId());
+    std::error_code ec;
+    {
+      llvm::raw_fd_ostream os(temp, ec, llvm::sys::fs::OF_None);
+      if (!ec) {
+        temps.push_back(temp);
+        os << text;
+        os.close();
+        ec = os.error();
+        os.clear_error();
+      }
+    }
+    if (ec) {
+      error = "cannot write '" + path + "': " + ec.message();
+      cleanup();
+      return false;
+    }
+  }
+  // Then move them into place.
+  for (size_t i = 0; i < files.size(); ++i)
+    if (std::error_code ec = llvm::sys::fs::rename(temps[i], files[i].first)) {
+      error = "cannot write '" + files[i].first + "': " + ec.message();
+      for (size_t j = i; j < temps.size(); ++j)
+        llvm::sys::fs::remove(temps[j]);
+      return false;
+    }
+  return true;
+}
+
+bool llmopt::writeFileAtomically(llvm::StringRef path, llvm::StringRef text,
+                                 std::string &error) {
+  std::pair<std::string, std::string> one{path.str(), text.str()};
+  return writeFilesAtomically(one, error);
 }

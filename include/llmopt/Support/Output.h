@@ -13,8 +13,10 @@
 #ifndef LLMOPT_SUPPORT_OUTPUT_H
 #define LLMOPT_SUPPORT_OUTPUT_H
 
+#include "llvm/ADT/ArrayRef.h"
 #include "llvm/ADT/StringRef.h"
 #include <string>
+#include <utility>
 
 namespace llmopt {
 
@@ -28,6 +30,19 @@ bool reportWroteToStdout();
 /// Returns the queued reports and empties the queue. The driver calls it
 /// after a successful run and prints the result on standard output.
 std::string takeBufferedReports();
+
+/// Writes `files` (path, content) all or nothing: each is first written to a
+/// temporary beside it, flushed and closed with every write error checked,
+/// and only when all of them are complete are they renamed into place. A
+/// failure while writing (a full disk, a missing directory) changes no
+/// target and leaves no temporary; `error` names the file and the cause.
+/// (A rename that fails after others succeeded, e.g. onto a directory,
+/// leaves the earlier ones renamed.)
+bool writeFilesAtomically(llvm::ArrayRef<std::pair<std::string, std::string>> files,
+                          std::string &error);
+
+/// One file, as writeFilesAtomically.
+bool writeFileAtomically(llvm::StringRef path, llvm::StringRef text, std::string &error);
 
 } // namespace llmopt
 

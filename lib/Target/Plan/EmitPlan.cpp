@@ -7,6 +7,7 @@
 #include "llmopt/Dialect/Exec/IR/ExecOps.h"
 #include "llmopt/Dialect/LLM/Analysis/ModelStats.h"
 #include "llmopt/Dialect/LLM/IR/LLMOps.h"
+#include "llmopt/Support/Output.h"
 #include "llmopt/Transforms/Passes.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -81,18 +82,6 @@ json::Value attrJSON(Attribute a) {
   if (auto s = dyn_cast<StringAttr>(a))
     return s.str();
   return nullptr;
-}
-
-LogicalResult writeAtomically(StringRef path, StringRef text, Operation *op) {
-  if (llvm::Error e = llvm::writeToOutput(path, [&](llvm::raw_ostream &os) {
-        os << text;
-        return llvm::Error::success();
-      })) {
-    op->emitError() << "llm-emit-plan: cannot write '" << path
-                    << "': " << llvm::toString(std::move(e));
-    return failure();
-  }
-  return success();
 }
 
 struct EmitPlanPass : public llmopt::impl::EmitPlanBase<EmitPlanPass> {
@@ -387,19 +376,18 @@ struct EmitPlanPass : public llmopt::impl::EmitPlanBase<EmitPlanPass> {
     std::string sums = hex + "  plan.json\n";
     SmallString<256> cudaPath(dir);
     llvm::sys::path::append(cudaPath, "kernels.cu");
+    // Every file of the directory is staged and checked before any is
+    // renamed into place: a full disk leaves the previous plan whole.
+    std::vector<std::pair<std::string, std::string>> files;
     if (!fusedOps.empty()) {
       std::string cuda = fusedKernelsCudaSource(fusedOps);
       std::array<uint8_t, 32> cudaHash = llvm::SHA256::hash(
           ArrayRef<uint8_t>(reinterpret_cast<const uint8_t *>(cuda.data()), cuda.size()));
       sums += llvm::toHex(cudaHash, /*LowerCase=*/true) + "  kernels.cu\n";
-      if (failed(writeAtomically(cudaPath, cuda, module)))
-        return signalPassFailure();
-    } else {
-      llvm::sys::fs::remove(cudaPath);
+      files.push_back({std::string(cudaPath), std::move(cuda)});
     }
-    if (failed(writeAtomically(planPath, text, module)) ||
-        failed(writeAtomically(sumPath, sums, module)))
-      return signalPassFailure();
+    files.push_back({std::string(planPath), text});
+    files.push_back({std::string(sumPath), sums});
 
     // A Slurm batch script launching the plan (one task per rank).
     int64_t perNode = std::max<int64_t>(1, std::min<int64_t>(gpusPerNode, world));
@@ -429,8 +417,14 @@ struct EmitPlanPass : public llmopt::impl::EmitPlanBase<EmitPlanPass> {
         "  \"${RESUME[@]}\"\n";
     SmallString<256> slurmPath(dir);
     llvm::sys::path::append(slurmPath, "run.slurm");
-    if (failed(writeAtomically(slurmPath, slurm, module)))
+    files.push_back({std::string(slurmPath), slurm});
+    std::string error;
+    if (!writeFilesAtomically(files, error)) {
+      module.emitError() << "llm-emit-plan: " << error;
       return signalPassFailure();
+    }
+    if (fusedOps.empty())
+      llvm::sys::fs::remove(cudaPath); // a previous plan's kernels
   }
 };
 } // namespace

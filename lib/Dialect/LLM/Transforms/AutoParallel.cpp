@@ -38,19 +38,6 @@ using namespace llmopt::llm;
 
 namespace {
 
-/// Writes `text` to `path` through a temporary file renamed into place.
-LogicalResult writeFileAtomically(StringRef path, StringRef text, std::string &error) {
-  llvm::Error err = llvm::writeToOutput(path, [&](llvm::raw_ostream &os) {
-    os << text;
-    return llvm::Error::success();
-  });
-  if (err) {
-    error = llvm::toString(std::move(err));
-    return failure();
-  }
-  return success();
-}
-
 /// The search's progress as one line on standard error, rewritten in place
 /// (`\r`). Shown only once the search has run for a second and only when
 /// standard error is a terminal, so quick searches, pipes and logs stay
@@ -295,14 +282,16 @@ struct LLMAutoParallelPass
       planner::printHTMLReport(os, *model, cl, job, result);
     }
 
-    if (!html.empty() && failed(writeFileAtomically(reportHtml, html, error)))
-      return fail("cannot write HTML report '" + reportHtml + "': " + error);
-    if (!report.empty() && report != "-" &&
-        failed(writeFileAtomically(report, reportText, error)))
-      return fail("cannot write report '" + report + "': " + error);
-    if (!exported.empty() && exportFile != "-" &&
-        failed(writeFileAtomically(exportFile, exported, error)))
-      return fail("cannot write export '" + exportFile + "': " + error);
+    // The output files together, all or none.
+    std::vector<std::pair<std::string, std::string>> files;
+    if (!html.empty())
+      files.push_back({reportHtml, html});
+    if (!report.empty() && report != "-")
+      files.push_back({report, reportText});
+    if (!exported.empty() && exportFile != "-")
+      files.push_back({exportFile, exported});
+    if (!writeFilesAtomically(files, error))
+      return fail(error);
 
     std::string out = report == "-" ? reportText : (calibration.empty() ? "" : calibration + "\n") + table;
     if (!exported.empty() && exportFile == "-")
