@@ -58,7 +58,7 @@ def test_to_html_reruns_the_same_search(llama8b_16: llmopt.PlanResult, tmp_path:
 
 def test_unwritable_path_is_an_error_and_writes_nothing(examples: Path, tmp_path: Path) -> None:
     target = tmp_path / "missing-dir" / "plan.html"
-    with pytest.raises(llmopt.LLMOptError, match="cannot write HTML report"):
+    with pytest.raises(llmopt.LLMOptError, match="cannot write .*plan.html.: No such file or directory"):
         llmopt.plan(Model(examples / "gpt2-124m.json"), Cluster.preset("dgx-a100-80gb"),
                     Job(global_batch=64), html=target)
     assert not target.exists()
