@@ -9,6 +9,8 @@
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/JSON.h"
 
+#include <functional>
+
 #include <cmath>
 
 using namespace llmopt::cost;
@@ -352,6 +354,38 @@ bool llmopt::cost::parseCluster(
     if (!obj) {
       error = where + "a cluster file must be a JSON object";
       return false;
+    }
+    // Every field must be one of the schema's: a typo would otherwise leave
+    // the preset's value in place without a word.
+    {
+      ClusterSpec any;
+      getClusterPreset("dgx-h100", any);
+      json::Value schema = toJSON(any);
+      std::function<bool(const json::Object &, const json::Object &, const std::string &)>
+          known = [&](const json::Object &o, const json::Object &ref,
+                      const std::string &prefix) {
+            for (const auto &kv : o) {
+              std::string name = prefix + kv.first.str();
+              // `preset`, and notes for readers (`_note`, `_source`).
+              if ((prefix.empty() && kv.first == "preset") || kv.first.str().rfind('_', 0) == 0)
+                continue;
+              const json::Value *r = ref.get(kv.first);
+              if (!r) {
+                std::string fields;
+                for (const auto &f : ref)
+                  fields += (fields.empty() ? "" : ", ") + prefix + f.first.str();
+                error = where + "field '" + name + "' is not a field of a cluster (" +
+                        (prefix.empty() ? "top level: " : "") + fields + ")";
+                return false;
+              }
+              if (r->getAsObject() && kv.second.getAsObject() &&
+                  !known(*kv.second.getAsObject(), *r->getAsObject(), name + "."))
+                return false;
+            }
+            return true;
+          };
+      if (!known(*obj, *schema.getAsObject(), ""))
+        return false;
     }
     // A file may start from a preset and change some fields.
     json::Object merged;
