@@ -52,6 +52,23 @@ std::string stepName(int64_t step) {
   return buf;
 }
 
+/// Forces `path` (a file or a directory) to stable storage: a rename is
+/// only as durable as the data it names and the directory that records it
+/// (process death is survived without; a power loss is not).
+bool syncPath(const std::string &path) {
+  int fd = ::open(path.c_str(), O_RDONLY);
+  if (fd < 0)
+    return false;
+  bool ok = ::fsync(fd) == 0;
+  ::close(fd);
+  return ok;
+}
+
+std::string parentOf(const std::string &path) {
+  size_t slash = path.rfind('/');
+  return slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+}
+
 bool writeAll(const std::string &path, const std::string &data) {
   std::string tmp = path + ".tmp";
   {
@@ -62,7 +79,8 @@ bool writeAll(const std::string &path, const std::string &data) {
     if (!f)
       return false;
   }
-  return std::rename(tmp.c_str(), path.c_str()) == 0;
+  return syncPath(tmp) && std::rename(tmp.c_str(), path.c_str()) == 0 &&
+         syncPath(parentOf(path));
 }
 
 bool makeDir(const std::string &path) {
@@ -188,7 +206,8 @@ bool saveCheckpoint(const std::string &dir, const CpuExecutor &exe, const Plan &
         put(v->data(), v->size() * sizeof(float));
     }
     f.flush();
-    if (!f || (f.close(), !f) || std::rename((path + ".tmp").c_str(), path.c_str()) != 0 ||
+    if (!f || (f.close(), !f) || !syncPath(path + ".tmp") ||
+        std::rename((path + ".tmp").c_str(), path.c_str()) != 0 ||
         !writeAll(path + ".sha256", hash.hex())) {
       error = path + ": write failed";
       return false;
@@ -251,6 +270,12 @@ bool saveCheckpoint(const std::string &dir, const CpuExecutor &exe, const Plan &
       error = final + ": cannot move the checkpoint into place: " + std::strerror(errno);
       return false;
     }
+    // The step directory's entries and its place in `dir` are durable
+    // before LATEST names it.
+    if (!syncPath(final) || !syncPath(dir)) {
+      error = final + ": cannot sync to storage: " + std::strerror(errno);
+      return false;
+    }
     if (!writeAll(dir + "/LATEST", name + "\n")) {
       error = dir + "/LATEST: write failed";
       return false;
@@ -298,6 +323,15 @@ bool openCheckpoint(const std::string &dir, Opened &o, std::string &error) {
       !world->isInteger || !planHash || !planHash->isString() || !files ||
       !files->isObject() || !stepV || !stepV->isInteger) {
     error = o.stepDir + "/manifest.json: not an llm-opt checkpoint manifest";
+    return false;
+  }
+  // A manifest of another version is a format this runtime does not know.
+  const json::Value *version = m.get("version");
+  if (!version || !version->isInteger || version->integer != 1) {
+    error = o.stepDir + "/manifest.json: checkpoint format version " +
+            (version && version->isInteger ? std::to_string(version->integer)
+                                           : std::string("missing")) +
+            "; this llm-run reads version 1";
     return false;
   }
   o.step = stepV->integer;
