@@ -959,11 +959,35 @@ bool loadPlan(const std::string &dir, Plan &plan, std::string &error) {
     error = dir + "/checksums.sha256: missing; refusing an unchecked plan";
     return false;
   }
-  std::string want = sums.substr(0, sums.find(' '));
-  if (sums.find("  plan.json") == std::string::npos || want.size() != 64) {
-    error = dir + "/checksums.sha256: malformed";
+  // One "<64 hex>  <name>" line per file, each name once: a second,
+  // contradictory line is tampering, not a choice.
+  std::map<std::string, std::string> listed;
+  {
+    size_t at = 0;
+    while (at < sums.size()) {
+      size_t end = sums.find('\n', at);
+      std::string line = sums.substr(at, end == std::string::npos ? std::string::npos : end - at);
+      at = end == std::string::npos ? sums.size() : end + 1;
+      if (line.empty())
+        continue;
+      size_t sep = line.find("  ");
+      std::string hex = line.substr(0, sep), name = sep == std::string::npos ? "" : line.substr(sep + 2);
+      bool isHex = hex.size() == 64 && hex.find_first_not_of("0123456789abcdef") == std::string::npos;
+      if (!isHex || name.empty()) {
+        error = dir + "/checksums.sha256: malformed line '" + line + "'";
+        return false;
+      }
+      if (!listed.emplace(name, hex).second) {
+        error = dir + "/checksums.sha256: lists '" + name + "' twice";
+        return false;
+      }
+    }
+  }
+  if (!listed.count("plan.json")) {
+    error = dir + "/checksums.sha256: malformed (no plan.json line)";
     return false;
   }
+  std::string want = listed["plan.json"];
   std::string digest = sha256Hex(text);
   if (digest != want) {
     error = dir + "/plan.json: checksum mismatch: the file is truncated or was modified";
@@ -982,15 +1006,8 @@ bool loadPlan(const std::string &dir, Plan &plan, std::string &error) {
   plan.text = std::move(text);
   plan.sha256 = std::move(digest);
   // The generated fused kernels' hash (checked where they are compiled).
-  if (size_t at = sums.find("  kernels.cu"); at != std::string::npos) {
-    size_t line = sums.rfind('\n', at);
-    line = line == std::string::npos ? 0 : line + 1;
-    plan.kernelsSha256 = sums.substr(line, at - line);
-    if (plan.kernelsSha256.size() != 64) {
-      error = dir + "/checksums.sha256: malformed";
-      return false;
-    }
-  }
+  if (auto it = listed.find("kernels.cu"); it != listed.end())
+    plan.kernelsSha256 = it->second;
   return true;
 }
 

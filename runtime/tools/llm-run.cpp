@@ -2,7 +2,7 @@
 //
 //   mpirun -np N llm-run PLAN_DIR --data SHARD[,SHARD...] --steps N
 //          [--metrics FILE.jsonl] [--seed S] [--checkpoint-dir DIR]
-//          [--checkpoint-every K] [--resume DIR] [--peak-tflops T] [--quiet]
+//          [--checkpoint-every K] [--resume DIR] [--overwrite] [--peak-tflops T] [--quiet]
 //
 // Ranks come from the launcher: mpirun (OMPI_COMM_WORLD_*), srun
 // (SLURM_PROCID / SLURM_NTASKS), PMI (PMI_RANK / PMI_SIZE), or
@@ -24,6 +24,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <fstream>
 #include <csignal>
 #include <cstdio>
 #include <new>
@@ -42,6 +43,8 @@ namespace {
 
 struct Options {
   std::string plan, metrics, checkpointDir, resume, profile, device = "cpu", compileFused;
+  /// Start over in a checkpoint directory that already holds a run.
+  bool overwrite = false;
   std::vector<std::string> data;
   int64_t steps = 0, checkpointEvery = 0;
   uint64_t seed = 42;
@@ -92,7 +95,7 @@ int usage(const char *msg) {
   std::fprintf(stderr,
                "llm-run: %s\nusage: llm-run PLAN_DIR --data SHARD[,SHARD] --steps N "
                "[--metrics FILE.jsonl] [--seed S] [--checkpoint-dir DIR] "
-               "[--checkpoint-every K] [--resume DIR] [--peak-tflops T] [--profile FILE.json] "
+               "[--checkpoint-every K] [--resume DIR] [--overwrite] [--peak-tflops T] [--profile FILE.json] "
                "[--device cpu|cuda] [--quiet]\n"
                "       llm-run PLAN_DIR --compile-fused SM   (build the plan's fused kernels "
                "for sm_SM ahead of a job)\n",
@@ -190,6 +193,8 @@ bool parse(int argc, char **argv, Options &o, std::string &error) {
       }
     } else if (a == "--quiet") {
       o.quiet = true;
+    } else if (a == "--overwrite") {
+      o.overwrite = true;
     } else if (!a.empty() && a[0] == '-') {
       error = "unknown option '" + a + "'";
       return false;
@@ -207,6 +212,12 @@ bool parse(int argc, char **argv, Options &o, std::string &error) {
   else if (o.steps < 0 || (o.steps == 0 && o.checkpointDir.empty()))
     error = "--steps N is required (--steps 0 with --checkpoint-dir writes the initial "
             "weights as a step-0 checkpoint)";
+  // A checkpoint directory holding a run is continued or replaced on
+  // purpose: starting over there without a word would move LATEST back.
+  else if (!o.checkpointDir.empty() && o.resume.empty() && !o.overwrite &&
+           std::ifstream(o.checkpointDir + "/LATEST").good())
+    error = o.checkpointDir + " already holds a run (LATEST): continue it with --resume " +
+            o.checkpointDir + ", or start over with --overwrite";
   return error.empty();
 }
 
