@@ -121,7 +121,7 @@ bench() { # NAME STEPS
   # and exporting 1B parameters takes minutes).
   if has ${n%%-*}-torch; then
   run llm-run "$plan" --data "$kit/data/text.bin" --steps 0 --checkpoint-dir $n-init --device cuda --quiet ||
-    run llm-run "$plan" --data "$kit/data/text.bin" --steps 0 --checkpoint-dir $n-init --quiet
+    run llm-run "$plan" --data "$kit/data/text.bin" --steps 0 --checkpoint-dir $n-init --overwrite --quiet
   [ -d $n-init ] &&
     run llm-ckpt export $n-init $n-init.safetensors
   fi
