@@ -24,6 +24,8 @@
 
 #include <chrono>
 #include <cmath>
+#include <initializer_list>
+#include <cerrno>
 #include <fstream>
 #include <csignal>
 #include <cstdio>
@@ -57,6 +59,28 @@ int envInt(const char *a, const char *b, const char *c, const char *d, int dflt)
     if (const char *v = std::getenv(name))
       return std::atoi(v);
   return dflt;
+}
+
+/// The first of the variables that is set, read strictly: an integer in
+/// [lo, hi] and nothing else ("abc" used to read as 0). False with `error`
+/// naming the variable otherwise.
+bool envIntStrict(std::initializer_list<const char *> names, long long lo, long long hi,
+                  long long dflt, long long &out, std::string &error) {
+  for (const char *name : names)
+    if (const char *v = std::getenv(name)) {
+      char *end = nullptr;
+      errno = 0;
+      long long n = std::strtoll(v, &end, 10);
+      if (!*v || *end || errno == ERANGE || n < lo || n > hi) {
+        error = std::string(name) + "='" + v + "' must be an integer from " +
+                std::to_string(lo) + " to " + std::to_string(hi);
+        return false;
+      }
+      out = n;
+      return true;
+    }
+  out = dflt;
+  return true;
 }
 
 /// `--profile`: rank 0's kernel times as JSON (docs/runtime.md), written to a
@@ -118,9 +142,11 @@ bool parse(int argc, char **argv, Options &o, std::string &error) {
       if (!v)
         return false;
       char *end = nullptr;
+      errno = 0;
       long long n = std::strtoll(v, &end, 10);
-      if (!*v || *end || n < 0) {
-        error = std::string(flag) + " must be a non-negative integer, got '" + v + "'";
+      if (!*v || *end || n < 0 || errno == ERANGE) {
+        error = std::string(flag) + " must be a non-negative integer below 2^63, got '" + v +
+                "'";
         return false;
       }
       out = n;
@@ -354,8 +380,15 @@ static int run(int argc, char **argv) {
 #endif
   }
 
-  int world = envInt("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS", "WORLD_SIZE", 1);
-  int rank = envInt("OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID", "RANK", 0);
+  long long worldValue = 1, rankValue = 0;
+  if (!envIntStrict({"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS", "WORLD_SIZE"}, 1,
+                    1 << 24, 1, worldValue, error) ||
+      !envIntStrict({"OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID", "RANK"}, 0,
+                    worldValue - 1, 0, rankValue, error)) {
+    std::fprintf(stderr, "llm-run: error: %s\n", error.c_str());
+    return 1;
+  }
+  int world = int(worldValue), rank = int(rankValue);
   auto fail = [&](const std::string &msg) {
     std::fprintf(stderr, "llm-run: rank %d: error: %s\n", rank, msg.c_str());
     std::fflush(stderr);
@@ -375,8 +408,20 @@ static int run(int argc, char **argv) {
     const char *addr = std::getenv("MASTER_ADDR");
     const char *port = std::getenv("MASTER_PORT");
     const char *timeout = std::getenv("LLMOPT_RENDEZVOUS_TIMEOUT");
-    mpi = makeTcpCommunicator(rank, world, addr ? addr : "127.0.0.1", port ? std::atoi(port) : 29500,
-                              timeout ? std::atof(timeout) : 120.0, error);
+    long long portValue = 29500;
+    if (!envIntStrict({"MASTER_PORT"}, 1, 65535, 29500, portValue, error))
+      return fail(error);
+    double seconds = 120.0;
+    if (timeout) {
+      char *end = nullptr;
+      seconds = std::strtod(timeout, &end);
+      if (!*timeout || *end || !(seconds > 0) || seconds > 1e6)
+        return fail(std::string("LLMOPT_RENDEZVOUS_TIMEOUT='") + timeout +
+                    "' must be a positive number of seconds (at most 1e6)");
+    }
+    (void)port;
+    mpi = makeTcpCommunicator(rank, world, addr ? addr : "127.0.0.1", int(portValue), seconds,
+                              error);
     if (!mpi)
       return fail(error);
     comm = mpi.get();
