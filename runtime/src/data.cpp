@@ -107,13 +107,17 @@ bool writeShard(const std::string &path, const std::vector<int32_t> &toks, std::
         f.write(reinterpret_cast<const char *>(&v), 4);
       }
     }
+    f.flush();
+    f.close();
     if (!f) {
-      error = path + ": write failed";
+      error = path + ": write failed (is the disk full?)";
+      std::remove(tmp.c_str()); // no half-written shard is left behind
       return false;
     }
   }
   if (std::rename(tmp.c_str(), path.c_str()) != 0) {
     error = path + ": cannot rename the temporary file into place";
+    std::remove(tmp.c_str());
     return false;
   }
   return true;
