@@ -391,6 +391,13 @@ bool readWhole(const Opened &o, Plan &src, std::vector<WholeTensor> &out, std::s
             ") and its plan cannot be read: " + planError;
     return false;
   }
+  // The manifest names the plan the ranks' files were written under; the
+  // stored copy must be that plan.
+  if (src.sha256 != o.planHash) {
+    error = o.stepDir + "/manifest.json: plan_sha256 names neither this run's plan nor the "
+                        "stored plan.json: the checkpoint is inconsistent";
+    return false;
+  }
   if (src.worldSize != o.world) {
     error = o.stepDir + "/plan.json: world size disagrees with the manifest";
     return false;
