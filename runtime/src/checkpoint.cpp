@@ -8,6 +8,7 @@
 #include <map>
 
 #include <cerrno>
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <unistd.h>
@@ -153,7 +154,7 @@ bool barrier(Communicator &comm, std::string &error) {
 } // namespace
 
 bool saveCheckpoint(const std::string &dir, const CpuExecutor &exe, const Plan &plan,
-                    Communicator &comm, std::string &error) {
+                    Communicator &comm, std::string &error, int64_t keepLast) {
   if (plan.text.empty()) {
     error = "checkpoints need a plan loaded from its directory (loadPlan)";
     return false;
@@ -279,6 +280,21 @@ bool saveCheckpoint(const std::string &dir, const CpuExecutor &exe, const Plan &
     if (!writeAll(dir + "/LATEST", name + "\n")) {
       error = dir + "/LATEST: write failed";
       return false;
+    }
+    // Retention: the newest keepLast step directories stay (names sort by
+    // step: step-%08lld).
+    if (keepLast > 0) {
+      std::vector<std::string> steps;
+      std::error_code ec;
+      for (const auto &e : std::filesystem::directory_iterator(dir, ec)) {
+        std::string n = e.path().filename().string();
+        if (e.is_directory() && n.rfind("step-", 0) == 0 && n.size() == 13)
+          steps.push_back(n);
+      }
+      std::sort(steps.begin(), steps.end());
+      for (size_t k = 0; k + size_t(keepLast) < steps.size(); ++k)
+        if (steps[k] != name)
+          removeDir(dir + "/" + steps[k]);
     }
   }
   return barrier(comm, error);

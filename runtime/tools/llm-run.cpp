@@ -48,7 +48,7 @@ struct Options {
   /// Start over in a checkpoint directory that already holds a run.
   bool overwrite = false;
   std::vector<std::string> data;
-  int64_t steps = 0, checkpointEvery = 0;
+  int64_t steps = 0, checkpointEvery = 0, keepLast = 0;
   uint64_t seed = 42;
   double peakTflops = 0;
   bool quiet = false;
@@ -119,7 +119,7 @@ int usage(const char *msg) {
   std::fprintf(stderr,
                "llm-run: %s\nusage: llm-run PLAN_DIR --data SHARD[,SHARD] --steps N "
                "[--metrics FILE.jsonl] [--seed S] [--checkpoint-dir DIR] "
-               "[--checkpoint-every K] [--resume DIR] [--overwrite] [--peak-tflops T] [--profile FILE.json] "
+               "[--checkpoint-every K] [--keep-last N] [--resume DIR] [--overwrite] [--peak-tflops T] [--profile FILE.json] "
                "[--device cpu|cuda] [--quiet]\n"
                "       llm-run PLAN_DIR --compile-fused SM   (build the plan's fused kernels "
                "for sm_SM ahead of a job)\n",
@@ -200,6 +200,9 @@ bool parse(int argc, char **argv, Options &o, std::string &error) {
       o.checkpointDir = v;
     } else if (a == "--checkpoint-every") {
       if (!number("--checkpoint-every", o.checkpointEvery))
+        return false;
+    } else if (a == "--keep-last") {
+      if (!number("--keep-last", o.keepLast))
         return false;
     } else if (a == "--resume") {
       const char *v = value("--resume");
@@ -614,7 +617,7 @@ static int run(int argc, char **argv) {
                   "initialization and the learning rate, or train with loss scaling)");
     if (!o.checkpointDir.empty() && o.checkpointEvery > 0 &&
         exe.steps % o.checkpointEvery == 0 &&
-        (!toHost(error) || !saveCheckpoint(o.checkpointDir, exe, plan, *comm, error)))
+        (!toHost(error) || !saveCheckpoint(o.checkpointDir, exe, plan, *comm, error, o.keepLast)))
       return fail("checkpoint: " + error);
   }
   if (tty && rank == 0)
@@ -626,7 +629,7 @@ static int run(int argc, char **argv) {
   bool ran = exe.steps > startStep;
   bool savedLast = ran && o.checkpointEvery > 0 && exe.steps % o.checkpointEvery == 0;
   if (!o.checkpointDir.empty() && ((ran && !savedLast) || o.steps == 0) &&
-      (!toHost(error) || !saveCheckpoint(o.checkpointDir, exe, plan, *comm, error)))
+      (!toHost(error) || !saveCheckpoint(o.checkpointDir, exe, plan, *comm, error, o.keepLast)))
     return fail("checkpoint: " + error);
   if (metrics)
     std::fclose(metrics);

@@ -24,8 +24,10 @@ namespace llmopt::runtime {
 
 /// Collective: every rank calls it after step `exe.steps`.
 /// `plan` must come from loadPlan: its text travels with the checkpoint.
+/// With `keepLast` > 0, only that many newest step directories stay (older
+/// ones are removed after LATEST names the new one).
 bool saveCheckpoint(const std::string &dir, const CpuExecutor &exe, const Plan &plan,
-                    Communicator &comm, std::string &error);
+                    Communicator &comm, std::string &error, int64_t keepLast = 0);
 
 /// Restores this rank's state from the newest checkpoint in `dir`. A
 /// checkpoint of another plan of the same model (other dp, tp, ZeRO) is
