@@ -58,6 +58,21 @@ struct BuildTrainingStepPass
       module.emitError() << "llm-build-training-step: the module already has @train_step";
       return signalPassFailure();
     }
+    // (tokens, labels): what the runtime feeds each micro-batch.
+    {
+      FunctionType ft = forward.getFunctionType();
+      auto isIds = [](Type t) {
+        auto r = dyn_cast<RankedTensorType>(t);
+        return r && r.getRank() == 2 && r.getElementType().isInteger(32);
+      };
+      if (ft.getNumInputs() != 2 || !isIds(ft.getInput(0)) || !isIds(ft.getInput(1))) {
+        forward.emitError() << "llm-build-training-step: @forward must take (tokens, labels), "
+                               "two tensor<?x?xi32> [batch, seq]; it takes "
+                            << ft.getNumInputs() << " argument"
+                            << (ft.getNumInputs() == 1 ? "" : "s");
+        return signalPassFailure();
+      }
+    }
     auto ret = cast<func::ReturnOp>(forward.getBody().front().getTerminator());
     if (ret.getNumOperands() != 1 || !ret.getOperand(0).getDefiningOp<CrossEntropyOp>()) {
       forward.emitError() << "llm-build-training-step: @forward must return the loss of "

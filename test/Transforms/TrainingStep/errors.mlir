@@ -8,8 +8,18 @@ module {
 
 module {
   // expected-error @+1 {{llm-build-training-step: @forward must return the loss of one llm.cross_entropy}}
-  func.func @forward(%x: tensor<?x?x4xf32>) -> tensor<?x?x4xf32> {
-    return %x : tensor<?x?x4xf32>
+  func.func @forward(%t: tensor<?x?xi32>, %l: tensor<?x?xi32>) -> tensor<?x?xi32> {
+    return %t : tensor<?x?xi32>
+  }
+}
+
+// -----
+
+// The runtime feeds (tokens, labels): an extra argument is refused.
+module {
+  // expected-error @+1 {{llm-build-training-step: @forward must take (tokens, labels), two tensor<?x?xi32> [batch, seq]; it takes 3 arguments}}
+  func.func @forward(%t: tensor<?x?xi32>, %l: tensor<?x?xi32>, %x: tensor<?x?xi32>) -> tensor<?x?xi32> {
+    return %t : tensor<?x?xi32>
   }
 }
 
