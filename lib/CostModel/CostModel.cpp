@@ -223,7 +223,7 @@ static RejectReason stackRules(const ModelDesc &model, const JobSpec &job, const
                          "pp must be 1)");
     });
   if (c.tp > 1 && !c.sp && k.moeTensorParallelNeedsSP &&
-      llvm::any_of(model.layers, [](const LayerDesc &l) { return l.isMoE(); }))
+      model.hasMoE())
     return refuse([&] {
       return std::string("needs sequence parallelism with tensor parallelism in MoE models "
                          "(sp must be 1)");

@@ -15,6 +15,10 @@ double LayerDesc::gemmParamsPerToken() const {
   return attn + static_cast<double>(hidden) * experts + topK * mlpOne;
 }
 
+bool ModelDesc::hasMoE() const {
+  return std::any_of(layers.begin(), layers.end(), [](const LayerDesc &l) { return l.isMoE(); });
+}
+
 double ModelDesc::totalParams() const {
   double p = embeddingParams + headParams + finalNormParams;
   for (const LayerDesc &l : layers)

@@ -375,9 +375,11 @@ bool llmopt::cost::parseStackProfile(const std::string &text, const std::string 
     error = "stack profile '" + filename + "': " + msg;
     return false;
   };
-  if (std::optional<size_t> at = findTooDeepBracket(text))
-    return fail("malformed JSON: nested deeper than " + std::to_string(kMaxJSONDepth) +
-                " levels (at byte " + std::to_string(*at) + ")");
+  if (std::string deep = jsonDepthError(text, "stack profile '" + filename + "'");
+      !deep.empty()) {
+    error = deep;
+    return false;
+  }
   llvm::Expected<json::Value> parsed = json::parse(text);
   if (!parsed)
     return fail("not valid JSON: " + llvm::toString(parsed.takeError()));

@@ -21,7 +21,7 @@ using namespace llmopt::planner;
 
 double llmopt::planner::calibratedMfuCeiling(const ModelDesc &model, const JobSpec &job) {
   const StackProfile &s = job.stack;
-  bool moe = llvm::any_of(model.layers, [](const LayerDesc &l) { return l.isMoE(); });
+  bool moe = model.hasMoE();
   if (moe)
     return job.fp8 ? s.maxCalibratedMfuMoeFp8 : s.maxCalibratedMfuMoeBf16;
   return job.fp8 ? s.maxCalibratedMfuFp8 : s.maxCalibratedMfuBf16;

@@ -105,10 +105,15 @@ static json::Object planJSON(const PlanEval &p) {
 
 /// How `c` differs from `ref`, a plan of the same family: its pipeline
 /// layout in the table's words ("vpp5", "1f1b", "pp-inside-dp").
+/// The pipeline layout of `c` without its placement: "vpp5", "1f1b".
+static std::string layoutName(const ParallelConfig &c) {
+  return c.vpp > 1 ? llvm::formatv("vpp{0}", c.vpp).str() : std::string(toString(c.schedule));
+}
+
 static std::string layoutDifference(const ParallelConfig &c, const ParallelConfig &ref) {
   std::string s;
   if (c.vpp != ref.vpp || c.schedule != ref.schedule)
-    s = c.vpp > 1 ? llvm::formatv("vpp{0}", c.vpp).str() : std::string(toString(c.schedule));
+    s = layoutName(c);
   if (c.ppInsideDp != ref.ppInsideDp)
     s += std::string(s.empty() ? "" : " ") + (c.ppInsideDp ? "pp-inside-dp" : "pp-outside-dp");
   return s;
@@ -117,16 +122,13 @@ static std::string layoutDifference(const ParallelConfig &c, const ParallelConfi
 /// One line for the table: the other layouts of `p` and the spread of their
 /// times and memory, with twins that differ only in placement said once.
 static std::string equivalentsLine(const PlanEval &p, const std::vector<Equivalent> &eq) {
-  auto layout = [](const ParallelConfig &c) {
-    return c.vpp > 1 ? llvm::formatv("vpp{0}", c.vpp).str() : std::string(toString(c.schedule));
-  };
   std::vector<std::string> layouts;
   std::map<std::string, int> placements; // layout -> bit 1 outside, bit 2 inside
-  placements[layout(p.config)] |= p.config.ppInsideDp ? 2 : 1;
+  placements[layoutName(p.config)] |= p.config.ppInsideDp ? 2 : 1;
   double lo = 0, hi = 0, memLo = p.peak.total(), memHi = memLo;
   for (const Equivalent &e : eq) {
-    std::string l = layout(e.config);
-    if (l != layout(p.config) && !placements.count(l))
+    std::string l = layoutName(e.config);
+    if (l != layoutName(p.config) && !placements.count(l))
       layouts.push_back(l);
     placements[l] |= e.config.ppInsideDp ? 2 : 1;
     double d = 100.0 * (e.stepSeconds / p.time.step - 1);
@@ -151,10 +153,6 @@ static std::string equivalentsLine(const PlanEval &p, const std::vector<Equivale
                         ? llvm::formatv("{0:f1} GiB", memHi / GiB).str()
                         : llvm::formatv("{0:f1} to {1:f1} GiB", memLo / GiB, memHi / GiB).str();
   return s + " (" + time + ", " + mem + ")";
-}
-
-static bool ceilingIsMoE(const ModelDesc &m) {
-  return llvm::any_of(m.layers, [](const LayerDesc &l) { return l.isMoE(); });
 }
 
 static json::Value comparisonJSON(const RecipeComparison &c) {
@@ -309,7 +307,7 @@ void llmopt::planner::printTable(llvm::raw_ostream &os, const ModelDesc &model,
     if (anyAbove)
       os << llvm::formatv("  (! MFU above the {0:p} that the stack's best published {1}run "
                           "reaches{2}: no published run confirms it)\n",
-                          ceiling, ceilingIsMoE(model) ? "MoE " : "",
+                          ceiling, model.hasMoE() ? "MoE " : "",
                           job.fp8 ? " with fp8" : "");
     if (r.versusFree)
       printComparison(os, *r.versusFree);

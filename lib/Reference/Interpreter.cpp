@@ -105,31 +105,18 @@ struct Run {
 
   k::RopeScaling scaling(RotaryOp op) {
     k::RopeScaling s;
-    if (DictionaryAttr d = op.getScalingAttr()) {
-      auto num = [&](StringRef key, float dflt) {
-        Attribute a = d.get(key);
-        if (auto f = dyn_cast_or_null<FloatAttr>(a))
-          return float(f.getValueAsDouble());
-        if (auto i = dyn_cast_or_null<IntegerAttr>(a))
-          return float(i.getInt());
-        return dflt;
-      };
-      StringRef type = "default";
-      if (auto t = d.getAs<StringAttr>("rope_type"))
-        type = t.getValue();
-      else if (auto t = d.getAs<StringAttr>("type"))
-        type = t.getValue();
-      // As the lowering: linear divides every frequency, llama3 scales by
-      // wavelength, dynamic changes nothing within the model's length (the
-      // lowering refuses the rest).
-      if (type == "linear") {
-        s.linearFactor = num("factor", 1);
-      } else if (type == "llama3") {
-        s.factor = num("factor", 0);
-        s.lowFreqFactor = num("low_freq_factor", 1);
-        s.highFreqFactor = num("high_freq_factor", 4);
-        s.originalMaxPositions = num("original_max_position_embeddings", 8192);
-      }
+    auto num = [&](StringRef key, double dflt) { return float(op.getScalingNumber(key, dflt)); };
+    // As the lowering: linear divides every frequency, llama3 scales by
+    // wavelength, dynamic changes nothing within the model's length (the
+    // lowering refuses the rest).
+    StringRef type = op.getRopeType();
+    if (type == "linear") {
+      s.linearFactor = num("factor", 1);
+    } else if (type == "llama3") {
+      s.factor = num("factor", 0);
+      s.lowFreqFactor = num("low_freq_factor", 1);
+      s.highFreqFactor = num("high_freq_factor", 4);
+      s.originalMaxPositions = num("original_max_position_embeddings", 8192);
     }
     return s;
   }

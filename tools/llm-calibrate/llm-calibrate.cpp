@@ -335,7 +335,7 @@ struct Calibrator {
     PlanEval e = evaluate(*m, *cluster, job, c);
     s.flopsPerToken = m->trainFlopsPerToken(r.seq);
     s.peak = cluster->gpu.bf16Flops;
-    s.moe = llvm::any_of(m->layers, [](const LayerDesc &l) { return l.isMoE(); });
+    s.moe = m->hasMoE();
     s.memGiB = e.peak.total() / double(1ull << 30);
     if (e.reason != RejectReason::None && e.reason != RejectReason::OutOfMemory) {
       s.detail = std::string(toString(e.reason)) + ": " + e.detail;
@@ -406,7 +406,7 @@ static int searchEachJob(Calibrator &cal, const std::vector<Row> &rows) {
       published.push_back({&r, r.published * m->trainFlopsPerToken(r.seq) /
                                    cluster->gpu.bf16Flops,
                            m->totalParams(),
-                           llvm::any_of(m->layers, [](const LayerDesc &l) { return l.isMoE(); })});
+                           m->hasMoE()});
   }
   // Jobs explained by hand: best row id -> why.
   std::map<std::string, std::string> notes;
@@ -466,7 +466,7 @@ static int searchEachJob(Calibrator &cal, const std::vector<Row> &rows) {
       verdict = "flagged: MFU above the stack's best published run";
     } else if (far) {
       // The best MFU the stack reaches on a comparable published job.
-      bool moe = llvm::any_of(m->layers, [](const LayerDesc &l) { return l.isMoE(); });
+      bool moe = m->hasMoE();
       const Published *ref = nullptr;
       for (const Published &q : published)
         if (q.row->stack == r.stack && q.row->variant == r.variant &&

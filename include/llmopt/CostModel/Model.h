@@ -70,6 +70,8 @@ struct ModelDesc {
   std::vector<LayerDesc> layers;
 
   double totalParams() const;
+  /// Whether any layer is a mixture of experts.
+  bool hasMoE() const;
   /// 6 N + attention per token at `seqLen` (Narayanan et al. 2021), as
   /// --llm-stats reports it.
   double trainFlopsPerToken(int64_t seqLen) const;

@@ -39,6 +39,11 @@ struct Constraints {
   std::optional<cost::Schedule> schedule;
   std::optional<bool> ppInsideDp;
 
+  /// Nothing fixed: every dimension is searched.
+  bool empty() const {
+    return ints.empty() && !sp && !offload && !recompute && !schedule && !ppInsideDp;
+  }
+
   /// Parses `key:value,key:value`. Keys are the report's `config` keys. On
   /// error returns false with `error` naming the key and the accepted values.
   static bool parse(const std::string &text, Constraints &out, std::string &error);

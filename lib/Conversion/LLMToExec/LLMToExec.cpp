@@ -344,26 +344,12 @@ LogicalResult Converter::convert(Operation *op) {
         SmallVector<NamedAttribute> p = {i64("head_dim", r.getHeadDimAttr().getInt()),
                                          f64("theta", r.getTheta().convertToDouble()),
                                          flag("inverse", r.getInverse())};
-        auto num = [&](StringRef key, double dflt) {
-          if (DictionaryAttr d = r.getScalingAttr()) {
-            if (auto f = dyn_cast_or_null<FloatAttr>(d.get(key)))
-              return f.getValueAsDouble();
-            if (auto i = dyn_cast_or_null<IntegerAttr>(d.get(key)))
-              return double(i.getInt());
-          }
-          return dflt;
-        };
+        auto num = [&](StringRef key, double dflt) { return r.getScalingNumber(key, dflt); };
         // Hugging Face's rope types: "linear" divides every frequency by the
         // factor, "llama3" scales by wavelength, "dynamic" (NTK) changes
         // nothing up to the model's length; the others are refused rather
         // than trained with other positions than the model's.
-        StringRef type = "default";
-        if (DictionaryAttr d = r.getScalingAttr()) {
-          if (auto t = d.getAs<StringAttr>("rope_type"))
-            type = t.getValue();
-          else if (auto t = d.getAs<StringAttr>("type"))
-            type = t.getValue();
-        }
+        StringRef type = r.getRopeType();
         if (type == "linear") {
           p.push_back(f64("linear_factor", num("factor", 1)));
         } else if (type == "llama3") {

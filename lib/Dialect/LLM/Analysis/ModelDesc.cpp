@@ -33,14 +33,9 @@ FailureOr<cost::ModelDesc> llmopt::llm::extractModelDesc(func::FuncOp func) {
       m.positions = cast<RankedTensorType>(p.getTable().getType()).getDimSize(0);
     } else if (auto r = dyn_cast<RotaryOp>(op)) {
       m.ropeTheta = r.getTheta().convertToDouble();
-      if (DictionaryAttr d = r.getScalingAttr()) {
-        if (auto t = d.getAs<StringAttr>("rope_type"))
-          m.ropeScaling = t.getValue().str();
-        else if (auto t = d.getAs<StringAttr>("type"))
-          m.ropeScaling = t.getValue().str();
-        if (auto f = d.getAs<FloatAttr>("factor"))
-          m.ropeFactor = f.getValueAsDouble();
-      }
+      if (r.getScalingAttr())
+        m.ropeScaling = r.getRopeType().str();
+      m.ropeFactor = r.getScalingNumber("factor", 0);
     } else if (auto h = dyn_cast<LMHeadOp>(op)) {
       auto t = cast<RankedTensorType>(h.getWeight().getType());
       m.vocab = t.getDimSize(0);

@@ -191,6 +191,26 @@ LogicalResult PositionEmbeddingOp::verify() {
   return verifySameElementType(*this, "input", x, "table", table);
 }
 
+StringRef RotaryOp::getRopeType() {
+  if (DictionaryAttr d = getScalingAttr()) {
+    if (auto t = d.getAs<StringAttr>("rope_type"))
+      return t.getValue();
+    if (auto t = d.getAs<StringAttr>("type"))
+      return t.getValue();
+  }
+  return "default";
+}
+
+double RotaryOp::getScalingNumber(StringRef key, double dflt) {
+  if (DictionaryAttr d = getScalingAttr()) {
+    if (auto f = d.getAs<FloatAttr>(key))
+      return f.getValueAsDouble();
+    if (auto i = d.getAs<IntegerAttr>(key))
+      return double(i.getInt());
+  }
+  return dflt;
+}
+
 LogicalResult RotaryOp::verify() {
   RankedTensorType q = tensorType(getQ()), k = tensorType(getK());
   if (failed(verifyActivation(*this, "q", q)) ||

@@ -232,9 +232,7 @@ struct LLMAutoParallelPass
 
     planner::SearchResult result = planner::search(*model, cl, job, opts);
     // A recipe (fix=) against the best plan of a free search.
-    if (compare && !result.plans.empty() &&
-        (!opts.fixed.ints.empty() || opts.fixed.sp || opts.fixed.offload ||
-         opts.fixed.recompute || opts.fixed.schedule || opts.fixed.ppInsideDp)) {
+    if (compare && !result.plans.empty() && !opts.fixed.empty()) {
       planner::SearchOptions free;
       free.topK = 1;
       free.progress = opts.progress;

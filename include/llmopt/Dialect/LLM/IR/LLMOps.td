@@ -186,6 +186,13 @@ def LLM_RotaryOp : LLM_DiffOp<"rotary", [Pure,
     $q `,` $k `head_dim` $head_dim `theta` $theta (`scaling` $scaling^)?
     (`inverse` $inverse^)? attr-dict `:` type($q) `,` type($k)
   }];
+  let extraClassDeclaration = [{
+    /// `scaling`'s type: `rope_type`, or `type` as older configs name it;
+    /// "default" without scaling.
+    ::llvm::StringRef getRopeType();
+    /// A number of `scaling` (written as a float or an integer), or `dflt`.
+    double getScalingNumber(::llvm::StringRef key, double dflt);
+  }];
 }
 
 //===----------------------------------------------------------------------===//
