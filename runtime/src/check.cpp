@@ -36,11 +36,10 @@ struct Checker {
     return true;
   }
   /// A parameter the kernel uses as a size: an integer in [1, 2^31).
-  bool size(const char *name, int64_t &out) {
-    double v = ins.number(name, -1);
-    if (!std::isfinite(v) || v < 1 || v >= 2147483648.0 || v != std::floor(v))
+  bool size(const char *name, int64_t v, int64_t &out) {
+    if (v < 1 || v >= (int64_t(1) << 31))
       return fail(std::string("params.") + name + " must be a positive integer");
-    out = int64_t(v);
+    out = v;
     return true;
   }
   bool same(const Buffer &a, const Buffer &b, const char *what) {
@@ -132,7 +131,7 @@ struct Checker {
       const Buffer &x = in[fwd ? 0 : 1], &w = in[fwd ? 1 : 2];
       if (!rank(w, 2, "the weight"))
         return false;
-      bool tr = ins.flag("transposed");
+      bool tr = ins.args.transposed;
       int64_t inF = tr ? w.shape[0] : w.shape[1], outF = tr ? w.shape[1] : w.shape[0];
       if (last(x) != inF)
         return fail("the input's features must match the weight");
@@ -148,7 +147,7 @@ struct Checker {
         return fail("ins[0] must be rows x the weight's output features");
       if (out.size() > 2 && out[2].elements != outF)
         return fail("outs[2] must have the output's features");
-      if (ins.flag("accumulate"))
+      if (ins.args.accumulate)
         for (size_t i = 1; i < out.size(); ++i)
           if (out[i].dtype != DType::F32 || out[i].space != Buffer::Space::Accum)
             return fail("accumulate adds the weight and bias gradients into f32 accumulators");
@@ -170,7 +169,7 @@ struct Checker {
     }
     case KernelId::Rotary: {
       int64_t hd = 0;
-      if (!size("head_dim", hd))
+      if (!size("head_dim", ins.args.head_dim, hd))
         return false;
       if (hd % 2 != 0)
         return fail("params.head_dim must be even");
@@ -190,7 +189,7 @@ struct Checker {
     case KernelId::AttentionBwd: {
       bool fwd = ins.kernel->id == KernelId::AttentionFwd;
       int64_t h = 0, kv = 0, d = 0;
-      if (!size("heads", h) || !size("kv_heads", kv) || !size("head_dim", d))
+      if (!size("heads", ins.args.heads, h) || !size("kv_heads", ins.args.kv_heads, kv) || !size("head_dim", ins.args.head_dim, d))
         return false;
       if (h % kv != 0)
         return fail("params.heads must be a multiple of params.kv_heads");
@@ -244,7 +243,7 @@ struct Checker {
       if (!fwd && !count(5, 6, 2, 2))
         return false;
       int64_t k = 0;
-      if (!size("top_k", k))
+      if (!size("top_k", ins.args.top_k, k))
         return false;
       const Buffer &x = in[fwd ? 0 : 1], &gate = in[fwd ? 1 : 2];
       const Buffer &w = fwd ? out[0] : in[3], &idx = fwd ? out[1] : in[4];
@@ -259,7 +258,7 @@ struct Checker {
     }
     case KernelId::MoEExpertCounts: {
       int64_t k = 0;
-      return size("top_k", k) && ids(in[0], "ins[0]") &&
+      return size("top_k", ins.args.top_k, k) && ids(in[0], "ins[0]") &&
              (in[0].elements % k == 0 ? true : fail("params.top_k must divide the indices"));
     }
     case KernelId::MoEDispatchFwd:
@@ -280,7 +279,7 @@ struct Checker {
     case KernelId::MoEExpertsFwd:
     case KernelId::MoEExpertsBwd: {
       bool fwd = ins.kernel->id == KernelId::MoEExpertsFwd;
-      size_t first = fwd ? 1 : 2, n = ins.flag("swiglu") ? 3 : 2;
+      size_t first = fwd ? 1 : 2, n = ins.args.swiglu ? 3 : 2;
       if (!count(first + n, first + n, fwd ? 1 : 1 + n, fwd ? 1 : 1 + n))
         return false;
       const Buffer &x = in[fwd ? 0 : 1];
@@ -297,7 +296,7 @@ struct Checker {
           return fail("expert weights must be [experts, ffn, hidden] and [experts, hidden, ffn]");
         if (!fwd && !same(w, out[1 + i], "a weight gradient"))
           return false;
-        if (!fwd && ins.flag("accumulate") &&
+        if (!fwd && ins.args.accumulate &&
             (out[1 + i].dtype != DType::F32 || out[1 + i].space != Buffer::Space::Accum))
           return fail("accumulate adds the weight gradients into f32 accumulators");
       }

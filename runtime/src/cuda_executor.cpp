@@ -380,14 +380,14 @@ struct CudaExecutor::State {
 
   /// The rotary (cos, sin) table for `seq` positions (cu::rotaryTable).
   const float *rotaryTable(const Instruction &ins, int64_t seq, std::string &error) {
-    int64_t hd = int64_t(ins.number("head_dim"));
+    int64_t hd = int64_t(ins.args.head_dim);
     kernels::cpu::RopeScaling sc;
-    sc.factor = float(ins.number("factor"));
-    sc.lowFreqFactor = float(ins.number("low_freq_factor", 1));
-    sc.highFreqFactor = float(ins.number("high_freq_factor", 4));
-    sc.originalMaxPositions = float(ins.number("original_max_positions", 8192));
-    sc.linearFactor = float(ins.number("linear_factor", 1));
-    double theta = ins.number("theta");
+    sc.factor = float(ins.args.factor);
+    sc.lowFreqFactor = float(ins.args.low_freq_factor);
+    sc.highFreqFactor = float(ins.args.high_freq_factor);
+    sc.originalMaxPositions = float(ins.args.original_max_positions);
+    sc.linearFactor = float(ins.args.linear_factor);
+    double theta = ins.args.theta;
     auto key = std::make_tuple(hd, theta, double(sc.factor), double(sc.lowFreqFactor),
                                double(sc.highFreqFactor), double(sc.originalMaxPositions),
                                double(sc.linearFactor), seq);
@@ -475,12 +475,13 @@ void CudaExecutor::State::groupAdamW(const Program &prog) {
   if (!e || std::strcmp(e, "1") != 0)
     return;
   auto same = [](const Instruction &a, const Instruction &b) {
-    for (const char *k : {"lr", "beta1", "beta2", "eps", "max_norm"})
-      if (a.number(k) != b.number(k))
-        return false;
-    const Buffer &x = a.ins[1], &y = b.ins[1];
-    return a.ins.size() == 2 && b.ins.size() == 2 && x.space == y.space &&
-           x.offset == y.offset && x.name == y.name;
+    const KernelArgs &x = a.args, &y = b.args;
+    if (x.lr != y.lr || x.beta1 != y.beta1 || x.beta2 != y.beta2 || x.eps != y.eps ||
+        x.max_norm != y.max_norm)
+      return false;
+    const Buffer &g = a.ins[1], &h = b.ins[1];
+    return a.ins.size() == 2 && b.ins.size() == 2 && g.space == h.space &&
+           g.offset == h.offset && g.name == h.name;
   };
   std::vector<const Instruction *> current;
   auto flush = [&] {
@@ -494,7 +495,7 @@ void CudaExecutor::State::groupAdamW(const Program &prog) {
   };
   for (const Instruction &ins : prog.step) {
     bool adamw = ins.kind == Instruction::Kind::Kernel && ins.kernel->id == KernelId::AdamW &&
-                 ins.text("shard").empty();
+                 ins.args.shard.empty();
     if (!adamw || (!current.empty() && !same(*current.front(), ins)))
       flush();
     if (adamw)
@@ -509,10 +510,10 @@ bool CudaExecutor::State::runAdamW(AdamWRun &run, const Instruction &ins, CpuExe
     std::vector<cu::AdamWTensor> tensors;
     std::vector<int64_t> counts;
     for (const Instruction *m : run.members) {
-      Param &p = params.at(m->text("param"));
+      Param &p = params.at(m->args.param);
       tensors.push_back({p.master.as<float>(), static_cast<const float *>(ptr(m->ins[0])),
                          p.m.as<float>(), p.v.as<float>(), p.working.as<cu::bf16>(), p.n,
-                         float(m->number("weight_decay"))});
+                         float(m->args.weight_decay)});
       counts.push_back(p.n);
     }
     std::vector<cu::AdamWChunk> chunks = cu::adamwChunks(counts);
@@ -532,9 +533,9 @@ bool CudaExecutor::State::runAdamW(AdamWRun &run, const Instruction &ins, CpuExe
   }
   const auto *tensors = static_cast<const cu::AdamWTensor *>(run.tensors.p);
   const auto *chunks = static_cast<const cu::AdamWChunk *>(run.chunks.p);
-  double maxNorm = ins.number("max_norm");
-  cu::AdamWArgs a{float(ins.number("lr")), float(ins.number("beta1")), float(ins.number("beta2")),
-                  float(ins.number("eps")), 0.0f, 1.0f, 0};
+  double maxNorm = ins.args.max_norm;
+  cu::AdamWArgs a{float(ins.args.lr), float(ins.args.beta1), float(ins.args.beta2),
+                  float(ins.args.eps), 0.0f, 1.0f, 0};
   if (graphs)
     return check(cu::adamwMulti(tensors, chunks, run.chunkCount, a, static_cast<float *>(ptr(ins.ins[1])),
                                 maxNorm, stepCounter.as<int64_t>(), stream),
@@ -584,7 +585,7 @@ bool CudaExecutor::State::fp8Linear(const Instruction &ins, std::string &error) 
   // [out, in] weights, or [in, out] (`transposed`, GPT-2's): the products
   // read W as [out, in] forward and [in, out] for dx, so one of the two is
   // a transposed copy, and dW is made in the weight's own layout.
-  bool tr = ins.flag("transposed");
+  bool tr = ins.args.transposed;
   int64_t n = rowsOf(x), inF = tr ? w.shape[0] : w.shape[1], outF = tr ? w.shape[1] : w.shape[0];
   cudaDataType_t type = bf16 ? CUDA_R_16BF : CUDA_R_32F;
   // The weight quantized as [rows, cols] of its storage, plain or transposed.
@@ -686,7 +687,7 @@ bool CudaExecutor::State::kernel(const Instruction &ins, CpuExecutor &host, std:
   case KernelId::RMSNormFwd:
   case KernelId::LayerNormFwd: {
     int64_t n = rowsOf(in[0]), c = lastDim(in[0]);
-    float eps = float(ins.number("eps"));
+    float eps = float(ins.args.eps);
     float *st = normStats(in[0], ins.kernel->id == KernelId::RMSNormFwd, eps, n, error);
     if (!st)
       return false;
@@ -703,7 +704,7 @@ bool CudaExecutor::State::kernel(const Instruction &ins, CpuExecutor &host, std:
     // else the forward again (the plan does not keep them).
     bool rms = ins.kernel->id == KernelId::RMSNormBwd;
     int64_t n = rowsOf(in[1]), c = lastDim(in[1]);
-    float eps = float(ins.number("eps"));
+    float eps = float(ins.args.eps);
     float *st = normStats(in[1], rms, eps, n, error);
     bool kept = st && lseFresh.count(st);
     auto *y = kept ? nullptr : static_cast<T *>(tmp(2, size_t(in[1].elements) * sizeof(T), error));
@@ -732,13 +733,13 @@ bool CudaExecutor::State::kernel(const Instruction &ins, CpuExecutor &host, std:
     return gradDone(out[1], dw, error) && (!db || gradDone(out[2], db, error));
   }
   case KernelId::LinearFwd: {
-    if (!ins.text("fp8").empty())
+    if (!ins.args.fp8.empty())
       return fp8Linear<T>(ins, error);
     const Buffer &x = in[0], &w = in[1];
-    bool tr = ins.flag("transposed");
+    bool tr = ins.args.transposed;
     cu::LinearShape sh{rowsOf(x), tr ? w.shape[0] : w.shape[1], tr ? w.shape[1] : w.shape[0], tr,
                        bf16 ? CUDA_R_16BF : CUDA_R_32F};
-    std::string epilogue = ins.text("epilogue");
+    std::string epilogue = ins.args.epilogue;
     bool gelu = !epilogue.empty();
     if ((gelu && (epilogue != "gelu_tanh" || out.size() != 2 ||
                   out[1].elements != out[0].elements)) ||
@@ -753,15 +754,15 @@ bool CudaExecutor::State::kernel(const Instruction &ins, CpuExecutor &host, std:
                                gelu ? at<T>(out[0]) : nullptr);
   }
   case KernelId::LinearBwd: {
-    if (!ins.text("fp8").empty())
+    if (!ins.args.fp8.empty())
       return fp8Linear<T>(ins, error);
     const Buffer &w = in[2];
-    bool tr = ins.flag("transposed");
+    bool tr = ins.args.transposed;
     cu::LinearShape sh{rowsOf(in[1]), tr ? w.shape[0] : w.shape[1], tr ? w.shape[1] : w.shape[0],
                        tr, bf16 ? CUDA_R_16BF : CUDA_R_32F};
     // `accumulate`: the GEMM adds dW into its fp32 accumulator (beta = 1)
     // and the bias gradient is added from a scratch.
-    bool accumulate = ins.flag("accumulate");
+    bool accumulate = ins.args.accumulate;
     float *dw = accumulate ? at<float>(out[1]) : gradTarget(out[1], 0, error);
     const void *dy = paddedRows(ins, false, 0, sh.ld);
     if (!dw || !gemm->linearBackward(dy ? dy : at<T>(in[0]), at<T>(in[1]), at<T>(w), at<T>(out[0]),
@@ -797,10 +798,10 @@ bool CudaExecutor::State::kernel(const Instruction &ins, CpuExecutor &host, std:
     const float *cs = rotaryTable(ins, in[0].shape[1], error);
     if (!cs)
       return false;
-    int64_t hd = int64_t(ins.number("head_dim"));
+    int64_t hd = int64_t(ins.args.head_dim);
     for (int i = 0; i < 2; ++i)
       if (!ok(cu::rotary(at<T>(in[i]), at<T>(out[i]), in[i].shape[0], in[i].shape[1],
-                         in[i].shape[2] / hd, hd, cs, ins.flag("inverse"), s)))
+                         in[i].shape[2] / hd, hd, cs, ins.args.inverse, s)))
         return false;
     return true;
   }
@@ -877,10 +878,10 @@ bool CudaExecutor::State::kernel(const Instruction &ins, CpuExecutor &host, std:
                                      at<T>(out[1]), at<T>(out[2]), d, scratch, s, error);
   }
   case KernelId::GeluFwd:
-    return ok(cu::geluForward(at<T>(in[0]), at<T>(out[0]), in[0].elements, ins.flag("tanh"), s));
+    return ok(cu::geluForward(at<T>(in[0]), at<T>(out[0]), in[0].elements, ins.args.tanh, s));
   case KernelId::GeluBwd:
     return ok(cu::geluBackward(at<T>(in[0]), at<T>(in[1]), at<T>(out[0]), in[1].elements,
-                               ins.flag("tanh"), s));
+                               ins.args.tanh, s));
   case KernelId::SwiGLUFwd:
     return ok(cu::swigluForward(at<T>(in[0]), at<T>(in[1]), at<T>(out[0]), in[0].elements, s));
   case KernelId::SwiGLUBwd:
@@ -916,13 +917,13 @@ bool CudaExecutor::State::kernel(const Instruction &ins, CpuExecutor &host, std:
   case KernelId::Scale:
     return out[0].dtype == DType::F32
                ? ok(cu::scale(at<float>(in[0]), at<float>(out[0]), out[0].elements,
-                              float(ins.number("factor", 1)), s))
+                              float(ins.args.factor), s))
                : ok(cu::scale(at<T>(in[0]), at<T>(out[0]), out[0].elements,
-                              float(ins.number("factor", 1)), s));
+                              float(ins.args.factor), s));
   case KernelId::Fill:
     return out[0].dtype == DType::F32
-               ? ok(cu::fill(at<float>(out[0]), out[0].elements, float(ins.number("value")), s))
-               : ok(cu::fill(at<T>(out[0]), out[0].elements, float(ins.number("value")), s));
+               ? ok(cu::fill(at<float>(out[0]), out[0].elements, float(ins.args.value), s))
+               : ok(cu::fill(at<T>(out[0]), out[0].elements, float(ins.args.value), s));
   case KernelId::BiasAdd:
     return ok(cu::biasAdd(at<T>(in[0]), at<T>(in[1]), at<T>(out[0]), out[0].elements,
                           in[1].elements, s));
@@ -948,7 +949,7 @@ bool CudaExecutor::State::kernel(const Instruction &ins, CpuExecutor &host, std:
     return ok(cu::crossEntropyForward(z ? static_cast<const T *>(z) : at<T>(in[0]),
                                       at<int32_t>(in[1]), rowLoss, at<float>(out[0]),
                                       rowsOf(in[0]), lastDim(in[0]),
-                                      int64_t(ins.number("ignore_index", -100)), s,
+                                      int64_t(ins.args.ignore_index), s,
                                       kept->as<float>(), pitch));
   }
   case KernelId::CrossEntropyBwd: {
@@ -963,7 +964,7 @@ bool CudaExecutor::State::kernel(const Instruction &ins, CpuExecutor &host, std:
     return scale && ok(cu::crossEntropyBackward(
                         z ? static_cast<const T *>(z) : at<T>(in[0]), at<int32_t>(in[1]),
                         at<float>(in[2]), scale, dz ? static_cast<T *>(dz) : at<T>(out[0]),
-                        rowsOf(in[0]), lastDim(in[0]), int64_t(ins.number("ignore_index", -100)),
+                        rowsOf(in[0]), lastDim(in[0]), int64_t(ins.args.ignore_index),
                         s, lse, pitch, pitchD));
   }
   case KernelId::GlobalNorm: {
@@ -988,14 +989,14 @@ bool CudaExecutor::State::kernel(const Instruction &ins, CpuExecutor &host, std:
       return true; // updated by its run's first instruction
     if (auto it = adamwLeaders.find(&ins); it != adamwLeaders.end())
       return runAdamW(adamwRuns[size_t(it->second)], ins, host, error);
-    Param &p = params.at(ins.text("param"));
+    Param &p = params.at(ins.args.param);
     if (graphs) {
-      cu::AdamWArgs a{float(ins.number("lr")),          float(ins.number("beta1")),
-                      float(ins.number("beta2")),       float(ins.number("eps")),
-                      float(ins.number("weight_decay")), 1.0f, 0};
+      cu::AdamWArgs a{float(ins.args.lr),          float(ins.args.beta1),
+                      float(ins.args.beta2),       float(ins.args.eps),
+                      float(ins.args.weight_decay), 1.0f, 0};
       return ok(cu::adamwDevice(p.master.as<float>(), at<float>(in[0]), p.m.as<float>(),
                                 p.v.as<float>(), p.working.as<cu::bf16>(), p.n, a,
-                                at<float>(in[1]), ins.number("max_norm"),
+                                at<float>(in[1]), ins.args.max_norm,
                                 stepCounter.as<int64_t>(), s));
     }
     float norm = 0;
@@ -1003,10 +1004,10 @@ bool CudaExecutor::State::kernel(const Instruction &ins, CpuExecutor &host, std:
       norm = it->second;
     else if (!ok(cudaMemcpy(&norm, ptr(in[1]), 4, cudaMemcpyDeviceToHost)))
       return false;
-    double maxNorm = ins.number("max_norm");
-    cu::AdamWArgs a{float(ins.number("lr")),          float(ins.number("beta1")),
-                    float(ins.number("beta2")),       float(ins.number("eps")),
-                    float(ins.number("weight_decay")),
+    double maxNorm = ins.args.max_norm;
+    cu::AdamWArgs a{float(ins.args.lr),          float(ins.args.beta1),
+                    float(ins.args.beta2),       float(ins.args.eps),
+                    float(ins.args.weight_decay),
                     maxNorm > 0 ? float(std::min(1.0, maxNorm / (double(norm) + 1e-6))) : 1.0f,
                     host.steps + 1};
     return ok(cu::adamw(p.master.as<float>(), at<float>(in[0]), p.m.as<float>(), p.v.as<float>(),
@@ -1103,8 +1104,8 @@ bool CudaExecutor::State::kernel(const Instruction &ins, CpuExecutor &host, std:
       return (error = std::string(ins.kernel->name) +
                       ": routing weights must be f32 and expert indices i32",
               false);
-    cu::MoERouterDims d{rowsOf(x), lastDim(x), gate.shape[0], int64_t(ins.number("top_k")),
-                        ins.flag("normalize")};
+    cu::MoERouterDims d{rowsOf(x), lastDim(x), gate.shape[0], int64_t(ins.args.top_k),
+                        ins.args.normalize};
     void *scratch = tmp(9, cu::moeRouterScratchBytes(d, sizeof(T)), error);
     if (!scratch)
       return false;
@@ -1112,12 +1113,12 @@ bool CudaExecutor::State::kernel(const Instruction &ins, CpuExecutor &host, std:
       return cu::moeRouterForwardGemm(*gemm, at<T>(x), at<T>(gate), at<float>(weights),
                                       at<int32_t>(routes), d, scratch, s, error);
     if (in.size() == 6 && (in[5].elements != d.experts || in[5].dtype != DType::F32 ||
-                           ins.number("aux_tokens") < 1))
+                           ins.args.aux_tokens < 1))
       return (error = "moe_router_bwd: the counts need one f32 entry per expert and "
                       "aux_tokens >= 1",
               false);
-    cu::MoEAux aux{float(ins.number("aux_loss")), in.size() == 6 ? at<float>(in[5]) : nullptr,
-                   int64_t(ins.number("aux_tokens")), float(ins.number("aux_scale", 1.0))};
+    cu::MoEAux aux{float(ins.args.aux_loss), in.size() == 6 ? at<float>(in[5]) : nullptr,
+                   int64_t(ins.args.aux_tokens), float(ins.args.aux_scale)};
     float *dgate = gradTarget(out[1], 15, error);
     return dgate &&
            cu::moeRouterBackwardGemm(*gemm, at<float>(in[0]), at<T>(x), at<T>(gate),
@@ -1126,7 +1127,7 @@ bool CudaExecutor::State::kernel(const Instruction &ins, CpuExecutor &host, std:
            gradDone(out[1], dgate, error);
   }
   case KernelId::MoEExpertCounts: {
-    int64_t topK = int64_t(ins.number("top_k"));
+    int64_t topK = int64_t(ins.args.top_k);
     if (topK < 1 || in[0].elements % topK != 0 || out[0].dtype != DType::F32)
       return (error = "moe_expert_counts: top_k must divide the indices; counts are f32",
               false);
@@ -1188,13 +1189,13 @@ bool CudaExecutor::State::kernel(const Instruction &ins, CpuExecutor &host, std:
   case KernelId::MoEExpertsBwd: {
     bool fwd = ins.kernel->id == KernelId::MoEExpertsFwd;
     const Buffer &x = in[fwd ? 0 : 1];
-    size_t first = fwd ? 1 : 2, count = ins.flag("swiglu") ? 3 : 2;
+    size_t first = fwd ? 1 : 2, count = ins.args.swiglu ? 3 : 2;
     if (in.size() != first + count || (!fwd && out.size() != 1 + count) || x.shape.size() != 3)
       return (error = "moe experts take rows [experts, capacity, hidden] and " +
                       std::to_string(count) + " weights",
               false);
     cu::MoEExpertDims d{x.shape[0], x.shape[1], x.shape[2], in[first].shape[1],
-                        ins.flag("swiglu")};
+                        ins.args.swiglu};
     if (auto it = expertRows.find({int(x.space), x.offset, x.name}); it != expertRows.end())
       d.rows = it->second;
     void *scratch = tmp(9, cu::moeExpertsScratchBytes(d, sizeof(T)), error);
@@ -1202,7 +1203,7 @@ bool CudaExecutor::State::kernel(const Instruction &ins, CpuExecutor &host, std:
       return false;
     // `accumulate`: the GEMMs add the weight gradients into their fp32
     // accumulators (the outputs) themselves.
-    bool accumulate = !fwd && ins.flag("accumulate");
+    bool accumulate = !fwd && ins.args.accumulate;
     const T *w[3] = {};
     float *dw[3] = {};
     for (size_t i = 0; i < count; ++i) {
@@ -1315,9 +1316,9 @@ bool CudaExecutor::init(const Plan &plan, int rank, uint64_t seed, std::string &
     }
     bool fwd = ins.kernel->id == KernelId::LinearFwd;
     bool fp8Linear = (fwd || ins.kernel->id == KernelId::LinearBwd) &&
-                     ins.text("amax_axis").empty() &&
-                     ins.text("epilogue").empty() && !ins.flag("accumulate") &&
-                     ins.text("fp8") == (fwd ? "e4m3" : "hybrid");
+                     ins.args.amax_axis.empty() &&
+                     ins.args.epilogue.empty() && !ins.args.accumulate &&
+                     ins.args.fp8 == (fwd ? "e4m3" : "hybrid");
     if (fp8Linear) {
       // cuBLASLt's fp8 products (sm_89 / sm_90) take dimensions of 16-byte
       // multiples: the tokens (the weight gradient's k) and both features.
@@ -1330,8 +1331,8 @@ bool CudaExecutor::init(const Plan &plan, int rank, uint64_t seed, std::string &
         return false;
       }
     }
-    if ((!ins.text("fp8").empty() && !fp8Linear) || !ins.text("shard").empty() ||
-        !ins.text("cp").empty()) {
+    if ((!ins.args.fp8.empty() && !fp8Linear) || !ins.args.shard.empty() ||
+        !ins.args.cp.empty()) {
       error = std::string(ins.kernel->name) +
               ": fp8 (other than linears whose amax no other rank shares), sharded and "
               "context-parallel kernels are not run by the CUDA backend yet";
@@ -1431,7 +1432,7 @@ bool CudaExecutor::init(const Plan &plan, int rank, uint64_t seed, std::string &
       s->orderTokens = true;
     if (ins.kernel && ins.kernel->id == KernelId::CrossEntropyFwd && !ins.ins.empty()) {
       s->classes = lastDim(ins.ins[0]);
-      s->ignoreIndex = int64_t(ins.number("ignore_index", -100));
+      s->ignoreIndex = int64_t(ins.args.ignore_index);
     }
   };
   for (const std::vector<Instruction> *list : {&program->microBatch, &program->step})

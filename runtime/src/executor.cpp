@@ -106,12 +106,12 @@ bool CpuExecutor::init(const Plan &p, int rank, uint64_t seed, std::string &erro
   std::set<std::string> gathered;
   for (const Instruction &ins : program->microBatch)
     if (ins.kind == Instruction::Kind::ParamGather)
-      gathered.insert(ins.text("param"));
+      gathered.insert(ins.args.param);
   std::map<std::string, std::string> shardAxis;
   for (const Instruction &ins : program->step)
     if (ins.kind == Instruction::Kind::Kernel && ins.kernel->id == KernelId::AdamW &&
-        !ins.text("shard").empty())
-      shardAxis[ins.text("param")] = ins.text("shard");
+        !ins.args.shard.empty())
+      shardAxis[ins.args.param] = ins.args.shard;
   // A pipeline stage holds only the parameters its program touches.
   std::set<std::string> used;
   for (const std::vector<Instruction> *list : {&program->microBatch, &program->step})
@@ -121,7 +121,7 @@ bool CpuExecutor::init(const Plan &p, int rank, uint64_t seed, std::string &erro
           if (b.space == Buffer::Space::State)
             used.insert(b.name);
       if (ins.kind == Instruction::Kind::Kernel && ins.kernel->id == KernelId::AdamW)
-        used.insert(ins.text("param"));
+        used.insert(ins.args.param);
     }
   params.clear();
   for (const ParamSpec &s : p.params) {
@@ -377,7 +377,7 @@ bool CpuExecutor::runRingAttention(const Instruction &ins, Communicator &comm,
 bool CpuExecutor::cpPositions(const Instruction &ins, int64_t local,
                               std::vector<int32_t> &positions, std::string &error) {
   positions.clear();
-  std::string cpAxis = ins.text("cp");
+  std::string cpAxis = ins.args.cp;
   if (cpAxis.empty())
     return true;
   int index = 0, parts = 1;
@@ -498,7 +498,7 @@ bool CpuExecutor::fp8Inputs(const Instruction &ins,
                             std::initializer_list<std::pair<const Buffer *, k::Fp8>> operands,
                             std::vector<std::vector<float>> &rounded, Communicator &comm,
                             std::string &error) {
-  std::string recipe = ins.text("fp8");
+  std::string recipe = ins.args.fp8;
   if (recipe.empty())
     return true;
   if (recipe != "e4m3" && recipe != "hybrid") {
@@ -510,7 +510,7 @@ bool CpuExecutor::fp8Inputs(const Instruction &ins,
   std::vector<float> amax;
   for (const auto &[b, format] : operands)
     amax.push_back(k::absMax(data(*b), b->elements));
-  if (!allReduceMaxOver(comm, ins.text("amax_axis"), amax.data(), int64_t(amax.size()), error))
+  if (!allReduceMaxOver(comm, ins.args.amax_axis, amax.data(), int64_t(amax.size()), error))
     return false;
   size_t i = 0;
   for (const auto &[b, format] : operands) {
@@ -792,19 +792,19 @@ void CpuExecutor::record(const Instruction &ins, double seconds) {
   KernelId id = ins.kernel->id;
   if ((id == KernelId::LinearFwd || id == KernelId::LinearBwd) && in.size() >= 2) {
     const Buffer &x = in[id == KernelId::LinearFwd ? 0 : 1], &w = in[id == KernelId::LinearFwd ? 1 : 2];
-    bool tr = ins.flag("transposed");
+    bool tr = ins.args.transposed;
     int64_t inF = tr ? w.shape[0] : w.shape[1], outF = tr ? w.shape[1] : w.shape[0];
     dims = {rowsOf(x), inF, outF};
     flops = (id == KernelId::LinearFwd ? 2.0 : 4.0) * double(rowsOf(x)) * double(inF) * double(outF);
   } else if ((id == KernelId::AttentionFwd || id == KernelId::AttentionBwd) && in.size() >= 3) {
     const Buffer &q = in[id == KernelId::AttentionFwd ? 0 : 1],
                  &k = in[id == KernelId::AttentionFwd ? 1 : 2];
-    int64_t heads = int64_t(ins.number("heads")), d = int64_t(ins.number("head_dim"));
+    int64_t heads = int64_t(ins.args.heads), d = int64_t(ins.args.head_dim);
     dims = {q.shape[0], heads, q.shape[1], k.shape[1], d};
     // QK^T and PV: 4 b h sq sk d (half of it under a causal mask); the
     // backward about 2.5 times the forward.
     flops = 4.0 * double(q.shape[0]) * double(heads) * double(q.shape[1]) * double(k.shape[1]) *
-            double(d) * (ins.flag("causal") ? 0.5 : 1.0) *
+            double(d) * (ins.args.causal ? 0.5 : 1.0) *
             (id == KernelId::AttentionBwd ? 2.5 : 1.0);
   }
   KernelProfile &p = profile[{ins.kernel->name, dims}];
@@ -862,7 +862,7 @@ bool CpuExecutor::runWide(const Instruction &ins, Communicator &comm, std::strin
     return true;
   case Instruction::Kind::ParamGather: {
     // Every rank's chunk (padded to ceil(n / size)) gathered, then trimmed.
-    const ParamState &st = params.at(ins.text("param"));
+    const ParamState &st = params.at(ins.args.param);
     int index = 0, size = 1;
     if (!axis(ins.axis, index, size, error))
       return false;
@@ -977,7 +977,7 @@ bool CpuExecutor::runWide(const Instruction &ins, Communicator &comm, std::strin
   }
   // A kernel with `shard` touches this rank's chunk of each buffer only.
   int shardIndex = 0, shardSize = 1;
-  if (std::string s = ins.text("shard"); !s.empty() && !axis(s, shardIndex, shardSize, error))
+  if (std::string s = ins.args.shard; !s.empty() && !axis(s, shardIndex, shardSize, error))
     return false;
   const std::vector<Buffer> &in = ins.ins, &out = ins.outs;
   auto zero = [&](const Buffer &b) { std::fill_n(data(b), b.elements, 0.0f); };
@@ -986,7 +986,7 @@ bool CpuExecutor::runWide(const Instruction &ins, Communicator &comm, std::strin
     const int32_t *t = ids(in[0], error);
     if (!t)
       return false;
-    if (!ins.text("shard").empty()) {
+    if (!ins.args.shard.empty()) {
       // Vocabulary-parallel: rows [index * part, (index + 1) * part).
       int64_t part = in[1].shape[0], vocab = part * shardSize;
       for (int64_t i = 0; i < in[0].elements; ++i)
@@ -1010,7 +1010,7 @@ bool CpuExecutor::runWide(const Instruction &ins, Communicator &comm, std::strin
     if (!t)
       return false;
     zero(out[0]);
-    if (!ins.text("shard").empty())
+    if (!ins.args.shard.empty())
       k::embeddingBackwardPart(t, data(in[1]), data(out[0]), in[0].elements,
                                shardIndex * out[0].shape[0], out[0].shape[0], out[0].shape[1]);
     else
@@ -1037,14 +1037,14 @@ bool CpuExecutor::runWide(const Instruction &ins, Communicator &comm, std::strin
     int64_t n = rowsOf(in[0]), c = in[0].shape.back();
     std::vector<float> mean(n), rstd(n);
     k::layerNormForward(data(in[0]), data(in[1]), in.size() > 2 ? data(in[2]) : nullptr,
-                        data(out[0]), mean.data(), rstd.data(), n, c, float(ins.number("eps")));
+                        data(out[0]), mean.data(), rstd.data(), n, c, float(ins.args.eps));
     return true;
   }
   case KernelId::LayerNormBwd: {
     int64_t n = rowsOf(in[1]), c = in[1].shape.back();
     std::vector<float> tmp(in[1].elements), mean(n), rstd(n);
     k::layerNormForward(data(in[1]), data(in[2]), nullptr, tmp.data(), mean.data(), rstd.data(),
-                        n, c, float(ins.number("eps")));
+                        n, c, float(ins.args.eps));
     for (size_t i = 1; i < out.size(); ++i)
       zero(out[i]);
     k::layerNormBackward(data(in[0]), data(in[1]), data(in[2]), mean.data(), rstd.data(),
@@ -1056,21 +1056,21 @@ bool CpuExecutor::runWide(const Instruction &ins, Communicator &comm, std::strin
     int64_t n = rowsOf(in[0]), c = in[0].shape.back();
     std::vector<float> rstd(n);
     k::rmsNormForward(data(in[0]), data(in[1]), data(out[0]), rstd.data(), n, c,
-                      float(ins.number("eps")));
+                      float(ins.args.eps));
     return true;
   }
   case KernelId::RMSNormBwd: {
     int64_t n = rowsOf(in[1]), c = in[1].shape.back();
     std::vector<float> tmp(in[1].elements), rstd(n);
     k::rmsNormForward(data(in[1]), data(in[2]), tmp.data(), rstd.data(), n, c,
-                      float(ins.number("eps")));
+                      float(ins.args.eps));
     zero(out[1]);
     k::rmsNormBackward(data(in[0]), data(in[1]), data(in[2]), rstd.data(), data(out[0]),
                        data(out[1]), n, c);
     return true;
   }
   case KernelId::LinearFwd: {
-    bool tr = ins.flag("transposed");
+    bool tr = ins.args.transposed;
     const Buffer &w = in[1];
     int64_t inF = tr ? w.shape[0] : w.shape[1], outF = tr ? w.shape[1] : w.shape[0];
     std::vector<std::vector<float>> q;
@@ -1080,7 +1080,7 @@ bool CpuExecutor::runWide(const Instruction &ins, Communicator &comm, std::strin
                      in.size() > 2 ? data(in[2]) : nullptr, data(out[0]), rowsOf(in[0]), inF,
                      outF, tr);
     // A GeLU epilogue: the pre-activation stays in out[0] for the backward.
-    if (std::string e = ins.text("epilogue"); !e.empty()) {
+    if (std::string e = ins.args.epilogue; !e.empty()) {
       if (e != "gelu_tanh" || out.size() != 2 || out[1].elements != out[0].elements) {
         error = "linear_fwd: epilogue '" + e + "' needs gelu_tanh and two outputs of one size";
         return false;
@@ -1093,13 +1093,13 @@ bool CpuExecutor::runWide(const Instruction &ins, Communicator &comm, std::strin
     return true;
   }
   case KernelId::LinearBwd: {
-    bool tr = ins.flag("transposed");
+    bool tr = ins.args.transposed;
     const Buffer &w = in[2];
     int64_t inF = tr ? w.shape[0] : w.shape[1], outF = tr ? w.shape[1] : w.shape[0];
     // `accumulate`: the weight / bias gradients are added into their fp32
     // accumulators; computed apart first, so that the sums are the ones a
     // separate add would make.
-    bool accumulate = ins.flag("accumulate");
+    bool accumulate = ins.args.accumulate;
     std::vector<std::vector<float>> parts(out.size());
     std::vector<float *> grads(out.size(), nullptr);
     for (size_t i = 1; i < out.size(); ++i) {
@@ -1164,19 +1164,19 @@ bool CpuExecutor::runWide(const Instruction &ins, Communicator &comm, std::strin
     return true;
   }
   case KernelId::Rotary: {
-    int64_t hd = int64_t(ins.number("head_dim"));
+    int64_t hd = int64_t(ins.args.head_dim);
     k::RopeScaling sc;
-    sc.factor = float(ins.number("factor"));
-    sc.lowFreqFactor = float(ins.number("low_freq_factor", 1));
-    sc.highFreqFactor = float(ins.number("high_freq_factor", 4));
-    sc.originalMaxPositions = float(ins.number("original_max_positions", 8192));
-    sc.linearFactor = float(ins.number("linear_factor", 1));
+    sc.factor = float(ins.args.factor);
+    sc.lowFreqFactor = float(ins.args.low_freq_factor);
+    sc.highFreqFactor = float(ins.args.high_freq_factor);
+    sc.originalMaxPositions = float(ins.args.original_max_positions);
+    sc.linearFactor = float(ins.args.linear_factor);
     std::vector<int32_t> pos;
     if (!cpPositions(ins, in[0].shape[1], pos, error))
       return false;
     for (int i = 0; i < 2; ++i)
       k::rotary(data(in[i]), data(out[i]), in[i].shape[0], in[i].shape[1],
-                in[i].shape[2] / hd, hd, float(ins.number("theta")), sc, ins.flag("inverse"),
+                in[i].shape[2] / hd, hd, float(ins.args.theta), sc, ins.args.inverse,
                 pos.empty() ? nullptr : pos.data());
     return true;
   }
@@ -1202,10 +1202,10 @@ bool CpuExecutor::runWide(const Instruction &ins, Communicator &comm, std::strin
     return true;
   }
   case KernelId::GeluFwd:
-    k::geluForward(data(in[0]), data(out[0]), in[0].elements, ins.flag("tanh"));
+    k::geluForward(data(in[0]), data(out[0]), in[0].elements, ins.args.tanh);
     return true;
   case KernelId::GeluBwd:
-    k::geluBackward(data(in[0]), data(in[1]), data(out[0]), in[1].elements, ins.flag("tanh"));
+    k::geluBackward(data(in[0]), data(in[1]), data(out[0]), in[1].elements, ins.args.tanh);
     return true;
   case KernelId::SwiGLUFwd:
     k::swigluForward(data(in[0]), data(in[1]), data(out[0]), in[0].elements);
@@ -1245,11 +1245,11 @@ bool CpuExecutor::runWide(const Instruction &ins, Communicator &comm, std::strin
     return true;
   }
   case KernelId::Fill:
-    std::fill_n(data(out[0]), out[0].elements, float(ins.number("value")));
+    std::fill_n(data(out[0]), out[0].elements, float(ins.args.value));
     return true;
   case KernelId::Scale: {
     const float *x = data(in[0]);
-    float *y = data(out[0]), f = float(ins.number("factor", 1));
+    float *y = data(out[0]), f = float(ins.args.factor);
     for (int64_t i = 0; i < out[0].elements; ++i)
       y[i] = x[i] * f;
     return true;
@@ -1260,7 +1260,7 @@ bool CpuExecutor::runWide(const Instruction &ins, Communicator &comm, std::strin
       return false;
     int64_t counted;
     if (!k::crossEntropyForward(data(in[0]), l, rowsOf(in[0]), in[0].shape.back(),
-                                int64_t(ins.number("ignore_index", -100)), data(out[0]),
+                                int64_t(ins.args.ignore_index), data(out[0]),
                                 &counted)) {
       error = "a label is outside the vocabulary";
       return false;
@@ -1271,7 +1271,7 @@ bool CpuExecutor::runWide(const Instruction &ins, Communicator &comm, std::strin
     const int32_t *l = ids(in[1], error);
     if (!l)
       return false;
-    int64_t ignore = int64_t(ins.number("ignore_index", -100)), counted = 0;
+    int64_t ignore = int64_t(ins.args.ignore_index), counted = 0;
     for (int64_t i = 0; i < in[1].elements; ++i)
       counted += l[i] != ignore;
     k::crossEntropyBackward(data(in[0]), l, *data(in[2]), counted, data(out[0]), rowsOf(in[0]),
@@ -1300,7 +1300,7 @@ bool CpuExecutor::runWide(const Instruction &ins, Communicator &comm, std::strin
       return false;
     const float *z = data(in[0]);
     int64_t part = in[0].shape.back(), rows = in[0].elements / part, off = shardIndex * part;
-    int64_t ignore = int64_t(ins.number("ignore_index", -100));
+    int64_t ignore = int64_t(ins.args.ignore_index);
     float *lse = data(out[0]), *target = data(out[1]);
     for (int64_t r = 0; r < rows; ++r) {
       const float *zr = z + r * part;
@@ -1320,7 +1320,7 @@ bool CpuExecutor::runWide(const Instruction &ins, Communicator &comm, std::strin
       return false;
     const float *all = data(in[0]), *target = data(in[1]);
     int64_t rows = in[1].elements, parts = in[0].elements / rows;
-    int64_t ignore = int64_t(ins.number("ignore_index", -100)), counted = 0;
+    int64_t ignore = int64_t(ins.args.ignore_index), counted = 0;
     double total = 0;
     for (int64_t r = 0; r < rows; ++r) {
       if (l[r] == ignore)
@@ -1338,7 +1338,7 @@ bool CpuExecutor::runWide(const Instruction &ins, Communicator &comm, std::strin
     const float *z = data(in[0]), *all = data(in[2]);
     float dloss = *data(in[3]);
     int64_t part = in[0].shape.back(), rows = in[0].elements / part, off = shardIndex * part;
-    int64_t parts = in[2].elements / rows, ignore = int64_t(ins.number("ignore_index", -100));
+    int64_t parts = in[2].elements / rows, ignore = int64_t(ins.args.ignore_index);
     int64_t counted = 0;
     for (int64_t r = 0; r < rows; ++r)
       counted += l[r] != ignore;
@@ -1364,8 +1364,8 @@ bool CpuExecutor::runWide(const Instruction &ins, Communicator &comm, std::strin
     if (!idx)
       return false;
     k::moeRouterForward(data(in[0]), data(in[1]), data(out[0]), idx, rowsOf(in[0]),
-                        in[0].shape.back(), in[1].shape[0], int64_t(ins.number("top_k")),
-                        ins.flag("normalize"));
+                        in[0].shape.back(), in[1].shape[0], int64_t(ins.args.top_k),
+                        ins.args.normalize);
     return true;
   }
   case KernelId::MoERouterBwd: {
@@ -1378,23 +1378,23 @@ bool CpuExecutor::runWide(const Instruction &ins, Communicator &comm, std::strin
     const int32_t *idx = routes(in[4], error);
     if (!idx)
       return false;
-    if (in.size() == 6 && (in[5].elements != in[2].shape[0] || ins.number("aux_tokens") < 1)) {
+    if (in.size() == 6 && (in[5].elements != in[2].shape[0] || ins.args.aux_tokens < 1)) {
       error = "moe_router_bwd: the counts need one entry per expert and aux_tokens >= 1";
       return false;
     }
     zero(out[1]);
     k::moeRouterBackward(data(in[0]), data(in[1]), data(in[2]), data(in[3]), idx, data(out[0]),
                          data(out[1]), rowsOf(in[1]), in[1].shape.back(), in[2].shape[0],
-                         int64_t(ins.number("top_k")), ins.flag("normalize"),
-                         float(ins.number("aux_loss")), in.size() == 6 ? data(in[5]) : nullptr,
-                         int64_t(ins.number("aux_tokens")), float(ins.number("aux_scale", 1.0)));
+                         int64_t(ins.args.top_k), ins.args.normalize,
+                         float(ins.args.aux_loss), in.size() == 6 ? data(in[5]) : nullptr,
+                         int64_t(ins.args.aux_tokens), float(ins.args.aux_scale));
     return true;
   }
   case KernelId::MoEExpertCounts: {
     const int32_t *idx = routes(in[0], error);
     if (!idx)
       return false;
-    int64_t topK = int64_t(ins.number("top_k"));
+    int64_t topK = int64_t(ins.args.top_k);
     if (topK < 1 || in[0].elements % topK != 0) {
       error = "moe_expert_counts: top_k must divide the indices";
       return false;
@@ -1434,17 +1434,17 @@ bool CpuExecutor::runWide(const Instruction &ins, Communicator &comm, std::strin
   case KernelId::MoEExpertsBwd: {
     bool fwd = ins.kernel->id == KernelId::MoEExpertsFwd;
     const Buffer &x = in[fwd ? 0 : 1];
-    size_t first = fwd ? 1 : 2, count = ins.flag("swiglu") ? 3 : 2;
+    size_t first = fwd ? 1 : 2, count = ins.args.swiglu ? 3 : 2;
     if (in.size() != first + count || (!fwd && out.size() != 1 + count)) {
       error = "moe experts take " + std::to_string(count) + " weights";
       return false;
     }
     k::MoEExpertShape sh{x.shape[0], x.shape[1], x.shape[2], in[first].shape[1],
-                         ins.flag("swiglu")};
+                         ins.args.swiglu};
     // `accumulate`: the weight gradients are added into their fp32
     // accumulators (the outputs), each expert's computed apart first as a
     // separate add would make them.
-    bool accumulate = !fwd && ins.flag("accumulate");
+    bool accumulate = !fwd && ins.args.accumulate;
     const float *w[3] = {};
     float *dw[3] = {};
     for (size_t i = 0; i < count; ++i) {
@@ -1459,7 +1459,7 @@ bool CpuExecutor::runWide(const Instruction &ins, Communicator &comm, std::strin
     // fp8: activations per row, each expert's weights per tensor; where the
     // ffn is split (`amax_axis`), the weights' and the hidden rows' amaxes
     // are the maxima over its ranks.
-    std::string recipe = ins.text("fp8"), axes = ins.text("amax_axis");
+    std::string recipe = ins.args.fp8, axes = ins.args.amax_axis;
     if (!recipe.empty() && recipe != (fwd ? "e4m3" : "hybrid")) {
       error = std::string(ins.kernel->name) + ": fp8 recipe '" + recipe + "' (want " +
               (fwd ? "e4m3" : "hybrid") + ")";
@@ -1494,7 +1494,7 @@ bool CpuExecutor::runWide(const Instruction &ins, Communicator &comm, std::strin
   case KernelId::TPUnslice: {
     // The axis' ranks form `parts` consecutive groups; group g owns part g
     // of the last dimension.
-    int64_t parts = int64_t(ins.number("parts"));
+    int64_t parts = int64_t(ins.args.parts);
     if (parts < 1 || shardSize % parts != 0) {
       error = "tp_slice: " + std::to_string(parts) + " parts do not group " +
               std::to_string(shardSize) + " ranks";
@@ -1540,7 +1540,7 @@ bool CpuExecutor::runWide(const Instruction &ins, Communicator &comm, std::strin
     float inv = 1.0f / lossScale.scale, found = 0;
     for (const Buffer &b : in) {
       Chunk c = shardChunk(b.elements, shardSize, shardIndex);
-      if (ins.text("shard").empty() || isGradShard(b))
+      if (ins.args.shard.empty() || isGradShard(b))
         c = {0, b.elements};
       float *x = data(b);
       for (int64_t i = c.begin; i < c.end; ++i) {
@@ -1571,14 +1571,14 @@ bool CpuExecutor::runWide(const Instruction &ins, Communicator &comm, std::strin
     // Under loss scaling a non-finite gradient anywhere skips every update.
     if (in.size() > 2 && *data(in[2]) > 0)
       return true;
-    ParamState &st = params[ins.text("param")];
+    ParamState &st = params[ins.args.param];
     k::AdamWParams p;
-    p.lr = float(ins.number("lr"));
-    p.beta1 = float(ins.number("beta1"));
-    p.beta2 = float(ins.number("beta2"));
-    p.eps = float(ins.number("eps"));
-    p.weightDecay = float(ins.number("weight_decay"));
-    double maxNorm = ins.number("max_norm");
+    p.lr = float(ins.args.lr);
+    p.beta1 = float(ins.args.beta1);
+    p.beta2 = float(ins.args.beta2);
+    p.eps = float(ins.args.eps);
+    p.weightDecay = float(ins.args.weight_decay);
+    double maxNorm = ins.args.max_norm;
     float norm = *data(in[1]);
     if (maxNorm > 0)
       p.gradScale = float(std::min(1.0, maxNorm / (double(norm) + 1e-6)));
@@ -1591,7 +1591,7 @@ bool CpuExecutor::runWide(const Instruction &ins, Communicator &comm, std::strin
     if (!valueOk ||
         (chunkGrad ? st.shard.size() > in[0].elements : st.shard.end > in[0].elements) ||
         st.m.size() != size_t(st.shard.size())) {
-      error = "adamw of '" + ins.text("param") + "': gradient or moments do not match the parameter";
+      error = "adamw of '" + ins.args.param + "': gradient or moments do not match the parameter";
       return false;
     }
     k::adamw(st.value.data() + (st.valueChunked ? 0 : st.shard.begin),
@@ -1611,12 +1611,12 @@ k::AttentionShape attentionShape(const Instruction &ins, const Buffer &q, const 
   a.batch = q.shape[0];
   a.seq = q.shape[1];
   a.kvSeq = kv.shape[1];
-  a.heads = int64_t(ins.number("heads"));
-  a.kvHeads = int64_t(ins.number("kv_heads"));
-  a.headDim = int64_t(ins.number("head_dim"));
-  a.scale = float(ins.number("scale"));
-  a.causal = ins.flag("causal");
-  a.window = int64_t(ins.number("window"));
+  a.heads = int64_t(ins.args.heads);
+  a.kvHeads = int64_t(ins.args.kv_heads);
+  a.headDim = int64_t(ins.args.head_dim);
+  a.scale = float(ins.args.scale);
+  a.causal = ins.args.causal;
+  a.window = int64_t(ins.args.window);
   return a;
 }
 

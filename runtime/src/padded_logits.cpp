@@ -74,7 +74,7 @@ llmopt::runtime::findPaddedLogits(const Program &prog,
   for (size_t i = 0; i < flat.size(); ++i) {
     const Instruction *head = flat[i];
     if (!is(head, KernelId::LinearFwd) || head->outs.size() != 1 ||
-        !head->text("epilogue").empty() || !head->text("fp8").empty())
+        !head->args.epilogue.empty() || !head->args.fp8.empty())
       continue;
     const Buffer &logits = head->outs[0];
     int64_t vocab = lastDim(logits), pitch = pitchOf(vocab);

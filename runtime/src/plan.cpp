@@ -24,16 +24,6 @@ int64_t bytesOf(DType d) {
   return 4;
 }
 
-double Instruction::number(const std::string &key, double dflt) const {
-  auto it = params.find(key);
-  return it != params.end() && it->second.isNumber() ? it->second.number : dflt;
-}
-
-bool Instruction::flag(const std::string &key) const {
-  auto it = params.find(key);
-  return it != params.end() && it->second.isBool() && it->second.boolean;
-}
-
 const Buffer &Instruction::moeIndices() const {
   using K = kernels::KernelId;
   return kernel->id == K::MoECombineFwd ? ins[2] : kernel->id == K::MoECombineBwd ? ins[3] : ins[1];
@@ -51,10 +41,6 @@ const Buffer &Instruction::moeRows() const {
   }
 }
 
-std::string Instruction::text(const std::string &key) const {
-  auto it = params.find(key);
-  return it != params.end() && it->second.isString() ? it->second.string : std::string();
-}
 
 const Program *Plan::programFor(int rank) const {
   for (const Program &p : programs)
@@ -205,8 +191,8 @@ struct Checker {
       for (const Buffer &b : sub.outs)
         if (b.elements != sub.ins[0].elements)
           return fail(ew + ".outs", "a row-wise kernel writes buffers of its input's size");
-      if (const json::Value *ps = e.get("params"); ps && ps->isObject())
-        sub.params = ps->object;
+      if (std::string at, why; !decodeKernelArgs(*sub.kernel, e.get("params"), sub.args, at, why))
+        return fail(ew + at, why);
       ins.body.push_back(std::move(sub));
     }
     return true;
@@ -584,29 +570,22 @@ bool parsePlan(const json::Value &root, Plan &plan, std::string &error) {
         for (const Buffer &b : ins.outs)
           if (b.space == Buffer::Space::Input)
             return c.fail(iw + ".outs", "a kernel must not write a step input");
-        if (const json::Value *ps = iv.get("params"); ps && ps->isObject())
-          ins.params = ps->object;
+        if (std::string at, why;
+            !decodeKernelArgs(*ins.kernel, iv.get("params"), ins.args, at, why))
+          return c.fail(iw + at, why);
         if (ins.kernel->id == kernels::KernelId::Fused && !c.fused(iv, iw, ins))
           return false;
-        if (ins.kernel->id == kernels::KernelId::AdamW && !plan.param(ins.text("param")))
-          return c.fail(iw + ".params.param", "no parameter named '" + ins.text("param") + "'");
-        if (std::string axis = ins.text("shard"); !axis.empty() && !plan.hasAxis(axis))
-          return c.fail(iw + ".params.shard", "no mesh axis '" + axis + "'");
+        if (ins.kernel->id == kernels::KernelId::AdamW && !plan.param(ins.args.param))
+          return c.fail(iw + ".params.param", "no parameter named '" + ins.args.param + "'");
+        for (const auto &[key, axis] : axisArgs(ins.args))
+          if (!plan.hasAxis(axis))
+            return c.fail(iw + ".params." + key, "no mesh axis '" + axis + "'");
         if (std::string why; !checkKernel(ins, why))
           return c.fail(iw, std::string(ins.kernel->name) + ": " + why);
         for (size_t si = 0; si < ins.body.size(); ++si)
           if (std::string why; !checkKernel(ins.body[si], why))
             return c.fail(iw + ".body[" + std::to_string(si) + "]",
                           std::string(ins.body[si].kernel->name) + ": " + why);
-        if (std::string r = ins.text("fp8"); !r.empty() && r != "e4m3" && r != "hybrid")
-          return c.fail(iw + ".params.fp8", "must be e4m3 or hybrid, got '" + r + "'");
-        for (std::string axes = ins.text("amax_axis"), axis; !axes.empty();) {
-          size_t comma = axes.find(',');
-          axis = axes.substr(0, comma);
-          axes = comma == std::string::npos ? "" : axes.substr(comma + 1);
-          if (!plan.hasAxis(axis))
-            return c.fail(iw + ".params.amax_axis", "no mesh axis '" + axis + "'");
-        }
       } else if (const json::Value *col = iv.get("collective");
                  col && col->isString() && col->string == "param_gather") {
         ins.kind = Instruction::Kind::ParamGather;
@@ -624,9 +603,7 @@ bool parsePlan(const json::Value &root, Plan &plan, std::string &error) {
             (space != Buffer::Space::Arena && space != Buffer::Space::Stash) ||
             ins.buffers[0].elements != spec->elements)
           return c.fail(iw + ".buffers", "one arena buffer the size of '" + param + "'");
-        ins.params["param"] = json::Value();
-        ins.params["param"].kind = json::Value::Kind::String;
-        ins.params["param"].string = param;
+        ins.args.param = param;
         if (iv.get("event")) {
           int64_t event = 0;
           if (!c.integer(iv.get("event"), iw + ".event", event))
@@ -786,10 +763,13 @@ bool parsePlan(const json::Value &root, Plan &plan, std::string &error) {
         for (const Buffer &b : ins.ins)
           if (b.shape.size() != 3 || b.shape[1] % 2 != 0)
             return c.fail(iw + ".ins", "needs [b, s, h] buffers of two sequence chunks");
-        if (const json::Value *ps = iv.get("params"); ps && ps->isObject())
-          ins.params = ps->object;
-        if (ins.number("heads") < 1 || ins.number("kv_heads") < 1 || ins.number("head_dim") < 1 ||
-            int64_t(ins.number("heads")) % int64_t(ins.number("kv_heads")) != 0)
+        // The attention kernel's parameters.
+        const kernels::KernelInfo &attn =
+            *kernels::findKernel(fwd ? "attention_fwd" : "attention_bwd");
+        if (std::string at, why; !decodeKernelArgs(attn, iv.get("params"), ins.args, at, why))
+          return c.fail(iw + at, why);
+        if (ins.args.heads < 1 || ins.args.kv_heads < 1 || ins.args.head_dim < 1 ||
+            int64_t(ins.args.heads) % int64_t(ins.args.kv_heads) != 0)
           return c.fail(iw + ".params", "needs heads, kv_heads (dividing heads) and head_dim");
       } else if (const json::Value *col = iv.get("collective");
                  col && col->isString() && col->string.rfind("ep_", 0) == 0) {
@@ -895,8 +875,8 @@ bool parsePlan(const json::Value &root, Plan &plan, std::string &error) {
                                        "' is used without (or with another size than) the "
                                        "grad_reduce_scatter that fills it");
             if (ins.kind == Instruction::Kind::Kernel && ins.kernel->id == kernels::KernelId::AdamW &&
-                ins.text("shard") != it->second.first)
-              return c.fail(where, "adamw of '" + ins.text("param") +
+                ins.args.shard != it->second.first)
+              return c.fail(where, "adamw of '" + ins.args.param +
                                        "' shards over another axis than its gradient chunk (" +
                                        it->second.first + ")");
           }

@@ -212,6 +212,19 @@ TEST(Plan, ValidatesEverything) {
       {R"("shape": [4], "dtype": "f32", "init")", R"("shape": [0], "dtype": "f32", "init")",
        "params[0].shape: must be at least 1"},
       {R"("dtype": "f32", "init")", R"("dtype": "f64", "init")", "unknown dtype 'f64'"},
+      // Kernel parameters are typed and checked against the kernel ABI.
+      {R"("params": {"value": 1.0})", R"("params": {"value": "1"})",
+       "programs[0].step_instructions[0].params.value: must be a finite number"},
+      {R"("params": {"value": 1.0})", R"("params": {"value": 1.0, "eps": 1e-5})",
+       "step_instructions[0].params.eps: 'fill' takes no parameter 'eps' (it takes value)"},
+      {R"("params": {})", R"("params": {"shard": "tp"})",
+       "step_instructions[1].params.shard: 'global_norm' takes no parameter 'shard' (it "
+       "takes none)"},
+      {R"("weight_decay": 0.0)", R"("weight_decay": 0.0, "shard": "tp")",
+       "step_instructions[2].params.shard: no mesh axis 'tp'"},
+      {R"("max_norm": 1.0)", R"("max_norm": true)",
+       "step_instructions[2].params.max_norm: must be a finite number"},
+      {R"("params": {})", R"("params": [])", "step_instructions[1].params: must be an object"},
   };
   for (const Case &c : cases) {
     std::string text = minimalPlan();
@@ -219,6 +232,48 @@ TEST(Plan, ValidatesEverything) {
     std::string got = validate(text);
     EXPECT_NE(got.find(c.message), std::string::npos) << "got: " << got;
   }
+}
+
+/// Every parameter a kernel lists in abi.h is one of LLMOPT_KERNEL_PARAMS and
+/// its written default decodes; a kernel's defaults are what a call without
+/// them gets.
+TEST(Plan, KernelParametersAreDeclaredAndDefaulted) {
+  for (const llmopt::kernels::KernelInfo &k : llmopt::kernels::kKernels) {
+    KernelArgs args;
+    std::string where, why;
+    EXPECT_TRUE(decodeKernelArgs(k, nullptr, args, where, why)) << k.name << ": " << why;
+    std::string list = k.params;
+    for (size_t start = 0; start < list.size();) {
+      size_t comma = list.find(',', start);
+      std::string name = list.substr(start, comma == std::string::npos ? comma : comma - start);
+      name = name.substr(0, name.find('='));
+      start = comma == std::string::npos ? list.size() : comma + 1;
+      // A parameter of the kernel's own list is accepted by name.
+      json::Value params;
+      ASSERT_TRUE(json::parse("{}", params, why));
+      json::Value v;
+      for (const char *text : {"1", "true", "\"dp\""}) {
+        ASSERT_TRUE(json::parse(text, v, why));
+        params.object[name] = v;
+        if (decodeKernelArgs(k, &params, args, where, why))
+          break;
+      }
+      EXPECT_EQ(why.find("takes no parameter"), std::string::npos) << k.name << ": " << why;
+    }
+  }
+  auto defaults = [](const char *name) {
+    KernelArgs a;
+    std::string where, why;
+    decodeKernelArgs(*llmopt::kernels::findKernel(name), nullptr, a, where, why);
+    return a;
+  };
+  EXPECT_EQ(defaults("scale").factor, 1.0);
+  EXPECT_EQ(defaults("rotary").factor, 0.0); // no Llama 3 scaling
+  EXPECT_EQ(defaults("rotary").high_freq_factor, 4.0);
+  EXPECT_EQ(defaults("rotary").original_max_positions, 8192.0);
+  EXPECT_EQ(defaults("cross_entropy_fwd").ignore_index, -100);
+  EXPECT_EQ(defaults("vp_ce_bwd").ignore_index, -100);
+  EXPECT_EQ(defaults("moe_router_bwd").aux_scale, 1.0);
 }
 
 TEST(Plan, LoadChecksTheChecksum) {

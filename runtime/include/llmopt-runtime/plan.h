@@ -14,6 +14,7 @@
 
 #include "llmopt-kernels/abi.h"
 #include "llmopt-runtime/json.h"
+#include "llmopt-runtime/kernel_args.h"
 
 #include "llmopt-runtime/schedule.h"
 
@@ -83,7 +84,8 @@ struct Instruction {
   int event = -1;  // ParamGather (a prefetch) / ParamWait: pairs the two
   const kernels::KernelInfo *kernel = nullptr;
   std::vector<Buffer> ins, outs;
-  std::map<std::string, json::Value> params;
+  /// The kernel's parameters (and a ring attention's), decoded at load.
+  KernelArgs args;
   std::string axis, reduce;
   std::vector<Buffer> buffers;
   /// A fused kernel (`fused`): its generated name and the row-wise kernels
@@ -92,9 +94,6 @@ struct Instruction {
   std::vector<Instruction> body;
   std::vector<std::vector<int64_t>> temps;
 
-  double number(const std::string &key, double dflt = 0) const;
-  bool flag(const std::string &key) const;
-  std::string text(const std::string &key) const;
   /// An MoE dispatch or combine (forward or backward): its expert indices
   /// [tokens, top_k] and its expert rows [experts, capacity, hidden].
   const Buffer &moeIndices() const;
