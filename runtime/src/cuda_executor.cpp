@@ -29,6 +29,7 @@
 #include <dlfcn.h>
 
 #include <algorithm>
+#include <array>
 #include <cctype>
 #include <cmath>
 #include <cstdio>
@@ -408,6 +409,49 @@ struct CudaExecutor::State {
     return ropes.emplace(key, std::move(buf)).first->second->as<float>();
   }
 
+  /// One kernel instruction's call.
+  struct KernelCall {
+    const Instruction &ins;
+    const std::vector<Buffer> &in, &out;
+    CpuExecutor &host;
+    std::string &error;
+    cudaStream_t s;
+  };
+  using KernelFn = bool (State::*)(const KernelCall &);
+  /// This backend's implementation of each kernel, by kernels::KernelId, for
+  /// activations of type T (null: not run on the GPU).
+  template <typename T>
+  static const std::array<KernelFn, size_t(KernelId::NumKernels)> &kernelTable();
+  template <typename T> bool kernelEmbeddingFwd(const KernelCall &call);
+  template <typename T> bool kernelEmbeddingBwd(const KernelCall &call);
+  template <typename T> bool kernelPositionEmbeddingFwd(const KernelCall &call);
+  template <typename T> bool kernelPositionEmbeddingBwd(const KernelCall &call);
+  template <typename T> bool kernelNorm(const KernelCall &call);
+  template <typename T> bool kernelNormBwd(const KernelCall &call);
+  template <typename T> bool kernelLinearFwd(const KernelCall &call);
+  template <typename T> bool kernelLinearBwd(const KernelCall &call);
+  template <typename T> bool kernelSplitConcat(const KernelCall &call);
+  template <typename T> bool kernelRotary(const KernelCall &call);
+  template <typename T> bool kernelAttention(const KernelCall &call);
+  template <typename T> bool kernelGeluFwd(const KernelCall &call);
+  template <typename T> bool kernelGeluBwd(const KernelCall &call);
+  template <typename T> bool kernelSwiGLUFwd(const KernelCall &call);
+  template <typename T> bool kernelSwiGLUBwd(const KernelCall &call);
+  template <typename T> bool kernelAdd(const KernelCall &call);
+  template <typename T> bool kernelCopy(const KernelCall &call);
+  template <typename T> bool kernelScale(const KernelCall &call);
+  template <typename T> bool kernelFill(const KernelCall &call);
+  template <typename T> bool kernelBiasAdd(const KernelCall &call);
+  template <typename T> bool kernelSumRows(const KernelCall &call);
+  template <typename T> bool kernelCrossEntropyFwd(const KernelCall &call);
+  template <typename T> bool kernelCrossEntropyBwd(const KernelCall &call);
+  template <typename T> bool kernelGlobalNorm(const KernelCall &call);
+  template <typename T> bool kernelAdamW(const KernelCall &call);
+  template <typename T> bool kernelFused(const KernelCall &call);
+  template <typename T> bool kernelMoERouter(const KernelCall &call);
+  template <typename T> bool kernelMoEExpertCounts(const KernelCall &call);
+  template <typename T> bool kernelMoEDispatchCombine(const KernelCall &call);
+  template <typename T> bool kernelMoEExperts(const KernelCall &call);
   template <typename T> bool kernel(const Instruction &ins, CpuExecutor &host, std::string &error);
   template <typename T> bool fp8Linear(const Instruction &ins, std::string &error);
   bool run(const Instruction &ins, CpuExecutor &host, std::string &error) {
@@ -649,585 +693,719 @@ bool CudaExecutor::State::fp8Linear(const Instruction &ins, std::string &error) 
 
 template <typename T>
 bool CudaExecutor::State::kernel(const Instruction &ins, CpuExecutor &host, std::string &error) {
-  const std::vector<Buffer> &in = ins.ins, &out = ins.outs;
-  cudaStream_t s = stream;
+  KernelFn f = kernelTable<T>()[size_t(ins.kernel->id)];
+  if (!f)
+    return (error = std::string("the CUDA backend does not run '") + ins.kernel->name + "' yet",
+            false);
+  return (this->*f)(KernelCall{ins, ins.ins, ins.outs, host, error, stream});
+}
+
+template <typename T>
+const std::array<CudaExecutor::State::KernelFn, size_t(KernelId::NumKernels)> &
+CudaExecutor::State::kernelTable() {
+  // The kernels this backend runs (null: refused when the plan is loaded).
+  static const std::array<KernelFn, size_t(KernelId::NumKernels)> table = [] {
+    std::array<KernelFn, size_t(KernelId::NumKernels)> t{};
+    t[size_t(KernelId::EmbeddingFwd)] = &State::kernelEmbeddingFwd<T>;
+    t[size_t(KernelId::EmbeddingBwd)] = &State::kernelEmbeddingBwd<T>;
+    t[size_t(KernelId::PositionEmbeddingFwd)] = &State::kernelPositionEmbeddingFwd<T>;
+    t[size_t(KernelId::PositionEmbeddingBwd)] = &State::kernelPositionEmbeddingBwd<T>;
+    t[size_t(KernelId::RMSNormFwd)] = &State::kernelNorm<T>;
+    t[size_t(KernelId::LayerNormFwd)] = &State::kernelNorm<T>;
+    t[size_t(KernelId::RMSNormBwd)] = &State::kernelNormBwd<T>;
+    t[size_t(KernelId::LayerNormBwd)] = &State::kernelNormBwd<T>;
+    t[size_t(KernelId::LinearFwd)] = &State::kernelLinearFwd<T>;
+    t[size_t(KernelId::LinearBwd)] = &State::kernelLinearBwd<T>;
+    t[size_t(KernelId::Split)] = &State::kernelSplitConcat<T>;
+    t[size_t(KernelId::Concat)] = &State::kernelSplitConcat<T>;
+    t[size_t(KernelId::Rotary)] = &State::kernelRotary<T>;
+    t[size_t(KernelId::AttentionFwd)] = &State::kernelAttention<T>;
+    t[size_t(KernelId::AttentionBwd)] = &State::kernelAttention<T>;
+    t[size_t(KernelId::GeluFwd)] = &State::kernelGeluFwd<T>;
+    t[size_t(KernelId::GeluBwd)] = &State::kernelGeluBwd<T>;
+    t[size_t(KernelId::SwiGLUFwd)] = &State::kernelSwiGLUFwd<T>;
+    t[size_t(KernelId::SwiGLUBwd)] = &State::kernelSwiGLUBwd<T>;
+    t[size_t(KernelId::Add)] = &State::kernelAdd<T>;
+    t[size_t(KernelId::Copy)] = &State::kernelCopy<T>;
+    t[size_t(KernelId::Scale)] = &State::kernelScale<T>;
+    t[size_t(KernelId::Fill)] = &State::kernelFill<T>;
+    t[size_t(KernelId::BiasAdd)] = &State::kernelBiasAdd<T>;
+    t[size_t(KernelId::SumRows)] = &State::kernelSumRows<T>;
+    t[size_t(KernelId::CrossEntropyFwd)] = &State::kernelCrossEntropyFwd<T>;
+    t[size_t(KernelId::CrossEntropyBwd)] = &State::kernelCrossEntropyBwd<T>;
+    t[size_t(KernelId::GlobalNorm)] = &State::kernelGlobalNorm<T>;
+    t[size_t(KernelId::AdamW)] = &State::kernelAdamW<T>;
+    t[size_t(KernelId::Fused)] = &State::kernelFused<T>;
+    t[size_t(KernelId::MoERouterFwd)] = &State::kernelMoERouter<T>;
+    t[size_t(KernelId::MoERouterBwd)] = &State::kernelMoERouter<T>;
+    t[size_t(KernelId::MoEExpertCounts)] = &State::kernelMoEExpertCounts<T>;
+    t[size_t(KernelId::MoEDispatchFwd)] = &State::kernelMoEDispatchCombine<T>;
+    t[size_t(KernelId::MoEDispatchBwd)] = &State::kernelMoEDispatchCombine<T>;
+    t[size_t(KernelId::MoECombineFwd)] = &State::kernelMoEDispatchCombine<T>;
+    t[size_t(KernelId::MoECombineBwd)] = &State::kernelMoEDispatchCombine<T>;
+    t[size_t(KernelId::MoEExpertsFwd)] = &State::kernelMoEExperts<T>;
+    t[size_t(KernelId::MoEExpertsBwd)] = &State::kernelMoEExperts<T>;
+    return t;
+  }();
+  return table;
+}
+
+template <typename T> bool CudaExecutor::State::kernelEmbeddingFwd(const KernelCall &call) {
+  auto &[ins, in, out, host, error, s] = call;
   auto ok = [&](cudaError_t e) { return check(e, ins.kernel->name, error); };
-  switch (ins.kernel->id) {
-  case KernelId::EmbeddingFwd:
-    return ok(cu::embeddingForward(at<int32_t>(in[0]), at<T>(in[1]), at<T>(out[0]),
-                                   in[0].elements, in[1].shape[1], s));
-  case KernelId::EmbeddingBwd: {
-    // The step's tokens: each token's rows summed in position order
-    // (bit-identical from run to run); other token buffers: atomics.
-    float *g = gradTarget(out[0], 0, error);
-    const int32_t *tok = at<int32_t>(in[0]);
-    if (!g)
+  return ok(cu::embeddingForward(at<int32_t>(in[0]), at<T>(in[1]), at<T>(out[0]),
+                                 in[0].elements, in[1].shape[1], s));
+}
+
+template <typename T> bool CudaExecutor::State::kernelEmbeddingBwd(const KernelCall &call) {
+  auto &[ins, in, out, host, error, s] = call;
+  auto ok = [&](cudaError_t e) { return check(e, ins.kernel->name, error); };
+  // The step's tokens: each token's rows summed in position order
+  // (bit-identical from run to run); other token buffers: atomics.
+  float *g = gradTarget(out[0], 0, error);
+  const int32_t *tok = at<int32_t>(in[0]);
+  if (!g)
+    return false;
+  bool ordered = orderTokens && tok == tokens.as<int32_t>();
+  int64_t n = in[0].elements, h = out[0].shape[1];
+  auto *partial = ordered ? static_cast<float *>(tmp(8, size_t(n * h) * 4, error)) : nullptr;
+  if (ordered && !partial)
+    return false;
+  return ok(ordered ? cu::embeddingBackwardOrdered(tok, tokenOrderDev.as<int32_t>(),
+                                                   at<T>(in[1]), g, n, h, partial, s)
+                    : cu::embeddingBackward(tok, at<T>(in[1]), g, in[0].elements,
+                                            out[0].shape[1], s)) &&
+         gradDone(out[0], g, error);
+}
+
+template <typename T> bool CudaExecutor::State::kernelPositionEmbeddingFwd(const KernelCall &call) {
+  auto &[ins, in, out, host, error, s] = call;
+  auto ok = [&](cudaError_t e) { return check(e, ins.kernel->name, error); };
+  return ok(cu::positionEmbeddingForward(at<T>(in[0]), at<T>(in[1]), at<T>(out[0]),
+                                         in[0].shape[0], in[0].shape[1], in[0].shape[2],
+                                         nullptr, s));
+}
+
+template <typename T> bool CudaExecutor::State::kernelPositionEmbeddingBwd(const KernelCall &call) {
+  auto &[ins, in, out, host, error, s] = call;
+  auto ok = [&](cudaError_t e) { return check(e, ins.kernel->name, error); };
+  float *g = gradTarget(out[0], 0, error);
+  return g && ok(cu::positionEmbeddingBackward(at<T>(in[0]), g, in[0].shape[0], in[0].shape[1],
+                                               in[0].shape[2], nullptr, s)) &&
+         gradDone(out[0], g, error);
+}
+
+template <typename T> bool CudaExecutor::State::kernelNorm(const KernelCall &call) {
+  auto &[ins, in, out, host, error, s] = call;
+  auto ok = [&](cudaError_t e) { return check(e, ins.kernel->name, error); };
+  int64_t n = rowsOf(in[0]), c = lastDim(in[0]);
+  float eps = float(ins.args.eps);
+  float *st = normStats(in[0], ins.kernel->id == KernelId::RMSNormFwd, eps, n, error);
+  if (!st)
+    return false;
+  lseFresh.insert(st);
+  if (ins.kernel->id == KernelId::RMSNormFwd)
+    return ok(cu::rmsNormForward(at<T>(in[0]), at<T>(in[1]), at<T>(out[0]), st, n, c, eps, s));
+  return ok(cu::layerNormForward(at<T>(in[0]), at<T>(in[1]),
+                                 in.size() > 2 ? at<T>(in[2]) : nullptr, at<T>(out[0]), st,
+                                 st + n, n, c, eps, s));
+}
+
+template <typename T> bool CudaExecutor::State::kernelNormBwd(const KernelCall &call) {
+  auto &[ins, in, out, host, error, s] = call;
+  auto ok = [&](cudaError_t e) { return check(e, ins.kernel->name, error); };
+  // The statistics the forward of this micro-batch kept for this input,
+  // else the forward again (the plan does not keep them).
+  bool rms = ins.kernel->id == KernelId::RMSNormBwd;
+  int64_t n = rowsOf(in[1]), c = lastDim(in[1]);
+  float eps = float(ins.args.eps);
+  float *st = normStats(in[1], rms, eps, n, error);
+  bool kept = st && lseFresh.count(st);
+  auto *y = kept ? nullptr : static_cast<T *>(tmp(2, size_t(in[1].elements) * sizeof(T), error));
+  float *dw = st && (kept || y) ? gradTarget(out[1], 3, error) : nullptr;
+  float *db = dw && out.size() > 2 ? gradTarget(out[2], 4, error) : nullptr;
+  // Row terms of the weight gradient, summed by column (deterministic,
+  // and without every row's atomics on the same c addresses).
+  auto *terms = dw ? static_cast<float *>(tmp(6, cu::normBackwardScratchBytes(n, c), error))
+                   : nullptr;
+  if (!dw || (out.size() > 2 && !db) || !terms)
+    return false;
+  if (rms) {
+    if ((!kept && !ok(cu::rmsNormForward(at<T>(in[1]), at<T>(in[2]), y, st, n, c, eps, s))) ||
+        !ok(cu::rmsNormBackward(at<T>(in[0]), at<T>(in[1]), at<T>(in[2]), st, at<T>(out[0]),
+                                dw, n, c, s, terms)))
       return false;
-    bool ordered = orderTokens && tok == tokens.as<int32_t>();
-    int64_t n = in[0].elements, h = out[0].shape[1];
-    auto *partial = ordered ? static_cast<float *>(tmp(8, size_t(n * h) * 4, error)) : nullptr;
-    if (ordered && !partial)
+  } else {
+    if (!kept && !ok(cu::layerNormForward(at<T>(in[1]), at<T>(in[2]), nullptr, y, st, st + n,
+                                           n, c, eps, s)))
       return false;
-    return ok(ordered ? cu::embeddingBackwardOrdered(tok, tokenOrderDev.as<int32_t>(),
-                                                     at<T>(in[1]), g, n, h, partial, s)
-                      : cu::embeddingBackward(tok, at<T>(in[1]), g, in[0].elements,
-                                              out[0].shape[1], s)) &&
-           gradDone(out[0], g, error);
-  }
-  case KernelId::PositionEmbeddingFwd:
-    return ok(cu::positionEmbeddingForward(at<T>(in[0]), at<T>(in[1]), at<T>(out[0]),
-                                           in[0].shape[0], in[0].shape[1], in[0].shape[2],
-                                           nullptr, s));
-  case KernelId::PositionEmbeddingBwd: {
-    float *g = gradTarget(out[0], 0, error);
-    return g && ok(cu::positionEmbeddingBackward(at<T>(in[0]), g, in[0].shape[0], in[0].shape[1],
-                                                 in[0].shape[2], nullptr, s)) &&
-           gradDone(out[0], g, error);
-  }
-  case KernelId::RMSNormFwd:
-  case KernelId::LayerNormFwd: {
-    int64_t n = rowsOf(in[0]), c = lastDim(in[0]);
-    float eps = float(ins.args.eps);
-    float *st = normStats(in[0], ins.kernel->id == KernelId::RMSNormFwd, eps, n, error);
-    if (!st)
+    // (No bias gradient wanted: db is null and none is summed.)
+    if (!ok(cu::layerNormBackward(at<T>(in[0]), at<T>(in[1]), at<T>(in[2]), st, st + n,
+                                  at<T>(out[0]), dw, db, n, c, s, terms)))
       return false;
-    lseFresh.insert(st);
-    if (ins.kernel->id == KernelId::RMSNormFwd)
-      return ok(cu::rmsNormForward(at<T>(in[0]), at<T>(in[1]), at<T>(out[0]), st, n, c, eps, s));
-    return ok(cu::layerNormForward(at<T>(in[0]), at<T>(in[1]),
-                                   in.size() > 2 ? at<T>(in[2]) : nullptr, at<T>(out[0]), st,
-                                   st + n, n, c, eps, s));
   }
-  case KernelId::RMSNormBwd:
-  case KernelId::LayerNormBwd: {
-    // The statistics the forward of this micro-batch kept for this input,
-    // else the forward again (the plan does not keep them).
-    bool rms = ins.kernel->id == KernelId::RMSNormBwd;
-    int64_t n = rowsOf(in[1]), c = lastDim(in[1]);
-    float eps = float(ins.args.eps);
-    float *st = normStats(in[1], rms, eps, n, error);
-    bool kept = st && lseFresh.count(st);
-    auto *y = kept ? nullptr : static_cast<T *>(tmp(2, size_t(in[1].elements) * sizeof(T), error));
-    float *dw = st && (kept || y) ? gradTarget(out[1], 3, error) : nullptr;
-    float *db = dw && out.size() > 2 ? gradTarget(out[2], 4, error) : nullptr;
-    // Row terms of the weight gradient, summed by column (deterministic,
-    // and without every row's atomics on the same c addresses).
-    auto *terms = dw ? static_cast<float *>(tmp(6, cu::normBackwardScratchBytes(n, c), error))
-                     : nullptr;
-    if (!dw || (out.size() > 2 && !db) || !terms)
-      return false;
-    if (rms) {
-      if ((!kept && !ok(cu::rmsNormForward(at<T>(in[1]), at<T>(in[2]), y, st, n, c, eps, s))) ||
-          !ok(cu::rmsNormBackward(at<T>(in[0]), at<T>(in[1]), at<T>(in[2]), st, at<T>(out[0]),
-                                  dw, n, c, s, terms)))
-        return false;
-    } else {
-      if (!kept && !ok(cu::layerNormForward(at<T>(in[1]), at<T>(in[2]), nullptr, y, st, st + n,
-                                             n, c, eps, s)))
-        return false;
-      // (No bias gradient wanted: db is null and none is summed.)
-      if (!ok(cu::layerNormBackward(at<T>(in[0]), at<T>(in[1]), at<T>(in[2]), st, st + n,
-                                    at<T>(out[0]), dw, db, n, c, s, terms)))
-        return false;
-    }
-    return gradDone(out[1], dw, error) && (!db || gradDone(out[2], db, error));
-  }
-  case KernelId::LinearFwd: {
-    if (!ins.args.fp8.empty())
-      return fp8Linear<T>(ins, error);
-    const Buffer &x = in[0], &w = in[1];
-    bool tr = ins.args.transposed;
-    cu::LinearShape sh{rowsOf(x), tr ? w.shape[0] : w.shape[1], tr ? w.shape[1] : w.shape[0], tr,
-                       bf16 ? CUDA_R_16BF : CUDA_R_32F};
-    std::string epilogue = ins.args.epilogue;
-    bool gelu = !epilogue.empty();
-    if ((gelu && (epilogue != "gelu_tanh" || out.size() != 2 ||
-                  out[1].elements != out[0].elements)) ||
-        (!gelu && out.size() != 1)) {
-      error = "linear_fwd: an epilogue needs gelu_tanh and two outputs of one size, none one "
-              "output";
-      return false;
-    }
-    void *y = gelu ? nullptr : paddedRows(ins, true, 0, sh.ld);
-    return gemm->linearForward(at<T>(x), at<T>(w), in.size() > 2 ? at<T>(in[2]) : nullptr,
-                               y ? y : at<T>(out[gelu ? 1 : 0]), sh, s, error,
-                               gelu ? at<T>(out[0]) : nullptr);
-  }
-  case KernelId::LinearBwd: {
-    if (!ins.args.fp8.empty())
-      return fp8Linear<T>(ins, error);
-    const Buffer &w = in[2];
-    bool tr = ins.args.transposed;
-    cu::LinearShape sh{rowsOf(in[1]), tr ? w.shape[0] : w.shape[1], tr ? w.shape[1] : w.shape[0],
-                       tr, bf16 ? CUDA_R_16BF : CUDA_R_32F};
-    // `accumulate`: the GEMM adds dW into its fp32 accumulator (beta = 1)
-    // and the bias gradient is added from a scratch.
-    bool accumulate = ins.args.accumulate;
-    float *dw = accumulate ? at<float>(out[1]) : gradTarget(out[1], 0, error);
-    const void *dy = paddedRows(ins, false, 0, sh.ld);
-    if (!dw || !gemm->linearBackward(dy ? dy : at<T>(in[0]), at<T>(in[1]), at<T>(w), at<T>(out[0]),
-                                     dw, sh, s, error) ||
-        (!accumulate && !gradDone(out[1], dw, error)))
-      return false;
-    if (out.size() < 3)
-      return true;
-    void *sums = sumsScratch(sh.n, sh.out, error);
-    if (accumulate) {
-      auto *db = static_cast<float *>(tmp(3, size_t(sh.out) * 4, error));
-      return db && sums && ok(cu::sumRows(at<T>(in[0]), db, sh.n, sh.out, s, sums)) &&
-             ok(cu::addInto(at<float>(out[2]), static_cast<const float *>(db), sh.out, s));
-    }
-    float *db = gradTarget(out[2], 3, error);
-    return db && sums && ok(cu::sumRows(at<T>(in[0]), db, sh.n, sh.out, s, sums)) &&
-           gradDone(out[2], db, error);
-  }
-  case KernelId::Split:
-  case KernelId::Concat: {
-    bool split = ins.kernel->id == KernelId::Split;
-    const Buffer &whole = split ? in[0] : out[0];
-    int64_t offset = 0;
-    for (const Buffer &p : split ? out : in) {
-      if (!ok(cu::columns(split ? at<T>(whole) : at<T>(p), split ? at<T>(p) : at<T>(whole),
-                          rowsOf(whole), lastDim(whole), offset, lastDim(p), split, s)))
-        return false;
-      offset += lastDim(p);
-    }
-    return true;
-  }
-  case KernelId::Rotary: {
-    const float *cs = rotaryTable(ins, in[0].shape[1], error);
-    if (!cs)
-      return false;
-    int64_t hd = int64_t(ins.args.head_dim);
-    for (int i = 0; i < 2; ++i)
-      if (!ok(cu::rotary(at<T>(in[i]), at<T>(out[i]), in[i].shape[0], in[i].shape[1],
-                         in[i].shape[2] / hd, hd, cs, ins.args.inverse, s)))
-        return false;
-    return true;
-  }
-  case KernelId::AttentionFwd:
-  case KernelId::AttentionBwd: {
-    bool fwd = ins.kernel->id == KernelId::AttentionFwd;
-    const Buffer &q = in[fwd ? 0 : 1];
-    kernels::cpu::AttentionShape a = attentionShape(ins, q, in[fwd ? 1 : 2]);
-    cu::AttentionDims d{a.batch, a.seq, a.heads, a.kvHeads, a.headDim, a.scale, a.causal,
-                        a.window};
-    // Tensor-core attention (attention_gemm.cu). The forward's
-    // log-sum-exps are kept by output buffer: the backward reads the
-    // output the last forward into that buffer wrote, and its statistics.
-    size_t lseBytes = size_t(d.batch * d.heads * d.seq) * 4;
-    const Buffer &o = fwd ? out[0] : in[4];
-    auto &kept = lses[{int(o.space), o.offset, o.name}];
-    if (!kept)
-      kept = std::make_unique<DevBuf>();
-    if (!kept->reserve(lseBytes)) {
-      error = "out of GPU memory for attention statistics";
-      return false;
-    }
-    auto *lse = kept->as<float>();
-#ifdef LLMOPT_HAVE_CUDNN
-    if constexpr (std::is_same<T, cu::bf16>::value) {
-      auto shape = std::make_tuple(d.batch, d.seq, d.heads, d.kvHeads, d.headDim, fwd);
-      if (cudnnWanted && !cudnn && !(cudnn = cu::CudnnAttention::create(error))) {
-        cudnnFailed(error);
-        cudnnWanted = false;
-      }
-      if (cudnnWanted && cu::CudnnAttention::supports(d) && !cudnnRefused.count(shape)) {
-        if (fwd) {
-          if (cudnn->forward(at<T>(in[0]), at<T>(in[1]), at<T>(in[2]), at<T>(out[0]), lse, d, s,
-                             error)) {
-            lseFresh.insert(lse);
-            return true;
-          }
-          if (capturing)
-            return false; // the capture fails; plain launches try again
-          cudnnRefused.insert(shape);
-          cudnnFailed(error);
-        } else if (lseFresh.count(lse)) {
-          if (cudnn->backward(at<T>(in[0]), at<T>(in[1]), at<T>(in[2]), at<T>(in[3]),
-                              at<T>(in[4]), lse, at<T>(out[0]), at<T>(out[1]), at<T>(out[2]), d,
-                              s, error))
-            return true;
-          if (capturing)
-            return false;
-          cudnnRefused.insert(shape);
-          cudnnFailed(error);
-        }
-      }
-    }
-#endif
-    // The GEMM attention's scratch (only on this path: cuDNN needs less).
-    void *scratch = tmp(5, cu::attentionGemmScratchBytes(d, sizeof(T)), error);
-    if (!scratch)
-      return false;
-    if (fwd) {
-      lseFresh.insert(lse);
-      return cu::attentionForwardGemm(*gemm, at<T>(in[0]), at<T>(in[1]), at<T>(in[2]),
-                                      at<T>(out[0]), lse, d, scratch, s, error);
-    }
-    if (!lseFresh.count(lse)) {
-      // No forward wrote this output in this step (a plan that recomputes
-      // it elsewhere): the statistics again.
-      auto *again = static_cast<T *>(tmp(2, size_t(q.elements) * sizeof(T), error));
-      if (!again || !cu::attentionForwardGemm(*gemm, at<T>(in[1]), at<T>(in[2]), at<T>(in[3]),
-                                              again, lse, d, scratch, s, error))
-        return false;
-    }
-    return cu::attentionBackwardGemm(*gemm, at<T>(in[0]), at<T>(in[1]), at<T>(in[2]),
-                                     at<T>(in[3]), at<T>(in[4]), lse, at<T>(out[0]),
-                                     at<T>(out[1]), at<T>(out[2]), d, scratch, s, error);
-  }
-  case KernelId::GeluFwd:
-    return ok(cu::geluForward(at<T>(in[0]), at<T>(out[0]), in[0].elements, ins.args.tanh, s));
-  case KernelId::GeluBwd:
-    return ok(cu::geluBackward(at<T>(in[0]), at<T>(in[1]), at<T>(out[0]), in[1].elements,
-                               ins.args.tanh, s));
-  case KernelId::SwiGLUFwd:
-    return ok(cu::swigluForward(at<T>(in[0]), at<T>(in[1]), at<T>(out[0]), in[0].elements, s));
-  case KernelId::SwiGLUBwd:
-    return ok(cu::swigluBackward(at<T>(in[0]), at<T>(in[1]), at<T>(in[2]), at<T>(out[0]),
-                                 at<T>(out[1]), in[1].elements, s));
-  case KernelId::Add: {
-    // Activations (one dtype), or a gradient added into its fp32 accumulator.
-    // (Inside a fused body of a bf16 plan everything is an fp32 copy: T is
-    // float whatever the buffers' dtypes say.)
-    DType a = in[0].dtype, b = in[1].dtype, y = out[0].dtype;
-    if (std::is_same<T, float>::value)
-      return ok(cu::add(at<float>(in[0]), at<float>(in[1]), at<float>(out[0]), out[0].elements,
-                        s));
-    if (a == b && b == y)
-      return a == DType::F32 ? ok(cu::add(at<float>(in[0]), at<float>(in[1]), at<float>(out[0]),
-                                          out[0].elements, s))
-                             : ok(cu::add(at<T>(in[0]), at<T>(in[1]), at<T>(out[0]),
-                                          out[0].elements, s));
-    if (y == DType::F32 && a == DType::F32 && ptr(in[0]) == ptr(out[0]))
-      return ok(cu::addInto(at<float>(out[0]), at<T>(in[1]), out[0].elements, s));
-    error = "add: mixed dtypes other than a gradient into its fp32 accumulator";
+  return gradDone(out[1], dw, error) && (!db || gradDone(out[2], db, error));
+}
+
+template <typename T> bool CudaExecutor::State::kernelLinearFwd(const KernelCall &call) {
+  auto &[ins, in, out, host, error, s] = call;
+  if (!ins.args.fp8.empty())
+    return fp8Linear<T>(ins, error);
+  const Buffer &x = in[0], &w = in[1];
+  bool tr = ins.args.transposed;
+  cu::LinearShape sh{rowsOf(x), tr ? w.shape[0] : w.shape[1], tr ? w.shape[1] : w.shape[0], tr,
+                     bf16 ? CUDA_R_16BF : CUDA_R_32F};
+  std::string epilogue = ins.args.epilogue;
+  bool gelu = !epilogue.empty();
+  if ((gelu && (epilogue != "gelu_tanh" || out.size() != 2 ||
+                out[1].elements != out[0].elements)) ||
+      (!gelu && out.size() != 1)) {
+    error = "linear_fwd: an epilogue needs gelu_tanh and two outputs of one size, none one "
+            "output";
     return false;
   }
-  case KernelId::Copy:
-    if (in[0].dtype != out[0].dtype) {
-      error = "copy between dtypes";
+  void *y = gelu ? nullptr : paddedRows(ins, true, 0, sh.ld);
+  return gemm->linearForward(at<T>(x), at<T>(w), in.size() > 2 ? at<T>(in[2]) : nullptr,
+                             y ? y : at<T>(out[gelu ? 1 : 0]), sh, s, error,
+                             gelu ? at<T>(out[0]) : nullptr);
+}
+
+template <typename T> bool CudaExecutor::State::kernelLinearBwd(const KernelCall &call) {
+  auto &[ins, in, out, host, error, s] = call;
+  auto ok = [&](cudaError_t e) { return check(e, ins.kernel->name, error); };
+  if (!ins.args.fp8.empty())
+    return fp8Linear<T>(ins, error);
+  const Buffer &w = in[2];
+  bool tr = ins.args.transposed;
+  cu::LinearShape sh{rowsOf(in[1]), tr ? w.shape[0] : w.shape[1], tr ? w.shape[1] : w.shape[0],
+                     tr, bf16 ? CUDA_R_16BF : CUDA_R_32F};
+  // `accumulate`: the GEMM adds dW into its fp32 accumulator (beta = 1)
+  // and the bias gradient is added from a scratch.
+  bool accumulate = ins.args.accumulate;
+  float *dw = accumulate ? at<float>(out[1]) : gradTarget(out[1], 0, error);
+  const void *dy = paddedRows(ins, false, 0, sh.ld);
+  if (!dw || !gemm->linearBackward(dy ? dy : at<T>(in[0]), at<T>(in[1]), at<T>(w), at<T>(out[0]),
+                                   dw, sh, s, error) ||
+      (!accumulate && !gradDone(out[1], dw, error)))
+    return false;
+  if (out.size() < 3)
+    return true;
+  void *sums = sumsScratch(sh.n, sh.out, error);
+  if (accumulate) {
+    auto *db = static_cast<float *>(tmp(3, size_t(sh.out) * 4, error));
+    return db && sums && ok(cu::sumRows(at<T>(in[0]), db, sh.n, sh.out, s, sums)) &&
+           ok(cu::addInto(at<float>(out[2]), static_cast<const float *>(db), sh.out, s));
+  }
+  float *db = gradTarget(out[2], 3, error);
+  return db && sums && ok(cu::sumRows(at<T>(in[0]), db, sh.n, sh.out, s, sums)) &&
+         gradDone(out[2], db, error);
+}
+
+template <typename T> bool CudaExecutor::State::kernelSplitConcat(const KernelCall &call) {
+  auto &[ins, in, out, host, error, s] = call;
+  auto ok = [&](cudaError_t e) { return check(e, ins.kernel->name, error); };
+  bool split = ins.kernel->id == KernelId::Split;
+  const Buffer &whole = split ? in[0] : out[0];
+  int64_t offset = 0;
+  for (const Buffer &p : split ? out : in) {
+    if (!ok(cu::columns(split ? at<T>(whole) : at<T>(p), split ? at<T>(p) : at<T>(whole),
+                        rowsOf(whole), lastDim(whole), offset, lastDim(p), split, s)))
       return false;
+    offset += lastDim(p);
+  }
+  return true;
+}
+
+template <typename T> bool CudaExecutor::State::kernelRotary(const KernelCall &call) {
+  auto &[ins, in, out, host, error, s] = call;
+  auto ok = [&](cudaError_t e) { return check(e, ins.kernel->name, error); };
+  const float *cs = rotaryTable(ins, in[0].shape[1], error);
+  if (!cs)
+    return false;
+  int64_t hd = int64_t(ins.args.head_dim);
+  for (int i = 0; i < 2; ++i)
+    if (!ok(cu::rotary(at<T>(in[i]), at<T>(out[i]), in[i].shape[0], in[i].shape[1],
+                       in[i].shape[2] / hd, hd, cs, ins.args.inverse, s)))
+      return false;
+  return true;
+}
+
+template <typename T> bool CudaExecutor::State::kernelAttention(const KernelCall &call) {
+  auto &[ins, in, out, host, error, s] = call;
+  bool fwd = ins.kernel->id == KernelId::AttentionFwd;
+  const Buffer &q = in[fwd ? 0 : 1];
+  kernels::cpu::AttentionShape a = attentionShape(ins, q, in[fwd ? 1 : 2]);
+  cu::AttentionDims d{a.batch, a.seq, a.heads, a.kvHeads, a.headDim, a.scale, a.causal,
+                      a.window};
+  // Tensor-core attention (attention_gemm.cu). The forward's
+  // log-sum-exps are kept by output buffer: the backward reads the
+  // output the last forward into that buffer wrote, and its statistics.
+  size_t lseBytes = size_t(d.batch * d.heads * d.seq) * 4;
+  const Buffer &o = fwd ? out[0] : in[4];
+  auto &kept = lses[{int(o.space), o.offset, o.name}];
+  if (!kept)
+    kept = std::make_unique<DevBuf>();
+  if (!kept->reserve(lseBytes)) {
+    error = "out of GPU memory for attention statistics";
+    return false;
+  }
+  auto *lse = kept->as<float>();
+#ifdef LLMOPT_HAVE_CUDNN
+  if constexpr (std::is_same<T, cu::bf16>::value) {
+    auto shape = std::make_tuple(d.batch, d.seq, d.heads, d.kvHeads, d.headDim, fwd);
+    if (cudnnWanted && !cudnn && !(cudnn = cu::CudnnAttention::create(error))) {
+      cudnnFailed(error);
+      cudnnWanted = false;
     }
-    if (ptr(out[0]) == ptr(in[0]))
-      return true;
-    return ok(cudaMemcpyAsync(ptr(out[0]), ptr(in[0]), size_t(out[0].bytes),
-                              cudaMemcpyDeviceToDevice, s));
-  case KernelId::Scale:
-    return out[0].dtype == DType::F32
-               ? ok(cu::scale(at<float>(in[0]), at<float>(out[0]), out[0].elements,
-                              float(ins.args.factor), s))
-               : ok(cu::scale(at<T>(in[0]), at<T>(out[0]), out[0].elements,
-                              float(ins.args.factor), s));
-  case KernelId::Fill:
-    return out[0].dtype == DType::F32
-               ? ok(cu::fill(at<float>(out[0]), out[0].elements, float(ins.args.value), s))
-               : ok(cu::fill(at<T>(out[0]), out[0].elements, float(ins.args.value), s));
-  case KernelId::BiasAdd:
-    return ok(cu::biasAdd(at<T>(in[0]), at<T>(in[1]), at<T>(out[0]), out[0].elements,
-                          in[1].elements, s));
-  case KernelId::SumRows: {
-    float *g = gradTarget(out[0], 0, error);
-    int64_t rows = in[0].elements / out[0].elements;
-    void *sums = g ? sumsScratch(rows, out[0].elements, error) : nullptr;
-    return sums && ok(cu::sumRows(at<T>(in[0]), g, rows, out[0].elements, s, sums)) &&
-           gradDone(out[0], g, error);
-  }
-  case KernelId::CrossEntropyFwd: {
-    // The rows' log-sum-exps kept by logits buffer for the backward of the
-    // same micro-batch (one read of the logits fewer).
-    auto *rowLoss = static_cast<float *>(tmp(1, size_t(rowsOf(in[0])) * 4, error));
-    auto &kept = ceLses[{int(in[0].space), in[0].offset, in[0].name}];
-    if (!kept)
-      kept = std::make_unique<DevBuf>();
-    if (!rowLoss || !kept->reserve(size_t(rowsOf(in[0])) * 4))
-      return (error = "out of GPU memory for the cross-entropy's row statistics", false);
-    lseFresh.insert(kept->as<float>());
-    int64_t pitch = 0;
-    const void *z = paddedRows(ins, false, 0, pitch);
-    return ok(cu::crossEntropyForward(z ? static_cast<const T *>(z) : at<T>(in[0]),
-                                      at<int32_t>(in[1]), rowLoss, at<float>(out[0]),
-                                      rowsOf(in[0]), lastDim(in[0]),
-                                      int64_t(ins.args.ignore_index), s,
-                                      kept->as<float>(), pitch));
-  }
-  case KernelId::CrossEntropyBwd: {
-    auto *scale = static_cast<float *>(tmp(1, 16, error));
-    auto kept = ceLses.find({int(in[0].space), in[0].offset, in[0].name});
-    const float *lse = kept != ceLses.end() && lseFresh.count(kept->second->as<float>())
-                           ? kept->second->as<float>()
-                           : nullptr;
-    int64_t pitch = 0, pitchD = 0;
-    const void *z = paddedRows(ins, false, 0, pitch);
-    void *dz = paddedRows(ins, true, 0, pitchD);
-    return scale && ok(cu::crossEntropyBackward(
-                        z ? static_cast<const T *>(z) : at<T>(in[0]), at<int32_t>(in[1]),
-                        at<float>(in[2]), scale, dz ? static_cast<T *>(dz) : at<T>(out[0]),
-                        rowsOf(in[0]), lastDim(in[0]), int64_t(ins.args.ignore_index),
-                        s, lse, pitch, pitchD));
-  }
-  case KernelId::GlobalNorm: {
-    // Every accumulator's squares into one fp64 sum (as the CPU).
-    auto *dsum = static_cast<double *>(tmp(1, 8, error));
-    if (!dsum || !ok(cudaMemsetAsync(dsum, 0, 8, s)))
-      return false;
-    for (size_t i = 0; i < in.size(); ++i)
-      if (!ok(cu::sumSquaresAccumulate(at<float>(in[i]), in[i].elements, dsum, s)))
-        return false;
-    if (graphs) // on the device: nothing of a step may wait for the host
-      return ok(cu::sqrtOfSum(dsum, at<float>(out[0]), s));
-    double sum = 0;
-    if (!ok(cudaMemcpy(&sum, dsum, 8, cudaMemcpyDeviceToHost)))
-      return false;
-    float norm = float(std::sqrt(sum));
-    hostNorms[ptr(out[0])] = norm;
-    return ok(cudaMemcpy(ptr(out[0]), &norm, 4, cudaMemcpyHostToDevice));
-  }
-  case KernelId::AdamW: {
-    if (adamwFollowers.count(&ins))
-      return true; // updated by its run's first instruction
-    if (auto it = adamwLeaders.find(&ins); it != adamwLeaders.end())
-      return runAdamW(adamwRuns[size_t(it->second)], ins, host, error);
-    Param &p = params.at(ins.args.param);
-    if (graphs) {
-      cu::AdamWArgs a{float(ins.args.lr),          float(ins.args.beta1),
-                      float(ins.args.beta2),       float(ins.args.eps),
-                      float(ins.args.weight_decay), 1.0f, 0};
-      return ok(cu::adamwDevice(p.master.as<float>(), at<float>(in[0]), p.m.as<float>(),
-                                p.v.as<float>(), p.working.as<cu::bf16>(), p.n, a,
-                                at<float>(in[1]), ins.args.max_norm,
-                                stepCounter.as<int64_t>(), s));
+    if (cudnnWanted && cu::CudnnAttention::supports(d) && !cudnnRefused.count(shape)) {
+      if (fwd) {
+        if (cudnn->forward(at<T>(in[0]), at<T>(in[1]), at<T>(in[2]), at<T>(out[0]), lse, d, s,
+                           error)) {
+          lseFresh.insert(lse);
+          return true;
+        }
+        if (capturing)
+          return false; // the capture fails; plain launches try again
+        cudnnRefused.insert(shape);
+        cudnnFailed(error);
+      } else if (lseFresh.count(lse)) {
+        if (cudnn->backward(at<T>(in[0]), at<T>(in[1]), at<T>(in[2]), at<T>(in[3]),
+                            at<T>(in[4]), lse, at<T>(out[0]), at<T>(out[1]), at<T>(out[2]), d,
+                            s, error))
+          return true;
+        if (capturing)
+          return false;
+        cudnnRefused.insert(shape);
+        cudnnFailed(error);
+      }
     }
-    float norm = 0;
-    if (auto it = hostNorms.find(ptr(in[1])); it != hostNorms.end())
-      norm = it->second;
-    else if (!ok(cudaMemcpy(&norm, ptr(in[1]), 4, cudaMemcpyDeviceToHost)))
+  }
+#endif
+  // The GEMM attention's scratch (only on this path: cuDNN needs less).
+  void *scratch = tmp(5, cu::attentionGemmScratchBytes(d, sizeof(T)), error);
+  if (!scratch)
+    return false;
+  if (fwd) {
+    lseFresh.insert(lse);
+    return cu::attentionForwardGemm(*gemm, at<T>(in[0]), at<T>(in[1]), at<T>(in[2]),
+                                    at<T>(out[0]), lse, d, scratch, s, error);
+  }
+  if (!lseFresh.count(lse)) {
+    // No forward wrote this output in this step (a plan that recomputes
+    // it elsewhere): the statistics again.
+    auto *again = static_cast<T *>(tmp(2, size_t(q.elements) * sizeof(T), error));
+    if (!again || !cu::attentionForwardGemm(*gemm, at<T>(in[1]), at<T>(in[2]), at<T>(in[3]),
+                                            again, lse, d, scratch, s, error))
       return false;
-    double maxNorm = ins.args.max_norm;
+  }
+  return cu::attentionBackwardGemm(*gemm, at<T>(in[0]), at<T>(in[1]), at<T>(in[2]),
+                                   at<T>(in[3]), at<T>(in[4]), lse, at<T>(out[0]),
+                                   at<T>(out[1]), at<T>(out[2]), d, scratch, s, error);
+}
+
+template <typename T> bool CudaExecutor::State::kernelGeluFwd(const KernelCall &call) {
+  auto &[ins, in, out, host, error, s] = call;
+  auto ok = [&](cudaError_t e) { return check(e, ins.kernel->name, error); };
+  return ok(cu::geluForward(at<T>(in[0]), at<T>(out[0]), in[0].elements, ins.args.tanh, s));
+}
+
+template <typename T> bool CudaExecutor::State::kernelGeluBwd(const KernelCall &call) {
+  auto &[ins, in, out, host, error, s] = call;
+  auto ok = [&](cudaError_t e) { return check(e, ins.kernel->name, error); };
+  return ok(cu::geluBackward(at<T>(in[0]), at<T>(in[1]), at<T>(out[0]), in[1].elements,
+                             ins.args.tanh, s));
+}
+
+template <typename T> bool CudaExecutor::State::kernelSwiGLUFwd(const KernelCall &call) {
+  auto &[ins, in, out, host, error, s] = call;
+  auto ok = [&](cudaError_t e) { return check(e, ins.kernel->name, error); };
+  return ok(cu::swigluForward(at<T>(in[0]), at<T>(in[1]), at<T>(out[0]), in[0].elements, s));
+}
+
+template <typename T> bool CudaExecutor::State::kernelSwiGLUBwd(const KernelCall &call) {
+  auto &[ins, in, out, host, error, s] = call;
+  auto ok = [&](cudaError_t e) { return check(e, ins.kernel->name, error); };
+  return ok(cu::swigluBackward(at<T>(in[0]), at<T>(in[1]), at<T>(in[2]), at<T>(out[0]),
+                               at<T>(out[1]), in[1].elements, s));
+}
+
+template <typename T> bool CudaExecutor::State::kernelAdd(const KernelCall &call) {
+  auto &[ins, in, out, host, error, s] = call;
+  auto ok = [&](cudaError_t e) { return check(e, ins.kernel->name, error); };
+  // Activations (one dtype), or a gradient added into its fp32 accumulator.
+  // (Inside a fused body of a bf16 plan everything is an fp32 copy: T is
+  // float whatever the buffers' dtypes say.)
+  DType a = in[0].dtype, b = in[1].dtype, y = out[0].dtype;
+  if (std::is_same<T, float>::value)
+    return ok(cu::add(at<float>(in[0]), at<float>(in[1]), at<float>(out[0]), out[0].elements,
+                      s));
+  if (a == b && b == y)
+    return a == DType::F32 ? ok(cu::add(at<float>(in[0]), at<float>(in[1]), at<float>(out[0]),
+                                        out[0].elements, s))
+                           : ok(cu::add(at<T>(in[0]), at<T>(in[1]), at<T>(out[0]),
+                                        out[0].elements, s));
+  if (y == DType::F32 && a == DType::F32 && ptr(in[0]) == ptr(out[0]))
+    return ok(cu::addInto(at<float>(out[0]), at<T>(in[1]), out[0].elements, s));
+  error = "add: mixed dtypes other than a gradient into its fp32 accumulator";
+  return false;
+}
+
+template <typename T> bool CudaExecutor::State::kernelCopy(const KernelCall &call) {
+  auto &[ins, in, out, host, error, s] = call;
+  auto ok = [&](cudaError_t e) { return check(e, ins.kernel->name, error); };
+  if (in[0].dtype != out[0].dtype) {
+    error = "copy between dtypes";
+    return false;
+  }
+  if (ptr(out[0]) == ptr(in[0]))
+    return true;
+  return ok(cudaMemcpyAsync(ptr(out[0]), ptr(in[0]), size_t(out[0].bytes),
+                            cudaMemcpyDeviceToDevice, s));
+}
+
+template <typename T> bool CudaExecutor::State::kernelScale(const KernelCall &call) {
+  auto &[ins, in, out, host, error, s] = call;
+  auto ok = [&](cudaError_t e) { return check(e, ins.kernel->name, error); };
+  return out[0].dtype == DType::F32
+             ? ok(cu::scale(at<float>(in[0]), at<float>(out[0]), out[0].elements,
+                            float(ins.args.factor), s))
+             : ok(cu::scale(at<T>(in[0]), at<T>(out[0]), out[0].elements,
+                            float(ins.args.factor), s));
+}
+
+template <typename T> bool CudaExecutor::State::kernelFill(const KernelCall &call) {
+  auto &[ins, in, out, host, error, s] = call;
+  auto ok = [&](cudaError_t e) { return check(e, ins.kernel->name, error); };
+  return out[0].dtype == DType::F32
+             ? ok(cu::fill(at<float>(out[0]), out[0].elements, float(ins.args.value), s))
+             : ok(cu::fill(at<T>(out[0]), out[0].elements, float(ins.args.value), s));
+}
+
+template <typename T> bool CudaExecutor::State::kernelBiasAdd(const KernelCall &call) {
+  auto &[ins, in, out, host, error, s] = call;
+  auto ok = [&](cudaError_t e) { return check(e, ins.kernel->name, error); };
+  return ok(cu::biasAdd(at<T>(in[0]), at<T>(in[1]), at<T>(out[0]), out[0].elements,
+                        in[1].elements, s));
+}
+
+template <typename T> bool CudaExecutor::State::kernelSumRows(const KernelCall &call) {
+  auto &[ins, in, out, host, error, s] = call;
+  auto ok = [&](cudaError_t e) { return check(e, ins.kernel->name, error); };
+  float *g = gradTarget(out[0], 0, error);
+  int64_t rows = in[0].elements / out[0].elements;
+  void *sums = g ? sumsScratch(rows, out[0].elements, error) : nullptr;
+  return sums && ok(cu::sumRows(at<T>(in[0]), g, rows, out[0].elements, s, sums)) &&
+         gradDone(out[0], g, error);
+}
+
+template <typename T> bool CudaExecutor::State::kernelCrossEntropyFwd(const KernelCall &call) {
+  auto &[ins, in, out, host, error, s] = call;
+  auto ok = [&](cudaError_t e) { return check(e, ins.kernel->name, error); };
+  // The rows' log-sum-exps kept by logits buffer for the backward of the
+  // same micro-batch (one read of the logits fewer).
+  auto *rowLoss = static_cast<float *>(tmp(1, size_t(rowsOf(in[0])) * 4, error));
+  auto &kept = ceLses[{int(in[0].space), in[0].offset, in[0].name}];
+  if (!kept)
+    kept = std::make_unique<DevBuf>();
+  if (!rowLoss || !kept->reserve(size_t(rowsOf(in[0])) * 4))
+    return (error = "out of GPU memory for the cross-entropy's row statistics", false);
+  lseFresh.insert(kept->as<float>());
+  int64_t pitch = 0;
+  const void *z = paddedRows(ins, false, 0, pitch);
+  return ok(cu::crossEntropyForward(z ? static_cast<const T *>(z) : at<T>(in[0]),
+                                    at<int32_t>(in[1]), rowLoss, at<float>(out[0]),
+                                    rowsOf(in[0]), lastDim(in[0]),
+                                    int64_t(ins.args.ignore_index), s,
+                                    kept->as<float>(), pitch));
+}
+
+template <typename T> bool CudaExecutor::State::kernelCrossEntropyBwd(const KernelCall &call) {
+  auto &[ins, in, out, host, error, s] = call;
+  auto ok = [&](cudaError_t e) { return check(e, ins.kernel->name, error); };
+  auto *scale = static_cast<float *>(tmp(1, 16, error));
+  auto kept = ceLses.find({int(in[0].space), in[0].offset, in[0].name});
+  const float *lse = kept != ceLses.end() && lseFresh.count(kept->second->as<float>())
+                         ? kept->second->as<float>()
+                         : nullptr;
+  int64_t pitch = 0, pitchD = 0;
+  const void *z = paddedRows(ins, false, 0, pitch);
+  void *dz = paddedRows(ins, true, 0, pitchD);
+  return scale && ok(cu::crossEntropyBackward(
+                      z ? static_cast<const T *>(z) : at<T>(in[0]), at<int32_t>(in[1]),
+                      at<float>(in[2]), scale, dz ? static_cast<T *>(dz) : at<T>(out[0]),
+                      rowsOf(in[0]), lastDim(in[0]), int64_t(ins.args.ignore_index),
+                      s, lse, pitch, pitchD));
+}
+
+template <typename T> bool CudaExecutor::State::kernelGlobalNorm(const KernelCall &call) {
+  auto &[ins, in, out, host, error, s] = call;
+  auto ok = [&](cudaError_t e) { return check(e, ins.kernel->name, error); };
+  // Every accumulator's squares into one fp64 sum (as the CPU).
+  auto *dsum = static_cast<double *>(tmp(1, 8, error));
+  if (!dsum || !ok(cudaMemsetAsync(dsum, 0, 8, s)))
+    return false;
+  for (size_t i = 0; i < in.size(); ++i)
+    if (!ok(cu::sumSquaresAccumulate(at<float>(in[i]), in[i].elements, dsum, s)))
+      return false;
+  if (graphs) // on the device: nothing of a step may wait for the host
+    return ok(cu::sqrtOfSum(dsum, at<float>(out[0]), s));
+  double sum = 0;
+  if (!ok(cudaMemcpy(&sum, dsum, 8, cudaMemcpyDeviceToHost)))
+    return false;
+  float norm = float(std::sqrt(sum));
+  hostNorms[ptr(out[0])] = norm;
+  return ok(cudaMemcpy(ptr(out[0]), &norm, 4, cudaMemcpyHostToDevice));
+}
+
+template <typename T> bool CudaExecutor::State::kernelAdamW(const KernelCall &call) {
+  auto &[ins, in, out, host, error, s] = call;
+  auto ok = [&](cudaError_t e) { return check(e, ins.kernel->name, error); };
+  if (adamwFollowers.count(&ins))
+    return true; // updated by its run's first instruction
+  if (auto it = adamwLeaders.find(&ins); it != adamwLeaders.end())
+    return runAdamW(adamwRuns[size_t(it->second)], ins, host, error);
+  Param &p = params.at(ins.args.param);
+  if (graphs) {
     cu::AdamWArgs a{float(ins.args.lr),          float(ins.args.beta1),
                     float(ins.args.beta2),       float(ins.args.eps),
-                    float(ins.args.weight_decay),
-                    maxNorm > 0 ? float(std::min(1.0, maxNorm / (double(norm) + 1e-6))) : 1.0f,
-                    host.steps + 1};
-    return ok(cu::adamw(p.master.as<float>(), at<float>(in[0]), p.m.as<float>(), p.v.as<float>(),
-                        p.working.as<cu::bf16>(), p.n, a, s));
+                    float(ins.args.weight_decay), 1.0f, 0};
+    return ok(cu::adamwDevice(p.master.as<float>(), at<float>(in[0]), p.m.as<float>(),
+                              p.v.as<float>(), p.working.as<cu::bf16>(), p.n, a,
+                              at<float>(in[1]), ins.args.max_norm,
+                              stepCounter.as<int64_t>(), s));
   }
-  case KernelId::Fused: {
-    // The generated kernel: one launch over the raw buffers (it converts
-    // loads and stores itself and keeps its temporaries in shared memory).
-    if (auto it = launchers.find(ins.fusedName); it != launchers.end() && it->second) {
-      std::vector<const void *> ip;
-      std::vector<void *> op;
-      for (const Buffer &b : in)
-        ip.push_back(raw(b));
-      for (const Buffer &b : out)
-        op.push_back(raw(b));
-      int64_t cols = lastDim(out[0]), rows = cols ? out[0].elements / cols : 0;
-      if (rows == 0)
-        return true;
-      if (cudaError_t e = cudaError_t(it->second(ip.data(), op.data(), rows, cols, s));
-          e == cudaSuccess)
-        return true;
-      else if (capturing || (e != cudaErrorInvalidValue && e != cudaErrorInvalidConfiguration &&
-                             e != cudaErrorLaunchOutOfResources))
-        return ok(e);
-      // A launch this GPU refuses (shared memory, resources): this fused
-      // kernel runs its body kernel by kernel from now on.
-      cudaGetLastError();
-      std::fprintf(stderr, "llm-run: fused kernel %s cannot launch here; its body runs kernel "
-                           "by kernel\n", ins.fusedName.c_str());
-      launchers.erase(it);
-    }
-    // The body kernel by kernel (the generated kernel in one launch is the
-    // next step), in fp32 as the generated kernel computes: fp32
-    // temporaries, and fp32 copies of the fused kernel's 16-bit buffers.
-    while (temps.size() < ins.temps.size())
-      temps.push_back(std::make_unique<DevBuf>());
-    for (size_t i = 0; i < ins.temps.size(); ++i) {
-      int64_t n = 1;
-      for (int64_t d : ins.temps[i])
-        n *= d;
-      if (!temps[i]->reserve(size_t(n) * 4)) {
-        error = "out of GPU memory for a fused kernel's temporaries";
-        return false;
-      }
-    }
-    std::vector<const Buffer *> wide;
-    for (const std::vector<Buffer> *list : {&in, &out})
-      for (const Buffer &b : *list)
-        if (b.dtype == DType::BF16)
-          wide.push_back(&b);
-    while (shadowBufs.size() < wide.size())
-      shadowBufs.push_back(std::make_unique<DevBuf>());
-    for (size_t i = 0; i < wide.size(); ++i) {
-      const Buffer &b = *wide[i];
-      if (!shadowBufs[i]->reserve(size_t(b.elements) * 4) ||
-          !ok(cu::toFloat(static_cast<const cu::bf16 *>(raw(b)), shadowBufs[i]->as<float>(),
-                          b.elements, s)))
-        return error.empty() ? (error = "out of GPU memory for a fused kernel", false) : false;
-      shadows[{int(b.space), b.offset, b.name}] = shadowBufs[i]->p;
-    }
-    // Each body kernel's 16-bit outputs rounded as they are written, as the
-    // CPU backend and the generated kernel do.
-    bool done = true;
-    for (const Instruction &sub : ins.body) {
-      if (!(done = kernel<float>(sub, host, error)))
-        break;
-      for (size_t i = 0; done && i < wide.size(); ++i)
-        for (const Buffer &o : sub.outs)
-          if (o.space == wide[i]->space && o.offset == wide[i]->offset &&
-              o.name == wide[i]->name)
-            done = ok(cu::fromFloat(shadowBufs[i]->as<float>(),
-                                    static_cast<cu::bf16 *>(raw(*wide[i])), wide[i]->elements,
-                                    s)) &&
-                   ok(cu::toFloat(static_cast<const cu::bf16 *>(raw(*wide[i])),
-                                  shadowBufs[i]->as<float>(), wide[i]->elements, s));
-    }
-    shadows.clear();
-    for (size_t i = 0; done && i < wide.size(); ++i)
-      if (wide[i] >= out.data() && wide[i] < out.data() + out.size())
-        done = ok(cu::fromFloat(shadowBufs[i]->as<float>(),
-                                static_cast<cu::bf16 *>(raw(*wide[i])), wide[i]->elements, s));
-    return done;
-  }
-  case KernelId::MoERouterFwd:
-  case KernelId::MoERouterBwd: {
-    bool fwd = ins.kernel->id == KernelId::MoERouterFwd;
-    if (!fwd && in.size() != 5 && in.size() != 6)
-      return (error = "moe_router_bwd takes 5 inputs, or 6 with the sequence's expert counts",
-              false);
-    const Buffer &x = in[fwd ? 0 : 1], &gate = in[fwd ? 1 : 2];
-    const Buffer &weights = fwd ? out[0] : in[3], &routes = fwd ? out[1] : in[4];
-    if (weights.dtype != DType::F32 || routes.dtype != DType::I32 ||
-        (!fwd && in[0].dtype != DType::F32))
-      return (error = std::string(ins.kernel->name) +
-                      ": routing weights must be f32 and expert indices i32",
-              false);
-    cu::MoERouterDims d{rowsOf(x), lastDim(x), gate.shape[0], int64_t(ins.args.top_k),
-                        ins.args.normalize};
-    void *scratch = tmp(9, cu::moeRouterScratchBytes(d, sizeof(T)), error);
-    if (!scratch)
-      return false;
-    if (fwd)
-      return cu::moeRouterForwardGemm(*gemm, at<T>(x), at<T>(gate), at<float>(weights),
-                                      at<int32_t>(routes), d, scratch, s, error);
-    if (in.size() == 6 && (in[5].elements != d.experts || in[5].dtype != DType::F32 ||
-                           ins.args.aux_tokens < 1))
-      return (error = "moe_router_bwd: the counts need one f32 entry per expert and "
-                      "aux_tokens >= 1",
-              false);
-    cu::MoEAux aux{float(ins.args.aux_loss), in.size() == 6 ? at<float>(in[5]) : nullptr,
-                   int64_t(ins.args.aux_tokens), float(ins.args.aux_scale)};
-    float *dgate = gradTarget(out[1], 15, error);
-    return dgate &&
-           cu::moeRouterBackwardGemm(*gemm, at<float>(in[0]), at<T>(x), at<T>(gate),
-                                     at<float>(weights), at<int32_t>(routes), at<T>(out[0]),
-                                     dgate, d, aux, scratch, s, error) &&
-           gradDone(out[1], dgate, error);
-  }
-  case KernelId::MoEExpertCounts: {
-    int64_t topK = int64_t(ins.args.top_k);
-    if (topK < 1 || in[0].elements % topK != 0 || out[0].dtype != DType::F32)
-      return (error = "moe_expert_counts: top_k must divide the indices; counts are f32",
-              false);
-    return ok(cu::moeExpertCounts(at<int32_t>(in[0]), at<float>(out[0]), in[0].elements / topK,
-                                  out[0].elements, topK, s));
-  }
-  case KernelId::MoEDispatchFwd:
-  case KernelId::MoEDispatchBwd:
-  case KernelId::MoECombineFwd:
-  case KernelId::MoECombineBwd: {
-    // Tokens [n, hidden], routes [n, top_k], expert rows [experts, capacity,
-    // hidden]; slots recomputed from the routes by each kernel.
-    // (Shapes and dtypes checked when the plan was read: check.cpp.) The
-    // indices come from the router, in range: not read back to check (a
-    // step must not wait for the host; CUDA graphs capture it).
-    KernelId id = ins.kernel->id;
-    const Buffer &routes = ins.moeIndices(), &rows = ins.moeRows();
-    int64_t topK = lastDim(routes), n = topK ? routes.elements / topK : 0;
-    int64_t experts = rows.shape[0], capacity = rows.shape[1], hidden = rows.shape[2];
-    auto *slots = static_cast<int64_t *>(tmp(10, size_t(std::max<int64_t>(1, n * topK)) * 8, error));
-    int *bad = nullptr;
-    if (!slots)
-      return false;
-    const int32_t *idx = at<int32_t>(routes);
-    bool valid = true;
-    cudaError_t e =
-        id == KernelId::MoEDispatchFwd
-            ? cu::moeDispatchForward(at<T>(in[0]), idx, at<T>(out[0]), n, hidden, topK, experts,
-                                     capacity, slots, bad, s, valid)
-        : id == KernelId::MoEDispatchBwd
-            ? cu::moeDispatchBackward(at<T>(in[0]), idx, at<T>(out[0]), n, hidden, topK, experts,
-                                      capacity, slots, bad, s, valid)
-        : id == KernelId::MoECombineFwd
-            ? cu::moeCombineForward(at<T>(in[0]), at<float>(in[1]), idx, at<T>(out[0]), n, topK,
-                                    hidden, experts, capacity, slots, bad, s, valid)
-            : cu::moeCombineBackward(at<T>(in[0]), at<T>(in[1]), at<float>(in[2]), idx,
-                                     at<T>(out[0]), at<float>(out[1]), n, topK, hidden, experts,
-                                     capacity, slots, bad, s, valid);
-    if (!ok(e) || !valid)
-      return false;
-    if (id != KernelId::MoEDispatchFwd || graphs)
-      return true;
-    // The busiest expert's load: the experts compute that many rows.
-    auto *counts = static_cast<float *>(tmp(23, size_t(experts) * 4, error));
-    std::vector<float> host(static_cast<size_t>(experts));
-    if (!counts || !ok(cu::moeExpertCounts(idx, counts, n, experts, topK, s)) ||
-        !ok(cudaMemcpyAsync(host.data(), counts, size_t(experts) * 4, cudaMemcpyDeviceToHost,
-                            s)) ||
-        !ok(cudaStreamSynchronize(s)))
-      return false;
-    float most = host.empty() ? 0.0f : *std::max_element(host.begin(), host.end());
-    // Rounded up to 64 rows (zero in, zero out): fewer distinct GEMM shapes
-    // for cuBLASLt's heuristic and algorithm cache.
-    int64_t load = (std::max<int64_t>(1, int64_t(most)) + 63) / 64 * 64;
-    expertRows[{int(rows.space), rows.offset, rows.name}] = std::min(capacity, load);
-    return true;
-  }
-  case KernelId::MoEExpertsFwd:
-  case KernelId::MoEExpertsBwd: {
-    bool fwd = ins.kernel->id == KernelId::MoEExpertsFwd;
-    const Buffer &x = in[fwd ? 0 : 1];
-    size_t first = fwd ? 1 : 2, count = ins.args.swiglu ? 3 : 2;
-    if (in.size() != first + count || (!fwd && out.size() != 1 + count) || x.shape.size() != 3)
-      return (error = "moe experts take rows [experts, capacity, hidden] and " +
-                      std::to_string(count) + " weights",
-              false);
-    cu::MoEExpertDims d{x.shape[0], x.shape[1], x.shape[2], in[first].shape[1],
-                        ins.args.swiglu};
-    if (auto it = expertRows.find({int(x.space), x.offset, x.name}); it != expertRows.end())
-      d.rows = it->second;
-    void *scratch = tmp(9, cu::moeExpertsScratchBytes(d, sizeof(T)), error);
-    if (!scratch)
-      return false;
-    // `accumulate`: the GEMMs add the weight gradients into their fp32
-    // accumulators (the outputs) themselves.
-    bool accumulate = !fwd && ins.args.accumulate;
-    const T *w[3] = {};
-    float *dw[3] = {};
-    for (size_t i = 0; i < count; ++i) {
-      w[i] = at<T>(in[first + i]);
-      if (fwd)
-        continue;
-      dw[i] = accumulate ? at<float>(out[1 + i]) : gradTarget(out[1 + i], 12 + i, error);
-      if (!dw[i])
-        return false;
-    }
-    if (fwd)
-      return cu::moeExpertsForwardGemm(*gemm, at<T>(x), w, at<T>(out[0]), d, scratch, s, error);
-    if (!cu::moeExpertsBackwardGemm(*gemm, at<T>(in[0]), at<T>(x), w, at<T>(out[0]), dw, d,
-                                    scratch, s, error))
-      return false;
-    for (size_t i = 0; !accumulate && i < count; ++i)
-      if (!gradDone(out[1 + i], dw[i], error))
-        return false;
-    return true;
-  }
-  default:
-    error = std::string("the CUDA backend does not run '") + ins.kernel->name + "' yet";
+  float norm = 0;
+  if (auto it = hostNorms.find(ptr(in[1])); it != hostNorms.end())
+    norm = it->second;
+  else if (!ok(cudaMemcpy(&norm, ptr(in[1]), 4, cudaMemcpyDeviceToHost)))
     return false;
+  double maxNorm = ins.args.max_norm;
+  cu::AdamWArgs a{float(ins.args.lr),          float(ins.args.beta1),
+                  float(ins.args.beta2),       float(ins.args.eps),
+                  float(ins.args.weight_decay),
+                  maxNorm > 0 ? float(std::min(1.0, maxNorm / (double(norm) + 1e-6))) : 1.0f,
+                  host.steps + 1};
+  return ok(cu::adamw(p.master.as<float>(), at<float>(in[0]), p.m.as<float>(), p.v.as<float>(),
+                      p.working.as<cu::bf16>(), p.n, a, s));
+}
+
+template <typename T> bool CudaExecutor::State::kernelFused(const KernelCall &call) {
+  auto &[ins, in, out, host, error, s] = call;
+  auto ok = [&](cudaError_t e) { return check(e, ins.kernel->name, error); };
+  // The generated kernel: one launch over the raw buffers (it converts
+  // loads and stores itself and keeps its temporaries in shared memory).
+  if (auto it = launchers.find(ins.fusedName); it != launchers.end() && it->second) {
+    std::vector<const void *> ip;
+    std::vector<void *> op;
+    for (const Buffer &b : in)
+      ip.push_back(raw(b));
+    for (const Buffer &b : out)
+      op.push_back(raw(b));
+    int64_t cols = lastDim(out[0]), rows = cols ? out[0].elements / cols : 0;
+    if (rows == 0)
+      return true;
+    if (cudaError_t e = cudaError_t(it->second(ip.data(), op.data(), rows, cols, s));
+        e == cudaSuccess)
+      return true;
+    else if (capturing || (e != cudaErrorInvalidValue && e != cudaErrorInvalidConfiguration &&
+                           e != cudaErrorLaunchOutOfResources))
+      return ok(e);
+    // A launch this GPU refuses (shared memory, resources): this fused
+    // kernel runs its body kernel by kernel from now on.
+    cudaGetLastError();
+    std::fprintf(stderr, "llm-run: fused kernel %s cannot launch here; its body runs kernel "
+                         "by kernel\n", ins.fusedName.c_str());
+    launchers.erase(it);
   }
+  // The body kernel by kernel (the generated kernel in one launch is the
+  // next step), in fp32 as the generated kernel computes: fp32
+  // temporaries, and fp32 copies of the fused kernel's 16-bit buffers.
+  while (temps.size() < ins.temps.size())
+    temps.push_back(std::make_unique<DevBuf>());
+  for (size_t i = 0; i < ins.temps.size(); ++i) {
+    int64_t n = 1;
+    for (int64_t d : ins.temps[i])
+      n *= d;
+    if (!temps[i]->reserve(size_t(n) * 4)) {
+      error = "out of GPU memory for a fused kernel's temporaries";
+      return false;
+    }
+  }
+  std::vector<const Buffer *> wide;
+  for (const std::vector<Buffer> *list : {&in, &out})
+    for (const Buffer &b : *list)
+      if (b.dtype == DType::BF16)
+        wide.push_back(&b);
+  while (shadowBufs.size() < wide.size())
+    shadowBufs.push_back(std::make_unique<DevBuf>());
+  for (size_t i = 0; i < wide.size(); ++i) {
+    const Buffer &b = *wide[i];
+    if (!shadowBufs[i]->reserve(size_t(b.elements) * 4) ||
+        !ok(cu::toFloat(static_cast<const cu::bf16 *>(raw(b)), shadowBufs[i]->as<float>(),
+                        b.elements, s)))
+      return error.empty() ? (error = "out of GPU memory for a fused kernel", false) : false;
+    shadows[{int(b.space), b.offset, b.name}] = shadowBufs[i]->p;
+  }
+  // Each body kernel's 16-bit outputs rounded as they are written, as the
+  // CPU backend and the generated kernel do.
+  bool done = true;
+  for (const Instruction &sub : ins.body) {
+    if (!(done = kernel<float>(sub, host, error)))
+      break;
+    for (size_t i = 0; done && i < wide.size(); ++i)
+      for (const Buffer &o : sub.outs)
+        if (o.space == wide[i]->space && o.offset == wide[i]->offset &&
+            o.name == wide[i]->name)
+          done = ok(cu::fromFloat(shadowBufs[i]->as<float>(),
+                                  static_cast<cu::bf16 *>(raw(*wide[i])), wide[i]->elements,
+                                  s)) &&
+                 ok(cu::toFloat(static_cast<const cu::bf16 *>(raw(*wide[i])),
+                                shadowBufs[i]->as<float>(), wide[i]->elements, s));
+  }
+  shadows.clear();
+  for (size_t i = 0; done && i < wide.size(); ++i)
+    if (wide[i] >= out.data() && wide[i] < out.data() + out.size())
+      done = ok(cu::fromFloat(shadowBufs[i]->as<float>(),
+                              static_cast<cu::bf16 *>(raw(*wide[i])), wide[i]->elements, s));
+  return done;
+}
+
+template <typename T> bool CudaExecutor::State::kernelMoERouter(const KernelCall &call) {
+  auto &[ins, in, out, host, error, s] = call;
+  bool fwd = ins.kernel->id == KernelId::MoERouterFwd;
+  if (!fwd && in.size() != 5 && in.size() != 6)
+    return (error = "moe_router_bwd takes 5 inputs, or 6 with the sequence's expert counts",
+            false);
+  const Buffer &x = in[fwd ? 0 : 1], &gate = in[fwd ? 1 : 2];
+  const Buffer &weights = fwd ? out[0] : in[3], &routes = fwd ? out[1] : in[4];
+  if (weights.dtype != DType::F32 || routes.dtype != DType::I32 ||
+      (!fwd && in[0].dtype != DType::F32))
+    return (error = std::string(ins.kernel->name) +
+                    ": routing weights must be f32 and expert indices i32",
+            false);
+  cu::MoERouterDims d{rowsOf(x), lastDim(x), gate.shape[0], int64_t(ins.args.top_k),
+                      ins.args.normalize};
+  void *scratch = tmp(9, cu::moeRouterScratchBytes(d, sizeof(T)), error);
+  if (!scratch)
+    return false;
+  if (fwd)
+    return cu::moeRouterForwardGemm(*gemm, at<T>(x), at<T>(gate), at<float>(weights),
+                                    at<int32_t>(routes), d, scratch, s, error);
+  if (in.size() == 6 && (in[5].elements != d.experts || in[5].dtype != DType::F32 ||
+                         ins.args.aux_tokens < 1))
+    return (error = "moe_router_bwd: the counts need one f32 entry per expert and "
+                    "aux_tokens >= 1",
+            false);
+  cu::MoEAux aux{float(ins.args.aux_loss), in.size() == 6 ? at<float>(in[5]) : nullptr,
+                 int64_t(ins.args.aux_tokens), float(ins.args.aux_scale)};
+  float *dgate = gradTarget(out[1], 15, error);
+  return dgate &&
+         cu::moeRouterBackwardGemm(*gemm, at<float>(in[0]), at<T>(x), at<T>(gate),
+                                   at<float>(weights), at<int32_t>(routes), at<T>(out[0]),
+                                   dgate, d, aux, scratch, s, error) &&
+         gradDone(out[1], dgate, error);
+}
+
+template <typename T> bool CudaExecutor::State::kernelMoEExpertCounts(const KernelCall &call) {
+  auto &[ins, in, out, host, error, s] = call;
+  auto ok = [&](cudaError_t e) { return check(e, ins.kernel->name, error); };
+  int64_t topK = int64_t(ins.args.top_k);
+  if (topK < 1 || in[0].elements % topK != 0 || out[0].dtype != DType::F32)
+    return (error = "moe_expert_counts: top_k must divide the indices; counts are f32",
+            false);
+  return ok(cu::moeExpertCounts(at<int32_t>(in[0]), at<float>(out[0]), in[0].elements / topK,
+                                out[0].elements, topK, s));
+}
+
+template <typename T> bool CudaExecutor::State::kernelMoEDispatchCombine(const KernelCall &call) {
+  auto &[ins, in, out, host, error, s] = call;
+  auto ok = [&](cudaError_t e) { return check(e, ins.kernel->name, error); };
+  // Tokens [n, hidden], routes [n, top_k], expert rows [experts, capacity,
+  // hidden]; slots recomputed from the routes by each kernel.
+  // (Shapes and dtypes checked when the plan was read: check.cpp.) The
+  // indices come from the router, in range: not read back to check (a
+  // step must not wait for the host; CUDA graphs capture it).
+  KernelId id = ins.kernel->id;
+  const Buffer &routes = ins.moeIndices(), &rows = ins.moeRows();
+  int64_t topK = lastDim(routes), n = topK ? routes.elements / topK : 0;
+  int64_t experts = rows.shape[0], capacity = rows.shape[1], hidden = rows.shape[2];
+  auto *slots = static_cast<int64_t *>(tmp(10, size_t(std::max<int64_t>(1, n * topK)) * 8, error));
+  int *bad = nullptr;
+  if (!slots)
+    return false;
+  const int32_t *idx = at<int32_t>(routes);
+  bool valid = true;
+  cudaError_t e =
+      id == KernelId::MoEDispatchFwd
+          ? cu::moeDispatchForward(at<T>(in[0]), idx, at<T>(out[0]), n, hidden, topK, experts,
+                                   capacity, slots, bad, s, valid)
+      : id == KernelId::MoEDispatchBwd
+          ? cu::moeDispatchBackward(at<T>(in[0]), idx, at<T>(out[0]), n, hidden, topK, experts,
+                                    capacity, slots, bad, s, valid)
+      : id == KernelId::MoECombineFwd
+          ? cu::moeCombineForward(at<T>(in[0]), at<float>(in[1]), idx, at<T>(out[0]), n, topK,
+                                  hidden, experts, capacity, slots, bad, s, valid)
+          : cu::moeCombineBackward(at<T>(in[0]), at<T>(in[1]), at<float>(in[2]), idx,
+                                   at<T>(out[0]), at<float>(out[1]), n, topK, hidden, experts,
+                                   capacity, slots, bad, s, valid);
+  if (!ok(e) || !valid)
+    return false;
+  if (id != KernelId::MoEDispatchFwd || graphs)
+    return true;
+  // The busiest expert's load: the experts compute that many rows.
+  auto *counts = static_cast<float *>(tmp(23, size_t(experts) * 4, error));
+  std::vector<float> load(static_cast<size_t>(experts));
+  if (!counts || !ok(cu::moeExpertCounts(idx, counts, n, experts, topK, s)) ||
+      !ok(cudaMemcpyAsync(load.data(), counts, size_t(experts) * 4, cudaMemcpyDeviceToHost,
+                          s)) ||
+      !ok(cudaStreamSynchronize(s)))
+    return false;
+  float most = load.empty() ? 0.0f : *std::max_element(load.begin(), load.end());
+  // Rounded up to 64 rows (zero in, zero out): fewer distinct GEMM shapes
+  // for cuBLASLt's heuristic and algorithm cache.
+  int64_t busiest = (std::max<int64_t>(1, int64_t(most)) + 63) / 64 * 64;
+  expertRows[{int(rows.space), rows.offset, rows.name}] = std::min(capacity, busiest);
+  return true;
+}
+
+template <typename T> bool CudaExecutor::State::kernelMoEExperts(const KernelCall &call) {
+  auto &[ins, in, out, host, error, s] = call;
+  bool fwd = ins.kernel->id == KernelId::MoEExpertsFwd;
+  const Buffer &x = in[fwd ? 0 : 1];
+  size_t first = fwd ? 1 : 2, count = ins.args.swiglu ? 3 : 2;
+  if (in.size() != first + count || (!fwd && out.size() != 1 + count) || x.shape.size() != 3)
+    return (error = "moe experts take rows [experts, capacity, hidden] and " +
+                    std::to_string(count) + " weights",
+            false);
+  cu::MoEExpertDims d{x.shape[0], x.shape[1], x.shape[2], in[first].shape[1],
+                      ins.args.swiglu};
+  if (auto it = expertRows.find({int(x.space), x.offset, x.name}); it != expertRows.end())
+    d.rows = it->second;
+  void *scratch = tmp(9, cu::moeExpertsScratchBytes(d, sizeof(T)), error);
+  if (!scratch)
+    return false;
+  // `accumulate`: the GEMMs add the weight gradients into their fp32
+  // accumulators (the outputs) themselves.
+  bool accumulate = !fwd && ins.args.accumulate;
+  const T *w[3] = {};
+  float *dw[3] = {};
+  for (size_t i = 0; i < count; ++i) {
+    w[i] = at<T>(in[first + i]);
+    if (fwd)
+      continue;
+    dw[i] = accumulate ? at<float>(out[1 + i]) : gradTarget(out[1 + i], 12 + i, error);
+    if (!dw[i])
+      return false;
+  }
+  if (fwd)
+    return cu::moeExpertsForwardGemm(*gemm, at<T>(x), w, at<T>(out[0]), d, scratch, s, error);
+  if (!cu::moeExpertsBackwardGemm(*gemm, at<T>(in[0]), at<T>(x), w, at<T>(out[0]), dw, d,
+                                  scratch, s, error))
+    return false;
+  for (size_t i = 0; !accumulate && i < count; ++i)
+    if (!gradDone(out[1 + i], dw[i], error))
+      return false;
+  return true;
 }
 
 CudaExecutor::CudaExecutor() : s(std::make_unique<State>()) {}
@@ -1269,19 +1447,7 @@ bool CudaExecutor::init(const Plan &plan, int rank, uint64_t seed, std::string &
     return (error = "no program for rank " + std::to_string(rank), false);
   if (program->backwardStart >= 0 || program->stashBytes > 0)
     return (error = "the CUDA backend does not run pipeline schedules yet", false);
-  // What this slice runs, checked before anything is allocated.
-  static const std::set<KernelId> kRuns = {
-      KernelId::EmbeddingFwd, KernelId::EmbeddingBwd, KernelId::PositionEmbeddingFwd,
-      KernelId::PositionEmbeddingBwd, KernelId::RMSNormFwd, KernelId::RMSNormBwd,
-      KernelId::LayerNormFwd, KernelId::LayerNormBwd, KernelId::LinearFwd, KernelId::LinearBwd,
-      KernelId::Split, KernelId::Concat, KernelId::Rotary, KernelId::AttentionFwd,
-      KernelId::AttentionBwd, KernelId::GeluFwd, KernelId::GeluBwd, KernelId::SwiGLUFwd,
-      KernelId::SwiGLUBwd, KernelId::Add, KernelId::Copy, KernelId::Scale, KernelId::Fill,
-      KernelId::BiasAdd, KernelId::SumRows, KernelId::CrossEntropyFwd,
-      KernelId::CrossEntropyBwd, KernelId::GlobalNorm, KernelId::AdamW, KernelId::Fused,
-      KernelId::MoERouterFwd, KernelId::MoERouterBwd, KernelId::MoEExpertCounts,
-      KernelId::MoEDispatchFwd, KernelId::MoEDispatchBwd, KernelId::MoECombineFwd,
-      KernelId::MoECombineBwd, KernelId::MoEExpertsFwd, KernelId::MoEExpertsBwd};
+  // What this backend runs, checked before anything is allocated.
   bool anyBf16 = false;
   std::set<std::string> axes; // of the collectives (NCCL communicators)
   int current = 0, major = 0, minor = 0;
@@ -1310,7 +1476,7 @@ bool CudaExecutor::init(const Plan &plan, int rank, uint64_t seed, std::string &
 #endif
       return false;
     }
-    if (!kRuns.count(ins.kernel->id)) {
+    if (!State::kernelTable<float>()[size_t(ins.kernel->id)]) {
       error = std::string("the CUDA backend does not run '") + ins.kernel->name + "' yet";
       return false;
     }

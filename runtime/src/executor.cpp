@@ -1,6 +1,7 @@
 //===- executor.cpp - running a plan on the CPU ---------------------------===//
 
 #include "llmopt-runtime/executor.h"
+#include "llmopt-runtime/kernel_registry.h"
 #include "llmopt-runtime/shard.h"
 
 #include <set>
@@ -785,28 +786,11 @@ bool CpuExecutor::run(const Instruction &ins, Communicator &comm, std::string &e
 void CpuExecutor::record(const Instruction &ins, double seconds) {
   std::vector<int64_t> dims;
   double flops = 0, bytes = 0;
-  const std::vector<Buffer> &in = ins.ins;
   for (const std::vector<Buffer> *list : {&ins.ins, &ins.outs})
     for (const Buffer &b : *list)
       bytes += double(b.bytes);
-  KernelId id = ins.kernel->id;
-  if ((id == KernelId::LinearFwd || id == KernelId::LinearBwd) && in.size() >= 2) {
-    const Buffer &x = in[id == KernelId::LinearFwd ? 0 : 1], &w = in[id == KernelId::LinearFwd ? 1 : 2];
-    bool tr = ins.args.transposed;
-    int64_t inF = tr ? w.shape[0] : w.shape[1], outF = tr ? w.shape[1] : w.shape[0];
-    dims = {rowsOf(x), inF, outF};
-    flops = (id == KernelId::LinearFwd ? 2.0 : 4.0) * double(rowsOf(x)) * double(inF) * double(outF);
-  } else if ((id == KernelId::AttentionFwd || id == KernelId::AttentionBwd) && in.size() >= 3) {
-    const Buffer &q = in[id == KernelId::AttentionFwd ? 0 : 1],
-                 &k = in[id == KernelId::AttentionFwd ? 1 : 2];
-    int64_t heads = int64_t(ins.args.heads), d = int64_t(ins.args.head_dim);
-    dims = {q.shape[0], heads, q.shape[1], k.shape[1], d};
-    // QK^T and PV: 4 b h sq sk d (half of it under a causal mask); the
-    // backward about 2.5 times the forward.
-    flops = 4.0 * double(q.shape[0]) * double(heads) * double(q.shape[1]) * double(k.shape[1]) *
-            double(d) * (ins.args.causal ? 0.5 : 1.0) *
-            (id == KernelId::AttentionBwd ? 2.5 : 1.0);
-  }
+  if (KernelDef::CostFn cost = kernelDef(ins.kernel->id).cost)
+    cost(ins, dims, flops);
   KernelProfile &p = profile[{ins.kernel->name, dims}];
   p.kernel = ins.kernel->name;
   p.dims = dims;
@@ -976,634 +960,783 @@ bool CpuExecutor::runWide(const Instruction &ins, Communicator &comm, std::strin
     break;
   }
   // A kernel with `shard` touches this rank's chunk of each buffer only.
-  int shardIndex = 0, shardSize = 1;
-  if (std::string s = ins.args.shard; !s.empty() && !axis(s, shardIndex, shardSize, error))
+  KernelCall call{ins, ins.ins, ins.outs, comm, error};
+  if (!ins.args.shard.empty() && !axis(ins.args.shard, call.shardIndex, call.shardSize, error))
     return false;
-  const std::vector<Buffer> &in = ins.ins, &out = ins.outs;
-  auto zero = [&](const Buffer &b) { std::fill_n(data(b), b.elements, 0.0f); };
-  switch (ins.kernel->id) {
-  case KernelId::EmbeddingFwd: {
-    const int32_t *t = ids(in[0], error);
-    if (!t)
+  return (this->*kernelTable()[size_t(ins.kernel->id)])(call);
+}
+
+bool CpuExecutor::implementsEveryKernel() {
+  for (KernelFn f : kernelTable())
+    if (!f)
       return false;
-    if (!ins.args.shard.empty()) {
-      // Vocabulary-parallel: rows [index * part, (index + 1) * part).
-      int64_t part = in[1].shape[0], vocab = part * shardSize;
-      for (int64_t i = 0; i < in[0].elements; ++i)
-        if (t[i] < 0 || t[i] >= vocab) {
-          error = "a token id is outside the vocabulary of " + std::to_string(vocab);
-          return false;
-        }
-      k::embeddingForwardPart(t, data(in[1]), data(out[0]), in[0].elements, shardIndex * part,
-                              part, in[1].shape[1]);
-      return true;
-    }
-    if (!k::embeddingForward(t, data(in[1]), data(out[0]), in[0].elements, in[1].shape[0],
-                             in[1].shape[1])) {
-      error = "a token id is outside the vocabulary of " + std::to_string(in[1].shape[0]);
-      return false;
-    }
-    return true;
-  }
-  case KernelId::EmbeddingBwd: {
-    const int32_t *t = ids(in[0], error);
-    if (!t)
-      return false;
-    zero(out[0]);
-    if (!ins.args.shard.empty())
-      k::embeddingBackwardPart(t, data(in[1]), data(out[0]), in[0].elements,
-                               shardIndex * out[0].shape[0], out[0].shape[0], out[0].shape[1]);
-    else
-      k::embeddingBackward(t, data(in[1]), data(out[0]), in[0].elements, out[0].shape[1]);
-    return true;
-  }
-  case KernelId::PositionEmbeddingFwd:
-  case KernelId::PositionEmbeddingBwd: {
-    std::vector<int32_t> pos;
-    if (!cpPositions(ins, in[0].shape[1], pos, error))
-      return false;
-    const int32_t *p = pos.empty() ? nullptr : pos.data();
-    if (ins.kernel->id == KernelId::PositionEmbeddingFwd) {
-      k::positionEmbeddingForward(data(in[0]), data(in[1]), data(out[0]), in[0].shape[0],
-                                  in[0].shape[1], in[0].shape[2], p);
-      return true;
-    }
-    zero(out[0]);
-    k::positionEmbeddingBackward(data(in[0]), data(out[0]), in[0].shape[0], in[0].shape[1],
-                                 in[0].shape[2], p);
-    return true;
-  }
-  case KernelId::LayerNormFwd: {
-    int64_t n = rowsOf(in[0]), c = in[0].shape.back();
-    std::vector<float> mean(n), rstd(n);
-    k::layerNormForward(data(in[0]), data(in[1]), in.size() > 2 ? data(in[2]) : nullptr,
-                        data(out[0]), mean.data(), rstd.data(), n, c, float(ins.args.eps));
-    return true;
-  }
-  case KernelId::LayerNormBwd: {
-    int64_t n = rowsOf(in[1]), c = in[1].shape.back();
-    std::vector<float> tmp(in[1].elements), mean(n), rstd(n);
-    k::layerNormForward(data(in[1]), data(in[2]), nullptr, tmp.data(), mean.data(), rstd.data(),
-                        n, c, float(ins.args.eps));
-    for (size_t i = 1; i < out.size(); ++i)
-      zero(out[i]);
-    k::layerNormBackward(data(in[0]), data(in[1]), data(in[2]), mean.data(), rstd.data(),
-                         data(out[0]), data(out[1]), out.size() > 2 ? data(out[2]) : nullptr,
-                         n, c);
-    return true;
-  }
-  case KernelId::RMSNormFwd: {
-    int64_t n = rowsOf(in[0]), c = in[0].shape.back();
-    std::vector<float> rstd(n);
-    k::rmsNormForward(data(in[0]), data(in[1]), data(out[0]), rstd.data(), n, c,
-                      float(ins.args.eps));
-    return true;
-  }
-  case KernelId::RMSNormBwd: {
-    int64_t n = rowsOf(in[1]), c = in[1].shape.back();
-    std::vector<float> tmp(in[1].elements), rstd(n);
-    k::rmsNormForward(data(in[1]), data(in[2]), tmp.data(), rstd.data(), n, c,
-                      float(ins.args.eps));
-    zero(out[1]);
-    k::rmsNormBackward(data(in[0]), data(in[1]), data(in[2]), rstd.data(), data(out[0]),
-                       data(out[1]), n, c);
-    return true;
-  }
-  case KernelId::LinearFwd: {
-    bool tr = ins.args.transposed;
-    const Buffer &w = in[1];
-    int64_t inF = tr ? w.shape[0] : w.shape[1], outF = tr ? w.shape[1] : w.shape[0];
-    std::vector<std::vector<float>> q;
-    if (!fp8Inputs(ins, {{&in[0], k::Fp8::E4M3}, {&w, k::Fp8::E4M3}}, q, comm, error))
-      return false;
-    k::linearForward(q.empty() ? data(in[0]) : q[0].data(), q.empty() ? data(w) : q[1].data(),
-                     in.size() > 2 ? data(in[2]) : nullptr, data(out[0]), rowsOf(in[0]), inF,
-                     outF, tr);
-    // A GeLU epilogue: the pre-activation stays in out[0] for the backward.
-    if (std::string e = ins.args.epilogue; !e.empty()) {
-      if (e != "gelu_tanh" || out.size() != 2 || out[1].elements != out[0].elements) {
-        error = "linear_fwd: epilogue '" + e + "' needs gelu_tanh and two outputs of one size";
-        return false;
-      }
-      k::geluForward(data(out[0]), data(out[1]), out[0].elements, /*tanhApprox=*/true);
-    } else if (out.size() != 1) {
-      error = "linear_fwd writes one output without an epilogue";
-      return false;
-    }
-    return true;
-  }
-  case KernelId::LinearBwd: {
-    bool tr = ins.args.transposed;
-    const Buffer &w = in[2];
-    int64_t inF = tr ? w.shape[0] : w.shape[1], outF = tr ? w.shape[1] : w.shape[0];
-    // `accumulate`: the weight / bias gradients are added into their fp32
-    // accumulators; computed apart first, so that the sums are the ones a
-    // separate add would make.
-    bool accumulate = ins.args.accumulate;
-    std::vector<std::vector<float>> parts(out.size());
-    std::vector<float *> grads(out.size(), nullptr);
-    for (size_t i = 1; i < out.size(); ++i) {
-      if (accumulate) {
-        parts[i].assign(size_t(out[i].elements), 0.0f);
-        grads[i] = parts[i].data();
-      } else {
-        zero(out[i]);
-        grads[i] = data(out[i]);
-      }
-    }
-    float *db = out.size() > 2 ? grads[2] : nullptr;
-    // fp8 (hybrid): the gradient in E5M2, input and weight in E4M3; the bias
-    // gradient sums the unrounded gradient.
-    std::vector<std::vector<float>> q;
-    if (!fp8Inputs(ins, {{&in[0], k::Fp8::E5M2}, {&in[1], k::Fp8::E4M3}, {&w, k::Fp8::E4M3}},
-                   q, comm, error))
-      return false;
-    if (!q.empty()) {
-      k::linearBackward(q[0].data(), q[1].data(), q[2].data(), data(out[0]), grads[1], nullptr,
-                        rowsOf(in[1]), inF, outF, tr);
-      if (db) {
-        const float *g = data(in[0]);
-        for (int64_t r = 0, n = rowsOf(in[1]); r < n; ++r)
-          for (int64_t j = 0; j < outF; ++j)
-            db[j] += g[r * outF + j];
-      }
-    } else {
-      k::linearBackward(data(in[0]), data(in[1]), data(w), data(out[0]), grads[1], db,
-                        rowsOf(in[1]), inF, outF, tr);
-    }
-    if (accumulate)
-      for (size_t i = 1; i < out.size(); ++i) {
-        float *acc = data(out[i]);
-        for (int64_t j = 0; j < out[i].elements; ++j)
-          acc[j] += parts[i][size_t(j)];
-      }
-    return true;
-  }
-  case KernelId::Split: {
-    int64_t rows = rowsOf(in[0]), c = in[0].shape.back(), offset = 0;
-    const float *x = data(in[0]);
-    for (const Buffer &o : out) {
-      int64_t size = o.shape.back();
-      float *y = data(o);
-      for (int64_t r = 0; r < rows; ++r)
-        std::copy_n(x + r * c + offset, size, y + r * size);
-      offset += size;
-    }
-    return true;
-  }
-  case KernelId::Concat: {
-    int64_t rows = rowsOf(out[0]), c = out[0].shape.back(), offset = 0;
-    float *y = data(out[0]);
-    for (const Buffer &i : in) {
-      int64_t size = i.shape.back();
-      const float *x = data(i);
-      for (int64_t r = 0; r < rows; ++r)
-        std::copy_n(x + r * size, size, y + r * c + offset);
-      offset += size;
-    }
-    return true;
-  }
-  case KernelId::Rotary: {
-    int64_t hd = int64_t(ins.args.head_dim);
-    k::RopeScaling sc;
-    sc.factor = float(ins.args.factor);
-    sc.lowFreqFactor = float(ins.args.low_freq_factor);
-    sc.highFreqFactor = float(ins.args.high_freq_factor);
-    sc.originalMaxPositions = float(ins.args.original_max_positions);
-    sc.linearFactor = float(ins.args.linear_factor);
-    std::vector<int32_t> pos;
-    if (!cpPositions(ins, in[0].shape[1], pos, error))
-      return false;
-    for (int i = 0; i < 2; ++i)
-      k::rotary(data(in[i]), data(out[i]), in[i].shape[0], in[i].shape[1],
-                in[i].shape[2] / hd, hd, float(ins.args.theta), sc, ins.args.inverse,
-                pos.empty() ? nullptr : pos.data());
-    return true;
-  }
-  case KernelId::AttentionFwd:
-  case KernelId::AttentionBwd: {
-    bool fwd = ins.kernel->id == KernelId::AttentionFwd;
-    const Buffer &q = fwd ? in[0] : in[1];
-    k::AttentionShape a = attentionShape(ins, q, fwd ? in[1] : in[2]);
-    // Context parallelism: local queries at their positions, whole keys.
-    std::vector<int32_t> pos;
-    if (!cpPositions(ins, a.seq, pos, error))
-      return false;
-    a.qPos = pos.empty() ? nullptr : pos.data();
-    std::vector<float> lse(a.batch * a.heads * a.seq);
-    if (fwd) {
-      k::attentionForward(data(in[0]), data(in[1]), data(in[2]), data(out[0]), lse.data(), a);
-      return true;
-    }
-    std::vector<float> o(q.elements);
-    k::attentionForward(data(in[1]), data(in[2]), data(in[3]), o.data(), lse.data(), a);
-    k::attentionBackward(data(in[0]), data(in[1]), data(in[2]), data(in[3]), data(in[4]),
-                         lse.data(), data(out[0]), data(out[1]), data(out[2]), a);
-    return true;
-  }
-  case KernelId::GeluFwd:
-    k::geluForward(data(in[0]), data(out[0]), in[0].elements, ins.args.tanh);
-    return true;
-  case KernelId::GeluBwd:
-    k::geluBackward(data(in[0]), data(in[1]), data(out[0]), in[1].elements, ins.args.tanh);
-    return true;
-  case KernelId::SwiGLUFwd:
-    k::swigluForward(data(in[0]), data(in[1]), data(out[0]), in[0].elements);
-    return true;
-  case KernelId::SwiGLUBwd:
-    k::swigluBackward(data(in[0]), data(in[1]), data(in[2]), data(out[0]), data(out[1]),
-                      in[1].elements);
-    return true;
-  case KernelId::Copy:
-    if (data(out[0]) != data(in[0]))
-      std::copy_n(data(in[0]), out[0].elements, data(out[0]));
-    return true;
-  case KernelId::BiasAdd: {
-    const float *x = data(in[0]), *bias = data(in[1]);
-    float *y = data(out[0]);
-    int64_t n = in[1].elements;
-    for (int64_t i = 0; i < out[0].elements; ++i)
-      y[i] = x[i] + bias[i % n];
-    return true;
-  }
-  case KernelId::SumRows: {
-    const float *g = data(in[0]);
-    int64_t n = out[0].elements, rows = in[0].elements / n;
-    std::vector<double> sum(size_t(n), 0.0);
-    for (int64_t r = 0; r < rows; ++r)
-      for (int64_t j = 0; j < n; ++j)
-        sum[size_t(j)] += g[r * n + j];
-    for (int64_t j = 0; j < n; ++j)
-      data(out[0])[j] = float(sum[size_t(j)]);
-    return true;
-  }
-  case KernelId::Add: {
-    const float *a = data(in[0]), *b = data(in[1]);
-    float *y = data(out[0]);
-    for (int64_t i = 0; i < out[0].elements; ++i)
-      y[i] = a[i] + b[i];
-    return true;
-  }
-  case KernelId::Fill:
-    std::fill_n(data(out[0]), out[0].elements, float(ins.args.value));
-    return true;
-  case KernelId::Scale: {
-    const float *x = data(in[0]);
-    float *y = data(out[0]), f = float(ins.args.factor);
-    for (int64_t i = 0; i < out[0].elements; ++i)
-      y[i] = x[i] * f;
-    return true;
-  }
-  case KernelId::CrossEntropyFwd: {
-    const int32_t *l = ids(in[1], error);
-    if (!l)
-      return false;
-    int64_t counted;
-    if (!k::crossEntropyForward(data(in[0]), l, rowsOf(in[0]), in[0].shape.back(),
-                                int64_t(ins.args.ignore_index), data(out[0]),
-                                &counted)) {
-      error = "a label is outside the vocabulary";
-      return false;
-    }
-    return true;
-  }
-  case KernelId::CrossEntropyBwd: {
-    const int32_t *l = ids(in[1], error);
-    if (!l)
-      return false;
-    int64_t ignore = int64_t(ins.args.ignore_index), counted = 0;
-    for (int64_t i = 0; i < in[1].elements; ++i)
-      counted += l[i] != ignore;
-    k::crossEntropyBackward(data(in[0]), l, *data(in[2]), counted, data(out[0]), rowsOf(in[0]),
-                            in[0].shape.back(), ignore);
-    return true;
-  }
-  case KernelId::SumSquares: {
-    double sum = 0;
-    for (const Buffer &b : in) {
-      Chunk c = isGradShard(b) ? Chunk{0, b.elements}
-                               : shardChunk(b.elements, shardSize, shardIndex);
-      sum += k::sumOfSquares(data(b) + c.begin, c.size());
-    }
-    *data(out[0]) = float(sum);
-    return true;
-  }
-  case KernelId::Sqrt:
+  return true;
+}
+
+void CpuExecutor::zero(const Buffer &b) { std::fill_n(data(b), b.elements, 0.0f); }
+
+const std::array<CpuExecutor::KernelFn, size_t(KernelId::NumKernels)> &
+CpuExecutor::kernelTable() {
+  // Every kernel of the ABI has a CPU implementation: the CPU backend is the
+  // reference the others are tested against (RuntimeTest:
+  // Executor.EveryKernelHasACpuImplementation).
+  static const std::array<KernelFn, size_t(KernelId::NumKernels)> table = [] {
+    std::array<KernelFn, size_t(KernelId::NumKernels)> t{};
+    t[size_t(KernelId::EmbeddingFwd)] = &CpuExecutor::kernelEmbeddingFwd;
+    t[size_t(KernelId::EmbeddingBwd)] = &CpuExecutor::kernelEmbeddingBwd;
+    t[size_t(KernelId::PositionEmbeddingFwd)] = &CpuExecutor::kernelPositionEmbedding;
+    t[size_t(KernelId::PositionEmbeddingBwd)] = &CpuExecutor::kernelPositionEmbedding;
+    t[size_t(KernelId::LayerNormFwd)] = &CpuExecutor::kernelLayerNormFwd;
+    t[size_t(KernelId::LayerNormBwd)] = &CpuExecutor::kernelLayerNormBwd;
+    t[size_t(KernelId::RMSNormFwd)] = &CpuExecutor::kernelRMSNormFwd;
+    t[size_t(KernelId::RMSNormBwd)] = &CpuExecutor::kernelRMSNormBwd;
+    t[size_t(KernelId::LinearFwd)] = &CpuExecutor::kernelLinearFwd;
+    t[size_t(KernelId::LinearBwd)] = &CpuExecutor::kernelLinearBwd;
+    t[size_t(KernelId::Split)] = &CpuExecutor::kernelSplit;
+    t[size_t(KernelId::Concat)] = &CpuExecutor::kernelConcat;
+    t[size_t(KernelId::Rotary)] = &CpuExecutor::kernelRotary;
+    t[size_t(KernelId::AttentionFwd)] = &CpuExecutor::kernelAttention;
+    t[size_t(KernelId::AttentionBwd)] = &CpuExecutor::kernelAttention;
+    t[size_t(KernelId::GeluFwd)] = &CpuExecutor::kernelGeluFwd;
+    t[size_t(KernelId::GeluBwd)] = &CpuExecutor::kernelGeluBwd;
+    t[size_t(KernelId::SwiGLUFwd)] = &CpuExecutor::kernelSwiGLUFwd;
+    t[size_t(KernelId::SwiGLUBwd)] = &CpuExecutor::kernelSwiGLUBwd;
+    t[size_t(KernelId::Copy)] = &CpuExecutor::kernelCopy;
+    t[size_t(KernelId::BiasAdd)] = &CpuExecutor::kernelBiasAdd;
+    t[size_t(KernelId::SumRows)] = &CpuExecutor::kernelSumRows;
+    t[size_t(KernelId::Add)] = &CpuExecutor::kernelAdd;
+    t[size_t(KernelId::Fill)] = &CpuExecutor::kernelFill;
+    t[size_t(KernelId::Scale)] = &CpuExecutor::kernelScale;
+    t[size_t(KernelId::CrossEntropyFwd)] = &CpuExecutor::kernelCrossEntropyFwd;
+    t[size_t(KernelId::CrossEntropyBwd)] = &CpuExecutor::kernelCrossEntropyBwd;
+    t[size_t(KernelId::SumSquares)] = &CpuExecutor::kernelSumSquares;
+    t[size_t(KernelId::Sqrt)] = &CpuExecutor::kernelSqrt;
+    t[size_t(KernelId::VPCEStats)] = &CpuExecutor::kernelVPCEStats;
+    t[size_t(KernelId::VPCELoss)] = &CpuExecutor::kernelVPCELoss;
+    t[size_t(KernelId::VPCEBwd)] = &CpuExecutor::kernelVPCEBwd;
+    t[size_t(KernelId::MoERouterFwd)] = &CpuExecutor::kernelMoERouterFwd;
+    t[size_t(KernelId::MoERouterBwd)] = &CpuExecutor::kernelMoERouterBwd;
+    t[size_t(KernelId::MoEExpertCounts)] = &CpuExecutor::kernelMoEExpertCounts;
+    t[size_t(KernelId::MoEDispatchFwd)] = &CpuExecutor::kernelMoEDispatchCombine;
+    t[size_t(KernelId::MoEDispatchBwd)] = &CpuExecutor::kernelMoEDispatchCombine;
+    t[size_t(KernelId::MoECombineFwd)] = &CpuExecutor::kernelMoEDispatchCombine;
+    t[size_t(KernelId::MoECombineBwd)] = &CpuExecutor::kernelMoEDispatchCombine;
+    t[size_t(KernelId::MoEExpertsFwd)] = &CpuExecutor::kernelMoEExperts;
+    t[size_t(KernelId::MoEExpertsBwd)] = &CpuExecutor::kernelMoEExperts;
+    t[size_t(KernelId::TPSlice)] = &CpuExecutor::kernelTPSlice;
+    t[size_t(KernelId::TPUnslice)] = &CpuExecutor::kernelTPSlice;
+    t[size_t(KernelId::Fused)] = &CpuExecutor::kernelFused;
+    t[size_t(KernelId::GlobalNorm)] = &CpuExecutor::kernelGlobalNorm;
+    t[size_t(KernelId::LossScaleFill)] = &CpuExecutor::kernelLossScaleFill;
+    t[size_t(KernelId::LossUnscale)] = &CpuExecutor::kernelLossUnscale;
+    t[size_t(KernelId::LossScaleUpdate)] = &CpuExecutor::kernelLossScaleUpdate;
+    t[size_t(KernelId::AdamW)] = &CpuExecutor::kernelAdamW;
+    return t;
+  }();
+  return table;
+}
+
+bool CpuExecutor::kernelEmbeddingFwd(const KernelCall &call) {
+  auto &[ins, in, out, comm, error, shardIndex, shardSize] = call;
+  const int32_t *t = ids(in[0], error);
+  if (!t)
+    return false;
+  if (!ins.args.shard.empty()) {
+    // Vocabulary-parallel: rows [index * part, (index + 1) * part).
+    int64_t part = in[1].shape[0], vocab = part * shardSize;
     for (int64_t i = 0; i < in[0].elements; ++i)
-      data(out[0])[i] = std::sqrt(std::max(0.0f, data(in[0])[i]));
-    return true;
-  case KernelId::VPCEStats: {
-    // This rank's vocabulary part: per row, log-sum-exp of its logits and the
-    // label's logit if the label falls in the part (else 0).
-    const int32_t *l = ids(in[1], error);
-    if (!l)
-      return false;
-    const float *z = data(in[0]);
-    int64_t part = in[0].shape.back(), rows = in[0].elements / part, off = shardIndex * part;
-    int64_t ignore = int64_t(ins.args.ignore_index);
-    float *lse = data(out[0]), *target = data(out[1]);
-    for (int64_t r = 0; r < rows; ++r) {
-      const float *zr = z + r * part;
-      float mx = *std::max_element(zr, zr + part);
-      double sum = 0;
-      for (int64_t j = 0; j < part; ++j)
-        sum += std::exp(double(zr[j] - mx));
-      lse[r] = mx + float(std::log(sum));
-      int64_t label = l[r];
-      target[r] = label != ignore && label >= off && label < off + part ? zr[label - off] : 0.0f;
-    }
-    return true;
-  }
-  case KernelId::VPCELoss: {
-    const int32_t *l = ids(in[2], error);
-    if (!l)
-      return false;
-    const float *all = data(in[0]), *target = data(in[1]);
-    int64_t rows = in[1].elements, parts = in[0].elements / rows;
-    int64_t ignore = int64_t(ins.args.ignore_index), counted = 0;
-    double total = 0;
-    for (int64_t r = 0; r < rows; ++r) {
-      if (l[r] == ignore)
-        continue;
-      total += gatheredLogSumExp(all, rows, parts, r) - double(target[r]);
-      ++counted;
-    }
-    *data(out[0]) = counted ? float(total / double(counted)) : 0.0f;
-    return true;
-  }
-  case KernelId::VPCEBwd: {
-    const int32_t *l = ids(in[1], error);
-    if (!l)
-      return false;
-    const float *z = data(in[0]), *all = data(in[2]);
-    float dloss = *data(in[3]);
-    int64_t part = in[0].shape.back(), rows = in[0].elements / part, off = shardIndex * part;
-    int64_t parts = in[2].elements / rows, ignore = int64_t(ins.args.ignore_index);
-    int64_t counted = 0;
-    for (int64_t r = 0; r < rows; ++r)
-      counted += l[r] != ignore;
-    float *g = data(out[0]);
-    for (int64_t r = 0; r < rows; ++r) {
-      float *gr = g + r * part;
-      if (l[r] == ignore || counted == 0) {
-        std::fill_n(gr, part, 0.0f);
-        continue;
-      }
-      double lse = gatheredLogSumExp(all, rows, parts, r);
-      double scale = double(dloss) / double(counted);
-      const float *zr = z + r * part;
-      for (int64_t j = 0; j < part; ++j) {
-        double p = std::exp(double(zr[j]) - lse);
-        gr[j] = float((p - (off + j == l[r] ? 1.0 : 0.0)) * scale);
-      }
-    }
-    return true;
-  }
-  case KernelId::MoERouterFwd: {
-    int32_t *idx = routes(out[1], error);
-    if (!idx)
-      return false;
-    k::moeRouterForward(data(in[0]), data(in[1]), data(out[0]), idx, rowsOf(in[0]),
-                        in[0].shape.back(), in[1].shape[0], int64_t(ins.args.top_k),
-                        ins.args.normalize);
-    return true;
-  }
-  case KernelId::MoERouterBwd: {
-    // A sixth input: the expert counts of the whole sequence (the router saw
-    // a chunk of it).
-    if (in.size() != 5 && in.size() != 6) {
-      error = "moe_router_bwd takes 5 inputs, or 6 with the sequence's expert counts";
-      return false;
-    }
-    const int32_t *idx = routes(in[4], error);
-    if (!idx)
-      return false;
-    if (in.size() == 6 && (in[5].elements != in[2].shape[0] || ins.args.aux_tokens < 1)) {
-      error = "moe_router_bwd: the counts need one entry per expert and aux_tokens >= 1";
-      return false;
-    }
-    zero(out[1]);
-    k::moeRouterBackward(data(in[0]), data(in[1]), data(in[2]), data(in[3]), idx, data(out[0]),
-                         data(out[1]), rowsOf(in[1]), in[1].shape.back(), in[2].shape[0],
-                         int64_t(ins.args.top_k), ins.args.normalize,
-                         float(ins.args.aux_loss), in.size() == 6 ? data(in[5]) : nullptr,
-                         int64_t(ins.args.aux_tokens), float(ins.args.aux_scale));
-    return true;
-  }
-  case KernelId::MoEExpertCounts: {
-    const int32_t *idx = routes(in[0], error);
-    if (!idx)
-      return false;
-    int64_t topK = int64_t(ins.args.top_k);
-    if (topK < 1 || in[0].elements % topK != 0) {
-      error = "moe_expert_counts: top_k must divide the indices";
-      return false;
-    }
-    k::moeExpertCounts(idx, data(out[0]), in[0].elements / topK, out[0].elements, topK);
-    return true;
-  }
-  case KernelId::MoEDispatchFwd:
-  case KernelId::MoEDispatchBwd:
-  case KernelId::MoECombineFwd:
-  case KernelId::MoECombineBwd: {
-    // Tokens [n, hidden], routes [n, top_k], expert rows [experts, capacity, hidden].
-    KernelId id = ins.kernel->id;
-    const Buffer &routesBuf = ins.moeIndices(), &rows = ins.moeRows();
-    const int32_t *idx = routes(routesBuf, error);
-    if (!idx)
-      return false;
-    int64_t topK = routesBuf.shape.back(), n = routesBuf.elements / topK;
-    int64_t experts = rows.shape[0], capacity = rows.shape[1], hidden = rows.shape[2];
-    bool ok = id == KernelId::MoEDispatchFwd
-                  ? k::moeDispatchForward(data(in[0]), idx, data(out[0]), n, hidden, topK,
-                                          experts, capacity)
-              : id == KernelId::MoEDispatchBwd
-                  ? k::moeDispatchBackward(data(in[0]), idx, data(out[0]), n, hidden, topK,
-                                           experts, capacity)
-              : id == KernelId::MoECombineFwd
-                  ? k::moeCombineForward(data(in[0]), data(in[1]), idx, data(out[0]), n, hidden,
-                                         topK, experts, capacity)
-                  : k::moeCombineBackward(data(in[0]), data(in[1]), data(in[2]), idx,
-                                          data(out[0]), data(out[1]), n, hidden, topK, experts,
-                                          capacity);
-    if (!ok)
-      error = "an expert index is outside [0, " + std::to_string(experts) + ")";
-    return ok;
-  }
-  case KernelId::MoEExpertsFwd:
-  case KernelId::MoEExpertsBwd: {
-    bool fwd = ins.kernel->id == KernelId::MoEExpertsFwd;
-    const Buffer &x = in[fwd ? 0 : 1];
-    size_t first = fwd ? 1 : 2, count = ins.args.swiglu ? 3 : 2;
-    if (in.size() != first + count || (!fwd && out.size() != 1 + count)) {
-      error = "moe experts take " + std::to_string(count) + " weights";
-      return false;
-    }
-    k::MoEExpertShape sh{x.shape[0], x.shape[1], x.shape[2], in[first].shape[1],
-                         ins.args.swiglu};
-    // `accumulate`: the weight gradients are added into their fp32
-    // accumulators (the outputs), each expert's computed apart first as a
-    // separate add would make them.
-    bool accumulate = !fwd && ins.args.accumulate;
-    const float *w[3] = {};
-    float *dw[3] = {};
-    for (size_t i = 0; i < count; ++i) {
-      w[i] = data(in[first + i]);
-      if (fwd)
-        continue;
-      if (!accumulate)
-        zero(out[1 + i]);
-      dw[i] = data(out[1 + i]);
-    }
-    sh.addApart = accumulate;
-    // fp8: activations per row, each expert's weights per tensor; where the
-    // ffn is split (`amax_axis`), the weights' and the hidden rows' amaxes
-    // are the maxima over its ranks.
-    std::string recipe = ins.args.fp8, axes = ins.args.amax_axis;
-    if (!recipe.empty() && recipe != (fwd ? "e4m3" : "hybrid")) {
-      error = std::string(ins.kernel->name) + ": fp8 recipe '" + recipe + "' (want " +
-              (fwd ? "e4m3" : "hybrid") + ")";
-      return false;
-    }
-    sh.fp8 = recipe.empty() ? 0 : fwd ? 1 : 2;
-    std::vector<float> weightAmax;
-    struct RowAmax {
-      Communicator &comm;
-      const std::string &axes;
-      std::string &error;
-    } rows{comm, axes, error};
-    if (sh.fp8 && !axes.empty()) {
-      int64_t per = sh.ffn * sh.hidden;
-      for (size_t i = 0; i < count; ++i)
-        for (int64_t e = 0; e < sh.experts; ++e)
-          weightAmax.push_back(k::absMax(w[i] + e * per, per));
-      if (!allReduceMaxOver(comm, axes, weightAmax.data(), int64_t(weightAmax.size()), error))
+      if (t[i] < 0 || t[i] >= vocab) {
+        error = "a token id is outside the vocabulary of " + std::to_string(vocab);
         return false;
-      sh.weightAmax = weightAmax.data();
-      sh.rowAmax = [](void *c, float *amax, int64_t n) {
-        auto *r = static_cast<RowAmax *>(c);
-        return allReduceMaxOver(r->comm, r->axes, amax, n, r->error);
-      };
-      sh.rowAmaxContext = &rows;
-    }
-    if (fwd)
-      return k::moeExpertsForward(data(x), w, data(out[0]), sh);
-    return k::moeExpertsBackward(data(in[0]), data(x), w, data(out[0]), dw, sh);
+      }
+    k::embeddingForwardPart(t, data(in[1]), data(out[0]), in[0].elements, shardIndex * part,
+                            part, in[1].shape[1]);
+    return true;
   }
-  case KernelId::TPSlice:
-  case KernelId::TPUnslice: {
-    // The axis' ranks form `parts` consecutive groups; group g owns part g
-    // of the last dimension.
-    int64_t parts = int64_t(ins.args.parts);
-    if (parts < 1 || shardSize % parts != 0) {
-      error = "tp_slice: " + std::to_string(parts) + " parts do not group " +
-              std::to_string(shardSize) + " ranks";
+  if (!k::embeddingForward(t, data(in[1]), data(out[0]), in[0].elements, in[1].shape[0],
+                           in[1].shape[1])) {
+    error = "a token id is outside the vocabulary of " + std::to_string(in[1].shape[0]);
+    return false;
+  }
+  return true;
+}
+
+bool CpuExecutor::kernelEmbeddingBwd(const KernelCall &call) {
+  auto &[ins, in, out, comm, error, shardIndex, shardSize] = call;
+  const int32_t *t = ids(in[0], error);
+  if (!t)
+    return false;
+  zero(out[0]);
+  if (!ins.args.shard.empty())
+    k::embeddingBackwardPart(t, data(in[1]), data(out[0]), in[0].elements,
+                             shardIndex * out[0].shape[0], out[0].shape[0], out[0].shape[1]);
+  else
+    k::embeddingBackward(t, data(in[1]), data(out[0]), in[0].elements, out[0].shape[1]);
+  return true;
+}
+
+bool CpuExecutor::kernelPositionEmbedding(const KernelCall &call) {
+  auto &[ins, in, out, comm, error, shardIndex, shardSize] = call;
+  std::vector<int32_t> pos;
+  if (!cpPositions(ins, in[0].shape[1], pos, error))
+    return false;
+  const int32_t *p = pos.empty() ? nullptr : pos.data();
+  if (ins.kernel->id == KernelId::PositionEmbeddingFwd) {
+    k::positionEmbeddingForward(data(in[0]), data(in[1]), data(out[0]), in[0].shape[0],
+                                in[0].shape[1], in[0].shape[2], p);
+    return true;
+  }
+  zero(out[0]);
+  k::positionEmbeddingBackward(data(in[0]), data(out[0]), in[0].shape[0], in[0].shape[1],
+                               in[0].shape[2], p);
+  return true;
+}
+
+bool CpuExecutor::kernelLayerNormFwd(const KernelCall &call) {
+  auto &[ins, in, out, comm, error, shardIndex, shardSize] = call;
+  int64_t n = rowsOf(in[0]), c = in[0].shape.back();
+  std::vector<float> mean(n), rstd(n);
+  k::layerNormForward(data(in[0]), data(in[1]), in.size() > 2 ? data(in[2]) : nullptr,
+                      data(out[0]), mean.data(), rstd.data(), n, c, float(ins.args.eps));
+  return true;
+}
+
+bool CpuExecutor::kernelLayerNormBwd(const KernelCall &call) {
+  auto &[ins, in, out, comm, error, shardIndex, shardSize] = call;
+  int64_t n = rowsOf(in[1]), c = in[1].shape.back();
+  std::vector<float> tmp(in[1].elements), mean(n), rstd(n);
+  k::layerNormForward(data(in[1]), data(in[2]), nullptr, tmp.data(), mean.data(), rstd.data(),
+                      n, c, float(ins.args.eps));
+  for (size_t i = 1; i < out.size(); ++i)
+    zero(out[i]);
+  k::layerNormBackward(data(in[0]), data(in[1]), data(in[2]), mean.data(), rstd.data(),
+                       data(out[0]), data(out[1]), out.size() > 2 ? data(out[2]) : nullptr,
+                       n, c);
+  return true;
+}
+
+bool CpuExecutor::kernelRMSNormFwd(const KernelCall &call) {
+  auto &[ins, in, out, comm, error, shardIndex, shardSize] = call;
+  int64_t n = rowsOf(in[0]), c = in[0].shape.back();
+  std::vector<float> rstd(n);
+  k::rmsNormForward(data(in[0]), data(in[1]), data(out[0]), rstd.data(), n, c,
+                    float(ins.args.eps));
+  return true;
+}
+
+bool CpuExecutor::kernelRMSNormBwd(const KernelCall &call) {
+  auto &[ins, in, out, comm, error, shardIndex, shardSize] = call;
+  int64_t n = rowsOf(in[1]), c = in[1].shape.back();
+  std::vector<float> tmp(in[1].elements), rstd(n);
+  k::rmsNormForward(data(in[1]), data(in[2]), tmp.data(), rstd.data(), n, c,
+                    float(ins.args.eps));
+  zero(out[1]);
+  k::rmsNormBackward(data(in[0]), data(in[1]), data(in[2]), rstd.data(), data(out[0]),
+                     data(out[1]), n, c);
+  return true;
+}
+
+bool CpuExecutor::kernelLinearFwd(const KernelCall &call) {
+  auto &[ins, in, out, comm, error, shardIndex, shardSize] = call;
+  bool tr = ins.args.transposed;
+  const Buffer &w = in[1];
+  int64_t inF = tr ? w.shape[0] : w.shape[1], outF = tr ? w.shape[1] : w.shape[0];
+  std::vector<std::vector<float>> q;
+  if (!fp8Inputs(ins, {{&in[0], k::Fp8::E4M3}, {&w, k::Fp8::E4M3}}, q, comm, error))
+    return false;
+  k::linearForward(q.empty() ? data(in[0]) : q[0].data(), q.empty() ? data(w) : q[1].data(),
+                   in.size() > 2 ? data(in[2]) : nullptr, data(out[0]), rowsOf(in[0]), inF,
+                   outF, tr);
+  // A GeLU epilogue: the pre-activation stays in out[0] for the backward.
+  if (std::string e = ins.args.epilogue; !e.empty()) {
+    if (e != "gelu_tanh" || out.size() != 2 || out[1].elements != out[0].elements) {
+      error = "linear_fwd: epilogue '" + e + "' needs gelu_tanh and two outputs of one size";
       return false;
     }
-    int64_t part = shardIndex / (shardSize / parts);
-    bool slice = ins.kernel->id == KernelId::TPSlice;
-    const Buffer &whole = slice ? in[0] : out[0];
-    int64_t w = whole.shape.back(), pw = w / parts, rows = whole.elements / w;
-    const float *x = data(in[0]);
-    float *y = data(out[0]);
-    if (!slice)
-      zero(out[0]);
+    k::geluForward(data(out[0]), data(out[1]), out[0].elements, /*tanhApprox=*/true);
+  } else if (out.size() != 1) {
+    error = "linear_fwd writes one output without an epilogue";
+    return false;
+  }
+  return true;
+}
+
+bool CpuExecutor::kernelLinearBwd(const KernelCall &call) {
+  auto &[ins, in, out, comm, error, shardIndex, shardSize] = call;
+  bool tr = ins.args.transposed;
+  const Buffer &w = in[2];
+  int64_t inF = tr ? w.shape[0] : w.shape[1], outF = tr ? w.shape[1] : w.shape[0];
+  // `accumulate`: the weight / bias gradients are added into their fp32
+  // accumulators; computed apart first, so that the sums are the ones a
+  // separate add would make.
+  bool accumulate = ins.args.accumulate;
+  std::vector<std::vector<float>> parts(out.size());
+  std::vector<float *> grads(out.size(), nullptr);
+  for (size_t i = 1; i < out.size(); ++i) {
+    if (accumulate) {
+      parts[i].assign(size_t(out[i].elements), 0.0f);
+      grads[i] = parts[i].data();
+    } else {
+      zero(out[i]);
+      grads[i] = data(out[i]);
+    }
+  }
+  float *db = out.size() > 2 ? grads[2] : nullptr;
+  // fp8 (hybrid): the gradient in E5M2, input and weight in E4M3; the bias
+  // gradient sums the unrounded gradient.
+  std::vector<std::vector<float>> q;
+  if (!fp8Inputs(ins, {{&in[0], k::Fp8::E5M2}, {&in[1], k::Fp8::E4M3}, {&w, k::Fp8::E4M3}},
+                 q, comm, error))
+    return false;
+  if (!q.empty()) {
+    k::linearBackward(q[0].data(), q[1].data(), q[2].data(), data(out[0]), grads[1], nullptr,
+                      rowsOf(in[1]), inF, outF, tr);
+    if (db) {
+      const float *g = data(in[0]);
+      for (int64_t r = 0, n = rowsOf(in[1]); r < n; ++r)
+        for (int64_t j = 0; j < outF; ++j)
+          db[j] += g[r * outF + j];
+    }
+  } else {
+    k::linearBackward(data(in[0]), data(in[1]), data(w), data(out[0]), grads[1], db,
+                      rowsOf(in[1]), inF, outF, tr);
+  }
+  if (accumulate)
+    for (size_t i = 1; i < out.size(); ++i) {
+      float *acc = data(out[i]);
+      for (int64_t j = 0; j < out[i].elements; ++j)
+        acc[j] += parts[i][size_t(j)];
+    }
+  return true;
+}
+
+bool CpuExecutor::kernelSplit(const KernelCall &call) {
+  auto &[ins, in, out, comm, error, shardIndex, shardSize] = call;
+  int64_t rows = rowsOf(in[0]), c = in[0].shape.back(), offset = 0;
+  const float *x = data(in[0]);
+  for (const Buffer &o : out) {
+    int64_t size = o.shape.back();
+    float *y = data(o);
     for (int64_t r = 0; r < rows; ++r)
-      if (slice)
-        std::copy_n(x + r * w + part * pw, pw, y + r * pw);
-      else
-        std::copy_n(x + r * pw, pw, y + r * w + part * pw);
+      std::copy_n(x + r * c + offset, size, y + r * size);
+    offset += size;
+  }
+  return true;
+}
+
+bool CpuExecutor::kernelConcat(const KernelCall &call) {
+  auto &[ins, in, out, comm, error, shardIndex, shardSize] = call;
+  int64_t rows = rowsOf(out[0]), c = out[0].shape.back(), offset = 0;
+  float *y = data(out[0]);
+  for (const Buffer &i : in) {
+    int64_t size = i.shape.back();
+    const float *x = data(i);
+    for (int64_t r = 0; r < rows; ++r)
+      std::copy_n(x + r * size, size, y + r * c + offset);
+    offset += size;
+  }
+  return true;
+}
+
+bool CpuExecutor::kernelRotary(const KernelCall &call) {
+  auto &[ins, in, out, comm, error, shardIndex, shardSize] = call;
+  int64_t hd = int64_t(ins.args.head_dim);
+  k::RopeScaling sc;
+  sc.factor = float(ins.args.factor);
+  sc.lowFreqFactor = float(ins.args.low_freq_factor);
+  sc.highFreqFactor = float(ins.args.high_freq_factor);
+  sc.originalMaxPositions = float(ins.args.original_max_positions);
+  sc.linearFactor = float(ins.args.linear_factor);
+  std::vector<int32_t> pos;
+  if (!cpPositions(ins, in[0].shape[1], pos, error))
+    return false;
+  for (int i = 0; i < 2; ++i)
+    k::rotary(data(in[i]), data(out[i]), in[i].shape[0], in[i].shape[1],
+              in[i].shape[2] / hd, hd, float(ins.args.theta), sc, ins.args.inverse,
+              pos.empty() ? nullptr : pos.data());
+  return true;
+}
+
+bool CpuExecutor::kernelAttention(const KernelCall &call) {
+  auto &[ins, in, out, comm, error, shardIndex, shardSize] = call;
+  bool fwd = ins.kernel->id == KernelId::AttentionFwd;
+  const Buffer &q = fwd ? in[0] : in[1];
+  k::AttentionShape a = attentionShape(ins, q, fwd ? in[1] : in[2]);
+  // Context parallelism: local queries at their positions, whole keys.
+  std::vector<int32_t> pos;
+  if (!cpPositions(ins, a.seq, pos, error))
+    return false;
+  a.qPos = pos.empty() ? nullptr : pos.data();
+  std::vector<float> lse(a.batch * a.heads * a.seq);
+  if (fwd) {
+    k::attentionForward(data(in[0]), data(in[1]), data(in[2]), data(out[0]), lse.data(), a);
     return true;
   }
-  case KernelId::Fused:
-    // The CPU runs the body's reference kernels one after another; the
-    // temporaries live in host vectors instead of on chip.
-    if (temps.size() < ins.temps.size())
-      temps.resize(ins.temps.size());
-    for (const Instruction &sub : ins.body)
-      if (!run(sub, comm, error))
-        return false;
-    return true;
-  case KernelId::GlobalNorm: {
+  std::vector<float> o(q.elements);
+  k::attentionForward(data(in[1]), data(in[2]), data(in[3]), o.data(), lse.data(), a);
+  k::attentionBackward(data(in[0]), data(in[1]), data(in[2]), data(in[3]), data(in[4]),
+                       lse.data(), data(out[0]), data(out[1]), data(out[2]), a);
+  return true;
+}
+
+bool CpuExecutor::kernelGeluFwd(const KernelCall &call) {
+  auto &[ins, in, out, comm, error, shardIndex, shardSize] = call;
+  k::geluForward(data(in[0]), data(out[0]), in[0].elements, ins.args.tanh);
+  return true;
+}
+
+bool CpuExecutor::kernelGeluBwd(const KernelCall &call) {
+  auto &[ins, in, out, comm, error, shardIndex, shardSize] = call;
+  k::geluBackward(data(in[0]), data(in[1]), data(out[0]), in[1].elements, ins.args.tanh);
+  return true;
+}
+
+bool CpuExecutor::kernelSwiGLUFwd(const KernelCall &call) {
+  auto &[ins, in, out, comm, error, shardIndex, shardSize] = call;
+  k::swigluForward(data(in[0]), data(in[1]), data(out[0]), in[0].elements);
+  return true;
+}
+
+bool CpuExecutor::kernelSwiGLUBwd(const KernelCall &call) {
+  auto &[ins, in, out, comm, error, shardIndex, shardSize] = call;
+  k::swigluBackward(data(in[0]), data(in[1]), data(in[2]), data(out[0]), data(out[1]),
+                    in[1].elements);
+  return true;
+}
+
+bool CpuExecutor::kernelCopy(const KernelCall &call) {
+  auto &[ins, in, out, comm, error, shardIndex, shardSize] = call;
+  if (data(out[0]) != data(in[0]))
+    std::copy_n(data(in[0]), out[0].elements, data(out[0]));
+  return true;
+}
+
+bool CpuExecutor::kernelBiasAdd(const KernelCall &call) {
+  auto &[ins, in, out, comm, error, shardIndex, shardSize] = call;
+  const float *x = data(in[0]), *bias = data(in[1]);
+  float *y = data(out[0]);
+  int64_t n = in[1].elements;
+  for (int64_t i = 0; i < out[0].elements; ++i)
+    y[i] = x[i] + bias[i % n];
+  return true;
+}
+
+bool CpuExecutor::kernelSumRows(const KernelCall &call) {
+  auto &[ins, in, out, comm, error, shardIndex, shardSize] = call;
+  const float *g = data(in[0]);
+  int64_t n = out[0].elements, rows = in[0].elements / n;
+  std::vector<double> sum(size_t(n), 0.0);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t j = 0; j < n; ++j)
+      sum[size_t(j)] += g[r * n + j];
+  for (int64_t j = 0; j < n; ++j)
+    data(out[0])[j] = float(sum[size_t(j)]);
+  return true;
+}
+
+bool CpuExecutor::kernelAdd(const KernelCall &call) {
+  auto &[ins, in, out, comm, error, shardIndex, shardSize] = call;
+  const float *a = data(in[0]), *b = data(in[1]);
+  float *y = data(out[0]);
+  for (int64_t i = 0; i < out[0].elements; ++i)
+    y[i] = a[i] + b[i];
+  return true;
+}
+
+bool CpuExecutor::kernelFill(const KernelCall &call) {
+  auto &[ins, in, out, comm, error, shardIndex, shardSize] = call;
+  std::fill_n(data(out[0]), out[0].elements, float(ins.args.value));
+  return true;
+}
+
+bool CpuExecutor::kernelScale(const KernelCall &call) {
+  auto &[ins, in, out, comm, error, shardIndex, shardSize] = call;
+  const float *x = data(in[0]);
+  float *y = data(out[0]), f = float(ins.args.factor);
+  for (int64_t i = 0; i < out[0].elements; ++i)
+    y[i] = x[i] * f;
+  return true;
+}
+
+bool CpuExecutor::kernelCrossEntropyFwd(const KernelCall &call) {
+  auto &[ins, in, out, comm, error, shardIndex, shardSize] = call;
+  const int32_t *l = ids(in[1], error);
+  if (!l)
+    return false;
+  int64_t counted;
+  if (!k::crossEntropyForward(data(in[0]), l, rowsOf(in[0]), in[0].shape.back(),
+                              int64_t(ins.args.ignore_index), data(out[0]),
+                              &counted)) {
+    error = "a label is outside the vocabulary";
+    return false;
+  }
+  return true;
+}
+
+bool CpuExecutor::kernelCrossEntropyBwd(const KernelCall &call) {
+  auto &[ins, in, out, comm, error, shardIndex, shardSize] = call;
+  const int32_t *l = ids(in[1], error);
+  if (!l)
+    return false;
+  int64_t ignore = int64_t(ins.args.ignore_index), counted = 0;
+  for (int64_t i = 0; i < in[1].elements; ++i)
+    counted += l[i] != ignore;
+  k::crossEntropyBackward(data(in[0]), l, *data(in[2]), counted, data(out[0]), rowsOf(in[0]),
+                          in[0].shape.back(), ignore);
+  return true;
+}
+
+bool CpuExecutor::kernelSumSquares(const KernelCall &call) {
+  auto &[ins, in, out, comm, error, shardIndex, shardSize] = call;
+  double sum = 0;
+  for (const Buffer &b : in) {
+    Chunk c = isGradShard(b) ? Chunk{0, b.elements}
+                             : shardChunk(b.elements, shardSize, shardIndex);
+    sum += k::sumOfSquares(data(b) + c.begin, c.size());
+  }
+  *data(out[0]) = float(sum);
+  return true;
+}
+
+bool CpuExecutor::kernelSqrt(const KernelCall &call) {
+  auto &[ins, in, out, comm, error, shardIndex, shardSize] = call;
+  for (int64_t i = 0; i < in[0].elements; ++i)
+    data(out[0])[i] = std::sqrt(std::max(0.0f, data(in[0])[i]));
+  return true;
+}
+
+bool CpuExecutor::kernelVPCEStats(const KernelCall &call) {
+  auto &[ins, in, out, comm, error, shardIndex, shardSize] = call;
+  // This rank's vocabulary part: per row, log-sum-exp of its logits and the
+  // label's logit if the label falls in the part (else 0).
+  const int32_t *l = ids(in[1], error);
+  if (!l)
+    return false;
+  const float *z = data(in[0]);
+  int64_t part = in[0].shape.back(), rows = in[0].elements / part, off = shardIndex * part;
+  int64_t ignore = int64_t(ins.args.ignore_index);
+  float *lse = data(out[0]), *target = data(out[1]);
+  for (int64_t r = 0; r < rows; ++r) {
+    const float *zr = z + r * part;
+    float mx = *std::max_element(zr, zr + part);
     double sum = 0;
-    for (const Buffer &b : in)
-      sum += k::sumOfSquares(data(b), b.elements);
-    *data(out[0]) = float(std::sqrt(sum));
-    return true;
+    for (int64_t j = 0; j < part; ++j)
+      sum += std::exp(double(zr[j] - mx));
+    lse[r] = mx + float(std::log(sum));
+    int64_t label = l[r];
+    target[r] = label != ignore && label >= off && label < off + part ? zr[label - off] : 0.0f;
   }
-  case KernelId::LossScaleFill:
-    *data(out[0]) = lossScale.scale;
-    return true;
-  case KernelId::LossUnscale: {
-    // Each buffer (its chunk under ZeRO) times 1 / scale; 1 when any is not
-    // finite (LLMOPT_TEST_OVERFLOW_STEP simulates an overflow at that step).
-    float inv = 1.0f / lossScale.scale, found = 0;
-    for (const Buffer &b : in) {
-      Chunk c = shardChunk(b.elements, shardSize, shardIndex);
-      if (ins.args.shard.empty() || isGradShard(b))
-        c = {0, b.elements};
-      float *x = data(b);
-      for (int64_t i = c.begin; i < c.end; ++i) {
-        x[i] *= inv;
-        if (!std::isfinite(x[i]))
-          found = 1;
-      }
+  return true;
+}
+
+bool CpuExecutor::kernelVPCELoss(const KernelCall &call) {
+  auto &[ins, in, out, comm, error, shardIndex, shardSize] = call;
+  const int32_t *l = ids(in[2], error);
+  if (!l)
+    return false;
+  const float *all = data(in[0]), *target = data(in[1]);
+  int64_t rows = in[1].elements, parts = in[0].elements / rows;
+  int64_t ignore = int64_t(ins.args.ignore_index), counted = 0;
+  double total = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    if (l[r] == ignore)
+      continue;
+    total += gatheredLogSumExp(all, rows, parts, r) - double(target[r]);
+    ++counted;
+  }
+  *data(out[0]) = counted ? float(total / double(counted)) : 0.0f;
+  return true;
+}
+
+bool CpuExecutor::kernelVPCEBwd(const KernelCall &call) {
+  auto &[ins, in, out, comm, error, shardIndex, shardSize] = call;
+  const int32_t *l = ids(in[1], error);
+  if (!l)
+    return false;
+  const float *z = data(in[0]), *all = data(in[2]);
+  float dloss = *data(in[3]);
+  int64_t part = in[0].shape.back(), rows = in[0].elements / part, off = shardIndex * part;
+  int64_t parts = in[2].elements / rows, ignore = int64_t(ins.args.ignore_index);
+  int64_t counted = 0;
+  for (int64_t r = 0; r < rows; ++r)
+    counted += l[r] != ignore;
+  float *g = data(out[0]);
+  for (int64_t r = 0; r < rows; ++r) {
+    float *gr = g + r * part;
+    if (l[r] == ignore || counted == 0) {
+      std::fill_n(gr, part, 0.0f);
+      continue;
     }
-    if (const char *at = std::getenv("LLMOPT_TEST_OVERFLOW_STEP"); at && std::atoll(at) == steps + 1)
-      found = 1;
-    *data(out[0]) = found;
-    return true;
-  }
-  case KernelId::LossScaleUpdate: {
-    bool overflow = *data(in[0]) > 0;
-    lossScale.lastSkipped = overflow;
-    if (overflow) {
-      lossScale.scale *= 0.5f;
-      lossScale.goodSteps = 0;
-      ++lossScale.skipped;
-    } else if (++lossScale.goodSteps >= LossScaleState::kGrowthInterval) {
-      lossScale.scale *= 2.0f;
-      lossScale.goodSteps = 0;
+    double lse = gatheredLogSumExp(all, rows, parts, r);
+    double scale = double(dloss) / double(counted);
+    const float *zr = z + r * part;
+    for (int64_t j = 0; j < part; ++j) {
+      double p = std::exp(double(zr[j]) - lse);
+      gr[j] = float((p - (off + j == l[r] ? 1.0 : 0.0)) * scale);
     }
-    return true;
   }
-  case KernelId::AdamW: {
-    // Under loss scaling a non-finite gradient anywhere skips every update.
-    if (in.size() > 2 && *data(in[2]) > 0)
-      return true;
-    ParamState &st = params[ins.args.param];
-    k::AdamWParams p;
-    p.lr = float(ins.args.lr);
-    p.beta1 = float(ins.args.beta1);
-    p.beta2 = float(ins.args.beta2);
-    p.eps = float(ins.args.eps);
-    p.weightDecay = float(ins.args.weight_decay);
-    double maxNorm = ins.args.max_norm;
-    float norm = *data(in[1]);
-    if (maxNorm > 0)
-      p.gradScale = float(std::min(1.0, maxNorm / (double(norm) + 1e-6)));
-    p.step = steps + 1 - lossScale.skipped;
-    // The gradient: whole, or (ZeRO-2/3) this rank's chunk alone.
-    bool chunkGrad = isGradShard(in[0]);
-    int64_t held = int64_t(st.value.size());
-    bool valueOk = st.valueChunked ? held == st.shard.size()
-                                   : st.shard.end <= held && (chunkGrad || held == in[0].elements);
-    if (!valueOk ||
-        (chunkGrad ? st.shard.size() > in[0].elements : st.shard.end > in[0].elements) ||
-        st.m.size() != size_t(st.shard.size())) {
-      error = "adamw of '" + ins.args.param + "': gradient or moments do not match the parameter";
+  return true;
+}
+
+bool CpuExecutor::kernelMoERouterFwd(const KernelCall &call) {
+  auto &[ins, in, out, comm, error, shardIndex, shardSize] = call;
+  int32_t *idx = routes(out[1], error);
+  if (!idx)
+    return false;
+  k::moeRouterForward(data(in[0]), data(in[1]), data(out[0]), idx, rowsOf(in[0]),
+                      in[0].shape.back(), in[1].shape[0], int64_t(ins.args.top_k),
+                      ins.args.normalize);
+  return true;
+}
+
+bool CpuExecutor::kernelMoERouterBwd(const KernelCall &call) {
+  auto &[ins, in, out, comm, error, shardIndex, shardSize] = call;
+  // A sixth input: the expert counts of the whole sequence (the router saw
+  // a chunk of it).
+  if (in.size() != 5 && in.size() != 6) {
+    error = "moe_router_bwd takes 5 inputs, or 6 with the sequence's expert counts";
+    return false;
+  }
+  const int32_t *idx = routes(in[4], error);
+  if (!idx)
+    return false;
+  if (in.size() == 6 && (in[5].elements != in[2].shape[0] || ins.args.aux_tokens < 1)) {
+    error = "moe_router_bwd: the counts need one entry per expert and aux_tokens >= 1";
+    return false;
+  }
+  zero(out[1]);
+  k::moeRouterBackward(data(in[0]), data(in[1]), data(in[2]), data(in[3]), idx, data(out[0]),
+                       data(out[1]), rowsOf(in[1]), in[1].shape.back(), in[2].shape[0],
+                       int64_t(ins.args.top_k), ins.args.normalize,
+                       float(ins.args.aux_loss), in.size() == 6 ? data(in[5]) : nullptr,
+                       int64_t(ins.args.aux_tokens), float(ins.args.aux_scale));
+  return true;
+}
+
+bool CpuExecutor::kernelMoEExpertCounts(const KernelCall &call) {
+  auto &[ins, in, out, comm, error, shardIndex, shardSize] = call;
+  const int32_t *idx = routes(in[0], error);
+  if (!idx)
+    return false;
+  int64_t topK = int64_t(ins.args.top_k);
+  if (topK < 1 || in[0].elements % topK != 0) {
+    error = "moe_expert_counts: top_k must divide the indices";
+    return false;
+  }
+  k::moeExpertCounts(idx, data(out[0]), in[0].elements / topK, out[0].elements, topK);
+  return true;
+}
+
+bool CpuExecutor::kernelMoEDispatchCombine(const KernelCall &call) {
+  auto &[ins, in, out, comm, error, shardIndex, shardSize] = call;
+  // Tokens [n, hidden], routes [n, top_k], expert rows [experts, capacity, hidden].
+  KernelId id = ins.kernel->id;
+  const Buffer &routesBuf = ins.moeIndices(), &rows = ins.moeRows();
+  const int32_t *idx = routes(routesBuf, error);
+  if (!idx)
+    return false;
+  int64_t topK = routesBuf.shape.back(), n = routesBuf.elements / topK;
+  int64_t experts = rows.shape[0], capacity = rows.shape[1], hidden = rows.shape[2];
+  bool ok = id == KernelId::MoEDispatchFwd
+                ? k::moeDispatchForward(data(in[0]), idx, data(out[0]), n, hidden, topK,
+                                        experts, capacity)
+            : id == KernelId::MoEDispatchBwd
+                ? k::moeDispatchBackward(data(in[0]), idx, data(out[0]), n, hidden, topK,
+                                         experts, capacity)
+            : id == KernelId::MoECombineFwd
+                ? k::moeCombineForward(data(in[0]), data(in[1]), idx, data(out[0]), n, hidden,
+                                       topK, experts, capacity)
+                : k::moeCombineBackward(data(in[0]), data(in[1]), data(in[2]), idx,
+                                        data(out[0]), data(out[1]), n, hidden, topK, experts,
+                                        capacity);
+  if (!ok)
+    error = "an expert index is outside [0, " + std::to_string(experts) + ")";
+  return ok;
+}
+
+bool CpuExecutor::kernelMoEExperts(const KernelCall &call) {
+  auto &[ins, in, out, comm, error, shardIndex, shardSize] = call;
+  bool fwd = ins.kernel->id == KernelId::MoEExpertsFwd;
+  const Buffer &x = in[fwd ? 0 : 1];
+  size_t first = fwd ? 1 : 2, count = ins.args.swiglu ? 3 : 2;
+  if (in.size() != first + count || (!fwd && out.size() != 1 + count)) {
+    error = "moe experts take " + std::to_string(count) + " weights";
+    return false;
+  }
+  k::MoEExpertShape sh{x.shape[0], x.shape[1], x.shape[2], in[first].shape[1],
+                       ins.args.swiglu};
+  // `accumulate`: the weight gradients are added into their fp32
+  // accumulators (the outputs), each expert's computed apart first as a
+  // separate add would make them.
+  bool accumulate = !fwd && ins.args.accumulate;
+  const float *w[3] = {};
+  float *dw[3] = {};
+  for (size_t i = 0; i < count; ++i) {
+    w[i] = data(in[first + i]);
+    if (fwd)
+      continue;
+    if (!accumulate)
+      zero(out[1 + i]);
+    dw[i] = data(out[1 + i]);
+  }
+  sh.addApart = accumulate;
+  // fp8: activations per row, each expert's weights per tensor; where the
+  // ffn is split (`amax_axis`), the weights' and the hidden rows' amaxes
+  // are the maxima over its ranks.
+  std::string recipe = ins.args.fp8, axes = ins.args.amax_axis;
+  if (!recipe.empty() && recipe != (fwd ? "e4m3" : "hybrid")) {
+    error = std::string(ins.kernel->name) + ": fp8 recipe '" + recipe + "' (want " +
+            (fwd ? "e4m3" : "hybrid") + ")";
+    return false;
+  }
+  sh.fp8 = recipe.empty() ? 0 : fwd ? 1 : 2;
+  std::vector<float> weightAmax;
+  struct RowAmax {
+    Communicator &comm;
+    const std::string &axes;
+    std::string &error;
+  } rows{comm, axes, error};
+  if (sh.fp8 && !axes.empty()) {
+    int64_t per = sh.ffn * sh.hidden;
+    for (size_t i = 0; i < count; ++i)
+      for (int64_t e = 0; e < sh.experts; ++e)
+        weightAmax.push_back(k::absMax(w[i] + e * per, per));
+    if (!allReduceMaxOver(comm, axes, weightAmax.data(), int64_t(weightAmax.size()), error))
       return false;
+    sh.weightAmax = weightAmax.data();
+    sh.rowAmax = [](void *c, float *amax, int64_t n) {
+      auto *r = static_cast<RowAmax *>(c);
+      return allReduceMaxOver(r->comm, r->axes, amax, n, r->error);
+    };
+    sh.rowAmaxContext = &rows;
+  }
+  if (fwd)
+    return k::moeExpertsForward(data(x), w, data(out[0]), sh);
+  return k::moeExpertsBackward(data(in[0]), data(x), w, data(out[0]), dw, sh);
+}
+
+bool CpuExecutor::kernelTPSlice(const KernelCall &call) {
+  auto &[ins, in, out, comm, error, shardIndex, shardSize] = call;
+  // The axis' ranks form `parts` consecutive groups; group g owns part g
+  // of the last dimension.
+  int64_t parts = int64_t(ins.args.parts);
+  if (parts < 1 || shardSize % parts != 0) {
+    error = "tp_slice: " + std::to_string(parts) + " parts do not group " +
+            std::to_string(shardSize) + " ranks";
+    return false;
+  }
+  int64_t part = shardIndex / (shardSize / parts);
+  bool slice = ins.kernel->id == KernelId::TPSlice;
+  const Buffer &whole = slice ? in[0] : out[0];
+  int64_t w = whole.shape.back(), pw = w / parts, rows = whole.elements / w;
+  const float *x = data(in[0]);
+  float *y = data(out[0]);
+  if (!slice)
+    zero(out[0]);
+  for (int64_t r = 0; r < rows; ++r)
+    if (slice)
+      std::copy_n(x + r * w + part * pw, pw, y + r * pw);
+    else
+      std::copy_n(x + r * pw, pw, y + r * w + part * pw);
+  return true;
+}
+
+bool CpuExecutor::kernelFused(const KernelCall &call) {
+  auto &[ins, in, out, comm, error, shardIndex, shardSize] = call;
+  // The CPU runs the body's reference kernels one after another; the
+  // temporaries live in host vectors instead of on chip.
+  if (temps.size() < ins.temps.size())
+    temps.resize(ins.temps.size());
+  for (const Instruction &sub : ins.body)
+    if (!run(sub, comm, error))
+      return false;
+  return true;
+}
+
+bool CpuExecutor::kernelGlobalNorm(const KernelCall &call) {
+  auto &[ins, in, out, comm, error, shardIndex, shardSize] = call;
+  double sum = 0;
+  for (const Buffer &b : in)
+    sum += k::sumOfSquares(data(b), b.elements);
+  *data(out[0]) = float(std::sqrt(sum));
+  return true;
+}
+
+bool CpuExecutor::kernelLossScaleFill(const KernelCall &call) {
+  auto &[ins, in, out, comm, error, shardIndex, shardSize] = call;
+  *data(out[0]) = lossScale.scale;
+  return true;
+}
+
+bool CpuExecutor::kernelLossUnscale(const KernelCall &call) {
+  auto &[ins, in, out, comm, error, shardIndex, shardSize] = call;
+  // Each buffer (its chunk under ZeRO) times 1 / scale; 1 when any is not
+  // finite (LLMOPT_TEST_OVERFLOW_STEP simulates an overflow at that step).
+  float inv = 1.0f / lossScale.scale, found = 0;
+  for (const Buffer &b : in) {
+    Chunk c = shardChunk(b.elements, shardSize, shardIndex);
+    if (ins.args.shard.empty() || isGradShard(b))
+      c = {0, b.elements};
+    float *x = data(b);
+    for (int64_t i = c.begin; i < c.end; ++i) {
+      x[i] *= inv;
+      if (!std::isfinite(x[i]))
+        found = 1;
     }
-    k::adamw(st.value.data() + (st.valueChunked ? 0 : st.shard.begin),
-             data(in[0]) + (chunkGrad ? 0 : st.shard.begin), st.m.data(), st.v.data(),
-             st.shard.size(), p);
+  }
+  if (const char *at = std::getenv("LLMOPT_TEST_OVERFLOW_STEP"); at && std::atoll(at) == steps + 1)
+    found = 1;
+  *data(out[0]) = found;
+  return true;
+}
+
+bool CpuExecutor::kernelLossScaleUpdate(const KernelCall &call) {
+  auto &[ins, in, out, comm, error, shardIndex, shardSize] = call;
+  bool overflow = *data(in[0]) > 0;
+  lossScale.lastSkipped = overflow;
+  if (overflow) {
+    lossScale.scale *= 0.5f;
+    lossScale.goodSteps = 0;
+    ++lossScale.skipped;
+  } else if (++lossScale.goodSteps >= LossScaleState::kGrowthInterval) {
+    lossScale.scale *= 2.0f;
+    lossScale.goodSteps = 0;
+  }
+  return true;
+}
+
+bool CpuExecutor::kernelAdamW(const KernelCall &call) {
+  auto &[ins, in, out, comm, error, shardIndex, shardSize] = call;
+  // Under loss scaling a non-finite gradient anywhere skips every update.
+  if (in.size() > 2 && *data(in[2]) > 0)
     return true;
+  ParamState &st = params[ins.args.param];
+  k::AdamWParams p;
+  p.lr = float(ins.args.lr);
+  p.beta1 = float(ins.args.beta1);
+  p.beta2 = float(ins.args.beta2);
+  p.eps = float(ins.args.eps);
+  p.weightDecay = float(ins.args.weight_decay);
+  double maxNorm = ins.args.max_norm;
+  float norm = *data(in[1]);
+  if (maxNorm > 0)
+    p.gradScale = float(std::min(1.0, maxNorm / (double(norm) + 1e-6)));
+  p.step = steps + 1 - lossScale.skipped;
+  // The gradient: whole, or (ZeRO-2/3) this rank's chunk alone.
+  bool chunkGrad = isGradShard(in[0]);
+  int64_t held = int64_t(st.value.size());
+  bool valueOk = st.valueChunked ? held == st.shard.size()
+                                 : st.shard.end <= held && (chunkGrad || held == in[0].elements);
+  if (!valueOk ||
+      (chunkGrad ? st.shard.size() > in[0].elements : st.shard.end > in[0].elements) ||
+      st.m.size() != size_t(st.shard.size())) {
+    error = "adamw of '" + ins.args.param + "': gradient or moments do not match the parameter";
+    return false;
   }
-  case KernelId::NumKernels:
-    break;
-  }
-  error = std::string("the CPU backend has no kernel '") + ins.kernel->name + "'";
-  return false;
+  k::adamw(st.value.data() + (st.valueChunked ? 0 : st.shard.begin),
+           data(in[0]) + (chunkGrad ? 0 : st.shard.begin), st.m.data(), st.v.data(),
+           st.shard.size(), p);
+  return true;
 }
 
 k::AttentionShape attentionShape(const Instruction &ins, const Buffer &q, const Buffer &kv) {

@@ -161,13 +161,9 @@ struct Checker {
       std::string name;
       if (!string(e.get("kernel"), ew + ".kernel", name))
         return false;
-      static const char *const kRowWise[] = {"add",        "gelu_fwd",     "gelu_bwd",
-                                             "swiglu_fwd", "swiglu_bwd",   "rms_norm_fwd",
-                                             "layer_norm_fwd"};
-      if (std::find_if(std::begin(kRowWise), std::end(kRowWise),
-                       [&](const char *n) { return name == n; }) == std::end(kRowWise))
-        return fail(ew + ".kernel", "'" + name + "' is not a row-wise kernel a fused kernel runs");
       sub.kernel = kernels::findKernel(name.c_str());
+      if (!sub.kernel || !kernels::isRowWise(sub.kernel->id))
+        return fail(ew + ".kernel", "'" + name + "' is not a row-wise kernel a fused kernel runs");
       for (const char *list : {"ins", "outs"}) {
         const json::Value *l = e.get(list);
         if (!l || !l->isArray())

@@ -2,6 +2,7 @@
 
 #include "llmopt-runtime/executor.h"
 #include "llmopt-runtime/json.h"
+#include "llmopt-runtime/kernel_registry.h"
 #include "llmopt-runtime/plan.h"
 #include "llmopt-runtime/schedule.h"
 #include "llmopt-runtime/sha256.h"
@@ -110,6 +111,21 @@ TEST(Executor, SixteenBitConversions) {
       ASSERT_EQ(CpuExecutor::toStorage(DType::F16, f), uint16_t(bits)) << bits;
     }
   }
+}
+
+TEST(Executor, EveryKernelHasACpuImplementation) {
+  EXPECT_TRUE(CpuExecutor::implementsEveryKernel());
+}
+
+TEST(Executor, EveryKernelHasADefinition) {
+  for (const llmopt::kernels::KernelInfo &k : llmopt::kernels::kKernels) {
+    const KernelDef &d = kernelDef(k.id);
+    EXPECT_EQ(d.info, &k) << k.name;
+    EXPECT_NE(d.check, nullptr) << k.name;
+  }
+  // The GEMMs and attention report FLOPs to --profile.
+  for (const char *name : {"linear_fwd", "linear_bwd", "attention_fwd", "attention_bwd"})
+    EXPECT_NE(kernelDef(llmopt::kernels::findKernel(name)->id).cost, nullptr) << name;
 }
 
 TEST(Json, ParsesValues) {

@@ -146,6 +146,16 @@ inline constexpr KernelInfo kKernels[] = {
 #undef LLMOPT_KERNEL_INFO
 };
 
+/// Whether a fused kernel may run `id` in its body: the kernel is elementwise
+/// or works row by row over the last dimension, and every output has its
+/// first input's size (the exec verifier, the plan loader and the generated
+/// CUDA source rely on it).
+inline constexpr bool isRowWise(KernelId id) {
+  return id == KernelId::Add || id == KernelId::GeluFwd || id == KernelId::GeluBwd ||
+         id == KernelId::SwiGLUFwd || id == KernelId::SwiGLUBwd || id == KernelId::RMSNormFwd ||
+         id == KernelId::LayerNormFwd;
+}
+
 /// The kernel named `name`, or null.
 inline const KernelInfo *findKernel(const char *name) {
   for (const KernelInfo &k : kKernels) {

@@ -16,6 +16,7 @@
 #include "llmopt-runtime/comm.h"
 #include "llmopt-runtime/plan.h"
 
+#include <array>
 #include <initializer_list>
 #include <map>
 #include <string>
@@ -169,6 +170,63 @@ private:
   /// Temporaries of the fused kernel running (Buffer::Space::Temp).
   std::vector<std::vector<float>> temps;
   bool run(const Instruction &ins, Communicator &comm, std::string &error);
+  /// One kernel instruction's call: its buffers and, for a kernel with
+  /// `shard`, this rank's position on that axis.
+  struct KernelCall {
+    const Instruction &ins;
+    const std::vector<Buffer> &in, &out;
+    Communicator &comm;
+    std::string &error;
+    int shardIndex = 0, shardSize = 1;
+  };
+  using KernelFn = bool (CpuExecutor::*)(const KernelCall &);
+  /// The CPU implementation of each kernel, by kernels::KernelId.
+  static const std::array<KernelFn, size_t(kernels::KernelId::NumKernels)> &kernelTable();
+  /// The implementations (a forward and backward that share their setup
+  /// share one).
+  bool kernelEmbeddingFwd(const KernelCall &call);
+  bool kernelEmbeddingBwd(const KernelCall &call);
+  bool kernelPositionEmbedding(const KernelCall &call);
+  bool kernelLayerNormFwd(const KernelCall &call);
+  bool kernelLayerNormBwd(const KernelCall &call);
+  bool kernelRMSNormFwd(const KernelCall &call);
+  bool kernelRMSNormBwd(const KernelCall &call);
+  bool kernelLinearFwd(const KernelCall &call);
+  bool kernelLinearBwd(const KernelCall &call);
+  bool kernelSplit(const KernelCall &call);
+  bool kernelConcat(const KernelCall &call);
+  bool kernelRotary(const KernelCall &call);
+  bool kernelAttention(const KernelCall &call);
+  bool kernelGeluFwd(const KernelCall &call);
+  bool kernelGeluBwd(const KernelCall &call);
+  bool kernelSwiGLUFwd(const KernelCall &call);
+  bool kernelSwiGLUBwd(const KernelCall &call);
+  bool kernelCopy(const KernelCall &call);
+  bool kernelBiasAdd(const KernelCall &call);
+  bool kernelSumRows(const KernelCall &call);
+  bool kernelAdd(const KernelCall &call);
+  bool kernelFill(const KernelCall &call);
+  bool kernelScale(const KernelCall &call);
+  bool kernelCrossEntropyFwd(const KernelCall &call);
+  bool kernelCrossEntropyBwd(const KernelCall &call);
+  bool kernelSumSquares(const KernelCall &call);
+  bool kernelSqrt(const KernelCall &call);
+  bool kernelVPCEStats(const KernelCall &call);
+  bool kernelVPCELoss(const KernelCall &call);
+  bool kernelVPCEBwd(const KernelCall &call);
+  bool kernelMoERouterFwd(const KernelCall &call);
+  bool kernelMoERouterBwd(const KernelCall &call);
+  bool kernelMoEExpertCounts(const KernelCall &call);
+  bool kernelMoEDispatchCombine(const KernelCall &call);
+  bool kernelMoEExperts(const KernelCall &call);
+  bool kernelTPSlice(const KernelCall &call);
+  bool kernelFused(const KernelCall &call);
+  bool kernelGlobalNorm(const KernelCall &call);
+  bool kernelLossScaleFill(const KernelCall &call);
+  bool kernelLossUnscale(const KernelCall &call);
+  bool kernelLossScaleUpdate(const KernelCall &call);
+  bool kernelAdamW(const KernelCall &call);
+  void zero(const Buffer &b);
   bool runWide(const Instruction &ins, Communicator &comm, std::string &error);
   /// fp32 copies of the running instruction's bf16 / fp16 buffers, by buffer.
   std::map<const Buffer *, std::vector<float>> shadows;
@@ -177,6 +235,9 @@ private:
   void store(const Buffer &b, const float *values);
 
 public:
+  /// Whether every kernel of the ABI has a CPU implementation.
+  static bool implementsEveryKernel();
+
   /// bf16 / fp16 bits to and from fp32 (round to nearest, ties to even; fp16
   /// overflows to infinity).
   static float fromStorage(DType t, uint16_t bits);

@@ -242,9 +242,9 @@ LogicalResult FusedOp::verify() {
     auto outs = d ? d.getAs<DenseI64ArrayAttr>("outs") : DenseI64ArrayAttr();
     if (!kernel || !ins || !outs || !d.getAs<DictionaryAttr>("params"))
       return emitOpError() << "body entry " << i << " must be {kernel, ins, outs, params}";
-    if (!llvm::is_contained({"add", "gelu_fwd", "gelu_bwd", "swiglu_fwd", "swiglu_bwd",
-                             "rms_norm_fwd", "layer_norm_fwd"},
-                            kernel.getValue()))
+    const llmopt::kernels::KernelInfo *info =
+        llmopt::kernels::findKernel(kernel.getValue().str().c_str());
+    if (!info || !llmopt::kernels::isRowWise(info->id))
       return emitOpError() << "body entry " << i << ": kernel '" << kernel.getValue()
                            << "' is not row-wise and cannot be fused";
     for (int64_t r : llvm::concat<const int64_t>(ins.asArrayRef(), outs.asArrayRef()))
