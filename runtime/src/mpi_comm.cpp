@@ -3,9 +3,12 @@
 #include "llmopt-runtime/mpi_comm.h"
 
 #include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
 #include <list>
 #include <map>
-#include <cstdlib>
+#include <thread>
 #include <vector>
 
 #ifdef LLMOPT_HAVE_MPI
@@ -17,6 +20,13 @@ namespace llmopt::runtime {
 #ifdef LLMOPT_HAVE_MPI
 namespace {
 class MPICommunicator final : public Communicator {
+  /// A non-blocking collective started and not yet waited for.
+  struct InFlight {
+    MPI_Request request;
+    MPI_Comm comm;
+    std::string what;
+  };
+
 public:
   MPICommunicator() {
     MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
@@ -79,6 +89,8 @@ public:
                       int bucket, std::string &error) override {
     MPI_Comm comm = commFor(axis);
     Started &st = buckets[bucket];
+    st.comm = comm;
+    st.what = label("all-reduce", axis) + " (gradient bucket " + std::to_string(bucket) + ")";
     for (int64_t at = 0; at < count;) {
       int len = int(std::min<int64_t>(count - at, int64_t(1) << 30));
       MPI_Request r;
@@ -103,11 +115,8 @@ public:
     if (it == buckets.end())
       return true;
     Started &st = it->second;
-    if (MPI_Waitall(int(st.requests.size()), st.requests.data(), MPI_STATUSES_IGNORE) !=
-        MPI_SUCCESS) {
-      error = "MPI_Waitall on gradient bucket " + std::to_string(bucket) + " failed";
+    if (!wait(st.requests, st.what, st.comm, error))
       return false;
-    }
     for (const Scale &s : st.scale)
       for (int64_t i = 0; i < s.count; ++i)
         s.data[i] /= float(s.ranks);
@@ -119,19 +128,18 @@ public:
                       std::string &error) override {
     if (count > (int64_t(1) << 30))
       return Communicator::allToAllBlocks(axis, send, recv, count, error);
-    int rc = MPI_Alltoall(send, int(count), MPI_FLOAT, recv, int(count), MPI_FLOAT,
-                          commFor(axis));
-    if (rc != MPI_SUCCESS) {
-      error = "MPI_Alltoall failed with code " + std::to_string(rc);
-      return false;
-    }
-    return true;
+    MPI_Request r;
+    int rc = MPI_Ialltoall(send, int(count), MPI_FLOAT, recv, int(count), MPI_FLOAT,
+                           commFor(axis), &r);
+    return started(rc, "MPI_Ialltoall", error) && wait(r, label("all-to-all", axis), commFor(axis), error);
   }
 
   bool send(int peer, int tag, const float *data, int64_t count, std::string &error) override {
     // Non-blocking from a private copy: the caller may reuse its buffer at
     // once, and two stages sending to each other cannot deadlock.
-    pending.push_back(Pending{std::vector<float>(data, data + count), {}});
+    pending.push_back(Pending{std::vector<float>(data, data + count), {},
+                              "send to rank " + std::to_string(peer) + " (tag " +
+                                  std::to_string(tag) + ")"});
     Pending &p = pending.back();
     for (int64_t at = 0; at < count;) {
       int len = int(std::min<int64_t>(count - at, int64_t(1) << 30));
@@ -149,11 +157,8 @@ public:
 
   bool flush(std::string &error) override {
     for (Pending &p : pending)
-      if (MPI_Waitall(int(p.requests.size()), p.requests.data(), MPI_STATUSES_IGNORE) !=
-          MPI_SUCCESS) {
-        error = "MPI_Waitall on pipeline sends failed";
+      if (!wait(p.requests, p.what, MPI_COMM_WORLD, error))
         return false;
-      }
     pending.clear();
     return true;
   }
@@ -161,11 +166,12 @@ public:
   bool recv(int peer, int tag, float *data, int64_t count, std::string &error) override {
     for (int64_t at = 0; at < count;) {
       int len = int(std::min<int64_t>(count - at, int64_t(1) << 30));
-      if (MPI_Recv(data + at, len, MPI_FLOAT, peer, tag, MPI_COMM_WORLD, MPI_STATUS_IGNORE) !=
-          MPI_SUCCESS) {
-        error = "MPI_Recv from rank " + std::to_string(peer) + " failed";
+      MPI_Request r;
+      if (!started(MPI_Irecv(data + at, len, MPI_FLOAT, peer, tag, MPI_COMM_WORLD, &r),
+                   "MPI_Irecv", error) ||
+          !wait(r, "receive from rank " + std::to_string(peer) + " (tag " + std::to_string(tag) + ")",
+                MPI_COMM_WORLD, error))
         return false;
-      }
       at += len;
     }
     return true;
@@ -181,13 +187,11 @@ public:
                        std::string &error) override {
     if (count > (int64_t(1) << 30))
       return Communicator::allGatherBlocks(axis, mine, all, count, error);
-    int rc = MPI_Allgather(mine, int(count), MPI_FLOAT, all, int(count), MPI_FLOAT,
-                           commFor(axis));
-    if (rc != MPI_SUCCESS) {
-      error = "MPI_Allgather failed with code " + std::to_string(rc);
-      return false;
-    }
-    return true;
+    MPI_Request r;
+    int rc = MPI_Iallgather(mine, int(count), MPI_FLOAT, all, int(count), MPI_FLOAT,
+                            commFor(axis), &r);
+    return started(rc, "MPI_Iallgather", error) &&
+           wait(r, label("all-gather", axis), commFor(axis), error);
   }
 
   bool startAllGatherBlocks(const std::string &axis, const float *mine, float *all,
@@ -197,11 +201,13 @@ public:
     MPI_Request r;
     int rc = MPI_Iallgather(mine, int(count), MPI_FLOAT, all, int(count), MPI_FLOAT,
                             commFor(axis), &r);
-    return track(gathers, event, r, rc, "parameter gather", error);
+    return track(gathers, event, r, rc, commFor(axis),
+                 label("all-gather", axis) + " (parameters, event " + std::to_string(event) + ")",
+                 error);
   }
 
   bool waitAllGather(int event, std::string &error) override {
-    return finish(gathers, event, "parameter gather", error);
+    return finish(gathers, event, error);
   }
 
   bool startReduceScatterBlocks(const std::string &axis, const float *all, float *mine,
@@ -211,37 +217,36 @@ public:
     MPI_Request r;
     int rc = MPI_Ireduce_scatter_block(all, mine, int(count), MPI_FLOAT, MPI_SUM, commFor(axis),
                                        &r);
-    return track(scatters, handle, r, rc, "gradient reduce-scatter", error);
+    return track(scatters, handle, r, rc, commFor(axis),
+                 label("reduce-scatter", axis) + " (gradients, handle " + std::to_string(handle) + ")",
+                 error);
   }
 
   bool waitReduceScatter(int handle, std::string &error) override {
-    return finish(scatters, handle, "gradient reduce-scatter", error);
+    return finish(scatters, handle, error);
   }
 
-  /// A non-blocking collective `what` just started as `r` (MPI code `rc`),
-  /// kept under `handle` until finish() waits for it.
-  static bool track(std::map<int, MPI_Request> &pending, int handle, MPI_Request r, int rc,
-                    const char *what, std::string &error) {
+  /// A non-blocking collective `what` over `comm` just started as `r` (MPI
+  /// code `rc`), kept under `handle` until finish() waits for it.
+  static bool track(std::map<int, InFlight> &pending, int handle, MPI_Request r, int rc,
+                    MPI_Comm comm, const std::string &what, std::string &error) {
     if (rc != MPI_SUCCESS) {
-      error = std::string("starting a ") + what + " failed with MPI code " + std::to_string(rc);
+      error = "starting the " + what + " failed with MPI code " + std::to_string(rc);
       return false;
     }
-    if (!pending.emplace(handle, r).second) {
-      error = std::string(what) + " " + std::to_string(handle) + " started twice";
+    if (!pending.emplace(handle, InFlight{r, comm, what}).second) {
+      error = what + " started twice";
       return false;
     }
     return true;
   }
 
-  static bool finish(std::map<int, MPI_Request> &pending, int handle, const char *what,
-                     std::string &error) {
+  bool finish(std::map<int, InFlight> &pending, int handle, std::string &error) {
     auto it = pending.find(handle);
     if (it == pending.end())
       return true; // ran at once
-    if (MPI_Wait(&it->second, MPI_STATUS_IGNORE) != MPI_SUCCESS) {
-      error = std::string("MPI_Wait on ") + what + " " + std::to_string(handle) + " failed";
+    if (!wait(it->second.request, it->second.what, it->second.comm, error))
       return false;
-    }
     pending.erase(it);
     return true;
   }
@@ -250,12 +255,11 @@ public:
                            int64_t count, std::string &error) override {
     if (count > (int64_t(1) << 30))
       return Communicator::reduceScatterBlocks(axis, all, mine, count, error);
-    int rc = MPI_Reduce_scatter_block(all, mine, int(count), MPI_FLOAT, MPI_SUM, commFor(axis));
-    if (rc != MPI_SUCCESS) {
-      error = "MPI_Reduce_scatter_block failed with code " + std::to_string(rc);
-      return false;
-    }
-    return true;
+    MPI_Request r;
+    int rc = MPI_Ireduce_scatter_block(all, mine, int(count), MPI_FLOAT, MPI_SUM, commFor(axis),
+                                       &r);
+    return started(rc, "MPI_Ireduce_scatter_block", error) &&
+           wait(r, label("reduce-scatter", axis), commFor(axis), error);
   }
 
   bool allReduce(const std::string &axis, float *data, int64_t count, bool average,
@@ -266,11 +270,10 @@ public:
     // Chunks below 2^31 elements (MPI counts are int).
     for (int64_t at = 0; at < count;) {
       int len = int(std::min<int64_t>(count - at, int64_t(1) << 30));
-      int rc = MPI_Allreduce(MPI_IN_PLACE, data + at, len, MPI_FLOAT, MPI_SUM, comm);
-      if (rc != MPI_SUCCESS) {
-        error = "MPI_Allreduce failed with code " + std::to_string(rc);
+      MPI_Request r;
+      int rc = MPI_Iallreduce(MPI_IN_PLACE, data + at, len, MPI_FLOAT, MPI_SUM, comm, &r);
+      if (!started(rc, "MPI_Iallreduce", error) || !wait(r, label("all-reduce", axis), comm, error))
         return false;
-      }
       at += len;
     }
     if (average)
@@ -283,12 +286,10 @@ public:
                     std::string &error) override {
     if (count > (int64_t(1) << 30))
       return Communicator::allReduceMax(axis, data, count, error);
-    int rc = MPI_Allreduce(MPI_IN_PLACE, data, int(count), MPI_FLOAT, MPI_MAX, commFor(axis));
-    if (rc != MPI_SUCCESS) {
-      error = "MPI_Allreduce (max) failed with code " + std::to_string(rc);
-      return false;
-    }
-    return true;
+    MPI_Request r;
+    int rc = MPI_Iallreduce(MPI_IN_PLACE, data, int(count), MPI_FLOAT, MPI_MAX, commFor(axis), &r);
+    return started(rc, "MPI_Iallreduce", error) &&
+           wait(r, label("all-reduce (max)", axis), commFor(axis), error);
   }
 
   bool reduceScatter(const std::string &axis, float *data, int64_t count, bool average,
@@ -303,12 +304,12 @@ public:
     std::vector<float> padded(size_t(c * size), 0.0f);
     std::vector<float> mine(size_t(c), 0.0f);
     std::copy(data, data + count, padded.begin());
-    int rc = MPI_Reduce_scatter_block(padded.data(), mine.data(), int(c), MPI_FLOAT, MPI_SUM,
-                                      comm);
-    if (rc != MPI_SUCCESS) {
-      error = "MPI_Reduce_scatter_block failed with code " + std::to_string(rc);
+    MPI_Request r;
+    int rc = MPI_Ireduce_scatter_block(padded.data(), mine.data(), int(c), MPI_FLOAT, MPI_SUM,
+                                       comm, &r);
+    if (!started(rc, "MPI_Ireduce_scatter_block", error) ||
+        !wait(r, label("reduce-scatter", axis), comm, error))
       return false;
-    }
     Chunk own = shardChunk(count, size, rank);
     for (int64_t i = 0; i < own.size(); ++i)
       data[own.begin + i] = average ? mine[size_t(i)] / float(size) : mine[size_t(i)];
@@ -325,21 +326,157 @@ public:
       return Communicator::allGather(axis, data, count, error);
     std::vector<float> padded(size_t(c * size), 0.0f);
     std::copy(data, data + count, padded.begin());
-    int rc = MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, padded.data(), int(c), MPI_FLOAT,
-                           comm);
-    if (rc != MPI_SUCCESS) {
-      error = "MPI_Allgather failed with code " + std::to_string(rc);
+    MPI_Request r;
+    int rc = MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, padded.data(), int(c), MPI_FLOAT,
+                            comm, &r);
+    if (!started(rc, "MPI_Iallgather", error) || !wait(r, label("all-gather", axis), comm, error))
       return false;
-    }
     std::copy(padded.begin(), padded.begin() + count, data);
     return true;
   }
 
 private:
+  using Clock = std::chrono::steady_clock;
+  /// Tag of the watchdog's messages on MPI_COMM_WORLD (plan transfers stay
+  /// below 32000, ring attention uses 32000).
+  static constexpr int kWatchdogTag = 32001;
+  static constexpr int kWhereBytes = 160;
+
+  /// The collective `what` over `axis`, numbered per axis: members of a
+  /// group count their collectives alike, so equal labels mean the same one.
+  std::string label(const std::string &what, const std::string &axis) {
+    std::string a = axis.empty() ? "world" : axis;
+    return what + " #" + std::to_string(++counts[a]) + " over " + a;
+  }
+  std::map<std::string, int64_t> counts;
+
+  static bool started(int rc, const char *call, std::string &error) {
+    if (rc == MPI_SUCCESS)
+      return true;
+    error = std::string(call) + " failed with MPI code " + std::to_string(rc);
+    return false;
+  }
+
+  bool wait(MPI_Request &r, const std::string &what, MPI_Comm comm, std::string &error) {
+    std::vector<MPI_Request> one{r};
+    bool ok = wait(one, what, comm, error);
+    r = one[0];
+    return ok;
+  }
+
+  /// Completes `requests` (the operation `what` among the ranks of `comm`)
+  /// under the watchdog: polled (a sleeping wait after the first
+  /// millisecond, not a core spinning), and failed after timeout() seconds
+  /// naming the ranks of `comm` that did not arrive.
+  bool wait(std::vector<MPI_Request> &requests, const std::string &what, MPI_Comm comm,
+            std::string &error) {
+    Clock::time_point start = Clock::now();
+    for (int polls = 0;; ++polls) {
+      int done = 0;
+      if (MPI_Testall(int(requests.size()), requests.data(), &done, MPI_STATUSES_IGNORE) !=
+          MPI_SUCCESS) {
+        error = what + " failed";
+        return false;
+      }
+      if (done)
+        return true;
+      Clock::duration waited = Clock::now() - start;
+      if (timeoutS > 0 && waited > std::chrono::duration<double>(timeoutS)) {
+        error = what + " did not complete within " + seconds(timeoutS) + " (the collective " +
+                "watchdog, --collective-timeout): " + absent(what, comm);
+        return false;
+      }
+      if (waited > std::chrono::milliseconds(1))
+        std::this_thread::sleep_for(std::chrono::microseconds(polls < 2000 ? 20 : 200));
+    }
+  }
+
+  static std::string seconds(double s) {
+    char b[32];
+    std::snprintf(b, sizeof(b), "%g s", s);
+    return b;
+  }
+
+  /// Which ranks of `comm` did not arrive at `what`: every rank that times
+  /// out tells every rank where it waits and listens to the members of
+  /// `comm` for a few seconds; a rank that says nothing is stopped, hung or dead, a rank
+  /// that waits elsewhere is named with where.
+  std::string absent(const std::string &what, MPI_Comm comm) {
+    int n = 1, me = 0;
+    MPI_Comm_size(comm, &n);
+    MPI_Comm_rank(comm, &me);
+    std::vector<int> local(static_cast<size_t>(n)), world(static_cast<size_t>(n));
+    for (int i = 0; i < n; ++i)
+      local[size_t(i)] = i;
+    MPI_Group g, wg;
+    MPI_Comm_group(comm, &g);
+    MPI_Comm_group(MPI_COMM_WORLD, &wg);
+    MPI_Group_translate_ranks(g, n, local.data(), wg, world.data());
+    char where[kWhereBytes] = {};
+    std::strncpy(where, what.c_str(), kWhereBytes - 1);
+    std::vector<std::vector<char>> heard(static_cast<size_t>(n), std::vector<char>(kWhereBytes));
+    std::vector<MPI_Request> recvs(static_cast<size_t>(n), MPI_REQUEST_NULL);
+    // Every rank hears it: one waiting on this rank elsewhere learns where.
+    for (int r = 0; r < size_; ++r) {
+      MPI_Request s;
+      if (r != rank_ && MPI_Isend(where, kWhereBytes, MPI_CHAR, r, kWatchdogTag, MPI_COMM_WORLD,
+                                  &s) == MPI_SUCCESS)
+        MPI_Request_free(&s);
+    }
+    for (int i = 0; i < n; ++i) {
+      if (i == me)
+        continue;
+      MPI_Irecv(heard[size_t(i)].data(), kWhereBytes, MPI_CHAR, world[size_t(i)], kWatchdogTag,
+                MPI_COMM_WORLD, &recvs[size_t(i)]);
+    }
+    std::vector<bool> answered(static_cast<size_t>(n), false);
+    answered[size_t(me)] = true;
+    Clock::time_point until =
+        Clock::now() + std::chrono::milliseconds(int64_t(1000 * std::min(5.0, std::max(1.0, timeoutS))));
+    while (Clock::now() < until) {
+      bool all = true;
+      for (int i = 0; i < n; ++i) {
+        if (answered[size_t(i)])
+          continue;
+        int done = 0;
+        MPI_Test(&recvs[size_t(i)], &done, MPI_STATUS_IGNORE);
+        answered[size_t(i)] = done != 0;
+        all &= answered[size_t(i)];
+      }
+      if (all)
+        break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    std::string silent, elsewhere;
+    for (int i = 0; i < n; ++i) {
+      if (i == me)
+        continue;
+      std::string r = std::to_string(world[size_t(i)]);
+      if (!answered[size_t(i)]) {
+        silent += (silent.empty() ? "" : ", ") + r;
+        continue;
+      }
+      std::string theirs(heard[size_t(i)].data(), strnlen(heard[size_t(i)].data(), kWhereBytes));
+      if (theirs != what)
+        elsewhere += (elsewhere.empty() ? "" : "; ") + ("rank " + r + " waits in " + theirs);
+    }
+    // Requests to silent ranks stay posted: the job ends now.
+    if (silent.empty() && elsewhere.empty())
+      return "every rank of the group is in it (a rank is slow or the network stalls)";
+    std::string out;
+    if (!silent.empty())
+      out = "rank(s) " + silent + " did not arrive (stopped, hung or dead)";
+    if (!elsewhere.empty())
+      out += (out.empty() ? "" : "; ") + elsewhere;
+    return out;
+  }
+
   struct Pending {
     std::vector<float> data;
     std::vector<MPI_Request> requests;
+    std::string what;
   };
+
   std::list<Pending> pending;
   struct Scale {
     float *data;
@@ -349,10 +486,12 @@ private:
   struct Started {
     std::vector<MPI_Request> requests;
     std::vector<Scale> scale;
+    MPI_Comm comm = MPI_COMM_WORLD;
+    std::string what;
   };
   std::map<int, Started> buckets;
-  std::map<int, MPI_Request> gathers; // prefetched parameter gathers
-  std::map<int, MPI_Request> scatters; // gradient chunks in flight
+  std::map<int, InFlight> gathers; // prefetched parameter gathers
+  std::map<int, InFlight> scatters; // gradient chunks in flight
   int rank_ = 0, size_ = 1, dp_ = 1, cp_ = 1, tp_ = 1;
   MPI_Comm dpComm = MPI_COMM_WORLD, tpComm = MPI_COMM_WORLD, ppComm = MPI_COMM_WORLD,
            tiedComm = MPI_COMM_NULL, epComm = MPI_COMM_WORLD, edpComm = MPI_COMM_WORLD,

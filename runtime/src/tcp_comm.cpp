@@ -124,6 +124,8 @@ int connectTo(uint32_t hostOrder, int port, Clock::time_point deadline) {
 }
 
 const char *const kAxes[] = {"world", "dp", "tp", "pp", "cp", "ep", "edp", "pp_tied"};
+/// The watchdog's messages (where a timed-out rank waits).
+constexpr uint32_t kWatchdogChannel = 0xffffffffu;
 
 class TcpCommunicator final : public Communicator {
 public:
@@ -315,8 +317,8 @@ public:
     for (int j = 0; j < g.n; ++j)
       if (j != g.me)
         post(g.ranks[size_t(j)], g.channel, tag, mine, size_t(count) * sizeof(float));
-    return gatherFrom(g, tag, [&](int i) { return Chunk{count * i, count * (i + 1)}; }, all,
-                      error);
+    return gatherFrom(g, tag, "all-gather", [&](int i) { return Chunk{count * i, count * (i + 1)}; },
+                      all, error);
   }
 
   bool reduceScatterBlocks(const std::string &axis, const float *all, float *mine,
@@ -331,7 +333,7 @@ public:
       if (j != g.me)
         post(g.ranks[size_t(j)], g.channel, tag, all + count * j, size_t(count) * sizeof(float));
     std::vector<float> sum;
-    if (!sumInOrder(g, tag, all + count * g.me, count, sum, error))
+    if (!sumInOrder(g, tag, "reduce-scatter", all + count * g.me, count, sum, error))
       return false;
     std::copy(sum.begin(), sum.end(), mine);
     return true;
@@ -347,8 +349,8 @@ public:
     for (int j = 0; j < g.n; ++j)
       if (j != g.me)
         post(g.ranks[size_t(j)], g.channel, tag, send + count * j, size_t(count) * sizeof(float));
-    return gatherFrom(g, tag, [&](int i) { return Chunk{count * i, count * (i + 1)}; }, recv,
-                      error);
+    return gatherFrom(g, tag, "all-to-all", [&](int i) { return Chunk{count * i, count * (i + 1)}; },
+                      recv, error);
   }
 
   bool reduceScatter(const std::string &axis, float *data, int64_t count, bool average,
@@ -364,7 +366,7 @@ public:
     }
     Chunk mine = shardChunk(count, g.n, g.me);
     std::vector<float> sum;
-    if (!sumInOrder(g, tag, data + mine.begin, mine.size(), sum, error))
+    if (!sumInOrder(g, tag, "reduce-scatter", data + mine.begin, mine.size(), sum, error))
       return false;
     for (size_t i = 0; i < sum.size(); ++i)
       data[mine.begin + int64_t(i)] = average ? sum[i] * (1.0f / float(g.n)) : sum[i];
@@ -382,7 +384,8 @@ public:
       if (j != g.me)
         post(g.ranks[size_t(j)], g.channel, tag, data + mine.begin,
              size_t(mine.size()) * sizeof(float));
-    return gatherFrom(g, tag, [&](int i) { return shardChunk(count, g.n, i); }, data, error);
+    return gatherFrom(g, tag, "all-gather", [&](int i) { return shardChunk(count, g.n, i); }, data,
+                      error);
   }
 
   bool send(int peer, int tag, const float *data, int64_t count, std::string &error) override {
@@ -396,7 +399,9 @@ public:
 
   bool recv(int peer, int tag, float *data, int64_t count, std::string &error) override {
     std::vector<float> buf;
-    if (!take(peer, 0, tag, buf, size_t(count) * sizeof(float), error))
+    if (!take(peer, 0, tag, buf, size_t(count) * sizeof(float),
+              "receive from rank " + std::to_string(peer) + " (tag " + std::to_string(tag) + ")",
+              {peer}, error))
       return false;
     std::memcpy(data, buf.data(), size_t(count) * sizeof(float));
     return true;
@@ -410,7 +415,13 @@ public:
       // The peer may close right after taking our last bytes: only a write
       // that failed means data was lost.
       std::unique_lock<std::mutex> g(l->m);
-      l->cv.wait(g, [&] { return l->outbox.empty() || l->writeFailed; });
+      if (!waitFor(g, l->cv, [&] { return l->outbox.empty() || l->writeFailed; })) {
+        g.unlock();
+        std::string what = "sending to rank " + std::to_string(r);
+        error = what + " did not complete within " + seconds(timeoutS) +
+                " (the collective watchdog, --collective-timeout): " + absent(what, {int(r)});
+        return false;
+      }
       if (!l->outbox.empty()) {
         error = "rank " + std::to_string(r) + " closed its connection before taking our data";
         return false;
@@ -505,7 +516,7 @@ private:
 
   /// 0 + block 0 + block 1 + ... over the group's members, in group order:
   /// this rank's block is `own`, the others' arrive tagged `tag`.
-  bool sumInOrder(const Group &g, int32_t tag, const float *own, int64_t count,
+  bool sumInOrder(const Group &g, int32_t tag, const char *kind, const float *own, int64_t count,
                   std::vector<float> &sum, std::string &error) {
     sum.assign(size_t(count), 0.0f);
     std::vector<float> part;
@@ -513,7 +524,7 @@ private:
       const float *x = own;
       if (i != g.me) {
         if (!take(g.ranks[size_t(i)], g.channel, tag, part, size_t(count) * sizeof(float),
-                  error))
+                  label(g, tag, kind), others(g), error))
           return false;
         x = part.data();
       }
@@ -525,14 +536,15 @@ private:
 
   /// The other members' blocks, tagged `tag`, into `out` at `at(i)`.
   template <typename At>
-  bool gatherFrom(const Group &g, int32_t tag, At at, float *out, std::string &error) {
+  bool gatherFrom(const Group &g, int32_t tag, const char *kind, At at, float *out,
+                  std::string &error) {
     std::vector<float> part;
     for (int i = 0; i < g.n; ++i) {
       if (i == g.me)
         continue;
       Chunk c = at(i);
       if (!take(g.ranks[size_t(i)], g.channel, tag, part, size_t(c.size()) * sizeof(float),
-                error))
+                label(g, tag, kind), others(g), error))
         return false;
       std::copy(part.begin(), part.end(), out + c.begin);
     }
@@ -548,15 +560,91 @@ private:
     l->cv.notify_all();
   }
 
+  /// The collective `kind` numbered `tag` on its group's axis: members
+  /// count their collectives alike, so equal labels mean the same one.
+  std::string label(const Group &g, int32_t tag, const char *kind) const {
+    return std::string(kind) + " #" + std::to_string(int64_t(tag) + 1) + " over " +
+           kAxes[g.channel - 1];
+  }
+  std::vector<int> others(const Group &g) const {
+    std::vector<int> o;
+    for (int r : g.ranks)
+      if (r != rank_)
+        o.push_back(r);
+    return o;
+  }
+
+  /// cv.wait under the watchdog: false when timeout() passes first.
+  template <typename Pred>
+  bool waitFor(std::unique_lock<std::mutex> &g, std::condition_variable &cv, Pred done) {
+    if (timeoutS <= 0) {
+      cv.wait(g, done);
+      return true;
+    }
+    return cv.wait_for(g, std::chrono::milliseconds(int64_t(timeoutS * 1000)), done);
+  }
+
+  static std::string seconds(double s) {
+    char b[32];
+    std::snprintf(b, sizeof(b), "%g s", s);
+    return b;
+  }
+
+  /// Which of `members` did not arrive at `what`: this rank tells every
+  /// rank where it waits and listens to the members for a few seconds (their reader
+  /// threads take the message even while they wait themselves); a rank that
+  /// says nothing is stopped, hung or dead, one that waits elsewhere is
+  /// named with where.
+  std::string absent(const std::string &what, const std::vector<int> &members) {
+    // Every rank hears it: one waiting on this rank elsewhere learns where.
+    for (int r = 0; r < world_; ++r)
+      if (r != rank_)
+        post(r, kWatchdogChannel, 0, what.data(), what.size());
+    auto until = Clock::now() + std::chrono::milliseconds(
+                                    int64_t(1000 * std::min(5.0, std::max(1.0, timeoutS))));
+    std::string silent, elsewhere;
+    for (int r : members) {
+      Link *l = links[size_t(r)].get();
+      std::unique_lock<std::mutex> g(l->m);
+      auto key = std::make_pair(kWatchdogChannel, int32_t(0));
+      bool heard = l->cv.wait_until(g, until, [&] {
+        auto it = l->inbox.find(key);
+        return (it != l->inbox.end() && !it->second.empty()) || l->closed;
+      });
+      auto it = l->inbox.find(key);
+      if (!heard || it == l->inbox.end() || it->second.empty()) {
+        silent += (silent.empty() ? "" : ", ") + std::to_string(r);
+        continue;
+      }
+      std::string theirs(it->second.front().begin(), it->second.front().end());
+      if (theirs != what)
+        elsewhere += (elsewhere.empty() ? "" : "; ") +
+                     ("rank " + std::to_string(r) + " waits in " + theirs);
+    }
+    if (silent.empty() && elsewhere.empty())
+      return "every rank of the group is in it (a rank is slow or the network stalls)";
+    std::string out;
+    if (!silent.empty())
+      out = "rank(s) " + silent + " did not arrive (stopped, hung or dead)";
+    if (!elsewhere.empty())
+      out += (out.empty() ? "" : "; ") + elsewhere;
+    return out;
+  }
+
   bool take(int r, uint32_t channel, int32_t tag, std::vector<float> &out, size_t bytes,
-            std::string &error) {
+            const std::string &what, const std::vector<int> &members, std::string &error) {
     Link *l = links[size_t(r)].get();
     std::unique_lock<std::mutex> g(l->m);
     auto key = std::make_pair(channel, tag);
-    l->cv.wait(g, [&] {
-      auto it = l->inbox.find(key);
-      return (it != l->inbox.end() && !it->second.empty()) || l->closed;
-    });
+    if (!waitFor(g, l->cv, [&] {
+          auto it = l->inbox.find(key);
+          return (it != l->inbox.end() && !it->second.empty()) || l->closed;
+        })) {
+      g.unlock();
+      error = what + " did not complete within " + seconds(timeoutS) +
+              " (the collective watchdog, --collective-timeout): " + absent(what, members);
+      return false;
+    }
     auto it = l->inbox.find(key);
     if (it == l->inbox.end() || it->second.empty()) {
       error = "rank " + std::to_string(r) + " closed its connection (it failed or exited)";

@@ -51,8 +51,24 @@ struct Options {
   int64_t steps = 0, checkpointEvery = 0, keepLast = 0;
   uint64_t seed = 42;
   double peakTflops = 0;
+  /// The collective watchdog (seconds; 0: none); -1: LLMOPT_COLLECTIVE_TIMEOUT or
+  /// the default.
+  double collectiveTimeout = -1;
   bool quiet = false;
 };
+
+/// A watchdog timeout in seconds from `text`: a number in [0, 1e6].
+bool parseTimeout(const char *text, const char *what, double &out, std::string &error) {
+  char *end = nullptr;
+  double v = std::strtod(text, &end);
+  if (!*text || *end || !(v >= 0) || v > 1e6) {
+    error = std::string(what) + " must be a number of seconds in [0, 1e6] (0: no watchdog), got '" +
+            text + "'";
+    return false;
+  }
+  out = v;
+  return true;
+}
 
 int envInt(const char *a, const char *b, const char *c, const char *d, int dflt) {
   for (const char *name : {a, b, c, d})
@@ -120,7 +136,7 @@ int usage(const char *msg) {
                "llm-run: %s\nusage: llm-run PLAN_DIR --data SHARD[,SHARD] --steps N "
                "[--metrics FILE.jsonl] [--seed S] [--checkpoint-dir DIR] "
                "[--checkpoint-every K] [--keep-last N] [--resume DIR] [--overwrite] [--peak-tflops T] [--profile FILE.json] "
-               "[--device cpu|cuda] [--quiet]\n"
+               "[--device cpu|cuda] [--collective-timeout SECONDS] [--quiet]\n"
                "       llm-run PLAN_DIR --compile-fused SM   (build the plan's fused kernels "
                "for sm_SM ahead of a job)\n",
                msg);
@@ -220,6 +236,10 @@ bool parse(int argc, char **argv, Options &o, std::string &error) {
                             "(e.g. 989 for an H100 SXM in bf16), got '") + v + "'";
         return false;
       }
+    } else if (a == "--collective-timeout") {
+      const char *v = value("--collective-timeout");
+      if (!v || !parseTimeout(v, "--collective-timeout", o.collectiveTimeout, error))
+        return false;
     } else if (a == "--quiet") {
       o.quiet = true;
     } else if (a == "--overwrite") {
@@ -437,6 +457,16 @@ static int run(int argc, char **argv) {
     world = comm->size();
   }
 
+  // The collective watchdog: a stuck collective or transfer ends the job
+  // with the ranks that did not arrive named.
+  double watchdog = Communicator::kDefaultTimeout;
+  if (o.collectiveTimeout >= 0)
+    watchdog = o.collectiveTimeout;
+  else if (const char *t = std::getenv("LLMOPT_COLLECTIVE_TIMEOUT");
+           t && !parseTimeout(t, "LLMOPT_COLLECTIVE_TIMEOUT", watchdog, error))
+    return fail(error);
+  comm->setTimeout(watchdog);
+
   Plan plan;
   if (!loadPlan(o.plan, plan, error))
     return fail(error);
@@ -531,9 +561,15 @@ static int run(int argc, char **argv) {
     if (failRank && failStep && std::atoi(failRank) == rank && std::atoll(failStep) == step + 1) {
       // A rank that dies without a word (LLMOPT_TEST_FAIL_MODE=kill): the
       // launcher must end the others.
-      if (const char *mode = std::getenv("LLMOPT_TEST_FAIL_MODE"); mode && std::string(mode) == "kill")
+      // A rank that hangs (LLMOPT_TEST_FAIL_MODE=hang, stopped as by SIGSTOP):
+      // the others' collective watchdog must end the job.
+      const char *mode = std::getenv("LLMOPT_TEST_FAIL_MODE");
+      if (mode && std::string(mode) == "kill")
         std::raise(SIGKILL);
-      return fail("injected failure at step " + std::to_string(step + 1) +
+      if (mode && std::string(mode) == "hang")
+        std::raise(SIGSTOP); // continued: goes on as if it had been slow
+      else
+        return fail("injected failure at step " + std::to_string(step + 1) +
                   " (LLMOPT_TEST_FAIL_RANK)");
     }
     // Micro-batch i of data-parallel index r (the tp and cp ranks of a

@@ -37,6 +37,15 @@ public:
   virtual ~Communicator() = default;
   virtual int rank() const = 0;
   virtual int size() const = 0;
+  /// The collective watchdog: a collective or transfer not complete after
+  /// `seconds` fails, its error naming the operation and the ranks that did
+  /// not arrive (where the communicator can tell); 0 waits forever. The
+  /// process communicators (MPI, TCP) apply it; threads of one process and a
+  /// single rank cannot hang on each other.
+  void setTimeout(double seconds) { timeoutS = seconds; }
+  double timeout() const { return timeoutS; }
+  /// The default: 10 minutes, as PyTorch's NCCL watchdog.
+  static constexpr double kDefaultTimeout = 600;
   /// Sums (`average`: then divides by size) `count` floats in place across
   /// the ranks of `axis`. Returns false with `error` set on failure.
   virtual bool allReduce(const std::string &axis, float *data, int64_t count, bool average,
@@ -178,6 +187,9 @@ public:
     std::fill(data + c.end, data + count, 0.0f);
     return allReduce(axis, data, count, /*average=*/false, error);
   }
+
+protected:
+  double timeoutS = kDefaultTimeout;
 };
 
 /// A world of one.
