@@ -166,8 +166,7 @@ double llmopt::cost::gemmEfficiency(const GpuSpec &gpu, double m, double n, doub
 // Rules
 //===----------------------------------------------------------------------===//
 
-std::vector<int> llmopt::cost::interleavedStageLayers(int layers, int pp, int vpp,
-                                                      bool uneven) {
+std::vector<int> llmopt::cost::interleavedChunkLayers(int layers, int pp, int vpp, bool uneven) {
   const int chunks = pp * vpp;
   if (chunks <= 0 || layers < chunks)
     return {};
@@ -187,9 +186,17 @@ std::vector<int> llmopt::cost::interleavedStageLayers(int layers, int pp, int vp
     if (*std::min_element(perChunk.begin(), perChunk.end()) < 1)
       return {};
   }
+  return perChunk;
+}
+
+std::vector<int> llmopt::cost::interleavedStageLayers(int layers, int pp, int vpp,
+                                                      bool uneven) {
+  std::vector<int> perChunk = interleavedChunkLayers(layers, pp, vpp, uneven);
+  if (perChunk.empty())
+    return {};
   std::vector<int> stage(pp, 0);
-  for (int k = 0; k < chunks; ++k)
-    stage[k % pp] += perChunk[k];
+  for (size_t k = 0; k < perChunk.size(); ++k)
+    stage[k % size_t(pp)] += perChunk[k];
   return stage;
 }
 

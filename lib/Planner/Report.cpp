@@ -10,6 +10,7 @@
 #include "llvm/Support/raw_ostream.h"
 
 #include <algorithm>
+#include <numeric>
 #include <map>
 #include <cmath>
 
@@ -375,6 +376,15 @@ bool exportMegatron(llvm::raw_ostream &os, const ExportTarget &t, const ModelDes
   if (!model.ropeScaling.empty() && model.ropeScaling != "default" &&
       model.ropeScaling != "llama3")
     return refuse(error, t, "rope scaling '" + model.ropeScaling + "'");
+  // pretrain_gpt's model builder passes no rope scaling factor to GPTModel,
+  // whose own is Llama 3.1's 8 (gpt_builders.py, read 2026-11).
+  if (model.ropeScaling == "llama3" && model.ropeFactor != 8)
+    return refuse(error, t,
+                  llvm::formatv("Llama 3 rope scaling with factor {0} (pretrain_gpt.py builds "
+                                "GPTModel with its default factor 8 whatever "
+                                "--rope-scaling-factor says)",
+                                model.ropeFactor)
+                      .str());
   // Stage layers: even, Megatron's uneven first / last stages, or
   // interleaved with the embedding and loss counted as layers.
   std::string stages;
@@ -417,7 +427,7 @@ bool exportMegatron(llvm::raw_ostream &os, const ExportTarget &t, const ModelDes
     if (model.ropeTheta > 0)
       os << llvm::formatv(" --rotary-base {0}", int64_t(std::llround(model.ropeTheta)));
     if (model.ropeScaling == "llama3")
-      os << llvm::formatv(" --use-rope-scaling --rope-scaling-factor {0}", model.ropeFactor);
+      os << " --use-rope-scaling";
   }
   if (!model.tiedEmbeddings)
     os << " --untie-embeddings-and-output-weights";
@@ -461,12 +471,16 @@ bool exportMegatron(llvm::raw_ostream &os, const ExportTarget &t, const ModelDes
   if (c.shard > 0)
     os << llvm::formatv(" --num-distributed-optimizer-instances {0}", c.dp * c.cp / c.shard);
   if (c.offloadOptimizer)
-    os << " --optimizer-cpu-offload";
+    os << " --optimizer-cpu-offload --use-precision-aware-optimizer";
   os << "\n--bf16";
   if (job.fp8)
     os << " --fp8-format hybrid --fp8-recipe tensorwise";
+  // With --bf16 Megatron reduces gradients in fp32 unless told otherwise:
+  // the plan's 16-bit gradients need --grad-reduce-in-bf16.
   if (job.gradBytes == 4)
     os << " --accumulate-allreduce-grads-in-fp32";
+  else
+    os << " --grad-reduce-in-bf16";
   if (job.flashAttention)
     os << " --attention-backend flash";
   os << " --clip-grad 1.0 --optimizer adam\n";
@@ -499,15 +513,16 @@ bool exportDeepSpeed(llvm::raw_ostream &os, const ExportTarget &t, const JobSpec
                   c.recomputeLayers > 0
                       ? std::string("recomputation of the first layers of each chunk only")
                       : std::string(toString(c.recompute)) + " recomputation");
-  if (c.shard > 0 && c.zero != 3)
+  // MiCS (mics_shard_size), DeepSpeed's hybrid sharding, was removed in 0.19
+  // (its config refuses the key).
+  if (c.shard > 0)
     return refuse(error, t,
-                  "hybrid sharding with ZeRO-" + std::to_string(c.zero) +
-                      " (MiCS, mics_shard_size, shards ZeRO-3 only)");
+                  "hybrid sharding (shard " + std::to_string(c.shard) +
+                      ": DeepSpeed 0.19 removed MiCS, and ds_config has no other replica x "
+                      "shard layout)");
   json::Object zero{{"stage", c.zero}, {"overlap_comm", true}, {"contiguous_gradients", true}};
   if (c.offloadOptimizer)
     zero["offload_optimizer"] = json::Object{{"device", "cpu"}, {"pin_memory", true}};
-  if (c.shard > 0)
-    zero["mics_shard_size"] = c.shard;
   // With AutoTP every rank counts as data parallel in DeepSpeed's batch
   // arithmetic (the tp ranks of a group read the same samples): the batch
   // as DeepSpeed counts it is the plan's times tp.
@@ -594,9 +609,35 @@ bool exportTorchtitan(llvm::raw_ostream &os, const ExportTarget &t, const ModelD
     os << llvm::formatv("pipeline_parallel_schedule = \"{0}\"\n"
                         "pipeline_parallel_microbatch_size = {1}\n",
                         sched, c.microBatch);
-    if (c.vpp > 1)
-      os << llvm::formatv("pipeline_parallel_layers_per_stage = {0}\n",
-                          (L + c.pp * c.vpp - 1) / (c.pp * c.vpp));
+    // The stages as planned, module by module: torchtitan's own split
+    // (pipeline_parallel_layers_per_stage) counts the embedding and the
+    // output as a layer each and would cut other stages than the plan's.
+    // Virtual stage k runs on pipeline rank k mod pp.
+    std::vector<int> chunks =
+        c.vpp > 1 ? cost::interleavedChunkLayers(int(L), c.pp, c.vpp,
+                                                 job.stack.caps.unevenInterleaving)
+                  : c.stageLayers;
+    if (chunks.empty() && c.vpp == 1)
+      chunks.assign(size_t(c.pp), int(L / c.pp));
+    if (int64_t(std::accumulate(chunks.begin(), chunks.end(), 0)) != L)
+      return refuse(error, t, "a pipeline split that does not cover the model's layers");
+    os << "module_fqns_per_model_part = [";
+    for (size_t k = 0, first = 0; k < chunks.size(); first += size_t(chunks[k++])) {
+      os << (k ? ",\n  [" : "\n  [");
+      std::vector<std::string> names;
+      if (k == 0)
+        names.push_back("tok_embeddings");
+      for (size_t i = first; i < first + size_t(chunks[k]); ++i)
+        names.push_back("layers." + std::to_string(i));
+      if (k + 1 == chunks.size()) {
+        names.push_back("norm");
+        names.push_back("output");
+      }
+      for (size_t i = 0; i < names.size(); ++i)
+        os << (i ? ", \"" : "\"") << names[i] << "\"";
+      os << "]";
+    }
+    os << "\n]\n";
   }
   os << "\n[activation_checkpoint]\n";
   os << llvm::formatv("mode = \"{0}\"\n", toString(c.recompute));
