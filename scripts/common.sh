@@ -91,6 +91,51 @@ install_pytest() {
   }
 }
 
+# The ecosystem tier (test/Ecosystem): the trainers whose own code checks
+# llm-opt's exports, at the versions the exports target (docs/planner.md),
+# in a virtual environment of their own (about 7 GB, 2-3 minutes from PyPI),
+# every package pinned by test/Ecosystem/constraints.txt. Rebuilt only when
+# the pins change. LLMOPT_ECOSYSTEM=0 skips it (ctest then reports the
+# ecosystem test as not run).
+LLMOPT_ECOSYSTEM_VENV="$LLMOPT_ROOT/.deps/ecosystem"
+LLMOPT_ECOSYSTEM_TORCH=torch==2.10.0
+LLMOPT_ECOSYSTEM_DEEPSPEED=deepspeed==0.19.8
+LLMOPT_ECOSYSTEM_REST="megatron-core==0.16.1 torchtitan==0.2.2 transformers==5.24.0"
+install_ecosystem() {
+  if [[ "${LLMOPT_ECOSYSTEM:-1}" == 0 ]]; then
+    log "ecosystem tier skipped (LLMOPT_ECOSYSTEM=0)"
+    return
+  fi
+  local venv="$LLMOPT_ECOSYSTEM_VENV" constraints="$LLMOPT_ROOT/test/Ecosystem/constraints.txt"
+  local stamp
+  stamp=$({
+    cat "$constraints"
+    echo "$LLMOPT_ECOSYSTEM_TORCH $LLMOPT_ECOSYSTEM_DEEPSPEED $LLMOPT_ECOSYSTEM_REST"
+  } | sha256sum | cut -c1-16)
+  if [[ -f "$venv/.stamp" && "$(cat "$venv/.stamp")" == "$stamp" ]]; then
+    return
+  fi
+  log "installing the ecosystem tier's trainers into $venv (PyPI, a few minutes)"
+  rm -rf "$venv"
+  python3 -m venv "$venv" || {
+    log "python3 -m venv failed (Debian: apt-get install python3-venv)"
+    return 1
+  }
+  local pip=("$venv/bin/python" -m pip install --quiet --disable-pip-version-check
+             -c "$constraints")
+  # DeepSpeed builds against the torch already installed (no ops compiled:
+  # DS_BUILD_OPS=0), so torch comes first.
+  # shellcheck disable=SC2086
+  "${pip[@]}" "$LLMOPT_ECOSYSTEM_TORCH" pytest setuptools wheel &&
+    DS_BUILD_OPS=0 "${pip[@]}" --no-build-isolation "$LLMOPT_ECOSYSTEM_DEEPSPEED" &&
+    "${pip[@]}" $LLMOPT_ECOSYSTEM_REST || {
+    log "installing the ecosystem tier failed (no network to PyPI?); LLMOPT_ECOSYSTEM=0 skips it"
+    rm -rf "$venv"
+    return 1
+  }
+  echo "$stamp" >"$venv/.stamp"
+}
+
 configure() {
   if [[ -f "$LLMOPT_BUILD/build.ninja" ]]; then
     return # ninja re-runs cmake itself when a CMakeLists.txt changes

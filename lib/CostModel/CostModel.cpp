@@ -235,6 +235,11 @@ static RejectReason stackRules(const ModelDesc &model, const JobSpec &job, const
       return std::string("needs sequence parallelism with tensor parallelism in MoE models "
                          "(sp must be 1)");
     });
+  if (c.cp > 1 && c.zero != 3 && k.contextParallelShardsParameters)
+    return refuse([&] {
+      return std::string("shards the parameters over the context-parallel ranks with FSDP "
+                         "(ZeRO-3) whenever cp > 1 (zero must be 3)");
+    });
   if (c.pp > 1 && k.schedules.empty())
     return refuse([&] { return std::string("runs no pipeline parallelism (pp must be 1)"); });
   const char *sched = c.schedule == Schedule::None ? "1f1b" : toString(c.schedule);

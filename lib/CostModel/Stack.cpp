@@ -248,6 +248,8 @@ bool readProfile(const json::Object &root, StackProfile &s, std::string &error) 
          c.boolean("sequence_parallel", k.sequenceParallel) &&
          c.boolean("tensor_parallel_with_pp", k.tensorParallelWithPP) &&
          c.boolean("moe_tensor_parallel_needs_sp", k.moeTensorParallelNeedsSP) &&
+         (!caps->get("context_parallel_shards_parameters") ||
+          c.boolean("context_parallel_shards_parameters", k.contextParallelShardsParameters)) &&
          c.strings("pipeline_schedules", k.schedules,
                    {"1f1b", "interleaved-1f1b", "gpipe"}) &&
          c.boolean("uneven_stages", k.unevenStages) &&

@@ -138,6 +138,8 @@ bool llmopt::planner::checkConstraints(const Constraints &fx, const ModelDesc &m
     c.recomputeLayers = get("recompute_layers", 0);
     c.zero = get("zero", c.shard > 0 && !st.caps.hybridSharding.empty()
                              ? st.caps.hybridSharding.front()
+                         : c.cp > 1 && st.caps.contextParallelShardsParameters
+                             ? 3
                              : st.caps.zeroStages.front());
     // Left open, sequence parallelism is on where tp > 1 and the stack has
     // it (some stacks need it, e.g. Megatron's MoE layers with tp).
@@ -545,7 +547,9 @@ SearchResult llmopt::planner::search(const ModelDesc &model, const ClusterSpec &
                     cfg.schedule = sched;
                     cfg.vpp = vpp;
                     cfg.ppInsideDp = ppInside;
-                    // Rules that do not depend on ZeRO are checked once.
+                    // Rules that do not depend on ZeRO are checked once (with
+                    // a ZeRO stage the stack runs with this cp).
+                    cfg.zero = cp > 1 && job.stack.caps.contextParallelShardsParameters ? 3 : 0;
                     RejectReason r = checkRules(model, cluster, job, cfg);
                     if (r != RejectReason::None) {
                       std::string detail;
@@ -555,7 +559,7 @@ SearchResult llmopt::planner::search(const ModelDesc &model, const ClusterSpec &
                       // tried, the first as the example.
                       PlanEval e;
                       e.config = cfg;
-                      e.config.zero = fixedInt("zero") ? int(*fixedInt("zero")) : 0;
+                      e.config.zero = fixedInt("zero") ? int(*fixedInt("zero")) : cfg.zero;
                       e.reason = r;
                       e.detail = std::move(detail);
                       int64_t n = fixedInt("zero") ? 1 : 4;
@@ -625,6 +629,8 @@ SearchResult llmopt::planner::search(const ModelDesc &model, const ClusterSpec &
                         // without building a rejection message per
                         // candidate (most of a big search's rejections).
                         if (!job.stack.hasZero(z, /*withPP=*/pp > 1) ||
+                            (cp > 1 && z != 3 &&
+                             job.stack.caps.contextParallelShardsParameters) ||
                             (cfg.offloadOptimizer && !job.stack.caps.optimizerOffload) ||
                             (shard > 0 && !job.stack.caps.hasHybridSharding(z))) {
                           ++result.evaluated;

@@ -354,7 +354,7 @@ struct ExportTarget {
   const char *trainer;
 };
 const ExportTarget kTargets[] = {
-    {"megatron", "megatron", "Megatron-LM (Megatron-Core 0.14 / main, pretrain_gpt.py arguments)"},
+    {"megatron", "megatron", "Megatron-LM (main 2026-08 with Megatron-Core 0.16, pretrain_gpt.py arguments)"},
     {"deepspeed", "deepspeed", "DeepSpeed 0.19 (ds_config JSON)"},
     {"torchtitan", "torchtitan", "torchtitan 0.2.x (job config TOML)"},
 };

@@ -26,7 +26,7 @@ def test_plan_table_export_and_html(examples: Path, tmp_path: Path,
     out, err = capsys.readouterr()
     assert out.startswith("llama3-8b: 8.03 B parameters")
     assert "\n2    dp" in out and "\n3    dp" not in out
-    assert exported.read_text().startswith("# Megatron-LM (Megatron-Core 0.14")
+    assert exported.read_text().startswith("# Megatron-LM (main 2026-08 with Megatron-Core 0.16")
     assert html.read_text().startswith("<!DOCTYPE html>")
     assert f"wrote {html}" in err and f"wrote {exported}" in err
     # Without --export-file only the export is on standard output.

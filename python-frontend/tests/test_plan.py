@@ -136,8 +136,8 @@ def test_exports(llama8b_16: llmopt.PlanResult, examples: Path) -> None:
     r = llama8b_16  # the default stack: Megatron-Core
     c = r.best.config
     megatron = r.export("megatron")
-    assert megatron.startswith(f"# Megatron-LM (Megatron-Core 0.14 / main, pretrain_gpt.py "
-                               f"arguments) for llama3-8b: {c.describe()}")
+    assert megatron.startswith(f"# Megatron-LM (main 2026-08 with Megatron-Core 0.16, "
+                               f"pretrain_gpt.py arguments) for llama3-8b: {c.describe()}")
     assert f"--tensor-model-parallel-size {c.tp} --pipeline-model-parallel-size {c.pp}" in megatron
     # Any of the top plans, by rank or object.
     second = r.plans[1].config

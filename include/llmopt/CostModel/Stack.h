@@ -48,6 +48,10 @@ struct StackCapabilities {
   /// MoE layers with tensor parallelism need sequence parallelism
   /// (Megatron's arguments check).
   bool moeTensorParallelNeedsSP = false;
+  /// Context parallelism shards the parameters with FSDP over the cp ranks
+  /// (torchtitan: FSDP is on whenever dp_shard or cp is above 1), so it runs
+  /// with ZeRO-3 only.
+  bool contextParallelShardsParameters = false;
   /// Pipeline schedules by name ("1f1b", "interleaved-1f1b", "gpipe"); empty:
   /// no pipeline parallelism.
   std::vector<std::string> schedules = {"1f1b", "interleaved-1f1b", "gpipe"};

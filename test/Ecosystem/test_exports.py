@@ -1,0 +1,162 @@
+"""The ecosystem tier: llm-opt's exports loaded by the trainers' own code.
+
+For a matrix of plans (data parallel with ZeRO-1/2/3 and offload, hybrid
+sharding, TP + SP, PP with uneven and interleaved stages, CP, EP, fp8,
+recomputation), llm-opt plans for each stack and exports; check_export.py
+then loads the export with Megatron-Core's configs, DeepSpeed's config and
+engine, or torchtitan's job config, meshes and pipeline builder, over a fake
+world of the plan's size, and compares what the trainer set up with the plan.
+
+Run by ctest (`ecosystem`) in the virtual environment that
+`scripts/common.sh install_ecosystem` builds from requirements.txt.
+"""
+
+import json
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+MODELS = os.path.join(ROOT, "examples", "models")
+LLM_OPT = os.environ.get("LLMOPT_OPT", os.path.join(ROOT, "build", "bin", "llm-opt"))
+CHECK = os.path.join(HERE, "check_export.py")
+
+# (id, stack, model, gpus, global batch, sequence, fix=, extra options)
+CASES = [
+    # Megatron-LM
+    ("megatron-dp8-zero1", "megatron", "llama3-8b", 8, 64, 8192, "dp:8,tp:1,pp:1,cp:1,zero:1", ""),
+    ("megatron-tp2-pp2-uneven-cp2", "megatron", "llama3-8b", 16, 64, 8192, "tp:2,pp:2", ""),
+    ("megatron-interleaved", "megatron", "llama3-70b", 64, 512, 8192,
+     "dp:2,tp:8,pp:4,vpp:5,sp:1,zero:1,recompute:selective,micro_batch:1", ""),
+    ("megatron-fsdp-zero3", "megatron", "llama3-8b", 16, 64, 8192, "zero:3,tp:1,pp:1,cp:1", ""),
+    ("megatron-fsdp-zero2", "megatron", "llama3-8b", 16, 64, 8192, "zero:2,tp:1,pp:1,cp:1", ""),
+    ("megatron-offload", "megatron", "llama3-8b", 8, 64, 8192, "zero:1,offload:1,tp:1,pp:1", ""),
+    ("megatron-hsdp", "megatron", "llama3-8b", 32, 64, 4096, "zero:1,shard:8,tp:1,pp:1,cp:1", ""),
+    ("megatron-fp8-tp2", "megatron", "llama3-8b", 16, 64, 8192, "tp:2,pp:1", "fp8=true"),
+    ("megatron-full-recompute-fp32-grads", "megatron", "llama3-70b", 64, 512, 8192,
+     "tp:8,pp:2,recompute:full", "grad-dtype=fp32"),
+    ("megatron-partial-recompute", "megatron", "llama3-70b", 64, 512, 8192,
+     "tp:8,pp:4,vpp:1,recompute_layers:2", ""),
+    ("megatron-moe-ep8", "megatron", "mixtral-8x7b", 64, 256, 4096, "ep:8", ""),
+    # DeepSpeed
+    ("deepspeed-zero1", "deepspeed", "llama3-8b", 16, 64, 4096, "zero:1,tp:1,cp:1", ""),
+    ("deepspeed-zero2-offload", "deepspeed", "llama3-8b", 16, 64, 4096,
+     "zero:2,offload:1,tp:1,cp:1", ""),
+    ("deepspeed-zero3-ulysses", "deepspeed", "llama3-8b", 16, 64, 8192,
+     "zero:3,micro_batch:2,cp:2", ""),
+    ("deepspeed-autotp", "deepspeed", "llama3-8b", 16, 64, 4096, "zero:1,tp:2,cp:1", ""),
+    ("deepspeed-full-recompute", "deepspeed", "llama3-70b", 32, 64, 4096,
+     "zero:3,recompute:full", ""),
+    # torchtitan
+    ("torchtitan-fsdp", "torchtitan", "llama3-8b", 16, 64, 8192, "zero:3,tp:1,pp:1,cp:1", ""),
+    ("torchtitan-hsdp-cp2", "torchtitan", "llama3-8b", 32, 64, 4096, "zero:3,shard:8,cp:2,tp:1,pp:1", ""),
+    ("torchtitan-asynctp", "torchtitan:asynctp", "llama3-8b", 16, 64, 8192, "tp:2,pp:1", ""),
+    ("torchtitan-pp-1f1b", "torchtitan", "llama3-8b", 16, 64, 8192,
+     "tp:2,pp:2,vpp:1,schedule:1f1b", ""),
+    ("torchtitan-interleaved", "torchtitan", "llama3-70b", 64, 512, 8192,
+     "tp:8,pp:4,vpp:5,micro_batch:1", ""),
+    ("torchtitan-selective", "torchtitan", "llama3-8b", 8, 32, 8192,
+     "tp:1,pp:1,recompute:selective", ""),
+]
+
+FORMAT = {"megatron": "megatron", "deepspeed": "deepspeed", "torchtitan": "torchtitan"}
+
+
+def plan(tmp, stack, model, gpus, batch, seq, fix, extra):
+    fmt = FORMAT[stack.split(":")[0]]
+    export = os.path.join(tmp, "export." + {"deepspeed": "json", "torchtitan": "toml"}.get(fmt, "txt"))
+    report = os.path.join(tmp, "report.json")
+    opts = (f"stack={stack} cluster=dgx-h100 gpus={gpus} global-batch={batch} seq-len={seq} "
+            f"fix={fix} top-k=1 compare=false report={report} export={fmt} "
+            f"export-file={export} {extra}")
+    r = subprocess.run([LLM_OPT, os.path.join(MODELS, model + ".json"), "-o", os.devnull,
+                        "--llm-auto-parallel=" + opts.strip()],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    return fmt, export, report
+
+
+def check(fmt, export, report, model):
+    r = subprocess.run([sys.executable, CHECK, fmt, export, report,
+                        os.path.join(MODELS, model + ".json")],
+                       capture_output=True, text=True, timeout=600)
+    last = (r.stdout.strip().splitlines() or [""])[-1]
+    return r.returncode, last, r.stderr
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+def test_export_runs_as_planned(case, tmp_path):
+    _, stack, model, gpus, batch, seq, fix, extra = case
+    fmt, export, report = plan(str(tmp_path), stack, model, gpus, batch, seq, fix, extra)
+    code, last, err = check(fmt, export, report, model)
+    assert code == 0, f"{last}\n{err[-3000:]}"
+    got = json.loads(last)
+    with open(report) as f:
+        config = json.load(f)["plans"][0]["config"]
+    # The read-back names the layout the plan has (check_export.py compares
+    # every field; these make the result visible in the test log).
+    for key in ("tp", "pp", "cp"):
+        if key in got:
+            assert got[key] == config[key], key
+
+
+def without_fqns(toml, instead=""):
+    start = toml.index("module_fqns_per_model_part")
+    return toml[:start] + instead + toml[toml.index("]\n]\n", start) + 4:]
+
+
+# The checker can fail: exports tampered with after planning are refused by
+# the trainer's own code or read back as another layout than the plan's.
+TAMPER = [
+    ("megatron-tp-changed", "megatron-tp2-pp2-uneven-cp2",
+     lambda t: t.replace("--tensor-model-parallel-size 2", "--tensor-model-parallel-size 4"),
+     "MISMATCH"),
+    ("megatron-heads-not-divisible", "megatron-tp2-pp2-uneven-cp2",
+     lambda t: t.replace("--num-attention-heads 32", "--num-attention-heads 31"),
+     "REFUSED by Megatron-Core"),
+    ("megatron-unknown-flag", "megatron-dp8-zero1",
+     lambda t: t.replace("--bf16", "--bf16 --use-torch-fsdp3"), "not a Megatron-LM argument"),
+    ("megatron-offload-alone", "megatron-offload",
+     lambda t: t.replace(" --use-precision-aware-optimizer", ""),
+     "--optimizer-cpu-offload needs --use-precision-aware-optimizer"),
+    ("deepspeed-mics", "deepspeed-zero3-ulysses",
+     lambda t: t.replace('"stage": 3', '"stage": 3, "mics_shard_size": 8'),
+     "REFUSED by DeepSpeedConfig"),
+    ("deepspeed-batch", "deepspeed-zero1",
+     lambda t: re.sub(r'"gradient_accumulation_steps": (\d+)',
+                      lambda m: f'"gradient_accumulation_steps": {int(m.group(1)) + 1}', t),
+     "REFUSED by DeepSpeedConfig"),
+    # torchtitan's own split counts the embedding and the output as a layer
+    # each: it cannot cut Llama 3 70B into 4 x 5 stages of 4 layers, and it
+    # cuts 8B's two stages other than the plan's.
+    ("torchtitan-own-split", "torchtitan-interleaved",
+     lambda t: without_fqns(t, "pipeline_parallel_layers_per_stage = 4\n"),
+     "REFUSED by torchtitan's pipeline"),
+    ("torchtitan-default-split", "torchtitan-pp-1f1b", lambda t: without_fqns(t),
+     "MISMATCH: layers per pipeline rank"),
+    ("torchtitan-degrees", "torchtitan-fsdp",
+     lambda t: re.sub(r"data_parallel_shard_degree = (\d+)",
+                      lambda m: f"data_parallel_shard_degree = {int(m.group(1)) // 2}", t),
+     "REFUSED by torchtitan"),
+]
+
+
+@pytest.mark.parametrize("tamper", TAMPER, ids=[t[0] for t in TAMPER])
+def test_checker_refuses_a_tampered_export(tamper, tmp_path):
+    _, base, edit, expected = tamper
+    case = next(c for c in CASES if c[0] == base)
+    _, stack, model, gpus, batch, seq, fix, extra = case
+    fmt, export, report = plan(str(tmp_path), stack, model, gpus, batch, seq, fix, extra)
+    with open(export) as f:
+        text = f.read()
+    changed = edit(text)
+    assert changed != text, "the tamper did not apply"
+    with open(export, "w") as f:
+        f.write(changed)
+    code, last, err = check(fmt, export, report, model)
+    assert code == 1, last
+    assert expected in last, f"{last}\n{err[-2000:]}"
