@@ -85,6 +85,7 @@ struct BuildTrainingStepPass
     mb.setInsertionPointAfter(forward);
     auto step = cast<func::FuncOp>(mb.clone(*forward));
     step.setSymName("train_step");
+    step->setAttr(LLMDialect::kTrainStepAttrName, mb.getUnitAttr());
     inlineLayers(step);
     Block &body = step.getBody().front();
     auto stepRet = cast<func::ReturnOp>(body.getTerminator());

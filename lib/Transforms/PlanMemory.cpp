@@ -17,6 +17,7 @@
 #include "llvm/Support/MathExtras.h"
 
 #include <algorithm>
+#include <tuple>
 
 namespace llmopt {
 #define GEN_PASS_DEF_PLANMEMORY
@@ -183,27 +184,34 @@ struct PlanMemoryPass : public llmopt::impl::PlanMemoryBase<PlanMemoryPass> {
     std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
       return buffers[a].bytes > buffers[b].bytes;
     });
-    std::vector<size_t> placed;
+    // First fit: each buffer at the lowest offset where no placed buffer
+    // that is alive at the same time (in the same arena) overlaps it. The
+    // placed buffers are kept ordered by (offset, end): a placement walks
+    // them in that order, skipping those alive at other times, and stops at
+    // the first gap that fits, with no per-buffer collection and sort (which
+    // made this pass quadratic with a large constant in the model's depth).
+    struct Placed {
+      int64_t lo, hi, first, last;
+      size_t index;
+      bool operator<(const Placed &o) const { return std::tie(lo, hi) < std::tie(o.lo, o.hi); }
+    };
+    std::vector<Placed> placed;
+    placed.reserve(buffers.size());
     int64_t peak = 0, stashPeak = 0;
     for (size_t i : order) {
       Buffer &b = buffers[i];
-      // Occupied intervals of buffers alive at the same time, by offset.
-      std::vector<std::pair<int64_t, int64_t>> busy;
-      for (size_t j : placed) {
-        const Buffer &o = buffers[j];
-        if (o.first <= b.last && b.first <= o.last && sameArena(o, b))
-          busy.push_back({o.offset, o.offset + o.bytes});
-      }
-      std::sort(busy.begin(), busy.end());
       int64_t offset = 0;
-      for (auto [lo, hi] : busy) {
-        if (offset + b.bytes <= lo)
+      for (const Placed &p : placed) {
+        if (p.first > b.last || b.first > p.last || !sameArena(buffers[p.index], b))
+          continue;
+        if (offset + b.bytes <= p.lo)
           break;
-        offset = std::max(offset, int64_t(llvm::alignTo(hi, alignment)));
+        offset = std::max(offset, int64_t(llvm::alignTo(p.hi, alignment)));
       }
       b.offset = offset;
       (b.stash ? stashPeak : peak) = std::max(b.stash ? stashPeak : peak, offset + b.bytes);
-      placed.push_back(i);
+      Placed mine{offset, offset + b.bytes, b.first, b.last, i};
+      placed.insert(std::upper_bound(placed.begin(), placed.end(), mine), mine);
     }
 
     Builder builder(&getContext());

@@ -1363,3 +1363,46 @@ func.func @attention_cp_keys(%q: tensor<2x8x32xf32>, %k: tensor<2x8x32xf32, {cp_
   %o = llm.attention %q, %k, %k heads 4 kv_heads 4 head_dim 8 scale 0.35 causal : tensor<2x8x32xf32>, tensor<2x8x32xf32, {cp_parts = 2 : i64}>
   return
 }
+
+// -----
+
+// The training step (llm.train_step): every update names a parameter of the
+// function with its gradient's type, checked once per function.
+func.func @train_step_ok(%g: tensor<4xf32>, %n: tensor<f32>) attributes {llm.train_step} {
+  %w = llm.param "w" zeros : tensor<4xf32>
+  llm.adamw "w", %g, %n lr 1.0e-3 betas(0.9, 0.95) eps 1.0e-8 weight_decay 0.1 max_norm 1.0 : tensor<4xf32>, tensor<f32>
+  return
+}
+
+// -----
+
+func.func @train_step_unknown_param(%g: tensor<4xf32>, %n: tensor<f32>) attributes {llm.train_step} {
+  %w = llm.param "w" zeros : tensor<4xf32>
+  // expected-error @+1 {{updates 'v', which is no llm.param of that type in this function}}
+  llm.adamw "v", %g, %n lr 1.0e-3 betas(0.9, 0.95) eps 1.0e-8 weight_decay 0.1 max_norm 1.0 : tensor<4xf32>, tensor<f32>
+  return
+}
+
+// -----
+
+func.func @train_step_param_type(%g: tensor<4xf32>, %n: tensor<f32>) attributes {llm.train_step} {
+  %w = llm.param "w" zeros : tensor<8xf32>
+  // expected-error @+1 {{updates 'w', which is no llm.param of that type in this function}}
+  llm.adamw "w", %g, %n lr 1.0e-3 betas(0.9, 0.95) eps 1.0e-8 weight_decay 0.1 max_norm 1.0 : tensor<4xf32>, tensor<f32>
+  return
+}
+
+// -----
+
+// expected-error @+1 {{'llm.train_step' must be a unit attribute}}
+func.func @train_step_not_unit() attributes {llm.train_step = 1 : i64} {
+  return
+}
+
+// -----
+
+func.func @train_step_not_function() {
+  // expected-error @+1 {{'llm.train_step' marks a function}}
+  %w = llm.param "w" zeros {llm.train_step} : tensor<4xf32>
+  return
+}

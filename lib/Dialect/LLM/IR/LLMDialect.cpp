@@ -91,6 +91,29 @@ LogicalResult PlanAttr::verify(function_ref<InFlightDiagnostic()> emitError, int
   return success();
 }
 
+LogicalResult LLMDialect::verifyOperationAttribute(Operation *op, NamedAttribute attr) {
+  if (attr.getName() != kTrainStepAttrName)
+    return success();
+  if (!isa<UnitAttr>(attr.getValue()))
+    return op->emitOpError() << "'" << kTrainStepAttrName << "' must be a unit attribute";
+  auto func = dyn_cast<FunctionOpInterface>(op);
+  if (!func)
+    return op->emitOpError() << "'" << kTrainStepAttrName << "' marks a function";
+  // Every update names a parameter of the function with its gradient's type:
+  // one walk for the parameters, one for the updates.
+  llvm::StringMap<Type> params;
+  func->walk([&](ParamOp p) { params.try_emplace(p.getName(), p.getType()); });
+  WalkResult r = func->walk([&](AdamWOp u) {
+    auto it = params.find(u.getName());
+    if (it != params.end() && it->second == u.getGrad().getType())
+      return WalkResult::advance();
+    u.emitOpError() << "updates '" << u.getName()
+                    << "', which is no llm.param of that type in this function";
+    return WalkResult::interrupt();
+  });
+  return failure(r.wasInterrupted());
+}
+
 void LLMDialect::initialize() {
   addAttributes<
 #define GET_ATTRDEF_LIST

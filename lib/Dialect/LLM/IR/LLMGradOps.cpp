@@ -173,16 +173,9 @@ LogicalResult AdamWOp::verify() {
     return emitOpError() << "eps must be positive, got " << eps;
   if (wd < 0 || maxNorm < 0)
     return emitOpError() << "weight_decay and max_norm must not be negative";
-  auto func = (*this)->getParentOfType<func::FuncOp>();
-  bool found = false;
-  if (func)
-    func.walk([&](ParamOp p) {
-      if (p.getName() == getName() && p.getType() == getGrad().getType())
-        found = true;
-    });
-  if (!found)
-    return emitOpError() << "updates '" << getName()
-                         << "', which is no llm.param of that type in this function";
+  // That the name is a parameter of the function is verified once per
+  // function (LLMDialect::verifyOperationAttribute on llm.train_step), not
+  // by a walk per update.
   return success();
 }
 

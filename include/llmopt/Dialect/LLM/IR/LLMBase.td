@@ -29,9 +29,19 @@ def LLM_Dialect : Dialect {
     (`model.layers.3.mlp.up_proj.weight`) and carry their initialization.
     Transformer blocks are `llm.layer` regions so that per-layer costs and
     pipeline stage boundaries are explicit.
+
+    The training step that `llm-build-training-step` builds is a function
+    marked `llm.train_step` (a unit attribute). Verified on it, once per
+    function: every `llm.adamw` updates an `llm.param` of the function with
+    the gradient's type.
   }];
   let dependentDialects = ["::mlir::func::FuncDialect"];
   let useDefaultAttributePrinterParser = 1;
+  let hasOperationAttrVerify = 1;
+  let extraClassDeclaration = [{
+    /// The unit attribute marking the training step function.
+    static constexpr ::llvm::StringLiteral kTrainStepAttrName = "llm.train_step";
+  }];
 }
 
 class LLM_Op<string mnemonic, list<Trait> traits = []>
