@@ -200,6 +200,18 @@ std::vector<int> llmopt::cost::interleavedStageLayers(int layers, int pp, int vp
   return stage;
 }
 
+int64_t llmopt::cost::vocabRowsPerRank(int64_t vocab, int64_t tp, int padding) {
+  if (tp <= 1)
+    return vocab;
+  if (padding > 0) {
+    int64_t multiple = int64_t(padding) * tp;
+    return (vocab + multiple - 1) / multiple * multiple / tp;
+  }
+  if (padding < 0 && vocab % tp)
+    return vocab;
+  return (vocab + tp - 1) / tp;
+}
+
 /// "0, 1, 3", or "none".
 static std::string joinStages(const std::vector<int> &stages) {
   if (stages.empty())
@@ -882,8 +894,11 @@ struct Evaluator {
     };
 
     // First and last stage extras.
-    const double h = double(model.hidden), V = double(model.vocab), t = c.tp;
-    double embedParams = double(model.vocab) * h / t + double(model.positions) * h;
+    const double h = double(model.hidden), t = c.tp;
+    // The vocabulary rows each tp rank holds, as the stack splits them;
+    // below, V / t is that.
+    const double V = double(vocabRowsPerRank(model.vocab, c.tp, job.stack.caps.vocabPadding)) * t;
+    double embedParams = V * h / t + double(model.positions) * h;
     double headParams = model.tiedEmbeddings ? (c.pp > 1 ? V * h / t : 0) : V * h / t;
     // The loss as a fused softmax cross-entropy (one pass computing each
     // row's log-sum-exp, kept for the backward): the logits are written by

@@ -250,6 +250,8 @@ bool readProfile(const json::Object &root, StackProfile &s, std::string &error) 
          c.boolean("moe_tensor_parallel_needs_sp", k.moeTensorParallelNeedsSP) &&
          (!caps->get("context_parallel_shards_parameters") ||
           c.boolean("context_parallel_shards_parameters", k.contextParallelShardsParameters)) &&
+         (!caps->get("vocab_padding") ||
+          c.integer("vocab_padding", k.vocabPadding, -1, 1 << 20)) &&
          c.strings("pipeline_schedules", k.schedules,
                    {"1f1b", "interleaved-1f1b", "gpipe"}) &&
          c.boolean("uneven_stages", k.unevenStages) &&

@@ -367,8 +367,17 @@ LogicalResult vocabParallel(func::FuncOp forward, Partitioner &p) {
       else if (user != e)
         others = true;
     }
-    if (vocab % p.tp != 0 || others)
+    if (others)
       continue;
+    if (vocab % p.tp != 0) {
+      // Said, not silent: the planner prices it whole too (stacks llm-run,
+      // llm-run-cpu: vocab_padding -1).
+      e.emitRemark() << "a vocabulary of " << vocab << " rows does not split over tp " << p.tp
+                     << ": the embedding" << (tied.empty() ? " stays" : " and its tied head stay")
+                     << " whole on every rank (pad the vocabulary to a multiple of "
+                     << p.tp << " to split it)";
+      continue;
+    }
     if (failed(p.shardParam(e, w, 0, 1, /*shared=*/true)))
       return failure();
     e->setAttr("llm.vocab_axis", p.axis);
@@ -395,8 +404,12 @@ LogicalResult vocabParallel(func::FuncOp forward, Partitioner &p) {
         !isa<CrossEntropyOp>(*head.getResult().getUsers().begin()))
       continue;
     int64_t vocab = cast<RankedTensorType>(w.getType()).getDimSize(0);
-    if (vocab % p.tp != 0)
-      continue; // stays replicated: the vocabulary does not split evenly
+    if (vocab % p.tp != 0) {
+      head.emitRemark() << "a vocabulary of " << vocab << " rows does not split over tp "
+                        << p.tp << ": the LM head stays whole on every rank (pad the "
+                        << "vocabulary to a multiple of " << p.tp << " to split it)";
+      continue;
+    }
     if (failed(p.shardParam(head, w, 0, 1)) || failed(parallelHead(head)))
       return failure();
   }

@@ -240,3 +240,18 @@ TEST(Torchtitan2024, Llama31_8BTokensPerGpuWithin15Percent) {
 }
 
 } // namespace
+
+// The vocabulary rows a tp rank holds, per stack (Megatron pads to a multiple
+// of 128 x tp: GPT-2's 50257 becomes 50432 on tp 2, 51200 on tp 8; DTensor
+// shards unevenly; llm-run keeps a vocabulary tp does not divide whole).
+TEST(Vocabulary, RowsPerRankAsEachStackSplitsThem) {
+  EXPECT_EQ(vocabRowsPerRank(50257, 1, 128), 50257);
+  EXPECT_EQ(vocabRowsPerRank(50257, 2, 128), 50432 / 2);
+  EXPECT_EQ(vocabRowsPerRank(50257, 8, 128), 51200 / 8);
+  EXPECT_EQ(vocabRowsPerRank(128256, 8, 128), 129024 / 8);
+  EXPECT_EQ(vocabRowsPerRank(128256, 2, 128), 128256 / 2);
+  EXPECT_EQ(vocabRowsPerRank(50257, 2, 0), 25129);
+  EXPECT_EQ(vocabRowsPerRank(50257, 2, -1), 50257);
+  EXPECT_EQ(vocabRowsPerRank(50304, 2, -1), 25152);
+  EXPECT_EQ(vocabRowsPerRank(257, 4, -1), 257);
+}

@@ -74,6 +74,10 @@ struct ParallelConfig {
 /// layer each (Megatron's account_for_embedding/loss_in_pipeline_split: 126
 /// layers on pp 8 x vpp 8 are 128 slots of 2). Empty when no layout exists.
 std::vector<int> interleavedStageLayers(int layers, int pp, int vpp, bool uneven);
+/// Vocabulary rows (embedding, LM head, logits) on each of `tp` ranks, as a
+/// stack with StackCapabilities::vocabPadding `padding` splits them.
+int64_t vocabRowsPerRank(int64_t vocab, int64_t tp, int padding);
+
 /// The layers of each of the pp x vpp model chunks (virtual stage k on
 /// pipeline rank k mod pp, in model order) that interleavedStageLayers sums;
 /// empty where it is.

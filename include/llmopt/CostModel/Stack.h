@@ -52,6 +52,12 @@ struct StackCapabilities {
   /// (torchtitan: FSDP is on whenever dp_shard or cp is above 1), so it runs
   /// with ZeRO-3 only.
   bool contextParallelShardsParameters = false;
+  /// How the vocabulary (embedding rows, LM head rows, logits) splits over
+  /// tp: N > 0 pads it to a multiple of N x tp first (Megatron's
+  /// make_vocab_size_divisible_by, 128); 0 splits it into ceil(V / tp) rows
+  /// (DTensor's uneven shards); -1 keeps it whole on every rank unless tp
+  /// divides it (llm-run's lowering).
+  int vocabPadding = 0;
   /// Pipeline schedules by name ("1f1b", "interleaved-1f1b", "gpipe"); empty:
   /// no pipeline parallelism.
   std::vector<std::string> schedules = {"1f1b", "interleaved-1f1b", "gpipe"};
