@@ -10,7 +10,10 @@ config.test_format = lit.formats.ShTest(not llvm_config.use_lit_shell)
 config.suffixes = [".mlir", ".test"]
 config.excludes = ["Inputs", "CMakeLists.txt", "README.md", "lit.cfg.py", "lit.site.cfg.py"]
 config.test_source_root = os.path.dirname(__file__)
-config.test_exec_root = os.path.join(config.llmopt_obj_root, "test")
+# A second run of part of the suite (ctest lit-runtime-seed7) keeps its
+# outputs apart: --param llmopt_exec_root=DIR.
+config.test_exec_root = lit_config.params.get(
+    "llmopt_exec_root", os.path.join(config.llmopt_obj_root, "test"))
 
 config.substitutions.append(("%PATH%", config.environment["PATH"]))
 config.substitutions.append(("%examples", os.path.join(config.llmopt_source_dir, "examples")))
@@ -18,6 +21,10 @@ config.substitutions.append(("%data", os.path.join(config.llmopt_source_dir, "da
 config.environment["FILECHECK_OPTS"] = "--enable-var-scope --dump-input=fail"
 
 llvm_config.with_system_environment(["HOME", "INCLUDE", "LIB", "TMP", "TEMP"])
+# llm-run's default seed in the second-seed run of the runtime tests (an
+# explicit --seed wins): the equivalence tests must hold at any seed.
+if "LLMOPT_TEST_SEED" in os.environ:
+    config.environment["LLMOPT_TEST_SEED"] = os.environ["LLMOPT_TEST_SEED"]
 llvm_config.use_default_substitutions()
 
 tool_dirs = [config.llmopt_tools_dir, config.llvm_tools_dir]

@@ -1,8 +1,8 @@
 """Compares two llm-run metrics files step by step.
 
-usage: compare_metrics.py A.jsonl B.jsonl [--rel TOL] [--from STEP] [--keys loss,grad_norm]
+usage: compare_metrics.py A.jsonl B.jsonl [--rel TOL] [--from STEP] [--to STEP] [--keys loss,grad_norm]
 Loss and gradient norm (or the keys named) must agree within TOL relative (0: bit-exact) at every
-step both files have from STEP on. Prints a summary; exits 1 on a mismatch.
+step both files have from --from on (to --to). Prints a summary; exits 1 on a mismatch.
 """
 import argparse
 import json
@@ -13,6 +13,7 @@ p.add_argument("a")
 p.add_argument("b")
 p.add_argument("--rel", type=float, default=1e-5)
 p.add_argument("--from", dest="start", type=int, default=1)
+p.add_argument("--to", dest="end", type=int, default=None)
 p.add_argument("--keys", default="loss,grad_norm")
 args = p.parse_args()
 
@@ -22,7 +23,7 @@ def load(path):
 
 
 a, b = load(args.a), load(args.b)
-steps = sorted(s for s in a if s in b and s >= args.start)
+steps = sorted(s for s in a if s in b and s >= args.start and (args.end is None or s <= args.end))
 if not steps:
     print("FAIL: no common steps")
     sys.exit(1)
