@@ -14,6 +14,7 @@
 #include "llmopt/Import/HFConfig.h"
 #include "llmopt/InitAllDialects.h"
 #include "llmopt/InitAllPasses.h"
+#include "llmopt/Support/Crash.h"
 #include "llmopt/Support/Output.h"
 
 #include "mlir/IR/AsmState.h"
@@ -96,7 +97,12 @@ static std::optional<size_t> findTooDeepNesting(StringRef text, unsigned limit) 
 }
 
 int main(int argc, char **argv) {
+  llmopt::installCrashGuard();
   llvm::InitLLVM y(argc, argv);
+  // Again after InitLLVM's stack-trace printer, which cancels alarms when it
+  // is done: whatever handler runs after it is bounded too.
+  llmopt::installCrashGuard();
+  llmopt::crashIfAskedForTest();
   DialectRegistry registry;
   llmopt::registerAllDialects(registry);
   llmopt::registerAllPasses();

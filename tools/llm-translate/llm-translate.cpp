@@ -5,10 +5,12 @@
 //===----------------------------------------------------------------------===//
 
 #include "llmopt/Import/HFConfig.h"
+#include "llmopt/Support/Crash.h"
 
 #include "mlir/Tools/mlir-translate/MlirTranslateMain.h"
 
 int main(int argc, char **argv) {
+  llmopt::installCrashGuard();
   llmopt::registerHFImportTranslation();
   return mlir::failed(
              mlir::mlirTranslateMain(argc, argv, "llm-opt model translation tool"))
