@@ -431,6 +431,10 @@ bool exportMegatron(llvm::raw_ostream &os, const ExportTarget &t, const ModelDes
   }
   if (!model.tiedEmbeddings)
     os << " --untie-embeddings-and-output-weights";
+  // The vocabulary: Megatron takes it from the tokenizer; its NullTokenizer
+  // (pre-tokenized data) takes the size, padded as the megatron stack costs
+  // it (a multiple of 128 x tp).
+  os << llvm::formatv(" --tokenizer-type NullTokenizer --vocab-size {0}", model.vocab);
   if (!job.dropout)
     os << " --attention-dropout 0.0 --hidden-dropout 0.0";
   if (l.isMoE())

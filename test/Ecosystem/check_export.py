@@ -58,6 +58,7 @@ MEGATRON_FLAGS = {
     "--position-embedding-type": str, "--normalization": str,
     "--disable-bias-linear": None, "--rotary-base": int,
     "--use-rope-scaling": None, "--untie-embeddings-and-output-weights": None,
+    "--tokenizer-type": str, "--vocab-size": int,
     "--attention-dropout": float, "--hidden-dropout": float,
     "--tensor-model-parallel-size": int, "--pipeline-model-parallel-size": int,
     "--context-parallel-size": int, "--expert-model-parallel-size": int,
@@ -249,6 +250,12 @@ def megatron(text, report, hf):
     expect("ffn size", config.ffn_hidden_size, hf["intermediate_size"])
     if "rope_theta" in hf:
         expect("rotary base", a.get("rotary_base"), int(hf["rope_theta"]))
+    # The vocabulary (NullTokenizer's size) and Megatron's padding of it to a
+    # multiple of make_vocab_size_divisible_by (128) x tp.
+    expect("tokenizer", a.get("tokenizer_type"), "NullTokenizer")
+    expect("vocabulary", a.get("vocab_size"), hf["vocab_size"])
+    multiple = 128 * tp
+    padded = (hf["vocab_size"] + multiple - 1) // multiple * multiple
     if "num_local_experts" in hf:
         expect("experts", config.num_moe_experts, hf["num_local_experts"])
         expect("router top-k", config.moe_router_topk, hf["num_experts_per_tok"])
@@ -256,7 +263,8 @@ def megatron(text, report, hf):
     return {"tp": tp, "pp": pp, "vpp": config.virtual_pipeline_model_parallel_size or 1,
             "cp": cp, "ep": config.expert_model_parallel_size, "dp": dp, "zero": zero,
             "micro_batch": mbs, "num_micro_batches": gbs // (mbs * dp),
-            "recompute": config.recompute_granularity, "fp8": config.fp8}
+            "recompute": config.recompute_granularity, "fp8": config.fp8,
+            "padded_vocab": padded}
 
 
 # --- DeepSpeed --------------------------------------------------------------
