@@ -14,6 +14,9 @@ void llmopt::installCrashGuard() {
   ::setenv("LLVM_DISABLE_SYMBOLIZATION", "1", /*overwrite=*/0);
   // Registered before InitLLVM's stack-trace printer, so it runs first.
   llvm::sys::AddSignalHandler([](void *) { ::alarm(kCrashHandlerSeconds); }, nullptr);
+  // A file-size limit (ulimit -f) is a write error the writers report (and
+  // clean up after), not a crash: LLVM treats SIGXFSZ as fatal.
+  std::signal(SIGXFSZ, SIG_IGN);
 }
 
 namespace {

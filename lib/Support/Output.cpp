@@ -2,7 +2,9 @@
 
 #include "llmopt/Support/Output.h"
 
+#include "llvm/ADT/SmallString.h"
 #include "llvm/Support/FileSystem.h"
+#include "llvm/Support/Path.h"
 #include "llvm/Support/Process.h"
 #include "llvm/Support/raw_ostream.h"
 
@@ -78,4 +80,60 @@ bool llmopt::writeFileAtomically(llvm::StringRef path, llvm::StringRef text,
                                  std::string &error) {
   std::pair<std::string, std::string> one{path.str(), text.str()};
   return writeFilesAtomically(one, error);
+}
+
+bool llmopt::writeDirectoryAtomically(
+    llvm::StringRef dir, llvm::ArrayRef<std::pair<std::string, std::string>> files,
+    llvm::ArrayRef<std::string> stale, std::string &error) {
+  auto inside = [](llvm::StringRef d, llvm::StringRef name) {
+    llvm::SmallString<256> p(d);
+    llvm::sys::path::append(p, name);
+    return std::string(p);
+  };
+  if (llvm::sys::fs::is_directory(dir)) {
+    std::vector<std::pair<std::string, std::string>> paths;
+    for (const auto &[name, text] : files)
+      paths.push_back({inside(dir, name), text});
+    if (!writeFilesAtomically(paths, error))
+      return false;
+    for (const std::string &name : stale)
+      llvm::sys::fs::remove(inside(dir, name));
+    return true;
+  }
+  llvm::StringRef parent = llvm::sys::path::parent_path(dir);
+  if (!parent.empty())
+    if (std::error_code ec = llvm::sys::fs::create_directories(parent)) {
+      error = "cannot create '" + parent.str() + "': " + ec.message();
+      return false;
+    }
+  std::string temp =
+      dir.str() + ".tmp-" + std::to_string(llvm::sys::Process::getProcessId());
+  llvm::sys::fs::remove_directories(temp);
+  if (std::error_code ec = llvm::sys::fs::create_directory(temp)) {
+    error = "cannot create '" + temp + "': " + ec.message();
+    return false;
+  }
+  for (const auto &[name, text] : files) {
+    std::error_code ec;
+    {
+      llvm::raw_fd_ostream os(inside(temp, name), ec, llvm::sys::fs::OF_None);
+      if (!ec) {
+        os << text;
+        os.close();
+        ec = os.error();
+        os.clear_error();
+      }
+    }
+    if (ec) {
+      error = "cannot write '" + inside(dir, name) + "': " + ec.message();
+      llvm::sys::fs::remove_directories(temp);
+      return false;
+    }
+  }
+  if (std::error_code ec = llvm::sys::fs::rename(temp, dir)) {
+    error = "cannot create '" + dir.str() + "': " + ec.message();
+    llvm::sys::fs::remove_directories(temp);
+    return false;
+  }
+  return true;
 }

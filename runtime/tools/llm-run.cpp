@@ -688,6 +688,9 @@ static int run(int argc, char **argv) {
 }
 
 int main(int argc, char **argv) {
+  // A file-size limit (ulimit -f) is a write error that the checkpoint,
+  // metrics and profile writers report, not a silent kill by SIGXFSZ.
+  std::signal(SIGXFSZ, SIG_IGN);
   // An allocation that fails anywhere else (parameters, moments, data) ends
   // the job with a message, not an uncaught std::bad_alloc. (Checkpoints are
   // written to a temporary and renamed: none is left half written.)

@@ -8,6 +8,8 @@
 // it hangs. Call installCrashGuard() first thing in main, before InitLLVM,
 // and again after it: LLVM's stack-trace printer cancels pending alarms when
 // it finishes, so the second one bounds whatever runs after the printer.
+// It also ignores SIGXFSZ: a file-size limit becomes a write error that the
+// atomic writers report and clean up after.
 //
 //===----------------------------------------------------------------------===//
 

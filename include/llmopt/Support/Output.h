@@ -44,6 +44,16 @@ bool writeFilesAtomically(llvm::ArrayRef<std::pair<std::string, std::string>> fi
 /// One file, as writeFilesAtomically.
 bool writeFileAtomically(llvm::StringRef path, llvm::StringRef text, std::string &error);
 
+/// Writes `files` (names inside `dir`, contents) as the directory `dir`. A new
+/// directory is written whole under a temporary name beside it and renamed
+/// into place, so a failure leaves nothing (not even an empty `dir`); an
+/// existing one gets its files as writeFilesAtomically writes them, and
+/// loses the names in `stale` (files of a previous version it no longer
+/// has).
+bool writeDirectoryAtomically(llvm::StringRef dir,
+                              llvm::ArrayRef<std::pair<std::string, std::string>> files,
+                              llvm::ArrayRef<std::string> stale, std::string &error);
+
 } // namespace llmopt
 
 #endif // LLMOPT_SUPPORT_OUTPUT_H

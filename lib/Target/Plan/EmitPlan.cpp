@@ -362,32 +362,24 @@ struct EmitPlanPass : public llmopt::impl::EmitPlanBase<EmitPlanPass> {
     root["programs"] = std::move(progs);
 
     std::string text = llvm::formatv("{0:1}", json::Value(std::move(root))).str() + "\n";
-    if (std::error_code ec = llvm::sys::fs::create_directories(dir)) {
-      module.emitError() << "llm-emit-plan: cannot create '" << dir << "': " << ec.message();
-      return signalPassFailure();
-    }
     std::array<uint8_t, 32> hash = llvm::SHA256::hash(
         ArrayRef<uint8_t>(reinterpret_cast<const uint8_t *>(text.data()), text.size()));
     std::string hex = llvm::toHex(hash, /*LowerCase=*/true);
-    SmallString<256> planPath(dir), sumPath(dir);
-    llvm::sys::path::append(planPath, "plan.json");
-    llvm::sys::path::append(sumPath, "checksums.sha256");
     // The fused kernels' CUDA source, checksummed beside the plan.
     std::string sums = hex + "  plan.json\n";
-    SmallString<256> cudaPath(dir);
-    llvm::sys::path::append(cudaPath, "kernels.cu");
-    // Every file of the directory is staged and checked before any is
-    // renamed into place: a full disk leaves the previous plan whole.
+    // The directory is written whole before it appears (a new one), or every
+    // file staged and checked before any is renamed into place (an existing
+    // one): a full disk leaves the previous plan whole, or no directory.
     std::vector<std::pair<std::string, std::string>> files;
     if (!fusedOps.empty()) {
       std::string cuda = fusedKernelsCudaSource(fusedOps);
       std::array<uint8_t, 32> cudaHash = llvm::SHA256::hash(
           ArrayRef<uint8_t>(reinterpret_cast<const uint8_t *>(cuda.data()), cuda.size()));
       sums += llvm::toHex(cudaHash, /*LowerCase=*/true) + "  kernels.cu\n";
-      files.push_back({std::string(cudaPath), std::move(cuda)});
+      files.push_back({"kernels.cu", std::move(cuda)});
     }
-    files.push_back({std::string(planPath), text});
-    files.push_back({std::string(sumPath), sums});
+    files.push_back({"plan.json", text});
+    files.push_back({"checksums.sha256", sums});
 
     // A Slurm batch script launching the plan (one task per rank).
     int64_t perNode = std::max<int64_t>(1, std::min<int64_t>(gpusPerNode, world));
@@ -415,16 +407,16 @@ struct EmitPlanPass : public llmopt::impl::EmitPlanBase<EmitPlanPass> {
         "  --steps \"${STEPS:-1000}\" --metrics \"${METRICS:-metrics.jsonl}\" \\\n"
         "  --checkpoint-dir \"$CKPT\" --checkpoint-every \"${EVERY:-100}\" \\\n"
         "  \"${RESUME[@]}\"\n";
-    SmallString<256> slurmPath(dir);
-    llvm::sys::path::append(slurmPath, "run.slurm");
-    files.push_back({std::string(slurmPath), slurm});
+    files.push_back({"run.slurm", slurm});
     std::string error;
-    if (!writeFilesAtomically(files, error)) {
+    // Without fused kernels, a previous plan's kernels.cu goes.
+    std::vector<std::string> stale;
+    if (fusedOps.empty())
+      stale.push_back("kernels.cu");
+    if (!writeDirectoryAtomically(dir, files, stale, error)) {
       module.emitError() << "llm-emit-plan: " << error;
       return signalPassFailure();
     }
-    if (fusedOps.empty())
-      llvm::sys::fs::remove(cudaPath); // a previous plan's kernels
   }
 };
 } // namespace
