@@ -110,7 +110,7 @@ bool llmopt::writeDirectoryAtomically(
       dir.str() + ".tmp-" + std::to_string(llvm::sys::Process::getProcessId());
   llvm::sys::fs::remove_directories(temp);
   if (std::error_code ec = llvm::sys::fs::create_directory(temp)) {
-    error = "cannot create '" + temp + "': " + ec.message();
+    error = "cannot create '" + dir.str() + "': " + ec.message();
     return false;
   }
   for (const auto &[name, text] : files) {
