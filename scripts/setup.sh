@@ -4,6 +4,11 @@
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
 install_deps
+# --ecosystem: also the trainers that check the exports (scripts/test.sh
+# installs them anyway; test/Ecosystem).
+if [[ "${1:-}" == --ecosystem ]]; then
+  install_ecosystem
+fi
 configure
 build llm-opt llm-translate
 
