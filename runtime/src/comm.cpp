@@ -2,7 +2,30 @@
 
 #include "llmopt-runtime/comm.h"
 
+#include <cstdio>
+
 namespace llmopt::runtime {
+
+std::string Communicator::watchdogError(
+    const std::string &what, const std::vector<int> &silent,
+    const std::vector<std::pair<int, std::string>> &elsewhere) const {
+  char limit[32];
+  std::snprintf(limit, sizeof(limit), "%g s", timeoutS);
+  std::string out = what + " did not complete within " + limit +
+                    " (the collective watchdog, --collective-timeout): ";
+  if (silent.empty() && elsewhere.empty())
+    return out + "every rank of the group is in it (a rank is slow or the network stalls)";
+  if (!silent.empty()) {
+    out += "rank(s) ";
+    for (size_t i = 0; i < silent.size(); ++i)
+      out += (i ? ", " : "") + std::to_string(silent[i]);
+    out += " did not arrive (stopped, hung or dead)";
+  }
+  for (size_t i = 0; i < elsewhere.size(); ++i)
+    out += std::string(i || !silent.empty() ? "; " : "") + "rank " +
+           std::to_string(elsewhere[i].first) + " waits in " + elsewhere[i].second;
+  return out;
+}
 
 class ThreadRank final : public Communicator {
 public:

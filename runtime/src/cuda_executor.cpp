@@ -382,12 +382,7 @@ struct CudaExecutor::State {
   /// The rotary (cos, sin) table for `seq` positions (cu::rotaryTable).
   const float *rotaryTable(const Instruction &ins, int64_t seq, std::string &error) {
     int64_t hd = int64_t(ins.args.head_dim);
-    kernels::cpu::RopeScaling sc;
-    sc.factor = float(ins.args.factor);
-    sc.lowFreqFactor = float(ins.args.low_freq_factor);
-    sc.highFreqFactor = float(ins.args.high_freq_factor);
-    sc.originalMaxPositions = float(ins.args.original_max_positions);
-    sc.linearFactor = float(ins.args.linear_factor);
+    kernels::cpu::RopeScaling sc = ins.args.ropeScaling();
     double theta = ins.args.theta;
     auto key = std::make_tuple(hd, theta, double(sc.factor), double(sc.lowFreqFactor),
                                double(sc.highFreqFactor), double(sc.originalMaxPositions),

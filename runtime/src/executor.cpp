@@ -1241,12 +1241,7 @@ bool CpuExecutor::kernelConcat(const KernelCall &call) {
 bool CpuExecutor::kernelRotary(const KernelCall &call) {
   auto &[ins, in, out, comm, error, shardIndex, shardSize] = call;
   int64_t hd = int64_t(ins.args.head_dim);
-  k::RopeScaling sc;
-  sc.factor = float(ins.args.factor);
-  sc.lowFreqFactor = float(ins.args.low_freq_factor);
-  sc.highFreqFactor = float(ins.args.high_freq_factor);
-  sc.originalMaxPositions = float(ins.args.original_max_positions);
-  sc.linearFactor = float(ins.args.linear_factor);
+  k::RopeScaling sc = ins.args.ropeScaling();
   std::vector<int32_t> pos;
   if (!cpPositions(ins, in[0].shape[1], pos, error))
     return false;

@@ -133,6 +133,16 @@ std::vector<std::string> KernelArgs::amaxAxes() const {
   return out;
 }
 
+kernels::cpu::RopeScaling KernelArgs::ropeScaling() const {
+  kernels::cpu::RopeScaling sc;
+  sc.factor = float(factor);
+  sc.lowFreqFactor = float(low_freq_factor);
+  sc.highFreqFactor = float(high_freq_factor);
+  sc.originalMaxPositions = float(original_max_positions);
+  sc.linearFactor = float(linear_factor);
+  return sc;
+}
+
 bool decodeKernelArgs(const kernels::KernelInfo &kernel, const json::Value *params,
                       KernelArgs &args, std::string &where, std::string &why) {
   args = KernelArgs();

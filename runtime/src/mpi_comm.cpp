@@ -382,8 +382,7 @@ private:
         return true;
       Clock::duration waited = Clock::now() - start;
       if (timeoutS > 0 && waited > std::chrono::duration<double>(timeoutS)) {
-        error = what + " did not complete within " + seconds(timeoutS) + " (the collective " +
-                "watchdog, --collective-timeout): " + absent(what, comm);
+        error = timedOut(what, comm);
         return false;
       }
       if (waited > std::chrono::milliseconds(1))
@@ -391,17 +390,12 @@ private:
     }
   }
 
-  static std::string seconds(double s) {
-    char b[32];
-    std::snprintf(b, sizeof(b), "%g s", s);
-    return b;
-  }
-
-  /// Which ranks of `comm` did not arrive at `what`: every rank that times
+  /// The watchdog's error for `what` (Communicator::watchdogError): which
+  /// ranks of `comm` did not arrive at it: every rank that times
   /// out tells every rank where it waits and listens to the members of
   /// `comm` for a few seconds; a rank that says nothing is stopped, hung or dead, a rank
   /// that waits elsewhere is named with where.
-  std::string absent(const std::string &what, MPI_Comm comm) {
+  std::string timedOut(const std::string &what, MPI_Comm comm) {
     int n = 1, me = 0;
     MPI_Comm_size(comm, &n);
     MPI_Comm_rank(comm, &me);
@@ -432,7 +426,7 @@ private:
     std::vector<bool> answered(static_cast<size_t>(n), false);
     answered[size_t(me)] = true;
     Clock::time_point until =
-        Clock::now() + std::chrono::milliseconds(int64_t(1000 * std::min(5.0, std::max(1.0, timeoutS))));
+        Clock::now() + std::chrono::milliseconds(int64_t(1000 * watchdogListenSeconds()));
     while (Clock::now() < until) {
       bool all = true;
       for (int i = 0; i < n; ++i) {
@@ -447,28 +441,21 @@ private:
         break;
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }
-    std::string silent, elsewhere;
+    std::vector<int> silent;
+    std::vector<std::pair<int, std::string>> elsewhere;
     for (int i = 0; i < n; ++i) {
       if (i == me)
         continue;
-      std::string r = std::to_string(world[size_t(i)]);
       if (!answered[size_t(i)]) {
-        silent += (silent.empty() ? "" : ", ") + r;
+        silent.push_back(world[size_t(i)]);
         continue;
       }
       std::string theirs(heard[size_t(i)].data(), strnlen(heard[size_t(i)].data(), kWhereBytes));
       if (theirs != what)
-        elsewhere += (elsewhere.empty() ? "" : "; ") + ("rank " + r + " waits in " + theirs);
+        elsewhere.push_back({world[size_t(i)], theirs});
     }
     // Requests to silent ranks stay posted: the job ends now.
-    if (silent.empty() && elsewhere.empty())
-      return "every rank of the group is in it (a rank is slow or the network stalls)";
-    std::string out;
-    if (!silent.empty())
-      out = "rank(s) " + silent + " did not arrive (stopped, hung or dead)";
-    if (!elsewhere.empty())
-      out += (out.empty() ? "" : "; ") + elsewhere;
-    return out;
+    return watchdogError(what, silent, elsewhere);
   }
 
   struct Pending {

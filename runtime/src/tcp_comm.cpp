@@ -418,8 +418,7 @@ public:
       if (!waitFor(g, l->cv, [&] { return l->outbox.empty() || l->writeFailed; })) {
         g.unlock();
         std::string what = "sending to rank " + std::to_string(r);
-        error = what + " did not complete within " + seconds(timeoutS) +
-                " (the collective watchdog, --collective-timeout): " + absent(what, {int(r)});
+        error = timedOut(what, {int(r)});
         return false;
       }
       if (!l->outbox.empty()) {
@@ -584,25 +583,21 @@ private:
     return cv.wait_for(g, std::chrono::milliseconds(int64_t(timeoutS * 1000)), done);
   }
 
-  static std::string seconds(double s) {
-    char b[32];
-    std::snprintf(b, sizeof(b), "%g s", s);
-    return b;
-  }
-
-  /// Which of `members` did not arrive at `what`: this rank tells every
+  /// The watchdog's error for `what` (Communicator::watchdogError): which of
+  /// `members` did not arrive at it: this rank tells every
   /// rank where it waits and listens to the members for a few seconds (their reader
   /// threads take the message even while they wait themselves); a rank that
   /// says nothing is stopped, hung or dead, one that waits elsewhere is
   /// named with where.
-  std::string absent(const std::string &what, const std::vector<int> &members) {
+  std::string timedOut(const std::string &what, const std::vector<int> &members) {
     // Every rank hears it: one waiting on this rank elsewhere learns where.
     for (int r = 0; r < world_; ++r)
       if (r != rank_)
         post(r, kWatchdogChannel, 0, what.data(), what.size());
-    auto until = Clock::now() + std::chrono::milliseconds(
-                                    int64_t(1000 * std::min(5.0, std::max(1.0, timeoutS))));
-    std::string silent, elsewhere;
+    auto until =
+        Clock::now() + std::chrono::milliseconds(int64_t(1000 * watchdogListenSeconds()));
+    std::vector<int> silent;
+    std::vector<std::pair<int, std::string>> elsewhere;
     for (int r : members) {
       Link *l = links[size_t(r)].get();
       std::unique_lock<std::mutex> g(l->m);
@@ -613,22 +608,14 @@ private:
       });
       auto it = l->inbox.find(key);
       if (!heard || it == l->inbox.end() || it->second.empty()) {
-        silent += (silent.empty() ? "" : ", ") + std::to_string(r);
+        silent.push_back(r);
         continue;
       }
       std::string theirs(it->second.front().begin(), it->second.front().end());
       if (theirs != what)
-        elsewhere += (elsewhere.empty() ? "" : "; ") +
-                     ("rank " + std::to_string(r) + " waits in " + theirs);
+        elsewhere.push_back({r, theirs});
     }
-    if (silent.empty() && elsewhere.empty())
-      return "every rank of the group is in it (a rank is slow or the network stalls)";
-    std::string out;
-    if (!silent.empty())
-      out = "rank(s) " + silent + " did not arrive (stopped, hung or dead)";
-    if (!elsewhere.empty())
-      out += (out.empty() ? "" : "; ") + elsewhere;
-    return out;
+    return watchdogError(what, silent, elsewhere);
   }
 
   bool take(int r, uint32_t channel, int32_t tag, std::vector<float> &out, size_t bytes,
@@ -641,8 +628,7 @@ private:
           return (it != l->inbox.end() && !it->second.empty()) || l->closed;
         })) {
       g.unlock();
-      error = what + " did not complete within " + seconds(timeoutS) +
-              " (the collective watchdog, --collective-timeout): " + absent(what, members);
+      error = timedOut(what, members);
       return false;
     }
     auto it = l->inbox.find(key);

@@ -16,6 +16,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace llmopt::runtime {
@@ -190,6 +191,15 @@ public:
 
 protected:
   double timeoutS = kDefaultTimeout;
+
+  /// How long a timed-out rank listens for the others' whereabouts: a few
+  /// seconds, within [1, 5], no more than the timeout itself.
+  double watchdogListenSeconds() const { return std::min(5.0, std::max(1.0, timeoutS)); }
+  /// The watchdog's error for `what`: the timeout, then the ranks that said
+  /// nothing (`silent`, world ranks) and those that wait in another operation
+  /// (`elsewhere`: world rank, where it waits).
+  std::string watchdogError(const std::string &what, const std::vector<int> &silent,
+                            const std::vector<std::pair<int, std::string>> &elsewhere) const;
 };
 
 /// A world of one.

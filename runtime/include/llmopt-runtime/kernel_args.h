@@ -10,6 +10,7 @@
 #define LLMOPT_RUNTIME_KERNEL_ARGS_H
 
 #include "llmopt-kernels/abi.h"
+#include "llmopt-kernels/cpu.h"
 #include "llmopt-runtime/json.h"
 
 #include <cstdint>
@@ -39,6 +40,8 @@ struct KernelArgs {
 
   /// The mesh axes named by `amax_axis`, in order.
   std::vector<std::string> amaxAxes() const;
+  /// A rotary call's frequency scaling (Llama 3's and linear).
+  kernels::cpu::RopeScaling ropeScaling() const;
 };
 
 /// Decodes `params` (may be null: every parameter takes its default) for a call
