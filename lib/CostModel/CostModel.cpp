@@ -247,7 +247,7 @@ static RejectReason stackRules(const ModelDesc &model, const JobSpec &job, const
       return std::string("needs sequence parallelism with tensor parallelism in MoE models "
                          "(sp must be 1)");
     });
-  if (c.cp > 1 && c.zero != 3 && k.contextParallelShardsParameters)
+  if (!k.runsZeroWithCP(c.zero, c.cp))
     return refuse([&] {
       return std::string("shards the parameters over the context-parallel ranks with FSDP "
                          "(ZeRO-3) whenever cp > 1 (zero must be 3)");

@@ -629,8 +629,7 @@ SearchResult llmopt::planner::search(const ModelDesc &model, const ClusterSpec &
                         // without building a rejection message per
                         // candidate (most of a big search's rejections).
                         if (!job.stack.hasZero(z, /*withPP=*/pp > 1) ||
-                            (cp > 1 && z != 3 &&
-                             job.stack.caps.contextParallelShardsParameters) ||
+                            !job.stack.caps.runsZeroWithCP(z, int(cp)) ||
                             (cfg.offloadOptimizer && !job.stack.caps.optimizerOffload) ||
                             (shard > 0 && !job.stack.caps.hasHybridSharding(z))) {
                           ++result.evaluated;

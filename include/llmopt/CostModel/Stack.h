@@ -52,6 +52,10 @@ struct StackCapabilities {
   /// (torchtitan: FSDP is on whenever dp_shard or cp is above 1), so it runs
   /// with ZeRO-3 only.
   bool contextParallelShardsParameters = false;
+  /// Whether ZeRO stage `zero` runs with context-parallel degree `cp`.
+  bool runsZeroWithCP(int zero, int cp) const {
+    return cp <= 1 || zero == 3 || !contextParallelShardsParameters;
+  }
   /// How the vocabulary (embedding rows, LM head rows, logits) splits over
   /// tp: N > 0 pads it to a multiple of N x tp first (Megatron's
   /// make_vocab_size_divisible_by, 128); 0 splits it into ceil(V / tp) rows
