@@ -23,8 +23,10 @@ config.environment["FILECHECK_OPTS"] = "--enable-var-scope --dump-input=fail"
 llvm_config.with_system_environment(["HOME", "INCLUDE", "LIB", "TMP", "TEMP"])
 # llm-run's default seed in the second-seed run of the runtime tests (an
 # explicit --seed wins): the equivalence tests must hold at any seed.
-if "LLMOPT_TEST_SEED" in os.environ:
-    config.environment["LLMOPT_TEST_SEED"] = os.environ["LLMOPT_TEST_SEED"]
+# The same run stages every collective through host copies (LLMOPT_COMM).
+for name in ("LLMOPT_TEST_SEED", "LLMOPT_COMM"):
+    if name in os.environ:
+        config.environment[name] = os.environ[name]
 llvm_config.use_default_substitutions()
 
 tool_dirs = [config.llmopt_tools_dir, config.llvm_tools_dir]

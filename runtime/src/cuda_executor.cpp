@@ -10,6 +10,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "llmopt-runtime/cuda_executor.h"
+#include "llmopt-runtime/device_comm.h"
 #include "llmopt-runtime/fused_library.h"
 #include "llmopt-runtime/padded_logits.h"
 
@@ -21,10 +22,6 @@
 #endif
 
 #include <cuda_runtime.h>
-#if __has_include(<nccl.h>)
-#include <nccl.h>
-#define LLMOPT_HAVE_NCCL_HEADER 1
-#endif
 
 #include <dlfcn.h>
 
@@ -54,46 +51,6 @@ using DevBuf = cu::DeviceBuffer;
 int64_t lastDim(const Buffer &b) { return b.shape.empty() ? 1 : b.shape.back(); }
 int64_t rowsOf(const Buffer &b) { return lastDim(b) ? b.elements / lastDim(b) : 0; }
 
-#ifdef LLMOPT_HAVE_NCCL_HEADER
-/// NCCL, loaded when a plan has collectives (libnccl.so.2 from the loader's
-/// path: CUDA's, or PyTorch's nvidia-nccl wheel), so that llm-run starts
-/// where NCCL is not installed.
-struct NcclApi {
-  void *lib = nullptr;
-  ncclResult_t (*getUniqueId)(ncclUniqueId *) = nullptr;
-  ncclResult_t (*commInitRank)(ncclComm_t *, int, ncclUniqueId, int) = nullptr;
-  ncclResult_t (*allReduce)(const void *, void *, size_t, ncclDataType_t, ncclRedOp_t,
-                            ncclComm_t, cudaStream_t) = nullptr;
-  ncclResult_t (*commDestroy)(ncclComm_t) = nullptr;
-  const char *(*errorString)(ncclResult_t) = nullptr;
-
-  bool load(std::string &error) {
-    if (lib)
-      return true;
-    if (!(lib = dlopen("libnccl.so.2", RTLD_NOW | RTLD_LOCAL))) {
-      error = std::string("cannot load NCCL (libnccl.so.2) for the plan's collectives: ") +
-              dlerror() + "; put NCCL's lib directory on LD_LIBRARY_PATH";
-      return false;
-    }
-    auto sym = [&](auto &fn, const char *name) {
-      fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(dlsym(lib, name));
-      return fn != nullptr;
-    };
-    if (sym(getUniqueId, "ncclGetUniqueId") && sym(commInitRank, "ncclCommInitRank") &&
-        sym(allReduce, "ncclAllReduce") && sym(commDestroy, "ncclCommDestroy") &&
-        sym(errorString, "ncclGetErrorString"))
-      return true;
-    error = "libnccl.so.2 lacks a function llm-run calls (NCCL 2.10 or later is needed)";
-    return false;
-  }
-  bool ok(ncclResult_t r, const char *what, std::string &error) const {
-    if (r == ncclSuccess)
-      return true;
-    error = std::string(what) + ": " + errorString(r);
-    return false;
-  }
-};
-#endif
 
 } // namespace
 
@@ -230,20 +187,16 @@ struct CudaExecutor::State {
   int64_t stepsRun = 0;
   /// The micro-batch running (bucketed all-reduces wait for the last).
   int64_t microBatch = 0;
-#ifdef LLMOPT_HAVE_NCCL_HEADER
-  /// One NCCL communicator per mesh axis the plan's collectives use (none
-  /// for an axis of one rank), on the instructions' stream: collectives in
-  /// plan order, not yet overlapped with compute.
-  NcclApi nccl;
-  std::map<std::string, ncclComm_t> comms;
+  /// The collectives' communicator on device memory (plans of more than
+  /// one rank): NCCL, or the launcher's host communicator staged through
+  /// host copies (ranks sharing a GPU, no NCCL). On the instructions'
+  /// stream: collectives in plan order, not yet overlapped with compute.
+  std::unique_ptr<DeviceCommunicator> nccl;
+  std::unique_ptr<Staging> staging;
+  std::unique_ptr<StagedCommunicator> staged;
+  Communicator *dev = nullptr;
   bool collective(const Instruction &ins, std::string &error);
-#endif
   ~State() {
-#ifdef LLMOPT_HAVE_NCCL_HEADER
-    for (auto &[axis, c] : comms)
-      if (c)
-        nccl.commDestroy(c);
-#endif
     for (cudaGraphExec_t g : {microGraph, stepGraph})
       if (g)
         cudaGraphExecDestroy(g);
@@ -450,10 +403,8 @@ struct CudaExecutor::State {
   template <typename T> bool kernel(const Instruction &ins, CpuExecutor &host, std::string &error);
   template <typename T> bool fp8Linear(const Instruction &ins, std::string &error);
   bool run(const Instruction &ins, CpuExecutor &host, std::string &error) {
-#ifdef LLMOPT_HAVE_NCCL_HEADER
     if (ins.kind != Instruction::Kind::Kernel)
       return collective(ins, error);
-#endif
     // (An output in place of an input is read first: what was kept for the
     // input still serves this instruction.)
     for (const Buffer &b : ins.outs)
@@ -480,34 +431,45 @@ struct CudaExecutor::State {
   }
 };
 
-#ifdef LLMOPT_HAVE_NCCL_HEADER
 bool CudaExecutor::State::collective(const Instruction &ins, std::string &error) {
+  using K = Instruction::Kind;
+  if (!dev)
+    return (error = "a collective in a plan of one rank", false);
+  bool average = ins.reduce == "avg";
   switch (ins.kind) {
-  case Instruction::Kind::BucketAllReduce:
+  case K::BucketAllReduce:
+  case K::AllReduce: {
     // Gradients are complete only after the step's last micro-batch.
-    if (microBatch + 1 < program->numMicroBatches)
+    if (ins.kind == K::BucketAllReduce && microBatch + 1 < program->numMicroBatches)
       return true;
-    [[fallthrough]];
-  case Instruction::Kind::AllReduce: {
-    auto it = comms.find(ins.axis);
-    if (it == comms.end())
-      return true; // an axis of one rank
-    for (const Buffer &b : ins.buffers)
-      if (!nccl.ok(nccl.allReduce(ptr(b), ptr(b), size_t(b.elements),
-                                  b.dtype == DType::BF16 ? ncclBfloat16 : ncclFloat32,
-                                  ins.reduce == "avg" ? ncclAvg : ncclSum, it->second, stream),
-                   "ncclAllReduce", error))
+    for (const Buffer &b : ins.buffers) {
+      if (b.dtype == DType::F32) {
+        if (ins.kind == K::BucketAllReduce
+                ? !dev->startAllReduce(ins.axis, at<float>(b), b.elements, average, ins.bucket,
+                                       error)
+                : !dev->allReduce(ins.axis, at<float>(b), b.elements, average, error))
+          return false;
+        continue;
+      }
+      // bf16: reduced in fp32 and rounded once, as the CPU backend does.
+      float *wide = static_cast<float *>(tmp(8, size_t(b.elements) * 4, error));
+      if (!wide ||
+          !check(cu::toFloat(at<cu::bf16>(b), wide, b.elements, stream), "all-reduce widen",
+                 error) ||
+          !dev->allReduce(ins.axis, wide, b.elements, average, error) ||
+          !check(cu::fromFloat(wide, at<cu::bf16>(b), b.elements, stream), "all-reduce narrow",
+                 error))
         return false;
+    }
     return true;
   }
-  case Instruction::Kind::BucketWait:
-    return true; // in stream order after its all-reduces
+  case K::BucketWait:
+    return dev->waitAllReduce(ins.bucket, error);
   default:
     error = "the CUDA backend does not run this collective yet";
     return false;
   }
 }
-#endif
 
 void CudaExecutor::State::groupAdamW(const Program &prog) {
   const char *e = std::getenv("LLMOPT_CUDA_MULTI_ADAMW");
@@ -1413,29 +1375,38 @@ bool CudaExecutor::init(const Plan &plan, int rank, uint64_t seed, std::string &
     error = "no CUDA device";
     return false;
   }
+  // Ranks per node, and whether each has a GPU of its own (NCCL) or some
+  // share one (host-staged collectives).
+  bool sharedGpu = false;
   if (plan.worldSize != 1) {
-#ifdef LLMOPT_HAVE_NCCL_HEADER
     if (!comm)
       return (error = "a plan of " + std::to_string(plan.worldSize) +
-                      " ranks needs the launcher's communicator to set up NCCL",
+                      " ranks needs the launcher's communicator",
               false);
     // A GPU per rank of the node: the launcher's local rank (OpenMPI, Slurm,
     // torchrun), else the rank, modulo the node's GPUs.
-    int devices = 0, local = rank;
+    int devices = 0, local = rank, localSize = plan.worldSize;
     for (const char *v : {"OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID", "LOCAL_RANK"})
       if (const char *e = std::getenv(v)) {
         local = std::atoi(e);
         break;
       }
+    for (const char *v : {"OMPI_COMM_WORLD_LOCAL_SIZE", "SLURM_NTASKS_PER_NODE",
+                          "LOCAL_WORLD_SIZE"})
+      if (const char *e = std::getenv(v)) {
+        localSize = std::max(1, std::atoi(e));
+        break;
+      }
     if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0 ||
         cudaSetDevice(local % devices) != cudaSuccess)
       return (error = "cannot select a GPU for local rank " + std::to_string(local), false);
-#else
-    error = "the CUDA backend runs single-GPU plans only in this build (no nccl.h at build "
-            "time; this plan has " +
-            std::to_string(plan.worldSize) + " ranks)";
-    return false;
-#endif
+    sharedGpu = localSize > devices;
+    if (commMode == "nccl" && sharedGpu)
+      return (error = std::to_string(localSize) + " ranks share this node's " +
+                      std::to_string(devices) +
+                      " GPU(s) and NCCL refuses two ranks on one device: run with --comm "
+                      "staged (or auto)",
+              false);
   }
   const Program *program = plan.programFor(rank);
   if (!program)
@@ -1452,7 +1423,6 @@ bool CudaExecutor::init(const Plan &plan, int rank, uint64_t seed, std::string &
   int capability = major * 10 + minor;
   std::function<bool(const Instruction &)> supported = [&](const Instruction &ins) {
     if (ins.kind != Instruction::Kind::Kernel) {
-#ifdef LLMOPT_HAVE_NCCL_HEADER
       // Data-parallel gradient all-reduces (plain or bucketed) so far.
       using K = Instruction::Kind;
       if (ins.kind == K::AllReduce || ins.kind == K::BucketAllReduce || ins.kind == K::BucketWait) {
@@ -1466,9 +1436,6 @@ bool CudaExecutor::init(const Plan &plan, int rank, uint64_t seed, std::string &
       error = "the CUDA backend runs data-parallel all-reduces only so far (no reduce-scatter, "
               "all-gather, pipeline sends or expert all-to-alls: ZeRO, tensor, pipeline and "
               "expert parallelism run on the CPU backend)";
-#else
-      error = "the CUDA backend runs no collectives in this build (no nccl.h at build time)";
-#endif
       return false;
     }
     if (!State::kernelTable<float>()[size_t(ins.kernel->id)]) {
@@ -1531,37 +1498,36 @@ bool CudaExecutor::init(const Plan &plan, int rank, uint64_t seed, std::string &
   s->plan = &plan;
   s->program = program;
   s->bf16 = anyBf16;
-#ifdef LLMOPT_HAVE_NCCL_HEADER
-  // A communicator per axis of more than one rank: the axis's first rank
-  // makes NCCL's unique id, which reaches the others through the
-  // launcher's communicator (its 128 bytes as floats, summed with zeros).
-  for (const std::string &axis : axes) {
-    int index = 0, size = 1;
-    comm->axisPosition(axis, index, size);
-    if (size <= 1)
-      continue;
-    if (!s->nccl.load(error))
-      return false;
-    ncclUniqueId id{};
-    if (index == 0 && !s->nccl.ok(s->nccl.getUniqueId(&id), "ncclGetUniqueId", error))
-      return false;
-    std::vector<float> bytes(sizeof(id.internal), 0.0f);
-    for (size_t i = 0; i < bytes.size(); ++i)
-      bytes[i] = index == 0 ? float(static_cast<unsigned char>(id.internal[i])) : 0.0f;
-    if (!comm->allReduce(axis, bytes.data(), int64_t(bytes.size()), /*average=*/false, error))
-      return false;
-    for (size_t i = 0; i < bytes.size(); ++i)
-      id.internal[i] = char(static_cast<unsigned char>(bytes[i]));
-    ncclComm_t c = nullptr;
-    if (!s->nccl.ok(s->nccl.commInitRank(&c, size, id, index), "ncclCommInitRank", error))
-      return false;
-    s->comms[axis] = c;
+  if (plan.worldSize != 1) {
+    // NCCL where each rank has its GPU (--comm auto or nccl), the launcher's
+    // communicator through host copies where ranks share one or NCCL is
+    // missing (auto) or where asked (--comm staged). Every rank names the
+    // same axes: the mesh's, in one order.
+    std::vector<std::string> meshAxes;
+    for (const char *axis : {"dp", "cp", "tp", "pp", "ep", "edp"})
+      if (plan.axisSize(axis) > 1 || axes.count(axis))
+        meshAxes.push_back(axis);
+    std::string why;
+    if (commMode != "staged" && !sharedGpu)
+      s->nccl = makeNcclCommunicator(*comm, meshAxes, s->stream, why);
+    if (s->nccl) {
+      s->dev = s->nccl.get();
+    } else if (commMode == "nccl") {
+      return (error = why, false);
+    } else {
+      if (commMode == "auto" && !why.empty() && rank == 0)
+        std::fprintf(stderr, "llm-run: collectives staged through host memory (%s)\n",
+                     why.c_str());
+      s->staging = makeCudaStaging(s->stream);
+      s->staged = std::make_unique<StagedCommunicator>(*comm, *s->staging);
+      s->dev = s->staged.get();
+    }
   }
   // A captured micro-batch would keep the bucketed all-reduces' decision
-  // of the micro-batch it was captured in.
-  if (!axes.empty())
+  // of the micro-batch it was captured in, and the communicators took the
+  // default stream.
+  if (!axes.empty() || plan.worldSize != 1)
     s->graphs = false;
-#endif
   if (stepsWanted && !s->arena.reserve(size_t(program->arenaBytes))) {
     error = "cannot allocate the " + std::to_string(program->arenaBytes) + "-byte arena";
     return false;
@@ -1781,6 +1747,10 @@ bool CudaExecutor::step(const std::vector<std::vector<int32_t>> &tok,
       return (error = "cannot upload the step number", false);
   }
   if (!runList(prog.step, s->stepGraph))
+    return false;
+  // NCCL's collectives under the watchdog (a rank that never joins one
+  // fails the step instead of hanging it).
+  if (s->nccl && !s->nccl->synchronize(error))
     return false;
   if (cudaDeviceSynchronize() != cudaSuccess)
     return (error = std::string("CUDA error in the step: ") +

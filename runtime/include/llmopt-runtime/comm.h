@@ -1,9 +1,14 @@
 //===- comm.h - collectives between ranks ---------------------------*- C++ -*-===//
 //
 // What an executor needs from the other ranks: in-place all-reduce,
-// reduce-scatter and all-gather over a mesh axis. Implementations: one rank (nothing to do), ranks as threads of
-// one process (tests), and, with the runtime issue, Gloo and MPI across
-// processes and NCCL on GPUs.
+// reduce-scatter and all-gather over a mesh axis, point-to-point transfers
+// and all-to-alls. Implementations: one rank (nothing to do), ranks as
+// threads of one process (tests), MPI and TCP across processes on host
+// memory (mpi_comm.h, tcp_comm.h), NCCL on GPU memory (the CUDA backend), and
+// the host-staged communicator that runs a host one on device memory
+// (staged_comm.h). The pointers a communicator takes are in the memory it
+// works on: the defaults below touch them on the host, so a communicator on
+// device memory overrides every one of them.
 //
 //===----------------------------------------------------------------------===//
 
@@ -43,7 +48,7 @@ public:
   /// not arrive (where the communicator can tell); 0 waits forever. The
   /// process communicators (MPI, TCP) apply it; threads of one process and a
   /// single rank cannot hang on each other.
-  void setTimeout(double seconds) { timeoutS = seconds; }
+  virtual void setTimeout(double seconds) { timeoutS = seconds; }
   double timeout() const { return timeoutS; }
   /// The default: 10 minutes, as PyTorch's NCCL watchdog.
   static constexpr double kDefaultTimeout = 600;

@@ -4,8 +4,9 @@
 // kernels/cuda, cuBLASLt and cuDNN. It takes fp32 and bf16 plans of dense
 // models (embeddings, norms, linears, attention, GeLU / SwiGLU, rotary,
 // cross-entropy, the generated fused kernels, AdamW with global-norm
-// clipping), data-parallel ones through NCCL all-reduces (a communicator per
-// mesh axis; written without a multi-GPU machine to run it), and refuses
+// clipping), data-parallel ones through all-reduces on device memory (NCCL,
+// or host-staged where ranks share a GPU: device_comm.h; written without a
+// GPU to run them), and refuses
 // the rest by name (ZeRO, tensor / pipeline / expert parallelism, fp8 and
 // fp16 plans) so that a run never silently differs from the CPU backend.
 //
@@ -59,6 +60,11 @@ public:
   /// The launcher's communicator (set before init for plans of more than
   /// one rank): the mesh axes' ranks and the exchange of NCCL's unique ids.
   Communicator *comm = nullptr;
+  /// How collectives reach the other ranks (set before init): "auto" (NCCL
+  /// where each rank of the node has a GPU of its own and NCCL loads, else
+  /// the launcher's communicator staged through host memory), "nccl" or
+  /// "staged" (device_comm.h).
+  std::string commMode = "auto";
   /// Set before init: false where no step will run (`--steps 0`: the
   /// initial weights only), so that no activation arena is allocated.
   bool stepsWanted = true;

@@ -1,0 +1,121 @@
+//===- staged_comm.h - collectives on device memory through the host -*- C++ -*-===//
+//
+// A communicator for buffers a host communicator cannot touch (GPU memory):
+// each collective copies its inputs to host memory, runs there on the host
+// communicator (MPI or TCP), and copies its outputs back. It is how a plan of
+// N ranks runs as N processes sharing one GPU, where NCCL refuses two ranks
+// on one device, and the fallback wherever NCCL is missing.
+//
+// The non-blocking collectives keep their host copies until they are waited
+// on: the device buffer is read when the collective starts and written when
+// it completes, never in between, as the Communicator contract says. Sends
+// keep theirs until `flush`.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef LLMOPT_RUNTIME_STAGED_COMM_H
+#define LLMOPT_RUNTIME_STAGED_COMM_H
+
+#include "llmopt-runtime/comm.h"
+
+#include <list>
+#include <map>
+#include <memory>
+
+namespace llmopt::runtime {
+
+/// Moves floats between the memory a backend computes in and the host.
+class Staging {
+public:
+  virtual ~Staging() = default;
+  /// `count` floats from `device` into `host`, complete when it returns
+  /// (after the work the backend queued before it).
+  virtual bool toHost(float *host, const float *device, int64_t count, std::string &error) = 0;
+  /// `count` floats from `host` into `device`, complete (or ordered before
+  /// the backend's next work) when it returns; `host` may be reused at once.
+  virtual bool toDevice(float *device, const float *host, int64_t count, std::string &error) = 0;
+};
+
+/// Staging between two host buffers (memcpy): the CPU backend's way to run
+/// the staged path (`llm-run --comm staged`), which tests it on every
+/// machine.
+class HostStaging final : public Staging {
+public:
+  bool toHost(float *host, const float *device, int64_t count, std::string &error) override;
+  bool toDevice(float *device, const float *host, int64_t count, std::string &error) override;
+};
+
+class StagedCommunicator final : public Communicator {
+public:
+  /// Collectives of `host` on buffers moved by `staging`; both outlive this.
+  StagedCommunicator(Communicator &host, Staging &staging) : host(host), staging(staging) {}
+
+  int rank() const override { return host.rank(); }
+  int size() const override { return host.size(); }
+  void setTimeout(double seconds) override {
+    Communicator::setTimeout(seconds);
+    host.setTimeout(seconds);
+  }
+  bool useMesh(int pp, int dp, int cp, int tp, std::string &error) override {
+    return host.useMesh(pp, dp, cp, tp, error);
+  }
+  bool useExpertAxes(int ep, std::string &error) override {
+    return host.useExpertAxes(ep, error);
+  }
+  void axisPosition(const std::string &axis, int &index, int &size) const override {
+    host.axisPosition(axis, index, size);
+  }
+
+  bool allReduce(const std::string &axis, float *data, int64_t count, bool average,
+                 std::string &error) override;
+  bool allReduceMax(const std::string &axis, float *data, int64_t count,
+                    std::string &error) override;
+  bool startAllReduce(const std::string &axis, float *data, int64_t count, bool average,
+                      int bucket, std::string &error) override;
+  bool waitAllReduce(int bucket, std::string &error) override;
+  bool reduceScatter(const std::string &axis, float *data, int64_t count, bool average,
+                     std::string &error) override;
+  bool allGather(const std::string &axis, float *data, int64_t count,
+                 std::string &error) override;
+  bool allGatherBlocks(const std::string &axis, const float *mine, float *all, int64_t count,
+                       std::string &error) override;
+  bool startAllGatherBlocks(const std::string &axis, const float *mine, float *all,
+                            int64_t count, int event, std::string &error) override;
+  bool waitAllGather(int event, std::string &error) override;
+  bool reduceScatterBlocks(const std::string &axis, const float *all, float *mine,
+                           int64_t count, std::string &error) override;
+  bool startReduceScatterBlocks(const std::string &axis, const float *all, float *mine,
+                                int64_t count, int handle, std::string &error) override;
+  bool waitReduceScatter(int handle, std::string &error) override;
+  bool allToAllBlocks(const std::string &axis, const float *send, float *recv, int64_t count,
+                      std::string &error) override;
+  bool send(int peer, int tag, const float *data, int64_t count, std::string &error) override;
+  bool recv(int peer, int tag, float *data, int64_t count, std::string &error) override;
+  bool flush(std::string &error) override;
+
+  /// Host copies held now (of collectives and sends in flight): 0 between
+  /// steps, which the tests check.
+  size_t inFlight() const;
+
+private:
+  Communicator &host;
+  Staging &staging;
+  /// A device buffer's host copy, to be written back to `device` (null:
+  /// nothing to write back) when its collective completes.
+  struct Copy {
+    std::vector<float> data;
+    float *device = nullptr;
+  };
+  bool in(Copy &c, const float *device, int64_t count, std::string &error);
+  bool out(Copy &c, std::string &error);
+  /// Started collectives' copies, by bucket / event / handle, in start
+  /// order; the node-based containers keep each copy where the host
+  /// communicator was told it is.
+  std::map<int, std::list<Copy>> buckets;
+  std::map<int, std::pair<Copy, Copy>> gathers, scatters;
+  std::list<std::vector<float>> sends;
+};
+
+} // namespace llmopt::runtime
+
+#endif // LLMOPT_RUNTIME_STAGED_COMM_H

@@ -1,0 +1,359 @@
+//===- device_comm.cpp - communicators on GPU memory ----------------------===//
+//
+// Written without a GPU to run it on (compiled for every build with the CUDA
+// toolkit); test/Runtime/cuda-comm.test runs it where one is lent.
+//
+//===----------------------------------------------------------------------===//
+
+#include "llmopt-runtime/device_comm.h"
+
+#include <cuda_runtime.h>
+#if __has_include(<nccl.h>)
+#include <nccl.h>
+#define LLMOPT_HAVE_NCCL_HEADER 1
+#endif
+
+#include <dlfcn.h>
+
+#include <chrono>
+#include <map>
+#include <thread>
+#include <type_traits>
+
+namespace llmopt::runtime {
+
+namespace {
+
+class CudaStaging final : public Staging {
+public:
+  explicit CudaStaging(cudaStream_t stream) : stream(stream) {}
+  bool toHost(float *host, const float *device, int64_t count, std::string &error) override {
+    return copy(host, device, count, cudaMemcpyDeviceToHost, error);
+  }
+  bool toDevice(float *device, const float *host, int64_t count, std::string &error) override {
+    return copy(device, host, count, cudaMemcpyHostToDevice, error);
+  }
+
+private:
+  cudaStream_t stream;
+  bool copy(float *to, const float *from, int64_t count, cudaMemcpyKind kind,
+            std::string &error) {
+    // In stream order, and complete on return: the host side is read or
+    // reused right after.
+    if (cudaMemcpyAsync(to, from, size_t(count) * 4, kind, stream) == cudaSuccess &&
+        cudaStreamSynchronize(stream) == cudaSuccess)
+      return true;
+    error = std::string("staging a collective's buffer ") +
+            (kind == cudaMemcpyDeviceToHost ? "to the host" : "to the GPU") + ": " +
+            cudaGetErrorString(cudaGetLastError());
+    return false;
+  }
+};
+
+#ifdef LLMOPT_HAVE_NCCL_HEADER
+/// NCCL, loaded when a plan has collectives (libnccl.so.2 from the loader's
+/// path: CUDA's, or PyTorch's nvidia-nccl wheel).
+struct NcclApi {
+  void *lib = nullptr;
+  ncclResult_t (*getUniqueId)(ncclUniqueId *) = nullptr;
+  ncclResult_t (*commInitRank)(ncclComm_t *, int, ncclUniqueId, int) = nullptr;
+  ncclResult_t (*allReduce)(const void *, void *, size_t, ncclDataType_t, ncclRedOp_t,
+                            ncclComm_t, cudaStream_t) = nullptr;
+  ncclResult_t (*allGather)(const void *, void *, size_t, ncclDataType_t, ncclComm_t,
+                            cudaStream_t) = nullptr;
+  ncclResult_t (*reduceScatter)(const void *, void *, size_t, ncclDataType_t, ncclRedOp_t,
+                                ncclComm_t, cudaStream_t) = nullptr;
+  ncclResult_t (*send)(const void *, size_t, ncclDataType_t, int, ncclComm_t,
+                       cudaStream_t) = nullptr;
+  ncclResult_t (*recv)(void *, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t) = nullptr;
+  ncclResult_t (*groupStart)() = nullptr;
+  ncclResult_t (*groupEnd)() = nullptr;
+  ncclResult_t (*commGetAsyncError)(ncclComm_t, ncclResult_t *) = nullptr;
+  ncclResult_t (*commAbort)(ncclComm_t) = nullptr;
+  ncclResult_t (*commDestroy)(ncclComm_t) = nullptr;
+  const char *(*errorString)(ncclResult_t) = nullptr;
+
+  bool load(std::string &error) {
+    if (lib)
+      return true;
+    if (!(lib = dlopen("libnccl.so.2", RTLD_NOW | RTLD_LOCAL))) {
+      error = std::string("cannot load NCCL (libnccl.so.2) for the plan's collectives: ") +
+              dlerror() +
+              "; put NCCL's lib directory on LD_LIBRARY_PATH, or run with --comm staged";
+      return false;
+    }
+    auto sym = [&](auto &fn, const char *name) {
+      fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(dlsym(lib, name));
+      return fn != nullptr;
+    };
+    if (sym(getUniqueId, "ncclGetUniqueId") && sym(commInitRank, "ncclCommInitRank") &&
+        sym(allReduce, "ncclAllReduce") && sym(allGather, "ncclAllGather") &&
+        sym(reduceScatter, "ncclReduceScatter") && sym(send, "ncclSend") &&
+        sym(recv, "ncclRecv") && sym(groupStart, "ncclGroupStart") &&
+        sym(groupEnd, "ncclGroupEnd") && sym(commGetAsyncError, "ncclCommGetAsyncError") &&
+        sym(commAbort, "ncclCommAbort") && sym(commDestroy, "ncclCommDestroy") &&
+        sym(errorString, "ncclGetErrorString"))
+      return true;
+    error = "libnccl.so.2 lacks a function llm-run calls (NCCL 2.10 or later is needed)";
+    return false;
+  }
+  bool ok(ncclResult_t r, const char *what, std::string &error) const {
+    if (r == ncclSuccess)
+      return true;
+    error = std::string(what) + ": " + errorString(r);
+    return false;
+  }
+};
+
+class NcclCommunicator final : public DeviceCommunicator {
+public:
+  NcclCommunicator(Communicator &host, cudaStream_t stream) : host(host), stream(stream) {}
+  ~NcclCommunicator() override {
+    for (auto &[axis, c] : comms)
+      if (c)
+        (aborted ? nccl.commAbort : nccl.commDestroy)(c);
+  }
+
+  bool connect(const std::vector<std::string> &axes, std::string &error) {
+    if (!nccl.load(error))
+      return false;
+    // The axis's first rank makes the unique id; it reaches the others
+    // through the host communicator (its bytes as floats, summed with zeros).
+    for (const std::string &axis : axes) {
+      int index = 0, n = 1;
+      host.axisPosition(axis, index, n);
+      if (n <= 1 || comms.count(axis))
+        continue;
+      ncclUniqueId id{};
+      if (index == 0 && !nccl.ok(nccl.getUniqueId(&id), "ncclGetUniqueId", error))
+        return false;
+      std::vector<float> bytes(sizeof(id.internal), 0.0f);
+      for (size_t i = 0; i < bytes.size(); ++i)
+        bytes[i] = index == 0 ? float(static_cast<unsigned char>(id.internal[i])) : 0.0f;
+      if (!host.allReduce(axis, bytes.data(), int64_t(bytes.size()), /*average=*/false, error))
+        return false;
+      for (size_t i = 0; i < bytes.size(); ++i)
+        id.internal[i] = char(static_cast<unsigned char>(bytes[i]));
+      ncclComm_t c = nullptr;
+      if (!nccl.ok(nccl.commInitRank(&c, n, id, index), "ncclCommInitRank", error)) {
+        error += " (mesh axis '" + axis + "': two ranks on one GPU? run with --comm staged)";
+        return false;
+      }
+      comms[axis] = c;
+    }
+    return true;
+  }
+
+  int rank() const override { return host.rank(); }
+  int size() const override { return host.size(); }
+  bool useMesh(int pp, int dp, int cp, int tp, std::string &error) override {
+    return host.useMesh(pp, dp, cp, tp, error);
+  }
+  bool useExpertAxes(int ep, std::string &error) override {
+    return host.useExpertAxes(ep, error);
+  }
+  void axisPosition(const std::string &axis, int &index, int &size) const override {
+    host.axisPosition(axis, index, size);
+  }
+
+  bool allReduce(const std::string &axis, float *data, int64_t count, bool average,
+                 std::string &error) override {
+    return reduce(axis, data, data, count, average ? ncclAvg : ncclSum, error);
+  }
+  bool allReduceMax(const std::string &axis, float *data, int64_t count,
+                    std::string &error) override {
+    return reduce(axis, data, data, count, ncclMax, error);
+  }
+  // Non-blocking collectives are queued on the stream: waiting is stream
+  // order (every later kernel runs after them).
+  bool startAllReduce(const std::string &axis, float *data, int64_t count, bool average,
+                      int, std::string &error) override {
+    return allReduce(axis, data, count, average, error);
+  }
+  bool waitAllReduce(int, std::string &) override { return true; }
+  bool reduceScatter(const std::string &axis, float *data, int64_t count, bool average,
+                     std::string &error) override {
+    // The contract allows a superset: chunks of ceil(n / size) are not
+    // NCCL's equal blocks.
+    return allReduce(axis, data, count, average, error);
+  }
+  bool allGather(const std::string &axis, float *data, int64_t count,
+                 std::string &error) override {
+    int index = 0, n = 1;
+    axisPosition(axis, index, n);
+    Chunk c = shardChunk(count, n, index);
+    if (cudaMemsetAsync(data, 0, size_t(c.begin) * 4, stream) != cudaSuccess ||
+        cudaMemsetAsync(data + c.end, 0, size_t(count - c.end) * 4, stream) != cudaSuccess)
+      return (error = "all-gather: cannot clear the other ranks' chunks", false);
+    return allReduce(axis, data, count, /*average=*/false, error);
+  }
+  bool allGatherBlocks(const std::string &axis, const float *mine, float *all, int64_t count,
+                       std::string &error) override {
+    ncclComm_t c = nullptr;
+    if (!comm(axis, c, error))
+      return false;
+    if (!c)
+      return copy(all, mine, count, error);
+    return nccl.ok(nccl.allGather(mine, all, size_t(count), ncclFloat32, c, stream),
+                   "ncclAllGather", error);
+  }
+  bool startAllGatherBlocks(const std::string &axis, const float *mine, float *all,
+                            int64_t count, int, std::string &error) override {
+    return allGatherBlocks(axis, mine, all, count, error);
+  }
+  bool waitAllGather(int, std::string &) override { return true; }
+  bool reduceScatterBlocks(const std::string &axis, const float *all, float *mine,
+                           int64_t count, std::string &error) override {
+    ncclComm_t c = nullptr;
+    if (!comm(axis, c, error))
+      return false;
+    if (!c)
+      return copy(mine, all, count, error);
+    return nccl.ok(nccl.reduceScatter(all, mine, size_t(count), ncclFloat32, ncclSum, c, stream),
+                   "ncclReduceScatter", error);
+  }
+  bool startReduceScatterBlocks(const std::string &axis, const float *all, float *mine,
+                                int64_t count, int, std::string &error) override {
+    return reduceScatterBlocks(axis, all, mine, count, error);
+  }
+  bool waitReduceScatter(int, std::string &) override { return true; }
+  bool allToAllBlocks(const std::string &axis, const float *send, float *recv, int64_t count,
+                      std::string &error) override {
+    ncclComm_t c = nullptr;
+    if (!comm(axis, c, error))
+      return false;
+    if (!c)
+      return copy(recv, send, count, error);
+    int index = 0, n = 1;
+    axisPosition(axis, index, n);
+    if (!nccl.ok(nccl.groupStart(), "ncclGroupStart", error))
+      return false;
+    bool ok = true;
+    for (int r = 0; r < n && ok; ++r)
+      ok = nccl.ok(nccl.send(send + int64_t(r) * count, size_t(count), ncclFloat32, r, c, stream),
+                   "ncclSend", error) &&
+           nccl.ok(nccl.recv(recv + int64_t(r) * count, size_t(count), ncclFloat32, r, c, stream),
+                   "ncclRecv", error);
+    return nccl.ok(nccl.groupEnd(), "ncclGroupEnd", error) && ok;
+  }
+  // Pipeline transfers over the "pp" communicator: world rank `peer` is
+  // stage peer / (world / stages) there (pp is the mesh's outermost axis).
+  bool send(int peer, int tag, const float *data, int64_t count, std::string &error) override {
+    ncclComm_t c = nullptr;
+    int stage = 0;
+    return pipelinePeer(peer, c, stage, error) &&
+           nccl.ok(nccl.send(data, size_t(count), ncclFloat32, stage, c, stream), "ncclSend",
+                   error);
+  }
+  bool recv(int peer, int tag, float *data, int64_t count, std::string &error) override {
+    ncclComm_t c = nullptr;
+    int stage = 0;
+    return pipelinePeer(peer, c, stage, error) &&
+           nccl.ok(nccl.recv(data, size_t(count), ncclFloat32, stage, c, stream), "ncclRecv",
+                   error);
+  }
+
+  bool synchronize(std::string &error) override {
+    auto t0 = std::chrono::steady_clock::now();
+    for (;;) {
+      cudaError_t q = cudaStreamQuery(stream);
+      if (q == cudaSuccess)
+        return true;
+      if (q != cudaErrorNotReady)
+        return (error = std::string("CUDA error in the step: ") + cudaGetErrorString(q), false);
+      for (auto &[axis, c] : comms) {
+        ncclResult_t async = ncclSuccess;
+        if (nccl.commGetAsyncError(c, &async) == ncclSuccess && async != ncclSuccess &&
+            async != ncclInProgress) {
+          abortAll();
+          return (error = "NCCL on mesh axis '" + axis + "': " + nccl.errorString(async), false);
+        }
+      }
+      double waited =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      if (timeout() > 0 && waited > timeout()) {
+        abortAll();
+        error = watchdogError("the step's NCCL collectives on rank " + std::to_string(rank()),
+                              {}, {});
+        return false;
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+  }
+
+private:
+  Communicator &host;
+  cudaStream_t stream;
+  NcclApi nccl;
+  std::map<std::string, ncclComm_t> comms;
+  bool aborted = false;
+
+  void abortAll() {
+    // A communicator with a collective in flight cannot be destroyed, only
+    // aborted (the destructor does it).
+    aborted = true;
+  }
+  /// The axis's communicator (null: an axis of one rank).
+  bool comm(const std::string &axis, ncclComm_t &c, std::string &error) {
+    int index = 0, n = 1;
+    axisPosition(axis, index, n);
+    auto it = comms.find(axis);
+    if (it != comms.end()) {
+      c = it->second;
+      return true;
+    }
+    if (n <= 1)
+      return true;
+    error = "no NCCL communicator for mesh axis '" + axis + "' (not set up at load)";
+    return false;
+  }
+  bool reduce(const std::string &axis, const float *in, float *out, int64_t count,
+              ncclRedOp_t op, std::string &error) {
+    ncclComm_t c = nullptr;
+    if (!comm(axis, c, error))
+      return false;
+    return !c || nccl.ok(nccl.allReduce(in, out, size_t(count), ncclFloat32, op, c, stream),
+                         "ncclAllReduce", error);
+  }
+  bool copy(float *to, const float *from, int64_t count, std::string &error) {
+    if (to == from ||
+        cudaMemcpyAsync(to, from, size_t(count) * 4, cudaMemcpyDeviceToDevice, stream) ==
+            cudaSuccess)
+      return true;
+    return (error = "cannot copy a collective's buffer on the GPU", false);
+  }
+  bool pipelinePeer(int peer, ncclComm_t &c, int &stage, std::string &error) {
+    int index = 0, stages = 1;
+    axisPosition("pp", index, stages);
+    if (!comm("pp", c, error))
+      return false;
+    if (!c)
+      return (error = "a pipeline transfer without pipeline stages", false);
+    stage = peer / (size() / stages);
+    return true;
+  }
+};
+#endif
+
+} // namespace
+
+std::unique_ptr<Staging> makeCudaStaging(void *stream) {
+  return std::make_unique<CudaStaging>(static_cast<cudaStream_t>(stream));
+}
+
+std::unique_ptr<DeviceCommunicator> makeNcclCommunicator(Communicator &host,
+                                                         const std::vector<std::string> &axes,
+                                                         void *stream, std::string &error) {
+#ifdef LLMOPT_HAVE_NCCL_HEADER
+  auto c = std::make_unique<NcclCommunicator>(host, static_cast<cudaStream_t>(stream));
+  c->setTimeout(host.timeout());
+  if (!c->connect(axes, error))
+    return nullptr;
+  return c;
+#else
+  error = "this llm-run was built without nccl.h: run the plan with --comm staged";
+  return nullptr;
+#endif
+}
+
+} // namespace llmopt::runtime

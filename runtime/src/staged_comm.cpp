@@ -1,0 +1,183 @@
+//===- staged_comm.cpp - collectives on device memory through the host ----===//
+
+#include "llmopt-runtime/staged_comm.h"
+
+#include <algorithm>
+
+namespace llmopt::runtime {
+
+bool HostStaging::toHost(float *host, const float *device, int64_t count, std::string &) {
+  std::copy_n(device, count, host);
+  return true;
+}
+
+bool HostStaging::toDevice(float *device, const float *host, int64_t count, std::string &) {
+  std::copy_n(host, count, device);
+  return true;
+}
+
+bool StagedCommunicator::in(Copy &c, const float *device, int64_t count, std::string &error) {
+  c.data.resize(size_t(count));
+  return count == 0 || staging.toHost(c.data.data(), device, count, error);
+}
+
+bool StagedCommunicator::out(Copy &c, std::string &error) {
+  return !c.device || c.data.empty() ||
+         staging.toDevice(c.device, c.data.data(), int64_t(c.data.size()), error);
+}
+
+bool StagedCommunicator::allReduce(const std::string &axis, float *data, int64_t count,
+                                   bool average, std::string &error) {
+  Copy c{{}, data};
+  return in(c, data, count, error) &&
+         host.allReduce(axis, c.data.data(), count, average, error) && out(c, error);
+}
+
+bool StagedCommunicator::allReduceMax(const std::string &axis, float *data, int64_t count,
+                                      std::string &error) {
+  Copy c{{}, data};
+  return in(c, data, count, error) && host.allReduceMax(axis, c.data.data(), count, error) &&
+         out(c, error);
+}
+
+bool StagedCommunicator::startAllReduce(const std::string &axis, float *data, int64_t count,
+                                        bool average, int bucket, std::string &error) {
+  std::list<Copy> &held = buckets[bucket];
+  Copy &c = held.emplace_back(Copy{{}, data});
+  return in(c, data, count, error) &&
+         host.startAllReduce(axis, c.data.data(), count, average, bucket, error);
+}
+
+bool StagedCommunicator::waitAllReduce(int bucket, std::string &error) {
+  if (!host.waitAllReduce(bucket, error))
+    return false;
+  auto it = buckets.find(bucket);
+  if (it == buckets.end())
+    return true;
+  for (Copy &c : it->second)
+    if (!out(c, error))
+      return false;
+  buckets.erase(it);
+  return true;
+}
+
+bool StagedCommunicator::reduceScatter(const std::string &axis, float *data, int64_t count,
+                                       bool average, std::string &error) {
+  Copy c{{}, data};
+  return in(c, data, count, error) &&
+         host.reduceScatter(axis, c.data.data(), count, average, error) && out(c, error);
+}
+
+bool StagedCommunicator::allGather(const std::string &axis, float *data, int64_t count,
+                                   std::string &error) {
+  Copy c{{}, data};
+  return in(c, data, count, error) && host.allGather(axis, c.data.data(), count, error) &&
+         out(c, error);
+}
+
+bool StagedCommunicator::allGatherBlocks(const std::string &axis, const float *mine, float *all,
+                                         int64_t count, std::string &error) {
+  int index = 0, n = 1;
+  host.axisPosition(axis, index, n);
+  Copy m, a{std::vector<float>(size_t(count * n)), all};
+  return in(m, mine, count, error) &&
+         host.allGatherBlocks(axis, m.data.data(), a.data.data(), count, error) && out(a, error);
+}
+
+bool StagedCommunicator::startAllGatherBlocks(const std::string &axis, const float *mine,
+                                              float *all, int64_t count, int event,
+                                              std::string &error) {
+  int index = 0, n = 1;
+  host.axisPosition(axis, index, n);
+  auto &[m, a] = gathers[event];
+  a = Copy{std::vector<float>(size_t(count * n)), all};
+  return in(m, mine, count, error) && host.startAllGatherBlocks(axis, m.data.data(),
+                                                                a.data.data(), count, event,
+                                                                error);
+}
+
+bool StagedCommunicator::waitAllGather(int event, std::string &error) {
+  if (!host.waitAllGather(event, error))
+    return false;
+  auto it = gathers.find(event);
+  if (it == gathers.end())
+    return true;
+  bool ok = out(it->second.second, error);
+  gathers.erase(it);
+  return ok;
+}
+
+bool StagedCommunicator::reduceScatterBlocks(const std::string &axis, const float *all,
+                                             float *mine, int64_t count, std::string &error) {
+  int index = 0, n = 1;
+  host.axisPosition(axis, index, n);
+  Copy a, m{std::vector<float>(size_t(count)), mine};
+  return in(a, all, count * n, error) &&
+         host.reduceScatterBlocks(axis, a.data.data(), m.data.data(), count, error) &&
+         out(m, error);
+}
+
+bool StagedCommunicator::startReduceScatterBlocks(const std::string &axis, const float *all,
+                                                  float *mine, int64_t count, int handle,
+                                                  std::string &error) {
+  int index = 0, n = 1;
+  host.axisPosition(axis, index, n);
+  auto &[a, m] = scatters[handle];
+  m = Copy{std::vector<float>(size_t(count)), mine};
+  return in(a, all, count * n, error) &&
+         host.startReduceScatterBlocks(axis, a.data.data(), m.data.data(), count, handle,
+                                       error);
+}
+
+bool StagedCommunicator::waitReduceScatter(int handle, std::string &error) {
+  if (!host.waitReduceScatter(handle, error))
+    return false;
+  auto it = scatters.find(handle);
+  if (it == scatters.end())
+    return true;
+  bool ok = out(it->second.second, error);
+  scatters.erase(it);
+  return ok;
+}
+
+bool StagedCommunicator::allToAllBlocks(const std::string &axis, const float *send, float *recv,
+                                        int64_t count, std::string &error) {
+  int index = 0, n = 1;
+  host.axisPosition(axis, index, n);
+  Copy s, r{std::vector<float>(size_t(count * n)), recv};
+  return in(s, send, count * n, error) &&
+         host.allToAllBlocks(axis, s.data.data(), r.data.data(), count, error) && out(r, error);
+}
+
+bool StagedCommunicator::send(int peer, int tag, const float *data, int64_t count,
+                              std::string &error) {
+  // The host communicator may return before the peer has received: the
+  // copy stays until `flush`.
+  Copy c;
+  if (!in(c, data, count, error))
+    return false;
+  const std::vector<float> &held = sends.emplace_back(std::move(c.data));
+  return host.send(peer, tag, held.data(), count, error);
+}
+
+bool StagedCommunicator::recv(int peer, int tag, float *data, int64_t count,
+                              std::string &error) {
+  Copy c{std::vector<float>(size_t(count)), data};
+  return host.recv(peer, tag, c.data.data(), count, error) && out(c, error);
+}
+
+bool StagedCommunicator::flush(std::string &error) {
+  if (!host.flush(error))
+    return false;
+  sends.clear();
+  return true;
+}
+
+size_t StagedCommunicator::inFlight() const {
+  size_t n = sends.size() + gathers.size() + scatters.size();
+  for (const auto &[bucket, copies] : buckets)
+    n += copies.size();
+  return n;
+}
+
+} // namespace llmopt::runtime
