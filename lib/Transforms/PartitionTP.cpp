@@ -47,27 +47,38 @@ struct Partitioner {
   llvm::DenseMap<Value, Value> entered; // input -> its tp_copy / sp_gather
 
   /// Shards parameter `v` along `dim` into `tp` parts of each of `blocks`
-  /// equal blocks.
+  /// equal blocks. `pad` (one block: the vocabulary): a size tp does not
+  /// divide is padded to the next multiple of tp first, the shard recording
+  /// the real size as `whole` (the runtime initializes and checkpoints the
+  /// unpadded tensor and keeps the padding rows at zero).
   LogicalResult shardParam(Operation *user, Value v, int64_t dim, int64_t blocks,
-                           bool shared = false) {
+                           bool shared = false, bool pad = false) {
     auto p = v.getDefiningOp<ParamOp>();
     if (!p || (!shared && !v.hasOneUse()))
       return user->emitOpError() << "llm-partition-tp: expects an llm.param used only here";
     auto t = cast<RankedTensorType>(v.getType());
-    int64_t size = t.getDimSize(dim);
-    if (size % (blocks * tp) != 0)
+    int64_t size = t.getDimSize(dim), padded = size;
+    if (pad && blocks == 1)
+      padded = paddedVocab(size);
+    if (padded % (blocks * tp) != 0)
       return p.emitOpError() << "llm-partition-tp: dimension " << dim << " of '" << p.getName()
                              << "' (" << size << ") does not split into " << blocks
                              << " block(s) of " << tp << " parts; choose a tp that divides it";
     Builder b(p.getContext());
-    p->setAttr("llm.shard", b.getDictionaryAttr({b.getNamedAttr("axis", axis),
-                                                 b.getNamedAttr("dim", b.getI64IntegerAttr(dim)),
-                                                 b.getNamedAttr("blocks",
-                                                                b.getI64IntegerAttr(blocks)),
-                                                 b.getNamedAttr("parts", b.getI64IntegerAttr(tp))}));
-    v.setType(withDim(t, dim, size / tp));
+    SmallVector<NamedAttribute> shard = {
+        b.getNamedAttr("axis", axis), b.getNamedAttr("dim", b.getI64IntegerAttr(dim)),
+        b.getNamedAttr("blocks", b.getI64IntegerAttr(blocks)),
+        b.getNamedAttr("parts", b.getI64IntegerAttr(tp))};
+    if (padded != size)
+      shard.push_back(b.getNamedAttr("whole", b.getI64IntegerAttr(size)));
+    p->setAttr("llm.shard", b.getDictionaryAttr(shard));
+    v.setType(withDim(t, dim, padded / tp));
     return success();
   }
+  /// The vocabulary's rows once padded to a multiple of tp (Megatron pads to
+  /// a multiple of 128 x tp for its GEMMs' sake; the llm-run stacks pad only
+  /// what splitting needs, which their cost model counts: vocab_padding 1).
+  int64_t paddedVocab(int64_t vocab) const { return (vocab + tp - 1) / tp * tp; }
 
   LogicalResult column(LinearOp l) {
     int64_t blocks = 1;
@@ -334,18 +345,24 @@ struct Partitioner {
 /// reduce-scatter straight into the sequence chunks, unless learned
 /// positions are added first). An LM head keeps V/tp rows too, each rank
 /// computes its part of the logits and the cross-entropy's softmax spans the
-/// ranks; a head tied to the embedding shares its part. Vocabularies that do
-/// not split evenly stay replicated.
+/// ranks; a head tied to the embedding shares its part. A vocabulary tp does
+/// not divide is padded to the next multiple of tp (as Megatron pads it):
+/// the padding rows are never looked up, and the loss leaves their logits
+/// out (`vocab_size`), so the model is the unpadded one.
 LogicalResult vocabParallel(func::FuncOp forward, Partitioner &p) {
   Block &top = forward.getBody().front();
-  auto parallelHead = [&](LMHeadOp head) -> LogicalResult {
+  auto parallelHead = [&](LMHeadOp head, int64_t vocab) -> LogicalResult {
     auto ce = head.getResult().hasOneUse()
                   ? dyn_cast<CrossEntropyOp>(*head.getResult().getUsers().begin())
                   : CrossEntropyOp();
     if (!ce)
       return failure();
-    shrinkLast(head.getResult(), p.tp);
+    Value logits = head.getResult();
+    auto t = cast<RankedTensorType>(logits.getType());
+    logits.setType(withDim(t, t.getRank() - 1, p.paddedVocab(vocab) / p.tp));
     ce.setVocabAxisAttr(p.axis);
+    if (p.paddedVocab(vocab) != vocab)
+      ce.setVocabSizeAttr(OpBuilder(head).getI64IntegerAttr(vocab));
     if (!p.sp) {
       OpBuilder b(head);
       Value x = head.getInput();
@@ -369,16 +386,13 @@ LogicalResult vocabParallel(func::FuncOp forward, Partitioner &p) {
     }
     if (others)
       continue;
-    if (vocab % p.tp != 0) {
-      // Said, not silent: the planner prices it whole too (stacks llm-run,
-      // llm-run-cpu: vocab_padding -1).
-      e.emitRemark() << "a vocabulary of " << vocab << " rows does not split over tp " << p.tp
-                     << ": the embedding" << (tied.empty() ? " stays" : " and its tied head stay")
-                     << " whole on every rank (pad the vocabulary to a multiple of "
-                     << p.tp << " to split it)";
-      continue;
-    }
-    if (failed(p.shardParam(e, w, 0, 1, /*shared=*/true)))
+    if (vocab % p.tp != 0)
+      e.emitRemark() << "the vocabulary of " << vocab << " rows is padded to "
+                     << p.paddedVocab(vocab) << " (a multiple of tp " << p.tp
+                     << ") to split the embedding" << (tied.empty() ? "" : " and its tied head")
+                     << "; the padding rows are never looked up and their logits are left "
+                        "out of the loss";
+    if (failed(p.shardParam(e, w, 0, 1, /*shared=*/true, /*pad=*/true)))
       return failure();
     e->setAttr("llm.vocab_axis", p.axis);
     OpBuilder b(e->getContext());
@@ -393,7 +407,7 @@ LogicalResult vocabParallel(func::FuncOp forward, Partitioner &p) {
                                                            p.axis);
     x.replaceAllUsesExcept(sum->getResult(0), sum);
     for (LMHeadOp h : tied)
-      if (failed(parallelHead(h)))
+      if (failed(parallelHead(h, vocab)))
         return failure();
   }
   for (LMHeadOp head : llvm::to_vector(top.getOps<LMHeadOp>())) {
@@ -404,13 +418,12 @@ LogicalResult vocabParallel(func::FuncOp forward, Partitioner &p) {
         !isa<CrossEntropyOp>(*head.getResult().getUsers().begin()))
       continue;
     int64_t vocab = cast<RankedTensorType>(w.getType()).getDimSize(0);
-    if (vocab % p.tp != 0) {
-      head.emitRemark() << "a vocabulary of " << vocab << " rows does not split over tp "
-                        << p.tp << ": the LM head stays whole on every rank (pad the "
-                        << "vocabulary to a multiple of " << p.tp << " to split it)";
-      continue;
-    }
-    if (failed(p.shardParam(head, w, 0, 1)) || failed(parallelHead(head)))
+    if (vocab % p.tp != 0)
+      head.emitRemark() << "the vocabulary of " << vocab << " rows is padded to "
+                        << p.paddedVocab(vocab) << " (a multiple of tp " << p.tp
+                        << ") to split the LM head; the padding logits are left out of the loss";
+    if (failed(p.shardParam(head, w, 0, 1, /*shared=*/false, /*pad=*/true)) ||
+        failed(parallelHead(head, vocab)))
       return failure();
   }
   return success();

@@ -441,7 +441,7 @@ bool readWhole(const Opened &o, Plan &src, std::vector<WholeTensor> &out, std::s
     w.name = sp.name;
     w.shape = sp.shape;
     if (sp.shardDim >= 0)
-      w.shape[size_t(sp.shardDim)] *= sp.shardParts;
+      w.shape[size_t(sp.shardDim)] = sp.wholeDim();
     std::vector<float> *whole[3] = {&w.value, &w.m, &w.v};
     for (std::vector<float> *x : whole)
       x->assign(size_t(wholeElements(sp)), 0.0f);
@@ -536,7 +536,7 @@ bool loadCheckpoint(const std::string &dir, CpuExecutor &exe, const Plan &plan, 
       continue;
     std::vector<int64_t> shape = p.shape;
     if (p.shardDim >= 0)
-      shape[size_t(p.shardDim)] *= p.shardParts;
+      shape[size_t(p.shardDim)] = p.wholeDim();
     auto it = byName.find(p.name);
     if (it == byName.end() || it->second->shape != shape) {
       error = o.stepDir + ": parameter '" + p.name +

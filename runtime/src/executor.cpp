@@ -1400,6 +1400,13 @@ bool CpuExecutor::kernelSqrt(const KernelCall &call) {
   return true;
 }
 
+/// Of a vocabulary-parallel part of `part` entries from `off`, those before
+/// the real vocabulary's end (`classes`, a padded vocabulary; all without).
+static int64_t vocabEntries(const Instruction &ins, int64_t part, int64_t off) {
+  int64_t classes = int64_t(ins.args.classes);
+  return classes < 0 ? part : std::clamp<int64_t>(classes - off, 0, part);
+}
+
 bool CpuExecutor::kernelVPCEStats(const KernelCall &call) {
   auto &[ins, in, out, comm, error, shardIndex, shardSize] = call;
   // This rank's vocabulary part: per row, log-sum-exp of its logits and the
@@ -1410,12 +1417,20 @@ bool CpuExecutor::kernelVPCEStats(const KernelCall &call) {
   const float *z = data(in[0]);
   int64_t part = in[0].shape.back(), rows = in[0].elements / part, off = shardIndex * part;
   int64_t ignore = int64_t(ins.args.ignore_index);
+  // A padded vocabulary: this rank's real entries (the rest are padding,
+  // left out; a part of padding only has log-sum-exp -inf).
+  int64_t real = vocabEntries(ins, part, off);
   float *lse = data(out[0]), *target = data(out[1]);
   for (int64_t r = 0; r < rows; ++r) {
     const float *zr = z + r * part;
-    float mx = *std::max_element(zr, zr + part);
+    if (real == 0) {
+      lse[r] = -INFINITY;
+      target[r] = 0.0f;
+      continue;
+    }
+    float mx = *std::max_element(zr, zr + real);
     double sum = 0;
-    for (int64_t j = 0; j < part; ++j)
+    for (int64_t j = 0; j < real; ++j)
       sum += std::exp(double(zr[j] - mx));
     lse[r] = mx + float(std::log(sum));
     int64_t label = l[r];
@@ -1452,7 +1467,7 @@ bool CpuExecutor::kernelVPCEBwd(const KernelCall &call) {
   float dloss = *data(in[3]);
   int64_t part = in[0].shape.back(), rows = in[0].elements / part, off = shardIndex * part;
   int64_t parts = in[2].elements / rows, ignore = int64_t(ins.args.ignore_index);
-  int64_t counted = 0;
+  int64_t real = vocabEntries(ins, part, off), counted = 0;
   for (int64_t r = 0; r < rows; ++r)
     counted += l[r] != ignore;
   float *g = data(out[0]);
@@ -1465,10 +1480,11 @@ bool CpuExecutor::kernelVPCEBwd(const KernelCall &call) {
     double lse = gatheredLogSumExp(all, rows, parts, r);
     double scale = double(dloss) / double(counted);
     const float *zr = z + r * part;
-    for (int64_t j = 0; j < part; ++j) {
+    for (int64_t j = 0; j < real; ++j) {
       double p = std::exp(double(zr[j]) - lse);
       gr[j] = float((p - (off + j == l[r] ? 1.0 : 0.0)) * scale);
     }
+    std::fill(gr + real, gr + part, 0.0f); // padding: no gradient
   }
   return true;
 }

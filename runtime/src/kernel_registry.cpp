@@ -261,6 +261,15 @@ struct Checker {
     if (in[1].elements != rows(in[0]) || out[0].elements != rows(in[0]) ||
         out[1].elements != rows(in[0]))
       return fail("labels and both outputs need one entry per row of logits");
+    return classes();
+  }
+
+  /// A padded vocabulary's real size (entries past it are padding), or -1
+  /// (none).
+  bool classes() {
+    int64_t c = ins.args.classes;
+    if (c != -1 && c < 1)
+      return fail("classes must be the vocabulary's size (positive), or -1 for no padding");
     return true;
   }
 
@@ -281,7 +290,7 @@ struct Checker {
     if (in[1].elements != rows(in[0]) || in[1].elements < 1 ||
         in[2].elements % in[1].elements != 0 || in[3].elements < 1)
       return fail("labels and log-sum-exps must match the logits' rows");
-    return same(in[0], out[0], "outs[0]");
+    return same(in[0], out[0], "outs[0]") && classes();
   }
 
   bool moeRouter() {

@@ -410,7 +410,7 @@ bool parsePlan(const json::Value &root, Plan &plan, std::string &error) {
     if (const json::Value *sh = pv.get("shard")) {
       std::string sw = where + ".shard";
       if (!sh->isObject())
-        return c.fail(sw, "must be an object {axis, dim, blocks, parts}");
+        return c.fail(sw, "must be an object {axis, dim, blocks, parts[, whole]}");
       if (!c.string(sh->get("axis"), sw + ".axis", p.shardAxis) ||
           !c.integer(sh->get("dim"), sw + ".dim", p.shardDim, 0) ||
           !c.integer(sh->get("blocks"), sw + ".blocks", p.shardBlocks, 1) ||
@@ -422,6 +422,17 @@ bool parsePlan(const json::Value &root, Plan &plan, std::string &error) {
       if (p.shardDim >= int64_t(p.shape.size()) ||
           p.shape[size_t(p.shardDim)] % p.shardBlocks != 0)
         return c.fail(sw, "dim out of range or not divisible into blocks");
+      if (sh->get("whole")) {
+        // A padded dimension (the vocabulary): every part keeps some of it.
+        int64_t part = p.shape[size_t(p.shardDim)];
+        if (!c.integer(sh->get("whole"), sw + ".whole", p.shardWhole, 1))
+          return false;
+        if (p.shardBlocks != 1 || p.shardWhole > part * p.shardParts ||
+            p.shardWhole <= part * (p.shardParts - 1))
+          return c.fail(sw + ".whole", "must pad one block by less than a part: between " +
+                                           std::to_string(part * (p.shardParts - 1) + 1) +
+                                           " and " + std::to_string(part * p.shardParts));
+      }
     }
     if (!names.insert(p.name).second)
       return c.fail(where + ".name", "duplicate parameter '" + p.name + "'");

@@ -531,7 +531,7 @@ static int run(int argc, char **argv) {
   int64_t vocab = 0;
   for (const ParamSpec &p : plan.params)
     if (p.name.find("embed") != std::string::npos || p.name.find("wte") != std::string::npos)
-      vocab = p.shape[0] * (p.shardDim == 0 ? p.shardParts : 1); // vocabulary-parallel part
+      vocab = p.shardDim == 0 ? p.wholeDim() : p.shape[0]; // a vocabulary-parallel part
   if (vocab && data.maxToken() >= vocab)
     return fail("the data holds token " + std::to_string(data.maxToken()) +
                 ", outside the model's vocabulary of " + std::to_string(vocab));

@@ -60,7 +60,7 @@ struct StackCapabilities {
   /// tp: N > 0 pads it to a multiple of N x tp first (Megatron's
   /// make_vocab_size_divisible_by, 128); 0 splits it into ceil(V / tp) rows
   /// (DTensor's uneven shards); -1 keeps it whole on every rank unless tp
-  /// divides it (llm-run's lowering).
+  /// divides it. llm-run's lowering pads to a multiple of tp (1).
   int vocabPadding = 0;
   /// Pipeline schedules by name ("1f1b", "interleaved-1f1b", "gpipe"); empty:
   /// no pipeline parallelism.

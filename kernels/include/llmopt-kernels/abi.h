@@ -52,9 +52,9 @@
   LLMOPT_KERNEL(Scale, "scale", 1, 1, "factor=1")                                          \
   LLMOPT_KERNEL(CrossEntropyFwd, "cross_entropy_fwd", 2, 1, "ignore_index=-100")              \
   LLMOPT_KERNEL(CrossEntropyBwd, "cross_entropy_bwd", 3, 1, "ignore_index=-100")              \
-  LLMOPT_KERNEL(VPCEStats, "vp_ce_stats", 2, 2, "shard,ignore_index=-100")                  \
+  LLMOPT_KERNEL(VPCEStats, "vp_ce_stats", 2, 2, "shard,ignore_index=-100,classes=-1")       \
   LLMOPT_KERNEL(VPCELoss, "vp_ce_loss", 3, 1, "ignore_index=-100")                            \
-  LLMOPT_KERNEL(VPCEBwd, "vp_ce_bwd", 4, 1, "shard,ignore_index=-100")                        \
+  LLMOPT_KERNEL(VPCEBwd, "vp_ce_bwd", 4, 1, "shard,ignore_index=-100,classes=-1")             \
   LLMOPT_KERNEL(MoERouterFwd, "moe_router_fwd", 2, 2, "top_k,normalize")                 \
   LLMOPT_KERNEL(MoERouterBwd, "moe_router_bwd", -1, 2,                                   \
                 "top_k,normalize,aux_loss,aux_tokens,aux_scale=1")                         \
@@ -110,6 +110,7 @@
   LLMOPT_KERNEL_PARAM(tanh, Flag)                                                           \
   LLMOPT_KERNEL_PARAM(value, Number)                                                         \
   LLMOPT_KERNEL_PARAM(ignore_index, Integer)                                                \
+  LLMOPT_KERNEL_PARAM(classes, Integer)                                                     \
   LLMOPT_KERNEL_PARAM(top_k, Integer)                                                       \
   LLMOPT_KERNEL_PARAM(normalize, Flag)                                                      \
   LLMOPT_KERNEL_PARAM(aux_loss, Number)                                                     \

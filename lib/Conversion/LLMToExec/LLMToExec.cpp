@@ -215,12 +215,21 @@ struct Converter {
             scratch("vp_target", {rows})};
   }
 
+  /// The vocabulary-parallel loss kernels' parameters: the axis, the
+  /// ignored label and, for a padded vocabulary, its real size (`classes`:
+  /// the padding's logits are left out).
+  DictionaryAttr vpParams(StringRef axis, int64_t ignore, IntegerAttr vocabSize) {
+    SmallVector<NamedAttribute> params = {b.getNamedAttr("shard", b.getStringAttr(axis)),
+                                          i64("ignore_index", ignore)};
+    if (vocabSize)
+      params.push_back(i64("classes", vocabSize.getInt()));
+    return b.getDictionaryAttr(params);
+  }
+
   void vpStats(Location loc, BufAttr logits, BufAttr labels, BufAttr lse, BufAttr all,
-               BufAttr target, StringRef axis, int64_t ignore) {
+               BufAttr target, StringRef axis, int64_t ignore, IntegerAttr vocabSize) {
     KernelOp::create(ob, loc, b.getStringAttr("vp_ce_stats"), b.getArrayAttr({logits, labels}),
-                     b.getArrayAttr({lse, target}),
-                     b.getDictionaryAttr({b.getNamedAttr("shard", b.getStringAttr(axis)),
-                                          i64("ignore_index", ignore)}));
+                     b.getArrayAttr({lse, target}), vpParams(axis, ignore, vocabSize));
     SeqOp::create(ob, loc, b.getStringAttr("all_gather"), b.getStringAttr(axis),
                   b.getArrayAttr({lse}), b.getArrayAttr({all}));
   }
@@ -429,7 +438,8 @@ LogicalResult Converter::convert(Operation *op) {
           if (failed(logits) || failed(labels) || failed(loss))
             return failure();
           auto [lse, all, target] = vpScratch(*logits, axis.getValue());
-          vpStats(loc, *logits, *labels, lse, all, target, axis.getValue(), ignore);
+          vpStats(loc, *logits, *labels, lse, all, target, axis.getValue(), ignore,
+                  c.getVocabSizeAttr());
           exec::AllReduceOp::create(ob, loc, axis, b.getStringAttr("sum"),
                                     b.getArrayAttr({target}));
           KernelOp::create(ob, loc, b.getStringAttr("vp_ce_loss"),
@@ -448,11 +458,11 @@ LogicalResult Converter::convert(Operation *op) {
           if (failed(logits) || failed(labels) || failed(dloss) || failed(out))
             return failure();
           auto [lse, all, target] = vpScratch(*logits, axis.getValue());
-          vpStats(loc, *logits, *labels, lse, all, target, axis.getValue(), ignore);
+          vpStats(loc, *logits, *labels, lse, all, target, axis.getValue(), ignore,
+                  g.getVocabSizeAttr());
           KernelOp::create(ob, loc, b.getStringAttr("vp_ce_bwd"),
                            b.getArrayAttr({*logits, *labels, all, *dloss}), b.getArrayAttr({*out}),
-                           b.getDictionaryAttr({b.getNamedAttr("shard", axis),
-                                                i64("ignore_index", ignore)}));
+                           vpParams(axis.getValue(), ignore, g.getVocabSizeAttr()));
           return success();
         }
         return kernel(loc, "cross_entropy_bwd", {g.getLogits(), g.getLabels(), g.getLossGrad()},

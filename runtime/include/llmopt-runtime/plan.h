@@ -146,6 +146,15 @@ struct ParamSpec {
   /// `shardBlocks` equal blocks of which this rank keeps part `axis index`.
   std::string shardAxis;
   int64_t shardDim = -1, shardBlocks = 1, shardParts = 1;
+  /// The whole tensor's real size along `shardDim` when it was padded to
+  /// split (the vocabulary: `shard.whole`, one block): the parts together
+  /// hold `shardParts` x the part's size, the rows past `shardWhole` are
+  /// padding (zero, never read as the model's). -1: no padding.
+  int64_t shardWhole = -1;
+  /// The whole tensor's size along `shardDim` (without padding).
+  int64_t wholeDim() const {
+    return shardWhole >= 0 ? shardWhole : shape[size_t(shardDim)] * shardParts;
+  }
 };
 
 struct Plan {

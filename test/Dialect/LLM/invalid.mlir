@@ -1093,6 +1093,31 @@ func.func @cross_entropy_labels_leading_dims_mismatch(%l: tensor<?x16x100xf32>, 
 
 // -----
 
+// A padded vocabulary's size marks a vocabulary-parallel loss.
+func.func @cross_entropy_vocab_size_without_axis(%l: tensor<?x?x129xf32>, %t: tensor<?x?xi32>) {
+  // expected-error @+1 {{vocab_size 257 needs vocab_axis (it marks a padded vocabulary-parallel loss)}}
+  %loss = llm.cross_entropy %l, %t {vocab_size = 257 : i64} : tensor<?x?x129xf32>, tensor<?x?xi32> -> tensor<f32>
+  return
+}
+
+// -----
+
+func.func @cross_entropy_vocab_size_not_positive(%l: tensor<?x?x129xf32>, %t: tensor<?x?xi32>) {
+  // expected-error @+1 {{vocab_size must be positive, got 0}}
+  %loss = llm.cross_entropy %l, %t {vocab_axis = "tp", vocab_size = 0 : i64} : tensor<?x?x129xf32>, tensor<?x?xi32> -> tensor<f32>
+  return
+}
+
+// -----
+
+func.func @cross_entropy_grad_vocab_size_without_axis(%l: tensor<?x?x129xf32>, %t: tensor<?x?xi32>, %d: tensor<f32>) {
+  // expected-error @+1 {{vocab_size 257 needs vocab_axis}}
+  %g = llm.cross_entropy_grad %l, %t, %d {vocab_size = 257 : i64} : tensor<?x?x129xf32>, tensor<?x?xi32>, tensor<f32>
+  return
+}
+
+// -----
+
 // ODS: the loss is an f32 scalar.
 func.func @cross_entropy_non_scalar_loss(%l: tensor<?x?x100xf32>, %t: tensor<?x?xi32>) {
   // expected-error @+1 {{result #0 must be 0D tensor of 32-bit float values, but got 'tensor<1xf32>'}}

@@ -119,7 +119,7 @@ LogicalResult LMHeadGradOp::verify() {
 LogicalResult CrossEntropyGradOp::verify() {
   if (ty(getLabels()).getRank() != 2 || ty(getLogits()).getRank() != 3)
     return emitOpError() << "logits must be [batch, seq, vocab] and labels [batch, seq]";
-  return success();
+  return verifyVocabSize(*this, getVocabAxisAttr(), getVocabSizeAttr());
 }
 
 LogicalResult MoERouterGradOp::verify() {

@@ -161,7 +161,7 @@ LogicalResult CrossEntropyOp::emitGradient(OpBuilder &b, ArrayRef<Value> grads,
                                            SmallVectorImpl<Value> &out) {
   out.assign({(Value)CrossEntropyGradOp::create(b, getLoc(), getLogits().getType(), getLogits(),
                                     getLabels(), grads[0], getIgnoreIndexAttr(),
-                                    getVocabAxisAttr()),
+                                    getVocabAxisAttr(), getVocabSizeAttr()),
          Value()});
   return success();
 }

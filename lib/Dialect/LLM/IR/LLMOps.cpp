@@ -565,6 +565,19 @@ LogicalResult LMHeadOp::verify() {
   return verifySameElementType(*this, "input", x, "weight", w);
 }
 
+LogicalResult llmopt::llm::verifyVocabSize(Operation *op, StringAttr axis,
+                                           IntegerAttr vocabSize) {
+  if (!vocabSize)
+    return success();
+  int64_t v = vocabSize.getInt();
+  if (!axis)
+    return op->emitOpError() << "vocab_size " << v
+                             << " needs vocab_axis (it marks a padded vocabulary-parallel loss)";
+  if (v < 1)
+    return op->emitOpError() << "vocab_size must be positive, got " << v;
+  return success();
+}
+
 LogicalResult CrossEntropyOp::verify() {
   RankedTensorType logits = tensorType(getLogits());
   RankedTensorType labels = tensorType(getLabels());
@@ -578,7 +591,7 @@ LogicalResult CrossEntropyOp::verify() {
       return emitOpError() << "labels " << labels
                            << " do not match the logits' leading dimensions "
                            << logits;
-  return success();
+  return verifyVocabSize(*this, getVocabAxisAttr(), getVocabSizeAttr());
 }
 
 //===----------------------------------------------------------------------===//

@@ -185,7 +185,8 @@ def LLM_CrossEntropyGradOp : LLM_CostOp<"cross_entropy_grad", [Pure,
   let summary = "gradient of the mean cross-entropy with respect to the logits";
   let description = [{
     `(softmax(logits) - onehot(label)) * dloss / (labels not ignored)`, zero
-    rows for ignored labels.
+    rows for ignored labels; with `vocab_size` (a padded vocabulary, as
+    `llm.cross_entropy`), zero for the padding entries.
     ```mlir
     %dl = llm.cross_entropy_grad %logits, %labels, %one : tensor<?x?x96xf32>, tensor<?x?xi32>, tensor<f32>
     ```
@@ -193,7 +194,8 @@ def LLM_CrossEntropyGradOp : LLM_CostOp<"cross_entropy_grad", [Pure,
   let arguments = (ins LLM_Activation:$logits, LLM_IndexTensor:$labels,
                        LLM_Scalar:$loss_grad,
                        DefaultValuedAttr<I64Attr, "-100">:$ignore_index,
-                       OptionalAttr<StrAttr>:$vocab_axis);
+                       OptionalAttr<StrAttr>:$vocab_axis,
+                       OptionalAttr<I64Attr>:$vocab_size);
   let results = (outs LLM_Activation:$result);
   let assemblyFormat = [{
     $logits `,` $labels `,` $loss_grad attr-dict `:` type($logits) `,` type($labels) `,`

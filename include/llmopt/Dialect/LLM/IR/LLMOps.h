@@ -43,6 +43,10 @@ mlir::RankedTensorType withCpParts(mlir::Type t, int64_t parts);
 /// ZeRO-2/3 (`zeroStage` with dp > 1) does not reduce-scatter gradients per
 /// micro-batch.
 bool accumulatesWeightGradients(mlir::Operation *op, int64_t zeroStage);
+/// The cross-entropy ops' `vocab_size` (a padded vocabulary): positive and
+/// only with `vocab_axis`.
+mlir::LogicalResult verifyVocabSize(mlir::Operation *op, mlir::StringAttr axis,
+                                    mlir::IntegerAttr vocabSize);
 } // namespace llmopt::llm
 
 #endif // LLMOPT_DIALECT_LLM_IR_LLMOPS_H

@@ -532,12 +532,18 @@ def LLM_CrossEntropyOp : LLM_DiffOp<"cross_entropy", [Pure]> {
     this rank's part of the vocabulary (rank `i` of the axis holds entries
     `[i * V/t, (i + 1) * V/t)`) and the softmax spans the ranks (Megatron's
     vocabulary-parallel cross-entropy); the loss is the same on every rank.
+    With `vocab_size` as well, the vocabulary was padded to a multiple of the
+    axis (`llm-partition-tp`, as Megatron pads it): entries from `vocab_size`
+    on are padding, left out of the softmax (their logits count as -inf), so
+    that the loss is the unpadded model's.
 
-    Verified: labels have the logits' leading dimensions.
+    Verified: labels have the logits' leading dimensions; `vocab_size` is
+    positive and comes with `vocab_axis`.
   }];
   let arguments = (ins LLM_Activation:$logits, LLM_IndexTensor:$labels,
                        DefaultValuedAttr<I64Attr, "-100">:$ignore_index,
-                       OptionalAttr<StrAttr>:$vocab_axis);
+                       OptionalAttr<StrAttr>:$vocab_axis,
+                       OptionalAttr<I64Attr>:$vocab_size);
   let results = (outs LLM_Scalar:$loss);
   let assemblyFormat = [{
     $logits `,` $labels attr-dict `:` type($logits) `,` type($labels) `->` type($loss)
