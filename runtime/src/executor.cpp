@@ -34,37 +34,12 @@ bool CpuExecutor::init(const Plan &p, int rank, uint64_t seed, std::string &erro
               "' is none of them";
       return false;
     }
-  // A pipeline stage runs its parts in the plan's order (older plans name
-  // only the schedule: the order is the shared schedule's) and keeps one
-  // arena per micro-batch in flight.
-  size_t slots = 1;
-  order.clear();
-  if (program->backwardStart >= 0) {
-    order = program->order;
-    if (order.empty()) {
-      int stage = 0, stages = 1;
-      this->rank = rank;
-      if (!axis("pp", stage, stages, error))
-        return false;
-      schedule::Kind kind;
-      if (!schedule::parse(program->schedule, kind)) {
-        error = "unknown pipeline schedule '" + program->schedule +
-                "': use 1f1b, gpipe, interleaved or sequential";
-        return false;
-      }
-      order = schedule::stageOrder(kind, program->numMicroBatches, stages, stage,
-                                   program->numChunks());
-      if (order.empty()) {
-        error = "stage " + std::to_string(stage) + " of " + std::to_string(stages) +
-                " cannot lay out " + std::to_string(program->numMicroBatches) +
-                " micro-batches of " + std::to_string(program->numChunks()) +
-                " chunks in the " + program->schedule + " schedule";
-        return false;
-      }
-    }
-    slots = size_t(std::max<int64_t>(1, schedule::maxInFlight(order, program->numChunks())));
-  }
-  numSlots = slots;
+  // The micro-batch loop and pipeline order: one arena (or stash) per
+  // micro-batch in flight.
+  this->rank = rank;
+  if (!driver.init(p, *program, rank, error))
+    return false;
+  size_t slots = driver.slots();
   // Another backend runs the instructions: only the parameters are wanted.
   try {
     // Built in place (a template copied `slots` times would need one more).
@@ -437,52 +412,6 @@ int64_t CpuExecutor::activationBytes() const {
   return bytes;
 }
 
-bool CpuExecutor::finishScatter(const std::string &accum, Communicator &comm,
-                                std::string &error) {
-  auto of = scatterOf.find(accum);
-  if (of == scatterOf.end())
-    return true;
-  auto it = scatters.find(of->second);
-  PendingScatter &p = it->second;
-  if (!comm.waitReduceScatter(p.handle, error))
-    return false;
-  // The accumulators looked up now (not when the scatter started).
-  size_t at = 0;
-  for (const Buffer &b : p.accums) {
-    float *acc = data(b);
-    for (int64_t i = 0; i < b.elements; ++i)
-      acc[i] += p.mine[at + size_t(i)] * p.scale;
-    at += size_t(b.elements);
-    scatterOf.erase(b.name);
-  }
-  scatters.erase(it);
-  return true;
-}
-
-bool CpuExecutor::finishScatters(Communicator &comm, std::string &error) {
-  if (!openBuckets.empty()) {
-    error = "gradient bucket " + std::to_string(openBuckets.begin()->first) +
-            " was never flushed: its gradients would be lost";
-    return false;
-  }
-  // In the order they were started (every rank alike).
-  while (!scatters.empty())
-    if (!finishScatter(scatters.begin()->second.accums.front().name, comm, error))
-      return false;
-  nextScatter = 0;
-  return true;
-}
-
-bool CpuExecutor::startScatter(PendingScatter p, const std::string &axis, Communicator &comm,
-                               std::string &error) {
-  p.handle = nextScatter++;
-  for (const Buffer &b : p.accums)
-    scatterOf[b.name] = p.handle;
-  PendingScatter &q = scatters[p.handle] = std::move(p);
-  return comm.startReduceScatterBlocks(axis, q.all.data(), q.mine.data(),
-                                       int64_t(q.mine.size()), q.handle, error);
-}
-
 /// `x` made the maximum over each of the comma-separated mesh axes `axes`.
 static bool allReduceMaxOver(Communicator &comm, const std::string &axes, float *x, int64_t n,
                              std::string &error) {
@@ -544,116 +473,7 @@ const int32_t *CpuExecutor::ids(const Buffer &b, std::string &error) {
 bool CpuExecutor::step(const std::vector<std::vector<int32_t>> &tok,
                        const std::vector<std::vector<int32_t>> &lab, Communicator &comm,
                        StepResult &result, std::string &error) {
-  if (int64_t(tok.size()) != program->numMicroBatches || tok.size() != lab.size()) {
-    error = "the plan runs " + std::to_string(program->numMicroBatches) +
-            " micro-batches per step";
-    return false;
-  }
-  // Nothing of an earlier (failed) step may still be in flight: complete and
-  // drop it before its buffers are reused.
-  for (auto &[event, g] : gathers)
-    if (!comm.waitAllGather(event, error))
-      return false;
-  gathers.clear();
-  for (auto &[handle, s] : scatters)
-    if (!comm.waitReduceScatter(s.handle, error))
-      return false;
-  scatters.clear();
-  scatterOf.clear();
-  openBuckets.clear();
-  nextScatter = 0;
-  for (auto &[name, a] : accum)
-    std::fill(a.begin(), a.end(), 0.0f);
-  for (size_t i = 0; i < tok.size(); ++i) {
-    if (plan->inputs.size() < 2 || int64_t(tok[i].size()) != plan->inputs[0].elements ||
-        int64_t(lab[i].size()) != plan->inputs[1].elements) {
-      error = "each micro-batch needs " + std::to_string(plan->inputs[0].elements) +
-              " tokens and labels per rank";
-      return false;
-    }
-  }
-  // The micro-batch instructions as ranges per model chunk and half
-  // (forward, backward): one chunk and two halves unless the stage is
-  // interleaved.
-  size_t n = program->microBatch.size();
-  size_t half = program->backwardStart >= 0 ? size_t(program->backwardStart) : n;
-  int64_t chunks = program->numChunks();
-  std::vector<std::vector<std::pair<size_t, size_t>>> ranges(size_t(2 * chunks));
-  {
-    std::vector<size_t> cuts = {0, half, n};
-    for (const Program::ChunkStart &c : program->chunks)
-      cuts.push_back(size_t(c.begin));
-    std::sort(cuts.begin(), cuts.end());
-    cuts.erase(std::unique(cuts.begin(), cuts.end()), cuts.end());
-    for (size_t i = 0; i + 1 < cuts.size(); ++i) {
-      int64_t chunk = 0;
-      for (const Program::ChunkStart &c : program->chunks)
-        if (size_t(c.begin) <= cuts[i])
-          chunk = c.chunk;
-      ranges[size_t(2 * chunk + (cuts[i] >= half ? 1 : 0))].push_back({cuts[i], cuts[i + 1]});
-    }
-  }
-  // Runs chunk c's forward (or backward) part of micro-batch m in its arena.
-  auto runPart = [&](int64_t m, int64_t c, bool backward) {
-    microBatch = m;
-    tokens = &tok[size_t(m)];
-    labels = &lab[size_t(m)];
-    slot = size_t(m) % numSlots;
-    for (auto [begin, end] : ranges[size_t(2 * c + (backward ? 1 : 0))])
-      for (size_t k = begin; k < end; ++k)
-        if (!run(program->microBatch[k], comm, error))
-          return false;
-    return true;
-  };
-  auto runHalf = [&](int64_t m, bool backward) {
-    for (int64_t c = 0; c < chunks; ++c)
-      if (!runPart(m, backward ? chunks - 1 - c : c, backward))
-        return false;
-    return true;
-  };
-  int64_t micro = program->numMicroBatches;
-  if (order.empty()) {
-    // No pipeline: each micro-batch whole.
-    for (int64_t m = 0; m < micro; ++m)
-      if (!runHalf(m, false) || !runHalf(m, true))
-        return false;
-  } else {
-    // The stage's order; each micro-batch takes a free arena copy when it
-    // starts and gives it back after its last part.
-    std::vector<int64_t> left(size_t(micro), 2 * chunks), slotOf(size_t(micro), -1);
-    std::vector<size_t> freeSlots;
-    for (size_t i = numSlots; i-- > 0;)
-      freeSlots.push_back(i);
-    for (const Program::Part &p : order) {
-      int64_t &own = slotOf[size_t(p.microBatch)];
-      if (own < 0) {
-        if (freeSlots.empty()) {
-          error = "the schedule keeps more micro-batches in flight than the stage has arena "
-                  "copies";
-          return false;
-        }
-        own = int64_t(freeSlots.back());
-        freeSlots.pop_back();
-      }
-      microBatch = p.microBatch;
-      tokens = &tok[size_t(p.microBatch)];
-      labels = &lab[size_t(p.microBatch)];
-      slot = size_t(own);
-      for (auto [begin, end] : ranges[size_t(2 * p.chunk + (p.backward ? 1 : 0))])
-        for (size_t k = begin; k < end; ++k)
-          if (!run(program->microBatch[k], comm, error))
-            return false;
-      if (--left[size_t(p.microBatch)] == 0)
-        freeSlots.push_back(size_t(own));
-    }
-  }
-  slot = 0;
-  if (!finishScatters(comm, error))
-    return false;
-  for (const Instruction &ins : program->step)
-    if (!run(ins, comm, error))
-      return false;
-  if (!comm.flush(error))
+  if (!driver.step(*this, tok, lab, comm, error))
     return false;
   result.loss = *data(program->loss);
   result.gradNorm = *data(program->gradNorm);
@@ -727,37 +547,25 @@ uint16_t CpuExecutor::toStorage(DType t, float f) {
   return uint16_t(sign | uint16_t((e + 14) << 10) | uint16_t(mant - 1024));
 }
 
-bool CpuExecutor::run(const Instruction &ins, Communicator &comm, std::string &error) {
-  // 16-bit plans: each instruction computes on fp32 copies of its bf16 / fp16
-  // activations, rounded back to the dtype when it is done, and reads 16-bit
-  // weights as their fp32 master rounded to the dtype (the working copy the
-  // GPU keeps). The parameters' all-gather (ZeRO-1/2) moves the masters. A
-  // fused kernel's body does this per kernel.
-  bool fused = ins.kind == Instruction::Kind::Kernel && ins.kernel->id == KernelId::Fused;
+// 16-bit plans: each instruction computes on fp32 copies of its bf16 / fp16
+// activations, rounded back to the dtype when it is done, and reads 16-bit
+// weights as their fp32 master rounded to the dtype (the working copy the
+// GPU keeps). The parameters' all-gather (ZeRO-1/2) moves the masters. A
+// fused kernel's body does this per kernel.
+std::vector<const Buffer *> CpuExecutor::wideBuffers(const Instruction &ins) const {
   std::vector<const Buffer *> wide;
-  if (!fused)
-    for (const std::vector<Buffer> *list : {&ins.ins, &ins.outs, &ins.buffers})
-      for (const Buffer &b : *list)
-        if (sixteenBit(b) || (b.space == Buffer::Space::State && b.dtype != DType::F32 &&
-                              ins.kind != Instruction::Kind::AllGather))
-          wide.push_back(&b);
-  if (profiling && ins.kind == Instruction::Kind::Kernel && !fused && ins.kernel) {
-    // Time the kernel alone (with its 16-bit copies made outside).
-    profiling = false;
-    bool ok = true;
-    if (wide.empty()) {
-      auto t0 = std::chrono::steady_clock::now();
-      ok = runWide(ins, comm, error);
-      record(ins, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-    } else {
-      ok = run(ins, comm, error); // copies in, kernel, copies out
-    }
-    profiling = true;
-    return ok;
-  }
-  if (wide.empty())
-    return runWide(ins, comm, error);
-  for (const Buffer *b : wide) {
+  if (ins.kind == Instruction::Kind::Kernel && ins.kernel->id == KernelId::Fused)
+    return wide;
+  for (const std::vector<Buffer> *list : {&ins.ins, &ins.outs, &ins.buffers})
+    for (const Buffer &b : *list)
+      if (sixteenBit(b) || (b.space == Buffer::Space::State && b.dtype != DType::F32 &&
+                            ins.kind != Instruction::Kind::AllGather))
+        wide.push_back(&b);
+  return wide;
+}
+
+void CpuExecutor::widen(const Instruction &ins) {
+  for (const Buffer *b : wideBuffers(ins)) {
     std::vector<float> &s = shadows[b];
     s.resize(size_t(b->elements));
     if (b->space == Buffer::Space::State) {
@@ -770,9 +578,13 @@ bool CpuExecutor::run(const Instruction &ins, Communicator &comm, std::string &e
     for (int64_t i = 0; i < b->elements; ++i)
       s[size_t(i)] = fromStorage(b->dtype, raw[i]);
   }
-  bool ok = runWide(ins, comm, error);
-  for (const Buffer *b : wide) {
+}
+
+void CpuExecutor::narrow(const Instruction &ins) {
+  for (const Buffer *b : wideBuffers(ins)) {
     auto it = shadows.find(b);
+    if (it == shadows.end())
+      continue;
     if (b->space != Buffer::Space::State) { // weights change only in AdamW
       uint16_t *raw = storage16(*b);
       for (int64_t i = 0; i < b->elements; ++i)
@@ -780,7 +592,60 @@ bool CpuExecutor::run(const Instruction &ins, Communicator &comm, std::string &e
     }
     shadows.erase(it);
   }
+}
+
+bool CpuExecutor::compute(const Instruction &ins, Communicator &comm, std::string &error) {
+  bool wide = !wideBuffers(ins).empty();
+  if (profiling && ins.kind == Instruction::Kind::Kernel && ins.kernel &&
+      ins.kernel->id != KernelId::Fused && !wide) {
+    // The kernel alone (a 16-bit one's copies are not timed).
+    auto t0 = std::chrono::steady_clock::now();
+    bool ok = runWide(ins, comm, error);
+    record(ins, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    return ok;
+  }
+  if (!wide)
+    return runWide(ins, comm, error);
+  widen(ins);
+  bool ok = runWide(ins, comm, error);
+  narrow(ins);
   return ok;
+}
+
+bool CpuExecutor::paramValue(const std::string &name, const float *&value, int64_t &count,
+                             std::string &error) {
+  auto it = params.find(name);
+  if (it == params.end()) {
+    error = "parameter '" + name + "' is not held by this rank";
+    return false;
+  }
+  value = it->second.value.data();
+  count = int64_t(it->second.value.size());
+  return true;
+}
+
+BackendFloats CpuExecutor::allocate(int64_t n) {
+  auto v = std::make_shared<std::vector<float>>(size_t(n), 0.0f);
+  return {v->data(), n, v};
+}
+
+void CpuExecutor::copy(float *dst, const float *src, int64_t n) { std::copy_n(src, n, dst); }
+
+void CpuExecutor::addScaled(float *dst, const float *src, float scale, int64_t n) {
+  for (int64_t i = 0; i < n; ++i)
+    dst[i] += src[i] * scale;
+}
+
+void CpuExecutor::clearAccumulators() {
+  for (auto &[name, a] : accum)
+    std::fill(a.begin(), a.end(), 0.0f);
+}
+
+void CpuExecutor::select(const std::vector<int32_t> &tok, const std::vector<int32_t> &lab,
+                         size_t s) {
+  tokens = &tok;
+  labels = &lab;
+  slot = s;
 }
 
 void CpuExecutor::record(const Instruction &ins, double seconds) {
@@ -818,132 +683,6 @@ void CpuExecutor::store(const Buffer &b, const float *values) {
 
 bool CpuExecutor::runWide(const Instruction &ins, Communicator &comm, std::string &error) {
   switch (ins.kind) {
-  case Instruction::Kind::AllReduce:
-    for (const Buffer &b : ins.buffers)
-      if (!comm.allReduce(ins.axis, data(b), b.elements, ins.reduce == "avg", error))
-        return false;
-    return true;
-  case Instruction::Kind::BucketAllReduce:
-    // Gradients are complete only after the step's last micro-batch.
-    if (microBatch + 1 < program->numMicroBatches)
-      return true;
-    for (const Buffer &b : ins.buffers)
-      if (!comm.startAllReduce(ins.axis, data(b), b.elements, ins.reduce == "avg", ins.bucket,
-                               error))
-        return false;
-    return true;
-  case Instruction::Kind::BucketWait:
-    return comm.waitAllReduce(ins.bucket, error);
-  case Instruction::Kind::ReduceScatter:
-    for (const Buffer &b : ins.buffers)
-      if (!comm.reduceScatter(ins.axis, data(b), b.elements, ins.reduce == "avg", error))
-        return false;
-    return true;
-  case Instruction::Kind::AllGather:
-    for (const Buffer &b : ins.buffers)
-      if (!comm.allGather(ins.axis, data(b), b.elements, error))
-        return false;
-    return true;
-  case Instruction::Kind::ParamGather: {
-    // Every rank's chunk (padded to ceil(n / size)) gathered, then trimmed.
-    const ParamState &st = params.at(ins.args.param);
-    int index = 0, size = 1;
-    if (!axis(ins.axis, index, size, error))
-      return false;
-    const Buffer &out = ins.buffers[0];
-    int64_t n = out.elements, c = (n + size - 1) / size;
-    PendingGather g;
-    g.mine.assign(size_t(c), 0.0f);
-    g.all.resize(size_t(c * size));
-    g.out = out;
-    g.elements = n;
-    std::copy(st.value.begin(), st.value.end(), g.mine.begin());
-    if (ins.event < 0) {
-      if (!comm.allGatherBlocks(ins.axis, g.mine.data(), g.all.data(), c, error))
-        return false;
-      std::copy_n(g.all.data(), n, data(out));
-      return true;
-    }
-    // A prefetch: the buffers must stay where they are until the wait.
-    PendingGather &pending = gathers[ins.event] = std::move(g);
-    return comm.startAllGatherBlocks(ins.axis, pending.mine.data(), pending.all.data(), c,
-                                     ins.event, error);
-  }
-  case Instruction::Kind::GradReduceScatter: {
-    // The gradient zero-padded to d chunks and reduced over the axis, started
-    // non-blocking (the gradient's arena buffer is free at once); this rank's
-    // chunk is added into the accumulator when it completes. In a bucket,
-    // the padded copies wait for the bucket's last member, which starts one
-    // reduce-scatter of every member's chunks (rank r's chunks side by side
-    // in block r).
-    int index = 0, size = 1;
-    if (!axis(ins.axis, index, size, error))
-      return false;
-    const Buffer &g = ins.ins[0], &acc = ins.outs[0];
-    if (!finishScatter(acc.name, comm, error))
-      return false;
-    int64_t c = acc.elements;
-    float scale = ins.reduce == "avg" ? 1.0f / float(size) : 1.0f;
-    std::vector<float> padded(size_t(c * size), 0.0f);
-    std::copy_n(data(g), g.elements, padded.data());
-    if (ins.bucket < 0) {
-      PendingScatter p;
-      p.all = std::move(padded);
-      p.mine.assign(size_t(c), 0.0f);
-      p.accums = {acc};
-      p.scale = scale;
-      return startScatter(std::move(p), ins.axis, comm, error);
-    }
-    OpenBucket &b = openBuckets[ins.bucket];
-    b.axis = ins.axis;
-    b.size = size;
-    b.scale = scale;
-    b.accums.push_back(acc);
-    b.pieces.push_back(std::move(padded));
-    if (!ins.flush)
-      return true;
-    PendingScatter p;
-    int64_t total = 0;
-    for (const Buffer &m : b.accums)
-      total += m.elements;
-    p.all.resize(size_t(total * size));
-    p.mine.assign(size_t(total), 0.0f);
-    float *out = p.all.data();
-    for (int r = 0; r < size; ++r)
-      for (size_t m = 0; m < b.accums.size(); ++m) {
-        int64_t cm = b.accums[m].elements;
-        out = std::copy_n(b.pieces[m].data() + r * cm, cm, out);
-      }
-    p.accums = std::move(b.accums);
-    p.scale = b.scale;
-    std::string ax = b.axis;
-    openBuckets.erase(ins.bucket);
-    return startScatter(std::move(p), ax, comm, error);
-  }
-  case Instruction::Kind::ParamWait: {
-    auto it = gathers.find(ins.event);
-    if (it == gathers.end()) {
-      error = "param_wait for event " + std::to_string(ins.event) + " that was not started";
-      return false;
-    }
-    if (!comm.waitAllGather(ins.event, error))
-      return false;
-    // Written now (in the buffer's dtype), not through the instruction's copy.
-    store(it->second.out, it->second.all.data());
-    gathers.erase(it);
-    return true;
-  }
-  case Instruction::Kind::Send:
-  case Instruction::Kind::Recv: {
-    int stage = 0, stages = 1;
-    if (!axis("pp", stage, stages, error))
-      return false;
-    int peer = rank + (ins.peer - stage) * (plan->worldSize / stages);
-    const Buffer &b = ins.buffers[0];
-    return ins.kind == Instruction::Kind::Send
-               ? comm.send(peer, ins.tag, data(b), b.elements, error)
-               : comm.recv(peer, ins.tag, data(b), b.elements, error);
-  }
   case Instruction::Kind::SeqAllGather:
   case Instruction::Kind::SeqReduceScatter:
   case Instruction::Kind::SeqSplit:
@@ -958,6 +697,10 @@ bool CpuExecutor::runWide(const Instruction &ins, Communicator &comm, std::strin
     return runRingAttention(ins, comm, error);
   case Instruction::Kind::Kernel:
     break;
+  default:
+    // The data-moving instructions are the step driver's (StepDriver::runs).
+    error = "a data-moving instruction reached the CPU kernels";
+    return false;
   }
   // A kernel with `shard` touches this rank's chunk of each buffer only.
   KernelCall call{ins, ins.ins, ins.outs, comm, error};
@@ -1659,7 +1402,7 @@ bool CpuExecutor::kernelFused(const KernelCall &call) {
   if (temps.size() < ins.temps.size())
     temps.resize(ins.temps.size());
   for (const Instruction &sub : ins.body)
-    if (!run(sub, comm, error))
+    if (!compute(sub, comm, error))
       return false;
   return true;
 }

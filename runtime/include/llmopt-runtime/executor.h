@@ -5,7 +5,9 @@
 // reference kernels. It runs fp32 plans, and bf16 / fp16 plans by computing
 // each kernel in fp32 on its 16-bit buffers and rounding the results back:
 // it is the numerical proof that distributed plans train like the
-// single-device model, not a fast path.
+// single-device model, not a fast path. The step's loop, pipeline order and
+// data-moving instructions are the shared step driver's (step_driver.h);
+// this class is its memory and kernels.
 //
 //===----------------------------------------------------------------------===//
 
@@ -15,6 +17,7 @@
 #include "llmopt-kernels/cpu.h"
 #include "llmopt-runtime/comm.h"
 #include "llmopt-runtime/plan.h"
+#include "llmopt-runtime/step_driver.h"
 
 #include <array>
 #include <initializer_list>
@@ -65,7 +68,8 @@ struct LossScaleState {
   bool lastSkipped = false;
 };
 
-class CpuExecutor {
+/// The CPU backend: its memory and kernels under the shared step driver.
+class CpuExecutor : private StepBackend {
 public:
   /// Prepares rank `rank` of `plan`: checks the plan is fp32, allocates the
   /// arena, initializes parameters from their specs (seeded, as the
@@ -86,7 +90,7 @@ public:
   LossScaleState lossScale;
   /// Micro-batches a pipeline schedule has in flight at most (each with its
   /// own stash, or in older plans without one its own arena).
-  size_t arenaSlots() const { return numSlots; }
+  size_t arenaSlots() const { return driver.slots(); }
   /// Bytes of arenas and stashes this rank holds.
   int64_t activationBytes() const;
   /// Per-kernel timing (`--profile`): kernel instructions of the same kind
@@ -110,66 +114,45 @@ public:
 private:
   const Plan *plan = nullptr;
   const Program *program = nullptr;
+  /// The micro-batch loop, the pipeline order and the data-moving
+  /// instructions (step_driver.h).
+  StepDriver driver;
   /// One arena per micro-batch in flight (pipeline schedules); `slot` is
   /// the one instructions address now.
   std::vector<std::vector<float>> arenas;
   /// Pipeline stages whose plan has a stash: one per micro-batch in flight
   /// (and then a single shared arena).
   std::vector<std::vector<float>> stashes;
-  size_t numSlots = 1;
-  /// Pipeline stages: the order of the micro-batches' parts (the plan's,
-  /// or the shared schedule's for plans that name only the schedule).
-  std::vector<Program::Part> order;
   size_t slot = 0;
   int rank = 0;
-  /// This rank's index and the size of a mesh axis (only `dp` is lowered).
+  /// This rank's index and the size of a mesh axis.
   bool axis(const std::string &name, int &index, int &size, std::string &error) const;
   std::map<std::string, std::vector<float>> accum;
   const std::vector<int32_t> *tokens = nullptr, *labels = nullptr;
 
-  float *data(const Buffer &b);
+  // The step driver's backend (StepBackend).
+  float *data(const Buffer &b) override;
+  void store(const Buffer &b, const float *values) override;
+  bool paramValue(const std::string &name, const float *&value, int64_t &count,
+                  std::string &error) override;
+  BackendFloats allocate(int64_t n) override;
+  void copy(float *dst, const float *src, int64_t n) override;
+  void addScaled(float *dst, const float *src, float scale, int64_t n) override;
+  void clearAccumulators() override;
+  void select(const std::vector<int32_t> &tokens, const std::vector<int32_t> &labels,
+              size_t slot) override;
+  void widen(const Instruction &ins) override;
+  void narrow(const Instruction &ins) override;
+  bool compute(const Instruction &ins, Communicator &comm, std::string &error) override;
+
   const int32_t *ids(const Buffer &b, std::string &error);
   /// An i32 arena buffer (MoE expert indices).
   int32_t *routes(const Buffer &b, std::string &error);
   bool usesLossScaling = false;
-  /// The micro-batch running (bucketed all-reduces start in the last one).
-  int64_t microBatch = 0;
-  /// Prefetched ZeRO-3 gathers in flight, by event.
-  struct PendingGather {
-    std::vector<float> mine, all;
-    Buffer out;
-    int64_t elements = 0;
-  };
-  std::map<int, PendingGather> gathers;
-  /// ZeRO-2/3 gradient reduce-scatters in flight, by handle: one gradient,
-  /// or a bucket of them (each rank's chunks of the members side by side).
-  /// Each completes (the chunks added to their accumulators) before the
-  /// next scatter into one of its accumulators and before the step phase.
-  struct PendingScatter {
-    int handle = 0;
-    std::vector<float> all, mine;
-    std::vector<Buffer> accums; // the members, in order
-    float scale = 1;
-  };
-  std::map<int, PendingScatter> scatters;
-  std::map<std::string, int> scatterOf; // accumulator -> handle in flight
-  /// A bucket still taking gradients: each member's zero-padded copy.
-  struct OpenBucket {
-    std::string axis;
-    int size = 1;
-    float scale = 1;
-    std::vector<Buffer> accums;
-    std::vector<std::vector<float>> pieces;
-  };
-  std::map<int, OpenBucket> openBuckets;
-  int nextScatter = 0;
-  bool startScatter(PendingScatter p, const std::string &axis, Communicator &comm,
-                    std::string &error);
-  bool finishScatter(const std::string &accum, Communicator &comm, std::string &error);
-  bool finishScatters(Communicator &comm, std::string &error);
   /// Temporaries of the fused kernel running (Buffer::Space::Temp).
   std::vector<std::vector<float>> temps;
-  bool run(const Instruction &ins, Communicator &comm, std::string &error);
+  /// 16-bit plans: the buffers of `ins` computed on fp32 copies.
+  std::vector<const Buffer *> wideBuffers(const Instruction &ins) const;
   /// One kernel instruction's call: its buffers and, for a kernel with
   /// `shard`, this rank's position on that axis.
   struct KernelCall {
@@ -231,8 +214,6 @@ private:
   /// fp32 copies of the running instruction's bf16 / fp16 buffers, by buffer.
   std::map<const Buffer *, std::vector<float>> shadows;
   uint16_t *storage16(const Buffer &b);
-  /// Writes `values` into `b` in its dtype (rounding to 16 bits).
-  void store(const Buffer &b, const float *values);
 
 public:
   /// Whether every kernel of the ABI has a CPU implementation.

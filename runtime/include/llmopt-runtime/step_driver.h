@@ -1,0 +1,143 @@
+//===- step_driver.h - one training step, for every backend ---------*- C++ -*-===//
+//
+// The part of running a plan that is the same on every backend, written
+// once: the micro-batch loop and the pipeline stage's order (the shared
+// schedule's, schedule.h) with an arena slot per micro-batch in flight, and
+// the instructions that move data between ranks: all-reduces (bucketed ones
+// started in the last micro-batch and waited on in the step), ZeRO's
+// parameter gathers (prefetched by event) and gradient reduce-scatters
+// (started as each gradient is made, bucketed, completed before the
+// accumulator's next use and before the step phase), reduce-scatters and
+// all-gathers of ZeRO-1, and the pipeline's sends and receives.
+//
+// A backend gives it memory (its own: host for the CPU, device for CUDA,
+// which the communicator it is handed works on), a few memory operations and
+// everything that computes: the kernels, and the collectives inside a
+// computation (sequence and context parallelism's gathers, ring attention,
+// the experts' all-to-alls).
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef LLMOPT_RUNTIME_STEP_DRIVER_H
+#define LLMOPT_RUNTIME_STEP_DRIVER_H
+
+#include "llmopt-runtime/comm.h"
+#include "llmopt-runtime/plan.h"
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace llmopt::runtime {
+
+/// `n` floats of a backend's memory, held as long as the handle (a started
+/// collective's buffers).
+struct BackendFloats {
+  float *p = nullptr;
+  int64_t n = 0;
+  std::shared_ptr<void> owner;
+};
+
+/// What the step driver needs from a backend.
+class StepBackend {
+public:
+  virtual ~StepBackend() = default;
+  /// Buffer `b` as fp32 in the backend's memory, for the instruction
+  /// running (a 16-bit buffer: the wide copy `widen` made for it).
+  virtual float *data(const Buffer &b) = 0;
+  /// Writes `values` (fp32, backend memory) into `b` in its dtype, outside
+  /// any instruction's wide copies.
+  virtual void store(const Buffer &b, const float *values) = 0;
+  /// Parameter `name` as this rank holds it: whole, or its ZeRO-3 chunk.
+  virtual bool paramValue(const std::string &name, const float *&value, int64_t &count,
+                          std::string &error) = 0;
+  /// `n` zeroed floats.
+  virtual BackendFloats allocate(int64_t n) = 0;
+  virtual void copy(float *dst, const float *src, int64_t n) = 0;
+  /// dst += scale x src.
+  virtual void addScaled(float *dst, const float *src, float scale, int64_t n) = 0;
+  /// Zeroes every gradient accumulator (a step starts).
+  virtual void clearAccumulators() = 0;
+  /// The micro-batch the next instructions belong to: its inputs, and the
+  /// arena slot it has (pipeline stages keep one per micro-batch in flight).
+  virtual void select(const std::vector<int32_t> &tokens, const std::vector<int32_t> &labels,
+                      size_t slot) = 0;
+  /// Wide (fp32) copies of the 16-bit buffers of a data-moving instruction
+  /// the driver runs, and their results rounded back after it.
+  virtual void widen(const Instruction &ins) = 0;
+  virtual void narrow(const Instruction &ins) = 0;
+  /// Everything else: kernels, and the collectives inside computations.
+  virtual bool compute(const Instruction &ins, Communicator &comm, std::string &error) = 0;
+};
+
+class StepDriver {
+public:
+  /// Lays out `program` (rank `rank`'s of `plan`): its pipeline order, and
+  /// how many micro-batches it has in flight at most (`slots`, each with its
+  /// own arena or stash).
+  bool init(const Plan &plan, const Program &program, int rank, std::string &error);
+  size_t slots() const { return numSlots; }
+  /// Whether the driver runs instructions of this kind itself.
+  static bool runs(Instruction::Kind kind);
+
+  /// One step over this rank's micro-batches on `backend`, whose memory
+  /// `comm` works on.
+  bool step(StepBackend &backend, const std::vector<std::vector<int32_t>> &tokens,
+            const std::vector<std::vector<int32_t>> &labels, Communicator &comm,
+            std::string &error);
+
+private:
+  const Plan *plan = nullptr;
+  const Program *program = nullptr;
+  int rank = 0;
+  size_t numSlots = 1;
+  /// Pipeline stages: the order of the micro-batches' parts.
+  std::vector<Program::Part> order;
+  /// The micro-batch running (bucketed all-reduces start in the last one).
+  int64_t microBatch = 0;
+
+  bool axis(const std::string &name, int &index, int &size, std::string &error) const;
+  bool run(StepBackend &backend, const Instruction &ins, Communicator &comm, std::string &error);
+  bool move(StepBackend &backend, const Instruction &ins, Communicator &comm, std::string &error);
+  /// Completes everything still in flight and forgets it (before a step).
+  bool drain(Communicator &comm, std::string &error);
+
+  /// Prefetched ZeRO-3 gathers in flight, by event.
+  struct PendingGather {
+    BackendFloats mine, all;
+    Buffer out;
+  };
+  std::map<int, PendingGather> gathers;
+  /// ZeRO-2/3 gradient reduce-scatters in flight, by handle: one gradient,
+  /// or a bucket of them (each rank's chunks of the members side by side).
+  /// Each completes (the chunks added to their accumulators) before the
+  /// next scatter into one of its accumulators and before the step phase.
+  struct PendingScatter {
+    int handle = 0;
+    BackendFloats all, mine;
+    std::vector<Buffer> accums; // the members, in order
+    float scale = 1;
+  };
+  std::map<int, PendingScatter> scatters;
+  std::map<std::string, int> scatterOf; // accumulator -> handle in flight
+  /// A bucket still taking gradients: each member's zero-padded copy.
+  struct OpenBucket {
+    std::string axis;
+    int size = 1;
+    float scale = 1;
+    std::vector<Buffer> accums;
+    std::vector<BackendFloats> pieces;
+  };
+  std::map<int, OpenBucket> openBuckets;
+  int nextScatter = 0;
+  bool startScatter(StepBackend &backend, PendingScatter p, const std::string &axis,
+                    Communicator &comm, std::string &error);
+  bool finishScatter(StepBackend &backend, const std::string &accum, Communicator &comm,
+                     std::string &error);
+  bool finishScatters(StepBackend &backend, Communicator &comm, std::string &error);
+};
+
+} // namespace llmopt::runtime
+
+#endif // LLMOPT_RUNTIME_STEP_DRIVER_H

@@ -1,0 +1,382 @@
+//===- step_driver.cpp - one training step, for every backend -------------===//
+
+#include "llmopt-runtime/step_driver.h"
+
+#include "llmopt-runtime/schedule.h"
+
+#include <algorithm>
+
+namespace llmopt::runtime {
+
+bool StepDriver::init(const Plan &p, const Program &prog, int r, std::string &error) {
+  plan = &p;
+  program = &prog;
+  rank = r;
+  gathers.clear();
+  scatters.clear();
+  scatterOf.clear();
+  openBuckets.clear();
+  nextScatter = 0;
+  // A pipeline stage runs its parts in the plan's order (older plans name
+  // only the schedule: the order is the shared schedule's) and keeps one
+  // arena per micro-batch in flight.
+  numSlots = 1;
+  order.clear();
+  if (prog.backwardStart < 0)
+    return true;
+  order = prog.order;
+  if (order.empty()) {
+    int stage = 0, stages = 1;
+    if (!axis("pp", stage, stages, error))
+      return false;
+    schedule::Kind kind;
+    if (!schedule::parse(prog.schedule, kind)) {
+      error = "unknown pipeline schedule '" + prog.schedule +
+              "': use 1f1b, gpipe, interleaved or sequential";
+      return false;
+    }
+    order = schedule::stageOrder(kind, prog.numMicroBatches, stages, stage, prog.numChunks());
+    if (order.empty()) {
+      error = "stage " + std::to_string(stage) + " of " + std::to_string(stages) +
+              " cannot lay out " + std::to_string(prog.numMicroBatches) + " micro-batches of " +
+              std::to_string(prog.numChunks()) + " chunks in the " + prog.schedule + " schedule";
+      return false;
+    }
+  }
+  numSlots = size_t(std::max<int64_t>(1, schedule::maxInFlight(order, prog.numChunks())));
+  return true;
+}
+
+bool StepDriver::axis(const std::string &name, int &index, int &size, std::string &error) const {
+  if (!plan->place(name, rank, index, size)) {
+    error = "the runtime runs pp x dp x cp x tp meshes (ep dividing dp); cannot place axis '" +
+            name + "'";
+    return false;
+  }
+  return true;
+}
+
+bool StepDriver::runs(Instruction::Kind kind) {
+  using K = Instruction::Kind;
+  switch (kind) {
+  case K::AllReduce:
+  case K::BucketAllReduce:
+  case K::BucketWait:
+  case K::ReduceScatter:
+  case K::AllGather:
+  case K::ParamGather:
+  case K::ParamWait:
+  case K::GradReduceScatter:
+  case K::Send:
+  case K::Recv:
+    return true;
+  default:
+    return false;
+  }
+}
+
+bool StepDriver::drain(Communicator &comm, std::string &error) {
+  // Nothing of an earlier (failed) step may still be in flight: complete and
+  // drop it before its buffers are reused.
+  for (auto &[event, g] : gathers)
+    if (!comm.waitAllGather(event, error))
+      return false;
+  gathers.clear();
+  for (auto &[handle, s] : scatters)
+    if (!comm.waitReduceScatter(s.handle, error))
+      return false;
+  scatters.clear();
+  scatterOf.clear();
+  openBuckets.clear();
+  nextScatter = 0;
+  return true;
+}
+
+bool StepDriver::step(StepBackend &backend, const std::vector<std::vector<int32_t>> &tok,
+                      const std::vector<std::vector<int32_t>> &lab, Communicator &comm,
+                      std::string &error) {
+  if (int64_t(tok.size()) != program->numMicroBatches || tok.size() != lab.size()) {
+    error = "the plan runs " + std::to_string(program->numMicroBatches) +
+            " micro-batches per step";
+    return false;
+  }
+  if (!drain(comm, error))
+    return false;
+  backend.clearAccumulators();
+  for (size_t i = 0; i < tok.size(); ++i) {
+    if (plan->inputs.size() < 2 || int64_t(tok[i].size()) != plan->inputs[0].elements ||
+        int64_t(lab[i].size()) != plan->inputs[1].elements) {
+      error = "each micro-batch needs " + std::to_string(plan->inputs[0].elements) +
+              " tokens and labels per rank";
+      return false;
+    }
+  }
+  // The micro-batch instructions as ranges per model chunk and half
+  // (forward, backward): one chunk and two halves unless the stage is
+  // interleaved.
+  size_t n = program->microBatch.size();
+  size_t half = program->backwardStart >= 0 ? size_t(program->backwardStart) : n;
+  int64_t chunks = program->numChunks();
+  std::vector<std::vector<std::pair<size_t, size_t>>> ranges(size_t(2 * chunks));
+  {
+    std::vector<size_t> cuts = {0, half, n};
+    for (const Program::ChunkStart &c : program->chunks)
+      cuts.push_back(size_t(c.begin));
+    std::sort(cuts.begin(), cuts.end());
+    cuts.erase(std::unique(cuts.begin(), cuts.end()), cuts.end());
+    for (size_t i = 0; i + 1 < cuts.size(); ++i) {
+      int64_t chunk = 0;
+      for (const Program::ChunkStart &c : program->chunks)
+        if (size_t(c.begin) <= cuts[i])
+          chunk = c.chunk;
+      ranges[size_t(2 * chunk + (cuts[i] >= half ? 1 : 0))].push_back({cuts[i], cuts[i + 1]});
+    }
+  }
+  // Chunk c's forward (or backward) part of micro-batch m in arena slot `slot`.
+  auto runPart = [&](int64_t m, int64_t c, bool backward, size_t slot) {
+    microBatch = m;
+    backend.select(tok[size_t(m)], lab[size_t(m)], slot);
+    for (auto [begin, end] : ranges[size_t(2 * c + (backward ? 1 : 0))])
+      for (size_t k = begin; k < end; ++k)
+        if (!run(backend, program->microBatch[k], comm, error))
+          return false;
+    return true;
+  };
+  int64_t micro = program->numMicroBatches;
+  if (order.empty()) {
+    // No pipeline: each micro-batch whole, forward then backward.
+    for (int64_t m = 0; m < micro; ++m)
+      for (bool backward : {false, true})
+        for (int64_t c = 0; c < chunks; ++c)
+          if (!runPart(m, backward ? chunks - 1 - c : c, backward, size_t(m) % numSlots))
+            return false;
+  } else {
+    // The stage's order; each micro-batch takes a free arena slot when it
+    // starts and gives it back after its last part.
+    std::vector<int64_t> left(size_t(micro), 2 * chunks), slotOf(size_t(micro), -1);
+    std::vector<size_t> freeSlots;
+    for (size_t i = numSlots; i-- > 0;)
+      freeSlots.push_back(i);
+    for (const Program::Part &p : order) {
+      int64_t &own = slotOf[size_t(p.microBatch)];
+      if (own < 0) {
+        if (freeSlots.empty()) {
+          error = "the schedule keeps more micro-batches in flight than the stage has arena "
+                  "copies";
+          return false;
+        }
+        own = int64_t(freeSlots.back());
+        freeSlots.pop_back();
+      }
+      if (!runPart(p.microBatch, p.chunk, p.backward, size_t(own)))
+        return false;
+      if (--left[size_t(p.microBatch)] == 0)
+        freeSlots.push_back(size_t(own));
+    }
+  }
+  backend.select(tok.front(), lab.front(), 0);
+  if (!finishScatters(backend, comm, error))
+    return false;
+  for (const Instruction &ins : program->step)
+    if (!run(backend, ins, comm, error))
+      return false;
+  return comm.flush(error);
+}
+
+bool StepDriver::run(StepBackend &backend, const Instruction &ins, Communicator &comm,
+                     std::string &error) {
+  if (!runs(ins.kind))
+    return backend.compute(ins, comm, error);
+  backend.widen(ins);
+  bool ok = move(backend, ins, comm, error);
+  backend.narrow(ins);
+  return ok;
+}
+
+bool StepDriver::finishScatter(StepBackend &backend, const std::string &accum, Communicator &comm,
+                               std::string &error) {
+  auto of = scatterOf.find(accum);
+  if (of == scatterOf.end())
+    return true;
+  auto it = scatters.find(of->second);
+  PendingScatter &p = it->second;
+  if (!comm.waitReduceScatter(p.handle, error))
+    return false;
+  // The accumulators looked up now (not when the scatter started).
+  int64_t at = 0;
+  for (const Buffer &b : p.accums) {
+    backend.addScaled(backend.data(b), p.mine.p + at, p.scale, b.elements);
+    at += b.elements;
+    scatterOf.erase(b.name);
+  }
+  scatters.erase(it);
+  return true;
+}
+
+bool StepDriver::finishScatters(StepBackend &backend, Communicator &comm, std::string &error) {
+  if (!openBuckets.empty()) {
+    error = "gradient bucket " + std::to_string(openBuckets.begin()->first) +
+            " was never flushed: its gradients would be lost";
+    return false;
+  }
+  // In the order they were started (every rank alike).
+  while (!scatters.empty())
+    if (!finishScatter(backend, scatters.begin()->second.accums.front().name, comm, error))
+      return false;
+  nextScatter = 0;
+  return true;
+}
+
+bool StepDriver::startScatter(StepBackend &backend, PendingScatter p, const std::string &axis,
+                              Communicator &comm, std::string &error) {
+  p.handle = nextScatter++;
+  for (const Buffer &b : p.accums)
+    scatterOf[b.name] = p.handle;
+  PendingScatter &q = scatters[p.handle] = std::move(p);
+  return comm.startReduceScatterBlocks(axis, q.all.p, q.mine.p, q.mine.n, q.handle, error);
+}
+
+bool StepDriver::move(StepBackend &backend, const Instruction &ins, Communicator &comm,
+                      std::string &error) {
+  using K = Instruction::Kind;
+  switch (ins.kind) {
+  case K::AllReduce:
+    for (const Buffer &b : ins.buffers)
+      if (!comm.allReduce(ins.axis, backend.data(b), b.elements, ins.reduce == "avg", error))
+        return false;
+    return true;
+  case K::BucketAllReduce:
+    // Gradients are complete only after the step's last micro-batch.
+    if (microBatch + 1 < program->numMicroBatches)
+      return true;
+    for (const Buffer &b : ins.buffers)
+      if (!comm.startAllReduce(ins.axis, backend.data(b), b.elements, ins.reduce == "avg",
+                               ins.bucket, error))
+        return false;
+    return true;
+  case K::BucketWait:
+    return comm.waitAllReduce(ins.bucket, error);
+  case K::ReduceScatter:
+    for (const Buffer &b : ins.buffers)
+      if (!comm.reduceScatter(ins.axis, backend.data(b), b.elements, ins.reduce == "avg", error))
+        return false;
+    return true;
+  case K::AllGather:
+    for (const Buffer &b : ins.buffers)
+      if (!comm.allGather(ins.axis, backend.data(b), b.elements, error))
+        return false;
+    return true;
+  case K::ParamGather: {
+    // Every rank's chunk (padded to ceil(n / size)) gathered, then trimmed.
+    const float *value = nullptr;
+    int64_t count = 0;
+    if (!backend.paramValue(ins.args.param, value, count, error))
+      return false;
+    int index = 0, size = 1;
+    if (!axis(ins.axis, index, size, error))
+      return false;
+    const Buffer &out = ins.buffers[0];
+    int64_t n = out.elements, c = (n + size - 1) / size;
+    if (count > c) {
+      error = "parameter '" + ins.args.param + "': a chunk of " + std::to_string(count) +
+              " elements where the gather expects at most " + std::to_string(c);
+      return false;
+    }
+    PendingGather g;
+    g.mine = backend.allocate(c);
+    g.all = backend.allocate(c * size);
+    g.out = out;
+    backend.copy(g.mine.p, value, count);
+    if (ins.event < 0) {
+      if (!comm.allGatherBlocks(ins.axis, g.mine.p, g.all.p, c, error))
+        return false;
+      backend.copy(backend.data(out), g.all.p, n);
+      return true;
+    }
+    // A prefetch: the buffers stay where they are until the wait.
+    PendingGather &pending = gathers[ins.event] = std::move(g);
+    return comm.startAllGatherBlocks(ins.axis, pending.mine.p, pending.all.p, c, ins.event,
+                                     error);
+  }
+  case K::ParamWait: {
+    auto it = gathers.find(ins.event);
+    if (it == gathers.end()) {
+      error = "param_wait for event " + std::to_string(ins.event) + " that was not started";
+      return false;
+    }
+    if (!comm.waitAllGather(ins.event, error))
+      return false;
+    // Written now (in the buffer's dtype), not through the instruction's copy.
+    backend.store(it->second.out, it->second.all.p);
+    gathers.erase(it);
+    return true;
+  }
+  case K::GradReduceScatter: {
+    // The gradient zero-padded to d chunks and reduced over the axis, started
+    // non-blocking (the gradient's arena buffer is free at once); this rank's
+    // chunk is added into the accumulator when it completes. In a bucket,
+    // the padded copies wait for the bucket's last member, which starts one
+    // reduce-scatter of every member's chunks (rank r's chunks side by side
+    // in block r).
+    int index = 0, size = 1;
+    if (!axis(ins.axis, index, size, error))
+      return false;
+    const Buffer &g = ins.ins[0], &acc = ins.outs[0];
+    if (!finishScatter(backend, acc.name, comm, error))
+      return false;
+    int64_t c = acc.elements;
+    float scale = ins.reduce == "avg" ? 1.0f / float(size) : 1.0f;
+    BackendFloats padded = backend.allocate(c * size);
+    backend.copy(padded.p, backend.data(g), g.elements);
+    if (ins.bucket < 0) {
+      PendingScatter p;
+      p.all = std::move(padded);
+      p.mine = backend.allocate(c);
+      p.accums = {acc};
+      p.scale = scale;
+      return startScatter(backend, std::move(p), ins.axis, comm, error);
+    }
+    OpenBucket &b = openBuckets[ins.bucket];
+    b.axis = ins.axis;
+    b.size = size;
+    b.scale = scale;
+    b.accums.push_back(acc);
+    b.pieces.push_back(std::move(padded));
+    if (!ins.flush)
+      return true;
+    PendingScatter p;
+    int64_t total = 0;
+    for (const Buffer &m : b.accums)
+      total += m.elements;
+    p.all = backend.allocate(total * size);
+    p.mine = backend.allocate(total);
+    float *out = p.all.p;
+    for (int r = 0; r < size; ++r)
+      for (size_t m = 0; m < b.accums.size(); ++m) {
+        int64_t cm = b.accums[m].elements;
+        backend.copy(out, b.pieces[m].p + r * cm, cm);
+        out += cm;
+      }
+    p.accums = std::move(b.accums);
+    p.scale = b.scale;
+    std::string ax = b.axis;
+    openBuckets.erase(ins.bucket);
+    return startScatter(backend, std::move(p), ax, comm, error);
+  }
+  case K::Send:
+  case K::Recv: {
+    int stage = 0, stages = 1;
+    if (!axis("pp", stage, stages, error))
+      return false;
+    int peer = rank + (ins.peer - stage) * (plan->worldSize / stages);
+    const Buffer &b = ins.buffers[0];
+    return ins.kind == K::Send ? comm.send(peer, ins.tag, backend.data(b), b.elements, error)
+                               : comm.recv(peer, ins.tag, backend.data(b), b.elements, error);
+  }
+  default:
+    error = "the step driver does not move data for this instruction";
+    return false;
+  }
+}
+
+} // namespace llmopt::runtime
