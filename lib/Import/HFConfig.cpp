@@ -664,6 +664,7 @@ public:
     auto loss = RankedTensorType::get({}, b.getF32Type());
     auto func = func::FuncOp::create(
         b, loc, "forward", b.getFunctionType({tokens, tokens}, {loss}));
+    func->setAttr(LLMDialect::kForwardAttrName, b.getUnitAttr());
     Block *entry = func.addEntryBlock();
     b.setInsertionPointToStart(entry);
     Value tok = entry->getArgument(0), labels = entry->getArgument(1);

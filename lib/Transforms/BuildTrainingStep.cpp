@@ -49,13 +49,15 @@ struct BuildTrainingStepPass
 
   void runOnOperation() override {
     ModuleOp module = getOperation();
-    func::FuncOp forward = module.lookupSymbol<func::FuncOp>("forward");
-    if (!forward || forward.isExternal()) {
-      module.emitError() << "llm-build-training-step: no func.func @forward to train";
+    FailureOr<func::FuncOp> found =
+        entryFunction(module, LLMDialect::kForwardAttrName, "llm-build-training-step",
+                      "import a model (llm-opt config.json) or mark the model function with it");
+    if (failed(found))
       return signalPassFailure();
-    }
-    if (module.lookupSymbol("train_step")) {
-      module.emitError() << "llm-build-training-step: the module already has @train_step";
+    func::FuncOp forward = *found;
+    if (findEntryFunction(module, LLMDialect::kTrainStepAttrName) ||
+        module.lookupSymbol("train_step")) {
+      module.emitError() << "llm-build-training-step: the module already has a training step";
       return signalPassFailure();
     }
     // (tokens, labels): what the runtime feeds each micro-batch.
@@ -85,6 +87,7 @@ struct BuildTrainingStepPass
     mb.setInsertionPointAfter(forward);
     auto step = cast<func::FuncOp>(mb.clone(*forward));
     step.setSymName("train_step");
+    step->removeAttr(LLMDialect::kForwardAttrName);
     step->setAttr(LLMDialect::kTrainStepAttrName, mb.getUnitAttr());
     inlineLayers(step);
     Block &body = step.getBody().front();

@@ -88,7 +88,8 @@ struct FuseElementwisePass : public llmopt::impl::FuseElementwiseBase<FuseElemen
   }
 
   void runOnOperation() override {
-    auto func = getOperation().lookupSymbol<func::FuncOp>("train_step");
+    auto func = dyn_cast_or_null<func::FuncOp>(
+        findEntryFunction(getOperation(), LLMDialect::kTrainStepAttrName).getOperation());
     if (!func)
       return;
     Block &body = func.getBody().front();

@@ -33,9 +33,10 @@ struct PartitionCPPass : public llmopt::impl::PartitionCPBase<PartitionCPPass> {
       degree = plan ? plan.getCp() : 1;
     if (degree <= 1)
       return;
-    auto forward = module.lookupSymbol<func::FuncOp>("forward");
+    FunctionOpInterface forward = findEntryFunction(module, LLMDialect::kForwardAttrName);
     if (!forward) {
-      module.emitError() << "llm-partition-cp: no func.func @forward to partition";
+      module.emitError() << "llm-partition-cp: no function marked 'llm.forward' to partition; "
+                         << "import a model (llm-opt config.json) or mark the model function with it";
       return signalPassFailure();
     }
     StringAttr axis = StringAttr::get(module.getContext(), "cp");

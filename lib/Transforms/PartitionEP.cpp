@@ -77,9 +77,10 @@ struct PartitionEPPass : public llmopt::impl::PartitionEPBase<PartitionEPPass> {
                          << plan.getDp() << " (expert-parallel ranks are data-parallel ranks)";
       return signalPassFailure();
     }
-    auto forward = module.lookupSymbol<func::FuncOp>("forward");
+    FunctionOpInterface forward = findEntryFunction(module, LLMDialect::kForwardAttrName);
     if (!forward) {
-      module.emitError() << "llm-partition-ep: no func.func @forward to partition";
+      module.emitError() << "llm-partition-ep: no function marked 'llm.forward' to partition; "
+                         << "import a model (llm-opt config.json) or mark the model function with it";
       return signalPassFailure();
     }
     SmallVector<MoEExpertsOp> all;

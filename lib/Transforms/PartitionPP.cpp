@@ -31,11 +31,11 @@ struct PartitionPPPass : public llmopt::impl::PartitionPPBase<PartitionPPPass> {
       return;
     int64_t pp = plan.getPp();
     int64_t vpp = plan.getVpp();
-    auto func = module.lookupSymbol<func::FuncOp>("train_step");
-    if (!func) {
-      module.emitError() << "llm-partition-pp: no @train_step; run llm-build-training-step first";
+    FailureOr<func::FuncOp> found = entryFunction(module, LLMDialect::kTrainStepAttrName,
+                                                  "llm-partition-pp", "run llm-build-training-step first");
+    if (failed(found))
       return signalPassFailure();
-    }
+    func::FuncOp func = *found;
     ArrayRef<int64_t> counts = plan.getStageLayers().asArrayRef();
     if (int64_t(counts.size()) != pp) {
       module.emitError() << "llm-partition-pp: the plan has " << counts.size()

@@ -349,8 +349,8 @@ struct Partitioner {
 /// not divide is padded to the next multiple of tp (as Megatron pads it):
 /// the padding rows are never looked up, and the loss leaves their logits
 /// out (`vocab_size`), so the model is the unpadded one.
-LogicalResult vocabParallel(func::FuncOp forward, Partitioner &p) {
-  Block &top = forward.getBody().front();
+LogicalResult vocabParallel(FunctionOpInterface forward, Partitioner &p) {
+  Block &top = forward.getFunctionBody().front();
   auto parallelHead = [&](LMHeadOp head, int64_t vocab) -> LogicalResult {
     auto ce = head.getResult().hasOneUse()
                   ? dyn_cast<CrossEntropyOp>(*head.getResult().getUsers().begin())
@@ -434,8 +434,8 @@ LogicalResult vocabParallel(func::FuncOp forward, Partitioner &p) {
 /// (sp_split), propagates through norms and residual adds (whose parameters
 /// then get partial gradients: `llm.sp_partial`), and leaves before the LM
 /// head (sp_gather).
-LogicalResult sequenceParallel(func::FuncOp forward, Partitioner &p) {
-  Block &top = forward.getBody().front();
+LogicalResult sequenceParallel(FunctionOpInterface forward, Partitioner &p) {
+  Block &top = forward.getFunctionBody().front();
   SmallVector<LayerOp> layers(top.getOps<LayerOp>());
   if (layers.empty())
     return success();
@@ -521,9 +521,10 @@ struct PartitionTPPass : public llmopt::impl::PartitionTPBase<PartitionTPPass> {
     if (degree <= 1)
       return;
     bool seqParallel = plan && plan.getSp() && plan.getSp().getValue();
-    auto forward = module.lookupSymbol<func::FuncOp>("forward");
+    FunctionOpInterface forward = findEntryFunction(module, LLMDialect::kForwardAttrName);
     if (!forward) {
-      module.emitError() << "llm-partition-tp: no func.func @forward to partition";
+      module.emitError() << "llm-partition-tp: no function marked 'llm.forward' to partition; "
+                         << "import a model (llm-opt config.json) or mark the model function with it";
       return signalPassFailure();
     }
     Partitioner p;
@@ -531,7 +532,7 @@ struct PartitionTPPass : public llmopt::impl::PartitionTPBase<PartitionTPPass> {
     p.axis = StringAttr::get(module.getContext(), "tp");
     p.sp = seqParallel;
     p.expertParallel = plan && plan.getEp() > 1;
-    for (LayerOp layer : llvm::to_vector(forward.getBody().front().getOps<LayerOp>()))
+    for (LayerOp layer : llvm::to_vector(forward.getFunctionBody().front().getOps<LayerOp>()))
       if (failed(p.layer(layer)))
         return signalPassFailure();
     if (failed(vocabParallel(forward, p)))

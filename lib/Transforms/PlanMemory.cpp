@@ -55,14 +55,16 @@ struct PlanMemoryPass : public llmopt::impl::PlanMemoryBase<PlanMemoryPass> {
 
   void runOnOperation() override {
     ModuleOp module = getOperation();
-    func::FuncOp func = module.lookupSymbol<func::FuncOp>("train_step");
+    auto func = dyn_cast_or_null<func::FuncOp>(
+        findEntryFunction(module, LLMDialect::kTrainStepAttrName).getOperation());
     if (!func) {
       auto funcs = module.getOps<func::FuncOp>();
       if (std::distance(funcs.begin(), funcs.end()) == 1)
         func = *funcs.begin();
     }
     if (!func || func.isExternal()) {
-      module.emitError() << "llm-plan-memory: no @train_step (or single function) to plan";
+      module.emitError() << "llm-plan-memory: no function marked 'llm.train_step' (or single "
+                            "function) to plan";
       return signalPassFailure();
     }
     if (alignment <= 0 || !llvm::isPowerOf2_64(alignment)) {

@@ -34,11 +34,11 @@ struct ShardParamsPass : public llmopt::impl::ShardParamsBase<ShardParamsPass> {
     }
     if (!plan || plan.getZero() != 3 || plan.getDp() <= 1)
       return;
-    auto func = module.lookupSymbol<func::FuncOp>("train_step");
-    if (!func) {
-      module.emitError() << "llm-shard-params: no @train_step; run llm-build-training-step first";
+    FailureOr<func::FuncOp> found = entryFunction(module, LLMDialect::kTrainStepAttrName,
+                                                  "llm-shard-params", "run llm-build-training-step first");
+    if (failed(found))
       return signalPassFailure();
-    }
+    func::FuncOp func = *found;
     OpBuilder b(module.getContext());
     StringAttr dp = b.getStringAttr("dp"), edp = b.getStringAttr("edp");
     for (ParamOp p : llvm::to_vector(func.getBody().front().getOps<ParamOp>())) {

@@ -9,7 +9,7 @@
 // EIGHT: "weight_bytes": 192{{$}}
 // TABLE: weights {{ *}}64 B
 module attributes {llm.seq_len = 4 : i64} {
-  func.func @forward() -> (tensor<16xbf16>, tensor<8xf32>) {
+  func.func @forward() -> (tensor<16xbf16>, tensor<8xf32>) attributes {llm.forward} {
     %a = llm.param "a" ones : tensor<16xbf16>
     %b = llm.param "b" ones : tensor<8xf32>
     return %a, %b : tensor<16xbf16>, tensor<8xf32>

@@ -27,7 +27,7 @@
 // MAX: "micro_batch": 1048576,
 // MAX: "seq_len": 67108864,
 module attributes {llm.seq_len = 4 : i64} {
-  func.func @forward() -> tensor<4xf32> {
+  func.func @forward() -> tensor<4xf32> attributes {llm.forward} {
     %a = llm.param "w" ones : tensor<4xf32>
     return %a : tensor<4xf32>
   }

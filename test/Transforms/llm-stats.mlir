@@ -4,7 +4,7 @@
 // A one-layer model written by hand: 4 * 8 (embedding, tied head)
 // + 8 (norm) + 8*8 (linear) + 8 (final norm) = 112 parameters.
 module attributes {llm.name = "hand", llm.seq_len = 4 : i64} {
-  func.func @forward(%tok: tensor<?x?xi32>, %labels: tensor<?x?xi32>) -> tensor<f32> {
+  func.func @forward(%tok: tensor<?x?xi32>, %labels: tensor<?x?xi32>) -> tensor<f32> attributes {llm.forward} {
     %wte = llm.param "wte" normal(0.02) : tensor<4x8xf32>
     %x = llm.embedding %tok, %wte : tensor<?x?xi32>, tensor<4x8xf32> -> tensor<?x?x8xf32>
     %y = llm.layer 0 (%x) : tensor<?x?x8xf32> {

@@ -681,7 +681,8 @@ struct ConvertLLMToExecPass
 
   void runOnOperation() override {
     ModuleOp module = getOperation();
-    auto func = module.lookupSymbol<func::FuncOp>("train_step");
+    auto func = dyn_cast_or_null<func::FuncOp>(
+        findEntryFunction(module, LLMDialect::kTrainStepAttrName).getOperation());
     if (!func || !func->hasAttr("llm.arena_bytes")) {
       module.emitError() << "convert-llm-to-exec: needs a memory-planned @train_step "
                             "(llm-build-training-step, llm-specialize-shapes, llm-plan-memory)";

@@ -94,7 +94,7 @@ struct EmitPlanPass : public llmopt::impl::EmitPlanBase<EmitPlanPass> {
       return signalPassFailure();
     }
     SmallVector<exec::ProgramOp> programs(module.getOps<exec::ProgramOp>());
-    auto step = module.lookupSymbol<func::FuncOp>("train_step");
+    FunctionOpInterface step = llm::findEntryFunction(module, llm::LLMDialect::kTrainStepAttrName);
     if (programs.empty() || !step) {
       module.emitError() << "llm-emit-plan: nothing to emit: run convert-llm-to-exec first";
       return signalPassFailure();
@@ -134,7 +134,8 @@ struct EmitPlanPass : public llmopt::impl::EmitPlanBase<EmitPlanPass> {
     root["mesh"] = std::move(mesh);
     root["world_size"] = world;
     // Model FLOPs per token (6N + attention), for the runtime's MFU.
-    if (auto forward = module.lookupSymbol<func::FuncOp>("forward")) {
+    if (auto forward = dyn_cast_or_null<func::FuncOp>(
+            llm::findEntryFunction(module, llm::LLMDialect::kForwardAttrName).getOperation())) {
       llm::CostContext ctx;
       ctx.seqLen = module->getAttrOfType<IntegerAttr>("llm.seq_len")
                        ? module->getAttrOfType<IntegerAttr>("llm.seq_len").getInt()

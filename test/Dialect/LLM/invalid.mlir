@@ -1427,7 +1427,65 @@ func.func @train_step_not_unit() attributes {llm.train_step = 1 : i64} {
 // -----
 
 func.func @train_step_not_function() {
-  // expected-error @+1 {{'llm.train_step' marks a function}}
+  // expected-error @+1 {{'llm.train_step' belongs on a function}}
   %w = llm.param "w" zeros {llm.train_step} : tensor<4xf32>
   return
+}
+
+// -----
+
+// Every discardable llm.* attribute is declared: a misspelt one is refused.
+func.func @undeclared_attribute() {
+  // expected-error @+1 {{carries 'llm.stages', which the llm dialect does not declare (a misspelling? LLMDialect.cpp lists its discardable attributes)}}
+  %w = llm.param "w" zeros {llm.stages = 1 : i64} : tensor<4xf32>
+  return
+}
+
+// -----
+
+func.func @stage_not_an_index() {
+  // expected-error @+1 {{'llm.stage' must be a pipeline stage (an i64 >= 0, or -1: every stage), got -2 : i64}}
+  %w = llm.param "w" zeros {llm.stage = -2 : i64} : tensor<4xf32>
+  return
+}
+
+// -----
+
+func.func @shard_malformed() {
+  // expected-error @+1 {{'llm.shard' must be a dictionary {axis: string, dim, blocks, parts: i64[, whole: i64, grid_axes: array<i64>]}, got {axis = "tp", dim = 0 : i64}}}
+  %w = llm.param "w" zeros {llm.shard = {axis = "tp", dim = 0 : i64}} : tensor<4xf32>
+  return
+}
+
+// -----
+
+func.func @shard_not_on_a_param(%x: tensor<?x?x4xf32>) -> tensor<?x?x4xf32> {
+  // expected-error @+1 {{'llm.shard' belongs on an llm.param}}
+  %y = llm.add %x, %x {llm.shard = {axis = "tp", dim = 0 : i64, blocks = 1 : i64, parts = 2 : i64}} : tensor<?x?x4xf32>
+  return %y : tensor<?x?x4xf32>
+}
+
+// -----
+
+// expected-error @+1 {{'llm.seq_len' belongs on a module}}
+func.func @module_attribute_on_a_function() attributes {llm.seq_len = 8 : i64} {
+  return
+}
+
+// -----
+
+module attributes {llm.loss_scale = "static"} {
+// expected-error @-1 {{'llm.loss_scale' must be "dynamic" (the only loss scaling lowered), got "static"}}
+}
+
+// -----
+
+module {
+  func.func @f() attributes {llm.forward} {
+    return
+  }
+  // expected-error @+1 {{is a second function marked 'llm.forward'; a module has one}}
+  func.func @g() attributes {llm.forward} {
+    return
+  }
 }

@@ -50,7 +50,7 @@ module {
 
 // -----
 
-// expected-error @+1 {{llm-plan-memory: no @train_step (or single function) to plan}}
+// expected-error @+1 {{llm-plan-memory: no function marked 'llm.train_step' (or single function) to plan}}
 module {
   func.func @a() { return }
   func.func @b() { return }

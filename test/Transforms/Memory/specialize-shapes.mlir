@@ -5,7 +5,7 @@
 // CHECK-SAME: (%{{.*}}: tensor<2x8xi32>) -> tensor<2x8x4xf32>
 // CHECK: llm.embedding {{.*}} -> tensor<2x8x4xf32>
 module {
-  func.func @forward(%t: tensor<?x?xi32>) -> tensor<?x?x4xf32> {
+  func.func @forward(%t: tensor<?x?xi32>) -> tensor<?x?x4xf32> attributes {llm.forward} {
     %w = llm.param "w" normal(0.02) : tensor<10x4xf32>
     %x = llm.embedding %t, %w : tensor<?x?xi32>, tensor<10x4xf32> -> tensor<?x?x4xf32>
     return %x : tensor<?x?x4xf32>

@@ -1,6 +1,6 @@
 // RUN: llm-opt %s -split-input-file -verify-diagnostics --llm-build-training-step
 
-// expected-error @+1 {{llm-build-training-step: no func.func @forward to train}}
+// expected-error @+1 {{llm-build-training-step: no function marked 'llm.forward'; import a model (llm-opt config.json) or mark the model function with it}}
 module {
 }
 
@@ -8,7 +8,7 @@ module {
 
 module {
   // expected-error @+1 {{llm-build-training-step: @forward must return the loss of one llm.cross_entropy}}
-  func.func @forward(%t: tensor<?x?xi32>, %l: tensor<?x?xi32>) -> tensor<?x?xi32> {
+  func.func @forward(%t: tensor<?x?xi32>, %l: tensor<?x?xi32>) -> tensor<?x?xi32> attributes {llm.forward} {
     return %t : tensor<?x?xi32>
   }
 }
@@ -18,7 +18,7 @@ module {
 // The runtime feeds (tokens, labels): an extra argument is refused.
 module {
   // expected-error @+1 {{llm-build-training-step: @forward must take (tokens, labels), two tensor<?x?xi32> [batch, seq]; it takes 3 arguments}}
-  func.func @forward(%t: tensor<?x?xi32>, %l: tensor<?x?xi32>, %x: tensor<?x?xi32>) -> tensor<?x?xi32> {
+  func.func @forward(%t: tensor<?x?xi32>, %l: tensor<?x?xi32>, %x: tensor<?x?xi32>) -> tensor<?x?xi32> attributes {llm.forward} {
     return %t : tensor<?x?xi32>
   }
 }
@@ -28,7 +28,7 @@ module {
 // A router whose weights never reach the loss (only its indices are used)
 // would not be trained.
 module {
-  func.func @forward(%t: tensor<?x?xi32>, %l: tensor<?x?xi32>) -> tensor<f32> {
+  func.func @forward(%t: tensor<?x?xi32>, %l: tensor<?x?xi32>) -> tensor<f32> attributes {llm.forward} {
     %wte = llm.param "wte" normal(0.02) : tensor<16x8xf32>
     %x = llm.embedding %t, %wte : tensor<?x?xi32>, tensor<16x8xf32> -> tensor<?x?x8xf32>
     // expected-error @+1 {{parameter 'gate' gets no gradient: it does not affect the loss}}
@@ -51,7 +51,7 @@ module {
 
 // A parameter that does not reach the loss would never be trained.
 module {
-  func.func @forward(%t: tensor<?x?xi32>, %l: tensor<?x?xi32>) -> tensor<f32> {
+  func.func @forward(%t: tensor<?x?xi32>, %l: tensor<?x?xi32>) -> tensor<f32> attributes {llm.forward} {
     %wte = llm.param "wte" normal(0.02) : tensor<16x8xf32>
     // expected-error @+1 {{parameter 'unused' gets no gradient: it does not affect the loss}}
     %u = llm.param "unused" zeros : tensor<8xf32>

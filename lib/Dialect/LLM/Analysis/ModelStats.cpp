@@ -22,22 +22,23 @@ int64_t llmopt::llm::getDefaultSeqLen(ModuleOp module) {
 }
 
 FailureOr<func::FuncOp> llmopt::llm::findModelFunc(ModuleOp module) {
+  if (auto f = dyn_cast_or_null<func::FuncOp>(
+          findEntryFunction(module, LLMDialect::kForwardAttrName).getOperation()))
+    return f;
   func::FuncOp only;
   int count = 0;
   for (auto f : module.getOps<func::FuncOp>()) {
     if (f.isExternal())
       continue;
-    if (f.getSymName() == "forward")
-      return f;
     only = f;
     ++count;
   }
   if (count == 1)
     return only;
   return module.emitError()
-         << (count == 0 ? "no model function: expected a func.func @forward"
-                        : "several functions and none named @forward: name "
-                          "the model function @forward");
+         << (count == 0 ? "no model function: expected a func.func marked llm.forward"
+                        : "several functions and none marked llm.forward: mark "
+                          "the model function with the unit attribute llm.forward");
 }
 
 /// Elements of a static shape as a double, which cannot overflow.

@@ -7,7 +7,9 @@ using namespace mlir;
 using namespace llmopt::llm;
 
 #include "mlir/IR/Builders.h"
+#include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/DialectImplementation.h"
+#include "mlir/Interfaces/FunctionInterfaces.h"
 #include "llvm/ADT/TypeSwitch.h"
 
 #include "llmopt/Dialect/LLM/IR/LLMOpsDialect.cpp.inc"
@@ -91,19 +93,183 @@ LogicalResult PlanAttr::verify(function_ref<InFlightDiagnostic()> emitError, int
   return success();
 }
 
+namespace {
+/// What a discardable `llm.*` attribute holds.
+enum class AttrKind { Unit, Count, Index, Stage, Text, Counts, Offsets, Flags, Shard, Plan };
+/// Where it may sit.
+enum class AttrPlace { Module, Function, Param, Op };
+
+struct DeclaredAttr {
+  llvm::StringLiteral name;
+  AttrKind kind;
+  AttrPlace place;
+};
+
+/// Every discardable attribute of the llm dialect: who sets it in
+/// docs/lowering.md's pass table; anything else named `llm.*` is refused.
+constexpr DeclaredAttr kDeclaredAttrs[] = {
+    // The module: the importers' model facts and the planner's decisions.
+    {"llm.name", AttrKind::Text, AttrPlace::Module},
+    {"llm.architecture", AttrKind::Text, AttrPlace::Module},
+    {"llm.seq_len", AttrKind::Count, AttrPlace::Module},
+    {"llm.plan", AttrKind::Plan, AttrPlace::Module},
+    {"llm.plan_activation_bytes", AttrKind::Counts, AttrPlace::Module},
+    {"llm.plan_in_flight", AttrKind::Counts, AttrPlace::Module},
+    {"llm.micro_batch", AttrKind::Count, AttrPlace::Module},
+    {"llm.pp", AttrKind::Count, AttrPlace::Module},
+    {"llm.cp", AttrKind::Count, AttrPlace::Module},
+    {"llm.loss_scale", AttrKind::Text, AttrPlace::Module},
+    // Functions: the entry points and llm-plan-memory's sizes.
+    {"llm.forward", AttrKind::Unit, AttrPlace::Function},
+    {"llm.train_step", AttrKind::Unit, AttrPlace::Function},
+    {"llm.arena_bytes", AttrKind::Index, AttrPlace::Function},
+    {"llm.state_bytes", AttrKind::Index, AttrPlace::Function},
+    {"llm.stage_arena_bytes", AttrKind::Counts, AttrPlace::Function},
+    {"llm.stage_stash_bytes", AttrKind::Counts, AttrPlace::Function},
+    // Parameters: their partitioning.
+    {"llm.shard", AttrKind::Shard, AttrPlace::Param},
+    {"llm.sp_partial", AttrKind::Unit, AttrPlace::Param},
+    {"llm.zero3", AttrKind::Unit, AttrPlace::Param},
+    // Ops: placement, recomputation, axes and memory.
+    {"llm.layer", AttrKind::Index, AttrPlace::Op},
+    {"llm.stage", AttrKind::Stage, AttrPlace::Op},
+    {"llm.chunk", AttrKind::Index, AttrPlace::Op},
+    {"llm.from_chunk", AttrKind::Index, AttrPlace::Op},
+    {"llm.to_chunk", AttrKind::Index, AttrPlace::Op},
+    {"llm.recompute", AttrKind::Unit, AttrPlace::Op},
+    {"llm.pp_tied", AttrKind::Unit, AttrPlace::Op},
+    {"llm.pp_tied_sum", AttrKind::Unit, AttrPlace::Op},
+    {"llm.loss_scale_seed", AttrKind::Unit, AttrPlace::Op},
+    {"llm.prefetch", AttrKind::Unit, AttrPlace::Op},
+    {"llm.vocab_axis", AttrKind::Text, AttrPlace::Op},
+    {"llm.cp_ring", AttrKind::Text, AttrPlace::Op},
+    {"llm.offsets", AttrKind::Offsets, AttrPlace::Op},
+    {"llm.stashed", AttrKind::Flags, AttrPlace::Op},
+};
+
+const char *describe(AttrKind k) {
+  switch (k) {
+  case AttrKind::Unit:
+    return "a unit attribute";
+  case AttrKind::Count:
+    return "a positive i64";
+  case AttrKind::Index:
+    return "a non-negative i64";
+  case AttrKind::Stage:
+    return "a pipeline stage (an i64 >= 0, or -1: every stage)";
+  case AttrKind::Text:
+    return "a string";
+  case AttrKind::Counts:
+    return "an array<i64> of non-negative values";
+  case AttrKind::Offsets:
+    return "an array<i64> of offsets (-1: no buffer)";
+  case AttrKind::Flags:
+    return "an array<i1>";
+  case AttrKind::Shard:
+    return "a dictionary {axis: string, dim, blocks, parts: i64[, whole: i64, grid_axes: "
+           "array<i64>]}";
+  case AttrKind::Plan:
+    return "an #llm.plan";
+  }
+  return "";
+}
+
+/// Whether `a` holds what `kind` says.
+bool holds(AttrKind kind, Attribute a) {
+  auto i64 = [](Attribute x, int64_t lo) {
+    auto i = dyn_cast_or_null<IntegerAttr>(x);
+    return i && i.getType().isInteger(64) && i.getInt() >= lo;
+  };
+  switch (kind) {
+  case AttrKind::Unit:
+    return isa<UnitAttr>(a);
+  case AttrKind::Count:
+    return i64(a, 1);
+  case AttrKind::Index:
+    return i64(a, 0);
+  case AttrKind::Stage:
+    return i64(a, -1);
+  case AttrKind::Text:
+    return isa<StringAttr>(a);
+  case AttrKind::Counts: {
+    auto arr = dyn_cast<DenseI64ArrayAttr>(a);
+    return arr && llvm::all_of(arr.asArrayRef(), [](int64_t v) { return v >= 0; });
+  }
+  case AttrKind::Offsets: {
+    auto arr = dyn_cast<DenseI64ArrayAttr>(a);
+    return arr && llvm::all_of(arr.asArrayRef(), [](int64_t v) { return v >= -1; });
+  }
+  case AttrKind::Flags:
+    return isa<DenseBoolArrayAttr>(a);
+  case AttrKind::Shard: {
+    auto d = dyn_cast<DictionaryAttr>(a);
+    if (!d || !isa_and_nonnull<StringAttr>(d.get("axis")) || !i64(d.get("dim"), 0) ||
+        !i64(d.get("blocks"), 1) || !i64(d.get("parts"), 1))
+      return false;
+    for (NamedAttribute na : d)
+      if (!llvm::is_contained({"axis", "dim", "blocks", "parts", "whole", "grid_axes"},
+                              na.getName()))
+        return false;
+    return (!d.get("whole") || i64(d.get("whole"), 1)) &&
+           (!d.get("grid_axes") || isa<DenseI64ArrayAttr>(d.get("grid_axes")));
+  }
+  case AttrKind::Plan:
+    return isa<PlanAttr>(a);
+  }
+  return false;
+}
+} // namespace
+
 LogicalResult LLMDialect::verifyOperationAttribute(Operation *op, NamedAttribute attr) {
-  if (attr.getName() != kTrainStepAttrName)
+  StringRef name = attr.getName().getValue();
+  const DeclaredAttr *decl = llvm::find_if(
+      kDeclaredAttrs, [&](const DeclaredAttr &d) { return d.name == name; });
+  if (decl == std::end(kDeclaredAttrs))
+    return op->emitOpError() << "carries '" << name
+                             << "', which the llm dialect does not declare (a misspelling? "
+                                "LLMDialect.cpp lists its discardable attributes)";
+  bool placed = true;
+  switch (decl->place) {
+  case AttrPlace::Module:
+    placed = isa<ModuleOp>(op);
+    break;
+  case AttrPlace::Function:
+    placed = isa<FunctionOpInterface>(op);
+    break;
+  case AttrPlace::Param:
+    placed = isa<ParamOp>(op);
+    break;
+  case AttrPlace::Op:
+    placed = !isa<ModuleOp>(op);
+    break;
+  }
+  if (!placed) {
+    static const char *where[] = {"a module", "a function", "an llm.param", "an op"};
+    return op->emitOpError() << "'" << name << "' belongs on " << where[int(decl->place)];
+  }
+  if (!holds(decl->kind, attr.getValue()))
+    return op->emitOpError() << "'" << name << "' must be " << describe(decl->kind) << ", got "
+                             << attr.getValue();
+  if (name == "llm.loss_scale" && cast<StringAttr>(attr.getValue()).getValue() != "dynamic")
+    return op->emitOpError() << "'llm.loss_scale' must be \"dynamic\" (the only loss "
+                                "scaling lowered), got "
+                             << attr.getValue();
+  if (name == kForwardAttrName || name == kTrainStepAttrName)
+    if (Operation *parent = op->getParentOp())
+      for (Region &r : parent->getRegions())
+        for (Block &block : r)
+          for (Operation &other : block)
+            if (&other != op && other.hasAttr(name) && other.getBlock() == op->getBlock() &&
+                other.isBeforeInBlock(op))
+              return op->emitOpError() << "is a second function marked '" << name
+                                       << "'; a module has one";
+  if (name != kTrainStepAttrName)
     return success();
-  if (!isa<UnitAttr>(attr.getValue()))
-    return op->emitOpError() << "'" << kTrainStepAttrName << "' must be a unit attribute";
-  auto func = dyn_cast<FunctionOpInterface>(op);
-  if (!func)
-    return op->emitOpError() << "'" << kTrainStepAttrName << "' marks a function";
   // Every update names a parameter of the function with its gradient's type:
   // one walk for the parameters, one for the updates.
   llvm::StringMap<Type> params;
-  func->walk([&](ParamOp p) { params.try_emplace(p.getName(), p.getType()); });
-  WalkResult r = func->walk([&](AdamWOp u) {
+  op->walk([&](ParamOp p) { params.try_emplace(p.getName(), p.getType()); });
+  WalkResult r = op->walk([&](AdamWOp u) {
     auto it = params.find(u.getName());
     if (it != params.end() && it->second == u.getGrad().getType())
       return WalkResult::advance();
@@ -112,6 +278,25 @@ LogicalResult LLMDialect::verifyOperationAttribute(Operation *op, NamedAttribute
     return WalkResult::interrupt();
   });
   return failure(r.wasInterrupted());
+}
+
+FunctionOpInterface llmopt::llm::findEntryFunction(ModuleOp module, StringRef marker) {
+  for (Operation &op : module.getBody()->getOperations())
+    if (auto f = dyn_cast<FunctionOpInterface>(op); f && f->hasAttr(marker) && !f.isExternal())
+      return f;
+  return {};
+}
+
+FailureOr<func::FuncOp> llmopt::llm::entryFunction(ModuleOp module, StringRef marker,
+                                                   StringRef pass, StringRef hint) {
+  FunctionOpInterface f = findEntryFunction(module, marker);
+  if (!f)
+    return module.emitError() << pass << ": no function marked '" << marker << "'; " << hint;
+  auto func = dyn_cast<func::FuncOp>(f.getOperation());
+  if (!func)
+    return f.emitOpError() << pass << ": the function marked '" << marker
+                           << "' must be a func.func";
+  return func;
 }
 
 void LLMDialect::initialize() {

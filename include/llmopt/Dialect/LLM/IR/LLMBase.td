@@ -30,17 +30,22 @@ def LLM_Dialect : Dialect {
     Transformer blocks are `llm.layer` regions so that per-layer costs and
     pipeline stage boundaries are explicit.
 
-    The training step that `llm-build-training-step` builds is a function
-    marked `llm.train_step` (a unit attribute). Verified on it, once per
-    function: every `llm.adamw` updates an `llm.param` of the function with
-    the gradient's type.
+    Entry functions are marked, not named: the model's forward (as the
+    importers make it) carries `llm.forward`, the training step that
+    `llm-build-training-step` builds `llm.train_step` (unit attributes; one
+    of each per module); passes find them by the mark. Verified on the step,
+    once per function: every `llm.adamw` updates an `llm.param` of the
+    function with the gradient's type. Every discardable `llm.*` attribute
+    is declared (LLMDialect.cpp: its value and where it may sit) and
+    verified; an undeclared one is refused.
   }];
   let dependentDialects = ["::mlir::func::FuncDialect"];
   let useDefaultAttributePrinterParser = 1;
   let hasOperationAttrVerify = 1;
   let extraClassDeclaration = [{
-    /// The unit attribute marking the training step function.
+    /// The unit attributes marking the entry functions.
     static constexpr ::llvm::StringLiteral kTrainStepAttrName = "llm.train_step";
+    static constexpr ::llvm::StringLiteral kForwardAttrName = "llm.forward";
   }];
 }
 

@@ -45,6 +45,13 @@ mlir::RankedTensorType withCpParts(mlir::Type t, int64_t parts);
 bool accumulatesWeightGradients(mlir::Operation *op, int64_t zeroStage);
 /// The cross-entropy ops' `vocab_size` (a padded vocabulary): positive and
 /// only with `vocab_axis`.
+/// The module's function marked `marker` (LLMDialect::kForwardAttrName or
+/// kTrainStepAttrName; the verifier keeps it unique), or null.
+mlir::FunctionOpInterface findEntryFunction(mlir::ModuleOp module, llvm::StringRef marker);
+/// The same as a func.func; otherwise an error that starts with `pass` and,
+/// where none is marked, ends with `hint` (what makes the function).
+mlir::FailureOr<mlir::func::FuncOp> entryFunction(mlir::ModuleOp module, llvm::StringRef marker,
+                                                  llvm::StringRef pass, llvm::StringRef hint);
 mlir::LogicalResult verifyVocabSize(mlir::Operation *op, mlir::StringAttr axis,
                                     mlir::IntegerAttr vocabSize);
 } // namespace llmopt::llm
