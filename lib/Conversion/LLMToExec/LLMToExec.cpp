@@ -171,12 +171,12 @@ struct Converter {
             i64("window", a.getWindowAttr() ? a.getWindowAttr().getInt() : 0)};
   }
 
-  LogicalResult ringAttention(Location loc, StringRef kind, StringAttr axis, ValueRange ins,
+  LogicalResult ringAttention(Location loc, Direction kind, StringAttr axis, ValueRange ins,
                               ValueRange outs, ArrayRef<NamedAttribute> params) {
     FailureOr<ArrayAttr> i = bufs(ins), o = bufs(outs);
     if (failed(i) || failed(o))
       return failure();
-    RingAttentionOp::create(ob, loc, b.getStringAttr(kind), axis, *i, *o,
+    RingAttentionOp::create(ob, loc, DirectionAttr::get(b.getContext(), kind), axis, *i, *o,
                             b.getDictionaryAttr(params));
     return success();
   }
@@ -185,16 +185,16 @@ struct Converter {
     FailureOr<BufAttr> a = buf(v);
     if (failed(a))
       return failure();
-    exec::AllReduceOp::create(ob, loc, b.getStringAttr(axis), b.getStringAttr("sum"),
+    exec::AllReduceOp::create(ob, loc, b.getStringAttr(axis), ReduceKindAttr::get(b.getContext(), ReduceKind::sum),
                               b.getArrayAttr({*a}));
     return success();
   }
 
-  LogicalResult seq(Location loc, StringRef kind, StringRef axis, Value in, Value out) {
+  LogicalResult seq(Location loc, SeqKind kind, StringRef axis, Value in, Value out) {
     FailureOr<ArrayAttr> i = bufs(in), o = bufs(out);
     if (failed(i) || failed(o))
       return failure();
-    SeqOp::create(ob, loc, b.getStringAttr(kind), b.getStringAttr(axis), *i, *o);
+    SeqOp::create(ob, loc, SeqKindAttr::get(b.getContext(), kind), b.getStringAttr(axis), *i, *o);
     return success();
   }
 
@@ -230,7 +230,8 @@ struct Converter {
                BufAttr target, StringRef axis, int64_t ignore, IntegerAttr vocabSize) {
     KernelOp::create(ob, loc, b.getStringAttr("vp_ce_stats"), b.getArrayAttr({logits, labels}),
                      b.getArrayAttr({lse, target}), vpParams(axis, ignore, vocabSize));
-    SeqOp::create(ob, loc, b.getStringAttr("all_gather"), b.getStringAttr(axis),
+    SeqOp::create(ob, loc, SeqKindAttr::get(b.getContext(), SeqKind::all_gather),
+                  b.getStringAttr(axis),
                   b.getArrayAttr({lse}), b.getArrayAttr({all}));
   }
 
@@ -411,7 +412,7 @@ LogicalResult Converter::convert(Operation *op) {
       .Case([&](ConcatOp c) { return kernel(loc, "concat", c.getInputs(), c.getResult()); })
       .Case([&](AttentionOp a) -> LogicalResult {
         if (auto ring = a->getAttrOfType<StringAttr>("llm.cp_ring"))
-          return ringAttention(loc, "fwd", ring, {a.getQ(), a.getK(), a.getV()}, a.getResult(),
+          return ringAttention(loc, Direction::fwd, ring, {a.getQ(), a.getK(), a.getV()}, a.getResult(),
                                attnParams(a));
         return kernel(loc, "attention_fwd", {a.getQ(), a.getK(), a.getV()}, a.getResult(),
                       attnParams(a));
@@ -440,7 +441,7 @@ LogicalResult Converter::convert(Operation *op) {
           auto [lse, all, target] = vpScratch(*logits, axis.getValue());
           vpStats(loc, *logits, *labels, lse, all, target, axis.getValue(), ignore,
                   c.getVocabSizeAttr());
-          exec::AllReduceOp::create(ob, loc, axis, b.getStringAttr("sum"),
+          exec::AllReduceOp::create(ob, loc, axis, ReduceKindAttr::get(b.getContext(), ReduceKind::sum),
                                     b.getArrayAttr({target}));
           KernelOp::create(ob, loc, b.getStringAttr("vp_ce_loss"),
                            b.getArrayAttr({all, target, *labels}), b.getArrayAttr({*loss}),
@@ -496,7 +497,7 @@ LogicalResult Converter::convert(Operation *op) {
       })
       .Case([&](AttentionGradOp g) -> LogicalResult {
         if (auto ring = g->getAttrOfType<StringAttr>("llm.cp_ring"))
-          return ringAttention(loc, "bwd", ring,
+          return ringAttention(loc, Direction::bwd, ring,
                                {g.getGrad(), g.getQ(), g.getK(), g.getV(), g.getOut()},
                                {g.getQGrad(), g.getKGrad(), g.getVGrad()}, attnParams(g));
         return kernel(loc, "attention_bwd", {g.getGrad(), g.getQ(), g.getK(), g.getV(), g.getOut()},
@@ -552,7 +553,7 @@ LogicalResult Converter::convert(Operation *op) {
                          b.getDictionaryAttr({i64("top_k", g.getTopKAttr().getInt())}));
         for (auto [axis, parts] : {std::pair<StringRef, int64_t>{"tp", sp}, {"cp", cp}})
           if (parts > 1)
-            exec::AllReduceOp::create(ob, loc, b.getStringAttr(axis), b.getStringAttr("sum"),
+            exec::AllReduceOp::create(ob, loc, b.getStringAttr(axis), ReduceKindAttr::get(b.getContext(), ReduceKind::sum),
                                       b.getArrayAttr({counts}));
         int64_t tokens = 1;
         for (int64_t d : cast<BufAttr>((*io)[1]).getShape().asArrayRef().drop_back())
@@ -641,30 +642,32 @@ LogicalResult Converter::convert(Operation *op) {
         FailureOr<ArrayAttr> i = bufs(e.getInput()), o = bufs(e.getResult());
         if (failed(i) || failed(o))
           return failure();
-        AllToAllOp::create(ob, loc, b.getStringAttr("dispatch"), e.getAxisAttr(), *i, *o);
+        AllToAllOp::create(ob, loc, ExpertExchangeAttr::get(b.getContext(), ExpertExchange::dispatch),
+                           e.getAxisAttr(), *i, *o);
         return success();
       })
       .Case([&](EPCombineOp e) -> LogicalResult {
         FailureOr<ArrayAttr> i = bufs(e.getInput()), o = bufs(e.getResult());
         if (failed(i) || failed(o))
           return failure();
-        AllToAllOp::create(ob, loc, b.getStringAttr("combine"), e.getAxisAttr(), *i, *o);
+        AllToAllOp::create(ob, loc, ExpertExchangeAttr::get(b.getContext(), ExpertExchange::combine),
+                           e.getAxisAttr(), *i, *o);
         return success();
       })
       .Case([&](CPGatherOp g) {
-        return seq(loc, "cp_all_gather", g.getAxis(), g.getInput(), g.getResult());
+        return seq(loc, SeqKind::cp_all_gather, g.getAxis(), g.getInput(), g.getResult());
       })
       .Case([&](CPScatterOp g) {
-        return seq(loc, "cp_reduce_scatter", g.getAxis(), g.getInput(), g.getResult());
+        return seq(loc, SeqKind::cp_reduce_scatter, g.getAxis(), g.getInput(), g.getResult());
       })
       .Case([&](SPGatherOp g) {
-        return seq(loc, "all_gather", g.getAxis(), g.getInput(), g.getResult());
+        return seq(loc, SeqKind::all_gather, g.getAxis(), g.getInput(), g.getResult());
       })
       .Case([&](SPSplitOp g) {
-        return seq(loc, "split", g.getAxis(), g.getInput(), g.getResult());
+        return seq(loc, SeqKind::split, g.getAxis(), g.getInput(), g.getResult());
       })
       .Case([&](SPScatterOp r) -> LogicalResult {
-        if (failed(seq(loc, "reduce_scatter", r.getAxis(), r.getInput(), r.getResult())))
+        if (failed(seq(loc, SeqKind::reduce_scatter, r.getAxis(), r.getInput(), r.getResult())))
           return failure();
         if (!r.getBias())
           return success();
@@ -889,7 +892,7 @@ struct ConvertLLMToExecPass
         if (o.members.empty())
           return;
         BucketAllReduceOp::create(cv.ob, at, b.getStringAttr(expert ? "edp" : "dp"),
-                                  b.getStringAttr("avg"), b.getI64IntegerAttr(buckets++),
+                                  ReduceKindAttr::get(b.getContext(), ReduceKind::avg), b.getI64IntegerAttr(buckets++),
                                   b.getArrayAttr(o.members));
         llvm::append_range(bucketed, o.members);
         o.members.clear();
@@ -952,7 +955,9 @@ struct ConvertLLMToExecPass
           if (failed(x))
             return failure();
           enterChunk(&op, from == stage ? "llm.from_chunk" : "llm.to_chunk", op.getLoc());
-          P2POp::create(cv.ob, op.getLoc(), b.getStringAttr(from == stage ? "send" : "recv"),
+          P2POp::create(cv.ob, op.getLoc(),
+                        TransferKindAttr::get(b.getContext(), from == stage ? TransferKind::send
+                                                                            : TransferKind::recv),
                         b.getI64IntegerAttr(from == stage ? to : from), b.getI64IntegerAttr(tag),
                         *x);
           continue;
@@ -998,8 +1003,8 @@ struct ConvertLLMToExecPass
               // The accumulator holds the gradient already.
             } else if (StringAttr axis = chunkedOver.lookup(it->second)) {
               auto rs = GradReduceScatterOp::create(cv.ob, op.getLoc(), axis,
-                                                    b.getStringAttr("avg"), *g, it->second,
-                                                    IntegerAttr(), false);
+                                                    ReduceKindAttr::get(b.getContext(), ReduceKind::avg),
+                                                    *g, it->second, IntegerAttr(), UnitAttr());
               if (bucketBytes > 0) {
                 ScatterBucket &sb = openScatter[axis.getValue()];
                 if (sb.id < 0)
@@ -1057,7 +1062,8 @@ struct ConvertLLMToExecPass
           KernelOp::create(cv.ob, loc, b.getStringAttr("scale"), b.getArrayAttr({acc}),
                            b.getArrayAttr({acc}),
                            b.getDictionaryAttr({cv.f64("factor", 1.0 / double(micro))}));
-      StringAttr dpAxis = b.getStringAttr("dp"), avg = b.getStringAttr("avg");
+      StringAttr dpAxis = b.getStringAttr("dp");
+      auto avg = ReduceKindAttr::get(b.getContext(), ReduceKind::avg);
       // Context parallelism: each rank's gradients and loss are of its
       // chunks' tokens (equal counts); their average is the sequence's.
       if (cp > 1)
@@ -1067,7 +1073,7 @@ struct ConvertLLMToExecPass
         if (tied.contains(a.getName()))
           tiedAccs.push_back(acc);
       if (!tiedAccs.empty())
-        exec::AllReduceOp::create(cv.ob, loc, b.getStringAttr("pp_tied"), b.getStringAttr("sum"),
+        exec::AllReduceOp::create(cv.ob, loc, b.getStringAttr("pp_tied"), ReduceKindAttr::get(b.getContext(), ReduceKind::sum),
                                   b.getArrayAttr(tiedAccs));
       // The gradient norm over the whole model. Squares of tp-sharded
       // gradients are summed over tp, replicated ones count once; under ZeRO
@@ -1089,7 +1095,7 @@ struct ConvertLLMToExecPass
           partial.push_back(acc);
       }
       if (!partial.empty())
-        exec::AllReduceOp::create(cv.ob, loc, b.getStringAttr("tp"), b.getStringAttr("sum"),
+        exec::AllReduceOp::create(cv.ob, loc, b.getStringAttr("tp"), ReduceKindAttr::get(b.getContext(), ReduceKind::sum),
                                   b.getArrayAttr(partial));
       if (zero == 0 && dp > 1) {
         // Expert gradients already hold the ep ranks' tokens: they average
@@ -1140,7 +1146,7 @@ struct ConvertLLMToExecPass
       }
       // Only the last stage computed the loss; the others add their zero.
       if (pp > 1)
-        exec::AllReduceOp::create(cv.ob, loc, b.getStringAttr("pp"), b.getStringAttr("sum"),
+        exec::AllReduceOp::create(cv.ob, loc, b.getStringAttr("pp"), ReduceKindAttr::get(b.getContext(), ReduceKind::sum),
                                   b.getArrayAttr({lossAcc}));
       // Dynamic loss scaling: unscale the (reduced) gradients, note a
       // non-finite one anywhere, skip the update then (AdamW reads the flag)
@@ -1169,7 +1175,7 @@ struct ConvertLLMToExecPass
         for (auto [axis, size] : {std::pair<StringRef, int64_t>{"dp", dp}, {"tp", tp}, {"cp", cp},
                                   {"pp", pp}})
           if (size > 1)
-            exec::AllReduceOp::create(cv.ob, loc, b.getStringAttr(axis), b.getStringAttr("sum"),
+            exec::AllReduceOp::create(cv.ob, loc, b.getStringAttr(axis), ReduceKindAttr::get(b.getContext(), ReduceKind::sum),
                                       b.getArrayAttr({*found}));
       }
       if (zero == 0 && tp == 1 && pp == 1 && experts.empty()) {
@@ -1184,10 +1190,10 @@ struct ConvertLLMToExecPass
           KernelOp::create(cv.ob, loc, b.getStringAttr("sum_squares"), b.getArrayAttr(grads),
                            b.getArrayAttr({into}), b.getDictionaryAttr(shard));
           if (zero > 0)
-            exec::AllReduceOp::create(cv.ob, loc, zeroAxis, b.getStringAttr("sum"),
+            exec::AllReduceOp::create(cv.ob, loc, zeroAxis, ReduceKindAttr::get(b.getContext(), ReduceKind::sum),
                                       b.getArrayAttr({into}));
           if (overTp)
-            exec::AllReduceOp::create(cv.ob, loc, b.getStringAttr("tp"), b.getStringAttr("sum"),
+            exec::AllReduceOp::create(cv.ob, loc, b.getStringAttr("tp"), ReduceKindAttr::get(b.getContext(), ReduceKind::sum),
                                       b.getArrayAttr({into}));
         };
         if (tp > 1) {
@@ -1207,14 +1213,14 @@ struct ConvertLLMToExecPass
                                       b.getStringAttr("scratch:norm_sq_experts"),
                                       b.getDenseI64ArrayAttr({}), b.getF32Type());
           sumSquares(experts, mine, /*overTp=*/false, edpAxis);
-          exec::AllReduceOp::create(cv.ob, loc, b.getStringAttr("ep"), b.getStringAttr("sum"),
+          exec::AllReduceOp::create(cv.ob, loc, b.getStringAttr("ep"), ReduceKindAttr::get(b.getContext(), ReduceKind::sum),
                                     b.getArrayAttr({mine}));
           KernelOp::create(cv.ob, loc, b.getStringAttr("add"), b.getArrayAttr({*norm, mine}),
                            b.getArrayAttr({*norm}), b.getDictionaryAttr({}));
         }
         // Every stage squares its own parameters' gradients.
         if (pp > 1)
-          exec::AllReduceOp::create(cv.ob, loc, b.getStringAttr("pp"), b.getStringAttr("sum"),
+          exec::AllReduceOp::create(cv.ob, loc, b.getStringAttr("pp"), ReduceKindAttr::get(b.getContext(), ReduceKind::sum),
                                     b.getArrayAttr({*norm}));
         KernelOp::create(cv.ob, loc, b.getStringAttr("sqrt"), b.getArrayAttr({*norm}),
                          b.getArrayAttr({*norm}), b.getDictionaryAttr({}));

@@ -236,12 +236,12 @@ struct EmitPlanPass : public llmopt::impl::EmitPlanBase<EmitPlanPass> {
           } else if (auto ar = dyn_cast<exec::AllReduceOp>(op)) {
             instrs.push_back(json::Object{{"collective", "all_reduce"},
                                           {"axis", ar.getAxis().str()},
-                                          {"reduce", ar.getReduce().str()},
+                                          {"reduce", exec::stringifyReduceKind(ar.getReduce()).str()},
                                           {"buffers", bufsJSON(ar.getBuffers())}});
           } else if (auto ba = dyn_cast<exec::BucketAllReduceOp>(op)) {
             instrs.push_back(json::Object{{"collective", "bucket_all_reduce"},
                                           {"axis", ba.getAxis().str()},
-                                          {"reduce", ba.getReduce().str()},
+                                          {"reduce", exec::stringifyReduceKind(ba.getReduce()).str()},
                                           {"bucket", ba.getBucket()},
                                           {"buffers", bufsJSON(ba.getBuffers())}});
           } else if (auto bw = dyn_cast<exec::BucketWaitOp>(op)) {
@@ -249,7 +249,7 @@ struct EmitPlanPass : public llmopt::impl::EmitPlanBase<EmitPlanPass> {
           } else if (auto g = dyn_cast<exec::GradReduceScatterOp>(op)) {
             json::Object o{{"collective", "grad_reduce_scatter"},
                            {"axis", g.getAxis().str()},
-                           {"reduce", g.getReduce().str()},
+                           {"reduce", exec::stringifyReduceKind(g.getReduce()).str()},
                            {"ins", bufsJSON(ArrayAttr::get(g.getContext(), {g.getInput()}))},
                            {"outs", bufsJSON(ArrayAttr::get(g.getContext(), {g.getAccum()}))}};
             if (auto bucket = g.getBucketAttr())
@@ -260,7 +260,7 @@ struct EmitPlanPass : public llmopt::impl::EmitPlanBase<EmitPlanPass> {
           } else if (auto rs = dyn_cast<exec::ReduceScatterOp>(op)) {
             instrs.push_back(json::Object{{"collective", "reduce_scatter"},
                                           {"axis", rs.getAxis().str()},
-                                          {"reduce", rs.getReduce().str()},
+                                          {"reduce", exec::stringifyReduceKind(rs.getReduce()).str()},
                                           {"buffers", bufsJSON(rs.getBuffers())}});
           } else if (auto pg = dyn_cast<exec::ParamGatherOp>(op)) {
             json::Object o{{"collective", "param_gather"},
@@ -274,14 +274,14 @@ struct EmitPlanPass : public llmopt::impl::EmitPlanBase<EmitPlanPass> {
           } else if (auto pw = dyn_cast<exec::ParamWaitOp>(op)) {
             instrs.push_back(json::Object{{"collective", "param_wait"}, {"event", pw.getEvent()}});
           } else if (auto p2p = dyn_cast<exec::P2POp>(op)) {
-            instrs.push_back(json::Object{{"collective", p2p.getKind().str()},
+            instrs.push_back(json::Object{{"collective", exec::stringifyTransferKind(p2p.getKind()).str()},
                                           {"axis", "pp"},
                                           {"peer", p2p.getPeer()},
                                           {"tag", p2p.getTag()},
                                           {"buffers", bufsJSON(ArrayAttr::get(
                                                           p2p.getContext(), {p2p.getBuffer()}))}});
           } else if (auto sq = dyn_cast<exec::SeqOp>(op)) {
-            instrs.push_back(json::Object{{"collective", ("seq_" + sq.getKind()).str()},
+            instrs.push_back(json::Object{{"collective", ("seq_" + exec::stringifySeqKind(sq.getKind())).str()},
                                           {"axis", sq.getAxis().str()},
                                           {"ins", bufsJSON(sq.getIns())},
                                           {"outs", bufsJSON(sq.getOuts())}});
@@ -289,13 +289,13 @@ struct EmitPlanPass : public llmopt::impl::EmitPlanBase<EmitPlanPass> {
             json::Object ps;
             for (NamedAttribute na : ring.getParams())
               ps[na.getName().str()] = attrJSON(na.getValue());
-            instrs.push_back(json::Object{{"collective", ("cp_ring_attention_" + ring.getKind()).str()},
+            instrs.push_back(json::Object{{"collective", ("cp_ring_attention_" + exec::stringifyDirection(ring.getKind())).str()},
                                           {"axis", ring.getAxis().str()},
                                           {"ins", bufsJSON(ring.getIns())},
                                           {"outs", bufsJSON(ring.getOuts())},
                                           {"params", std::move(ps)}});
           } else if (auto a2a = dyn_cast<exec::AllToAllOp>(op)) {
-            instrs.push_back(json::Object{{"collective", ("ep_" + a2a.getKind()).str()},
+            instrs.push_back(json::Object{{"collective", ("ep_" + exec::stringifyExpertExchange(a2a.getKind())).str()},
                                           {"axis", a2a.getAxis().str()},
                                           {"ins", bufsJSON(a2a.getIns())},
                                           {"outs", bufsJSON(a2a.getOuts())}});

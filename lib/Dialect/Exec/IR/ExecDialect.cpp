@@ -12,6 +12,7 @@ using namespace mlir;
 using namespace llmopt::exec;
 
 #include "llmopt/Dialect/Exec/IR/ExecDialect.cpp.inc"
+#include "llmopt/Dialect/Exec/IR/ExecEnums.cpp.inc"
 
 #define GET_ATTRDEF_CLASSES
 #include "llmopt/Dialect/Exec/IR/ExecAttrs.cpp.inc"
@@ -127,9 +128,7 @@ LogicalResult KernelOp::verify() {
   return success();
 }
 
-static LogicalResult verifyCollective(Operation *op, StringRef reduce, ArrayAttr buffers) {
-  if (!reduce.empty() && reduce != "sum" && reduce != "avg")
-    return op->emitOpError() << "reduce must be sum or avg, got '" << reduce << "'";
+static LogicalResult verifyCollective(Operation *op, ArrayAttr buffers) {
   if (buffers.empty())
     return op->emitOpError() << "needs at least one buffer";
   for (Attribute a : buffers)
@@ -139,18 +138,16 @@ static LogicalResult verifyCollective(Operation *op, StringRef reduce, ArrayAttr
 }
 
 LogicalResult AllReduceOp::verify() {
-  return verifyCollective(*this, getReduce(), getBuffers());
+  return verifyCollective(*this, getBuffers());
 }
 
 LogicalResult BucketAllReduceOp::verify() {
   if (getBucketAttr().getInt() < 0)
     return emitOpError() << "bucket must be non-negative";
-  return verifyCollective(*this, getReduce(), getBuffers());
+  return verifyCollective(*this, getBuffers());
 }
 
 LogicalResult GradReduceScatterOp::verify() {
-  if (getReduce() != "sum" && getReduce() != "avg")
-    return emitOpError() << "reduce must be sum or avg, got '" << getReduce() << "'";
   if (auto bucket = getBucketAttr(); bucket && bucket.getInt() < 0)
     return emitOpError() << "bucket must be non-negative";
   if (getFlush() && !getBucketAttr())
@@ -172,18 +169,13 @@ LogicalResult GradReduceScatterOp::verify() {
 }
 
 LogicalResult ReduceScatterOp::verify() {
-  return verifyCollective(*this, getReduce(), getBuffers());
+  return verifyCollective(*this, getBuffers());
 }
 
-LogicalResult AllGatherOp::verify() { return verifyCollective(*this, "", getBuffers()); }
+LogicalResult AllGatherOp::verify() { return verifyCollective(*this, getBuffers()); }
 
 LogicalResult SeqOp::verify() {
-  StringRef kind = getKind();
-  if (kind != "all_gather" && kind != "reduce_scatter" && kind != "split" &&
-      kind != "cp_all_gather" && kind != "cp_reduce_scatter")
-    return emitOpError() << "kind must be all_gather, reduce_scatter, split, cp_all_gather or "
-                            "cp_reduce_scatter, got '"
-                         << kind << "'";
+  SeqKind kind = getKind();
   if (getIns().size() != 1 || getOuts().size() != 1)
     return emitOpError() << "takes one input and one output buffer";
   if (failed(verifyBufs(*this, getIns(), "ins")) || failed(verifyBufs(*this, getOuts(), "outs")))
@@ -193,7 +185,7 @@ LogicalResult SeqOp::verify() {
   if (out.getSpace().getValue() == "input" || a.size() != 3 || b.size() != 3 ||
       a[0] != b[0] || a[2] != b[2])
     return emitOpError() << "expects [b, s, h] buffers that differ only in the sequence";
-  bool gathers = kind == "all_gather" || kind == "cp_all_gather";
+  bool gathers = kind == SeqKind::all_gather || kind == SeqKind::cp_all_gather;
   int64_t whole = gathers ? b[1] : a[1], chunk = gathers ? a[1] : b[1];
   if (chunk <= 0 || whole % chunk != 0 || whole == chunk)
     return emitOpError() << "sequence " << whole << " is not several chunks of " << chunk;
@@ -201,9 +193,7 @@ LogicalResult SeqOp::verify() {
 }
 
 LogicalResult RingAttentionOp::verify() {
-  bool fwd = getKind() == "fwd";
-  if (!fwd && getKind() != "bwd")
-    return emitOpError() << "kind must be fwd or bwd, got '" << getKind() << "'";
+  bool fwd = getKind() == Direction::fwd;
   if (getIns().size() != (fwd ? 3u : 5u) || getOuts().size() != (fwd ? 1u : 3u))
     return emitOpError() << (fwd ? "fwd takes q, k, v and writes out"
                                  : "bwd takes dout, q, k, v, out and writes dq, dk, dv");
@@ -212,16 +202,14 @@ LogicalResult RingAttentionOp::verify() {
 }
 
 LogicalResult AllToAllOp::verify() {
-  StringRef kind = getKind();
-  if (kind != "dispatch" && kind != "combine")
-    return emitOpError() << "kind must be dispatch or combine, got '" << kind << "'";
+  bool dispatch = getKind() == ExpertExchange::dispatch;
   if (getIns().size() != 1 || getOuts().size() != 1)
     return emitOpError() << "takes one input and one output buffer";
   if (failed(verifyBufs(*this, getIns(), "ins")) || failed(verifyBufs(*this, getOuts(), "outs")))
     return failure();
   auto in = cast<BufAttr>(getIns()[0]), out = cast<BufAttr>(getOuts()[0]);
-  ArrayRef<int64_t> rows = (kind == "dispatch" ? in : out).getShape().asArrayRef(),
-                    share = (kind == "dispatch" ? out : in).getShape().asArrayRef();
+  ArrayRef<int64_t> rows = (dispatch ? in : out).getShape().asArrayRef(),
+                    share = (dispatch ? out : in).getShape().asArrayRef();
   if (out.getSpace().getValue() == "input" || rows.size() != 3 || share.size() != 3 ||
       rows[2] != share[2] || share[0] <= 0 || rows[0] % share[0] != 0 || rows[1] <= 0 ||
       share[1] != rows[1] * (rows[0] / share[0]))
@@ -258,9 +246,7 @@ LogicalResult FusedOp::verify() {
 }
 
 LogicalResult P2POp::verify() {
-  if (getKind() != "send" && getKind() != "recv")
-    return emitOpError() << "kind must be send or recv, got '" << getKind() << "'";
-  if (getKind() == "recv" && getBuffer().getSpace().getValue() == "input")
+  if (getKind() == TransferKind::recv && getBuffer().getSpace().getValue() == "input")
     return emitOpError() << "must not write a step input";
   return verifyBufs(*this, ArrayAttr::get(getContext(), {getBuffer()}), "buffer");
 }

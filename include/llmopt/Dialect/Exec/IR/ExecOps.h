@@ -10,6 +10,7 @@
 #include "mlir/IR/OpImplementation.h"
 
 #include "llmopt/Dialect/Exec/IR/ExecDialect.h.inc"
+#include "llmopt/Dialect/Exec/IR/ExecEnums.h.inc"
 
 #define GET_ATTRDEF_CLASSES
 #include "llmopt/Dialect/Exec/IR/ExecAttrs.h.inc"

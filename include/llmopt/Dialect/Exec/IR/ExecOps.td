@@ -12,6 +12,7 @@
 
 include "mlir/IR/OpBase.td"
 include "mlir/IR/AttrTypeBase.td"
+include "mlir/IR/EnumAttr.td"
 include "mlir/IR/BuiltinAttributeInterfaces.td"
 
 def Exec_Dialect : Dialect {
@@ -29,6 +30,49 @@ def Exec_Dialect : Dialect {
 
 class Exec_Op<string mnemonic, list<Trait> traits = []>
     : Op<Exec_Dialect, mnemonic, traits>;
+
+//===----------------------------------------------------------------------===//
+// Closed sets: enums, printed as bare keywords (`exec.all_reduce "dp" avg`);
+// the plan file spells them as here.
+//===----------------------------------------------------------------------===//
+
+def Exec_ReduceKind : I32EnumAttr<"ReduceKind", "how a collective combines ranks", [
+    I32EnumAttrCase<"sum", 0>,
+    I32EnumAttrCase<"avg", 1>,
+  ]> {
+  let cppNamespace = "::llmopt::exec";
+}
+
+def Exec_SeqKind : I32EnumAttr<"SeqKind", "a sequence-parallel or context-parallel exchange", [
+    I32EnumAttrCase<"all_gather", 0>,
+    I32EnumAttrCase<"reduce_scatter", 1>,
+    I32EnumAttrCase<"split", 2>,
+    I32EnumAttrCase<"cp_all_gather", 3>,
+    I32EnumAttrCase<"cp_reduce_scatter", 4>,
+  ]> {
+  let cppNamespace = "::llmopt::exec";
+}
+
+def Exec_Direction : I32EnumAttr<"Direction", "forward or backward", [
+    I32EnumAttrCase<"fwd", 0>,
+    I32EnumAttrCase<"bwd", 1>,
+  ]> {
+  let cppNamespace = "::llmopt::exec";
+}
+
+def Exec_ExpertExchange : I32EnumAttr<"ExpertExchange", "an expert all-to-all", [
+    I32EnumAttrCase<"dispatch", 0>,
+    I32EnumAttrCase<"combine", 1>,
+  ]> {
+  let cppNamespace = "::llmopt::exec";
+}
+
+def Exec_TransferKind : I32EnumAttr<"TransferKind", "a pipeline transfer", [
+    I32EnumAttrCase<"send", 0>,
+    I32EnumAttrCase<"recv", 1>,
+  ]> {
+  let cppNamespace = "::llmopt::exec";
+}
 
 def Exec_BufAttr : AttrDef<Exec_Dialect, "Buf"> {
   let mnemonic = "buf";
@@ -73,7 +117,7 @@ def Exec_ProgramOp : Exec_Op<"program", [NoTerminator, IsolatedFromAbove]> {
       ...
     } step {
       exec.kernel "scale" ...
-      exec.all_reduce "dp" "avg" [...]
+      exec.all_reduce "dp" avg [...]
       exec.kernel "adamw" ...
     }
     ```
@@ -118,7 +162,7 @@ def Exec_AllReduceOp : Exec_Op<"all_reduce", [HasParent<"ProgramOp">]> {
     exec.all_reduce "dp" avg [#exec.buf<...>, ...]
     ```
   }];
-  let arguments = (ins StrAttr:$axis, StrAttr:$reduce, ArrayAttr:$buffers);
+  let arguments = (ins StrAttr:$axis, Exec_ReduceKind:$reduce, ArrayAttr:$buffers);
   let assemblyFormat = "$axis $reduce $buffers attr-dict";
   let hasVerifier = 1;
 }
@@ -131,10 +175,10 @@ def Exec_BucketAllReduceOp : Exec_Op<"bucket_all_reduce", [HasParent<"ProgramOp"
     `axis`; `exec.bucket_wait` with the same `bucket` in the step phase
     completes it. Buckets are started in the same order on every rank.
     ```mlir
-    exec.bucket_all_reduce "dp" "avg" bucket 0 [#exec.buf<...>, ...]
+    exec.bucket_all_reduce "dp" avg bucket 0 [#exec.buf<...>, ...]
     ```
   }];
-  let arguments = (ins StrAttr:$axis, StrAttr:$reduce, I64Attr:$bucket, ArrayAttr:$buffers);
+  let arguments = (ins StrAttr:$axis, Exec_ReduceKind:$reduce, I64Attr:$bucket, ArrayAttr:$buffers);
   let assemblyFormat = "$axis $reduce `bucket` $bucket $buffers attr-dict";
   let hasVerifier = 1;
 }
@@ -162,11 +206,11 @@ def Exec_GradReduceScatterOp : Exec_Op<"grad_reduce_scatter", [HasParent<"Progra
     rank's chunks side by side), as DDP buckets its all-reduces. A bucket's
     members share axis and reduction and lie in one part of the schedule.
     ```mlir
-    exec.grad_reduce_scatter "dp" "avg" #exec.buf<space = "arena", ...> into #exec.buf<space = "accum", name = "grad_shard:w", ...>
-    exec.grad_reduce_scatter "dp" "avg" #exec.buf<...> into #exec.buf<...> {bucket = 0 : i64, flush}
+    exec.grad_reduce_scatter "dp" avg #exec.buf<space = "arena", ...> into #exec.buf<space = "accum", name = "grad_shard:w", ...>
+    exec.grad_reduce_scatter "dp" avg #exec.buf<...> into #exec.buf<...> {bucket = 0 : i64, flush}
     ```
   }];
-  let arguments = (ins StrAttr:$axis, StrAttr:$reduce, Exec_BufAttr:$input, Exec_BufAttr:$accum,
+  let arguments = (ins StrAttr:$axis, Exec_ReduceKind:$reduce, Exec_BufAttr:$input, Exec_BufAttr:$accum,
                        OptionalAttr<I64Attr>:$bucket, UnitAttr:$flush);
   let assemblyFormat = "$axis $reduce $input `into` $accum attr-dict";
   let hasVerifier = 1;
@@ -184,7 +228,7 @@ def Exec_ReduceScatterOp : Exec_Op<"reduce_scatter", [HasParent<"ProgramOp">]> {
     exec.reduce_scatter "dp" avg [#exec.buf<...>, ...]
     ```
   }];
-  let arguments = (ins StrAttr:$axis, StrAttr:$reduce, ArrayAttr:$buffers);
+  let arguments = (ins StrAttr:$axis, Exec_ReduceKind:$reduce, ArrayAttr:$buffers);
   let assemblyFormat = "$axis $reduce $buffers attr-dict";
   let hasVerifier = 1;
 }
@@ -220,7 +264,7 @@ def Exec_SeqOp : Exec_Op<"seq", [HasParent<"ProgramOp">]> {
     exec.seq all_gather "tp" ins [#exec.buf<...>] outs [#exec.buf<...>]
     ```
   }];
-  let arguments = (ins StrAttr:$kind, StrAttr:$axis, ArrayAttr:$ins, ArrayAttr:$outs);
+  let arguments = (ins Exec_SeqKind:$kind, StrAttr:$axis, ArrayAttr:$ins, ArrayAttr:$outs);
   let assemblyFormat = "$kind $axis `ins` $ins `outs` $outs attr-dict";
   let hasVerifier = 1;
 }
@@ -237,10 +281,10 @@ def Exec_RingAttentionOp : Exec_Op<"ring_attention", [HasParent<"ProgramOp">]> {
     outs dq, dk, dv (the blocks' key / value gradients travel with them and
     arrive home after a full turn). `params` are the attention kernel's.
     ```mlir
-    exec.ring_attention "fwd" "cp" ins [...] outs [...] {causal = true, ...}
+    exec.ring_attention fwd "cp" ins [...] outs [...] {causal = true, ...}
     ```
   }];
-  let arguments = (ins StrAttr:$kind, StrAttr:$axis, ArrayAttr:$ins, ArrayAttr:$outs,
+  let arguments = (ins Exec_Direction:$kind, StrAttr:$axis, ArrayAttr:$ins, ArrayAttr:$outs,
                        DictionaryAttr:$params);
   let assemblyFormat = "$kind $axis `ins` $ins `outs` $outs $params attr-dict";
   let hasVerifier = 1;
@@ -258,7 +302,7 @@ def Exec_AllToAllOp : Exec_Op<"all_to_all", [HasParent<"ProgramOp">]> {
     exec.all_to_all dispatch "ep" ins [#exec.buf<...>] outs [#exec.buf<...>]
     ```
   }];
-  let arguments = (ins StrAttr:$kind, StrAttr:$axis, ArrayAttr:$ins, ArrayAttr:$outs);
+  let arguments = (ins Exec_ExpertExchange:$kind, StrAttr:$axis, ArrayAttr:$ins, ArrayAttr:$outs);
   let assemblyFormat = "$kind $axis `ins` $ins `outs` $outs attr-dict";
   let hasVerifier = 1;
 }
@@ -272,10 +316,10 @@ def Exec_P2POp : Exec_Op<"p2p", [HasParent<"ProgramOp">]> {
     order, so schedules may reorder transfers of different tags (the
     interleaved schedule does).
     ```mlir
-    exec.p2p "send" peer 1 tag 3 #exec.buf<...>
+    exec.p2p send peer 1 tag 3 #exec.buf<...>
     ```
   }];
-  let arguments = (ins StrAttr:$kind, I64Attr:$peer, I64Attr:$tag, Exec_BufAttr:$buffer);
+  let arguments = (ins Exec_TransferKind:$kind, I64Attr:$peer, I64Attr:$tag, Exec_BufAttr:$buffer);
   let assemblyFormat = "$kind `peer` $peer `tag` $tag $buffer attr-dict";
   let hasVerifier = 1;
 }
