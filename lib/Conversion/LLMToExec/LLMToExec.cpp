@@ -51,10 +51,10 @@ struct Converter {
     auto shape = b.getDenseI64ArrayAttr(t.getShape());
     Type elt = t.getElementType();
     if (auto arg = dyn_cast<BlockArgument>(v))
-      return BufAttr::get(b.getContext(), b.getStringAttr("input"), arg.getArgNumber(),
+      return BufAttr::get(b.getContext(), BufferSpace::input, arg.getArgNumber(),
                           b.getStringAttr(""), shape, elt);
     if (auto p = v.getDefiningOp<ParamOp>())
-      return BufAttr::get(b.getContext(), b.getStringAttr("state"), 0, p.getNameAttr(), shape,
+      return BufAttr::get(b.getContext(), BufferSpace::state, 0, p.getNameAttr(), shape,
                           elt);
     auto it = offsets.find(v);
     if (it == offsets.end() || it->second < 0) {
@@ -62,7 +62,7 @@ struct Converter {
                                "llm-plan-memory first";
       return failure();
     }
-    return BufAttr::get(b.getContext(), b.getStringAttr(stashed.contains(v) ? "stash" : "arena"),
+    return BufAttr::get(b.getContext(), stashed.contains(v) ? BufferSpace::stash : BufferSpace::arena,
                         it->second, b.getStringAttr(""), shape, elt);
   }
 
@@ -207,7 +207,7 @@ struct Converter {
     for (int64_t d : shape.drop_back())
       rows *= d;
     auto scratch = [&](StringRef name, ArrayRef<int64_t> dims) {
-      return BufAttr::get(b.getContext(), b.getStringAttr("accum"), 0,
+      return BufAttr::get(b.getContext(), BufferSpace::accum, 0,
                           b.getStringAttr(("scratch:" + name).str()),
                           b.getDenseI64ArrayAttr(dims), b.getF32Type());
     };
@@ -545,7 +545,7 @@ LogicalResult Converter::convert(Operation *op) {
         if (failed(io) || failed(oo))
           return failure();
         int64_t experts = cast<RankedTensorType>(g.getGate().getType()).getDimSize(0);
-        auto counts = BufAttr::get(b.getContext(), b.getStringAttr("accum"), 0,
+        auto counts = BufAttr::get(b.getContext(), BufferSpace::accum, 0,
                                    b.getStringAttr("scratch:moe_counts"),
                                    b.getDenseI64ArrayAttr({experts}), b.getF32Type());
         KernelOp::create(ob, loc, b.getStringAttr("moe_expert_counts"),
@@ -764,7 +764,7 @@ struct ConvertLLMToExecPass
     Builder b(ctx);
     auto accum = [&](StringRef name, Value like) {
       auto t = cast<RankedTensorType>(like.getType());
-      return BufAttr::get(ctx, b.getStringAttr("accum"), 0, b.getStringAttr(name),
+      return BufAttr::get(ctx, BufferSpace::accum, 0, b.getStringAttr(name),
                           b.getDenseI64ArrayAttr(t.getShape()), b.getF32Type());
     };
     BufAttr lossAcc = accum("loss", ret.getOperand(0));
@@ -806,7 +806,7 @@ struct ConvertLLMToExecPass
         int64_t d = expert ? dp / ep : dp, n = 1;
         for (int64_t s : cast<BufAttr>(acc).getShape().asArrayRef())
           n *= s;
-        acc = BufAttr::get(ctx, b.getStringAttr("accum"), 0,
+        acc = BufAttr::get(ctx, BufferSpace::accum, 0,
                            b.getStringAttr(("grad_shard:" + a.getName()).str()),
                            b.getDenseI64ArrayAttr({(n + d - 1) / d}), b.getF32Type());
         chunkedOver[acc] = b.getStringAttr(expert ? "edp" : "dp");
@@ -1154,7 +1154,7 @@ struct ConvertLLMToExecPass
       std::optional<BufAttr> found;
       if (lossScaling) {
         auto scratch = [&](StringRef n) {
-          return BufAttr::get(ctx, b.getStringAttr("accum"), 0, b.getStringAttr(n),
+          return BufAttr::get(ctx, BufferSpace::accum, 0, b.getStringAttr(n),
                               b.getDenseI64ArrayAttr({}), b.getF32Type());
         };
         found = scratch("scratch:found_inf");
@@ -1197,7 +1197,7 @@ struct ConvertLLMToExecPass
                                       b.getArrayAttr({into}));
         };
         if (tp > 1) {
-          BufAttr rest = BufAttr::get(ctx, b.getStringAttr("accum"), 0,
+          BufAttr rest = BufAttr::get(ctx, BufferSpace::accum, 0,
                                       b.getStringAttr("norm_sq_replicated"),
                                       b.getDenseI64ArrayAttr({}), b.getF32Type());
           sumSquares(sharded, *norm, /*overTp=*/true, dpAxis);
@@ -1209,7 +1209,7 @@ struct ConvertLLMToExecPass
         }
         if (!experts.empty()) {
           // Each ep rank squares its own experts.
-          BufAttr mine = BufAttr::get(ctx, b.getStringAttr("accum"), 0,
+          BufAttr mine = BufAttr::get(ctx, BufferSpace::accum, 0,
                                       b.getStringAttr("scratch:norm_sq_experts"),
                                       b.getDenseI64ArrayAttr({}), b.getF32Type());
           sumSquares(experts, mine, /*overTp=*/false, edpAxis);
@@ -1238,7 +1238,7 @@ struct ConvertLLMToExecPass
                          b.getArrayAttr({}), b.getDictionaryAttr(ps));
         auto t = cast<RankedTensorType>(a.getGrad().getType());
         (expert ? expertStates : states)
-            .push_back(BufAttr::get(ctx, b.getStringAttr("state"), 0, a.getNameAttr(),
+            .push_back(BufAttr::get(ctx, BufferSpace::state, 0, a.getNameAttr(),
                                     b.getDenseI64ArrayAttr(t.getShape()), t.getElementType()));
       }
       // ZeRO-1/2 gather the updated chunks into whole parameters; ZeRO-3 keeps

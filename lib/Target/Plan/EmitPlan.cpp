@@ -55,10 +55,10 @@ json::Array shapeJSON(ArrayRef<int64_t> shape) {
 }
 
 json::Value bufJSON(exec::BufAttr b) {
-  json::Object o{{"space", b.getSpace().str()},
+  json::Object o{{"space", exec::stringifyBufferSpace(b.getSpace()).str()},
                  {"shape", shapeJSON(b.getShape().asArrayRef())},
                  {"dtype", dtypeName(b.getDtype())}};
-  if (b.getSpace().getValue() == "state" || b.getSpace().getValue() == "accum")
+  if (b.getSpace() == exec::BufferSpace::state || b.getSpace() == exec::BufferSpace::accum)
     o["name"] = b.getName().str();
   else
     o["offset"] = b.getOffset();

@@ -10,7 +10,7 @@ exec.program "p" ranks [0] arena 64 micro_batches 1 outputs {} micro_batch {
 
 exec.program "p" ranks [0] arena 64 micro_batches 1 outputs {} micro_batch {
   // expected-error @+1 {{kernel 'add' takes 2 inputs, got 1}}
-  exec.kernel "add" ins [#exec.buf<space = "arena", offset = 0, name = "", shape = [4], dtype = f32>] outs [#exec.buf<space = "arena", offset = 16, name = "", shape = [4], dtype = f32>] {}
+  exec.kernel "add" ins [#exec.buf<space = arena, offset = 0, name = "", shape = [4], dtype = f32>] outs [#exec.buf<space = arena, offset = 16, name = "", shape = [4], dtype = f32>] {}
 } step {
 }
 
@@ -18,7 +18,7 @@ exec.program "p" ranks [0] arena 64 micro_batches 1 outputs {} micro_batch {
 
 exec.program "p" ranks [0] arena 64 micro_batches 1 outputs {} micro_batch {
   // expected-error @+1 {{buffer at offset 48 of 32 bytes overruns the 64-byte arena}}
-  exec.kernel "fill" ins [] outs [#exec.buf<space = "arena", offset = 48, name = "", shape = [8], dtype = f32>] {value = 1.0 : f64}
+  exec.kernel "fill" ins [] outs [#exec.buf<space = arena, offset = 48, name = "", shape = [8], dtype = f32>] {value = 1.0 : f64}
 } step {
 }
 
@@ -33,7 +33,7 @@ exec.program "p" ranks [0, 0] arena 64 micro_batches 1 outputs {} micro_batch {
 
 exec.program "p" ranks [0] arena 64 micro_batches 1 outputs {} micro_batch {
   // expected-error @+1 {{must not write a step input}}
-  exec.kernel "fill" ins [] outs [#exec.buf<space = "input", offset = 0, name = "", shape = [4], dtype = f32>] {value = 1.0 : f64}
+  exec.kernel "fill" ins [] outs [#exec.buf<space = input, offset = 0, name = "", shape = [4], dtype = f32>] {value = 1.0 : f64}
 } step {
 }
 
@@ -42,7 +42,7 @@ exec.program "p" ranks [0] arena 64 micro_batches 1 outputs {} micro_batch {
 exec.program "p" ranks [0] arena 64 micro_batches 1 outputs {} micro_batch {
   // A closed set is an enum: a value outside it is refused where it is read.
   // expected-error @+1 {{invalid reduce attribute specification: "max"}}
-  exec.all_reduce "dp" "max" [#exec.buf<space = "arena", offset = 0, name = "", shape = [4], dtype = f32>]
+  exec.all_reduce "dp" "max" [#exec.buf<space = arena, offset = 0, name = "", shape = [4], dtype = f32>]
 } step {
 }
 
@@ -50,15 +50,16 @@ exec.program "p" ranks [0] arena 64 micro_batches 1 outputs {} micro_batch {
 
 exec.program "p" ranks [0] arena 64 micro_batches 1 outputs {} micro_batch {
   // expected-error @+1 {{buf: state and accum buffers have a name, other buffers none}}
-  exec.kernel "fill" ins [] outs [#exec.buf<space = "state", offset = 0, name = "", shape = [4], dtype = f32>] {value = 1.0 : f64}
+  exec.kernel "fill" ins [] outs [#exec.buf<space = state, offset = 0, name = "", shape = [4], dtype = f32>] {value = 1.0 : f64}
 } step {
 }
 
 // -----
 
 exec.program "p" ranks [0] arena 64 micro_batches 1 outputs {} micro_batch {
-  // expected-error @+1 {{buf: space must be arena, stash, input, state or accum, got 'host'}}
-  exec.kernel "fill" ins [] outs [#exec.buf<space = "host", offset = 0, name = "", shape = [4], dtype = f32>] {value = 1.0 : f64}
+  // expected-error @+2 {{expected ::llmopt::exec::BufferSpace to be one of: arena, stash, input, state, accum}}
+  // expected-error @+1 {{failed to parse Exec_BufAttr parameter 'space'}}
+  exec.kernel "fill" ins [] outs [#exec.buf<space = host, offset = 0, name = "", shape = [4], dtype = f32>] {value = 1.0 : f64}
 } step {
 }
 
@@ -74,7 +75,7 @@ exec.program "p" ranks [0] arena 64 micro_batches 0 outputs {} micro_batch {
 exec.program "p" ranks [0] arena 64 micro_batches 1 outputs {} micro_batch {
 } step {
   // expected-error @+1 {{invalid reduce attribute specification: "max"}}
-  exec.reduce_scatter "dp" "max" [#exec.buf<space = "arena", offset = 0, name = "", shape = [4], dtype = f32>]
+  exec.reduce_scatter "dp" "max" [#exec.buf<space = arena, offset = 0, name = "", shape = [4], dtype = f32>]
 }
 
 // -----
@@ -82,7 +83,7 @@ exec.program "p" ranks [0] arena 64 micro_batches 1 outputs {} micro_batch {
 exec.program "p" ranks [0] arena 64 micro_batches 1 outputs {} micro_batch {
 } step {
   // expected-error @+1 {{must not write a step input}}
-  exec.all_gather "dp" [#exec.buf<space = "input", offset = 0, name = "", shape = [4], dtype = i32>]
+  exec.all_gather "dp" [#exec.buf<space = input, offset = 0, name = "", shape = [4], dtype = i32>]
 }
 
 // -----
@@ -97,7 +98,7 @@ exec.program "p" ranks [0] arena 256 micro_batches 1 outputs {} micro_batch {
 
 exec.program "p" ranks [0] arena 256 micro_batches 1 outputs {} micro_batch {
   // expected-error @+1 {{invalid kind attribute specification: "shuffle"}}
-  exec.seq "shuffle" "tp" ins [#exec.buf<space = "arena", offset = 0, name = "", shape = [1, 2, 4], dtype = f32>] outs [#exec.buf<space = "arena", offset = 32, name = "", shape = [1, 4, 4], dtype = f32>]
+  exec.seq "shuffle" "tp" ins [#exec.buf<space = arena, offset = 0, name = "", shape = [1, 2, 4], dtype = f32>] outs [#exec.buf<space = arena, offset = 32, name = "", shape = [1, 4, 4], dtype = f32>]
 } step {
 }
 
@@ -105,7 +106,7 @@ exec.program "p" ranks [0] arena 256 micro_batches 1 outputs {} micro_batch {
 
 exec.program "p" ranks [0] arena 256 micro_batches 1 outputs {} micro_batch {
   // expected-error @+1 {{sequence 3 is not several chunks of 2}}
-  exec.seq all_gather "tp" ins [#exec.buf<space = "arena", offset = 0, name = "", shape = [1, 2, 4], dtype = f32>] outs [#exec.buf<space = "arena", offset = 32, name = "", shape = [1, 3, 4], dtype = f32>]
+  exec.seq all_gather "tp" ins [#exec.buf<space = arena, offset = 0, name = "", shape = [1, 2, 4], dtype = f32>] outs [#exec.buf<space = arena, offset = 32, name = "", shape = [1, 3, 4], dtype = f32>]
 } step {
 }
 
@@ -113,7 +114,7 @@ exec.program "p" ranks [0] arena 256 micro_batches 1 outputs {} micro_batch {
 
 exec.program "p" ranks [0] arena 512 micro_batches 1 outputs {} micro_batch {
   // expected-error @+1 {{invalid kind attribute specification: "scatter"}}
-  exec.all_to_all "scatter" "ep" ins [#exec.buf<space = "arena", offset = 0, name = "", shape = [4, 2, 4], dtype = f32>] outs [#exec.buf<space = "arena", offset = 128, name = "", shape = [2, 4, 4], dtype = f32>]
+  exec.all_to_all "scatter" "ep" ins [#exec.buf<space = arena, offset = 0, name = "", shape = [4, 2, 4], dtype = f32>] outs [#exec.buf<space = arena, offset = 128, name = "", shape = [2, 4, 4], dtype = f32>]
 } step {
 }
 
@@ -121,7 +122,7 @@ exec.program "p" ranks [0] arena 512 micro_batches 1 outputs {} micro_batch {
 
 exec.program "p" ranks [0] arena 512 micro_batches 1 outputs {} micro_batch {
   // expected-error @+1 {{expects expert rows [E, C, h] and a share [E/t, t C, h]}}
-  exec.all_to_all combine "ep" ins [#exec.buf<space = "arena", offset = 0, name = "", shape = [2, 2, 4], dtype = f32>] outs [#exec.buf<space = "arena", offset = 128, name = "", shape = [4, 2, 4], dtype = f32>]
+  exec.all_to_all combine "ep" ins [#exec.buf<space = arena, offset = 0, name = "", shape = [2, 2, 4], dtype = f32>] outs [#exec.buf<space = arena, offset = 128, name = "", shape = [4, 2, 4], dtype = f32>]
 } step {
 }
 
@@ -129,7 +130,7 @@ exec.program "p" ranks [0] arena 512 micro_batches 1 outputs {} micro_batch {
 
 exec.program "p" ranks [0] arena 512 micro_batches 1 outputs {} micro_batch {
   // expected-error @+1 {{body entry 0: kernel 'attention_fwd' is not row-wise and cannot be fused}}
-  exec.fused "f" ins [#exec.buf<space = "arena", offset = 0, name = "", shape = [2, 4], dtype = f32>] outs [#exec.buf<space = "arena", offset = 64, name = "", shape = [2, 4], dtype = f32>] temps [] body [{kernel = "attention_fwd", ins = array<i64: 0>, outs = array<i64: 1>, params = {}}]
+  exec.fused "f" ins [#exec.buf<space = arena, offset = 0, name = "", shape = [2, 4], dtype = f32>] outs [#exec.buf<space = arena, offset = 64, name = "", shape = [2, 4], dtype = f32>] temps [] body [{kernel = "attention_fwd", ins = array<i64: 0>, outs = array<i64: 1>, params = {}}]
 } step {
 }
 
@@ -137,7 +138,7 @@ exec.program "p" ranks [0] arena 512 micro_batches 1 outputs {} micro_batch {
 
 exec.program "p" ranks [0] arena 512 micro_batches 1 outputs {} micro_batch {
   // expected-error @+1 {{body entry 0 writes input 0}}
-  exec.fused "f" ins [#exec.buf<space = "arena", offset = 0, name = "", shape = [2, 4], dtype = f32>] outs [#exec.buf<space = "arena", offset = 64, name = "", shape = [2, 4], dtype = f32>] temps [] body [{kernel = "gelu_fwd", ins = array<i64: 1>, outs = array<i64: 0>, params = {}}]
+  exec.fused "f" ins [#exec.buf<space = arena, offset = 0, name = "", shape = [2, 4], dtype = f32>] outs [#exec.buf<space = arena, offset = 64, name = "", shape = [2, 4], dtype = f32>] temps [] body [{kernel = "gelu_fwd", ins = array<i64: 1>, outs = array<i64: 0>, params = {}}]
 } step {
 }
 
@@ -145,7 +146,7 @@ exec.program "p" ranks [0] arena 512 micro_batches 1 outputs {} micro_batch {
 
 exec.program "p" ranks [0] arena 64 micro_batches 1 outputs {} micro_batch {
   // expected-error @+1 {{flush needs a bucket}}
-  exec.grad_reduce_scatter "dp" avg #exec.buf<space = "arena", offset = 0, name = "", shape = [4], dtype = f32> into #exec.buf<space = "accum", offset = 0, name = "grad_shard:w", shape = [2], dtype = f32> {flush}
+  exec.grad_reduce_scatter "dp" avg #exec.buf<space = arena, offset = 0, name = "", shape = [4], dtype = f32> into #exec.buf<space = accum, offset = 0, name = "grad_shard:w", shape = [2], dtype = f32> {flush}
 } step {
 }
 
@@ -153,6 +154,6 @@ exec.program "p" ranks [0] arena 64 micro_batches 1 outputs {} micro_batch {
 
 exec.program "p" ranks [0] arena 64 micro_batches 1 outputs {} micro_batch {
   // expected-error @+1 {{bucket must be non-negative}}
-  exec.grad_reduce_scatter "dp" avg #exec.buf<space = "arena", offset = 0, name = "", shape = [4], dtype = f32> into #exec.buf<space = "accum", offset = 0, name = "grad_shard:w", shape = [2], dtype = f32> {bucket = -1 : i64, flush}
+  exec.grad_reduce_scatter "dp" avg #exec.buf<space = arena, offset = 0, name = "", shape = [4], dtype = f32> into #exec.buf<space = accum, offset = 0, name = "grad_shard:w", shape = [2], dtype = f32> {bucket = -1 : i64, flush}
 } step {
 }

@@ -42,18 +42,14 @@ int64_t BufAttr::getBytes() const {
   return getNumElements() * std::max<int64_t>(1, getDtype().getIntOrFloatBitWidth() / 8);
 }
 
-LogicalResult BufAttr::verify(function_ref<InFlightDiagnostic()> emitError, StringAttr space,
+LogicalResult BufAttr::verify(function_ref<InFlightDiagnostic()> emitError, BufferSpace space,
                               int64_t offset, StringAttr name, DenseI64ArrayAttr shape,
                               Type dtype) {
-  if (!space || !name || !shape || !dtype)
+  if (!name || !shape || !dtype)
     return emitError() << "buf: every field needs a value";
-  StringRef s = space.getValue();
-  if (s != "arena" && s != "stash" && s != "input" && s != "state" && s != "accum")
-    return emitError() << "buf: space must be arena, stash, input, state or accum, got '" << s
-                       << "'";
   if (offset < 0)
     return emitError() << "buf: offset must not be negative";
-  if ((s == "state" || s == "accum") != !name.getValue().empty())
+  if ((space == BufferSpace::state || space == BufferSpace::accum) != !name.getValue().empty())
     return emitError() << "buf: state and accum buffers have a name, other buffers none";
   for (int64_t d : shape.asArrayRef())
     if (d <= 0)
@@ -75,9 +71,9 @@ LogicalResult ProgramOp::verify() {
     auto b = dyn_cast<BufAttr>(a);
     if (!b)
       return false;
-    StringRef s = b.getSpace().getValue();
-    return (s == "arena" && b.getOffset() + b.getBytes() > arena) ||
-           (s == "stash" && b.getOffset() + b.getBytes() > stash);
+    BufferSpace s = b.getSpace();
+    return (s == BufferSpace::arena && b.getOffset() + b.getBytes() > arena) ||
+           (s == BufferSpace::stash && b.getOffset() + b.getBytes() > stash);
   };
   auto check = [&](Operation *op) -> WalkResult {
     for (NamedAttribute na : op->getAttrs()) {
@@ -90,8 +86,8 @@ LogicalResult ProgramOp::verify() {
           return op->emitOpError()
                  << "buffer at offset " << b.getOffset() << " of " << b.getBytes()
                  << " bytes overruns the "
-                 << (b.getSpace().getValue() == "stash" ? stash : arena) << "-byte "
-                 << b.getSpace().getValue();
+                 << (b.getSpace() == BufferSpace::stash ? stash : arena) << "-byte "
+                 << stringifyBufferSpace(b.getSpace());
         }
     }
     return WalkResult::advance();
@@ -123,7 +119,7 @@ LogicalResult KernelOp::verify() {
     return emitOpError() << "kernel '" << getKernel() << "' writes " << k->outputs
                          << " outputs, got " << getOuts().size();
   for (Attribute a : getOuts())
-    if (cast<BufAttr>(a).getSpace().getValue() == "input")
+    if (cast<BufAttr>(a).getSpace() == BufferSpace::input)
       return emitOpError() << "must not write a step input";
   return success();
 }
@@ -132,7 +128,7 @@ static LogicalResult verifyCollective(Operation *op, ArrayAttr buffers) {
   if (buffers.empty())
     return op->emitOpError() << "needs at least one buffer";
   for (Attribute a : buffers)
-    if (auto b = dyn_cast<BufAttr>(a); b && b.getSpace().getValue() == "input")
+    if (auto b = dyn_cast<BufAttr>(a); b && b.getSpace() == BufferSpace::input)
       return op->emitOpError() << "must not write a step input";
   return verifyBufs(op, buffers, "buffers");
 }
@@ -153,7 +149,7 @@ LogicalResult GradReduceScatterOp::verify() {
   if (getFlush() && !getBucketAttr())
     return emitOpError() << "flush needs a bucket";
   BufAttr acc = getAccum();
-  if (acc.getSpace().getValue() != "accum" || !acc.getName().getValue().starts_with("grad_shard:"))
+  if (acc.getSpace() != BufferSpace::accum || !acc.getName().getValue().starts_with("grad_shard:"))
     return emitOpError() << "accumulates into an accum buffer named grad_shard:<param>";
   auto elements = [](BufAttr b) {
     int64_t n = 1;
@@ -182,7 +178,7 @@ LogicalResult SeqOp::verify() {
     return failure();
   auto in = cast<BufAttr>(getIns()[0]), out = cast<BufAttr>(getOuts()[0]);
   ArrayRef<int64_t> a = in.getShape().asArrayRef(), b = out.getShape().asArrayRef();
-  if (out.getSpace().getValue() == "input" || a.size() != 3 || b.size() != 3 ||
+  if (out.getSpace() == BufferSpace::input || a.size() != 3 || b.size() != 3 ||
       a[0] != b[0] || a[2] != b[2])
     return emitOpError() << "expects [b, s, h] buffers that differ only in the sequence";
   bool gathers = kind == SeqKind::all_gather || kind == SeqKind::cp_all_gather;
@@ -210,7 +206,7 @@ LogicalResult AllToAllOp::verify() {
   auto in = cast<BufAttr>(getIns()[0]), out = cast<BufAttr>(getOuts()[0]);
   ArrayRef<int64_t> rows = (dispatch ? in : out).getShape().asArrayRef(),
                     share = (dispatch ? out : in).getShape().asArrayRef();
-  if (out.getSpace().getValue() == "input" || rows.size() != 3 || share.size() != 3 ||
+  if (out.getSpace() == BufferSpace::input || rows.size() != 3 || share.size() != 3 ||
       rows[2] != share[2] || share[0] <= 0 || rows[0] % share[0] != 0 || rows[1] <= 0 ||
       share[1] != rows[1] * (rows[0] / share[0]))
     return emitOpError() << "expects expert rows [E, C, h] and a share [E/t, t C, h]";
@@ -246,7 +242,7 @@ LogicalResult FusedOp::verify() {
 }
 
 LogicalResult P2POp::verify() {
-  if (getKind() == TransferKind::recv && getBuffer().getSpace().getValue() == "input")
+  if (getKind() == TransferKind::recv && getBuffer().getSpace() == BufferSpace::input)
     return emitOpError() << "must not write a step input";
   return verifyBufs(*this, ArrayAttr::get(getContext(), {getBuffer()}), "buffer");
 }

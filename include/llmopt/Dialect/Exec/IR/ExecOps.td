@@ -36,6 +36,16 @@ class Exec_Op<string mnemonic, list<Trait> traits = []>
 // the plan file spells them as here.
 //===----------------------------------------------------------------------===//
 
+def Exec_BufferSpace : I32EnumAttr<"BufferSpace", "where a buffer lives", [
+    I32EnumAttrCase<"arena", 0>,
+    I32EnumAttrCase<"stash", 1>,
+    I32EnumAttrCase<"input", 2>,
+    I32EnumAttrCase<"state", 3>,
+    I32EnumAttrCase<"accum", 4>,
+  ]> {
+  let cppNamespace = "::llmopt::exec";
+}
+
 def Exec_ReduceKind : I32EnumAttr<"ReduceKind", "how a collective combines ranks", [
     I32EnumAttrCase<"sum", 0>,
     I32EnumAttrCase<"avg", 1>,
@@ -88,10 +98,10 @@ def Exec_BufAttr : AttrDef<Exec_Dialect, "Buf"> {
     describe the data.
 
     ```mlir
-    #exec.buf<space = "arena", offset = 4096, name = "", shape = array<i64: 2, 8, 64>, dtype = f32>
+    #exec.buf<space = arena, offset = 4096, name = "", shape = array<i64: 2, 8, 64>, dtype = f32>
     ```
   }];
-  let parameters = (ins "::mlir::StringAttr":$space, "int64_t":$offset,
+  let parameters = (ins EnumParameter<Exec_BufferSpace>:$space, "int64_t":$offset,
                         "::mlir::StringAttr":$name, "::mlir::DenseI64ArrayAttr":$shape,
                         "::mlir::Type":$dtype);
   let assemblyFormat = "`<` struct(params) `>`";
@@ -206,7 +216,7 @@ def Exec_GradReduceScatterOp : Exec_Op<"grad_reduce_scatter", [HasParent<"Progra
     rank's chunks side by side), as DDP buckets its all-reduces. A bucket's
     members share axis and reduction and lie in one part of the schedule.
     ```mlir
-    exec.grad_reduce_scatter "dp" avg #exec.buf<space = "arena", ...> into #exec.buf<space = "accum", name = "grad_shard:w", ...>
+    exec.grad_reduce_scatter "dp" avg #exec.buf<space = arena, ...> into #exec.buf<space = accum, name = "grad_shard:w", ...>
     exec.grad_reduce_scatter "dp" avg #exec.buf<...> into #exec.buf<...> {bucket = 0 : i64, flush}
     ```
   }];
@@ -383,8 +393,8 @@ def Exec_ParamGatherOp : Exec_Op<"param_gather", [HasParent<"ProgramOp">]> {
     `buffer`, makes the compute stream wait for it. Prefetches are started in
     the same order on every rank of the axis.
     ```mlir
-    exec.param_gather "dp" "w" #exec.buf<space = "arena", ...>
-    exec.param_gather "dp" "w2" #exec.buf<space = "arena", ...> event 3
+    exec.param_gather "dp" "w" #exec.buf<space = arena, ...>
+    exec.param_gather "dp" "w2" #exec.buf<space = arena, ...> event 3
     ```
   }];
   let arguments = (ins StrAttr:$axis, StrAttr:$param, Exec_BufAttr:$buffer,
