@@ -11,6 +11,7 @@
 #define LLMOPT_KERNELS_CUDA_COMMON_CUH
 
 #include "llmopt-kernels/cuda.h"
+#include "llmopt-kernels/device_math.cuh"
 
 #include <cstdint>
 
@@ -38,37 +39,11 @@ inline unsigned gridFor(int64_t count) {
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < (n);                \
        i += int64_t(blockDim.x) * gridDim.x)
 
-/// `v` reduced over the block with `op` (identity `init`), every thread
-/// getting the result.
-template <typename Op>
-__device__ __forceinline__ float blockReduce(float v, float *red, float init, Op op) {
-  for (int o = 16; o > 0; o >>= 1)
-    v = op(v, __shfl_xor_sync(0xffffffffu, v, o));
-  int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  if (lane == 0)
-    red[warp] = v;
-  __syncthreads();
-  float t = threadIdx.x < (blockDim.x >> 5) ? red[threadIdx.x] : init;
-  if (warp == 0)
-    for (int o = 16; o > 0; o >>= 1)
-      t = op(t, __shfl_xor_sync(0xffffffffu, t, o));
-  __syncthreads();
-  if (threadIdx.x == 0)
-    red[0] = t;
-  __syncthreads();
-  float r = red[0];
-  __syncthreads();
-  return r;
-}
-
-__device__ __forceinline__ float blockSum(float v, float *red) {
-  return blockReduce(v, red, 0.0f, [](float a, float b) { return a + b; });
-}
-
-__device__ __forceinline__ float blockMax(float v, float *red) {
-  return blockReduce(v, red, -INFINITY, [](float a, float b) { return fmaxf(a, b); });
-}
-
+// Block reductions: the device math every CUDA kernel shares, generated
+// fused kernels included.
+using llmopt_device::blockMax;
+using llmopt_device::blockReduce;
+using llmopt_device::blockSum;
 
 /// An elementwise map over `n` elements: NI inputs and NO outputs of T,
 /// computed in fp32 by `op(const float *in, float *out)`.

@@ -252,21 +252,9 @@ bool normBackwardWords(const T *d, const T *x, const T *w, const float *mean, co
 
 // --- activations ----------------------------------------------------------------
 
-__device__ __forceinline__ float gelu(float x, bool t) {
-  if (t)
-    return 0.5f * x * (1.0f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x)));
-  return 0.5f * x * (1.0f + erff(x * 0.7071067811865476f));
-}
-__device__ __forceinline__ float geluGrad(float x, bool t) {
-  if (t) {
-    float th = tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x));
-    return 0.5f * (1.0f + th) +
-           0.5f * x * (1.0f - th * th) * 0.7978845608028654f * (1.0f + 3.0f * 0.044715f * x * x);
-  }
-  return 0.5f * (1.0f + erff(x * 0.7071067811865476f)) +
-         x * 0.3989422804014327f * expf(-0.5f * x * x);
-}
-__device__ __forceinline__ float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+using llmopt_device::gelu;
+using llmopt_device::geluGrad;
+using llmopt_device::sigmoid;
 
 struct GeluFwd {
   bool t;
