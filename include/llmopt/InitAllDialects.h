@@ -6,21 +6,15 @@
 #include "llmopt/Dialect/Exec/IR/ExecOps.h"
 #include "llmopt/Dialect/LLM/IR/LLMDialect.h"
 #include "mlir/Dialect/Arith/IR/Arith.h"
-#include "llmopt/Dialect/LLM/Sharding/ShardingInterfaceImpl.h"
-#include "mlir/Dialect/Func/Extensions/ShardingExtensions.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
-#include "mlir/Dialect/Shard/IR/ShardDialect.h"
 #include "mlir/IR/DialectRegistry.h"
 
 namespace llmopt {
 
 /// Our dialects and the upstream ones our pipelines produce.
 inline void registerAllDialects(mlir::DialectRegistry &registry) {
-  registry.insert<llm::LLMDialect, exec::ExecDialect, mlir::func::FuncDialect, mlir::arith::ArithDialect,
-                  mlir::shard::ShardDialect>();
-  // Upstream shard's sharding propagation and partitioning see our ops.
-  llm::registerShardingInterfaceExternalModels(registry);
-  mlir::func::registerShardingInterfaceExternalModels(registry);
+  registry.insert<llm::LLMDialect, exec::ExecDialect, mlir::func::FuncDialect,
+                  mlir::arith::ArithDialect>();
 }
 
 } // namespace llmopt

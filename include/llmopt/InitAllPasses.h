@@ -7,7 +7,6 @@
 #include "llmopt/Conversion/Passes.h"
 #include "llmopt/Pipelines/Pipelines.h"
 #include "llmopt/Transforms/Passes.h"
-#include "mlir/Dialect/Shard/Transforms/Passes.h"
 #include "mlir/Transforms/Passes.h"
 
 namespace llmopt {
@@ -21,7 +20,6 @@ inline void registerAllPasses() {
   mlir::registerCanonicalizerPass();
   mlir::registerCSEPass();
   mlir::registerSymbolDCEPass();
-  mlir::shard::registerShardPasses();
 }
 
 } // namespace llmopt

@@ -1452,7 +1452,7 @@ func.func @stage_not_an_index() {
 // -----
 
 func.func @shard_malformed() {
-  // expected-error @+1 {{'llm.shard' must be a dictionary {axis: string, dim, blocks, parts: i64[, whole: i64, grid_axes: array<i64>]}, got {axis = "tp", dim = 0 : i64}}}
+  // expected-error @+1 {{'llm.shard' must be a dictionary {axis: string, dim, blocks, parts: i64[, whole: i64]}, got {axis = "tp", dim = 0 : i64}}}
   %w = llm.param "w" zeros {llm.shard = {axis = "tp", dim = 0 : i64}} : tensor<4xf32>
   return
 }

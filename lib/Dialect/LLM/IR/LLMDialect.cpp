@@ -166,8 +166,7 @@ const char *describe(AttrKind k) {
   case AttrKind::Flags:
     return "an array<i1>";
   case AttrKind::Shard:
-    return "a dictionary {axis: string, dim, blocks, parts: i64[, whole: i64, grid_axes: "
-           "array<i64>]}";
+    return "a dictionary {axis: string, dim, blocks, parts: i64[, whole: i64]}";
   case AttrKind::Plan:
     return "an #llm.plan";
   }
@@ -207,11 +206,9 @@ bool holds(AttrKind kind, Attribute a) {
         !i64(d.get("blocks"), 1) || !i64(d.get("parts"), 1))
       return false;
     for (NamedAttribute na : d)
-      if (!llvm::is_contained({"axis", "dim", "blocks", "parts", "whole", "grid_axes"},
-                              na.getName()))
+      if (!llvm::is_contained({"axis", "dim", "blocks", "parts", "whole"}, na.getName()))
         return false;
-    return (!d.get("whole") || i64(d.get("whole"), 1)) &&
-           (!d.get("grid_axes") || isa<DenseI64ArrayAttr>(d.get("grid_axes")));
+    return !d.get("whole") || i64(d.get("whole"), 1);
   }
   case AttrKind::Plan:
     return isa<PlanAttr>(a);
