@@ -83,12 +83,10 @@ void BM_LinearForward(benchmark::State &state) {
   DevMem x(size_t(n * in) * 2), w(size_t(in * out) * 2), y(size_t(n * out) * 2);
   gpu::LinearShape s{n, in, out, false, CUDA_R_16BF};
   std::string error;
-  timeWithEvents(state,
-                 [&] {
-                   return gemm() &&
-                          gemm()->linearForward(x.p, w.p, nullptr, y.p, s, nullptr, error);
-                 },
-                 2.0 * double(n) * double(in) * double(out), 0);
+  timeWithEvents(
+      state,
+      [&] { return gemm() && gemm()->linearForward(x.p, w.p, nullptr, y.p, s, nullptr, error); },
+      2.0 * double(n) * double(in) * double(out), 0);
 }
 
 // Args: rows, in, out, with dx (1) or only dW (0).
@@ -99,12 +97,13 @@ void BM_LinearBackward(benchmark::State &state) {
       dx(size_t(n * in) * 2), dw(size_t(in * out) * 4);
   gpu::LinearShape s{n, in, out, false, CUDA_R_16BF};
   std::string error;
-  timeWithEvents(state,
-                 [&] {
-                   return gemm() && gemm()->linearBackward(dy.p, x.p, w.p, withDx ? dx.p : nullptr,
-                                                 static_cast<float *>(dw.p), s, nullptr, error);
-                 },
-                 (withDx ? 4.0 : 2.0) * double(n) * double(in) * double(out), 0);
+  timeWithEvents(
+      state,
+      [&] {
+        return gemm() && gemm()->linearBackward(dy.p, x.p, w.p, withDx ? dx.p : nullptr,
+                                                static_cast<float *>(dw.p), s, nullptr, error);
+      },
+      (withDx ? 4.0 : 2.0) * double(n) * double(in) * double(out), 0);
 }
 
 // Args: rows, n, k, ldc: C [rows, n] = A [rows, k] B [n, k]^T with C's rows
@@ -117,21 +116,22 @@ void BM_GemmLeadingDim(benchmark::State &state) {
   s.m = m, s.n = n, s.k = k, s.transB = true, s.lda = k, s.ldb = k, s.ldc = ldc;
   s.ab = s.c = CUDA_R_16BF;
   std::string error;
-  timeWithEvents(state, [&] { return gemm() && gemm()->batched(a.p, b.p, c.p, s, nullptr, error); },
-                 2.0 * double(m) * double(n) * double(k), 0);
+  timeWithEvents(
+      state, [&] { return gemm() && gemm()->batched(a.p, b.p, c.p, s, nullptr, error); },
+      2.0 * double(m) * double(n) * double(k), 0);
 }
 
 // Args: rows, columns: bf16 rows copied into rows padded to 16 bytes.
 void BM_PadRows(benchmark::State &state) {
   int64_t n = state.range(0), c = state.range(1), ld = (c + 7) / 8 * 8;
   DevMem src(size_t(n * c) * 2), dst(size_t(n * ld) * 2);
-  timeWithEvents(state,
-                 [&] {
-                   return cudaMemcpy2DAsync(dst.p, size_t(ld) * 2, src.p, size_t(c) * 2,
-                                            size_t(c) * 2, size_t(n), cudaMemcpyDeviceToDevice,
-                                            nullptr) == cudaSuccess;
-                 },
-                 0, 2.0 * double(n * c) * 2);
+  timeWithEvents(
+      state,
+      [&] {
+        return cudaMemcpy2DAsync(dst.p, size_t(ld) * 2, src.p, size_t(c) * 2, size_t(c) * 2,
+                                 size_t(n), cudaMemcpyDeviceToDevice, nullptr) == cudaSuccess;
+      },
+      0, 2.0 * double(n * c) * 2);
 }
 
 // Args: rows, columns, with row chunks (1) or one block per 32 columns (0).
@@ -140,13 +140,13 @@ void BM_SumRows(benchmark::State &state) {
   bool chunks = state.range(2) != 0;
   DevMem g(size_t(n * c) * 2), out(size_t(c) * 4),
       scratch(std::max<size_t>(16, gpu::sumRowsScratchBytes(n, c)));
-  timeWithEvents(state,
-                 [&] {
-                   return gpu::sumRows(static_cast<const gpu::bf16 *>(g.p),
-                                       static_cast<float *>(out.p), n, c, nullptr,
-                                       chunks ? scratch.p : nullptr) == cudaSuccess;
-                 },
-                 0, double(n * c) * 2);
+  timeWithEvents(
+      state,
+      [&] {
+        return gpu::sumRows(static_cast<const gpu::bf16 *>(g.p), static_cast<float *>(out.p), n, c,
+                            nullptr, chunks ? scratch.p : nullptr) == cudaSuccess;
+      },
+      0, double(n * c) * 2);
 }
 
 // Args: rows, columns: layer norm backward with column-summed weight and
@@ -157,33 +157,52 @@ void BM_LayerNormBackward(benchmark::State &state) {
       dx(size_t(n * c) * 2), dw(size_t(c) * 4), db(size_t(c) * 4),
       scratch(gpu::normBackwardScratchBytes(n, c));
   auto *st = static_cast<float *>(stats.p);
-  timeWithEvents(state,
-                 [&] {
-                   using T = gpu::bf16;
-                   return gpu::layerNormBackward(
-                              static_cast<const T *>(d.p), static_cast<const T *>(x.p),
-                              static_cast<const T *>(w.p), st, st + n, static_cast<T *>(dx.p),
-                              static_cast<float *>(dw.p), static_cast<float *>(db.p), n, c,
-                              nullptr, static_cast<float *>(scratch.p)) == cudaSuccess;
-                 },
-                 0, 3.0 * double(n * c) * 2);
+  timeWithEvents(
+      state,
+      [&] {
+        using T = gpu::bf16;
+        return gpu::layerNormBackward(static_cast<const T *>(d.p), static_cast<const T *>(x.p),
+                                      static_cast<const T *>(w.p), st, st + n,
+                                      static_cast<T *>(dx.p), static_cast<float *>(dw.p),
+                                      static_cast<float *>(db.p), n, c, nullptr,
+                                      static_cast<float *>(scratch.p)) == cudaSuccess;
+      },
+      0, 3.0 * double(n * c) * 2);
 }
 
 } // namespace
 
 // GPT-2 124M, B=16 x T=1024: the LM head (vocabulary 50257, and 50304 =
 // padded to a multiple of 64 for comparison) and an MLP GEMM.
-BENCHMARK(BM_LinearForward)->Args({16384, 768, 50257})->Args({16384, 768, 50304})
-    ->Args({16384, 768, 3072})->UseManualTime()->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_LinearBackward)->Args({16384, 768, 50257, 1})->Args({16384, 768, 50257, 0})
-    ->Args({16384, 768, 50304, 1})->Args({16384, 768, 50304, 0})
-    ->UseManualTime()->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_GemmLeadingDim)->Args({16384, 50176, 768, 50257})->Args({16384, 50176, 768, 50304})
-    ->UseManualTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_LinearForward)
+    ->Args({16384, 768, 50257})
+    ->Args({16384, 768, 50304})
+    ->Args({16384, 768, 3072})
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_LinearBackward)
+    ->Args({16384, 768, 50257, 1})
+    ->Args({16384, 768, 50257, 0})
+    ->Args({16384, 768, 50304, 1})
+    ->Args({16384, 768, 50304, 0})
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_GemmLeadingDim)
+    ->Args({16384, 50176, 768, 50257})
+    ->Args({16384, 50176, 768, 50304})
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_PadRows)->Args({16384, 50257})->UseManualTime()->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_SumRows)->Args({16384, 768, 0})->Args({16384, 768, 1})->Args({16384, 3072, 1})
-    ->UseManualTime()->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_LayerNormBackward)->Args({16384, 768})->Args({16384, 2048})
-    ->UseManualTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_SumRows)
+    ->Args({16384, 768, 0})
+    ->Args({16384, 768, 1})
+    ->Args({16384, 3072, 1})
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_LayerNormBackward)
+    ->Args({16384, 768})
+    ->Args({16384, 2048})
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond);
 
 BENCHMARK_MAIN();

@@ -47,8 +47,9 @@ static void lowerLayers(benchmark::State &state) {
     mlir::OwningOpRef<mlir::ModuleOp> module =
         llmopt::importHFConfig(config, "deep.json", &context, options);
     mlir::PassManager pm(&context);
-    if (!module || mlir::failed(mlir::parsePassPipeline(
-                       ("llm-lower-to-plan{dir=" + dir + "/plan batch=1 seq=32}").str(), pm)) ||
+    if (!module ||
+        mlir::failed(mlir::parsePassPipeline(
+            ("llm-lower-to-plan{dir=" + dir + "/plan batch=1 seq=32}").str(), pm)) ||
         mlir::failed(pm.run(*module))) {
       state.SkipWithError("the lowering failed");
       break;

@@ -60,8 +60,8 @@ static ModelDesc mixtral8x7b() {
   return m;
 }
 
-static void runSearch(benchmark::State &state, const ModelDesc &m, int gpus,
-                      int64_t batch, int64_t seq) {
+static void runSearch(benchmark::State &state, const ModelDesc &m, int gpus, int64_t batch,
+                      int64_t seq) {
   ClusterSpec c;
   std::string error;
   if (!parseCluster("dgx-h100", "", {}, gpus, c, error)) {
@@ -88,8 +88,7 @@ static void runSearch(benchmark::State &state, const ModelDesc &m, int gpus,
 }
 
 static void BM_SearchGPT3_175B_1024xH100(benchmark::State &state) {
-  runSearch(state, ModelDesc::gpt("gpt3-175b", 96, 12288, 96, 50257, 2048), 1024, 1536,
-            2048);
+  runSearch(state, ModelDesc::gpt("gpt3-175b", 96, 12288, 96, 50257, 2048), 1024, 1536, 2048);
 }
 BENCHMARK(BM_SearchGPT3_175B_1024xH100)->Unit(benchmark::kMillisecond);
 

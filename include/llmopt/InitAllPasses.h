@@ -3,8 +3,8 @@
 #ifndef LLMOPT_INITALLPASSES_H
 #define LLMOPT_INITALLPASSES_H
 
-#include "llmopt/Dialect/LLM/Transforms/Passes.h"
 #include "llmopt/Conversion/Passes.h"
+#include "llmopt/Dialect/LLM/Transforms/Passes.h"
 #include "llmopt/Pipelines/Pipelines.h"
 #include "llmopt/Transforms/Passes.h"
 #include "mlir/Transforms/Passes.h"

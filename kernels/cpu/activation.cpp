@@ -19,14 +19,12 @@ static constexpr float kInvSqrt2Pi = 0.3989422804014327f;
 void geluForward(const float *x, float *out, int64_t count, bool tanhApprox) {
   for (int64_t i = 0; i < count; ++i) {
     float v = x[i];
-    out[i] = tanhApprox
-                 ? 0.5f * v * (1.0f + std::tanh(kSqrt2OverPi * (v + 0.044715f * v * v * v)))
-                 : 0.5f * v * (1.0f + std::erf(v * kInvSqrt2));
+    out[i] = tanhApprox ? 0.5f * v * (1.0f + std::tanh(kSqrt2OverPi * (v + 0.044715f * v * v * v)))
+                        : 0.5f * v * (1.0f + std::erf(v * kInvSqrt2));
   }
 }
 
-void geluBackward(const float *dout, const float *x, float *dx, int64_t count,
-                  bool tanhApprox) {
+void geluBackward(const float *dout, const float *x, float *dx, int64_t count, bool tanhApprox) {
   for (int64_t i = 0; i < count; ++i) {
     float v = x[i], d;
     if (tanhApprox) {
@@ -47,8 +45,8 @@ void swigluForward(const float *gate, const float *up, float *out, int64_t count
     out[i] = gate[i] * sigmoid(gate[i]) * up[i];
 }
 
-void swigluBackward(const float *dout, const float *gate, const float *up, float *dgate,
-                    float *dup, int64_t count) {
+void swigluBackward(const float *dout, const float *gate, const float *up, float *dgate, float *dup,
+                    int64_t count) {
   for (int64_t i = 0; i < count; ++i) {
     float g = gate[i], s = sigmoid(g);
     float silu = g * s;

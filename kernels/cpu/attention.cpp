@@ -49,8 +49,8 @@ struct Index {
 };
 } // namespace
 
-void attentionForward(const float *q, const float *k, const float *v, float *out,
-                      float *lse, const AttentionShape &a) {
+void attentionForward(const float *q, const float *k, const float *v, float *out, float *lse,
+                      const AttentionShape &a) {
   Index ix{a};
   int64_t group = a.heads / a.kvHeads;
   std::vector<float> scores(static_cast<size_t>(ix.keys()));

@@ -17,8 +17,7 @@ bool embeddingForward(const int32_t *tokens, const float *table, float *out, int
     if (tokens[i] < 0 || tokens[i] >= vocab)
       return false;
   for (int64_t i = 0; i < n; ++i)
-    std::memcpy(out + i * hidden, table + int64_t(tokens[i]) * hidden,
-                sizeof(float) * hidden);
+    std::memcpy(out + i * hidden, table + int64_t(tokens[i]) * hidden, sizeof(float) * hidden);
   return true;
 }
 
@@ -56,9 +55,8 @@ void embeddingBackward(const int32_t *tokens, const float *dout, float *dtable, 
   }
 }
 
-void positionEmbeddingForward(const float *x, const float *table, float *out,
-                              int64_t batch, int64_t seq, int64_t hidden,
-                              const int32_t *positions) {
+void positionEmbeddingForward(const float *x, const float *table, float *out, int64_t batch,
+                              int64_t seq, int64_t hidden, const int32_t *positions) {
   for (int64_t b = 0; b < batch; ++b)
     for (int64_t s = 0; s < seq; ++s) {
       const float *xr = x + (b * seq + s) * hidden;
@@ -69,8 +67,8 @@ void positionEmbeddingForward(const float *x, const float *table, float *out,
     }
 }
 
-void positionEmbeddingBackward(const float *dout, float *dtable, int64_t batch,
-                               int64_t seq, int64_t hidden, const int32_t *positions) {
+void positionEmbeddingBackward(const float *dout, float *dtable, int64_t batch, int64_t seq,
+                               int64_t hidden, const int32_t *positions) {
   for (int64_t b = 0; b < batch; ++b)
     for (int64_t s = 0; s < seq; ++s) {
       const float *g = dout + (b * seq + s) * hidden;

@@ -21,9 +21,7 @@ struct Format {
   int minExponent; // of the normal numbers
   float max;
 };
-Format formatOf(Fp8 f) {
-  return f == Fp8::E4M3 ? Format{3, -6, 448.0f} : Format{2, -14, 57344.0f};
-}
+Format formatOf(Fp8 f) { return f == Fp8::E4M3 ? Format{3, -6, 448.0f} : Format{2, -14, 57344.0f}; }
 } // namespace
 
 float fp8Max(Fp8 format) { return formatOf(format).max; }

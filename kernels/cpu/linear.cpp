@@ -9,8 +9,8 @@
 
 namespace llmopt::kernels::cpu {
 
-void linearForward(const float *x, const float *weight, const float *bias, float *out,
-                   int64_t n, int64_t in, int64_t outF, bool transposed) {
+void linearForward(const float *x, const float *weight, const float *bias, float *out, int64_t n,
+                   int64_t in, int64_t outF, bool transposed) {
   for (int64_t r = 0; r < n; ++r) {
     const float *xr = x + r * in;
     float *o = out + r * outF;

@@ -22,8 +22,8 @@ static float rowLogSumExp(const float *row, int64_t vocab) {
   return m + std::log(sum);
 }
 
-bool crossEntropyForward(const float *logits, const int32_t *labels, int64_t n,
-                         int64_t vocab, int64_t ignoreIndex, float *loss, int64_t *counted) {
+bool crossEntropyForward(const float *logits, const int32_t *labels, int64_t n, int64_t vocab,
+                         int64_t ignoreIndex, float *loss, int64_t *counted) {
   float total = 0;
   int64_t count = 0;
   for (int64_t r = 0; r < n; ++r) {
@@ -40,9 +40,8 @@ bool crossEntropyForward(const float *logits, const int32_t *labels, int64_t n,
   return true;
 }
 
-void crossEntropyBackward(const float *logits, const int32_t *labels, float dloss,
-                          int64_t counted, float *dlogits, int64_t n, int64_t vocab,
-                          int64_t ignoreIndex) {
+void crossEntropyBackward(const float *logits, const int32_t *labels, float dloss, int64_t counted,
+                          float *dlogits, int64_t n, int64_t vocab, int64_t ignoreIndex) {
   float scale = counted ? dloss / float(counted) : 0.0f;
   for (int64_t r = 0; r < n; ++r) {
     float *d = dlogits + r * vocab;

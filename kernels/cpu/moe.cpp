@@ -16,8 +16,8 @@
 
 namespace llmopt::kernels::cpu {
 
-bool moeSlots(const int32_t *indices, int64_t n, int64_t topK, int64_t experts,
-              int64_t capacity, int64_t *slots) {
+bool moeSlots(const int32_t *indices, int64_t n, int64_t topK, int64_t experts, int64_t capacity,
+              int64_t *slots) {
   std::vector<int64_t> load(static_cast<size_t>(experts), 0);
   for (int64_t i = 0; i < n * topK; ++i) {
     int32_t e = indices[i];
@@ -49,8 +49,7 @@ static void routerProbs(const float *x, const float *gate, int64_t hidden, int64
 }
 
 void moeRouterForward(const float *x, const float *gate, float *weights, int32_t *indices,
-                      int64_t n, int64_t hidden, int64_t experts, int64_t topK,
-                      bool normalize) {
+                      int64_t n, int64_t hidden, int64_t experts, int64_t topK, bool normalize) {
   std::vector<float> p(static_cast<size_t>(experts));
   std::vector<int32_t> order(static_cast<size_t>(experts));
   for (int64_t r = 0; r < n; ++r) {
@@ -80,8 +79,7 @@ void moeExpertCounts(const int32_t *indices, float *counts, int64_t n, int64_t e
 }
 
 namespace {
-std::vector<float> expertCounts(const int32_t *indices, int64_t n, int64_t experts,
-                                int64_t topK) {
+std::vector<float> expertCounts(const int32_t *indices, int64_t n, int64_t experts, int64_t topK) {
   std::vector<float> c(static_cast<size_t>(experts));
   moeExpertCounts(indices, c.data(), n, experts, topK);
   return c;
@@ -98,14 +96,15 @@ float moeAuxLoss(const float *x, const float *gate, const int32_t *indices, int6
     for (int64_t e = 0; e < experts; ++e)
       sum += double(p[size_t(e)]) * counts[size_t(e)];
   }
-  return float(double(auxLossCoef) * double(experts) * sum / (double(n) * double(n) * double(topK)));
+  return float(double(auxLossCoef) * double(experts) * sum /
+               (double(n) * double(n) * double(topK)));
 }
 
 void moeRouterBackward(const float *dweights, const float *x, const float *gate,
-                       const float *weights, const int32_t *indices, float *dx,
-                       float *dgate, int64_t n, int64_t hidden, int64_t experts,
-                       int64_t topK, bool normalize, float auxLossCoef, const float *auxCounts,
-                       int64_t auxTokens, float auxScale) {
+                       const float *weights, const int32_t *indices, float *dx, float *dgate,
+                       int64_t n, int64_t hidden, int64_t experts, int64_t topK, bool normalize,
+                       float auxLossCoef, const float *auxCounts, int64_t auxTokens,
+                       float auxScale) {
   std::vector<float> p(static_cast<size_t>(experts)), dlogit(static_cast<size_t>(experts));
   // d aux / d P_e(token) = coef * E * count_e / (N^2 * topK), N the tokens
   // counted.
@@ -260,8 +259,7 @@ namespace {
 struct Fp8Inputs {
   const MoEExpertShape &s;
   /// Weight `wi` of expert e (n elements at `w`), E4M3 per tensor.
-  const float *weight(const float *w, int wi, int64_t e, int64_t n,
-                      std::vector<float> &buf) const {
+  const float *weight(const float *w, int wi, int64_t e, int64_t n, std::vector<float> &buf) const {
     if (!s.fp8)
       return w;
     buf.resize(size_t(n));
@@ -273,7 +271,7 @@ struct Fp8Inputs {
   /// columns are the ffn, whose rows' amaxes are made whole over the ranks
   /// splitting it.
   bool quantize(const float *x, int64_t rows, int64_t cols, bool grad, bool ffn,
-            std::vector<float> &buf, const float *&out) const {
+                std::vector<float> &buf, const float *&out) const {
     out = x;
     if (!s.fp8)
       return true;
@@ -292,8 +290,8 @@ struct Fp8Inputs {
 
 /// One expert's hidden activations h (and u) and a on its used rows, from
 /// its (rounded) rows and weights.
-void expertHidden(const float *xq, const float *w1, const float *w3, float *h, float *u,
-                  float *a, int64_t rows, const MoEExpertShape &s) {
+void expertHidden(const float *xq, const float *w1, const float *w3, float *h, float *u, float *a,
+                  int64_t rows, const MoEExpertShape &s) {
   linearForward(xq, w1, nullptr, h, rows, s.hidden, s.ffn, false);
   if (s.swiglu) {
     linearForward(xq, w3, nullptr, u, rows, s.hidden, s.ffn, false);
@@ -329,8 +327,8 @@ bool moeExpertsForward(const float *x, const float *const *weights, float *out,
   return true;
 }
 
-bool moeExpertsBackward(const float *dout, const float *x, const float *const *weights,
-                        float *dx, float *const *dweights, const MoEExpertShape &s) {
+bool moeExpertsBackward(const float *dout, const float *x, const float *const *weights, float *dx,
+                        float *const *dweights, const MoEExpertShape &s) {
   int64_t cap = s.capacity, f = s.ffn, wn = f * s.hidden;
   std::vector<float> h(size_t(cap * f)), u, a(size_t(cap * f)), da(size_t(cap * f)),
       dh(size_t(cap * f)), du, dxu, xb, ab, gb, dhb, dub, w1b, w3b, w2b;

@@ -34,9 +34,9 @@ void layerNormForward(const float *x, const float *weight, const float *bias, fl
   }
 }
 
-void layerNormBackward(const float *dout, const float *x, const float *weight,
-                       const float *mean, const float *rstd, float *dx, float *dweight,
-                       float *dbias, int64_t n, int64_t c) {
+void layerNormBackward(const float *dout, const float *x, const float *weight, const float *mean,
+                       const float *rstd, float *dx, float *dweight, float *dbias, int64_t n,
+                       int64_t c) {
   for (int64_t r = 0; r < n; ++r) {
     const float *xr = x + r * c, *g = dout + r * c;
     float m = mean[r], rs = rstd[r];
@@ -60,8 +60,8 @@ void layerNormBackward(const float *dout, const float *x, const float *weight,
   }
 }
 
-void rmsNormForward(const float *x, const float *weight, float *out, float *rstd,
-                    int64_t n, int64_t c, float eps) {
+void rmsNormForward(const float *x, const float *weight, float *out, float *rstd, int64_t n,
+                    int64_t c, float eps) {
   for (int64_t r = 0; r < n; ++r) {
     const float *xr = x + r * c;
     float ms = 0;
@@ -76,8 +76,8 @@ void rmsNormForward(const float *x, const float *weight, float *out, float *rstd
   }
 }
 
-void rmsNormBackward(const float *dout, const float *x, const float *weight,
-                     const float *rstd, float *dx, float *dweight, int64_t n, int64_t c) {
+void rmsNormBackward(const float *dout, const float *x, const float *weight, const float *rstd,
+                     float *dx, float *dweight, int64_t n, int64_t c) {
   for (int64_t r = 0; r < n; ++r) {
     const float *xr = x + r * c, *g = dout + r * c;
     float rs = rstd[r];

@@ -3,7 +3,8 @@
 // Rotates the pair (x[i], x[i + d/2]) of each head by position * inv_freq[i],
 // inv_freq[i] = theta^(-2i/d) (Su et al. 2021, in the Hugging Face layout),
 // with linear position scaling (Hugging Face's "linear": every frequency
-// over the factor) or Llama 3's frequency-dependent context extension. A rotation's transpose rotates back: backward is the inverse.
+// over the factor) or Llama 3's frequency-dependent context extension. A rotation's transpose
+// rotates back: backward is the inverse.
 //
 //===----------------------------------------------------------------------===//
 
@@ -18,8 +19,8 @@ std::vector<double> ropeInverseFrequencies(int64_t headDim, float theta,
                                            const RopeScaling &scaling) {
   std::vector<double> inv(headDim / 2);
   for (int64_t i = 0; i < headDim / 2; ++i) {
-    double f = std::pow(double(theta), -2.0 * double(i) / double(headDim)) /
-               double(scaling.linearFactor);
+    double f =
+        std::pow(double(theta), -2.0 * double(i) / double(headDim)) / double(scaling.linearFactor);
     if (scaling.factor > 0) {
       const double pi = 3.14159265358979323846;
       double lowWavelen = scaling.originalMaxPositions / scaling.lowFreqFactor;
@@ -38,9 +39,8 @@ std::vector<double> ropeInverseFrequencies(int64_t headDim, float theta,
   return inv;
 }
 
-void rotary(const float *x, float *out, int64_t batch, int64_t seq, int64_t heads,
-            int64_t headDim, float theta, const RopeScaling &scaling, bool inverse,
-            const int32_t *positions) {
+void rotary(const float *x, float *out, int64_t batch, int64_t seq, int64_t heads, int64_t headDim,
+            float theta, const RopeScaling &scaling, bool inverse, const int32_t *positions) {
   std::vector<double> inv = ropeInverseFrequencies(headDim, theta, scaling);
   int64_t half = headDim / 2;
   for (int64_t s = 0; s < seq; ++s)

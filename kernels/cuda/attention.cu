@@ -114,28 +114,28 @@ unsigned blocksFor(int64_t n) { return unsigned((n + 127) / 128 > 0 ? (n + 127) 
 
 } // namespace
 
-#define LLMOPT_CUDA_DEFINE_ATTENTION(T)                                                      \
-  cudaError_t attentionForward(const T *q, const T *k, const T *v, T *out, float *lse,       \
-                               const AttentionDims &d, cudaStream_t s) {                    \
-    if (d.headDim > kMaxHeadDim || d.heads % d.kvHeads)                                     \
-      return cudaErrorInvalidValue;                                                         \
-    attnFwdKernel<<<blocksFor(d.batch * d.heads * d.seq), 128, 0, s>>>(q, k, v, out, lse, d); \
-    return cudaGetLastError();                                                              \
-  }                                                                                         \
-  cudaError_t attentionBackward(const T *dout, const T *q, const T *k, const T *v,           \
-                                const T *out, const float *lse, T *dq, T *dk, T *dv,        \
-                                float *scratch, const AttentionDims &d, cudaStream_t s) {   \
-    if (d.headDim > kMaxHeadDim || d.heads % d.kvHeads)                                     \
-      return cudaErrorInvalidValue;                                                         \
-    int64_t kvCount = d.batch * d.seq * d.kvHeads * d.headDim;                              \
-    float *dk32 = scratch, *dv32 = scratch + kvCount;                                       \
-    if (cudaError_t e = cudaMemsetAsync(scratch, 0, 2 * kvCount * sizeof(float), s))         \
-      return e;                                                                             \
-    attnBwdKernel<<<blocksFor(d.batch * d.heads * d.seq), 128, 0, s>>>(dout, q, k, v, out,   \
-                                                                      lse, dq, dk32, dv32, d); \
-    castKernel<<<blocksFor(kvCount), 128, 0, s>>>(dk32, dk, kvCount);                       \
-    castKernel<<<blocksFor(kvCount), 128, 0, s>>>(dv32, dv, kvCount);                       \
-    return cudaGetLastError();                                                              \
+#define LLMOPT_CUDA_DEFINE_ATTENTION(T)                                                            \
+  cudaError_t attentionForward(const T *q, const T *k, const T *v, T *out, float *lse,             \
+                               const AttentionDims &d, cudaStream_t s) {                           \
+    if (d.headDim > kMaxHeadDim || d.heads % d.kvHeads)                                            \
+      return cudaErrorInvalidValue;                                                                \
+    attnFwdKernel<<<blocksFor(d.batch *d.heads *d.seq), 128, 0, s>>>(q, k, v, out, lse, d);        \
+    return cudaGetLastError();                                                                     \
+  }                                                                                                \
+  cudaError_t attentionBackward(const T *dout, const T *q, const T *k, const T *v, const T *out,   \
+                                const float *lse, T *dq, T *dk, T *dv, float *scratch,             \
+                                const AttentionDims &d, cudaStream_t s) {                          \
+    if (d.headDim > kMaxHeadDim || d.heads % d.kvHeads)                                            \
+      return cudaErrorInvalidValue;                                                                \
+    int64_t kvCount = d.batch * d.seq * d.kvHeads * d.headDim;                                     \
+    float *dk32 = scratch, *dv32 = scratch + kvCount;                                              \
+    if (cudaError_t e = cudaMemsetAsync(scratch, 0, 2 * kvCount * sizeof(float), s))               \
+      return e;                                                                                    \
+    attnBwdKernel<<<blocksFor(d.batch *d.heads *d.seq), 128, 0, s>>>(dout, q, k, v, out, lse, dq,  \
+                                                                     dk32, dv32, d);               \
+    castKernel<<<blocksFor(kvCount), 128, 0, s>>>(dk32, dk, kvCount);                              \
+    castKernel<<<blocksFor(kvCount), 128, 0, s>>>(dv32, dv, kvCount);                              \
+    return cudaGetLastError();                                                                     \
   }
 LLMOPT_CUDA_FOR_TYPES(LLMOPT_CUDA_DEFINE_ATTENTION)
 #undef LLMOPT_CUDA_DEFINE_ATTENTION

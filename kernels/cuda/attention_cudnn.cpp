@@ -50,9 +50,11 @@ public:
     Built *b = get(d, false, error);
     if (!b)
       return false;
-    std::unordered_map<int64_t, void *> pack = {
-        {kQ, const_cast<bf16 *>(q)}, {kK, const_cast<bf16 *>(k)}, {kV, const_cast<bf16 *>(v)},
-        {kO, out},                   {kStats, lse}};
+    std::unordered_map<int64_t, void *> pack = {{kQ, const_cast<bf16 *>(q)},
+                                                {kK, const_cast<bf16 *>(k)},
+                                                {kV, const_cast<bf16 *>(v)},
+                                                {kO, out},
+                                                {kStats, lse}};
     return run(*b, pack, stream, error);
   }
 
@@ -62,12 +64,15 @@ public:
     Built *b = get(d, true, error);
     if (!b)
       return false;
-    std::unordered_map<int64_t, void *> pack = {
-        {kQ, const_cast<bf16 *>(q)},      {kK, const_cast<bf16 *>(k)},
-        {kV, const_cast<bf16 *>(v)},      {kO, const_cast<bf16 *>(out)},
-        {kDO, const_cast<bf16 *>(dout)},  {kStats, const_cast<float *>(lse)},
-        {kDQ, dq},                        {kDK, dk},
-        {kDV, dv}};
+    std::unordered_map<int64_t, void *> pack = {{kQ, const_cast<bf16 *>(q)},
+                                                {kK, const_cast<bf16 *>(k)},
+                                                {kV, const_cast<bf16 *>(v)},
+                                                {kO, const_cast<bf16 *>(out)},
+                                                {kDO, const_cast<bf16 *>(dout)},
+                                                {kStats, const_cast<float *>(lse)},
+                                                {kDQ, dq},
+                                                {kDK, dk},
+                                                {kDV, dv}};
     return run(*b, pack, stream, error);
   }
 
@@ -76,8 +81,8 @@ private:
            std::string &error) {
     if (!workspace.reserve(size_t(b.workspace))) {
       cudaGetLastError(); // not an error of the kernels that come next
-      error = "out of GPU memory for cuDNN's attention workspace (" +
-              std::to_string(b.workspace) + " bytes)";
+      error = "out of GPU memory for cuDNN's attention workspace (" + std::to_string(b.workspace) +
+              " bytes)";
       return false;
     }
     if (cudnnStatus_t s = cudnnSetStream(handle, stream); s != CUDNN_STATUS_SUCCESS) {
@@ -102,8 +107,8 @@ private:
       error = "cuDNN attention takes head_dim a multiple of 8 up to 128 and no window";
       return nullptr;
     }
-    auto key = std::make_tuple(d.batch, d.seq, d.heads, d.kvHeads, d.headDim, d.scale, d.causal,
-                               backward);
+    auto key =
+        std::make_tuple(d.batch, d.seq, d.heads, d.kvHeads, d.headDim, d.scale, d.causal, backward);
     if (auto it = graphs.find(key); it != graphs.end())
       return &it->second;
     // The frontend reports most failures as statuses, some by throwing.
@@ -130,8 +135,10 @@ private:
                            .set_stride({s * heads * hd, hd, heads * hd, 1}));
     };
     auto output = [&](const Tensor &t, Uid uid, int64_t heads) {
-      t->set_output(true).set_uid(uid).set_dim({b, heads, s, hd}).set_stride(
-          {s * heads * hd, hd, heads * hd, 1});
+      t->set_output(true)
+          .set_uid(uid)
+          .set_dim({b, heads, s, hd})
+          .set_stride({s * heads * hd, hd, heads * hd, 1});
     };
     Tensor q = input("Q", kQ, h), k = input("K", kK, hk), v = input("V", kV, hk);
     if (!backward) {

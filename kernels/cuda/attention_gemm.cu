@@ -24,7 +24,6 @@ namespace {
 
 constexpr int64_t kChunkBytes = int64_t(1) << 30; // fp32 scores per chunk at most
 
-
 /// Keys row i of a (batch, head) sees: [first, last].
 __device__ __forceinline__ void visible(const AttentionDims &d, int64_t i, int64_t &first,
                                         int64_t &last) {
@@ -62,8 +61,8 @@ __global__ void unpackKernel(const T *xt, T *x, int64_t batch, int64_t seq, int6
 
 /// K / V gradients: the packed per-query-head parts summed over each group.
 template <typename T>
-__global__ void groupSumKernel(const float *xt, T *x, int64_t batch, int64_t seq,
-                               int64_t kvHeads, int64_t group, int64_t hd) {
+__global__ void groupSumKernel(const float *xt, T *x, int64_t batch, int64_t seq, int64_t kvHeads,
+                               int64_t group, int64_t hd) {
   int64_t n = batch * seq * kvHeads * hd, heads = kvHeads * group;
   for (int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; t < n;
        t += int64_t(blockDim.x) * gridDim.x) {
@@ -212,16 +211,14 @@ template <typename T> struct Parts {
   /// Q, K and V packed per (batch, head), K and V repeated over each group.
   void pack(const T *q, const T *k, const T *v, const AttentionDims &d, cudaStream_t s) {
     packKernel<<<gridFor(n), kThreads, 0, s>>>(q, qt, d.batch, d.seq, d.heads, 1, d.headDim);
-    packKernel<<<gridFor(n), kThreads, 0, s>>>(k, kt, d.batch, d.seq, d.kvHeads, group,
-                                               d.headDim);
-    packKernel<<<gridFor(n), kThreads, 0, s>>>(v, vt, d.batch, d.seq, d.kvHeads, group,
-                                               d.headDim);
+    packKernel<<<gridFor(n), kThreads, 0, s>>>(k, kt, d.batch, d.seq, d.kvHeads, group, d.headDim);
+    packKernel<<<gridFor(n), kThreads, 0, s>>>(v, vt, d.batch, d.seq, d.kvHeads, group, d.headDim);
   }
   /// S = scale Q K^T for the `cn` pairs from `c0` (fp32).
   bool scores(Gemm &gemm, int64_t c0, int64_t cn, const AttentionDims &d, cudaStream_t s,
               std::string &error) {
-    BatchedShape qk{d.seq, d.seq,  d.headDim, false, true, d.headDim, d.headDim, d.seq, sd, sd, ss,
-                    cn,    typeOf<T>(), CUDA_R_32F, d.scale, 0.0f};
+    BatchedShape qk{d.seq, d.seq, d.headDim, false, true,        d.headDim,  d.headDim, d.seq,
+                    sd,    sd,    ss,        cn,    typeOf<T>(), CUDA_R_32F, d.scale,   0.0f};
     return gemm.batched(qt + c0 * sd, kt + c0 * sd, S, qk, s, error);
   }
 };
@@ -240,8 +237,8 @@ bool forward(Gemm &gemm, const T *q, const T *k, const T *v, T *out, float *lse,
     if (!t.scores(gemm, c0, cn, d, s, error))
       return false;
     softmaxKernel<<<unsigned(cn * d.seq), kThreads, 0, s>>>(t.S, t.P, lse, c0 * d.seq, d);
-    BatchedShape pv{d.seq, d.headDim, d.seq, false, false, d.seq, d.headDim, d.headDim, ss, sd, sd,
-                    cn,    typeOf<T>(), typeOf<T>(), 1.0f, 0.0f};
+    BatchedShape pv{d.seq, d.headDim, d.seq, false, false,       d.seq,       d.headDim, d.headDim,
+                    ss,    sd,        sd,    cn,    typeOf<T>(), typeOf<T>(), 1.0f,      0.0f};
     if (!gemm.batched(t.P, t.vt + c0 * sd, t.ot + c0 * sd, pv, s, error))
       return false;
   }
@@ -272,11 +269,11 @@ bool backward(Gemm &gemm, const T *dout, const T *q, const T *k, const T *v, con
   // chunk does).
   for (int64_t c0 = 0; c0 < L.bh; c0 += L.chunk) {
     int64_t cn = std::min(L.chunk, L.bh - c0);
-    auto shape = [&](int64_t m, int64_t nn, int64_t kk, bool ta, bool tb, int64_t lda,
-                     int64_t ldb, int64_t ldc, int64_t sa, int64_t sb, int64_t sc,
-                     cudaDataType_t c, float alpha) {
-      return BatchedShape{m, nn, kk, ta, tb, lda, ldb, ldc, sa, sb, sc, cn, typeOf<T>(), c, alpha,
-                          0.0f};
+    auto shape = [&](int64_t m, int64_t nn, int64_t kk, bool ta, bool tb, int64_t lda, int64_t ldb,
+                     int64_t ldc, int64_t sa, int64_t sb, int64_t sc, cudaDataType_t c,
+                     float alpha) {
+      return BatchedShape{m,  nn, kk, ta, tb,          lda, ldb,   ldc,
+                          sa, sb, sc, cn, typeOf<T>(), c,   alpha, 0.0f};
     };
     T *qc = qt + c0 * sd, *kc = kt + c0 * sd, *vc = vt + c0 * sd, *doc = dot + c0 * sd;
     if (!t.scores(gemm, c0, cn, d, s, error))
@@ -303,8 +300,8 @@ bool backward(Gemm &gemm, const T *dout, const T *q, const T *k, const T *v, con
       return false;
     // dQ = scale dS K, into Q's place.
     if (!gemm.batched(P, kc, qc,
-                      shape(d.seq, d.headDim, d.seq, false, false, d.seq, d.headDim, d.headDim,
-                            ss, sd, sd, typeOf<T>(), d.scale),
+                      shape(d.seq, d.headDim, d.seq, false, false, d.seq, d.headDim, d.headDim, ss,
+                            sd, sd, typeOf<T>(), d.scale),
                       s, error))
       return false;
   }
@@ -327,17 +324,17 @@ size_t attentionGemmScratchBytes(const AttentionDims &d, size_t elementBytes) {
   return Layout(d, elementBytes).total;
 }
 
-#define LLMOPT_CUDA_DEFINE_ATTENTION_GEMM(T)                                                 \
-  bool attentionForwardGemm(Gemm &gemm, const T *q, const T *k, const T *v, T *out,          \
-                            float *lse, const AttentionDims &d, void *scratch,              \
-                            cudaStream_t stream, std::string &error) {                      \
-    return forward(gemm, q, k, v, out, lse, d, scratch, stream, error);                     \
-  }                                                                                         \
-  bool attentionBackwardGemm(Gemm &gemm, const T *dout, const T *q, const T *k, const T *v,  \
-                             const T *out, const float *lse, T *dq, T *dk, T *dv,           \
-                             const AttentionDims &d, void *scratch, cudaStream_t stream,    \
-                             std::string &error) {                                          \
-    return backward(gemm, dout, q, k, v, out, lse, dq, dk, dv, d, scratch, stream, error);  \
+#define LLMOPT_CUDA_DEFINE_ATTENTION_GEMM(T)                                                       \
+  bool attentionForwardGemm(Gemm &gemm, const T *q, const T *k, const T *v, T *out, float *lse,    \
+                            const AttentionDims &d, void *scratch, cudaStream_t stream,            \
+                            std::string &error) {                                                  \
+    return forward(gemm, q, k, v, out, lse, d, scratch, stream, error);                            \
+  }                                                                                                \
+  bool attentionBackwardGemm(Gemm &gemm, const T *dout, const T *q, const T *k, const T *v,        \
+                             const T *out, const float *lse, T *dq, T *dk, T *dv,                  \
+                             const AttentionDims &d, void *scratch, cudaStream_t stream,           \
+                             std::string &error) {                                                 \
+    return backward(gemm, dout, q, k, v, out, lse, dq, dk, dv, d, scratch, stream, error);         \
   }
 LLMOPT_CUDA_FOR_TYPES(LLMOPT_CUDA_DEFINE_ATTENTION_GEMM)
 #undef LLMOPT_CUDA_DEFINE_ATTENTION_GEMM

@@ -35,8 +35,8 @@ inline unsigned gridFor(int64_t count) {
   return unsigned(blocks < 65535 * 16 ? (blocks > 0 ? blocks : 1) : 65535 * 16);
 }
 
-#define GRID_STRIDE(i, n)                                                                  \
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < (n);                \
+#define GRID_STRIDE(i, n)                                                                          \
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < (n);                        \
        i += int64_t(blockDim.x) * gridDim.x)
 
 // Block reductions: the device math every CUDA kernel shares, generated
@@ -173,8 +173,7 @@ __device__ __forceinline__ void forRow(const T *row, int64_t count, Begin wordBe
 /// running maximum and a sum scaled to it (rescaled when the maximum grows,
 /// once per 16-byte word), then the block combines them at the block's
 /// maximum.
-template <typename T>
-__device__ float rowLogSumExp(const T *row, int64_t vocab, float *red) {
+template <typename T> __device__ float rowLogSumExp(const T *row, int64_t vocab, float *red) {
   float m = -INFINITY, s = 0;
   auto raise = [&](float top) {
     if (top > m) {

@@ -87,8 +87,8 @@ int64_t sumRowsChunks(int64_t rows) {
   return std::max<int64_t>(1, std::min<int64_t>(64, rows / 512));
 }
 template <typename T>
-cudaError_t launchSumRows(const T *g, float *out, int64_t rows, int64_t c, bool add,
-                          void *scratch, cudaStream_t s) {
+cudaError_t launchSumRows(const T *g, float *out, int64_t rows, int64_t c, bool add, void *scratch,
+                          cudaStream_t s) {
   if (c == 0)
     return cudaSuccess;
   int64_t chunks = scratch ? sumRowsChunks(rows) : 1;
@@ -116,8 +116,8 @@ __global__ void columnsKernel(const T *x, T *y, int64_t rows, int64_t c, int64_t
 /// (GPT-2's Q/K/V split and the gradients' concat: 2-byte copies ran at
 /// about a quarter of an H100's bandwidth).
 template <typename T>
-cudaError_t launchColumns(const T *x, T *y, int64_t rows, int64_t c, int64_t offset,
-                          int64_t size, bool gather, cudaStream_t s) {
+cudaError_t launchColumns(const T *x, T *y, int64_t rows, int64_t c, int64_t offset, int64_t size,
+                          bool gather, cudaStream_t s) {
   constexpr int64_t per = 16 / sizeof(T);
   if (c % per == 0 && offset % per == 0 && size % per == 0 &&
       reinterpret_cast<uintptr_t>(x) % 16 == 0 && reinterpret_cast<uintptr_t>(y) % 16 == 0) {
@@ -243,9 +243,9 @@ __global__ void vpLossKernel(const float *all, const float *target, const int32_
   *loss = counted ? float(total / double(counted)) : 0.0f;
 }
 template <typename T>
-__global__ void vpBwdKernel(const T *z, const int32_t *labels, const float *all,
-                            const float *dloss, T *g, int64_t rows, int64_t part, int64_t parts,
-                            int64_t offset, int64_t ignore, int64_t counted) {
+__global__ void vpBwdKernel(const T *z, const int32_t *labels, const float *all, const float *dloss,
+                            T *g, int64_t rows, int64_t part, int64_t parts, int64_t offset,
+                            int64_t ignore, int64_t counted) {
   GRID_STRIDE(i, rows * part) {
     int64_t r = i / part, j = i % part;
     if (labels[r] == ignore || counted == 0) {
@@ -268,8 +268,8 @@ __global__ void countKernel(const int32_t *labels, int64_t rows, int64_t ignore,
 /// prefix sum of "is this expert"); -1 past the capacity, and *bad set for
 /// an index outside the experts. (A thread per expert walking every choice
 /// took milliseconds per call at 32K choices.)
-__global__ void slotsKernel(const int32_t *idx, int64_t choices, int64_t experts,
-                            int64_t capacity, int64_t *slots, int *bad) {
+__global__ void slotsKernel(const int32_t *idx, int64_t choices, int64_t experts, int64_t capacity,
+                            int64_t *slots, int *bad) {
   using Scan = cub::BlockScan<int, kThreads>;
   __shared__ typename Scan::TempStorage scan;
   int64_t e = blockIdx.x, load = 0;
@@ -290,8 +290,8 @@ __global__ void slotsKernel(const int32_t *idx, int64_t choices, int64_t experts
   }
 }
 template <typename T>
-__global__ void dispatchKernel(const T *x, const int32_t *idx, const int64_t *slots, T *rows,
-                               T *dx, int64_t choices, int64_t topK, int64_t h, int64_t capacity,
+__global__ void dispatchKernel(const T *x, const int32_t *idx, const int64_t *slots, T *rows, T *dx,
+                               int64_t choices, int64_t topK, int64_t h, int64_t capacity,
                                bool backward) {
   // Forward: copy each choice's token into its slot. Backward: each token's
   // copies' gradients (rows -> x) summed, one thread per token feature.
@@ -360,8 +360,7 @@ cudaError_t computeSlots(const int32_t *idx, int64_t choices, int64_t experts, i
     if (cudaError_t e = cudaMemsetAsync(bad, 0, sizeof(int), s); e != cudaSuccess)
       return e;
   if (experts > 0)
-    slotsKernel<<<unsigned(experts), kThreads, 0, s>>>(idx, choices, experts, capacity, slots,
-                                                       bad);
+    slotsKernel<<<unsigned(experts), kThreads, 0, s>>>(idx, choices, experts, capacity, slots, bad);
   if (!bad)
     return cudaGetLastError();
   int host = 0;
@@ -381,148 +380,137 @@ size_t sumRowsScratchBytes(int64_t rows, int64_t c) {
   return chunks > 1 ? size_t(chunks * c) * sizeof(double) : 0;
 }
 
-
-#define LLMOPT_CUDA_DEFINE_SMALL(T)                                                         \
-  cudaError_t toFloat(const T *x, float *y, int64_t n, cudaStream_t s) {                   \
-    toFloatKernel<<<gridFor(n), kThreads, 0, s>>>(x, y, n);                                 \
-    return cudaGetLastError();                                                              \
-  }                                                                                         \
-  cudaError_t fromFloat(const float *x, T *y, int64_t n, cudaStream_t s) {                 \
-    fromFloatKernel<<<gridFor(n), kThreads, 0, s>>>(x, y, n);                               \
-    return cudaGetLastError();                                                              \
-  }                                                                                         \
-  cudaError_t addInto(float *acc, const T *x, int64_t n, cudaStream_t s) {                 \
-    addIntoKernel<<<gridFor(n), kThreads, 0, s>>>(acc, x, n);                               \
-    return cudaGetLastError();                                                              \
-  }                                                                                         \
-  cudaError_t add(const T *a, const T *b, T *y, int64_t n, cudaStream_t s) {               \
-    return launchMap(MapArgs<T, 2, 1>{{a, b}, {y}}, n, Add{}, s);                           \
-  }                                                                                         \
-  cudaError_t scale(const T *x, T *y, int64_t n, float f, cudaStream_t s) {                \
-    return launchMap(MapArgs<T, 1, 1>{{x}, {y}}, n, Scale{f}, s);                           \
-  }                                                                                         \
-  cudaError_t fill(T *y, int64_t n, float v, cudaStream_t s) {                             \
-    fillKernel<<<gridFor(n), kThreads, 0, s>>>(y, n, v);                                    \
-    return cudaGetLastError();                                                              \
-  }                                                                                         \
-  cudaError_t biasAdd(const T *x, const T *bias, T *y, int64_t n, int64_t c,               \
-                      cudaStream_t s) {                                                     \
-    biasAddKernel<<<gridFor(n), kThreads, 0, s>>>(x, bias, y, n, c);                        \
-    return cudaGetLastError();                                                              \
-  }                                                                                         \
-  cudaError_t sumRows(const T *g, float *out, int64_t rows, int64_t c, cudaStream_t s,     \
-                      void *scratch) {                                                      \
-    return launchSumRows(g, out, rows, c, false, scratch, s);                               \
-  }                                                                                         \
-  cudaError_t sumRowsInto(const T *g, float *out, int64_t rows, int64_t c, cudaStream_t s,  \
-                          void *scratch) {                                                  \
-    return launchSumRows(g, out, rows, c, true, scratch, s);                                \
-  }                                                                                         \
-  cudaError_t columns(const T *x, T *y, int64_t rows, int64_t c, int64_t offset,           \
-                      int64_t size, bool gather, cudaStream_t s) {                          \
-    return launchColumns(x, y, rows, c, offset, size, gather, s);                           \
-  }                                                                                         \
-  cudaError_t positionEmbeddingForward(const T *x, const T *table, T *out, int64_t batch,  \
-                                       int64_t seq, int64_t h, const int32_t *pos,          \
-                                       cudaStream_t s) {                                    \
-    positionFwdKernel<<<gridFor(batch * seq * h), kThreads, 0, s>>>(x, table, out, batch,   \
-                                                                     seq, h, pos);          \
-    return cudaGetLastError();                                                              \
-  }                                                                                         \
-  cudaError_t positionEmbeddingBackward(const T *d, float *dtable, int64_t batch,          \
-                                        int64_t seq, int64_t h, const int32_t *pos,         \
-                                        cudaStream_t s) {                                   \
-    positionBwdKernel<<<gridFor(batch * seq * h), kThreads, 0, s>>>(d, dtable, batch, seq,  \
-                                                                     h, pos);               \
-    return cudaGetLastError();                                                              \
-  }                                                                                         \
-  cudaError_t vpCrossEntropyStats(const T *z, const int32_t *labels, float *lse,           \
-                                  float *target, int64_t rows, int64_t part, int64_t offset, \
-                                  int64_t ignore, cudaStream_t s) {                         \
-    if (rows == 0)                                                                          \
-      return cudaSuccess;                                                                   \
-    vpStatsKernel<<<unsigned(rows), kThreads, 0, s>>>(z, labels, lse, target, part, offset,  \
-                                                      ignore);                              \
-    return cudaGetLastError();                                                              \
-  }                                                                                         \
-  cudaError_t vpCrossEntropyBackward(const T *z, const int32_t *labels, const float *all,  \
-                                     const float *dloss, T *g, int64_t rows, int64_t part,  \
-                                     int64_t parts, int64_t offset, int64_t ignore,         \
-                                     unsigned long long *scratch, cudaStream_t s) {         \
-    if (cudaError_t e = cudaMemsetAsync(scratch, 0, sizeof(*scratch), s); e != cudaSuccess) \
-      return e;                                                                             \
-    countKernel<<<gridFor(rows), kThreads, 0, s>>>(labels, rows, ignore, scratch);          \
-    unsigned long long counted = 0;                                                         \
-    if (cudaError_t e = cudaMemcpyAsync(&counted, scratch, sizeof(counted),                 \
-                                        cudaMemcpyDeviceToHost, s);                         \
-        e != cudaSuccess)                                                                   \
-      return e;                                                                             \
-    if (cudaError_t e = cudaStreamSynchronize(s); e != cudaSuccess)                         \
-      return e;                                                                             \
-    vpBwdKernel<<<gridFor(rows * part), kThreads, 0, s>>>(z, labels, all, dloss, g, rows,   \
-                                                          part, parts, offset, ignore,      \
-                                                          int64_t(counted));                \
-    return cudaGetLastError();                                                              \
-  }                                                                                         \
+#define LLMOPT_CUDA_DEFINE_SMALL(T)                                                                \
+  cudaError_t toFloat(const T *x, float *y, int64_t n, cudaStream_t s) {                           \
+    toFloatKernel<<<gridFor(n), kThreads, 0, s>>>(x, y, n);                                        \
+    return cudaGetLastError();                                                                     \
+  }                                                                                                \
+  cudaError_t fromFloat(const float *x, T *y, int64_t n, cudaStream_t s) {                         \
+    fromFloatKernel<<<gridFor(n), kThreads, 0, s>>>(x, y, n);                                      \
+    return cudaGetLastError();                                                                     \
+  }                                                                                                \
+  cudaError_t addInto(float *acc, const T *x, int64_t n, cudaStream_t s) {                         \
+    addIntoKernel<<<gridFor(n), kThreads, 0, s>>>(acc, x, n);                                      \
+    return cudaGetLastError();                                                                     \
+  }                                                                                                \
+  cudaError_t add(const T *a, const T *b, T *y, int64_t n, cudaStream_t s) {                       \
+    return launchMap(MapArgs<T, 2, 1>{{a, b}, {y}}, n, Add{}, s);                                  \
+  }                                                                                                \
+  cudaError_t scale(const T *x, T *y, int64_t n, float f, cudaStream_t s) {                        \
+    return launchMap(MapArgs<T, 1, 1>{{x}, {y}}, n, Scale{f}, s);                                  \
+  }                                                                                                \
+  cudaError_t fill(T *y, int64_t n, float v, cudaStream_t s) {                                     \
+    fillKernel<<<gridFor(n), kThreads, 0, s>>>(y, n, v);                                           \
+    return cudaGetLastError();                                                                     \
+  }                                                                                                \
+  cudaError_t biasAdd(const T *x, const T *bias, T *y, int64_t n, int64_t c, cudaStream_t s) {     \
+    biasAddKernel<<<gridFor(n), kThreads, 0, s>>>(x, bias, y, n, c);                               \
+    return cudaGetLastError();                                                                     \
+  }                                                                                                \
+  cudaError_t sumRows(const T *g, float *out, int64_t rows, int64_t c, cudaStream_t s,             \
+                      void *scratch) {                                                             \
+    return launchSumRows(g, out, rows, c, false, scratch, s);                                      \
+  }                                                                                                \
+  cudaError_t sumRowsInto(const T *g, float *out, int64_t rows, int64_t c, cudaStream_t s,         \
+                          void *scratch) {                                                         \
+    return launchSumRows(g, out, rows, c, true, scratch, s);                                       \
+  }                                                                                                \
+  cudaError_t columns(const T *x, T *y, int64_t rows, int64_t c, int64_t offset, int64_t size,     \
+                      bool gather, cudaStream_t s) {                                               \
+    return launchColumns(x, y, rows, c, offset, size, gather, s);                                  \
+  }                                                                                                \
+  cudaError_t positionEmbeddingForward(const T *x, const T *table, T *out, int64_t batch,          \
+                                       int64_t seq, int64_t h, const int32_t *pos,                 \
+                                       cudaStream_t s) {                                           \
+    positionFwdKernel<<<gridFor(batch *seq *h), kThreads, 0, s>>>(x, table, out, batch, seq, h,    \
+                                                                  pos);                            \
+    return cudaGetLastError();                                                                     \
+  }                                                                                                \
+  cudaError_t positionEmbeddingBackward(const T *d, float *dtable, int64_t batch, int64_t seq,     \
+                                        int64_t h, const int32_t *pos, cudaStream_t s) {           \
+    positionBwdKernel<<<gridFor(batch *seq *h), kThreads, 0, s>>>(d, dtable, batch, seq, h, pos);  \
+    return cudaGetLastError();                                                                     \
+  }                                                                                                \
+  cudaError_t vpCrossEntropyStats(const T *z, const int32_t *labels, float *lse, float *target,    \
+                                  int64_t rows, int64_t part, int64_t offset, int64_t ignore,      \
+                                  cudaStream_t s) {                                                \
+    if (rows == 0)                                                                                 \
+      return cudaSuccess;                                                                          \
+    vpStatsKernel<<<unsigned(rows), kThreads, 0, s>>>(z, labels, lse, target, part, offset,        \
+                                                      ignore);                                     \
+    return cudaGetLastError();                                                                     \
+  }                                                                                                \
+  cudaError_t vpCrossEntropyBackward(const T *z, const int32_t *labels, const float *all,          \
+                                     const float *dloss, T *g, int64_t rows, int64_t part,         \
+                                     int64_t parts, int64_t offset, int64_t ignore,                \
+                                     unsigned long long *scratch, cudaStream_t s) {                \
+    if (cudaError_t e = cudaMemsetAsync(scratch, 0, sizeof(*scratch), s); e != cudaSuccess)        \
+      return e;                                                                                    \
+    countKernel<<<gridFor(rows), kThreads, 0, s>>>(labels, rows, ignore, scratch);                 \
+    unsigned long long counted = 0;                                                                \
+    if (cudaError_t e =                                                                            \
+            cudaMemcpyAsync(&counted, scratch, sizeof(counted), cudaMemcpyDeviceToHost, s);        \
+        e != cudaSuccess)                                                                          \
+      return e;                                                                                    \
+    if (cudaError_t e = cudaStreamSynchronize(s); e != cudaSuccess)                                \
+      return e;                                                                                    \
+    vpBwdKernel<<<gridFor(rows *part), kThreads, 0, s>>>(z, labels, all, dloss, g, rows, part,     \
+                                                         parts, offset, ignore, int64_t(counted)); \
+    return cudaGetLastError();                                                                     \
+  }                                                                                                \
   static cudaError_t dispatch(const T *x, const int32_t *idx, T *rows, T *dx, int64_t tokens,      \
-                       int64_t topK, int64_t h, int64_t experts, int64_t capacity,          \
-                       int64_t *slots, int *bad, bool backward, cudaStream_t s, bool &ok) { \
-    if (cudaError_t e = computeSlots(idx, tokens * topK, experts, capacity, slots, bad, s,  \
-                                     ok);                                                   \
-        e != cudaSuccess || !ok)                                                            \
-      return e;                                                                             \
-    if (!backward)                                                                          \
-      if (cudaError_t e = cudaMemsetAsync(rows, 0, sizeof(T) * experts * capacity * h, s);  \
-          e != cudaSuccess)                                                                 \
-        return e;                                                                           \
-    int64_t work = backward ? tokens * h : tokens * topK * h;                               \
-    dispatchKernel<<<gridFor(work), kThreads, 0, s>>>(x, idx, slots, rows, dx,              \
-                                                      tokens * topK, topK, h, capacity,     \
-                                                      backward);                            \
-    return cudaGetLastError();                                                              \
-  }                                                                                         \
-  cudaError_t moeDispatchForward(const T *x, const int32_t *idx, T *rows, int64_t tokens,  \
-                                 int64_t h, int64_t topK, int64_t experts,                  \
-                                 int64_t capacity, int64_t *slots, int *bad,                \
-                                 cudaStream_t s, bool &ok) {                                \
-    return dispatch(x, idx, rows, nullptr, tokens, topK, h, experts, capacity, slots, bad,  \
-                    false, s, ok);                                                          \
-  }                                                                                         \
-  cudaError_t moeDispatchBackward(const T *drows, const int32_t *idx, T *dx, int64_t tokens, \
-                                  int64_t h, int64_t topK, int64_t experts,                 \
-                                  int64_t capacity, int64_t *slots, int *bad,               \
-                                  cudaStream_t s, bool &ok) {                               \
-    return dispatch(static_cast<const T *>(nullptr), idx, const_cast<T *>(drows), dx,       \
-                    tokens, topK, h, experts, capacity, slots, bad, true, s, ok);           \
-  }                                                                                         \
-  cudaError_t moeCombineForward(const T *e, const float *w, const int32_t *idx, T *out,    \
-                                int64_t tokens, int64_t topK, int64_t h, int64_t experts,   \
-                                int64_t capacity, int64_t *slots, int *bad, cudaStream_t s, \
-                                bool &ok) {                                                 \
-    if (cudaError_t err = computeSlots(idx, tokens * topK, experts, capacity, slots, bad,   \
-                                       s, ok);                                              \
-        err != cudaSuccess || !ok)                                                          \
-      return err;                                                                           \
-    combineFwdKernel<<<gridFor(tokens * h), kThreads, 0, s>>>(e, w, idx, slots, out,        \
-                                                              tokens, topK, h, capacity);   \
-    return cudaGetLastError();                                                              \
-  }                                                                                         \
-  cudaError_t moeCombineBackward(const T *d, const T *e, const float *w, const int32_t *idx, \
-                                 T *de, float *dw, int64_t tokens, int64_t topK, int64_t h,  \
-                                 int64_t experts, int64_t capacity, int64_t *slots,         \
-                                 int *bad, cudaStream_t s, bool &ok) {                      \
-    if (cudaError_t err = computeSlots(idx, tokens * topK, experts, capacity, slots, bad,   \
-                                       s, ok);                                              \
-        err != cudaSuccess || !ok)                                                          \
-      return err;                                                                           \
-    if (cudaError_t err = cudaMemsetAsync(de, 0, sizeof(T) * experts * capacity * h, s);    \
-        err != cudaSuccess)                                                                 \
-      return err;                                                                           \
-    if (tokens * topK == 0)                                                                 \
-      return cudaSuccess;                                                                   \
-    combineBwdKernel<<<unsigned(tokens * topK), kThreads, 0, s>>>(d, e, w, idx, slots, de,  \
-                                                                  dw, topK, h, capacity);   \
-    return cudaGetLastError();                                                              \
+                              int64_t topK, int64_t h, int64_t experts, int64_t capacity,          \
+                              int64_t *slots, int *bad, bool backward, cudaStream_t s, bool &ok) { \
+    if (cudaError_t e = computeSlots(idx, tokens * topK, experts, capacity, slots, bad, s, ok);    \
+        e != cudaSuccess || !ok)                                                                   \
+      return e;                                                                                    \
+    if (!backward)                                                                                 \
+      if (cudaError_t e = cudaMemsetAsync(rows, 0, sizeof(T) * experts * capacity * h, s);         \
+          e != cudaSuccess)                                                                        \
+        return e;                                                                                  \
+    int64_t work = backward ? tokens * h : tokens * topK * h;                                      \
+    dispatchKernel<<<gridFor(work), kThreads, 0, s>>>(x, idx, slots, rows, dx, tokens * topK,      \
+                                                      topK, h, capacity, backward);                \
+    return cudaGetLastError();                                                                     \
+  }                                                                                                \
+  cudaError_t moeDispatchForward(const T *x, const int32_t *idx, T *rows, int64_t tokens,          \
+                                 int64_t h, int64_t topK, int64_t experts, int64_t capacity,       \
+                                 int64_t *slots, int *bad, cudaStream_t s, bool &ok) {             \
+    return dispatch(x, idx, rows, nullptr, tokens, topK, h, experts, capacity, slots, bad, false,  \
+                    s, ok);                                                                        \
+  }                                                                                                \
+  cudaError_t moeDispatchBackward(const T *drows, const int32_t *idx, T *dx, int64_t tokens,       \
+                                  int64_t h, int64_t topK, int64_t experts, int64_t capacity,      \
+                                  int64_t *slots, int *bad, cudaStream_t s, bool &ok) {            \
+    return dispatch(static_cast<const T *>(nullptr), idx, const_cast<T *>(drows), dx, tokens,      \
+                    topK, h, experts, capacity, slots, bad, true, s, ok);                          \
+  }                                                                                                \
+  cudaError_t moeCombineForward(const T *e, const float *w, const int32_t *idx, T *out,            \
+                                int64_t tokens, int64_t topK, int64_t h, int64_t experts,          \
+                                int64_t capacity, int64_t *slots, int *bad, cudaStream_t s,        \
+                                bool &ok) {                                                        \
+    if (cudaError_t err = computeSlots(idx, tokens * topK, experts, capacity, slots, bad, s, ok);  \
+        err != cudaSuccess || !ok)                                                                 \
+      return err;                                                                                  \
+    combineFwdKernel<<<gridFor(tokens *h), kThreads, 0, s>>>(e, w, idx, slots, out, tokens, topK,  \
+                                                             h, capacity);                         \
+    return cudaGetLastError();                                                                     \
+  }                                                                                                \
+  cudaError_t moeCombineBackward(const T *d, const T *e, const float *w, const int32_t *idx,       \
+                                 T *de, float *dw, int64_t tokens, int64_t topK, int64_t h,        \
+                                 int64_t experts, int64_t capacity, int64_t *slots, int *bad,      \
+                                 cudaStream_t s, bool &ok) {                                       \
+    if (cudaError_t err = computeSlots(idx, tokens * topK, experts, capacity, slots, bad, s, ok);  \
+        err != cudaSuccess || !ok)                                                                 \
+      return err;                                                                                  \
+    if (cudaError_t err = cudaMemsetAsync(de, 0, sizeof(T) * experts * capacity * h, s);           \
+        err != cudaSuccess)                                                                        \
+      return err;                                                                                  \
+    if (tokens * topK == 0)                                                                        \
+      return cudaSuccess;                                                                          \
+    combineBwdKernel<<<unsigned(tokens * topK), kThreads, 0, s>>>(d, e, w, idx, slots, de, dw,     \
+                                                                  topK, h, capacity);              \
+    return cudaGetLastError();                                                                     \
   }
 LLMOPT_CUDA_FOR_TYPES(LLMOPT_CUDA_DEFINE_SMALL)
 #undef LLMOPT_CUDA_DEFINE_SMALL

@@ -82,8 +82,17 @@ public:
   bool linearForward(const void *x, const void *w, const void *bias, void *y, const LinearShape &s,
                      cudaStream_t stream, std::string &error, void *pre) override {
     // y^T (out x n) = op(W) (out x in) * x^T (in x n).
-    Problem p{s.transposed ? CUBLAS_OP_N : CUBLAS_OP_T, CUBLAS_OP_N, s.out, s.n, s.in,
-              s.transposed ? s.out : s.in, s.in, s.out, s.type, s.type, bias != nullptr,
+    Problem p{s.transposed ? CUBLAS_OP_N : CUBLAS_OP_T,
+              CUBLAS_OP_N,
+              s.out,
+              s.n,
+              s.in,
+              s.transposed ? s.out : s.in,
+              s.in,
+              s.out,
+              s.type,
+              s.type,
+              bias != nullptr,
               pre != nullptr};
     size_t elem = elementBytes(s.type);
     int64_t wide = linearPaddedOut(s.out, s.type);
@@ -132,8 +141,18 @@ public:
     }
     if (dx) {
       // dx^T (in x n) = op(W) (in x out) * dy^T (out x n).
-      Problem p{s.transposed ? CUBLAS_OP_T : CUBLAS_OP_N, CUBLAS_OP_N, s.in, s.n, wide,
-                s.transposed ? wide : s.in, ldy, s.in, s.type, s.type, false, false};
+      Problem p{s.transposed ? CUBLAS_OP_T : CUBLAS_OP_N,
+                CUBLAS_OP_N,
+                s.in,
+                s.n,
+                wide,
+                s.transposed ? wide : s.in,
+                ldy,
+                s.in,
+                s.type,
+                s.type,
+                false,
+                false};
       if (!run(p, w, dy, dx, nullptr, 0.0f, stream, error))
         return false;
     }
@@ -142,8 +161,8 @@ public:
       // then its first `out` columns added to dW (measured: 1.5 ms and an
       // add instead of 2.3 ms for n = 50257 columns).
       float *dwide = static_cast<float *>(gradients.get(size_t(wide) * size_t(s.in) * 4, error));
-      Problem p{CUBLAS_OP_N, CUBLAS_OP_T, s.in, wide, s.n, s.in, ldy, s.in, s.type,
-                CUDA_R_32F, false, false};
+      Problem p{CUBLAS_OP_N, CUBLAS_OP_T, s.in,   wide,       s.n,   s.in,
+                ldy,         s.in,        s.type, CUDA_R_32F, false, false};
       if (!dwide || !run(p, x, dy, dwide, nullptr, 0.0f, stream, error))
         return false;
       if (addInto(dw, static_cast<const float *>(dwide), s.out * s.in, stream) != cudaSuccess) {
@@ -154,13 +173,13 @@ public:
     }
     if (!s.transposed) {
       // dW^T (in x out) += x^T (in x n) * dy (n x out).
-      Problem p{CUBLAS_OP_N, CUBLAS_OP_T, s.in, s.out, s.n, s.in, ldy, s.in, s.type,
-                CUDA_R_32F, false, false};
+      Problem p{CUBLAS_OP_N, CUBLAS_OP_T, s.in,   s.out,      s.n,   s.in,
+                ldy,         s.in,        s.type, CUDA_R_32F, false, false};
       return run(p, x, dy, dw, nullptr, 1.0f, stream, error);
     }
     // [in, out] weights: dW^T (out x in) += dy^T (out x n) * x (n x in).
-    Problem p{CUBLAS_OP_N, CUBLAS_OP_T, s.out, s.in, s.n, ldy, s.in, s.out, s.type, CUDA_R_32F,
-              false, false};
+    Problem p{CUBLAS_OP_N, CUBLAS_OP_T, s.out,  s.in,       s.n,   ldy,
+              s.in,        s.out,       s.type, CUDA_R_32F, false, false};
     return run(p, dy, x, dw, nullptr, 1.0f, stream, error);
   }
 
@@ -177,8 +196,8 @@ public:
       error = "fp8 GEMMs take no bias here (add it separately)";
       return false;
     }
-    return fp8Product(xq, false, wq, false, xScaleInv, wScaleInv, y, s.n, s.in, s.out, s.type,
-                      0.0f, stream, error);
+    return fp8Product(xq, false, wq, false, xScaleInv, wScaleInv, y, s.n, s.in, s.out, s.type, 0.0f,
+                      stream, error);
   }
 
   bool fp8Product(const uint8_t *aq, bool aE5M2, const uint8_t *bq, bool bE5M2,
@@ -191,8 +210,9 @@ public:
     }
     // y^T (out x n) = B-op (out x k) * A^T (k x n): cuBLASLt's A is our B,
     // transposed; its B our A.
-    Problem p{CUBLAS_OP_T, CUBLAS_OP_N, out, n, k, k, k, out,
-              bE5M2 ? CUDA_R_8F_E5M2 : CUDA_R_8F_E4M3, yType, false, false};
+    Problem p{
+        CUBLAS_OP_T, CUBLAS_OP_N, out,  n, k, k, k, out, bE5M2 ? CUDA_R_8F_E5M2 : CUDA_R_8F_E4M3,
+        yType,       false,       false};
     p.typeB = aE5M2 ? CUDA_R_8F_E5M2 : CUDA_R_8F_E4M3;
     p.scaleA = bScaleInv;
     p.scaleB = aScaleInv;
@@ -204,8 +224,18 @@ public:
     // Row-major C (m x n) = op(A) op(B) is column-major C^T (n x m) =
     // op(B)^T op(A)^T, and a row-major buffer is its column-major transpose:
     // cuBLASLt's A is our B, its B our A.
-    Problem p{s.transB ? CUBLAS_OP_T : CUBLAS_OP_N, s.transA ? CUBLAS_OP_T : CUBLAS_OP_N, s.n, s.m,
-              s.k, s.ldb, s.lda, s.ldc, s.ab, s.c, false, false};
+    Problem p{s.transB ? CUBLAS_OP_T : CUBLAS_OP_N,
+              s.transA ? CUBLAS_OP_T : CUBLAS_OP_N,
+              s.n,
+              s.m,
+              s.k,
+              s.ldb,
+              s.lda,
+              s.ldc,
+              s.ab,
+              s.c,
+              false,
+              false};
     p.batch = s.batch;
     p.strideA = s.strideB;
     p.strideB = s.strideA;
@@ -233,8 +263,8 @@ public:
     while (f.read(reinterpret_cast<char *>(w), sizeof(w))) {
       if (!f.read(reinterpret_cast<char *>(&algo), sizeof(algo)))
         return false; // truncated: use none of it
-      Key k{int(w[0]), int(w[1]), w[2], w[3], w[4], w[5], w[6], w[7], int(w[8]), int(w[9]),
-            w[10] != 0, w[11] != 0, w[12], w[13], w[14], w[15], int(w[16])};
+      Key k{int(w[0]), int(w[1]),  w[2],       w[3],  w[4],  w[5],  w[6],  w[7],      int(w[8]),
+            int(w[9]), w[10] != 0, w[11] != 0, w[12], w[13], w[14], w[15], int(w[16])};
       loaded.emplace(k, algo);
     }
     for (auto &[k, a] : loaded)
@@ -249,12 +279,11 @@ public:
       std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
       f.write(kMagic, std::streamsize(sizeof(kMagic) - 1));
       for (const auto &[k, a] : algos) {
-        int64_t w[kKeyWords] = {std::get<0>(k),  std::get<1>(k),  std::get<2>(k),
-                                std::get<3>(k),  std::get<4>(k),  std::get<5>(k),
-                                std::get<6>(k),  std::get<7>(k),  std::get<8>(k),
-                                std::get<9>(k),  std::get<10>(k), std::get<11>(k),
-                                std::get<12>(k), std::get<13>(k), std::get<14>(k),
-                                std::get<15>(k), std::get<16>(k)};
+        int64_t w[kKeyWords] = {std::get<0>(k),  std::get<1>(k),  std::get<2>(k),  std::get<3>(k),
+                                std::get<4>(k),  std::get<5>(k),  std::get<6>(k),  std::get<7>(k),
+                                std::get<8>(k),  std::get<9>(k),  std::get<10>(k), std::get<11>(k),
+                                std::get<12>(k), std::get<13>(k), std::get<14>(k), std::get<15>(k),
+                                std::get<16>(k)};
         f.write(reinterpret_cast<const char *>(w), sizeof(w));
         f.write(reinterpret_cast<const char *>(&a), sizeof(a));
       }
@@ -288,8 +317,8 @@ private:
     void *get(size_t need, std::string &error) {
       if (reserve(need))
         return p;
-      error = "out of GPU memory for " + std::to_string(need) +
-              " bytes of a linear's padded operands";
+      error =
+          "out of GPU memory for " + std::to_string(need) + " bytes of a linear's padded operands";
       return nullptr;
     }
   };
@@ -323,8 +352,9 @@ private:
                       std::string &error) {
     size_t elem = elementBytes(s.type);
     void *bp = biases.get(size_t(wide) * elem, error);
-    if (bp && cudaMemcpyAsync(bp, b, size_t(s.out) * elem, cudaMemcpyDeviceToDevice, stream) ==
-                  cudaSuccess &&
+    if (bp &&
+        cudaMemcpyAsync(bp, b, size_t(s.out) * elem, cudaMemcpyDeviceToDevice, stream) ==
+            cudaSuccess &&
         cudaMemsetAsync(static_cast<char *>(bp) + size_t(s.out) * elem, 0,
                         size_t(wide - s.out) * elem, stream) == cudaSuccess)
       return bp;
@@ -335,8 +365,8 @@ private:
 
   static bool copyRows(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
                        int64_t count, cudaStream_t stream, std::string &error) {
-    if (cudaMemcpy2DAsync(dst, dpitch, src, spitch, width, size_t(count),
-                          cudaMemcpyDeviceToDevice, stream) == cudaSuccess)
+    if (cudaMemcpy2DAsync(dst, dpitch, src, spitch, width, size_t(count), cudaMemcpyDeviceToDevice,
+                          stream) == cudaSuccess)
       return true;
     error = "cannot copy a linear's rows to or from their padding";
     return false;
@@ -377,34 +407,36 @@ private:
               "transa") &&
         check(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &p.tb, sizeof(p.tb)),
               "transb") &&
-        check(cublasLtMatrixLayoutCreate(&la, p.ab, uint64_t(ar), uint64_t(ac), p.lda), "layout A") &&
+        check(cublasLtMatrixLayoutCreate(&la, p.ab, uint64_t(ar), uint64_t(ac), p.lda),
+              "layout A") &&
         check(cublasLtMatrixLayoutCreate(&lb, p.typeB.value_or(p.ab), uint64_t(br), uint64_t(bc),
                                          p.ldb),
               "layout B") &&
-        check(cublasLtMatrixLayoutCreate(&ld, p.d, uint64_t(p.m), uint64_t(p.n), p.ldd), "layout D");
+        check(cublasLtMatrixLayoutCreate(&ld, p.d, uint64_t(p.m), uint64_t(p.n), p.ldd),
+              "layout D");
     if (ok && p.batch > 1) {
       int32_t count = int32_t(p.batch);
-      for (auto [l, stride] : {std::pair{la, p.strideA}, std::pair{lb, p.strideB},
-                               std::pair{ld, p.strideD}})
+      for (auto [l, stride] :
+           {std::pair{la, p.strideA}, std::pair{lb, p.strideB}, std::pair{ld, p.strideD}})
         ok = ok &&
              check(cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count,
                                                     sizeof(count)),
                    "batch count") &&
-             check(cublasLtMatrixLayoutSetAttribute(
-                       l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof(stride)),
+             check(cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
+                                                    &stride, sizeof(stride)),
                    "batch stride");
     }
     if (ok && p.scaleA)
-      ok = check(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER,
-                                                &p.scaleA, sizeof(p.scaleA)),
+      ok = check(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &p.scaleA,
+                                                sizeof(p.scaleA)),
                  "A scale") &&
-           check(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER,
-                                                &p.scaleB, sizeof(p.scaleB)),
+           check(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &p.scaleB,
+                                                sizeof(p.scaleB)),
                  "B scale");
     if (ok && (bias || aux)) {
-      cublasLtEpilogue_t epilogue = aux ? (bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS
-                                                : CUBLASLT_EPILOGUE_GELU_AUX)
-                                        : CUBLASLT_EPILOGUE_BIAS;
+      cublasLtEpilogue_t epilogue =
+          aux ? (bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX)
+              : CUBLASLT_EPILOGUE_BIAS;
       ok = check(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue,
                                                 sizeof(epilogue)),
                  "epilogue");
@@ -417,8 +449,8 @@ private:
         ok = check(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,
                                                   &aux, sizeof(aux)),
                    "aux pointer") &&
-             check(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD,
-                                                  &p.ldd, sizeof(p.ldd)),
+             check(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &p.ldd,
+                                                  sizeof(p.ldd)),
                    "aux leading dimension");
     }
     if (!ok) {
@@ -446,9 +478,9 @@ private:
            check(cublasLtMatmulPreferenceSetAttribute(
                      pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)),
                  "workspace preference") &&
-           check(cublasLtMatmulAlgoGetHeuristic(handle, op, la, lb, ld, ld, pref, 1, &result,
-                                                &found),
-                 "heuristic");
+           check(
+               cublasLtMatmulAlgoGetHeuristic(handle, op, la, lb, ld, ld, pref, 1, &result, &found),
+               "heuristic");
       if (pref)
         cublasLtMatmulPreferenceDestroy(pref);
       if (ok && found == 0) {
@@ -475,7 +507,6 @@ private:
   using Key = decltype(Problem{}.key());
   std::map<Key, cublasLtMatmulAlgo_t> algos;
   std::set<Key> unchecked; // read from a file, not yet checked
-
 };
 
 } // namespace

@@ -39,8 +39,8 @@ __global__ void rmsNormFwdKernel(const T *x, const T *w, T *out, float *rstd, in
 }
 
 template <typename T>
-__global__ void rmsNormBwdKernel(const T *dout, const T *x, const T *w, const float *rstd,
-                                 T *dx, float *dw, float *terms, int64_t c) {
+__global__ void rmsNormBwdKernel(const T *dout, const T *x, const T *w, const float *rstd, T *dx,
+                                 float *dw, float *terms, int64_t c) {
   __shared__ float red[32];
   const T *xr = x + blockIdx.x * c, *g = dout + blockIdx.x * c;
   float rs = rstd[blockIdx.x], dot = 0;
@@ -122,8 +122,8 @@ constexpr int kNormWarps = 8;
 constexpr int64_t kNormRowsPerBlock = 32;
 template <typename T, int W, bool BIAS>
 __global__ void __launch_bounds__(kNormWarps * 32)
-    normBwdWarpKernel(const T *dout, const T *x, const T *w, const float *mean,
-                      const float *rstd, T *dx, float *partial, int64_t n, int64_t c) {
+    normBwdWarpKernel(const T *dout, const T *x, const T *w, const float *mean, const float *rstd,
+                      T *dx, float *partial, int64_t n, int64_t c) {
   constexpr int V = 16 / sizeof(T);
   struct alignas(16) Word {
     T e[V];
@@ -211,9 +211,9 @@ int64_t normBlocks(int64_t n) { return (n + kNormRowsPerBlock - 1) / kNormRowsPe
 template <typename T, int W, bool BIAS>
 void launchNormWords(const T *d, const T *x, const T *w, const float *mean, const float *rstd,
                      T *dx, float *partial, int64_t n, int64_t c, cudaStream_t s) {
-  normBwdWarpKernel<T, W, BIAS><<<unsigned(normBlocks(n)), kNormWarps * 32,
-                                  size_t(c) * sizeof(float) * (BIAS ? 2 : 1), s>>>(
-      d, x, w, mean, rstd, dx, partial, n, c);
+  normBwdWarpKernel<T, W, BIAS>
+      <<<unsigned(normBlocks(n)), kNormWarps * 32, size_t(c) * sizeof(float) * (BIAS ? 2 : 1), s>>>(
+          d, x, w, mean, rstd, dx, partial, n, c);
 }
 
 /// normBwdWarpKernel where the rows are words, at most 8 a lane; false
@@ -232,12 +232,12 @@ bool normBackwardWords(const T *d, const T *x, const T *w, const float *mean, co
   if (!scratch || c % V != 0 || perLane > (bias ? 4 : 8) || !aligned(d) || !aligned(x) ||
       !aligned(w) || !aligned(dx))
     return false;
-#define LLMOPT_NORM_WORDS(W)                                                                \
-  if (perLane <= W) {                                                                       \
-    if (bias)                                                                               \
-      launchNormWords<T, W, true>(d, x, w, mean, rstd, dx, scratch, n, c, s);               \
-    else                                                                                    \
-      launchNormWords<T, W, false>(d, x, w, mean, rstd, dx, scratch, n, c, s);              \
+#define LLMOPT_NORM_WORDS(W)                                                                       \
+  if (perLane <= W) {                                                                              \
+    if (bias)                                                                                      \
+      launchNormWords<T, W, true>(d, x, w, mean, rstd, dx, scratch, n, c, s);                      \
+    else                                                                                           \
+      launchNormWords<T, W, false>(d, x, w, mean, rstd, dx, scratch, n, c, s);                     \
   } else
   LLMOPT_NORM_WORDS(1) LLMOPT_NORM_WORDS(2) LLMOPT_NORM_WORDS(4) LLMOPT_NORM_WORDS(8) {}
 #undef LLMOPT_NORM_WORDS
@@ -298,8 +298,8 @@ __global__ void embeddingBwdKernel(const int32_t *tok, const T *d, float *dt, in
 /// the counts read on the device, so that a captured graph serves every
 /// micro-batch. Deterministic, and frequent tokens spread over many blocks.
 template <typename T>
-__global__ void embeddingChunksKernel(const int32_t *order, const T *d, float *partial,
-                                      int64_t n, int64_t h) {
+__global__ void embeddingChunksKernel(const int32_t *order, const T *d, float *partial, int64_t n,
+                                      int64_t h) {
   const int32_t *groups = order + n;
   const int32_t *chunks = groups + 1 + groups[0] + 1; // [C][C + 1 starts]
   int64_t count = chunks[0];
@@ -351,8 +351,8 @@ __global__ void rotaryKernel(const T *x, T *out, I rows, I seq, I heads, I headD
 // --- softmax cross-entropy ------------------------------------------------------
 
 template <typename T>
-__global__ void ceRowKernel(const T *logits, const int32_t *labels, float *rowLoss,
-                            float *rowLse, int64_t vocab, int64_t pitch, int64_t ignore) {
+__global__ void ceRowKernel(const T *logits, const int32_t *labels, float *rowLoss, float *rowLse,
+                            int64_t vocab, int64_t pitch, int64_t ignore) {
   __shared__ float red[32];
   int32_t y = labels[blockIdx.x];
   if (y == ignore) {
@@ -444,8 +444,8 @@ __global__ void ceBwdKernel(const T *logits, const int32_t *labels, const float 
 
 // --- AdamW ----------------------------------------------------------------------
 
-__device__ __forceinline__ float adamwOne(float p, float g, float &m, float &v,
-                                          const AdamWArgs &a, float scale, float bc1, float bc2) {
+__device__ __forceinline__ float adamwOne(float p, float g, float &m, float &v, const AdamWArgs &a,
+                                          float scale, float bc1, float bc2) {
   float gi = g * scale;
   m = a.beta1 * m + (1.0f - a.beta1) * gi;
   v = a.beta2 * v + (1.0f - a.beta2) * gi * gi;
@@ -456,9 +456,8 @@ __device__ __forceinline__ float adamwOne(float p, float g, float &m, float &v,
 /// pointer allows, then element by element; this thread's words and
 /// elements are first, first + stride, ...
 __device__ __forceinline__ void adamwSpan(float *p, const float *g, float *m, float *v,
-                                          bf16 *working, int64_t n, const AdamWArgs &a,
-                                          float scale, float bc1, float bc2, int64_t first,
-                                          int64_t stride) {
+                                          bf16 *working, int64_t n, const AdamWArgs &a, float scale,
+                                          float bc1, float bc2, int64_t first, int64_t stride) {
   auto aligned = [](const void *q, int bytes) {
     return reinterpret_cast<uintptr_t>(q) % bytes == 0;
   };
@@ -506,9 +505,9 @@ __device__ __forceinline__ void adamwUpdate(float *p, const float *g, float *m, 
 /// adamwKernel / adamwDeviceKernel element by element: bit-identical). The
 /// clipping factor and bias corrections from `norm` and `step` on the
 /// device, or (norm null) from `a.gradScale` and the host's bc1, bc2.
-__global__ void adamwMultiKernel(const AdamWTensor *tensors, const AdamWChunk *chunks,
-                                 AdamWArgs a, float bc1, float bc2, const float *norm,
-                                 double maxNorm, const int64_t *step) {
+__global__ void adamwMultiKernel(const AdamWTensor *tensors, const AdamWChunk *chunks, AdamWArgs a,
+                                 float bc1, float bc2, const float *norm, double maxNorm,
+                                 const int64_t *step) {
   __shared__ float k[3];
   if (threadIdx.x == 0) {
     if (norm) {
@@ -532,8 +531,8 @@ __global__ void adamwMultiKernel(const AdamWTensor *tensors, const AdamWChunk *c
             c.end - b, ta, k[0], k[1], k[2], threadIdx.x, blockDim.x);
 }
 
-__global__ void adamwKernel(float *p, const float *g, float *m, float *v, bf16 *working,
-                            int64_t n, AdamWArgs a, float bc1, float bc2) {
+__global__ void adamwKernel(float *p, const float *g, float *m, float *v, bf16 *working, int64_t n,
+                            AdamWArgs a, float bc1, float bc2) {
   adamwUpdate(p, g, m, v, working, n, a, a.gradScale, bc1, bc2);
 }
 
@@ -608,34 +607,33 @@ __global__ void castFp8TransposedKernel(const T *x, int64_t rows, int64_t cols, 
 
 } // namespace
 
-#define LLMOPT_CUDA_DEFINE_FP8(T)                                                           \
-  cudaError_t quantizeFp8(const T *x, int64_t n, bool e5m2, uint8_t *out, float *amax,      \
-                          float *scaleInv, const float *amaxOverride, cudaStream_t s) {     \
-    if (!amaxOverride) {                                                                    \
-      if (cudaError_t e = cudaMemsetAsync(amax, 0, sizeof(float), s); e != cudaSuccess)     \
-        return e;                                                                           \
-            amaxKernel<<<std::min(gridFor(n), 1024u), kThreads, 0, s>>>(x, n, amax);             \
-    }                                                                                       \
-    castFp8Kernel<<<gridFor(n), kThreads, 0, s>>>(x, n, e5m2, out,                          \
-                                                  amaxOverride ? amaxOverride : amax, scaleInv); \
-    return cudaGetLastError();                                                              \
-  }                                                                                         \
-  cudaError_t quantizeFp8Transposed(const T *x, int64_t rows, int64_t cols, bool e5m2,      \
-                                    uint8_t *out, float *amax, float *scaleInv,             \
-                                    const float *amaxOverride, cudaStream_t s) {            \
-    int64_t n = rows * cols;                                                                \
-    if (n == 0)                                                                             \
-      return cudaSuccess;                                                                   \
-    if (!amaxOverride) {                                                                    \
-      if (cudaError_t e = cudaMemsetAsync(amax, 0, sizeof(float), s); e != cudaSuccess)     \
-        return e;                                                                           \
-      amaxKernel<<<std::min(gridFor(n), 1024u), kThreads, 0, s>>>(x, n, amax);              \
-    }                                                                                       \
-    dim3 grid(unsigned((rows + 31) / 32), unsigned((cols + 31) / 32)), block(32, 8);        \
-    castFp8TransposedKernel<<<grid, block, 0, s>>>(x, rows, cols, e5m2, out,                \
-                                                   amaxOverride ? amaxOverride : amax,      \
-                                                   scaleInv);                               \
-    return cudaGetLastError();                                                              \
+#define LLMOPT_CUDA_DEFINE_FP8(T)                                                                  \
+  cudaError_t quantizeFp8(const T *x, int64_t n, bool e5m2, uint8_t *out, float *amax,             \
+                          float *scaleInv, const float *amaxOverride, cudaStream_t s) {            \
+    if (!amaxOverride) {                                                                           \
+      if (cudaError_t e = cudaMemsetAsync(amax, 0, sizeof(float), s); e != cudaSuccess)            \
+        return e;                                                                                  \
+      amaxKernel<<<std::min(gridFor(n), 1024u), kThreads, 0, s>>>(x, n, amax);                     \
+    }                                                                                              \
+    castFp8Kernel<<<gridFor(n), kThreads, 0, s>>>(x, n, e5m2, out,                                 \
+                                                  amaxOverride ? amaxOverride : amax, scaleInv);   \
+    return cudaGetLastError();                                                                     \
+  }                                                                                                \
+  cudaError_t quantizeFp8Transposed(const T *x, int64_t rows, int64_t cols, bool e5m2,             \
+                                    uint8_t *out, float *amax, float *scaleInv,                    \
+                                    const float *amaxOverride, cudaStream_t s) {                   \
+    int64_t n = rows * cols;                                                                       \
+    if (n == 0)                                                                                    \
+      return cudaSuccess;                                                                          \
+    if (!amaxOverride) {                                                                           \
+      if (cudaError_t e = cudaMemsetAsync(amax, 0, sizeof(float), s); e != cudaSuccess)            \
+        return e;                                                                                  \
+      amaxKernel<<<std::min(gridFor(n), 1024u), kThreads, 0, s>>>(x, n, amax);                     \
+    }                                                                                              \
+    dim3 grid(unsigned((rows + 31) / 32), unsigned((cols + 31) / 32)), block(32, 8);               \
+    castFp8TransposedKernel<<<grid, block, 0, s>>>(x, rows, cols, e5m2, out,                       \
+                                                   amaxOverride ? amaxOverride : amax, scaleInv);  \
+    return cudaGetLastError();                                                                     \
   }
 LLMOPT_CUDA_FOR_TYPES(LLMOPT_CUDA_DEFINE_FP8)
 #undef LLMOPT_CUDA_DEFINE_FP8
@@ -702,132 +700,125 @@ static void *sumsScratch(void *scratch, int64_t n, int64_t c) {
              : nullptr;
 }
 
-#define LLMOPT_CUDA_DEFINE(T)                                                               \
-  cudaError_t rmsNormForward(const T *x, const T *w, T *out, float *rstd, int64_t n,        \
-                             int64_t c, float eps, cudaStream_t s) {                        \
-    if (n == 0)                                                                             \
-      return cudaSuccess;                                                                   \
-    rmsNormFwdKernel<<<unsigned(n), kThreads, 0, s>>>(x, w, out, rstd, c, eps);             \
-    return cudaGetLastError();                                                              \
-  }                                                                                         \
-  cudaError_t rmsNormBackward(const T *d, const T *x, const T *w, const float *rstd, T *dx,  \
-                              float *dw, int64_t n, int64_t c, cudaStream_t s,              \
-                              float *scratch) {                                             \
-    if (n == 0)                                                                             \
-      return cudaSuccess;                                                                   \
-    if (cudaError_t e; normBackwardWords(d, x, w, static_cast<const float *>(nullptr), rstd,  \
-                                         dx, dw, static_cast<float *>(nullptr), n, c, s,      \
-                                         scratch, e))                                       \
-      return e;                                                                             \
-    rmsNormBwdKernel<<<unsigned(n), kThreads, 0, s>>>(d, x, w, rstd, dx, dw, scratch, c);   \
-    if (scratch)                                                                            \
-      return sumRowsInto(static_cast<const float *>(scratch), dw, n, c, s,                  \
-                         sumsScratch(scratch, n, c));                                       \
-    return cudaGetLastError();                                                              \
-  }                                                                                         \
-  cudaError_t layerNormForward(const T *x, const T *w, const T *b, T *out, float *mean,     \
-                               float *rstd, int64_t n, int64_t c, float eps,                \
-                               cudaStream_t s) {                                            \
-    if (n == 0)                                                                             \
-      return cudaSuccess;                                                                   \
-    layerNormFwdKernel<<<unsigned(n), kThreads, 0, s>>>(x, w, b, out, mean, rstd, c, eps);  \
-    return cudaGetLastError();                                                              \
-  }                                                                                         \
-  cudaError_t layerNormBackward(const T *d, const T *x, const T *w, const float *mean,      \
-                                const float *rstd, T *dx, float *dw, float *db, int64_t n,  \
-                                int64_t c, cudaStream_t s, float *scratch) {                \
-    if (n == 0)                                                                             \
-      return cudaSuccess;                                                                   \
-    if (cudaError_t e; normBackwardWords(d, x, w, mean, rstd, dx, dw, db, n, c, s, scratch,  \
-                                         e))                                                \
-      return e;                                                                             \
-    layerNormBwdKernel<<<unsigned(n), kThreads, 0, s>>>(d, x, w, mean, rstd, dx, dw, db,     \
-                                                        scratch, c);                        \
-    if (!scratch)                                                                           \
-      return cudaGetLastError();                                                            \
-    if (cudaError_t e = sumRowsInto(static_cast<const float *>(scratch), dw, n, c, s,        \
-                                    sumsScratch(scratch, n, c)))                            \
-      return e;                                                                             \
-    return db ? sumRowsInto(d, db, n, c, s, sumsScratch(scratch, n, c)) : cudaGetLastError(); \
-  }                                                                                         \
-  cudaError_t geluForward(const T *x, T *o, int64_t n, bool t, cudaStream_t s) {            \
-    return launchMap(MapArgs<T, 1, 1>{{x}, {o}}, n, GeluFwd{t}, s);                         \
-  }                                                                                         \
-  cudaError_t geluBackward(const T *g, const T *x, T *dx, int64_t n, bool t,                \
-                           cudaStream_t s) {                                                \
-    return launchMap(MapArgs<T, 2, 1>{{g, x}, {dx}}, n, GeluBwd{t}, s);                     \
-  }                                                                                         \
-  cudaError_t swigluForward(const T *g, const T *u, T *o, int64_t n, cudaStream_t s) {      \
-    return launchMap(MapArgs<T, 2, 1>{{g, u}, {o}}, n, SwigluFwd{}, s);                     \
-  }                                                                                         \
-  cudaError_t swigluBackward(const T *d, const T *g, const T *u, T *dg, T *du, int64_t n,   \
-                             cudaStream_t s) {                                              \
-    return launchMap(MapArgs<T, 3, 2>{{d, g, u}, {dg, du}}, n, SwigluBwd{}, s);             \
-  }                                                                                         \
-  cudaError_t embeddingForward(const int32_t *tok, const T *table, T *out, int64_t n,       \
-                               int64_t h, cudaStream_t s) {                                 \
-    embeddingFwdKernel<<<gridFor(n * h), kThreads, 0, s>>>(tok, table, out, n, h);          \
-    return cudaGetLastError();                                                              \
-  }                                                                                         \
-  cudaError_t embeddingBackwardOrdered(const int32_t *tok, const int32_t *order, const T *d, \
-                                       float *dt, int64_t n, int64_t h, float *scratch,     \
-                                       cudaStream_t s) {                                    \
-    if (n == 0)                                                                             \
-      return cudaSuccess;                                                                   \
-    unsigned blocks = unsigned(std::min<int64_t>(n, 2048));                                 \
-    embeddingChunksKernel<<<blocks, kThreads, 0, s>>>(order, d, scratch, n, h);             \
-    embeddingGroupsKernel<<<blocks, kThreads, 0, s>>>(tok, order, scratch, dt, n, h);       \
-    return cudaGetLastError();                                                              \
-  }                                                                                         \
-  cudaError_t embeddingBackward(const int32_t *tok, const T *d, float *dt, int64_t n,       \
-                                int64_t h, cudaStream_t s) {                                \
-    embeddingBwdKernel<<<gridFor(n * h), kThreads, 0, s>>>(tok, d, dt, n, h);               \
-    return cudaGetLastError();                                                              \
-  }                                                                                         \
-  cudaError_t rotary(const T *x, T *out, int64_t batch, int64_t seq, int64_t heads,         \
-                     int64_t headDim, const float *inv, bool inverse, cudaStream_t s) {      \
-    int64_t work = batch * seq * heads * (headDim / 2);                                     \
-    if (batch * seq * heads * headDim < (int64_t(1) << 31))                                 \
-      rotaryKernel<T, int32_t><<<gridFor(work), kThreads, 0, s>>>(                          \
-          x, out, int32_t(batch * seq), int32_t(seq), int32_t(heads), int32_t(headDim), inv, \
-          inverse);                                                                         \
-    else                                                                                    \
-      rotaryKernel<T, int64_t><<<gridFor(work), kThreads, 0, s>>>(x, out, batch * seq, seq, \
-                                                                  heads, headDim, inv,      \
-                                                                  inverse);                 \
-    return cudaGetLastError();                                                              \
-  }                                                                                         \
-  cudaError_t crossEntropyForward(const T *logits, const int32_t *labels, float *rowLoss,   \
-                                  float *loss, int64_t n, int64_t vocab, int64_t ignore,    \
-                                  cudaStream_t s, float *rowLse, int64_t ld) {              \
-    if (n == 0)                                                                             \
-      return cudaSuccess;                                                                   \
-    ceRowKernel<<<unsigned(n), kThreads, 0, s>>>(logits, labels, rowLoss, rowLse, vocab,    \
-                                                 ld ? ld : vocab, ignore);                  \
-    ceMeanKernel<<<1, kThreads, 0, s>>>(rowLoss, labels, loss, n, ignore);                  \
-    return cudaGetLastError();                                                              \
-  }                                                                                         \
-  cudaError_t crossEntropyBackward(const T *logits, const int32_t *labels, const float *dloss, \
-                                   float *scratch, T *dlogits, int64_t n, int64_t vocab,    \
-                                   int64_t ignore, cudaStream_t s, const float *rowLse,     \
-                                   int64_t ld, int64_t ldD) {                               \
-    if (n == 0)                                                                             \
-      return cudaSuccess;                                                                   \
-    ceScaleKernel<<<1, kThreads, 0, s>>>(labels, dloss, scratch, n, ignore);                \
-    ceBwdKernel<<<unsigned(n), kThreads, 0, s>>>(logits, labels, scratch, rowLse, dlogits,  \
-                                                 vocab, ld ? ld : vocab, ldD ? ldD : vocab, \
-                                                 ignore);                                   \
-    return cudaGetLastError();                                                              \
+#define LLMOPT_CUDA_DEFINE(T)                                                                      \
+  cudaError_t rmsNormForward(const T *x, const T *w, T *out, float *rstd, int64_t n, int64_t c,    \
+                             float eps, cudaStream_t s) {                                          \
+    if (n == 0)                                                                                    \
+      return cudaSuccess;                                                                          \
+    rmsNormFwdKernel<<<unsigned(n), kThreads, 0, s>>>(x, w, out, rstd, c, eps);                    \
+    return cudaGetLastError();                                                                     \
+  }                                                                                                \
+  cudaError_t rmsNormBackward(const T *d, const T *x, const T *w, const float *rstd, T *dx,        \
+                              float *dw, int64_t n, int64_t c, cudaStream_t s, float *scratch) {   \
+    if (n == 0)                                                                                    \
+      return cudaSuccess;                                                                          \
+    if (cudaError_t e; normBackwardWords(d, x, w, static_cast<const float *>(nullptr), rstd, dx,   \
+                                         dw, static_cast<float *>(nullptr), n, c, s, scratch, e))  \
+      return e;                                                                                    \
+    rmsNormBwdKernel<<<unsigned(n), kThreads, 0, s>>>(d, x, w, rstd, dx, dw, scratch, c);          \
+    if (scratch)                                                                                   \
+      return sumRowsInto(static_cast<const float *>(scratch), dw, n, c, s,                         \
+                         sumsScratch(scratch, n, c));                                              \
+    return cudaGetLastError();                                                                     \
+  }                                                                                                \
+  cudaError_t layerNormForward(const T *x, const T *w, const T *b, T *out, float *mean,            \
+                               float *rstd, int64_t n, int64_t c, float eps, cudaStream_t s) {     \
+    if (n == 0)                                                                                    \
+      return cudaSuccess;                                                                          \
+    layerNormFwdKernel<<<unsigned(n), kThreads, 0, s>>>(x, w, b, out, mean, rstd, c, eps);         \
+    return cudaGetLastError();                                                                     \
+  }                                                                                                \
+  cudaError_t layerNormBackward(const T *d, const T *x, const T *w, const float *mean,             \
+                                const float *rstd, T *dx, float *dw, float *db, int64_t n,         \
+                                int64_t c, cudaStream_t s, float *scratch) {                       \
+    if (n == 0)                                                                                    \
+      return cudaSuccess;                                                                          \
+    if (cudaError_t e; normBackwardWords(d, x, w, mean, rstd, dx, dw, db, n, c, s, scratch, e))    \
+      return e;                                                                                    \
+    layerNormBwdKernel<<<unsigned(n), kThreads, 0, s>>>(d, x, w, mean, rstd, dx, dw, db, scratch,  \
+                                                        c);                                        \
+    if (!scratch)                                                                                  \
+      return cudaGetLastError();                                                                   \
+    if (cudaError_t e = sumRowsInto(static_cast<const float *>(scratch), dw, n, c, s,              \
+                                    sumsScratch(scratch, n, c)))                                   \
+      return e;                                                                                    \
+    return db ? sumRowsInto(d, db, n, c, s, sumsScratch(scratch, n, c)) : cudaGetLastError();      \
+  }                                                                                                \
+  cudaError_t geluForward(const T *x, T *o, int64_t n, bool t, cudaStream_t s) {                   \
+    return launchMap(MapArgs<T, 1, 1>{{x}, {o}}, n, GeluFwd{t}, s);                                \
+  }                                                                                                \
+  cudaError_t geluBackward(const T *g, const T *x, T *dx, int64_t n, bool t, cudaStream_t s) {     \
+    return launchMap(MapArgs<T, 2, 1>{{g, x}, {dx}}, n, GeluBwd{t}, s);                            \
+  }                                                                                                \
+  cudaError_t swigluForward(const T *g, const T *u, T *o, int64_t n, cudaStream_t s) {             \
+    return launchMap(MapArgs<T, 2, 1>{{g, u}, {o}}, n, SwigluFwd{}, s);                            \
+  }                                                                                                \
+  cudaError_t swigluBackward(const T *d, const T *g, const T *u, T *dg, T *du, int64_t n,          \
+                             cudaStream_t s) {                                                     \
+    return launchMap(MapArgs<T, 3, 2>{{d, g, u}, {dg, du}}, n, SwigluBwd{}, s);                    \
+  }                                                                                                \
+  cudaError_t embeddingForward(const int32_t *tok, const T *table, T *out, int64_t n, int64_t h,   \
+                               cudaStream_t s) {                                                   \
+    embeddingFwdKernel<<<gridFor(n *h), kThreads, 0, s>>>(tok, table, out, n, h);                  \
+    return cudaGetLastError();                                                                     \
+  }                                                                                                \
+  cudaError_t embeddingBackwardOrdered(const int32_t *tok, const int32_t *order, const T *d,       \
+                                       float *dt, int64_t n, int64_t h, float *scratch,            \
+                                       cudaStream_t s) {                                           \
+    if (n == 0)                                                                                    \
+      return cudaSuccess;                                                                          \
+    unsigned blocks = unsigned(std::min<int64_t>(n, 2048));                                        \
+    embeddingChunksKernel<<<blocks, kThreads, 0, s>>>(order, d, scratch, n, h);                    \
+    embeddingGroupsKernel<<<blocks, kThreads, 0, s>>>(tok, order, scratch, dt, n, h);              \
+    return cudaGetLastError();                                                                     \
+  }                                                                                                \
+  cudaError_t embeddingBackward(const int32_t *tok, const T *d, float *dt, int64_t n, int64_t h,   \
+                                cudaStream_t s) {                                                  \
+    embeddingBwdKernel<<<gridFor(n *h), kThreads, 0, s>>>(tok, d, dt, n, h);                       \
+    return cudaGetLastError();                                                                     \
+  }                                                                                                \
+  cudaError_t rotary(const T *x, T *out, int64_t batch, int64_t seq, int64_t heads,                \
+                     int64_t headDim, const float *inv, bool inverse, cudaStream_t s) {            \
+    int64_t work = batch * seq * heads * (headDim / 2);                                            \
+    if (batch * seq * heads * headDim < (int64_t(1) << 31))                                        \
+      rotaryKernel<T, int32_t><<<gridFor(work), kThreads, 0, s>>>(x, out, int32_t(batch * seq),    \
+                                                                  int32_t(seq), int32_t(heads),    \
+                                                                  int32_t(headDim), inv, inverse); \
+    else                                                                                           \
+      rotaryKernel<T, int64_t><<<gridFor(work), kThreads, 0, s>>>(x, out, batch * seq, seq, heads, \
+                                                                  headDim, inv, inverse);          \
+    return cudaGetLastError();                                                                     \
+  }                                                                                                \
+  cudaError_t crossEntropyForward(const T *logits, const int32_t *labels, float *rowLoss,          \
+                                  float *loss, int64_t n, int64_t vocab, int64_t ignore,           \
+                                  cudaStream_t s, float *rowLse, int64_t ld) {                     \
+    if (n == 0)                                                                                    \
+      return cudaSuccess;                                                                          \
+    ceRowKernel<<<unsigned(n), kThreads, 0, s>>>(logits, labels, rowLoss, rowLse, vocab,           \
+                                                 ld ? ld : vocab, ignore);                         \
+    ceMeanKernel<<<1, kThreads, 0, s>>>(rowLoss, labels, loss, n, ignore);                         \
+    return cudaGetLastError();                                                                     \
+  }                                                                                                \
+  cudaError_t crossEntropyBackward(const T *logits, const int32_t *labels, const float *dloss,     \
+                                   float *scratch, T *dlogits, int64_t n, int64_t vocab,           \
+                                   int64_t ignore, cudaStream_t s, const float *rowLse,            \
+                                   int64_t ld, int64_t ldD) {                                      \
+    if (n == 0)                                                                                    \
+      return cudaSuccess;                                                                          \
+    ceScaleKernel<<<1, kThreads, 0, s>>>(labels, dloss, scratch, n, ignore);                       \
+    ceBwdKernel<<<unsigned(n), kThreads, 0, s>>>(logits, labels, scratch, rowLse, dlogits, vocab,  \
+                                                 ld ? ld : vocab, ldD ? ldD : vocab, ignore);      \
+    return cudaGetLastError();                                                                     \
   }
 LLMOPT_CUDA_FOR_TYPES(LLMOPT_CUDA_DEFINE)
 #undef LLMOPT_CUDA_DEFINE
 
-cudaError_t adamw(float *param, const float *grad, float *m, float *v, bf16 *working,
-                  int64_t count, const AdamWArgs &a, cudaStream_t s) {
+cudaError_t adamw(float *param, const float *grad, float *m, float *v, bf16 *working, int64_t count,
+                  const AdamWArgs &a, cudaStream_t s) {
   float bc1 = 1.0f - std::pow(a.beta1, float(a.step));
   float bc2 = 1.0f - std::pow(a.beta2, float(a.step));
   adamwKernel<<<gridFor((count + 3) / 4), kThreads, 0, s>>>(param, grad, m, v, working, count, a,
-                                                             bc1, bc2);
+                                                            bc1, bc2);
   return cudaGetLastError();
 }
 
@@ -836,8 +827,8 @@ cudaError_t adamwDevice(float *param, const float *grad, float *m, float *v, bf1
                         const int64_t *step, cudaStream_t s) {
   if (count == 0)
     return cudaSuccess;
-  adamwDeviceKernel<<<gridFor((count + 3) / 4), kThreads, 0, s>>>(param, grad, m, v, working,
-                                                                   count, a, norm, maxNorm, step);
+  adamwDeviceKernel<<<gridFor((count + 3) / 4), kThreads, 0, s>>>(param, grad, m, v, working, count,
+                                                                  a, norm, maxNorm, step);
   return cudaGetLastError();
 }
 
@@ -850,14 +841,14 @@ std::vector<AdamWChunk> adamwChunks(const std::vector<int64_t> &counts) {
 }
 
 cudaError_t adamwMulti(const AdamWTensor *tensors, const AdamWChunk *chunks, int64_t count,
-                       const AdamWArgs &a, const float *norm, double maxNorm,
-                       const int64_t *step, cudaStream_t s) {
+                       const AdamWArgs &a, const float *norm, double maxNorm, const int64_t *step,
+                       cudaStream_t s) {
   if (count == 0)
     return cudaSuccess;
   float bc1 = 1.0f - std::pow(a.beta1, float(a.step));
   float bc2 = 1.0f - std::pow(a.beta2, float(a.step));
-  adamwMultiKernel<<<unsigned(count), kThreads, 0, s>>>(tensors, chunks, a, bc1, bc2, norm,
-                                                         maxNorm, step);
+  adamwMultiKernel<<<unsigned(count), kThreads, 0, s>>>(tensors, chunks, a, bc1, bc2, norm, maxNorm,
+                                                        step);
   return cudaGetLastError();
 }
 

@@ -42,9 +42,8 @@ __device__ __forceinline__ void softmaxStats(const float *z, int64_t experts, fl
 
 /// Top-k of each token's softmax, highest first, ties to the lower expert
 /// (the CPU reference's partial sort), renormalized when `normalize`.
-__global__ void routerTopKKernel(const float *logits, int64_t ld, float *weights,
-                                 int32_t *indices, int64_t tokens, int64_t experts, int64_t topK,
-                                 bool normalize) {
+__global__ void routerTopKKernel(const float *logits, int64_t ld, float *weights, int32_t *indices,
+                                 int64_t tokens, int64_t experts, int64_t topK, bool normalize) {
   GRID_STRIDE(r, tokens) {
     const float *z = logits + r * ld;
     float mx, sum;
@@ -82,8 +81,7 @@ template <typename T>
 __global__ void routerDlogitsKernel(const float *logits, const float *dweights,
                                     const float *weights, const int32_t *indices,
                                     const float *counts, float auxC, T *dlogits, int64_t ld,
-                                    int64_t tokens, int64_t experts, int64_t topK,
-                                    bool normalize) {
+                                    int64_t tokens, int64_t experts, int64_t topK, bool normalize) {
   GRID_STRIDE(r, tokens) {
     const float *z = logits + r * ld;
     const float *dw = dweights + r * topK, *w = weights + r * topK;
@@ -176,8 +174,8 @@ template <typename T>
 bool routerLogits(Gemm &gemm, const T *x, const T *gate, const RouterParts &p,
                   const MoERouterDims &d, cudaStream_t s, std::string &error) {
   // logits [tokens, E] = x [tokens, hidden] gate^T, fp32.
-  BatchedShape z{d.tokens,    d.experts,  d.hidden, false, true, d.hidden, d.hidden, p.ld, 0, 0, 0,
-                 1,           typeOf<T>(), CUDA_R_32F, 1.0f, 0.0f};
+  BatchedShape z{d.tokens, d.experts, d.hidden, false, true,        d.hidden,   d.hidden, p.ld,
+                 0,        0,         0,        1,     typeOf<T>(), CUDA_R_32F, 1.0f,     0.0f};
   return gemm.batched(x, gate, p.logits, z, s, error);
 }
 
@@ -192,8 +190,7 @@ bool routerForward(Gemm &gemm, const T *x, const T *gate, float *weights, int32_
   if (!routerLogits(gemm, x, gate, p, d, s, error))
     return false;
   routerTopKKernel<<<gridFor(d.tokens), kThreads, 0, s>>>(p.logits, p.ld, weights, indices,
-                                                           d.tokens, d.experts, d.topK,
-                                                           d.normalize);
+                                                          d.tokens, d.experts, d.topK, d.normalize);
   return launched("moe router", error);
 }
 
@@ -211,34 +208,31 @@ bool routerBackward(Gemm &gemm, const float *dweights, const T *x, const T *gate
     // d aux / d P_e = coef * scale * E * count_e / (N^2 topK), N the tokens
     // counted (the whole sequence's when the counts come from outside).
     double n = aux.counts ? double(aux.tokens) : double(d.tokens);
-    auxC = float(double(aux.coef) * double(aux.scale) * double(d.experts) /
-                 (n * n * double(d.topK)));
+    auxC =
+        float(double(aux.coef) * double(aux.scale) * double(d.experts) / (n * n * double(d.topK)));
     counts = aux.counts;
     if (!counts) {
       if (!launched("moe router backward", error,
                     cudaMemsetAsync(p.counts, 0, size_t(d.experts) * 4, s)))
         return false;
       countsKernel<<<gridFor(d.tokens * d.topK), kThreads, 0, s>>>(indices, p.counts,
-                                                                    d.tokens * d.topK,
-                                                                    d.experts);
+                                                                   d.tokens * d.topK, d.experts);
       counts = p.counts;
     }
   }
   T *dl = static_cast<T *>(p.dlogits);
-  routerDlogitsKernel<<<gridFor(d.tokens), kThreads, 0, s>>>(p.logits, dweights, weights,
-                                                              indices, counts, auxC, dl, p.ld,
-                                                              d.tokens, d.experts, d.topK,
-                                                              d.normalize);
+  routerDlogitsKernel<<<gridFor(d.tokens), kThreads, 0, s>>>(p.logits, dweights, weights, indices,
+                                                             counts, auxC, dl, p.ld, d.tokens,
+                                                             d.experts, d.topK, d.normalize);
   if (!launched("moe router backward", error))
     return false;
   // dx [tokens, hidden] = dlogits [tokens, E] gate [E, hidden].
-  BatchedShape bx{d.tokens,    d.hidden,    d.experts, false, false, p.ld, d.hidden, d.hidden,
-                  0,           0,           0,         1,     typeOf<T>(), typeOf<T>(), 1.0f,
-                  0.0f};
+  BatchedShape bx{d.tokens,    d.hidden,    d.experts, false, false, p.ld,
+                  d.hidden,    d.hidden,    0,         0,     0,     1,
+                  typeOf<T>(), typeOf<T>(), 1.0f,      0.0f};
   // dgate [E, hidden] += dlogits^T x (fp32).
-  BatchedShape bg{d.experts,   d.hidden,   d.tokens, true, false, p.ld, d.hidden, d.hidden,
-                  0,           0,          0,        1,    typeOf<T>(), CUDA_R_32F, 1.0f,
-                  1.0f};
+  BatchedShape bg{d.experts, d.hidden, d.tokens, true, false,       p.ld,       d.hidden, d.hidden,
+                  0,         0,        0,        1,    typeOf<T>(), CUDA_R_32F, 1.0f,     1.0f};
   return gemm.batched(dl, gate, dx, bx, s, error) && gemm.batched(dl, x, dgate, bg, s, error);
 }
 
@@ -270,8 +264,8 @@ struct ExpertParts {
 /// A [g, m, n] = op(A) op(B) product over the group's experts.
 template <typename T>
 BatchedShape grouped(int64_t g, int64_t m, int64_t n, int64_t k, bool ta, bool tb, int64_t lda,
-                     int64_t ldb, int64_t ldc, int64_t sa, int64_t sb, int64_t sc,
-                     cudaDataType_t c, float beta) {
+                     int64_t ldb, int64_t ldc, int64_t sa, int64_t sb, int64_t sc, cudaDataType_t c,
+                     float beta) {
   return BatchedShape{m, n, k, ta, tb, lda, ldb, ldc, sa, sb, sc, g, typeOf<T>(), c, 1.0f, beta};
 }
 
@@ -303,8 +297,8 @@ bool expertHidden(Gemm &gemm, const T *x, const T *const *w, const MoEExpertDims
   T *h = p.part<T>(scratch, 0), *u = p.part<T>(scratch, 1), *a = p.part<T>(scratch, 2);
   const T *xe = x + e0 * C * H;
   // h = x W1^T, u = x W3^T: [R, F] per expert (rows past R are not read).
-  BatchedShape up = grouped<T>(g, R, F, H, false, true, H, H, F, C * H, F * H, C * F,
-                               typeOf<T>(), 0.0f);
+  BatchedShape up =
+      grouped<T>(g, R, F, H, false, true, H, H, F, C * H, F * H, C * F, typeOf<T>(), 0.0f);
   if (!gemm.batched(xe, w[0] + e0 * F * H, h, up, s, error))
     return false;
   if (d.swiglu && !gemm.batched(xe, w[1] + e0 * F * H, u, up, s, error))
@@ -330,8 +324,8 @@ bool expertsForward(Gemm &gemm, const T *x, const T *const *w, T *out, const MoE
     if (!expertHidden(gemm, x, w, d, p, scratch, e0, g, s, error))
       return false;
     // out = a W2^T: [R, H] per expert.
-    BatchedShape dn = grouped<T>(g, R, H, F, false, true, F, F, H, C * F, H * F, C * H,
-                                 typeOf<T>(), 0.0f);
+    BatchedShape dn =
+        grouped<T>(g, R, H, F, false, true, F, F, H, C * F, H * F, C * H, typeOf<T>(), 0.0f);
     if (!gemm.batched(p.part<T>(scratch, 2), down + e0 * H * F, out + e0 * C * H, dn, s, error))
       return false;
   }
@@ -356,19 +350,18 @@ bool expertsBackward(Gemm &gemm, const T *dout, const T *x, const T *const *w, T
     if (!expertHidden(gemm, x, w, d, p, scratch, e0, g, s, error))
       return false;
     // da = dy W2: [R, F]; dW2 += dy^T a: [H, F] over the R rows.
-    if (!gemm.batched(dy, w[down] + e0 * H * F, da,
-                      grouped<T>(g, R, F, H, false, false, H, F, F, C * H, H * F, C * F,
-                                 typeOf<T>(), 0.0f),
-                      s, error) ||
-        !gemm.batched(dy, a, dw[down] + e0 * H * F,
-                      grouped<T>(g, H, F, R, true, false, H, F, F, C * H, C * F, H * F,
-                                 CUDA_R_32F, 1.0f),
-                      s, error))
+    if (!gemm.batched(
+            dy, w[down] + e0 * H * F, da,
+            grouped<T>(g, R, F, H, false, false, H, F, F, C * H, H * F, C * F, typeOf<T>(), 0.0f),
+            s, error) ||
+        !gemm.batched(
+            dy, a, dw[down] + e0 * H * F,
+            grouped<T>(g, H, F, R, true, false, H, F, F, C * H, C * F, H * F, CUDA_R_32F, 1.0f), s,
+            error))
       return false;
     if (!overUsedRows(g, R, C, F, "moe experts backward", error, [&](int64_t at, int64_t count) {
-          return d.swiglu
-                     ? swigluBackward(da + at, h + at, u + at, dh + at, du + at, count, s)
-                     : geluBackward(da + at, h + at, dh + at, count, false, s);
+          return d.swiglu ? swigluBackward(da + at, h + at, u + at, dh + at, du + at, count, s)
+                          : geluBackward(da + at, h + at, dh + at, count, false, s);
         }))
       return false;
     // dx = dh W1 (+ du W3): [C, H] in fp32; dW1 += dh^T x, dW3 += du^T x.
@@ -379,10 +372,10 @@ bool expertsBackward(Gemm &gemm, const T *dout, const T *x, const T *const *w, T
                         grouped<T>(g, R, H, F, false, false, F, H, H, C * F, F * H, C * H,
                                    CUDA_R_32F, i == 0 ? 0.0f : 1.0f),
                         s, error) ||
-          !gemm.batched(dhi, xe, dw[i] + e0 * F * H,
-                        grouped<T>(g, F, H, R, true, false, F, H, H, C * F, C * H, F * H,
-                                   CUDA_R_32F, 1.0f),
-                        s, error))
+          !gemm.batched(
+              dhi, xe, dw[i] + e0 * F * H,
+              grouped<T>(g, F, H, R, true, false, F, H, H, C * F, C * H, F * H, CUDA_R_32F, 1.0f),
+              s, error))
         return false;
     }
     // The R rows of each expert (the rest of dx stays zero).
@@ -405,8 +398,8 @@ size_t moeExpertsScratchBytes(const MoEExpertDims &d, size_t elementBytes) {
   return ExpertParts(d, elementBytes).bytes();
 }
 
-cudaError_t moeExpertCounts(const int32_t *indices, float *counts, int64_t tokens,
-                            int64_t experts, int64_t topK, cudaStream_t stream) {
+cudaError_t moeExpertCounts(const int32_t *indices, float *counts, int64_t tokens, int64_t experts,
+                            int64_t topK, cudaStream_t stream) {
   if (cudaError_t e = cudaMemsetAsync(counts, 0, size_t(experts) * 4, stream))
     return e;
   if (tokens * topK == 0)
@@ -416,28 +409,28 @@ cudaError_t moeExpertCounts(const int32_t *indices, float *counts, int64_t token
   return cudaGetLastError();
 }
 
-#define LLMOPT_CUDA_DEFINE_MOE(T)                                                             \
-  bool moeRouterForwardGemm(Gemm &gemm, const T *x, const T *gate, float *weights,           \
-                            int32_t *indices, const MoERouterDims &d, void *scratch,        \
-                            cudaStream_t stream, std::string &error) {                      \
-    return routerForward(gemm, x, gate, weights, indices, d, scratch, stream, error);       \
-  }                                                                                         \
-  bool moeRouterBackwardGemm(Gemm &gemm, const float *dweights, const T *x, const T *gate,   \
-                             const float *weights, const int32_t *indices, T *dx,           \
-                             float *dgate, const MoERouterDims &d, const MoEAux &aux,       \
-                             void *scratch, cudaStream_t stream, std::string &error) {      \
-    return routerBackward(gemm, dweights, x, gate, weights, indices, dx, dgate, d, aux,     \
-                          scratch, stream, error);                                          \
-  }                                                                                         \
-  bool moeExpertsForwardGemm(Gemm &gemm, const T *x, const T *const *weights, T *out,        \
-                             const MoEExpertDims &d, void *scratch, cudaStream_t stream,    \
-                             std::string &error) {                                          \
-    return expertsForward(gemm, x, weights, out, d, scratch, stream, error);                \
-  }                                                                                         \
-  bool moeExpertsBackwardGemm(Gemm &gemm, const T *dout, const T *x, const T *const *weights, \
-                              T *dx, float *const *dweights, const MoEExpertDims &d,        \
-                              void *scratch, cudaStream_t stream, std::string &error) {     \
-    return expertsBackward(gemm, dout, x, weights, dx, dweights, d, scratch, stream, error); \
+#define LLMOPT_CUDA_DEFINE_MOE(T)                                                                  \
+  bool moeRouterForwardGemm(Gemm &gemm, const T *x, const T *gate, float *weights,                 \
+                            int32_t *indices, const MoERouterDims &d, void *scratch,               \
+                            cudaStream_t stream, std::string &error) {                             \
+    return routerForward(gemm, x, gate, weights, indices, d, scratch, stream, error);              \
+  }                                                                                                \
+  bool moeRouterBackwardGemm(Gemm &gemm, const float *dweights, const T *x, const T *gate,         \
+                             const float *weights, const int32_t *indices, T *dx, float *dgate,    \
+                             const MoERouterDims &d, const MoEAux &aux, void *scratch,             \
+                             cudaStream_t stream, std::string &error) {                            \
+    return routerBackward(gemm, dweights, x, gate, weights, indices, dx, dgate, d, aux, scratch,   \
+                          stream, error);                                                          \
+  }                                                                                                \
+  bool moeExpertsForwardGemm(Gemm &gemm, const T *x, const T *const *weights, T *out,              \
+                             const MoEExpertDims &d, void *scratch, cudaStream_t stream,           \
+                             std::string &error) {                                                 \
+    return expertsForward(gemm, x, weights, out, d, scratch, stream, error);                       \
+  }                                                                                                \
+  bool moeExpertsBackwardGemm(Gemm &gemm, const T *dout, const T *x, const T *const *weights,      \
+                              T *dx, float *const *dweights, const MoEExpertDims &d,               \
+                              void *scratch, cudaStream_t stream, std::string &error) {            \
+    return expertsBackward(gemm, dout, x, weights, dx, dweights, d, scratch, stream, error);       \
   }
 LLMOPT_CUDA_FOR_TYPES(LLMOPT_CUDA_DEFINE_MOE)
 #undef LLMOPT_CUDA_DEFINE_MOE

@@ -7,17 +7,17 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "llmopt-kernels/cpu.h"
 #include "llmopt-kernels/cuda.h"
+#include "llmopt-kernels/cpu.h"
 
 #include "RandomVec.h"
 #include "gtest/gtest.h"
 #include <array>
 #include <cmath>
-#include <tuple>
 #include <cstdio>
 #include <memory>
 #include <random>
+#include <tuple>
 #include <vector>
 
 namespace cpu = llmopt::kernels::cpu;
@@ -25,8 +25,8 @@ namespace gpu = llmopt::kernels::cuda;
 
 namespace {
 
-#define NEED_GPU()                                                                         \
-  if (!gpu::deviceAvailable())                                                             \
+#define NEED_GPU()                                                                                 \
+  if (!gpu::deviceAvailable())                                                                     \
   GTEST_SKIP() << "no CUDA device"
 
 /// fp8 GEMMs: sm_89 / sm_90.
@@ -36,9 +36,9 @@ int computeCapability() {
   cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0);
   return major * 10 + minor;
 }
-#define NEED_FP8_GPU()                                                                     \
-  NEED_GPU();                                                                              \
-  if (computeCapability() < 89)                                                            \
+#define NEED_FP8_GPU()                                                                             \
+  NEED_GPU();                                                                                      \
+  if (computeCapability() < 89)                                                                    \
   GTEST_SKIP() << "fp8 GEMMs need sm_89 / sm_90"
 
 /// A device copy of a host vector, freed at scope exit.
@@ -95,65 +95,65 @@ TEST(Cuda, RMSNorm) {
   // With a scratch: rows of 16-byte words take the warp-per-row kernel
   // (150 rows: three blocks of partial sums), others the row terms.
   for (auto [n, c] : {std::pair<int64_t, int64_t>{7, 300}, {150, 64}, {3, 301}}) {
-  SCOPED_TRACE("rows " + std::to_string(n) + ", columns " + std::to_string(c));
-  auto x = randomVec(n * c, 1), w = randomVec(c, 2), g = randomVec(n * c, 3);
-  std::vector<float> out(n * c), rstd(n), dx(n * c), dw(c, 0);
-  cpu::rmsNormForward(x.data(), w.data(), out.data(), rstd.data(), n, c, 1e-5f);
-  cpu::rmsNormBackward(g.data(), x.data(), w.data(), rstd.data(), dx.data(), dw.data(), n, c);
-  Dev<float> dX(x), dW(w), dG(g), dOut(n * c), dRstd(n), dDx(n * c), dDw(c);
-  ASSERT_EQ(gpu::rmsNormForward(dX.p, dW.p, dOut.p, dRstd.p, n, c, 1e-5f, nullptr), cudaSuccess);
-  ASSERT_EQ(gpu::rmsNormBackward(dG.p, dX.p, dW.p, dRstd.p, dDx.p, dDw.p, n, c, nullptr),
-            cudaSuccess);
-  expectClose(dOut.host(), out, 1e-4, "rms_norm out");
-  expectClose(dDx.host(), dx, 1e-4, "rms_norm dx");
-  expectClose(dDw.host(), dw, 1e-4, "rms_norm dweight");
-  // With a scratch: the weight gradient summed by column, added to what
-  // dweight holds (the previous result: twice the gradient).
-  Dev<float> scratch(gpu::normBackwardScratchBytes(n, c) / 4);
-  ASSERT_EQ(gpu::rmsNormBackward(dG.p, dX.p, dW.p, dRstd.p, dDx.p, dDw.p, n, c, nullptr,
-                                 scratch.p),
-            cudaSuccess);
-  std::vector<float> twice(dw);
-  for (float &v : twice)
-    v *= 2;
-  expectClose(dDw.host(), twice, 1e-4, "rms_norm dweight (column sums)");
-  expectClose(dDx.host(), dx, 1e-4, "rms_norm dx (column sums)");
+    SCOPED_TRACE("rows " + std::to_string(n) + ", columns " + std::to_string(c));
+    auto x = randomVec(n * c, 1), w = randomVec(c, 2), g = randomVec(n * c, 3);
+    std::vector<float> out(n * c), rstd(n), dx(n * c), dw(c, 0);
+    cpu::rmsNormForward(x.data(), w.data(), out.data(), rstd.data(), n, c, 1e-5f);
+    cpu::rmsNormBackward(g.data(), x.data(), w.data(), rstd.data(), dx.data(), dw.data(), n, c);
+    Dev<float> dX(x), dW(w), dG(g), dOut(n * c), dRstd(n), dDx(n * c), dDw(c);
+    ASSERT_EQ(gpu::rmsNormForward(dX.p, dW.p, dOut.p, dRstd.p, n, c, 1e-5f, nullptr), cudaSuccess);
+    ASSERT_EQ(gpu::rmsNormBackward(dG.p, dX.p, dW.p, dRstd.p, dDx.p, dDw.p, n, c, nullptr),
+              cudaSuccess);
+    expectClose(dOut.host(), out, 1e-4, "rms_norm out");
+    expectClose(dDx.host(), dx, 1e-4, "rms_norm dx");
+    expectClose(dDw.host(), dw, 1e-4, "rms_norm dweight");
+    // With a scratch: the weight gradient summed by column, added to what
+    // dweight holds (the previous result: twice the gradient).
+    Dev<float> scratch(gpu::normBackwardScratchBytes(n, c) / 4);
+    ASSERT_EQ(
+        gpu::rmsNormBackward(dG.p, dX.p, dW.p, dRstd.p, dDx.p, dDw.p, n, c, nullptr, scratch.p),
+        cudaSuccess);
+    std::vector<float> twice(dw);
+    for (float &v : twice)
+      v *= 2;
+    expectClose(dDw.host(), twice, 1e-4, "rms_norm dweight (column sums)");
+    expectClose(dDx.host(), dx, 1e-4, "rms_norm dx (column sums)");
   }
 }
 
 TEST(Cuda, LayerNorm) {
   NEED_GPU();
   for (auto [n, c] : {std::pair<int64_t, int64_t>{5, 513}, {200, 512}}) {
-  SCOPED_TRACE("rows " + std::to_string(n) + ", columns " + std::to_string(c));
-  auto x = randomVec(n * c, 4), w = randomVec(c, 5), b = randomVec(c, 6), g = randomVec(n * c, 7);
-  std::vector<float> out(n * c), mean(n), rstd(n), dx(n * c), dw(c, 0), db(c, 0);
-  cpu::layerNormForward(x.data(), w.data(), b.data(), out.data(), mean.data(), rstd.data(), n, c,
-                        1e-5f);
-  cpu::layerNormBackward(g.data(), x.data(), w.data(), mean.data(), rstd.data(), dx.data(),
-                         dw.data(), db.data(), n, c);
-  Dev<float> dX(x), dW(w), dB(b), dG(g), dOut(n * c), dMean(n), dRstd(n), dDx(n * c), dDw(c),
-      dDb(c);
-  ASSERT_EQ(gpu::layerNormForward(dX.p, dW.p, dB.p, dOut.p, dMean.p, dRstd.p, n, c, 1e-5f,
-                                  nullptr),
-            cudaSuccess);
-  ASSERT_EQ(gpu::layerNormBackward(dG.p, dX.p, dW.p, dMean.p, dRstd.p, dDx.p, dDw.p, dDb.p, n, c,
-                                   nullptr),
-            cudaSuccess);
-  expectClose(dOut.host(), out, 1e-4, "layer_norm out");
-  expectClose(dDx.host(), dx, 1e-4, "layer_norm dx");
-  expectClose(dDw.host(), dw, 1e-4, "layer_norm dweight");
-  expectClose(dDb.host(), db, 1e-4, "layer_norm dbias");
-  // With a scratch (column sums, added): twice the gradients.
-  Dev<float> scratch(gpu::normBackwardScratchBytes(n, c) / 4);
-  ASSERT_EQ(gpu::layerNormBackward(dG.p, dX.p, dW.p, dMean.p, dRstd.p, dDx.p, dDw.p, dDb.p, n, c,
-                                   nullptr, scratch.p),
-            cudaSuccess);
-  std::vector<float> dw2(dw), db2(db);
-  for (size_t i = 0; i < dw2.size(); ++i)
-    dw2[i] *= 2, db2[i] *= 2;
-  expectClose(dDw.host(), dw2, 1e-4, "layer_norm dweight (column sums)");
-  expectClose(dDb.host(), db2, 1e-4, "layer_norm dbias (column sums)");
-  expectClose(dDx.host(), dx, 1e-4, "layer_norm dx (column sums)");
+    SCOPED_TRACE("rows " + std::to_string(n) + ", columns " + std::to_string(c));
+    auto x = randomVec(n * c, 4), w = randomVec(c, 5), b = randomVec(c, 6), g = randomVec(n * c, 7);
+    std::vector<float> out(n * c), mean(n), rstd(n), dx(n * c), dw(c, 0), db(c, 0);
+    cpu::layerNormForward(x.data(), w.data(), b.data(), out.data(), mean.data(), rstd.data(), n, c,
+                          1e-5f);
+    cpu::layerNormBackward(g.data(), x.data(), w.data(), mean.data(), rstd.data(), dx.data(),
+                           dw.data(), db.data(), n, c);
+    Dev<float> dX(x), dW(w), dB(b), dG(g), dOut(n * c), dMean(n), dRstd(n), dDx(n * c), dDw(c),
+        dDb(c);
+    ASSERT_EQ(
+        gpu::layerNormForward(dX.p, dW.p, dB.p, dOut.p, dMean.p, dRstd.p, n, c, 1e-5f, nullptr),
+        cudaSuccess);
+    ASSERT_EQ(gpu::layerNormBackward(dG.p, dX.p, dW.p, dMean.p, dRstd.p, dDx.p, dDw.p, dDb.p, n, c,
+                                     nullptr),
+              cudaSuccess);
+    expectClose(dOut.host(), out, 1e-4, "layer_norm out");
+    expectClose(dDx.host(), dx, 1e-4, "layer_norm dx");
+    expectClose(dDw.host(), dw, 1e-4, "layer_norm dweight");
+    expectClose(dDb.host(), db, 1e-4, "layer_norm dbias");
+    // With a scratch (column sums, added): twice the gradients.
+    Dev<float> scratch(gpu::normBackwardScratchBytes(n, c) / 4);
+    ASSERT_EQ(gpu::layerNormBackward(dG.p, dX.p, dW.p, dMean.p, dRstd.p, dDx.p, dDw.p, dDb.p, n, c,
+                                     nullptr, scratch.p),
+              cudaSuccess);
+    std::vector<float> dw2(dw), db2(db);
+    for (size_t i = 0; i < dw2.size(); ++i)
+      dw2[i] *= 2, db2[i] *= 2;
+    expectClose(dDw.host(), dw2, 1e-4, "layer_norm dweight (column sums)");
+    expectClose(dDb.host(), db2, 1e-4, "layer_norm dbias (column sums)");
+    expectClose(dDx.host(), dx, 1e-4, "layer_norm dx (column sums)");
   }
 }
 
@@ -200,8 +200,7 @@ TEST(Cuda, RMSNormBF16) {
   cpu::rmsNormBackward(g.data(), x.data(), w.data(), rstd.data(), dx.data(), dw.data(), n, c);
   Dev<gpu::bf16> dG(gb), dDx(n * c);
   Dev<float> dDw(c), scratch(gpu::normBackwardScratchBytes(n, c) / 4);
-  ASSERT_EQ(gpu::rmsNormBackward(dG.p, dX.p, dW.p, dRstd.p, dDx.p, dDw.p, n, c, nullptr,
-                                 scratch.p),
+  ASSERT_EQ(gpu::rmsNormBackward(dG.p, dX.p, dW.p, dRstd.p, dDx.p, dDw.p, n, c, nullptr, scratch.p),
             cudaSuccess);
   expectClose(toFloat(dDx.host()), dx, 3e-2, "rms_norm bf16 dx");
   expectClose(dDw.host(), dw, 1e-3, "rms_norm bf16 dweight");
@@ -233,9 +232,9 @@ TEST(Cuda, EmbeddingAndRotary) {
   float times = 1;
   for (const std::vector<int32_t> *o : {&order, &single}) {
     Dev<int32_t> dOrder(*o);
-    ASSERT_EQ(gpu::embeddingBackwardOrdered(dTok.p, dOrder.p, dG.p, dDt.p, n, h, scratch.p,
-                                            nullptr),
-              cudaSuccess);
+    ASSERT_EQ(
+        gpu::embeddingBackwardOrdered(dTok.p, dOrder.p, dG.p, dDt.p, n, h, scratch.p, nullptr),
+        cudaSuccess);
     times += 1;
     std::vector<float> want(dt);
     for (float &v : want)
@@ -266,8 +265,8 @@ TEST(Cuda, CrossEntropy) {
       std::vector<int32_t> labels = {3, -100, 999, 0, 512};
       float loss = 0;
       int64_t counted = 0;
-      ASSERT_TRUE(cpu::crossEntropyForward(logits.data(), labels.data(), n, vocab, -100, &loss,
-                                           &counted));
+      ASSERT_TRUE(
+          cpu::crossEntropyForward(logits.data(), labels.data(), n, vocab, -100, &loss, &counted));
       std::vector<float> d(n * vocab);
       cpu::crossEntropyBackward(logits.data(), labels.data(), 1.0f, counted, d.data(), n, vocab,
                                 -100);
@@ -292,8 +291,8 @@ TEST(Cuda, CrossEntropy) {
           dwant[r * pitch + j] = d[r * vocab + j];
         }
       Dev<float> dWide(wide), dWideD(std::vector<float>(n * pitch, 3.0f));
-      ASSERT_EQ(gpu::crossEntropyForward(dWide.p, dLab.p, dRow.p, dLoss.p, n, vocab, -100,
-                                         nullptr, keep ? dLse.p : nullptr, pitch),
+      ASSERT_EQ(gpu::crossEntropyForward(dWide.p, dLab.p, dRow.p, dLoss.p, n, vocab, -100, nullptr,
+                                         keep ? dLse.p : nullptr, pitch),
                 cudaSuccess);
       ASSERT_EQ(gpu::crossEntropyBackward(dWide.p, dLab.p, dOne.p, dScratch.p, dWideD.p, n, vocab,
                                           -100, nullptr, keep ? dLse.p : nullptr, pitch, pitch),
@@ -382,12 +381,12 @@ TEST(Cuda, LinearFp8Backward) {
             cudaSuccess);
   ASSERT_EQ(gpu::quantizeFp8Transposed(dG.p, n, out, true, gQT.p, f.p, f.p + 4, f.p, nullptr),
             cudaSuccess);
-  ASSERT_EQ(gpu::quantizeFp8Transposed(dX.p, n, in, false, xQT.p, f.p + 8, f.p + 12, nullptr,
-                                       nullptr),
-            cudaSuccess);
-  ASSERT_EQ(gpu::quantizeFp8Transposed(dW.p, out, in, false, wQT.p, f.p + 16, f.p + 20, nullptr,
-                                       nullptr),
-            cudaSuccess);
+  ASSERT_EQ(
+      gpu::quantizeFp8Transposed(dX.p, n, in, false, xQT.p, f.p + 8, f.p + 12, nullptr, nullptr),
+      cudaSuccess);
+  ASSERT_EQ(
+      gpu::quantizeFp8Transposed(dW.p, out, in, false, wQT.p, f.p + 16, f.p + 20, nullptr, nullptr),
+      cudaSuccess);
   std::vector<uint8_t> rows = gQ.host(), cols = gQT.host();
   for (int64_t r = 0; r < n; ++r)
     for (int64_t c = 0; c < out; ++c)
@@ -438,9 +437,8 @@ TEST(Cuda, AdamWMultiTensorIsPerTensor) {
                                    dNorm.p, 2.0, dStep.p, nullptr),
                   cudaSuccess);
       else
-        ASSERT_EQ(gpu::adamw(one[4 * t]->p, one[4 * t + 1]->p, one[4 * t + 2]->p,
-                             one[4 * t + 3]->p, working ? w1[t]->p : nullptr, counts[t], a,
-                             nullptr),
+        ASSERT_EQ(gpu::adamw(one[4 * t]->p, one[4 * t + 1]->p, one[4 * t + 2]->p, one[4 * t + 3]->p,
+                             working ? w1[t]->p : nullptr, counts[t], a, nullptr),
                   cudaSuccess);
       tensors.push_back({multi[4 * t]->p, multi[4 * t + 1]->p, multi[4 * t + 2]->p,
                          multi[4 * t + 3]->p, working ? w2[t]->p : nullptr, counts[t], decay[t]});
@@ -623,8 +621,8 @@ AttentionReference attentionReference(const cpu::AttentionShape &a, uint32_t see
   r.out.resize(r.qn), r.lse.resize(size_t(a.batch * a.heads * a.seq)), r.dq.resize(r.qn);
   r.dk.resize(r.kn), r.dv.resize(r.kn);
   cpu::attentionForward(r.q.data(), r.k.data(), r.v.data(), r.out.data(), r.lse.data(), a);
-  cpu::attentionBackward(r.g.data(), r.q.data(), r.k.data(), r.v.data(), r.out.data(),
-                         r.lse.data(), r.dq.data(), r.dk.data(), r.dv.data(), a);
+  cpu::attentionBackward(r.g.data(), r.q.data(), r.k.data(), r.v.data(), r.out.data(), r.lse.data(),
+                         r.dq.data(), r.dk.data(), r.dv.data(), a);
   return r;
 }
 
@@ -634,8 +632,8 @@ TEST(Cuda, AttentionBaseline) {
     cpu::AttentionShape a;
     a.batch = 2, a.seq = 9, a.heads = heads, a.kvHeads = kvHeads, a.headDim = 8;
     a.scale = 0.35f, a.causal = true, a.window = window;
-    gpu::AttentionDims d{a.batch, a.seq, a.heads, a.kvHeads, a.headDim, a.scale, a.causal,
-                         a.window};
+    gpu::AttentionDims d{a.batch,   a.seq,   a.heads,  a.kvHeads,
+                         a.headDim, a.scale, a.causal, a.window};
     AttentionReference r = attentionReference(a, 40);
     size_t qn = r.qn, kn = r.kn;
     const auto &[q, k, v, g, out, lse, dq, dk, dv] =
@@ -673,15 +671,15 @@ TEST(Cuda, AttentionGemm) {
     a.batch = c.batch, a.seq = c.seq, a.heads = c.heads, a.kvHeads = c.kvHeads;
     a.headDim = c.headDim, a.scale = 1.0f / std::sqrt(float(c.headDim)), a.causal = c.causal;
     a.window = c.window;
-    gpu::AttentionDims d{a.batch, a.seq, a.heads, a.kvHeads, a.headDim, a.scale, a.causal,
-                         a.window};
+    gpu::AttentionDims d{a.batch,   a.seq,   a.heads,  a.kvHeads,
+                         a.headDim, a.scale, a.causal, a.window};
     AttentionReference r = attentionReference(a, 70);
     size_t qn = r.qn, kn = r.kn;
     const auto &[q, k, v, g, out, lse, dq, dk, dv] =
         std::tie(r.q, r.k, r.v, r.g, r.out, r.lse, r.dq, r.dk, r.dv);
     {
-      Dev<float> dQ(q), dK(k), dV(v), dG(g), dOut(qn), dLse(lse.size()), dDq(qn), dDk(kn),
-          dDv(kn), scratch(gpu::attentionGemmScratchBytes(d, 4) / 4 + 1);
+      Dev<float> dQ(q), dK(k), dV(v), dG(g), dOut(qn), dLse(lse.size()), dDq(qn), dDk(kn), dDv(kn),
+          scratch(gpu::attentionGemmScratchBytes(d, 4) / 4 + 1);
       ASSERT_TRUE(gpu::attentionForwardGemm(*gemm, dQ.p, dK.p, dV.p, dOut.p, dLse.p, d, scratch.p,
                                             nullptr, error))
           << error;
@@ -723,8 +721,8 @@ TEST(Cuda, AttentionCudnn) {
     int64_t batch, seq, heads, kvHeads, headDim;
     bool causal;
   };
-  for (Case c : {Case{2, 64, 4, 2, 64, true}, Case{1, 128, 2, 1, 128, true},
-                 Case{2, 32, 4, 4, 32, false}}) {
+  for (Case c :
+       {Case{2, 64, 4, 2, 64, true}, Case{1, 128, 2, 1, 128, true}, Case{2, 32, 4, 4, 32, false}}) {
     cpu::AttentionShape a;
     a.batch = c.batch, a.seq = c.seq, a.heads = c.heads, a.kvHeads = c.kvHeads;
     a.headDim = c.headDim, a.scale = 1.0f / std::sqrt(float(c.headDim)), a.causal = c.causal;
@@ -841,8 +839,8 @@ TEST(Cuda, VocabularyParallelCrossEntropyOfOnePartIsCrossEntropy) {
   std::vector<int32_t> labels = {3, 36, -100, 0, 11};
   float loss = 0;
   int64_t counted = 0;
-  ASSERT_TRUE(cpu::crossEntropyForward(z.data(), labels.data(), rows, vocab, -100, &loss,
-                                       &counted));
+  ASSERT_TRUE(
+      cpu::crossEntropyForward(z.data(), labels.data(), rows, vocab, -100, &loss, &counted));
   std::vector<float> dz(z.size());
   cpu::crossEntropyBackward(z.data(), labels.data(), 1.0f, counted, dz.data(), rows, vocab, -100);
   Dev<float> dZ(z), lse(rows), target(rows), dLoss(1), one(std::vector<float>{1.0f}), dG(z.size());
@@ -867,12 +865,12 @@ TEST(Cuda, MoEDispatchAndCombine) {
        d = randomVec(tokens * h, 82);
   size_t rowsN = size_t(experts * capacity * h);
   std::vector<float> rows(rowsN), back(tokens * h), out(tokens * h), de(rowsN), dw(tokens * topK);
-  ASSERT_TRUE(cpu::moeDispatchForward(x.data(), idx.data(), rows.data(), tokens, h, topK,
-                                      experts, capacity));
+  ASSERT_TRUE(cpu::moeDispatchForward(x.data(), idx.data(), rows.data(), tokens, h, topK, experts,
+                                      capacity));
   ASSERT_TRUE(cpu::moeDispatchBackward(rows.data(), idx.data(), back.data(), tokens, h, topK,
                                        experts, capacity));
-  ASSERT_TRUE(cpu::moeCombineForward(rows.data(), w.data(), idx.data(), out.data(), tokens, h,
-                                     topK, experts, capacity));
+  ASSERT_TRUE(cpu::moeCombineForward(rows.data(), w.data(), idx.data(), out.data(), tokens, h, topK,
+                                     experts, capacity));
   ASSERT_TRUE(cpu::moeCombineBackward(d.data(), rows.data(), w.data(), idx.data(), de.data(),
                                       dw.data(), tokens, h, topK, experts, capacity));
   Dev<float> dX(x), dW(w), dD(d), dRows(rowsN), dBack(tokens * h), dOut(tokens * h), dDe(rowsN),
@@ -954,14 +952,13 @@ template <typename T> void checkRouter(gpu::Gemm &gemm, double tol) {
       Dev<int32_t> dIdx(tokens * topK);
       Dev<char> scratch(gpu::moeRouterScratchBytes(d, sizeof(T)));
       Dev<T> dX(stored<T>(x)), dG(stored<T>(gate)), dDx(tokens * hidden);
-      ASSERT_TRUE(gpu::moeRouterForwardGemm(gemm, dX.p, dG.p, dW.p, dIdx.p, d, scratch.p, nullptr,
-                                            error))
+      ASSERT_TRUE(
+          gpu::moeRouterForwardGemm(gemm, dX.p, dG.p, dW.p, dIdx.p, d, scratch.p, nullptr, error))
           << error;
-      ASSERT_TRUE(gpu::moeRouterBackwardGemm(gemm, dDwt.p, dX.p, dG.p, dW.p, dIdx.p, dDx.p,
-                                             dDg.p, d, aux, scratch.p, nullptr, error))
+      ASSERT_TRUE(gpu::moeRouterBackwardGemm(gemm, dDwt.p, dX.p, dG.p, dW.p, dIdx.p, dDx.p, dDg.p,
+                                             d, aux, scratch.p, nullptr, error))
           << error;
-      ASSERT_EQ(gpu::moeExpertCounts(dIdx.p, dCnt.p, tokens, experts, topK, nullptr),
-                cudaSuccess);
+      ASSERT_EQ(gpu::moeExpertCounts(dIdx.p, dCnt.p, tokens, experts, topK, nullptr), cudaSuccess);
       EXPECT_EQ(dIdx.host(), idx) << "normalize " << normalize << " aux " << auxCase;
       expectClose(dW.host(), w, tol, "router weights");
       expectClose(widened(dDx.host()), dx, tol, "router dx");
@@ -989,55 +986,56 @@ template <typename T> void checkExperts(gpu::Gemm &gemm, double tol) {
   size_t perExpert = gpu::moeExpertsScratchBytes({1, capacity, hidden, ffn, true}, sizeof(T));
   // rows 4: the busiest expert's load (the experts compute rows 0-3 only).
   for (int64_t rows : {int64_t(0), int64_t(4)})
-  for (size_t budget : {size_t(0), 2 * perExpert})
-  for (bool swiglu : {true, false}) {
-    int count = swiglu ? 3 : 2;
-    auto x = randomVec(experts * capacity * hidden, 93),
-         g = widened(stored<T>(randomVec(experts * capacity * hidden, 94)));
-    // The last rows of each expert empty (loads 3, 4, 3), in the rows and in
-    // their output gradient, as a dispatch and the combine's backward leave
-    // them.
-    for (int64_t e = 0; e < experts; ++e)
-      for (int64_t c = 3 + e % 2; c < capacity; ++c)
-        for (int64_t i = 0; i < hidden; ++i)
-          x[(e * capacity + c) * hidden + i] = g[(e * capacity + c) * hidden + i] = 0;
-    x = widened(stored<T>(x));
-    std::vector<std::vector<float>> w, dw;
-    std::vector<std::unique_ptr<Dev<T>>> dWs;
-    std::vector<std::unique_ptr<Dev<float>>> dDws;
-    const float *wp[3] = {};
-    float *dwp[3] = {}, *dDwp[3] = {};
-    const T *dWp[3] = {};
-    for (int i = 0; i < count; ++i) {
-      w.push_back(widened(stored<T>(randomVec(experts * ffn * hidden, 95 + i, 0.2f))));
-      dw.emplace_back(experts * ffn * hidden, 0.0f);
-      dWs.push_back(std::make_unique<Dev<T>>(stored<T>(w.back())));
-      dDws.push_back(std::make_unique<Dev<float>>(experts * ffn * hidden));
-      wp[i] = w.back().data();
-      dwp[i] = dw.back().data();
-      dWp[i] = dWs.back()->p;
-      dDwp[i] = dDws.back()->p;
-    }
-    std::vector<float> y(x.size()), dx(x.size());
-    cpu::MoEExpertShape sh{experts, capacity, hidden, ffn, swiglu};
-    cpu::moeExpertsForward(x.data(), wp, y.data(), sh);
-    cpu::moeExpertsBackward(g.data(), x.data(), wp, dx.data(), dwp, sh);
-    gpu::MoEExpertDims d{experts, capacity, hidden, ffn, swiglu, budget, rows};
-    EXPECT_EQ(gpu::moeExpertsScratchBytes(d, sizeof(T)), (budget ? 2 : 3) * perExpert);
-    Dev<char> scratch(gpu::moeExpertsScratchBytes(d, sizeof(T)));
-    // Outputs start as garbage: rows past `rows` must be written zero.
-    Dev<T> dX(stored<T>(x)), dG(stored<T>(g)), dY(stored<T>(std::vector<float>(x.size(), 7.0f))),
-        dDx(stored<T>(std::vector<float>(x.size(), 7.0f)));
-    ASSERT_TRUE(gpu::moeExpertsForwardGemm(gemm, dX.p, dWp, dY.p, d, scratch.p, nullptr, error))
-        << error;
-    ASSERT_TRUE(gpu::moeExpertsBackwardGemm(gemm, dG.p, dX.p, dWp, dDx.p, dDwp, d, scratch.p,
-                                            nullptr, error))
-        << error;
-    expectClose(widened(dY.host()), y, tol, swiglu ? "swiglu experts" : "gelu experts");
-    expectClose(widened(dDx.host()), dx, tol, "experts dx");
-    for (int i = 0; i < count; ++i)
-      expectClose(dDws[size_t(i)]->host(), dw[size_t(i)], tol, "experts dweight");
-  }
+    for (size_t budget : {size_t(0), 2 * perExpert})
+      for (bool swiglu : {true, false}) {
+        int count = swiglu ? 3 : 2;
+        auto x = randomVec(experts * capacity * hidden, 93),
+             g = widened(stored<T>(randomVec(experts * capacity * hidden, 94)));
+        // The last rows of each expert empty (loads 3, 4, 3), in the rows and in
+        // their output gradient, as a dispatch and the combine's backward leave
+        // them.
+        for (int64_t e = 0; e < experts; ++e)
+          for (int64_t c = 3 + e % 2; c < capacity; ++c)
+            for (int64_t i = 0; i < hidden; ++i)
+              x[(e * capacity + c) * hidden + i] = g[(e * capacity + c) * hidden + i] = 0;
+        x = widened(stored<T>(x));
+        std::vector<std::vector<float>> w, dw;
+        std::vector<std::unique_ptr<Dev<T>>> dWs;
+        std::vector<std::unique_ptr<Dev<float>>> dDws;
+        const float *wp[3] = {};
+        float *dwp[3] = {}, *dDwp[3] = {};
+        const T *dWp[3] = {};
+        for (int i = 0; i < count; ++i) {
+          w.push_back(widened(stored<T>(randomVec(experts * ffn * hidden, 95 + i, 0.2f))));
+          dw.emplace_back(experts * ffn * hidden, 0.0f);
+          dWs.push_back(std::make_unique<Dev<T>>(stored<T>(w.back())));
+          dDws.push_back(std::make_unique<Dev<float>>(experts * ffn * hidden));
+          wp[i] = w.back().data();
+          dwp[i] = dw.back().data();
+          dWp[i] = dWs.back()->p;
+          dDwp[i] = dDws.back()->p;
+        }
+        std::vector<float> y(x.size()), dx(x.size());
+        cpu::MoEExpertShape sh{experts, capacity, hidden, ffn, swiglu};
+        cpu::moeExpertsForward(x.data(), wp, y.data(), sh);
+        cpu::moeExpertsBackward(g.data(), x.data(), wp, dx.data(), dwp, sh);
+        gpu::MoEExpertDims d{experts, capacity, hidden, ffn, swiglu, budget, rows};
+        EXPECT_EQ(gpu::moeExpertsScratchBytes(d, sizeof(T)), (budget ? 2 : 3) * perExpert);
+        Dev<char> scratch(gpu::moeExpertsScratchBytes(d, sizeof(T)));
+        // Outputs start as garbage: rows past `rows` must be written zero.
+        Dev<T> dX(stored<T>(x)), dG(stored<T>(g)),
+            dY(stored<T>(std::vector<float>(x.size(), 7.0f))),
+            dDx(stored<T>(std::vector<float>(x.size(), 7.0f)));
+        ASSERT_TRUE(gpu::moeExpertsForwardGemm(gemm, dX.p, dWp, dY.p, d, scratch.p, nullptr, error))
+            << error;
+        ASSERT_TRUE(gpu::moeExpertsBackwardGemm(gemm, dG.p, dX.p, dWp, dDx.p, dDwp, d, scratch.p,
+                                                nullptr, error))
+            << error;
+        expectClose(widened(dY.host()), y, tol, swiglu ? "swiglu experts" : "gelu experts");
+        expectClose(widened(dDx.host()), dx, tol, "experts dx");
+        for (int i = 0; i < count; ++i)
+          expectClose(dDws[size_t(i)]->host(), dw[size_t(i)], tol, "experts dweight");
+      }
 }
 
 TEST(Cuda, MoEExperts) {

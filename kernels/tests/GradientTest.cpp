@@ -31,8 +31,7 @@ double dot(const std::vector<float> &a, const std::vector<float> &b) {
 /// Checks `analytic` (the gradient of L with respect to `x`) against central
 /// differences of `loss`, which reads `x`.
 void checkGradient(std::vector<float> &x, const std::vector<float> &analytic,
-                   const std::function<double()> &loss, const char *what,
-                   double tol = 2e-2) {
+                   const std::function<double()> &loss, const char *what, double tol = 2e-2) {
   ASSERT_EQ(x.size(), analytic.size()) << what;
   const float h = 1e-2f;
   double worst = 0;
@@ -46,8 +45,8 @@ void checkGradient(std::vector<float> &x, const std::vector<float> &analytic,
     double numeric = (up - down) / (2 * h);
     double err = std::abs(numeric - analytic[i]) / std::max(1.0, std::abs(numeric));
     worst = std::max(worst, err);
-    EXPECT_LT(err, tol) << what << "[" << i << "]: analytic " << analytic[i]
-                        << ", numeric " << numeric;
+    EXPECT_LT(err, tol) << what << "[" << i << "]: analytic " << analytic[i] << ", numeric "
+                        << numeric;
     if (err >= tol)
       return;
   }
@@ -59,14 +58,14 @@ TEST(Gradient, LayerNorm) {
   auto ow = randomVec(n * c, 4);
   std::vector<float> out(n * c), mean(n), rstd(n);
   auto loss = [&] {
-    layerNormForward(x.data(), w.data(), b.data(), out.data(), mean.data(), rstd.data(), n,
-                     c, 1e-5f);
+    layerNormForward(x.data(), w.data(), b.data(), out.data(), mean.data(), rstd.data(), n, c,
+                     1e-5f);
     return dot(out, ow);
   };
   loss();
   std::vector<float> dx(n * c), dw(c, 0), db(c, 0);
-  layerNormBackward(ow.data(), x.data(), w.data(), mean.data(), rstd.data(), dx.data(),
-                    dw.data(), db.data(), n, c);
+  layerNormBackward(ow.data(), x.data(), w.data(), mean.data(), rstd.data(), dx.data(), dw.data(),
+                    db.data(), n, c);
   checkGradient(x, dx, loss, "layer_norm dx");
   checkGradient(w, dw, loss, "layer_norm dweight");
   checkGradient(b, db, loss, "layer_norm dbias");
@@ -158,12 +157,17 @@ TEST(Gradient, RotaryIsOrthogonal) {
 /// 64: the first pair is high-frequency, unchanged; the next two are in the
 /// smoothed band; the rest are divided by the factor).
 TEST(Rotary, FrequenciesOfEachRopeType) {
-  const double none[] = {1.0, 0.31622776601683794, 0.1, 0.03162277660168379, 0.01,
-                         0.003162277660168379, 0.001, 0.00031622776601683794};
-  const double linear[] = {0.25, 0.07905694150420949, 0.025, 0.007905694150420948, 0.0025,
-                           0.0007905694150420947, 0.00025, 7.905694150420948e-05};
-  const double llama3[] = {1.0, 0.24438459943539834, 0.013042256043820465,
-                           0.003952847075210474, 0.00125, 0.00039528470752104737, 0.000125,
+  const double none[] = {1.0,  0.31622776601683794,  0.1,   0.03162277660168379,
+                         0.01, 0.003162277660168379, 0.001, 0.00031622776601683794};
+  const double linear[] = {0.25,   0.07905694150420949,   0.025,   0.007905694150420948,
+                           0.0025, 0.0007905694150420947, 0.00025, 7.905694150420948e-05};
+  const double llama3[] = {1.0,
+                           0.24438459943539834,
+                           0.013042256043820465,
+                           0.003952847075210474,
+                           0.00125,
+                           0.00039528470752104737,
+                           0.000125,
                            3.952847075210474e-05};
   RopeScaling lin;
   lin.linearFactor = 4;
@@ -203,18 +207,18 @@ TEST_P(AttentionGradient, QKV) {
   };
   loss();
   std::vector<float> dq(qn), dk(kn), dv(kn);
-  attentionBackward(ow.data(), q.data(), k.data(), v.data(), out.data(), lse.data(),
-                    dq.data(), dk.data(), dv.data(), a);
+  attentionBackward(ow.data(), q.data(), k.data(), v.data(), out.data(), lse.data(), dq.data(),
+                    dk.data(), dv.data(), a);
   checkGradient(q, dq, loss, "attention dq");
   checkGradient(k, dk, loss, "attention dk");
   checkGradient(v, dv, loss, "attention dv");
 }
 
 INSTANTIATE_TEST_SUITE_P(Variants, AttentionGradient,
-                         ::testing::Values(AttnCase{2, 2, true, 0},  // MHA causal
-                                           AttnCase{4, 2, true, 0},  // GQA
-                                           AttnCase{4, 1, true, 0},  // MQA
-                                           AttnCase{2, 2, false, 0}, // full
+                         ::testing::Values(AttnCase{2, 2, true, 0},   // MHA causal
+                                           AttnCase{4, 2, true, 0},   // GQA
+                                           AttnCase{4, 1, true, 0},   // MQA
+                                           AttnCase{2, 2, false, 0},  // full
                                            AttnCase{2, 1, true, 2})); // window
 
 TEST(Gradient, CrossEntropy) {
@@ -286,13 +290,13 @@ TEST_P(MoEGradient, WholeLayer) {
   std::vector<int32_t> idx(n * topK);
   auto loss = [&] {
     const float *ws[3] = {w[0].data(), w[1].data(), p.swiglu ? w[2].data() : nullptr};
-    moeRouterForward(x.data(), gate.data(), probs.data(), idx.data(), n, hidden, experts,
-                     topK, p.normalize);
-    EXPECT_TRUE(moeDispatchForward(x.data(), idx.data(), d.data(), n, hidden, topK, experts,
-                                   p.capacity));
+    moeRouterForward(x.data(), gate.data(), probs.data(), idx.data(), n, hidden, experts, topK,
+                     p.normalize);
+    EXPECT_TRUE(
+        moeDispatchForward(x.data(), idx.data(), d.data(), n, hidden, topK, experts, p.capacity));
     moeExpertsForward(d.data(), ws, e.data(), s);
-    EXPECT_TRUE(moeCombineForward(e.data(), probs.data(), idx.data(), y.data(), n, hidden,
-                                  topK, experts, p.capacity));
+    EXPECT_TRUE(moeCombineForward(e.data(), probs.data(), idx.data(), y.data(), n, hidden, topK,
+                                  experts, p.capacity));
     return dot(y, ow);
   };
   loss();
@@ -306,8 +310,8 @@ TEST_P(MoEGradient, WholeLayer) {
   const float *ws[3] = {w[0].data(), w[1].data(), p.swiglu ? w[2].data() : nullptr};
   float *dws[3] = {dw[0].data(), dw[1].data(), p.swiglu ? dw[2].data() : nullptr};
   moeExpertsBackward(de.data(), d.data(), ws, dd.data(), dws, s);
-  ASSERT_TRUE(moeDispatchBackward(dd.data(), idx.data(), dxe.data(), n, hidden, topK, experts,
-                                  p.capacity));
+  ASSERT_TRUE(
+      moeDispatchBackward(dd.data(), idx.data(), dxe.data(), n, hidden, topK, experts, p.capacity));
   moeRouterBackward(dprobs.data(), x.data(), gate.data(), probs.data(), idx.data(), dxr.data(),
                     dgate.data(), n, hidden, experts, topK, p.normalize);
   for (size_t i = 0; i < dxe.size(); ++i)
@@ -319,10 +323,10 @@ TEST_P(MoEGradient, WholeLayer) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Variants, MoEGradient,
-                         ::testing::Values(MoECase{true, true, 5},    // Mixtral, dropless
-                                           MoECase{true, false, 5},   // unnormalized
-                                           MoECase{false, true, 5},   // GeLU experts
-                                           MoECase{true, true, 2}));  // capacity drops
+                         ::testing::Values(MoECase{true, true, 5},   // Mixtral, dropless
+                                           MoECase{true, false, 5},  // unnormalized
+                                           MoECase{false, true, 5},  // GeLU experts
+                                           MoECase{true, true, 2})); // capacity drops
 
 TEST(MoE, RouterAuxLossGradient) {
   // The router's backward with a load-balancing coefficient is the gradient
@@ -340,13 +344,13 @@ TEST(MoE, RouterAuxLossGradient) {
   auto loss = [&] {
     moeRouterForward(x.data(), gate.data(), w.data(), idx.data(), n, hidden, experts, topK, true);
     EXPECT_EQ(idx, fixed);
-    return dot(w, ow) + moeAuxLoss(x.data(), gate.data(), fixed.data(), n, hidden, experts, topK,
-                                   coef);
+    return dot(w, ow) +
+           moeAuxLoss(x.data(), gate.data(), fixed.data(), n, hidden, experts, topK, coef);
   };
   loss();
   std::vector<float> dx(n * hidden), dgate(gate.size(), 0.0f);
-  moeRouterBackward(ow.data(), x.data(), gate.data(), w.data(), idx.data(), dx.data(),
-                    dgate.data(), n, hidden, experts, topK, true, coef);
+  moeRouterBackward(ow.data(), x.data(), gate.data(), w.data(), idx.data(), dx.data(), dgate.data(),
+                    n, hidden, experts, topK, true, coef);
   checkGradient(x, dx, loss, "router+aux dx");
   checkGradient(gate, dgate, loss, "router+aux dgate");
   // Balanced routing of uniform probabilities gives aux = coef exactly.
@@ -394,8 +398,8 @@ TEST(ContextParallel, AttentionOnChunksEqualsWhole) {
         r.insert(r.end(), x.begin() + p * qw, x.begin() + (p + 1) * qw);
       return r;
     };
-    std::vector<float> lq = rows(q), lg = rows(g), lo(4 * qw), ll(2 * 4), ldq(4 * qw),
-                       ldk(8 * kw), ldv(8 * kw);
+    std::vector<float> lq = rows(q), lg = rows(g), lo(4 * qw), ll(2 * 4), ldq(4 * qw), ldk(8 * kw),
+                       ldv(8 * kw);
     attentionForward(lq.data(), k.data(), v.data(), lo.data(), ll.data(), a);
     attentionBackward(lg.data(), lq.data(), k.data(), v.data(), lo.data(), ll.data(), ldq.data(),
                       ldk.data(), ldv.data(), a);

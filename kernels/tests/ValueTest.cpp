@@ -14,8 +14,8 @@ namespace {
 
 TEST(Value, Fp8RoundsToTheFormatsGrid) {
   // E4M3: 3 mantissa bits, so [1, 2) is spaced by 1/8; ties go to even.
-  EXPECT_EQ(roundToFp8(1.0625f, Fp8::E4M3), 1.0f);   // between 1 and 1.125
-  EXPECT_EQ(roundToFp8(1.1875f, Fp8::E4M3), 1.25f);  // between 1.125 and 1.25
+  EXPECT_EQ(roundToFp8(1.0625f, Fp8::E4M3), 1.0f);  // between 1 and 1.125
+  EXPECT_EQ(roundToFp8(1.1875f, Fp8::E4M3), 1.25f); // between 1.125 and 1.25
   EXPECT_EQ(roundToFp8(1.2f, Fp8::E4M3), 1.25f);
   EXPECT_EQ(roundToFp8(-3.3f, Fp8::E4M3), -3.25f);
   EXPECT_EQ(roundToFp8(448.0f, Fp8::E4M3), 448.0f);
@@ -54,8 +54,7 @@ TEST(Value, Fp8ScalingUsesTheWholeRange) {
 
 TEST(Value, LayerNormNormalizes) {
   std::vector<float> x = {1, 2, 3, 4}, w(4, 1.0f), out(4), mean(1), rstd(1);
-  layerNormForward(x.data(), w.data(), nullptr, out.data(), mean.data(), rstd.data(), 1, 4,
-                   0.0f);
+  layerNormForward(x.data(), w.data(), nullptr, out.data(), mean.data(), rstd.data(), 1, 4, 0.0f);
   // mean 2.5, variance 1.25.
   EXPECT_FLOAT_EQ(mean[0], 2.5f);
   EXPECT_NEAR(out[0], -1.5f / std::sqrt(1.25f), 1e-6);
@@ -126,8 +125,7 @@ TEST(Value, ParallelInitializationIsTheSequentialOne) {
   const int64_t n = (int64_t(1) << 22) + 7; // odd: the last pair is half
   std::vector<float> par(static_cast<size_t>(n)), seq(static_cast<size_t>(n));
   llmopt::kernels::initNormal(par.data(), n, 0.02f, 42, "w");
-  llmopt::kernels::initNormalRange(seq.data(), 0, n, 0.02f,
-                                   42 ^ llmopt::kernels::nameHash("w"));
+  llmopt::kernels::initNormalRange(seq.data(), 0, n, 0.02f, 42 ^ llmopt::kernels::nameHash("w"));
   EXPECT_EQ(std::memcmp(par.data(), seq.data(), size_t(n) * 4), 0);
   // A range from a later pair continues the same sequence.
   std::vector<float> tail(static_cast<size_t>(n));

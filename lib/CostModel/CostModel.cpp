@@ -104,8 +104,8 @@ double Collectives::allReduce(double bytes, int n, int perNode) const {
     return 0;
   perNode = std::max(1, std::min(perNode, n));
   int nodes = n / perNode;
-  double intraBw = c.intraAllReduceBusBandwidth > 0 ? c.intraAllReduceBusBandwidth
-                                                    : c.intraBusBandwidth;
+  double intraBw =
+      c.intraAllReduceBusBandwidth > 0 ? c.intraAllReduceBusBandwidth : c.intraBusBandwidth;
   if (nodes <= 1)
     return c.collectiveBaseLatency + 2.0 * (n - 1) * c.intraStepLatency +
            2.0 * (n - 1) / n * bytes / intraBw;
@@ -115,8 +115,7 @@ double Collectives::allReduce(double bytes, int n, int perNode) const {
   // (2 log2 N steps, the same bandwidth term): the cheaper one.
   double ringSteps = 2.0 * (nodes - 1);
   double treeSteps = 2.0 * std::ceil(std::log2(double(nodes)));
-  double t = c.collectiveBaseLatency +
-             std::min(ringSteps, treeSteps) * c.interStepLatency +
+  double t = c.collectiveBaseLatency + std::min(ringSteps, treeSteps) * c.interStepLatency +
              2.0 * (nodes - 1) / nodes * (bytes / perNode) / c.nicShareBandwidth();
   if (perNode > 1)
     t += 2.0 * (perNode - 1) * c.intraStepLatency +
@@ -189,8 +188,7 @@ std::vector<int> llmopt::cost::interleavedChunkLayers(int layers, int pp, int vp
   return perChunk;
 }
 
-std::vector<int> llmopt::cost::interleavedStageLayers(int layers, int pp, int vpp,
-                                                      bool uneven) {
+std::vector<int> llmopt::cost::interleavedStageLayers(int layers, int pp, int vpp, bool uneven) {
   std::vector<int> perChunk = interleavedChunkLayers(layers, pp, vpp, uneven);
   if (perChunk.empty())
     return {};
@@ -241,8 +239,7 @@ static RejectReason stackRules(const ModelDesc &model, const JobSpec &job, const
       return std::string("runs tensor parallelism without pipeline parallelism only (tp or "
                          "pp must be 1)");
     });
-  if (c.tp > 1 && !c.sp && k.moeTensorParallelNeedsSP &&
-      model.hasMoE())
+  if (c.tp > 1 && !c.sp && k.moeTensorParallelNeedsSP && model.hasMoE())
     return refuse([&] {
       return std::string("needs sequence parallelism with tensor parallelism in MoE models "
                          "(sp must be 1)");
@@ -520,7 +517,7 @@ struct LayerCost {
   /// its backward runs (transient, one layer at a time).
   double recomputedBytes = 0;
   double denseParams = 0, expertParams = 0; // per rank, before ZeRO
-  double fullParamsBytes = 0;              // this layer's weights, gathered
+  double fullParamsBytes = 0;               // this layer's weights, gathered
 };
 
 struct Evaluator {
@@ -542,15 +539,12 @@ struct Evaluator {
   bool expertsWhole = false;
 
   // Placement: GPUs of each group on one node.
-  int tpPerNode = 1, cpPerNode = 1, dpPerNode = 1, ppPerNode = 1, epPerNode = 1,
-      dpcpPerNode = 1;
+  int tpPerNode = 1, cpPerNode = 1, dpPerNode = 1, ppPerNode = 1, epPerNode = 1, dpcpPerNode = 1;
 
-  Evaluator(const ModelDesc &m, const ClusterSpec &cl, const JobSpec &j,
-            const ParallelConfig &c)
+  Evaluator(const ModelDesc &m, const ClusterSpec &cl, const JobSpec &j, const ParallelConfig &c)
       : model(m), cl(cl), job(j), c(c) {
     const StackEfficiency &se = j.stack.eff;
-    peak = cl.gpu.peakFlops(j.dtype == DType::FP8 ? DType::BF16 : j.dtype) *
-           cl.gpu.throughputScale;
+    peak = cl.gpu.peakFlops(j.dtype == DType::FP8 ? DType::BF16 : j.dtype) * cl.gpu.throughputScale;
     double fp8Eff = se.fp8Gemm > 0 ? se.fp8Gemm : cl.gpu.fp8GemmEfficiency;
     gemmPeak = j.fp8 ? cl.gpu.peakFlops(DType::FP8) * fp8Eff * cl.gpu.throughputScale : peak;
     gemmScale = se.gemm;
@@ -575,8 +569,8 @@ struct Evaluator {
     // An expert group that takes tensor-parallel ranks starts at stride 1.
     epPerNode = expertsWhole ? within(1, c.ep) : within(dpStride, c.ep);
     // The gradient group spans cp and dp; contiguous only when dp follows cp.
-    dpcpPerNode = c.ppInsideDp ? cpPerNode * (c.cp == 1 ? dpPerNode : 1)
-                               : within(c.tp, c.cp * c.dp);
+    dpcpPerNode =
+        c.ppInsideDp ? cpPerNode * (c.cp == 1 ? dpPerNode : 1) : within(c.tp, c.cp * c.dp);
   }
 
   /// A GEMM of the linear layers (fp8 when the job asks for it).
@@ -625,7 +619,7 @@ struct Evaluator {
 
     // GEMMs (forward; backward is dgrad + wgrad, twice the work).
     double g = gemm(T, q / t + 2 * kvComputed, h) + gemm(T, h, q / t);
-    double mlpAct = 0; // rows x ffn elements per rank through the activation
+    double mlpAct = 0;   // rows x ffn elements per rank through the activation
     double expertUp = 0; // the experts' up-projections, which their backward redoes
     if (l.isMoE()) {
       double cf = l.capacityFactor > 0 ? l.capacityFactor : 1.0;
@@ -695,9 +689,9 @@ struct Evaluator {
     // backward, on activations of T x h.
     if (c.tp > 1) {
       double bytes = T * h * actElt;
-      double one = c.sp ? coll.allGather(bytes, c.tp, tpPerNode) +
-                              coll.reduceScatter(bytes, c.tp, tpPerNode)
-                        : coll.allReduce(bytes, c.tp, tpPerNode);
+      double one =
+          c.sp ? coll.allGather(bytes, c.tp, tpPerNode) + coll.reduceScatter(bytes, c.tp, tpPerNode)
+               : coll.allReduce(bytes, c.tp, tpPerNode);
       double tpTotal = 2 * one * 2; // attention and MLP, forward and backward
       // With SP the linears keep their input sharded and all-gather it again
       // for the weight gradient (Korthikanti et al. 2022, section 4.2.2).
@@ -795,10 +789,9 @@ struct Evaluator {
         // activation output (the input of fc2) are recomputed.
         double normOut = 4 * h / (c.sp ? t : 1);
         double actOut = l.isMoE() ? 0.0 : 2.0 * mlpAct / T; // experts keep none
-        lc.actBytes = T *
-                      (perToken - normOut + attnSaved + mlpSaved - actOut -
-                       (fp8Saving - fp8Recomputed)) *
-                      actElt / 2;
+        lc.actBytes =
+            T * (perToken - normOut + attnSaved + mlpSaved - actOut - (fp8Saving - fp8Recomputed)) *
+            actElt / 2;
       } else {
         lc.actBytes = T * (perToken + mlpSaved) * actElt / 2;
       }
@@ -819,19 +812,16 @@ struct Evaluator {
   LayerTable table() const {
     const size_t L = model.layers.size();
     LayerTable t;
-    for (std::vector<double> *v : {&t.time, &t.fwdWindow, &t.bwdWindow, &t.compute,
-                                   &t.recompute, &t.tp, &t.cp, &t.ep, &t.hidden, &t.act,
-                                   &t.dense,
-                                   &t.expert})
+    for (std::vector<double> *v : {&t.time, &t.fwdWindow, &t.bwdWindow, &t.compute, &t.recompute,
+                                   &t.tp, &t.cp, &t.ep, &t.hidden, &t.act, &t.dense, &t.expert})
       v->assign(L + 1, 0.0);
     LayerCost lc;
     for (size_t i = 0; i < L; ++i) {
       const LayerDesc &l = model.layers[i];
       // Consecutive layers of one kind cost the same.
       if (i == 0 || l.hidden != model.layers[i - 1].hidden ||
-          l.experts != model.layers[i - 1].experts ||
-          l.ffn != model.layers[i - 1].ffn || l.heads != model.layers[i - 1].heads ||
-          l.window != model.layers[i - 1].window ||
+          l.experts != model.layers[i - 1].experts || l.ffn != model.layers[i - 1].ffn ||
+          l.heads != model.layers[i - 1].heads || l.window != model.layers[i - 1].window ||
           l.denseParams != model.layers[i - 1].denseParams)
         lc = layer(l);
       t.time[i + 1] = t.time[i] + lc.fwd + lc.bwd + lc.recompute + lc.tp + lc.cp + lc.ep;
@@ -978,10 +968,10 @@ struct Evaluator {
         }
         blended.*v = std::move(out);
       };
-      for (auto v : {&LayerTable::time, &LayerTable::fwdWindow, &LayerTable::bwdWindow,
-                     &LayerTable::compute, &LayerTable::recompute, &LayerTable::tp,
-                     &LayerTable::cp, &LayerTable::ep, &LayerTable::hidden, &LayerTable::act,
-                     &LayerTable::dense, &LayerTable::expert})
+      for (auto v :
+           {&LayerTable::time, &LayerTable::fwdWindow, &LayerTable::bwdWindow, &LayerTable::compute,
+            &LayerTable::recompute, &LayerTable::tp, &LayerTable::cp, &LayerTable::ep,
+            &LayerTable::hidden, &LayerTable::act, &LayerTable::dense, &LayerTable::expert})
         mix(v);
       blended.maxLayerBytes = full.maxLayerBytes;
       blended.maxRecomputedBytes = full.maxRecomputedBytes;
@@ -1049,8 +1039,7 @@ struct Evaluator {
       // the loss's backward has freed the logits: the larger of the two counts.
       double stageLogits = sIdx == c.pp - 1 ? logitsBytes : 0;
       auto activations = [&](const LayerTable &lt) {
-        return (range(lt.act, first, sm.layers) + (sIdx == c.pp - 1 ? headAct : 0)) *
-                   inFlight +
+        return (range(lt.act, first, sm.layers) + (sIdx == c.pp - 1 ? headAct : 0)) * inFlight +
                std::max(0.0, lt.maxRecomputedBytes - stageLogits);
       };
 
@@ -1093,10 +1082,8 @@ struct Evaluator {
       double bwd = range(st.bwdWindow, first, sm.layers);
       stageTimes[sIdx] = perMbTime(sIdx, first, sm.layers) + p2p;
       {
-        double fwdWork = fwd + (sIdx == 0 ? embedTime : 0) +
-                         (sIdx == c.pp - 1 ? headFwd : 0);
-        double bwdWork = bwd + (sIdx == 0 ? embedTime : 0) +
-                         (sIdx == c.pp - 1 ? headBwd : 0);
+        double fwdWork = fwd + (sIdx == 0 ? embedTime : 0) + (sIdx == c.pp - 1 ? headFwd : 0);
+        double bwdWork = bwd + (sIdx == 0 ? embedTime : 0) + (sIdx == c.pp - 1 ? headBwd : 0);
         double comm = stageTimes[sIdx] - fwdWork - bwdWork;
         double share = fwdWork + bwdWork > 0 ? fwdWork / (fwdWork + bwdWork) : 0.5;
         sm.forwardSeconds = fwdWork + comm * share;
@@ -1117,15 +1104,13 @@ struct Evaluator {
       // Hybrid sharding: reduce-scatter within the shard group, then
       // all-reduce the shard across the replicas (ranks `shard` apart).
       auto across = [&](double bytes, int shard, int reps) {
-        return reps > 1 ? coll.allReduce(bytes / shard, reps,
-                                         std::max(1, dpcpPerNode / shard))
+        return reps > 1 ? coll.allReduce(bytes / shard, reps, std::max(1, dpcpPerNode / shard))
                         : 0.0;
       };
-      double rs =
-          coll.reduceScatter(gDense, shardDense, std::min(shardDense, dpcpPerNode)) +
-          across(gDense, shardDense, replicas) +
-          coll.reduceScatter(gExpert, shardExpert, std::min(shardExpert, dpcpPerNode)) +
-          across(gExpert, shardExpert, expertReplicas);
+      double rs = coll.reduceScatter(gDense, shardDense, std::min(shardDense, dpcpPerNode)) +
+                  across(gDense, shardDense, replicas) +
+                  coll.reduceScatter(gExpert, shardExpert, std::min(shardExpert, dpcpPerNode)) +
+                  across(gExpert, shardExpert, expertReplicas);
       double ar = coll.allReduce(gDense, nDense, dpcpPerNode) +
                   coll.allReduce(gExpert, nExpert, std::min(nExpert, dpcpPerNode));
       double ag = coll.allGather(wDense, shardDense, std::min(shardDense, dpcpPerNode)) +
@@ -1167,25 +1152,23 @@ struct Evaluator {
       if (job.gradClipping)
         opt += memTime(params * gradB) + cl.collectiveBaseLatency;
       if (c.offloadOptimizer)
-        opt = optParams * (gradB + wB) / cl.pcieBandwidth +
-              optParams / cl.cpuAdamParamsPerS;
+        opt = optParams * (gradB + wB) / cl.pcieBandwidth + optParams / cl.cpuAdamParamsPerS;
       if (dpExposed > worstDp)
         worstDpHidden = dpHidden;
       worstDp = std::max(worstDp, dpExposed);
       worstOpt = std::max(worstOpt, opt);
       if (c.offloadOptimizer && 12.0 * optParams * cl.gpusPerNode > cl.hostMemoryBytes) {
         ev.reason = RejectReason::HostOutOfMemory;
-        ev.detail = llvm::formatv("offloaded optimizer states need {0:f1} GiB of host "
-                                  "memory per node, the node has {1:f1} GiB",
-                                  12.0 * optParams * cl.gpusPerNode / GiB,
-                                  cl.hostMemoryBytes / GiB);
+        ev.detail =
+            llvm::formatv("offloaded optimizer states need {0:f1} GiB of host "
+                          "memory per node, the node has {1:f1} GiB",
+                          12.0 * optParams * cl.gpusPerNode / GiB, cl.hostMemoryBytes / GiB);
       }
     }
 
     // Pipeline: m micro-batches through the bottleneck stage, plus fill and
     // drain (shortened by interleaving).
-    int worst = int(std::max_element(stageTimes.begin(), stageTimes.end()) -
-                    stageTimes.begin());
+    int worst = int(std::max_element(stageTimes.begin(), stageTimes.end()) - stageTimes.begin());
     double tMax = stageTimes[worst];
     double sumOthers = std::accumulate(stageTimes.begin(), stageTimes.end(), 0.0) - tMax;
     TimeBreakdown &tb = ev.time;
@@ -1197,21 +1180,19 @@ struct Evaluator {
     tb.tpComm = range(wt.tp, wFirst, wCount);
     tb.cpComm = range(wt.cp, wFirst, wCount);
     tb.epComm = range(wt.ep, wFirst, wCount);
-    tb.hiddenComm =
-        (range(wt.hidden, wFirst, wCount) + p2pHidden) * double(m) + worstDpHidden;
+    tb.hiddenComm = (range(wt.hidden, wFirst, wCount) + p2pHidden) * double(m) + worstDpHidden;
     if (worst == 0)
       tb.compute += 2 * embedTime;
     if (worst == c.pp - 1)
       tb.compute += headFwd + headBwd;
     tb.ppComm = p2p;
-    for (double *x : {&tb.compute, &tb.recompute, &tb.tpComm, &tb.cpComm, &tb.epComm,
-                      &tb.ppComm})
+    for (double *x : {&tb.compute, &tb.recompute, &tb.tpComm, &tb.cpComm, &tb.epComm, &tb.ppComm})
       *x *= double(m);
     tb.bubble = c.pp > 1 ? sumOthers / c.vpp : 0;
     tb.dpComm = worstDp;
     tb.optimizer = worstOpt;
-    tb.step = tb.compute + tb.recompute + tb.tpComm + tb.cpComm + tb.epComm +
-              tb.ppComm + tb.bubble + tb.dpComm + tb.optimizer;
+    tb.step = tb.compute + tb.recompute + tb.tpComm + tb.cpComm + tb.epComm + tb.ppComm +
+              tb.bubble + tb.dpComm + tb.optimizer;
 
     double tokensPerStep = double(job.globalBatch) * job.seqLen;
     ev.tokensPerS = tokensPerStep / tb.step;
@@ -1222,11 +1203,10 @@ struct Evaluator {
     if (ev.reason == RejectReason::None && peakTotal > cl.gpu.hbmBytes) {
       ev.reason = RejectReason::OutOfMemory;
       double excess = peakTotal - cl.gpu.hbmBytes;
-      std::string by = excess < 0.01 * GiB
-                           ? llvm::formatv("{0:f1} MiB", excess / (1 << 20)).str()
-                           : llvm::formatv("{0:f2} GiB", excess / GiB).str();
-      ev.detail = llvm::formatv("OOM by {0} on stage {1} ({2:f2} of {3:f2} GiB)", by,
-                                ev.peakStage, peakTotal / GiB, cl.gpu.hbmBytes / GiB);
+      std::string by = excess < 0.01 * GiB ? llvm::formatv("{0:f1} MiB", excess / (1 << 20)).str()
+                                           : llvm::formatv("{0:f2} GiB", excess / GiB).str();
+      ev.detail = llvm::formatv("OOM by {0} on stage {1} ({2:f2} of {3:f2} GiB)", by, ev.peakStage,
+                                peakTotal / GiB, cl.gpu.hbmBytes / GiB);
     }
     return ev;
   }
@@ -1251,9 +1231,8 @@ PlanEval llmopt::cost::evaluate(const ModelDesc &model, const ClusterSpec &clust
   return e.run(tables.data());
 }
 
-LayerTable llmopt::cost::buildLayerTable(const ModelDesc &model,
-                                         const ClusterSpec &cluster, const JobSpec &job,
-                                         const ParallelConfig &cfg) {
+LayerTable llmopt::cost::buildLayerTable(const ModelDesc &model, const ClusterSpec &cluster,
+                                         const JobSpec &job, const ParallelConfig &cfg) {
   Evaluator e(model, cluster, job, cfg);
   return e.table();
 }

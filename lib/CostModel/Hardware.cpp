@@ -117,10 +117,10 @@ bool llmopt::cost::getClusterPreset(const std::string &name, ClusterSpec &c) {
     c.gpu = h200 ? h100("H200-SXM-141GB", 141, 4.8) : h100("H100-SXM5-80GB", 80, 3.35);
     if (h200)
       c.gpu.memEfficiency = 0.85;
-    c.intraBusBandwidth = 370 * GB;           // ring, nccl-tests
-    c.intraAllReduceBusBandwidth = 480 * GB;  // NVLS all-reduce
-    c.nicsPerNode = 8;                        // 8x NDR 400 Gb/s
-    c.nicBandwidth = 47 * GB;                 // measured per NIC
+    c.intraBusBandwidth = 370 * GB;          // ring, nccl-tests
+    c.intraAllReduceBusBandwidth = 480 * GB; // NVLS all-reduce
+    c.nicsPerNode = 8;                       // 8x NDR 400 Gb/s
+    c.nicBandwidth = 47 * GB;                // measured per NIC
     c.hostMemoryBytes = 2048 * GiB;
     c.pcieBandwidth = 50 * GB; // PCIe Gen5 x16
     return true;
@@ -209,8 +209,8 @@ struct Reader {
     return false;
   }
 
-  bool number(const json::Object &o, const std::string &prefix, llvm::StringRef key,
-              double &out, double scale = 1, bool allowZero = false) {
+  bool number(const json::Object &o, const std::string &prefix, llvm::StringRef key, double &out,
+              double scale = 1, bool allowZero = false) {
     const json::Value *v = o.get(key);
     std::string path = prefix + key.str();
     if (!v)
@@ -224,8 +224,7 @@ struct Reader {
     return true;
   }
 
-  bool integer(const json::Object &o, const std::string &prefix, llvm::StringRef key,
-               int &out) {
+  bool integer(const json::Object &o, const std::string &prefix, llvm::StringRef key, int &out) {
     const json::Value *v = o.get(key);
     std::string path = prefix + key.str();
     if (!v)
@@ -297,8 +296,8 @@ bool fromJSON(const json::Object &o, ClusterSpec &c, Reader &r) {
     return r.fail("intra_node.kind", "must be \"nvlink\" or \"pcie\"");
   c.nvlink = *k == "nvlink";
   ok = r.number(*in, "intra_node.", "bus_bandwidth_gb_s", c.intraBusBandwidth, GB) &&
-       r.number(*in, "intra_node.", "allreduce_bus_bandwidth_gb_s",
-                c.intraAllReduceBusBandwidth, GB, true) &&
+       r.number(*in, "intra_node.", "allreduce_bus_bandwidth_gb_s", c.intraAllReduceBusBandwidth,
+                GB, true) &&
        r.number(*in, "intra_node.", "step_latency_us", c.intraStepLatency, 1e-6, true) &&
        r.integer(*net, "network.", "nics_per_node", c.nicsPerNode) &&
        r.number(*net, "network.", "nic_bandwidth_gb_s", c.nicBandwidth, GB) &&
@@ -321,10 +320,9 @@ void llmopt::cost::mergeJSON(json::Object &dst, const json::Object &src) {
   }
 }
 
-bool llmopt::cost::parseCluster(
-    const std::string &spec, const std::string &fileContents,
-    const std::vector<std::pair<std::string, std::string>> &overrides, int gpus,
-    ClusterSpec &out, std::string &error) {
+bool llmopt::cost::parseCluster(const std::string &spec, const std::string &fileContents,
+                                const std::vector<std::pair<std::string, std::string>> &overrides,
+                                int gpus, ClusterSpec &out, std::string &error) {
   error.clear();
   json::Value base = json::Object{};
   std::string where;
@@ -361,9 +359,8 @@ bool llmopt::cost::parseCluster(
       ClusterSpec any;
       getClusterPreset("dgx-h100", any);
       json::Value schema = toJSON(any);
-      std::function<bool(const json::Object &, const json::Object &, const std::string &)>
-          known = [&](const json::Object &o, const json::Object &ref,
-                      const std::string &prefix) {
+      std::function<bool(const json::Object &, const json::Object &, const std::string &)> known =
+          [&](const json::Object &o, const json::Object &ref, const std::string &prefix) {
             for (const auto &kv : o) {
               std::string name = prefix + kv.first.str();
               // `preset`, and notes for readers (`_note`, `_source`).

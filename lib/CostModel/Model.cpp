@@ -7,8 +7,8 @@
 using namespace llmopt::cost;
 
 double LayerDesc::gemmParamsPerToken() const {
-  double attn = static_cast<double>(hidden) * (qDim() + 2 * kvDim()) +
-                static_cast<double>(qDim()) * hidden;
+  double attn =
+      static_cast<double>(hidden) * (qDim() + 2 * kvDim()) + static_cast<double>(qDim()) * hidden;
   double mlpOne = (gatedMlp ? 3.0 : 2.0) * hidden * ffn;
   if (!isMoE())
     return attn + mlpOne;
@@ -39,8 +39,8 @@ double ModelDesc::trainFlopsPerToken(int64_t seqLen) const {
   return 6.0 * n + attn;
 }
 
-ModelDesc ModelDesc::gpt(const std::string &name, int64_t numLayers, int64_t h,
-                         int64_t heads, int64_t vocab, int64_t positions) {
+ModelDesc ModelDesc::gpt(const std::string &name, int64_t numLayers, int64_t h, int64_t heads,
+                         int64_t vocab, int64_t positions) {
   ModelDesc m;
   m.name = name;
   m.vocab = vocab;

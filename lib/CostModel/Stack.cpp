@@ -250,17 +250,14 @@ bool readProfile(const json::Object &root, StackProfile &s, std::string &error) 
          c.boolean("moe_tensor_parallel_needs_sp", k.moeTensorParallelNeedsSP) &&
          (!caps->get("context_parallel_shards_parameters") ||
           c.boolean("context_parallel_shards_parameters", k.contextParallelShardsParameters)) &&
-         (!caps->get("vocab_padding") ||
-          c.integer("vocab_padding", k.vocabPadding, -1, 1 << 20)) &&
-         c.strings("pipeline_schedules", k.schedules,
-                   {"1f1b", "interleaved-1f1b", "gpipe"}) &&
+         (!caps->get("vocab_padding") || c.integer("vocab_padding", k.vocabPadding, -1, 1 << 20)) &&
+         c.strings("pipeline_schedules", k.schedules, {"1f1b", "interleaved-1f1b", "gpipe"}) &&
          c.boolean("uneven_stages", k.unevenStages) &&
          c.boolean("uneven_interleaving", k.unevenInterleaving) &&
          c.integer("max_virtual_stages", k.maxVirtualStages, 0, 1 << 20) &&
-         c.choice<CPKind>("context_parallel", k.contextParallel,
-                          {{"none", CPKind::None},
-                           {"ring", CPKind::Ring},
-                           {"ulysses", CPKind::Ulysses}}) &&
+         c.choice<CPKind>(
+             "context_parallel", k.contextParallel,
+             {{"none", CPKind::None}, {"ring", CPKind::Ring}, {"ulysses", CPKind::Ulysses}}) &&
          c.choice<EPLayout>("expert_parallel", k.expertParallel,
                             {{"none", EPLayout::None},
                              {"dp-cp", EPLayout::DataParallel},
@@ -269,7 +266,8 @@ bool readProfile(const json::Object &root, StackProfile &s, std::string &error) 
          c.ints("zero_stages_with_pp", k.zeroStagesWithPP, 0, 3) &&
          c.boolean("optimizer_offload", k.optimizerOffload) &&
          c.ints("hybrid_sharding", k.hybridSharding, 1, 3) &&
-         c.strings("recompute", k.recompute, {"none", "selective", "full", "per-stage", "partial"}) &&
+         c.strings("recompute", k.recompute,
+                   {"none", "selective", "full", "per-stage", "partial"}) &&
          c.boolean("fp8", k.fp8) && c.noOthers();
     if (!ok)
       return false;
@@ -291,8 +289,7 @@ bool readProfile(const json::Object &root, StackProfile &s, std::string &error) 
     ok = e.number("gemm", x.gemm, 0.01, 2) && e.number("fp8_gemm", x.fp8Gemm, 0, 1) &&
          e.number("attention", x.attention, 0.01, 3) && e.number("memory", x.memory, 0.01, 2) &&
          e.number("host_overhead_per_layer_us", x.hostOverheadPerLayer, 0, 1e6, 1e-6) &&
-         e.number("moe_expert_overhead_us", x.moeExpertOverhead, 0, 1e6, 1e-6) &&
-         e.noOthers();
+         e.number("moe_expert_overhead_us", x.moeExpertOverhead, 0, 1e6, 1e-6) && e.noOthers();
     if (!ok)
       return false;
   }
@@ -307,8 +304,7 @@ bool readProfile(const json::Object &root, StackProfile &s, std::string &error) 
          o.number("tp_overlap", x.tpOverlap, 0, 1) && o.boolean("dp_overlap", x.dpOverlap) &&
          o.integer("zero3_prefetch_layers", x.zero3Prefetch, 0, 64) &&
          o.boolean("cp_overlap", x.cpOverlap) && o.boolean("pp_overlap", x.ppOverlap) &&
-         o.number("ep_overlap", x.epOverlap, 0, 1) &&
-         o.noOthers();
+         o.number("ep_overlap", x.epOverlap, 0, 1) && o.noOthers();
     if (!ok)
       return false;
   }
@@ -318,9 +314,9 @@ bool readProfile(const json::Object &root, StackProfile &s, std::string &error) 
     return false;
   {
     Fields m(*moe, "moe_dispatch.", error);
-    ok = m.choice<MoEDispatch>("sizing", s.moeDispatch,
-                               {{"worst-case", MoEDispatch::WorstCase},
-                                {"routed", MoEDispatch::Routed}}) &&
+    ok = m.choice<MoEDispatch>(
+             "sizing", s.moeDispatch,
+             {{"worst-case", MoEDispatch::WorstCase}, {"routed", MoEDispatch::Routed}}) &&
          m.number("margin", s.moeDispatchMargin, 0, 100) && m.noOthers();
     if (!ok)
       return false;
@@ -357,8 +353,7 @@ bool readProfile(const json::Object &root, StackProfile &s, std::string &error) 
     // for readers, the MFU ceilings are used.
     Fields c(*cal, "calibration.", error);
     std::string text;
-    ok = c.string("rows", text) && c.string("command", text) &&
-         c.string("fitted", text) &&
+    ok = c.string("rows", text) && c.string("command", text) && c.string("fitted", text) &&
          c.number("mean_error", s.calibratedMeanError, 0, 10) &&
          c.number("max_error", s.calibratedMaxError, 0, 10) &&
          c.number("max_mfu_bf16", s.maxCalibratedMfuBf16, 0, 1) &&
@@ -379,8 +374,7 @@ bool llmopt::cost::parseStackProfile(const std::string &text, const std::string 
     error = "stack profile '" + filename + "': " + msg;
     return false;
   };
-  if (std::string deep = jsonDepthError(text, "stack profile '" + filename + "'");
-      !deep.empty()) {
+  if (std::string deep = jsonDepthError(text, "stack profile '" + filename + "'"); !deep.empty()) {
     error = deep;
     return false;
   }
@@ -423,15 +417,14 @@ bool llmopt::cost::parseStackProfile(const std::string &text, const std::string 
   return true;
 }
 
-bool llmopt::cost::getStackProfile(const std::string &spec, StackProfile &out,
-                                   std::string &error) {
+bool llmopt::cost::getStackProfile(const std::string &spec, StackProfile &out, std::string &error) {
   auto [name, variant] = llvm::StringRef(spec).split(':');
   for (const BuiltinStack &s : kBuiltinStacks)
     if (name == s.name)
       return parseStackProfile(s.text, std::string("data/stacks/") + s.name + ".json",
                                variant.str(), out, error);
-  error = "unknown stack '" + name.str() + "': use one of " +
-          llvm::join(stackNames(), ", ") + " (or stack-profile=FILE for a profile of your own)";
+  error = "unknown stack '" + name.str() + "': use one of " + llvm::join(stackNames(), ", ") +
+          " (or stack-profile=FILE for a profile of your own)";
   return false;
 }
 
@@ -442,21 +435,19 @@ json::Value llmopt::cost::toJSON(const StackProfile &s) {
       {"title", s.title},
       {"versions", s.versions},
       {"provenance", s.provenance},
-      {"efficiency",
-       json::Object{{"gemm", s.eff.gemm},
-                    {"fp8_gemm", s.eff.fp8Gemm},
-                    {"attention", s.eff.attention},
-                    {"memory", s.eff.memory},
-                    {"host_overhead_per_layer_us", s.eff.hostOverheadPerLayer * 1e6},
-                    {"moe_expert_overhead_us", s.eff.moeExpertOverhead * 1e6}}},
-      {"overlap",
-       json::Object{{"comm_slowdown", s.overlap.commSlowdown},
-                    {"tp_overlap", s.overlap.tpOverlap},
-                    {"dp_overlap", s.overlap.dpOverlap},
-                    {"zero3_prefetch_layers", s.overlap.zero3Prefetch},
-                    {"cp_overlap", s.overlap.cpOverlap},
-                    {"pp_overlap", s.overlap.ppOverlap},
-                    {"ep_overlap", s.overlap.epOverlap}}},
+      {"efficiency", json::Object{{"gemm", s.eff.gemm},
+                                  {"fp8_gemm", s.eff.fp8Gemm},
+                                  {"attention", s.eff.attention},
+                                  {"memory", s.eff.memory},
+                                  {"host_overhead_per_layer_us", s.eff.hostOverheadPerLayer * 1e6},
+                                  {"moe_expert_overhead_us", s.eff.moeExpertOverhead * 1e6}}},
+      {"overlap", json::Object{{"comm_slowdown", s.overlap.commSlowdown},
+                               {"tp_overlap", s.overlap.tpOverlap},
+                               {"dp_overlap", s.overlap.dpOverlap},
+                               {"zero3_prefetch_layers", s.overlap.zero3Prefetch},
+                               {"cp_overlap", s.overlap.cpOverlap},
+                               {"pp_overlap", s.overlap.ppOverlap},
+                               {"ep_overlap", s.overlap.epOverlap}}},
       {"calibrated_mean_error", s.calibratedMeanError},
       {"calibrated_max_error", s.calibratedMaxError},
       {"max_calibrated_mfu_bf16", s.maxCalibratedMfuBf16},

@@ -68,8 +68,7 @@ void change(std::vector<std::string> &out, const char *name, int64_t a, int64_t 
 }
 } // namespace
 
-RecipeComparison llmopt::planner::compareWithRecipe(const PlanEval &recipe,
-                                                    const PlanEval &best,
+RecipeComparison llmopt::planner::compareWithRecipe(const PlanEval &recipe, const PlanEval &best,
                                                     const JobSpec &job) {
   RecipeComparison r;
   r.best = best;
@@ -98,11 +97,11 @@ RecipeComparison llmopt::planner::compareWithRecipe(const PlanEval &recipe,
   if (a.offloadOptimizer != b.offloadOptimizer)
     r.changes.push_back(b.offloadOptimizer ? "offload on" : "offload off");
   if (a.recompute != b.recompute)
-    r.changes.push_back(llvm::formatv("recompute {0} -> {1}", toString(a.recompute),
-                                      toString(b.recompute)));
+    r.changes.push_back(
+        llvm::formatv("recompute {0} -> {1}", toString(a.recompute), toString(b.recompute)));
   if (a.schedule != b.schedule)
-    r.changes.push_back(llvm::formatv("schedule {0} -> {1}", toString(a.schedule),
-                                      toString(b.schedule)));
+    r.changes.push_back(
+        llvm::formatv("schedule {0} -> {1}", toString(a.schedule), toString(b.schedule)));
   if (a.ppInsideDp != b.ppInsideDp)
     r.changes.push_back("placement " + a.placement() + " -> " + b.placement());
 
@@ -140,9 +139,9 @@ RecipeComparison llmopt::planner::compareWithRecipe(const PlanEval &recipe,
     --level;
   static const char *const words[] = {"not a sure gain: measure both before switching",
                                       "a likely gain", "a sure gain"};
-  r.verdict = llvm::formatv("{0:p} faster; the model's error on the stack's published "
-                            "runs is {1:p} mean, {2:p} at most: {3}{4}",
-                            g, st.calibratedMeanError, st.calibratedMaxError, words[level],
-                            commNote);
+  r.verdict =
+      llvm::formatv("{0:p} faster; the model's error on the stack's published "
+                    "runs is {1:p} mean, {2:p} at most: {3}{4}",
+                    g, st.calibratedMeanError, st.calibratedMaxError, words[level], commNote);
   return r;
 }

@@ -130,10 +130,9 @@ void llmopt::planner::printHTMLReport(llvm::raw_ostream &os, const ModelDesc &mo
       {"timelines", std::move(timelines)},
   };
   std::string dataText = scriptSafe(llvm::formatv("{0}", data).str());
-  std::string title = htmlEscape(
-      llvm::formatv("llm-opt plan: {0} on {1} x {2}", model.name, cluster.totalGpus(),
-                    cluster.gpu.name)
-          .str());
+  std::string title = htmlEscape(llvm::formatv("llm-opt plan: {0} on {1} x {2}", model.name,
+                                               cluster.totalGpus(), cluster.gpu.name)
+                                     .str());
 
   llvm::StringRef page(kReportPage);
   for (auto [marker, value] :

@@ -8,9 +8,9 @@
 
 #include <algorithm>
 #include <array>
-#include <map>
 #include <chrono>
 #include <cmath>
+#include <map>
 #include <set>
 #include <tuple>
 
@@ -24,8 +24,17 @@ bool Constraints::parse(const std::string &text, Constraints &out, std::string &
   out = Constraints();
   llvm::SmallVector<llvm::StringRef> items;
   llvm::StringRef(text).split(items, ',', -1, /*KeepEmpty=*/false);
-  static const char *intKeys[] = {"dp", "tp", "pp", "vpp", "cp", "ep", "zero", "shard",
-                                  "recompute_layers", "micro_batch", "num_micro_batches"};
+  static const char *intKeys[] = {"dp",
+                                  "tp",
+                                  "pp",
+                                  "vpp",
+                                  "cp",
+                                  "ep",
+                                  "zero",
+                                  "shard",
+                                  "recompute_layers",
+                                  "micro_batch",
+                                  "num_micro_batches"};
   for (llvm::StringRef item : items) {
     auto [key, value] = item.trim().split(':');
     key = key.trim();
@@ -67,8 +76,7 @@ bool Constraints::parse(const std::string &text, Constraints &out, std::string &
       else if (value == "per-stage")
         out.recompute = Recompute::PerStage;
       else {
-        error = ("fix: recompute must be none, selective, full or per-stage, got '" +
-                 value + "'")
+        error = ("fix: recompute must be none, selective, full or per-stage, got '" + value + "'")
                     .str();
         return false;
       }
@@ -82,8 +90,7 @@ bool Constraints::parse(const std::string &text, Constraints &out, std::string &
       else if (value == "none")
         out.schedule = Schedule::None;
       else {
-        error = ("fix: schedule must be none, gpipe, 1f1b or interleaved-1f1b, got '" +
-                 value + "'")
+        error = ("fix: schedule must be none, gpipe, 1f1b or interleaved-1f1b, got '" + value + "'")
                     .str();
         return false;
       }
@@ -93,8 +100,7 @@ bool Constraints::parse(const std::string &text, Constraints &out, std::string &
       else if (value == "tp-cp-pp-dp")
         out.ppInsideDp = true;
       else {
-        error = ("fix: placement must be tp-cp-dp-pp or tp-cp-pp-dp, got '" + value + "'")
-                    .str();
+        error = ("fix: placement must be tp-cp-dp-pp or tp-cp-pp-dp, got '" + value + "'").str();
         return false;
       }
     } else {
@@ -106,9 +112,9 @@ bool Constraints::parse(const std::string &text, Constraints &out, std::string &
       return false;
     }
   }
-  if (auto it = out.ints.find("recompute_layers");
-      it != out.ints.end() && it->second > 0 && out.recompute &&
-      *out.recompute != Recompute::Full) {
+  if (auto it = out.ints.find("recompute_layers"); it != out.ints.end() && it->second > 0 &&
+                                                   out.recompute &&
+                                                   *out.recompute != Recompute::Full) {
     error = std::string("fix: recompute_layers needs full recomputation (the first layers of "
                         "each chunk recomputed in full), got recompute:") +
             toString(*out.recompute);
@@ -136,11 +142,10 @@ bool llmopt::planner::checkConstraints(const Constraints &fx, const ModelDesc &m
     c.ep = get("ep", 1);
     c.shard = get("shard", 0);
     c.recomputeLayers = get("recompute_layers", 0);
-    c.zero = get("zero", c.shard > 0 && !st.caps.hybridSharding.empty()
-                             ? st.caps.hybridSharding.front()
-                         : c.cp > 1 && st.caps.contextParallelShardsParameters
-                             ? 3
-                             : st.caps.zeroStages.front());
+    c.zero = get(
+        "zero", c.shard > 0 && !st.caps.hybridSharding.empty() ? st.caps.hybridSharding.front()
+                : c.cp > 1 && st.caps.contextParallelShardsParameters ? 3
+                                                                      : st.caps.zeroStages.front());
     // Left open, sequence parallelism is on where tp > 1 and the stack has
     // it (some stacks need it, e.g. Megatron's MoE layers with tp).
     c.sp = fx.sp.value_or(c.tp > 1 && st.caps.sequenceParallel);
@@ -148,7 +153,7 @@ bool llmopt::planner::checkConstraints(const Constraints &fx, const ModelDesc &m
     c.recompute = fx.recompute.value_or(Recompute::None);
     if ((!fx.recompute && !st.hasRecompute("none")) || c.recomputeLayers > 0)
       c.recompute = Recompute::Full;
-    c.schedule = fx.schedule.value_or(c.vpp > 1 ? Schedule::Interleaved
+    c.schedule = fx.schedule.value_or(c.vpp > 1  ? Schedule::Interleaved
                                       : c.pp > 1 ? Schedule::OneFOneB
                                                  : Schedule::None);
     if (c.pp > 1 && !fx.schedule && c.vpp == 1 && !st.caps.schedules.empty() &&
@@ -238,8 +243,8 @@ namespace {
 /// How much machinery a plan needs; among equally fast plans the simpler one
 /// is easier to run and to debug.
 std::tuple<int, int, int, int, int, int, int, int64_t> complexity(const ParallelConfig &c) {
-  return {c.offloadOptimizer, c.cp, c.pp * c.vpp, c.tp, c.ep, c.zero,
-          int(c.recompute), -c.microBatch};
+  return {c.offloadOptimizer, c.cp,         c.pp * c.vpp, c.tp, c.ep, c.zero,
+          int(c.recompute),   -c.microBatch};
 }
 
 bool simplerFirst(const PlanEval &a, const PlanEval &b) {
@@ -261,8 +266,7 @@ void rank(std::vector<PlanEval> &plans) {
   });
   for (size_t i = 0; i < plans.size();) {
     size_t j = i + 1;
-    while (j < plans.size() &&
-           plans[j].time.step <= plans[i].time.step * (1 + kTieTolerance))
+    while (j < plans.size() && plans[j].time.step <= plans[i].time.step * (1 + kTieTolerance))
       ++j;
     std::sort(plans.begin() + i, plans.begin() + j, simplerFirst);
     i = j;
@@ -324,8 +328,7 @@ SearchResult llmopt::planner::search(const ModelDesc &model, const ClusterSpec &
   double fraction = 0;
   double lastProgress = 0;
   auto elapsed = [&] {
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
-        .count();
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   };
   auto progress = [&](bool done) {
     SearchProgress p;
@@ -389,8 +392,14 @@ SearchResult llmopt::planner::search(const ModelDesc &model, const ClusterSpec &
   std::map<TableKey, LayerTable> tableCache;
   auto tableFor = [&](ParallelConfig cfg, Recompute rc) -> const LayerTable * {
     cfg.recompute = rc;
-    TableKey key{cfg.tp, cfg.cp, int(cfg.sp), cfg.ep, cfg.microBatch, int(rc),
-                 expertGroupPerNode(cluster, job, cfg), expertsStayWhole(job, cfg)};
+    TableKey key{cfg.tp,
+                 cfg.cp,
+                 int(cfg.sp),
+                 cfg.ep,
+                 cfg.microBatch,
+                 int(rc),
+                 expertGroupPerNode(cluster, job, cfg),
+                 expertsStayWhole(job, cfg)};
     auto it = tableCache.find(key);
     if (it == tableCache.end())
       it = tableCache.emplace(key, buildLayerTable(model, cluster, job, cfg)).first;
@@ -421,8 +430,8 @@ SearchResult llmopt::planner::search(const ModelDesc &model, const ClusterSpec &
       e.config.cp = int(cp);
       e.config.pp = int(pp);
       e.reason = RejectReason::GpuCountMismatch;
-      e.detail = llvm::formatv("{0} {1} does not divide the {2} GPUs left for it", what,
-                               degree, of);
+      e.detail =
+          llvm::formatv("{0} {1} does not divide the {2} GPUs left for it", what, degree, of);
       ++result.evaluated;
       reject(e);
     };
@@ -448,9 +457,8 @@ SearchResult llmopt::planner::search(const ModelDesc &model, const ClusterSpec &
       const std::vector<int64_t> ppChoices = choices("pp", pps);
       for (size_t iPp = 0; iPp < ppChoices.size(); ++iPp) {
         const int64_t pp = ppChoices[iPp];
-        fraction = (double(iTp) +
-                    (double(iCp) + double(iPp) / double(ppChoices.size())) /
-                        double(cpChoices.size())) /
+        fraction = (double(iTp) + (double(iCp) + double(iPp) / double(ppChoices.size())) /
+                                      double(cpChoices.size())) /
                    double(tpChoices.size());
         if ((gpus / (tp * cp)) % pp) {
           indivisible("pp", pp, gpus / (tp * cp), cp, pp);
@@ -485,8 +493,8 @@ SearchResult llmopt::planner::search(const ModelDesc &model, const ClusterSpec &
             // Configurations that fit without recomputation: partial
             // recomputation cannot beat them (rc none comes first).
             noneFits.clear();
-            for (Recompute rc : {Recompute::None, Recompute::Selective, Recompute::Full,
-                                 Recompute::PerStage}) {
+            for (Recompute rc :
+                 {Recompute::None, Recompute::Selective, Recompute::Full, Recompute::PerStage}) {
               if (fx.recompute && *fx.recompute != rc)
                 continue;
               if (rc == Recompute::PerStage && pp == 1 && !fx.recompute)
@@ -528,8 +536,7 @@ SearchResult llmopt::planner::search(const ModelDesc &model, const ClusterSpec &
                   } else {
                     for (int v = 2; v <= maxV; ++v)
                       if (layers % (pp * v) == 0 ||
-                          (job.stack.caps.unevenInterleaving &&
-                           (layers + 2) % (pp * v) == 0))
+                          (job.stack.caps.unevenInterleaving && (layers + 2) % (pp * v) == 0))
                         scheds.push_back({Schedule::Interleaved, v});
                   }
                 }
@@ -616,80 +623,77 @@ SearchResult llmopt::planner::search(const ModelDesc &model, const ClusterSpec &
                       // sharded over all ranks fits and exposes some.
                       bool tryHybrid = fixedInt("shard").has_value();
                       for (int shard : shards) {
-                      if (shard > 0 && !tryHybrid)
-                        continue;
-                      cfg.shard = shard;
-                      for (int off = 0; off < 2; ++off) {
-                        if (fx.offload ? *fx.offload != (off == 1) : false)
+                        if (shard > 0 && !tryHybrid)
                           continue;
-                        if (off && z == 0)
-                          continue;
-                        cfg.offloadOptimizer = off == 1;
-                        // The stack's ZeRO and offload rules, checked here
-                        // without building a rejection message per
-                        // candidate (most of a big search's rejections).
-                        if (!job.stack.hasZero(z, /*withPP=*/pp > 1) ||
-                            !job.stack.caps.runsZeroWithCP(z, int(cp)) ||
-                            (cfg.offloadOptimizer && !job.stack.caps.optimizerOffload) ||
-                            (shard > 0 && !job.stack.caps.hasHybridSharding(z))) {
-                          ++result.evaluated;
-                          tick();
-                          Rejection &rj = rejections[size_t(RejectReason::NotSupportedByStack)];
-                          if (rj.count == 0) {
-                            PlanEval e;
-                            e.config = cfg;
-                            e.reason = checkStackRules(model, job, cfg, e.detail);
-                            reject(e);
-                          } else {
-                            ++rj.count;
+                        cfg.shard = shard;
+                        for (int off = 0; off < 2; ++off) {
+                          if (fx.offload ? *fx.offload != (off == 1) : false)
+                            continue;
+                          if (off && z == 0)
+                            continue;
+                          cfg.offloadOptimizer = off == 1;
+                          // The stack's ZeRO and offload rules, checked here
+                          // without building a rejection message per
+                          // candidate (most of a big search's rejections).
+                          if (!job.stack.hasZero(z, /*withPP=*/pp > 1) ||
+                              !job.stack.caps.runsZeroWithCP(z, int(cp)) ||
+                              (cfg.offloadOptimizer && !job.stack.caps.optimizerOffload) ||
+                              (shard > 0 && !job.stack.caps.hasHybridSharding(z))) {
+                            ++result.evaluated;
+                            tick();
+                            Rejection &rj = rejections[size_t(RejectReason::NotSupportedByStack)];
+                            if (rj.count == 0) {
+                              PlanEval e;
+                              e.config = cfg;
+                              e.reason = checkStackRules(model, job, cfg, e.detail);
+                              reject(e);
+                            } else {
+                              ++rj.count;
+                            }
+                            if (!off && !fx.offload)
+                              break; // as a rejected candidate ends the offload loop
+                            continue;
                           }
-                          if (!off && !fx.offload)
-                            break; // as a rejected candidate ends the offload loop
-                          continue;
-                        }
-                        PlanEval e = evaluate(model, cluster, job, cfg, tables);
-                        bool oom = e.reason == RejectReason::OutOfMemory;
-                        if (shard == 0 && !off && e.feasible() &&
-                            e.time.dpComm > 1e-3 * e.time.step)
-                          tryHybrid = true;
-                        // Per-stage recomputation that chose one level for
-                        // every stage is the uniform plan, searched already.
-                        if (rc == Recompute::PerStage && !fx.recompute &&
-                            !e.config.stageRecompute.empty() &&
-                            std::all_of(e.config.stageRecompute.begin(),
-                                        e.config.stageRecompute.end(),
-                                        [&](Recompute r) {
-                                          return r == e.config.stageRecompute.front();
-                                        })) {
-                          if (!off && !oom)
-                            break;
-                          continue;
-                        }
-                        FitKey fit{mb,      int(sched), vpp,           ppInside,
-                                   z,       shard,      off == 1};
-                        if (rc == Recompute::None && e.feasible())
-                          noneFits.insert(fit);
-                        bool fullFits =
-                            !partials.empty() && e.feasible() && !noneFits.count(fit);
-                        consider(std::move(e));
-                        // Recomputing fewer layers is faster and needs more
-                        // memory: tried where recomputing all of them fits
-                        // and none does not, fewest first, up to the first
-                        // that fits (more would be slower).
-                        if (fullFits)
-                          for (int n : partials) {
-                            ParallelConfig part = cfg;
-                            part.recomputeLayers = n;
-                            PlanEval pe = evaluate(model, cluster, job, part, tables);
-                            bool fits = pe.feasible();
-                            consider(std::move(pe));
-                            if (fits)
+                          PlanEval e = evaluate(model, cluster, job, cfg, tables);
+                          bool oom = e.reason == RejectReason::OutOfMemory;
+                          if (shard == 0 && !off && e.feasible() &&
+                              e.time.dpComm > 1e-3 * e.time.step)
+                            tryHybrid = true;
+                          // Per-stage recomputation that chose one level for
+                          // every stage is the uniform plan, searched already.
+                          if (rc == Recompute::PerStage && !fx.recompute &&
+                              !e.config.stageRecompute.empty() &&
+                              std::all_of(e.config.stageRecompute.begin(),
+                                          e.config.stageRecompute.end(), [&](Recompute r) {
+                                            return r == e.config.stageRecompute.front();
+                                          })) {
+                            if (!off && !oom)
                               break;
+                            continue;
                           }
-                        // Offload only helps what does not fit otherwise.
-                        if (!off && !oom && !fx.offload)
-                          break;
-                      }
+                          FitKey fit{mb, int(sched), vpp, ppInside, z, shard, off == 1};
+                          if (rc == Recompute::None && e.feasible())
+                            noneFits.insert(fit);
+                          bool fullFits = !partials.empty() && e.feasible() && !noneFits.count(fit);
+                          consider(std::move(e));
+                          // Recomputing fewer layers is faster and needs more
+                          // memory: tried where recomputing all of them fits
+                          // and none does not, fewest first, up to the first
+                          // that fits (more would be slower).
+                          if (fullFits)
+                            for (int n : partials) {
+                              ParallelConfig part = cfg;
+                              part.recomputeLayers = n;
+                              PlanEval pe = evaluate(model, cluster, job, part, tables);
+                              bool fits = pe.feasible();
+                              consider(std::move(pe));
+                              if (fits)
+                                break;
+                            }
+                          // Offload only helps what does not fit otherwise.
+                          if (!off && !oom && !fx.offload)
+                            break;
+                        }
                       }
                     }
                   }

@@ -10,9 +10,9 @@
 #include "llvm/Support/raw_ostream.h"
 
 #include <algorithm>
-#include <numeric>
-#include <map>
 #include <cmath>
+#include <map>
+#include <numeric>
 
 using namespace llmopt;
 using namespace llmopt::cost;
@@ -23,9 +23,8 @@ static constexpr double GiB = double(1ull << 30);
 
 static json::Object memoryJSON(const MemoryBreakdown &m) {
   return json::Object{
-      {"weights", m.weights},         {"gradients", m.gradients},
-      {"optimizer", m.optimizer},     {"activations", m.activations},
-      {"logits", m.logits},           {"comm_buffers", m.commBuffers},
+      {"weights", m.weights},         {"gradients", m.gradients}, {"optimizer", m.optimizer},
+      {"activations", m.activations}, {"logits", m.logits},       {"comm_buffers", m.commBuffers},
       {"reserved", m.reserved},       {"total", m.total()},
   };
 }
@@ -71,9 +70,8 @@ static json::Object planJSON(const PlanEval &p) {
     o["layers"] = s.layers;
     o["in_flight_micro_batches"] = s.inFlight;
     byStage.push_back(std::move(o));
-    timeByStage.push_back(json::Object{{"stage", s.stage},
-                                       {"forward_s", s.forwardSeconds},
-                                       {"backward_s", s.backwardSeconds}});
+    timeByStage.push_back(json::Object{
+        {"stage", s.stage}, {"forward_s", s.forwardSeconds}, {"backward_s", s.backwardSeconds}});
   }
   const TimeBreakdown &t = p.time;
   return json::Object{
@@ -90,12 +88,11 @@ static json::Object planJSON(const PlanEval &p) {
        json::Object{
            {"compute", t.compute},
            {"recompute", t.recompute},
-           {"exposed_communication",
-            json::Object{{"tp", t.tpComm},
-                         {"cp", t.cpComm},
-                         {"ep", t.epComm},
-                         {"pp", t.ppComm},
-                         {"dp", t.dpComm}}},
+           {"exposed_communication", json::Object{{"tp", t.tpComm},
+                                                  {"cp", t.cpComm},
+                                                  {"ep", t.epComm},
+                                                  {"pp", t.ppComm},
+                                                  {"dp", t.dpComm}}},
            {"bubble", t.bubble},
            {"optimizer", t.optimizer},
            {"hidden_comm_s", t.hiddenComm},
@@ -149,7 +146,7 @@ static std::string equivalentsLine(const PlanEval &p, const std::vector<Equivale
     s = llvm::join(each, ", ");
   }
   std::string time = hi - lo < 0.005 ? llvm::formatv("{0:f2}%", hi).str()
-                                      : llvm::formatv("{0:f2}% to {1:f2}%", lo, hi).str();
+                                     : llvm::formatv("{0:f2}% to {1:f2}%", lo, hi).str();
   std::string mem = memHi - memLo < 0.05 * GiB
                         ? llvm::formatv("{0:f1} GiB", memHi / GiB).str()
                         : llvm::formatv("{0:f1} to {1:f1} GiB", memLo / GiB, memHi / GiB).str();
@@ -177,12 +174,11 @@ static json::Value rankingJSON() {
   return json::Object{
       {"tie_tolerance", kTieTolerance},
       {"equivalent_tolerance", kEquivalentTolerance},
-      {"rule",
-       "best first by step time; step times within tie_tolerance are ties, the "
-       "simpler plan first (no offload, then less cp, fewer pipeline chunks, smaller "
-       "tp, ep, ZeRO stage, less recomputation, larger micro-batch); one row per "
-       "plan, its other pipeline layouts (vpp, schedule, placement) within "
-       "equivalent_tolerance listed as its equivalents"}};
+      {"rule", "best first by step time; step times within tie_tolerance are ties, the "
+               "simpler plan first (no offload, then less cp, fewer pipeline chunks, smaller "
+               "tp, ep, ZeRO stage, less recomputation, larger micro-batch); one row per "
+               "plan, its other pipeline layouts (vpp, schedule, placement) within "
+               "equivalent_tolerance listed as its equivalents"}};
 }
 
 json::Value llmopt::planner::reportJSON(const ModelDesc &model, const ClusterSpec &cluster,
@@ -207,25 +203,21 @@ json::Value llmopt::planner::reportJSON(const ModelDesc &model, const ClusterSpe
     examples[reason] = rej.example;
   }
   return json::Object{
-      {"model",
-       json::Object{{"name", model.name},
-                    {"params", model.totalParams()},
-                    {"layers", int64_t(model.layers.size())},
-                    {"train_flops_per_token", model.trainFlopsPerToken(job.seqLen)}}},
+      {"model", json::Object{{"name", model.name},
+                             {"params", model.totalParams()},
+                             {"layers", int64_t(model.layers.size())},
+                             {"train_flops_per_token", model.trainFlopsPerToken(job.seqLen)}}},
       {"cluster", toJSON(cluster)},
       {"stack", toJSON(job.stack)},
-      {"job",
-       json::Object{{"global_batch", job.globalBatch},
-                    {"seq_len", job.seqLen},
-                    {"dtype", toString(job.dtype)},
-                    {"fp8", job.fp8},
-                    {"grad_bytes", job.gradBytes},
-                    {"flash_attention", job.flashAttention},
-                    {"dropout", job.dropout}}},
+      {"job", json::Object{{"global_batch", job.globalBatch},
+                           {"seq_len", job.seqLen},
+                           {"dtype", toString(job.dtype)},
+                           {"fp8", job.fp8},
+                           {"grad_bytes", job.gradBytes},
+                           {"flash_attention", job.flashAttention},
+                           {"dropout", job.dropout}}},
       {"search",
-       json::Object{{"evaluated", r.evaluated},
-                    {"feasible", r.feasible},
-                    {"seconds", r.seconds}}},
+       json::Object{{"evaluated", r.evaluated}, {"feasible", r.feasible}, {"seconds", r.seconds}}},
       {"ranking", rankingJSON()},
       {"calibrated_mfu_ceiling", calibratedMfuCeiling(model, job)},
       {"versus_free_search", r.versusFree ? comparisonJSON(*r.versusFree) : json::Value(nullptr)},
@@ -243,8 +235,8 @@ static void printComparison(llvm::raw_ostream &os, const RecipeComparison &c) {
   if (!c.changes.empty())
     os << "  changes: " << llvm::join(c.changes, ", ") << "\n";
   if (!c.items.empty()) {
-    os << llvm::formatv("  {0,-18} {1,10} {2,10} {3,9}  {4}\n", "s per step", "recipe",
-                        "best", "gain", "confidence");
+    os << llvm::formatv("  {0,-18} {1,10} {2,10} {3,9}  {4}\n", "s per step", "recipe", "best",
+                        "gain", "confidence");
     for (const GainItem &i : c.items)
       os << llvm::formatv("  {0,-18} {1,10:f3} {2,10:f3} {3,9:f3}  {4}: {5}\n", i.category,
                           i.recipeSeconds, i.bestSeconds, i.recipeSeconds - i.bestSeconds,
@@ -263,10 +255,9 @@ void llmopt::planner::printTable(llvm::raw_ostream &os, const ModelDesc &model,
                                       : llvm::formatv("{0:f2} K", params / 1e3).str();
   os << llvm::formatv("{0}: {1} parameters, {2} layers | {3} x {4} ({5} {6} of {7}) "
                       "| global batch {8} x {9} tokens, {10}\n",
-                      model.name, count, model.layers.size(),
-                      cluster.totalGpus(), cluster.gpu.name, cluster.numNodes,
-                      cluster.numNodes == 1 ? "node" : "nodes", cluster.gpusPerNode,
-                      job.globalBatch, job.seqLen,
+                      model.name, count, model.layers.size(), cluster.totalGpus(), cluster.gpu.name,
+                      cluster.numNodes, cluster.numNodes == 1 ? "node" : "nodes",
+                      cluster.gpusPerNode, job.globalBatch, job.seqLen,
                       job.fp8 ? "fp8 GEMMs" : toString(job.dtype));
   const StackProfile &st = job.stack;
   os << "stack " << st.name << (st.variant.empty() ? "" : ":" + st.variant) << ": " << st.title
@@ -284,8 +275,8 @@ void llmopt::planner::printTable(llvm::raw_ostream &os, const ModelDesc &model,
     for (const PlanEval &p : r.plans)
       width = std::max(width, describe(p.config).size());
     os << "#    " << llvm::left_justify("plan", width)
-       << llvm::formatv(" {0,10} {1,12} {2,8} {3,7} {4,8}\n", "step s", "tokens/s",
-                        "TFLOP/s", "MFU", "mem GiB");
+       << llvm::formatv(" {0,10} {1,12} {2,8} {3,7} {4,8}\n", "step s", "tokens/s", "TFLOP/s",
+                        "MFU", "mem GiB");
     bool anyEquivalent = false, anyAbove = false;
     const double ceiling = calibratedMfuCeiling(model, job);
     for (size_t i = 0; i < r.plans.size(); ++i) {
@@ -308,8 +299,7 @@ void llmopt::planner::printTable(llvm::raw_ostream &os, const ModelDesc &model,
     if (anyAbove)
       os << llvm::formatv("  (! MFU above the {0:p} that the stack's best published {1}run "
                           "reaches{2}: no published run confirms it)\n",
-                          ceiling, model.hasMoE() ? "MoE " : "",
-                          job.fp8 ? " with fp8" : "");
+                          ceiling, model.hasMoE() ? "MoE " : "", job.fp8 ? " with fp8" : "");
     if (r.versusFree)
       printComparison(os, *r.versusFree);
     const PlanEval &b = r.plans.front();
@@ -326,9 +316,9 @@ void llmopt::planner::printTable(llvm::raw_ostream &os, const ModelDesc &model,
     os << llvm::formatv("best plan, memory on stage {0} of {1:f1} GiB: weights {2:f1}, "
                         "gradients {3:f1}, optimizer {4:f1}, activations {5:f1}, logits "
                         "{6:f1}, buffers {7:f1}, reserved {8:f1}\n",
-                        b.peakStage, cluster.gpu.hbmBytes / GiB, m.weights / GiB,
-                        m.gradients / GiB, m.optimizer / GiB, m.activations / GiB,
-                        m.logits / GiB, m.commBuffers / GiB, m.reserved / GiB);
+                        b.peakStage, cluster.gpu.hbmBytes / GiB, m.weights / GiB, m.gradients / GiB,
+                        m.optimizer / GiB, m.activations / GiB, m.logits / GiB, m.commBuffers / GiB,
+                        m.reserved / GiB);
   }
   if (!r.rejected.empty()) {
     os << "\nrejected:\n";
@@ -354,15 +344,16 @@ struct ExportTarget {
   const char *trainer;
 };
 const ExportTarget kTargets[] = {
-    {"megatron", "megatron", "Megatron-LM (main 2026-08 with Megatron-Core 0.16, pretrain_gpt.py arguments)"},
+    {"megatron", "megatron",
+     "Megatron-LM (main 2026-08 with Megatron-Core 0.16, pretrain_gpt.py arguments)"},
     {"deepspeed", "deepspeed", "DeepSpeed 0.19 (ds_config JSON)"},
     {"torchtitan", "torchtitan", "torchtitan 0.2.x (job config TOML)"},
 };
 
 /// Refuses with `error` naming the setting and the trainer.
 bool refuse(std::string &error, const ExportTarget &t, const std::string &what) {
-  error = std::string(t.format) + " export: " + what + "; " + t.trainer +
-          " cannot run it as planned";
+  error =
+      std::string(t.format) + " export: " + what + "; " + t.trainer + " cannot run it as planned";
   return false;
 }
 
@@ -373,8 +364,7 @@ bool exportMegatron(llvm::raw_ostream &os, const ExportTarget &t, const ModelDes
   const int64_t L = int64_t(model.layers.size());
   if (c.recompute == Recompute::PerStage)
     return refuse(error, t, "per-stage recomputation (Megatron recomputes alike on every stage)");
-  if (!model.ropeScaling.empty() && model.ropeScaling != "default" &&
-      model.ropeScaling != "llama3")
+  if (!model.ropeScaling.empty() && model.ropeScaling != "default" && model.ropeScaling != "llama3")
     return refuse(error, t, "rope scaling '" + model.ropeScaling + "'");
   // pretrain_gpt's model builder passes no rope scaling factor to GPTModel,
   // whose own is Llama 3.1's 8 (gpt_builders.py, read 2026-11).
@@ -393,8 +383,8 @@ bool exportMegatron(llvm::raw_ostream &os, const ExportTarget &t, const ModelDes
     bool even = llvm::all_equal(s);
     if (!even) {
       int middle = c.pp > 2 ? int(L) - s.front() - s.back() : 0;
-      bool midEqual = c.pp <= 2 || std::all_of(s.begin() + 1, s.end() - 1,
-                                               [&](int n) { return n == s[1]; });
+      bool midEqual =
+          c.pp <= 2 || std::all_of(s.begin() + 1, s.end() - 1, [&](int n) { return n == s[1]; });
       if (!midEqual || (c.pp > 2 && middle % (c.pp - 2)))
         return refuse(error, t,
                       "stage layers with unequal middle stages (Megatron sets the first and "
@@ -571,8 +561,9 @@ bool exportTorchtitan(llvm::raw_ostream &os, const ExportTarget &t, const ModelD
   if (c.recomputeLayers > 0)
     return refuse(error, t, "recomputation of the first layers of each chunk only");
   if (job.fp8)
-    return refuse(error, t, "fp8 GEMMs (the float8 converter's keys differ across 0.2.x "
-                            "releases; plan with fp8=false)");
+    return refuse(error, t,
+                  "fp8 GEMMs (the float8 converter's keys differ across 0.2.x "
+                  "releases; plan with fp8=false)");
   if (c.recompute == Recompute::PerStage)
     return refuse(error, t, "per-stage recomputation");
   if (c.shard > 0 && c.shard % c.cp)
@@ -618,9 +609,9 @@ bool exportTorchtitan(llvm::raw_ostream &os, const ExportTarget &t, const ModelD
     // output as a layer each and would cut other stages than the plan's.
     // Virtual stage k runs on pipeline rank k mod pp.
     std::vector<int> chunks =
-        c.vpp > 1 ? cost::interleavedChunkLayers(int(L), c.pp, c.vpp,
-                                                 job.stack.caps.unevenInterleaving)
-                  : c.stageLayers;
+        c.vpp > 1
+            ? cost::interleavedChunkLayers(int(L), c.pp, c.vpp, job.stack.caps.unevenInterleaving)
+            : c.stageLayers;
     if (chunks.empty() && c.vpp == 1)
       chunks.assign(size_t(c.pp), int(L / c.pp));
     if (int64_t(std::accumulate(chunks.begin(), chunks.end(), 0)) != L)
@@ -652,8 +643,8 @@ bool exportTorchtitan(llvm::raw_ostream &os, const ExportTarget &t, const ModelD
 } // namespace
 
 bool llmopt::planner::exportPlan(llvm::raw_ostream &os, const std::string &format,
-                                 const ModelDesc &model, const JobSpec &job,
-                                 const PlanEval &plan, std::string &error) {
+                                 const ModelDesc &model, const JobSpec &job, const PlanEval &plan,
+                                 std::string &error) {
   const ExportTarget *target = nullptr;
   for (const ExportTarget &t : kTargets)
     if (format == t.format)

@@ -33,11 +33,10 @@ std::vector<Pass> stageOrder(Schedule kind, int s, int pp, int vpp, int64_t m) {
 }
 } // namespace
 
-bool llmopt::planner::simulatePipeline(Schedule schedule, int chunks,
-                                       int64_t microBatches,
+bool llmopt::planner::simulatePipeline(Schedule schedule, int chunks, int64_t microBatches,
                                        const std::vector<double> &fwd,
-                                       const std::vector<double> &bwd,
-                                       PipelineTimeline &out, std::string &error) {
+                                       const std::vector<double> &bwd, PipelineTimeline &out,
+                                       std::string &error) {
   out = PipelineTimeline();
   const int pp = int(fwd.size());
   if (pp == 0 || bwd.size() != fwd.size()) {
@@ -104,8 +103,7 @@ bool llmopt::planner::simulatePipeline(Schedule schedule, int chunks,
               break;
           }
         } else {
-          ready = v < V - 1 ? bwdEnd[at(v + 1, p.microBatch)]
-                            : fwdEnd[at(v, p.microBatch)];
+          ready = v < V - 1 ? bwdEnd[at(v + 1, p.microBatch)] : fwdEnd[at(v, p.microBatch)];
           if (ready < 0)
             break;
         }
@@ -131,15 +129,13 @@ bool llmopt::planner::simulatePipeline(Schedule schedule, int chunks,
     }
   }
   // Per stage, in execution order.
-  std::stable_sort(out.blocks.begin(), out.blocks.end(),
-                   [](const PipelineBlock &a, const PipelineBlock &b) {
-                     return a.stage < b.stage;
-                   });
+  std::stable_sort(
+      out.blocks.begin(), out.blocks.end(),
+      [](const PipelineBlock &a, const PipelineBlock &b) { return a.stage < b.stage; });
   return true;
 }
 
-PipelineTimeline llmopt::planner::pipelineTimeline(const PlanEval &plan,
-                                                   int64_t maxMicroBatches) {
+PipelineTimeline llmopt::planner::pipelineTimeline(const PlanEval &plan, int64_t maxMicroBatches) {
   const ParallelConfig &c = plan.config;
   std::vector<double> fwd, bwd;
   for (const StageMemory &s : plan.stages) {
@@ -158,8 +154,7 @@ PipelineTimeline llmopt::planner::pipelineTimeline(const PlanEval &plan,
   }
   PipelineTimeline t;
   std::string error;
-  if (!simulatePipeline(c.pp > 1 ? c.schedule : Schedule::None, c.vpp, m, fwd, bwd, t,
-                        error))
+  if (!simulatePipeline(c.pp > 1 ? c.schedule : Schedule::None, c.vpp, m, fwd, bwd, t, error))
     return PipelineTimeline();
   t.totalMicroBatches = c.numMicroBatches;
   return t;

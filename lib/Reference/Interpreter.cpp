@@ -1,9 +1,9 @@
 //===- Interpreter.cpp - run llm IR on the CPU reference kernels ----------===//
 
 #include "llmopt/Reference/Interpreter.h"
-#include "llmopt/Dialect/LLM/IR/LLMOps.h"
 #include "llmopt-kernels/cpu.h"
 #include "llmopt-kernels/init.h"
+#include "llmopt/Dialect/LLM/IR/LLMOps.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -58,8 +58,8 @@ void Interpreter::initParams(func::FuncOp func, uint64_t seed) {
       std::fill(st.value.begin(), st.value.end(), 1.0f);
       break;
     case InitKind::normal:
-      llmopt::kernels::initNormal(st.value.data(), n, float(p.getStd()->convertToDouble()),
-                                  seed, std::string_view(p.getName().data(), p.getName().size()));
+      llmopt::kernels::initNormal(st.value.data(), n, float(p.getStd()->convertToDouble()), seed,
+                                  std::string_view(p.getName().data(), p.getName().size()));
       break;
     }
   });
@@ -121,8 +121,7 @@ struct Run {
     return s;
   }
 
-  template <typename AttnOp>
-  k::AttentionShape attnShape(AttnOp op, const Tensor &q) {
+  template <typename AttnOp> k::AttentionShape attnShape(AttnOp op, const Tensor &q) {
     k::AttentionShape a;
     a.batch = q.shape[0];
     a.seq = q.shape[1];
@@ -213,8 +212,8 @@ LogicalResult Run::exec(Operation *op) {
         Tensor &r = make(e.getResult(), x.shape);
         if (x.shape[1] > table.shape[0])
           return fail(op, "sequence longer than the position table");
-        k::positionEmbeddingForward(x.data.data(), table.data.data(), r.data.data(),
-                                    x.shape[0], x.shape[1], x.shape[2]);
+        k::positionEmbeddingForward(x.data.data(), table.data.data(), r.data.data(), x.shape[0],
+                                    x.shape[1], x.shape[2]);
         return success();
       })
       .Case([&](RotaryOp rop) {
@@ -223,11 +222,11 @@ LogicalResult Run::exec(Operation *op) {
         float theta = float(rop.getTheta().convertToDouble());
         k::RopeScaling sc = scaling(rop);
         Tensor &rq = make(rop.getQOut(), q.shape);
-        k::rotary(q.data.data(), rq.data.data(), q.shape[0], q.shape[1], q.shape[2] / hd, hd,
-                  theta, sc, rop.getInverse());
+        k::rotary(q.data.data(), rq.data.data(), q.shape[0], q.shape[1], q.shape[2] / hd, hd, theta,
+                  sc, rop.getInverse());
         Tensor &rk = make(rop.getKOut(), kk.shape);
-        k::rotary(kk.data.data(), rk.data.data(), kk.shape[0], kk.shape[1], kk.shape[2] / hd,
-                  hd, theta, sc, rop.getInverse());
+        k::rotary(kk.data.data(), rk.data.data(), kk.shape[0], kk.shape[1], kk.shape[2] / hd, hd,
+                  theta, sc, rop.getInverse());
         return success();
       })
       .Case([&](LayerNormOp n) {
@@ -235,8 +234,8 @@ LogicalResult Run::exec(Operation *op) {
         Tensor &r = make(n.getResult(), x.shape);
         std::vector<float> mean(rows(x)), rstd(rows(x));
         k::layerNormForward(x.data.data(), get(n.getWeight()).data.data(),
-                            n.getBias() ? get(n.getBias()).data.data() : nullptr,
-                            r.data.data(), mean.data(), rstd.data(), rows(x), x.shape[2],
+                            n.getBias() ? get(n.getBias()).data.data() : nullptr, r.data.data(),
+                            mean.data(), rstd.data(), rows(x), x.shape[2],
                             float(n.getEps().convertToDouble()));
         return success();
       })
@@ -244,9 +243,8 @@ LogicalResult Run::exec(Operation *op) {
         const Tensor &x = get(n.getInput());
         Tensor &r = make(n.getResult(), x.shape);
         std::vector<float> rstd(rows(x));
-        k::rmsNormForward(x.data.data(), get(n.getWeight()).data.data(), r.data.data(),
-                          rstd.data(), rows(x), x.shape[2],
-                          float(n.getEps().convertToDouble()));
+        k::rmsNormForward(x.data.data(), get(n.getWeight()).data.data(), r.data.data(), rstd.data(),
+                          rows(x), x.shape[2], float(n.getEps().convertToDouble()));
         return success();
       })
       .Case([&](LinearOp l) {
@@ -300,8 +298,7 @@ LogicalResult Run::exec(Operation *op) {
       .Case([&](SwiGLUOp s) {
         const Tensor &g = get(s.getGate());
         Tensor &r = make(s.getResult(), g.shape);
-        k::swigluForward(g.data.data(), get(s.getUp()).data.data(), r.data.data(),
-                         g.numElements());
+        k::swigluForward(g.data.data(), get(s.getUp()).data.data(), r.data.data(), g.numElements());
         return success();
       })
       .Case([&](AddOp a) {
@@ -314,8 +311,8 @@ LogicalResult Run::exec(Operation *op) {
       .Case([&](LMHeadOp h) {
         const Tensor &x = get(h.getInput()), &w = get(h.getWeight());
         Tensor &r = make(h.getResult(), {x.shape[0], x.shape[1], w.shape[0]});
-        k::linearForward(x.data.data(), w.data.data(), nullptr, r.data.data(), rows(x),
-                         w.shape[1], w.shape[0], false);
+        k::linearForward(x.data.data(), w.data.data(), nullptr, r.data.data(), rows(x), w.shape[1],
+                         w.shape[0], false);
         return success();
       })
       .Case([&](CrossEntropyOp ce) {
@@ -343,8 +340,8 @@ LogicalResult Run::exec(Operation *op) {
         Tensor &dx = make(g.getInputGrad(), x.shape);
         Tensor &dw = make(g.getWeightGrad(), w.shape);
         k::linearBackward(get(g.getGrad()).data.data(), x.data.data(), w.data.data(),
-                          dx.data.data(), dw.data.data(), nullptr, rows(x), w.shape[1],
-                          w.shape[0], false);
+                          dx.data.data(), dw.data.data(), nullptr, rows(x), w.shape[1], w.shape[0],
+                          false);
         return success();
       })
       .Case([&](LinearGradOp g) {
@@ -357,8 +354,7 @@ LogicalResult Run::exec(Operation *op) {
         int64_t in = g.getTransposed() ? w.shape[0] : w.shape[1];
         int64_t out = g.getTransposed() ? w.shape[1] : w.shape[0];
         k::linearBackward(get(g.getGrad()).data.data(), x.data.data(), w.data.data(),
-                          dx.data.data(), dw.data.data(), db, rows(x), in, out,
-                          g.getTransposed());
+                          dx.data.data(), dw.data.data(), db, rows(x), in, out, g.getTransposed());
         return success();
       })
       .Case([&](LayerNormGradOp g) {
@@ -382,39 +378,39 @@ LogicalResult Run::exec(Operation *op) {
                           float(g.getEps().convertToDouble()));
         Tensor &dx = make(g.getInputGrad(), x.shape);
         Tensor &dw = make(g.getWeightGrad(), w.shape);
-        k::rmsNormBackward(get(g.getGrad()).data.data(), x.data.data(), w.data.data(),
-                           rstd.data(), dx.data.data(), dw.data.data(), n, c);
+        k::rmsNormBackward(get(g.getGrad()).data.data(), x.data.data(), w.data.data(), rstd.data(),
+                           dx.data.data(), dw.data.data(), n, c);
         return success();
       })
       .Case([&](AttentionGradOp g) {
         const Tensor &q = get(g.getQ()), &kk = get(g.getK()), &v = get(g.getV());
         k::AttentionShape sh = attnShape(g, q);
         std::vector<float> out(q.numElements()), lse(sh.batch * sh.heads * sh.seq);
-        k::attentionForward(q.data.data(), kk.data.data(), v.data.data(), out.data(),
-                            lse.data(), sh);
+        k::attentionForward(q.data.data(), kk.data.data(), v.data.data(), out.data(), lse.data(),
+                            sh);
         Tensor &dq = make(g.getQGrad(), q.shape);
         Tensor &dk = make(g.getKGrad(), kk.shape);
         Tensor &dv = make(g.getVGrad(), v.shape);
         k::attentionBackward(get(g.getGrad()).data.data(), q.data.data(), kk.data.data(),
-                             v.data.data(), get(g.getOut()).data.data(), lse.data(),
-                             dq.data.data(), dk.data.data(), dv.data.data(), sh);
+                             v.data.data(), get(g.getOut()).data.data(), lse.data(), dq.data.data(),
+                             dk.data.data(), dv.data.data(), sh);
         return success();
       })
       .Case([&](GeluGradOp g) {
         const Tensor &x = get(g.getInput());
         Tensor &r = make(g.getResult(), x.shape);
-        k::geluBackward(get(g.getGrad()).data.data(), x.data.data(), r.data.data(),
-                        x.numElements(), g.getApproximate() == GeluApprox::tanh);
+        k::geluBackward(get(g.getGrad()).data.data(), x.data.data(), r.data.data(), x.numElements(),
+                        g.getApproximate() == GeluApprox::tanh);
         return success();
       })
       .Case([&](MoERouterOp r) {
         const Tensor &x = get(r.getInput()), &gate = get(r.getGate());
         int64_t k = r.getTopKAttr().getInt();
         Tensor &w = make(r.getWeights(), {x.shape[0], x.shape[1], k});
-        Tensor idx = Tensor::idsOf({x.shape[0], x.shape[1], k},
-                                   std::vector<int32_t>(size_t(rows(x) * k)));
-        k::moeRouterForward(x.data.data(), gate.data.data(), w.data.data(), idx.ids.data(),
-                            rows(x), x.shape[2], gate.shape[0], k, r.getNormalize());
+        Tensor idx =
+            Tensor::idsOf({x.shape[0], x.shape[1], k}, std::vector<int32_t>(size_t(rows(x) * k)));
+        k::moeRouterForward(x.data.data(), gate.data.data(), w.data.data(), idx.ids.data(), rows(x),
+                            x.shape[2], gate.shape[0], k, r.getNormalize());
         slot(r.getIndices()) = std::move(idx);
         return success();
       })
@@ -428,8 +424,8 @@ LogicalResult Run::exec(Operation *op) {
         else if (cf > 0)
           cap = std::min<int64_t>(n, int64_t(std::ceil(cf * double(n * k) / double(experts))));
         Tensor &r = make(d.getResult(), {experts, cap, x.shape[2]});
-        if (!k::moeDispatchForward(x.data.data(), idx.ids.data(), r.data.data(), n, x.shape[2],
-                                   k, experts, cap))
+        if (!k::moeDispatchForward(x.data.data(), idx.ids.data(), r.data.data(), n, x.shape[2], k,
+                                   experts, cap))
           return fail(d, "an expert index is out of range");
         return success();
       })
@@ -482,8 +478,8 @@ LogicalResult Run::exec(Operation *op) {
         }
         k::MoEExpertShape sh{x.shape[0], x.shape[1], x.shape[2], get(g.getWeights()[0]).shape[1],
                              g.getActivation() == ExpertActivation::swiglu};
-        k::moeExpertsBackward(get(g.getGrad()).data.data(), x.data.data(), w.data(),
-                              dx.data.data(), dw.data(), sh);
+        k::moeExpertsBackward(get(g.getGrad()).data.data(), x.data.data(), w.data(), dx.data.data(),
+                              dw.data(), sh);
         return success();
       })
       .Case([&](MoECombineGradOp g) -> LogicalResult {
@@ -510,8 +506,8 @@ LogicalResult Run::exec(Operation *op) {
         const Tensor &tok = get(g.getTokens());
         auto t = g.getType();
         Tensor &r = make(g.getResult(), {t.getDimSize(0), t.getDimSize(1)});
-        k::embeddingBackward(tok.ids.data(), get(g.getGrad()).data.data(), r.data.data(),
-                             rows(tok), t.getDimSize(1));
+        k::embeddingBackward(tok.ids.data(), get(g.getGrad()).data.data(), r.data.data(), rows(tok),
+                             t.getDimSize(1));
         return success();
       })
       .Case([&](PositionEmbeddingGradOp g) {
@@ -546,8 +542,8 @@ LogicalResult Run::exec(Operation *op) {
         if (maxNorm > 0)
           p.gradScale = float(std::min(1.0, maxNorm / (double(norm) + 1e-6)));
         p.step = in.step + 1;
-        k::adamw(st.value.data(), g.data.data(), st.m.data(), st.v.data(),
-                 int64_t(st.value.size()), p);
+        k::adamw(st.value.data(), g.data.data(), st.m.data(), st.v.data(), int64_t(st.value.size()),
+                 p);
         return success();
       })
       .Default([&](Operation *o) { return fail(o, "the reference interpreter has no kernel"); });

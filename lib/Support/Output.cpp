@@ -37,8 +37,8 @@ std::string llmopt::takeBufferedReports() {
   return out;
 }
 
-bool llmopt::writeFilesAtomically(
-    llvm::ArrayRef<std::pair<std::string, std::string>> files, std::string &error) {
+bool llmopt::writeFilesAtomically(llvm::ArrayRef<std::pair<std::string, std::string>> files,
+                                  std::string &error) {
   std::vector<std::string> temps;
   auto cleanup = [&] {
     for (const std::string &t : temps)
@@ -46,8 +46,7 @@ bool llmopt::writeFilesAtomically(
   };
   // Stage every file completely first.
   for (const auto &[path, text] : files) {
-    std::string temp =
-        path + ".tmp-" + std::to_string(llvm::sys::Process::getProcessId());
+    std::string temp = path + ".tmp-" + std::to_string(llvm::sys::Process::getProcessId());
     std::error_code ec;
     {
       llvm::raw_fd_ostream os(temp, ec, llvm::sys::fs::OF_None);
@@ -76,15 +75,14 @@ bool llmopt::writeFilesAtomically(
   return true;
 }
 
-bool llmopt::writeFileAtomically(llvm::StringRef path, llvm::StringRef text,
-                                 std::string &error) {
+bool llmopt::writeFileAtomically(llvm::StringRef path, llvm::StringRef text, std::string &error) {
   std::pair<std::string, std::string> one{path.str(), text.str()};
   return writeFilesAtomically(one, error);
 }
 
-bool llmopt::writeDirectoryAtomically(
-    llvm::StringRef dir, llvm::ArrayRef<std::pair<std::string, std::string>> files,
-    llvm::ArrayRef<std::string> stale, std::string &error) {
+bool llmopt::writeDirectoryAtomically(llvm::StringRef dir,
+                                      llvm::ArrayRef<std::pair<std::string, std::string>> files,
+                                      llvm::ArrayRef<std::string> stale, std::string &error) {
   auto inside = [](llvm::StringRef d, llvm::StringRef name) {
     llvm::SmallString<256> p(d);
     llvm::sys::path::append(p, name);
@@ -106,8 +104,7 @@ bool llmopt::writeDirectoryAtomically(
       error = "cannot create '" + parent.str() + "': " + ec.message();
       return false;
     }
-  std::string temp =
-      dir.str() + ".tmp-" + std::to_string(llvm::sys::Process::getProcessId());
+  std::string temp = dir.str() + ".tmp-" + std::to_string(llvm::sys::Process::getProcessId());
   llvm::sys::fs::remove_directories(temp);
   if (std::error_code ec = llvm::sys::fs::create_directory(temp)) {
     error = "cannot create '" + dir.str() + "': " + ec.message();

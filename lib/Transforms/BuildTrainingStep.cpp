@@ -3,13 +3,13 @@
 #include "llmopt/Dialect/LLM/IR/LLMOps.h"
 #include "llmopt/Transforms/Passes.h"
 
-#include <cmath>
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinAttributes.h"
 #include "mlir/IR/IRMapping.h"
 #include "llvm/ADT/MapVector.h"
+#include <cmath>
 
 #include <functional>
 
@@ -43,8 +43,7 @@ void inlineLayers(func::FuncOp func) {
   }
 }
 
-struct BuildTrainingStepPass
-    : public llmopt::impl::BuildTrainingStepBase<BuildTrainingStepPass> {
+struct BuildTrainingStepPass : public llmopt::impl::BuildTrainingStepBase<BuildTrainingStepPass> {
   using Base::Base;
 
   void runOnOperation() override {
@@ -225,8 +224,8 @@ struct BuildTrainingStepPass
       if (failed(diff.emitGradient(b, resultGrads, operandGrads)))
         return signalPassFailure();
       if (operandGrads.size() != op->getNumOperands()) {
-        op->emitOpError() << "backward returned " << operandGrads.size()
-                          << " gradients for " << op->getNumOperands() << " operands";
+        op->emitOpError() << "backward returned " << operandGrads.size() << " gradients for "
+                          << op->getNumOperands() << " operands";
         return signalPassFailure();
       }
       for (auto [operand, g] : llvm::zip(op->getOperands(), operandGrads))
@@ -257,9 +256,8 @@ struct BuildTrainingStepPass
     Value norm = GlobalNormOp::create(b, loc, oneTy, paramGrads);
     for (auto [p, g] : llvm::zip(params, paramGrads))
       AdamWOp::create(b, loc, p.getNameAttr(), g, norm, b.getF64FloatAttr(lr),
-                      b.getF64FloatAttr(beta1), b.getF64FloatAttr(beta2),
-                      b.getF64FloatAttr(eps), b.getF64FloatAttr(weightDecay),
-                      b.getF64FloatAttr(maxGradNorm));
+                      b.getF64FloatAttr(beta1), b.getF64FloatAttr(beta2), b.getF64FloatAttr(eps),
+                      b.getF64FloatAttr(weightDecay), b.getF64FloatAttr(maxGradNorm));
 
     // Values the backward makes again instead of keeping them from the
     // forward, cloned right before each backward use (their inputs too, when
@@ -319,8 +317,7 @@ struct BuildTrainingStepPass
 
     func::ReturnOp::create(b, loc, ValueRange{loss, norm});
     stepRet.erase();
-    step.setType(FunctionType::get(module.getContext(), step.getArgumentTypes(),
-                                   {oneTy, oneTy}));
+    step.setType(FunctionType::get(module.getContext(), step.getArgumentTypes(), {oneTy, oneTy}));
   }
 };
 } // namespace

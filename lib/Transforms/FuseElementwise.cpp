@@ -126,8 +126,7 @@ struct FuseElementwisePass : public llmopt::impl::FuseElementwiseBase<FuseElemen
       if (isa<ParamOp>(op))
         continue;
       Type t = fusable(&op) ? rowType(&op) : Type();
-      bool joins = t && !group.empty() && t == row &&
-                   sameAttr(&op, group.front(), "llm.stage") &&
+      bool joins = t && !group.empty() && t == row && sameAttr(&op, group.front(), "llm.stage") &&
                    sameAttr(&op, group.front(), "llm.chunk") &&
                    llvm::any_of(op.getOperands(), [&](Value v) {
                      return llvm::is_contained(group, v.getDefiningOp());

@@ -35,8 +35,9 @@ struct PartitionCPPass : public llmopt::impl::PartitionCPBase<PartitionCPPass> {
       return;
     FunctionOpInterface forward = findEntryFunction(module, LLMDialect::kForwardAttrName);
     if (!forward) {
-      module.emitError() << "llm-partition-cp: no function marked 'llm.forward' to partition; "
-                         << "import a model (llm-opt config.json) or mark the model function with it";
+      module.emitError()
+          << "llm-partition-cp: no function marked 'llm.forward' to partition; "
+          << "import a model (llm-opt config.json) or mark the model function with it";
       return signalPassFailure();
     }
     StringAttr axis = StringAttr::get(module.getContext(), "cp");

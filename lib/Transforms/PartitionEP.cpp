@@ -79,8 +79,9 @@ struct PartitionEPPass : public llmopt::impl::PartitionEPBase<PartitionEPPass> {
     }
     FunctionOpInterface forward = findEntryFunction(module, LLMDialect::kForwardAttrName);
     if (!forward) {
-      module.emitError() << "llm-partition-ep: no function marked 'llm.forward' to partition; "
-                         << "import a model (llm-opt config.json) or mark the model function with it";
+      module.emitError()
+          << "llm-partition-ep: no function marked 'llm.forward' to partition; "
+          << "import a model (llm-opt config.json) or mark the model function with it";
       return signalPassFailure();
     }
     SmallVector<MoEExpertsOp> all;

@@ -31,8 +31,9 @@ struct PartitionPPPass : public llmopt::impl::PartitionPPBase<PartitionPPPass> {
       return;
     int64_t pp = plan.getPp();
     int64_t vpp = plan.getVpp();
-    FailureOr<func::FuncOp> found = entryFunction(module, LLMDialect::kTrainStepAttrName,
-                                                  "llm-partition-pp", "run llm-build-training-step first");
+    FailureOr<func::FuncOp> found =
+        entryFunction(module, LLMDialect::kTrainStepAttrName, "llm-partition-pp",
+                      "run llm-build-training-step first");
     if (failed(found))
       return signalPassFailure();
     func::FuncOp func = *found;
@@ -148,9 +149,8 @@ struct PartitionPPPass : public llmopt::impl::PartitionPPBase<PartitionPPPass> {
         llvm::SmallSetVector<int64_t, 2> ends;
         ends.insert(0);
         ends.insert(pp - 1);
-        if (stages.size() != 2 || !llvm::all_of(stages, [&](int64_t s) {
-              return ends.contains(s);
-            })) {
+        if (stages.size() != 2 ||
+            !llvm::all_of(stages, [&](int64_t s) { return ends.contains(s); })) {
           op->emitOpError() << "llm-partition-pp: parameter '" << param.getName()
                             << "' is used by stages " << stages[0] << " and " << stages[1]
                             << "; only the first and last stage may share a weight";
@@ -162,8 +162,8 @@ struct PartitionPPPass : public llmopt::impl::PartitionPPBase<PartitionPPPass> {
           if (a.getName() == param.getName())
             update = a;
         auto sum = update ? update.getGrad().getDefiningOp<AddOp>() : AddOp();
-        if (!sum || stageOf(sum.getLhs().getDefiningOp()) ==
-                        stageOf(sum.getRhs().getDefiningOp())) {
+        if (!sum ||
+            stageOf(sum.getLhs().getDefiningOp()) == stageOf(sum.getRhs().getDefiningOp())) {
           op->emitOpError() << "llm-partition-pp: the gradient of shared parameter '"
                             << param.getName() << "' is not a sum of the two stages' parts";
           return signalPassFailure();
@@ -178,9 +178,8 @@ struct PartitionPPPass : public llmopt::impl::PartitionPPBase<PartitionPPPass> {
         setStage(copy, pp - 1);
         op->setAttr("llm.pp_tied", b.getUnitAttr());
         copy->setAttr("llm.pp_tied", b.getUnitAttr());
-        op->getResult(0).replaceUsesWithIf(copy->getResult(0), [&](OpOperand &use) {
-          return stageOf(use.getOwner()) == pp - 1;
-        });
+        op->getResult(0).replaceUsesWithIf(
+            copy->getResult(0), [&](OpOperand &use) { return stageOf(use.getOwner()) == pp - 1; });
         continue;
       }
       setStage(op, stages[0]);
@@ -195,9 +194,8 @@ struct PartitionPPPass : public llmopt::impl::PartitionPPBase<PartitionPPPass> {
         OpBuilder ob(op);
         Operation *copy = ob.clone(*op);
         setStage(copy, s);
-        op->getResult(0).replaceUsesWithIf(copy->getResult(0), [&](OpOperand &use) {
-          return stageOf(use.getOwner()) == s;
-        });
+        op->getResult(0).replaceUsesWithIf(
+            copy->getResult(0), [&](OpOperand &use) { return stageOf(use.getOwner()) == s; });
         if (vpp > 1)
           for (Operation *user : copy->getUsers()) {
             setChunk(copy, chunkOf(user));

@@ -65,10 +65,10 @@ struct Partitioner {
                              << "' (" << size << ") does not split into " << blocks
                              << " block(s) of " << tp << " parts; choose a tp that divides it";
     Builder b(p.getContext());
-    SmallVector<NamedAttribute> shard = {
-        b.getNamedAttr("axis", axis), b.getNamedAttr("dim", b.getI64IntegerAttr(dim)),
-        b.getNamedAttr("blocks", b.getI64IntegerAttr(blocks)),
-        b.getNamedAttr("parts", b.getI64IntegerAttr(tp))};
+    SmallVector<NamedAttribute> shard = {b.getNamedAttr("axis", axis),
+                                         b.getNamedAttr("dim", b.getI64IntegerAttr(dim)),
+                                         b.getNamedAttr("blocks", b.getI64IntegerAttr(blocks)),
+                                         b.getNamedAttr("parts", b.getI64IntegerAttr(tp))};
     if (padded != size)
       shard.push_back(b.getNamedAttr("whole", b.getI64IntegerAttr(size)));
     p->setAttr("llm.shard", b.getDictionaryAttr(shard));
@@ -180,8 +180,8 @@ struct Partitioner {
     Operation *reduce =
         sp ? (Operation *)SPScatterOp::create(b, c.getLoc(), withSeqParts(c.getType(), tp),
                                               c.getResult(), nullptr, axis)
-           : (Operation *)TPReduceOp::create(b, c.getLoc(), c.getType(), c.getResult(),
-                                             nullptr, axis);
+           : (Operation *)TPReduceOp::create(b, c.getLoc(), c.getType(), c.getResult(), nullptr,
+                                             axis);
     c.getResult().replaceAllUsesExcept(reduce->getResult(0), reduce);
     return success();
   }
@@ -313,10 +313,9 @@ struct Partitioner {
       auto full = cast<RankedTensorType>(y.getType());
       SmallVector<int64_t> shape(full.getShape());
       shape.back() /= kvHeads;
-      auto slice = TPSliceOp::create(ob, l.getLoc(),
-                                     RankedTensorType::get(shape, full.getElementType(),
-                                                           full.getEncoding()),
-                                     y, axis, ob.getI64IntegerAttr(kvHeads));
+      auto slice = TPSliceOp::create(
+          ob, l.getLoc(), RankedTensorType::get(shape, full.getElementType(), full.getEncoding()),
+          y, axis, ob.getI64IntegerAttr(kvHeads));
       y.replaceAllUsesExcept(slice, slice);
     }
     for (Operation *op : retype) {
@@ -399,12 +398,11 @@ LogicalResult vocabParallel(FunctionOpInterface forward, Partitioner &p) {
     b.setInsertionPointAfter(e);
     Value x = e.getResult();
     bool positions = x.hasOneUse() && isa<PositionEmbeddingOp>(*x.getUsers().begin());
-    Operation *sum = p.sp && !positions
-                         ? (Operation *)SPScatterOp::create(b, e.getLoc(),
-                                                            withSeqParts(x.getType(), p.tp), x,
-                                                            nullptr, p.axis)
-                         : (Operation *)TPReduceOp::create(b, e.getLoc(), x.getType(), x, nullptr,
-                                                           p.axis);
+    Operation *sum =
+        p.sp && !positions
+            ? (Operation *)SPScatterOp::create(b, e.getLoc(), withSeqParts(x.getType(), p.tp), x,
+                                               nullptr, p.axis)
+            : (Operation *)TPReduceOp::create(b, e.getLoc(), x.getType(), x, nullptr, p.axis);
     x.replaceAllUsesExcept(sum->getResult(0), sum);
     for (LMHeadOp h : tied)
       if (failed(parallelHead(h, vocab)))
@@ -414,8 +412,7 @@ LogicalResult vocabParallel(FunctionOpInterface forward, Partitioner &p) {
     Value w = head.getWeight();
     if (!w.hasOneUse() || !w.getDefiningOp<ParamOp>())
       continue; // tied (handled with its embedding) or not a parameter
-    if (!head.getResult().hasOneUse() ||
-        !isa<CrossEntropyOp>(*head.getResult().getUsers().begin()))
+    if (!head.getResult().hasOneUse() || !isa<CrossEntropyOp>(*head.getResult().getUsers().begin()))
       continue;
     int64_t vocab = cast<RankedTensorType>(w.getType()).getDimSize(0);
     if (vocab % p.tp != 0)
@@ -443,8 +440,8 @@ LogicalResult sequenceParallel(FunctionOpInterface forward, Partitioner &p) {
   Value x = layers.front().getInput();
   // A vocabulary-parallel embedding's reduce-scatter already made chunks.
   if (seqParts(x.getType()) == 1) {
-    auto split = SPSplitOp::create(b, layers.front().getLoc(), withSeqParts(x.getType(), p.tp),
-                                   x, p.axis);
+    auto split =
+        SPSplitOp::create(b, layers.front().getLoc(), withSeqParts(x.getType(), p.tp), x, p.axis);
     layers.front().getInputMutable().assign(split);
   }
   auto chunked = [](Value v) { return seqParts(v.getType()) > 1; };
@@ -471,8 +468,7 @@ LogicalResult sequenceParallel(FunctionOpInterface forward, Partitioner &p) {
         bool parallelHead = cast<LMHeadOp>(op).getWeight().getDefiningOp() &&
                             cast<LMHeadOp>(op).getWeight().getDefiningOp()->hasAttr("llm.shard");
         op.setOperand(0, SPGatherOp::create(ob, op.getLoc(), withSeqParts(in.getType(), 1), in,
-                                            p.axis,
-                                            parallelHead ? UnitAttr() : ob.getUnitAttr()));
+                                            p.axis, parallelHead ? UnitAttr() : ob.getUnitAttr()));
         continue;
       }
       // MoE layers left whole (expert parallelism) run on the chunk's tokens:
@@ -523,8 +519,9 @@ struct PartitionTPPass : public llmopt::impl::PartitionTPBase<PartitionTPPass> {
     bool seqParallel = plan && plan.getSp() && plan.getSp().getValue();
     FunctionOpInterface forward = findEntryFunction(module, LLMDialect::kForwardAttrName);
     if (!forward) {
-      module.emitError() << "llm-partition-tp: no function marked 'llm.forward' to partition; "
-                         << "import a model (llm-opt config.json) or mark the model function with it";
+      module.emitError()
+          << "llm-partition-tp: no function marked 'llm.forward' to partition; "
+          << "import a model (llm-opt config.json) or mark the model function with it";
       return signalPassFailure();
     }
     Partitioner p;

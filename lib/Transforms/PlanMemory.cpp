@@ -159,7 +159,7 @@ struct PlanMemoryPass : public llmopt::impl::PlanMemoryBase<PlanMemoryPass> {
         int64_t chunk = intAttr(op, "llm.chunk");
         if (auto t = dyn_cast<PPTransferOp>(op))
           chunk = int64_t(t.getFrom()) == stage ? intAttr(op, "llm.from_chunk")
-                                                 : intAttr(op, "llm.to_chunk");
+                                                : intAttr(op, "llm.to_chunk");
         auto bs = backwardStart.find(stage);
         bool backward = bs != backwardStart.end() && pos[op] >= bs->second;
         return std::make_pair(chunk, backward);
@@ -183,9 +183,8 @@ struct PlanMemoryPass : public llmopt::impl::PlanMemoryBase<PlanMemoryPass> {
     std::vector<size_t> order(buffers.size());
     for (size_t i = 0; i < order.size(); ++i)
       order[i] = i;
-    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
-      return buffers[a].bytes > buffers[b].bytes;
-    });
+    std::stable_sort(order.begin(), order.end(),
+                     [&](size_t a, size_t b) { return buffers[a].bytes > buffers[b].bytes; });
     // First fit: each buffer at the lowest offset where no placed buffer
     // that is alive at the same time (in the same arena) overlaps it. The
     // placed buffers are kept ordered by (offset, end): a placement walks
@@ -278,8 +277,7 @@ struct PlanMemoryPass : public llmopt::impl::PlanMemoryBase<PlanMemoryPass> {
         for (auto [s, bytes] : llvm::enumerate(stages.asArrayRef()))
           text += llvm::formatv("  pipeline stage {0}: arena {1:f1} MiB, stash {2:f1} MiB per "
                                 "micro-batch in flight\n",
-                                s, double(bytes) / (1 << 20),
-                                double(stash[s]) / (1 << 20));
+                                s, double(bytes) / (1 << 20), double(stash[s]) / (1 << 20));
       }
       // Activations per stage: the lowering's arena plus, on pipeline stages,
       // a stash per micro-batch in flight, against the cost model's.

@@ -34,8 +34,9 @@ struct ShardParamsPass : public llmopt::impl::ShardParamsBase<ShardParamsPass> {
     }
     if (!plan || plan.getZero() != 3 || plan.getDp() <= 1)
       return;
-    FailureOr<func::FuncOp> found = entryFunction(module, LLMDialect::kTrainStepAttrName,
-                                                  "llm-shard-params", "run llm-build-training-step first");
+    FailureOr<func::FuncOp> found =
+        entryFunction(module, LLMDialect::kTrainStepAttrName, "llm-shard-params",
+                      "run llm-build-training-step first");
     if (failed(found))
       return signalPassFailure();
     func::FuncOp func = *found;

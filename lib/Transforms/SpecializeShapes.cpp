@@ -18,8 +18,7 @@ using namespace llmopt;
 using namespace llmopt::llm;
 
 namespace {
-struct SpecializeShapesPass
-    : public llmopt::impl::SpecializeShapesBase<SpecializeShapesPass> {
+struct SpecializeShapesPass : public llmopt::impl::SpecializeShapesBase<SpecializeShapesPass> {
   using Base::Base;
 
   /// Rows per expert of the MoE buffers [experts, capacity, hidden]; 0
@@ -80,11 +79,10 @@ struct SpecializeShapesPass
     // would train another global batch than the plan's).
     if (auto plan = module->getAttrOfType<PlanAttr>("llm.plan")) {
       if (b != 0 && b != plan.getMicroBatch()) {
-        module.emitError() << "llm-specialize-shapes: batch=" << b
-                           << " differs from the plan's micro-batch of " << plan.getMicroBatch()
-                           << " (dp " << plan.getDp() << " x " << plan.getNumMicroBatches()
-                           << " micro-batches); leave batch= out, or plan again with fix=micro_batch:"
-                           << b;
+        module.emitError()
+            << "llm-specialize-shapes: batch=" << b << " differs from the plan's micro-batch of "
+            << plan.getMicroBatch() << " (dp " << plan.getDp() << " x " << plan.getNumMicroBatches()
+            << " micro-batches); leave batch= out, or plan again with fix=micro_batch:" << b;
         return signalPassFailure();
       }
       if (s != 0 && s != plan.getSeqLen()) {
@@ -132,7 +130,8 @@ struct SpecializeShapesPass
     WalkResult caps = module.walk([&](MoEDispatchOp d) {
       auto idx = cast<RankedTensorType>(d.getIndices().getType());
       // A sequence-parallel chunk routes its own tokens only.
-      int64_t experts = d.getType().getDimSize(0), tokens = b * s / seqParts(d.getInput().getType());
+      int64_t experts = d.getType().getDimSize(0),
+              tokens = b * s / seqParts(d.getInput().getType());
       double cf = d.getCapacityFactor().convertToDouble();
       int64_t c = tokens;
       if (cf > 0)
@@ -168,8 +167,7 @@ struct SpecializeShapesPass
       });
       if (res.wasInterrupted())
         return signalPassFailure();
-      func.setType(FunctionType::get(func.getContext(),
-                                     func.getBody().front().getArgumentTypes(),
+      func.setType(FunctionType::get(func.getContext(), func.getBody().front().getArgumentTypes(),
                                      func.getBody().front().getTerminator()->getOperandTypes()));
     }
     module->setAttr("llm.micro_batch", IntegerAttr::get(IntegerType::get(&getContext(), 64), b));

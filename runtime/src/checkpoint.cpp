@@ -7,17 +7,17 @@
 
 #include <map>
 
-#include <cerrno>
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
-#include <unistd.h>
-#include <functional>
+#include <fcntl.h>
 #include <filesystem>
 #include <fstream>
-#include <fcntl.h>
+#include <functional>
 #include <stdio.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 namespace llmopt::runtime {
 
@@ -80,8 +80,7 @@ bool writeAll(const std::string &path, const std::string &data) {
     if (!f)
       return false;
   }
-  return syncPath(tmp) && std::rename(tmp.c_str(), path.c_str()) == 0 &&
-         syncPath(parentOf(path));
+  return syncPath(tmp) && std::rename(tmp.c_str(), path.c_str()) == 0 && syncPath(parentOf(path));
 }
 
 bool makeDir(const std::string &path) {
@@ -106,8 +105,7 @@ struct Saved {
 /// Parses a rank file written under plan `of`, read through `take` (false
 /// when the file has fewer bytes).
 bool parseRank(const std::function<bool(void *, size_t)> &take, const Plan &of, int64_t step,
-               const std::string &where, std::map<std::string, Saved> &out,
-               std::string &error) {
+               const std::string &where, std::map<std::string, Saved> &out, std::string &error) {
   char magic[8];
   int64_t savedStep = 0, count = 0;
   if (!take(magic, 8) || std::memcmp(magic, kMagic, 8) != 0 || !take(&savedStep, 8) ||
@@ -124,8 +122,8 @@ bool parseRank(const std::function<bool(void *, size_t)> &take, const Plan &of, 
     std::string name(len, '\0');
     int64_t n = 0, shard[2] = {0, 0};
     const ParamSpec *p = nullptr;
-    if (!take(name.data(), len) || !(p = of.param(name)) || !take(&n, 8) ||
-        !take(shard, 16) || shard[0] < 0 || shard[1] < shard[0] || shard[1] > p->elements ||
+    if (!take(name.data(), len) || !(p = of.param(name)) || !take(&n, 8) || !take(shard, 16) ||
+        shard[0] < 0 || shard[1] < shard[0] || shard[1] > p->elements ||
         (n != p->elements && n != shard[1] - shard[0]) || out.count(name)) {
       error = where + ": parameter '" + name + "' does not match the plan";
       return false;
@@ -218,18 +216,19 @@ bool saveCheckpoint(const std::string &dir, const CpuExecutor &exe, const Plan &
     return false;
 
   if (rank == 0) {
-    std::string manifest = "{\n  \"format\": \"llm-opt-checkpoint\",\n  \"version\": 1,\n"
-                           "  \"step\": " + std::to_string(step) +
-                           ",\n  \"loss_scale\": " + exactFloat(exe.lossScale.scale) +
-                           ",\n  \"loss_scale_good_steps\": " +
-                           std::to_string(exe.lossScale.goodSteps) +
-                           ",\n  \"skipped_steps\": " + std::to_string(exe.lossScale.skipped) +
-                           ",\n  \"world_size\": " + std::to_string(comm.size()) +
-                           ",\n  \"plan_sha256\": \"" + planSha256 + "\",\n  \"files\": {";
+    std::string manifest =
+        "{\n  \"format\": \"llm-opt-checkpoint\",\n  \"version\": 1,\n"
+        "  \"step\": " +
+        std::to_string(step) + ",\n  \"loss_scale\": " + exactFloat(exe.lossScale.scale) +
+        ",\n  \"loss_scale_good_steps\": " + std::to_string(exe.lossScale.goodSteps) +
+        ",\n  \"skipped_steps\": " + std::to_string(exe.lossScale.skipped) +
+        ",\n  \"world_size\": " + std::to_string(comm.size()) + ",\n  \"plan_sha256\": \"" +
+        planSha256 + "\",\n  \"files\": {";
     for (int r = 0; r < comm.size(); ++r) {
       std::string f = "rank-" + std::to_string(r) + ".bin", digest;
       std::string side = partial + "/" + f + ".sha256";
-      if (!readFile(side, digest) || digest.size() != 64 || ::access((partial + "/" + f).c_str(), R_OK) != 0) {
+      if (!readFile(side, digest) || digest.size() != 64 ||
+          ::access((partial + "/" + f).c_str(), R_OK) != 0) {
         error = partial + "/" + f + ": missing after every rank wrote";
         return false;
       }
@@ -254,8 +253,7 @@ bool saveCheckpoint(const std::string &dir, const CpuExecutor &exe, const Plan &
     // moved aside first.
     struct stat st;
     if (::stat(final.c_str(), &st) == 0) {
-      if (::renameat2(AT_FDCWD, partial.c_str(), AT_FDCWD, final.c_str(), RENAME_EXCHANGE) ==
-          0) {
+      if (::renameat2(AT_FDCWD, partial.c_str(), AT_FDCWD, final.c_str(), RENAME_EXCHANGE) == 0) {
         removeDir(partial); // now the old checkpoint
       } else {
         std::string aside = dir + "/." + name + ".old";
@@ -336,8 +334,8 @@ bool openCheckpoint(const std::string &dir, Opened &o, std::string &error) {
                     *planHash = m.get("plan_sha256"), *files = m.get("files"),
                     *stepV = m.get("step");
   if (!format || !format->isString() || format->string != "llm-opt-checkpoint" || !world ||
-      !world->isInteger || !planHash || !planHash->isString() || !files ||
-      !files->isObject() || !stepV || !stepV->isInteger) {
+      !world->isInteger || !planHash || !planHash->isString() || !files || !files->isObject() ||
+      !stepV || !stepV->isInteger) {
     error = o.stepDir + "/manifest.json: not an llm-opt checkpoint manifest";
     return false;
   }

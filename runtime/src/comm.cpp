@@ -6,9 +6,9 @@
 
 namespace llmopt::runtime {
 
-std::string Communicator::watchdogError(
-    const std::string &what, const std::vector<int> &silent,
-    const std::vector<std::pair<int, std::string>> &elsewhere) const {
+std::string
+Communicator::watchdogError(const std::string &what, const std::vector<int> &silent,
+                            const std::vector<std::pair<int, std::string>> &elsewhere) const {
   char limit[32];
   std::snprintf(limit, sizeof(limit), "%g s", timeoutS);
   std::string out = what + " did not complete within " + limit +

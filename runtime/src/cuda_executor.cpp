@@ -32,8 +32,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <functional>
 #include <deque>
+#include <functional>
 #include <map>
 #include <set>
 #include <tuple>
@@ -50,7 +50,6 @@ using DevBuf = cu::DeviceBuffer;
 
 int64_t lastDim(const Buffer &b) { return b.shape.empty() ? 1 : b.shape.back(); }
 int64_t rowsOf(const Buffer &b) { return lastDim(b) ? b.elements / lastDim(b) : 0; }
-
 
 } // namespace
 
@@ -117,7 +116,7 @@ struct CudaExecutor::State {
     int64_t chunkCount = 0;
     bool built = false;
   };
-  std::deque<AdamWRun> adamwRuns; // (DevBuf does not move)
+  std::deque<AdamWRun> adamwRuns;                  // (DevBuf does not move)
   std::map<const Instruction *, int> adamwLeaders; // index into adamwRuns
   std::set<const Instruction *> adamwFollowers;
   void groupAdamW(const Program &prog);
@@ -481,8 +480,8 @@ void CudaExecutor::State::groupAdamW(const Program &prog) {
         x.max_norm != y.max_norm)
       return false;
     const Buffer &g = a.ins[1], &h = b.ins[1];
-    return a.ins.size() == 2 && b.ins.size() == 2 && g.space == h.space &&
-           g.offset == h.offset && g.name == h.name;
+    return a.ins.size() == 2 && b.ins.size() == 2 && g.space == h.space && g.offset == h.offset &&
+           g.name == h.name;
   };
   std::vector<const Instruction *> current;
   auto flush = [&] {
@@ -518,15 +517,16 @@ bool CudaExecutor::State::runAdamW(AdamWRun &run, const Instruction &ins, CpuExe
       counts.push_back(p.n);
     }
     std::vector<cu::AdamWChunk> chunks = cu::adamwChunks(counts);
-    size_t tb = tensors.size() * sizeof(cu::AdamWTensor), cb = chunks.size() * sizeof(cu::AdamWChunk);
+    size_t tb = tensors.size() * sizeof(cu::AdamWTensor),
+           cb = chunks.size() * sizeof(cu::AdamWChunk);
     // On the instructions' stream (a non-blocking one under graphs is not
     // ordered after the default stream's copies), waited for: the host
     // vectors are this function's.
     if (!run.tensors.reserve(tb) || !run.chunks.reserve(std::max<size_t>(cb, 1)) ||
         cudaMemcpyAsync(run.tensors.p, tensors.data(), tb, cudaMemcpyHostToDevice, stream) !=
             cudaSuccess ||
-        (cb && cudaMemcpyAsync(run.chunks.p, chunks.data(), cb, cudaMemcpyHostToDevice,
-                               stream) != cudaSuccess) ||
+        (cb && cudaMemcpyAsync(run.chunks.p, chunks.data(), cb, cudaMemcpyHostToDevice, stream) !=
+                   cudaSuccess) ||
         cudaStreamSynchronize(stream) != cudaSuccess)
       return (error = "cannot upload the multi-tensor AdamW descriptors", false);
     run.chunkCount = int64_t(chunks.size());
@@ -535,11 +535,17 @@ bool CudaExecutor::State::runAdamW(AdamWRun &run, const Instruction &ins, CpuExe
   const auto *tensors = static_cast<const cu::AdamWTensor *>(run.tensors.p);
   const auto *chunks = static_cast<const cu::AdamWChunk *>(run.chunks.p);
   double maxNorm = ins.args.max_norm;
-  cu::AdamWArgs a{float(ins.args.lr), float(ins.args.beta1), float(ins.args.beta2),
-                  float(ins.args.eps), 0.0f, 1.0f, 0};
+  cu::AdamWArgs a{float(ins.args.lr),
+                  float(ins.args.beta1),
+                  float(ins.args.beta2),
+                  float(ins.args.eps),
+                  0.0f,
+                  1.0f,
+                  0};
   if (graphs)
-    return check(cu::adamwMulti(tensors, chunks, run.chunkCount, a, static_cast<float *>(ptr(ins.ins[1])),
-                                maxNorm, stepCounter.as<int64_t>(), stream),
+    return check(cu::adamwMulti(tensors, chunks, run.chunkCount, a,
+                                static_cast<float *>(ptr(ins.ins[1])), maxNorm,
+                                stepCounter.as<int64_t>(), stream),
                  "adamw", error);
   float norm = 0;
   if (auto it = hostNorms.find(ptr(ins.ins[1])); it != hostNorms.end())
@@ -548,9 +554,9 @@ bool CudaExecutor::State::runAdamW(AdamWRun &run, const Instruction &ins, CpuExe
     return false;
   a.gradScale = maxNorm > 0 ? float(std::min(1.0, maxNorm / (double(norm) + 1e-6))) : 1.0f;
   a.step = host.steps + 1;
-  return check(cu::adamwMulti(tensors, chunks, run.chunkCount, a, nullptr, maxNorm, nullptr,
-                              stream),
-               "adamw", error);
+  return check(
+      cu::adamwMulti(tensors, chunks, run.chunkCount, a, nullptr, maxNorm, nullptr, stream),
+      "adamw", error);
 }
 
 void CudaExecutor::State::padLogits(const Program &prog, cudaDataType_t type) {
@@ -565,8 +571,10 @@ void CudaExecutor::State::padLogits(const Program &prog, cudaDataType_t type) {
   size_t bytes = size_t(found->rows) * size_t(found->pitch) * (type == CUDA_R_32F ? 4 : 2);
   if (!paddedLogits.reserve(bytes))
     return; // out of memory: the copies instead
-  for (auto [ins, output] : {std::pair{found->linearFwd, true}, {found->lossFwd, false},
-                             {found->lossBwd, false}, {found->lossBwd, true},
+  for (auto [ins, output] : {std::pair{found->linearFwd, true},
+                             {found->lossFwd, false},
+                             {found->lossBwd, false},
+                             {found->lossBwd, true},
                              {found->linearBwd, false}})
     paddedPitch[{ins, output, 0}] = found->pitch;
 }
@@ -592,10 +600,10 @@ bool CudaExecutor::State::fp8Linear(const Instruction &ins, std::string &error) 
   // The weight quantized as [rows, cols] of its storage, plain or transposed.
   auto quantizeWeight = [&](bool transpose, uint8_t *q, float *amax, float *scale) {
     int64_t rows = w.shape[0], cols = w.shape[1];
-    return ok(transpose
-                  ? cu::quantizeFp8Transposed(at<T>(w), rows, cols, false, q, amax, scale,
-                                              nullptr, s)
-                  : cu::quantizeFp8(at<T>(w), rows * cols, false, q, amax, scale, nullptr, s));
+    return ok(
+        transpose
+            ? cu::quantizeFp8Transposed(at<T>(w), rows, cols, false, q, amax, scale, nullptr, s)
+            : cu::quantizeFp8(at<T>(w), rows * cols, false, q, amax, scale, nullptr, s));
   };
   // Each operand's amax and scale 16 bytes apart (cuBLASLt refused scale
   // pointers 4 bytes apart on an H100: kernels/tests/CudaTest.cpp): operand
@@ -608,14 +616,13 @@ bool CudaExecutor::State::fp8Linear(const Instruction &ins, std::string &error) 
     return false;
   if (fwd) {
     uint8_t *xq = bytes(16, n * inF), *wq = bytes(17, outF * inF);
-    if (!xq || !wq ||
-        !ok(cu::quantizeFp8(at<T>(x), n * inF, false, xq, f, f + 4, nullptr, s)) ||
+    if (!xq || !wq || !ok(cu::quantizeFp8(at<T>(x), n * inF, false, xq, f, f + 4, nullptr, s)) ||
         !quantizeWeight(tr, wq, f + 8, f + 12) || // [out, in]
         !gemm->fp8Product(xq, false, wq, false, f + 4, f + 12, at<T>(out[0]), n, inF, outF, type,
                           0.0f, s, error))
       return false;
-    return in.size() < 3 || ok(cu::biasAdd(at<T>(out[0]), at<T>(in[2]), at<T>(out[0]),
-                                           out[0].elements, outF, s));
+    return in.size() < 3 ||
+           ok(cu::biasAdd(at<T>(out[0]), at<T>(in[2]), at<T>(out[0]), out[0].elements, outF, s));
   }
   const Buffer &dy = in[0];
   uint8_t *dyq = bytes(18, n * outF), *dyqT = bytes(19, n * outF), *xqT = bytes(20, n * inF),
@@ -634,10 +641,10 @@ bool CudaExecutor::State::fp8Linear(const Instruction &ins, std::string &error) 
   // dW^T [in, out] = x^T [in, n] (dy^T [out, n])^T.
   float *dw = gradTarget(out[1], 0, error);
   if (!dw ||
-      !(tr ? gemm->fp8Product(xqT, false, dyqT, true, f + 12, f + 4, dw, inF, n, outF,
-                              CUDA_R_32F, 0.0f, s, error)
-           : gemm->fp8Product(dyqT, true, xqT, false, f + 4, f + 12, dw, outF, n, inF,
-                              CUDA_R_32F, 0.0f, s, error)) ||
+      !(tr ? gemm->fp8Product(xqT, false, dyqT, true, f + 12, f + 4, dw, inF, n, outF, CUDA_R_32F,
+                              0.0f, s, error)
+           : gemm->fp8Product(dyqT, true, xqT, false, f + 4, f + 12, dw, outF, n, inF, CUDA_R_32F,
+                              0.0f, s, error)) ||
       !gradDone(out[1], dw, error))
     return false;
   if (out.size() < 3)
@@ -710,8 +717,8 @@ CudaExecutor::State::kernelTable() {
 template <typename T> bool CudaExecutor::State::kernelEmbeddingFwd(const KernelCall &call) {
   auto &[ins, in, out, host, error, s] = call;
   auto ok = [&](cudaError_t e) { return check(e, ins.kernel->name, error); };
-  return ok(cu::embeddingForward(at<int32_t>(in[0]), at<T>(in[1]), at<T>(out[0]),
-                                 in[0].elements, in[1].shape[1], s));
+  return ok(cu::embeddingForward(at<int32_t>(in[0]), at<T>(in[1]), at<T>(out[0]), in[0].elements,
+                                 in[1].shape[1], s));
 }
 
 template <typename T> bool CudaExecutor::State::kernelEmbeddingBwd(const KernelCall &call) {
@@ -728,27 +735,27 @@ template <typename T> bool CudaExecutor::State::kernelEmbeddingBwd(const KernelC
   auto *partial = ordered ? static_cast<float *>(tmp(8, size_t(n * h) * 4, error)) : nullptr;
   if (ordered && !partial)
     return false;
-  return ok(ordered ? cu::embeddingBackwardOrdered(tok, tokenOrderDev.as<int32_t>(),
-                                                   at<T>(in[1]), g, n, h, partial, s)
-                    : cu::embeddingBackward(tok, at<T>(in[1]), g, in[0].elements,
-                                            out[0].shape[1], s)) &&
+  return ok(ordered ? cu::embeddingBackwardOrdered(tok, tokenOrderDev.as<int32_t>(), at<T>(in[1]),
+                                                   g, n, h, partial, s)
+                    : cu::embeddingBackward(tok, at<T>(in[1]), g, in[0].elements, out[0].shape[1],
+                                            s)) &&
          gradDone(out[0], g, error);
 }
 
 template <typename T> bool CudaExecutor::State::kernelPositionEmbeddingFwd(const KernelCall &call) {
   auto &[ins, in, out, host, error, s] = call;
   auto ok = [&](cudaError_t e) { return check(e, ins.kernel->name, error); };
-  return ok(cu::positionEmbeddingForward(at<T>(in[0]), at<T>(in[1]), at<T>(out[0]),
-                                         in[0].shape[0], in[0].shape[1], in[0].shape[2],
-                                         nullptr, s));
+  return ok(cu::positionEmbeddingForward(at<T>(in[0]), at<T>(in[1]), at<T>(out[0]), in[0].shape[0],
+                                         in[0].shape[1], in[0].shape[2], nullptr, s));
 }
 
 template <typename T> bool CudaExecutor::State::kernelPositionEmbeddingBwd(const KernelCall &call) {
   auto &[ins, in, out, host, error, s] = call;
   auto ok = [&](cudaError_t e) { return check(e, ins.kernel->name, error); };
   float *g = gradTarget(out[0], 0, error);
-  return g && ok(cu::positionEmbeddingBackward(at<T>(in[0]), g, in[0].shape[0], in[0].shape[1],
-                                               in[0].shape[2], nullptr, s)) &&
+  return g &&
+         ok(cu::positionEmbeddingBackward(at<T>(in[0]), g, in[0].shape[0], in[0].shape[1],
+                                          in[0].shape[2], nullptr, s)) &&
          gradDone(out[0], g, error);
 }
 
@@ -763,9 +770,8 @@ template <typename T> bool CudaExecutor::State::kernelNorm(const KernelCall &cal
   lseFresh.insert(st);
   if (ins.kernel->id == KernelId::RMSNormFwd)
     return ok(cu::rmsNormForward(at<T>(in[0]), at<T>(in[1]), at<T>(out[0]), st, n, c, eps, s));
-  return ok(cu::layerNormForward(at<T>(in[0]), at<T>(in[1]),
-                                 in.size() > 2 ? at<T>(in[2]) : nullptr, at<T>(out[0]), st,
-                                 st + n, n, c, eps, s));
+  return ok(cu::layerNormForward(at<T>(in[0]), at<T>(in[1]), in.size() > 2 ? at<T>(in[2]) : nullptr,
+                                 at<T>(out[0]), st, st + n, n, c, eps, s));
 }
 
 template <typename T> bool CudaExecutor::State::kernelNormBwd(const KernelCall &call) {
@@ -783,18 +789,18 @@ template <typename T> bool CudaExecutor::State::kernelNormBwd(const KernelCall &
   float *db = dw && out.size() > 2 ? gradTarget(out[2], 4, error) : nullptr;
   // Row terms of the weight gradient, summed by column (deterministic,
   // and without every row's atomics on the same c addresses).
-  auto *terms = dw ? static_cast<float *>(tmp(6, cu::normBackwardScratchBytes(n, c), error))
-                   : nullptr;
+  auto *terms =
+      dw ? static_cast<float *>(tmp(6, cu::normBackwardScratchBytes(n, c), error)) : nullptr;
   if (!dw || (out.size() > 2 && !db) || !terms)
     return false;
   if (rms) {
     if ((!kept && !ok(cu::rmsNormForward(at<T>(in[1]), at<T>(in[2]), y, st, n, c, eps, s))) ||
-        !ok(cu::rmsNormBackward(at<T>(in[0]), at<T>(in[1]), at<T>(in[2]), st, at<T>(out[0]),
-                                dw, n, c, s, terms)))
+        !ok(cu::rmsNormBackward(at<T>(in[0]), at<T>(in[1]), at<T>(in[2]), st, at<T>(out[0]), dw, n,
+                                c, s, terms)))
       return false;
   } else {
-    if (!kept && !ok(cu::layerNormForward(at<T>(in[1]), at<T>(in[2]), nullptr, y, st, st + n,
-                                           n, c, eps, s)))
+    if (!kept &&
+        !ok(cu::layerNormForward(at<T>(in[1]), at<T>(in[2]), nullptr, y, st, st + n, n, c, eps, s)))
       return false;
     // (No bias gradient wanted: db is null and none is summed.)
     if (!ok(cu::layerNormBackward(at<T>(in[0]), at<T>(in[1]), at<T>(in[2]), st, st + n,
@@ -814,8 +820,8 @@ template <typename T> bool CudaExecutor::State::kernelLinearFwd(const KernelCall
                      bf16 ? CUDA_R_16BF : CUDA_R_32F};
   std::string epilogue = ins.args.epilogue;
   bool gelu = !epilogue.empty();
-  if ((gelu && (epilogue != "gelu_tanh" || out.size() != 2 ||
-                out[1].elements != out[0].elements)) ||
+  if ((gelu &&
+       (epilogue != "gelu_tanh" || out.size() != 2 || out[1].elements != out[0].elements)) ||
       (!gelu && out.size() != 1)) {
     error = "linear_fwd: an epilogue needs gelu_tanh and two outputs of one size, none one "
             "output";
@@ -834,15 +840,16 @@ template <typename T> bool CudaExecutor::State::kernelLinearBwd(const KernelCall
     return fp8Linear<T>(ins, error);
   const Buffer &w = in[2];
   bool tr = ins.args.transposed;
-  cu::LinearShape sh{rowsOf(in[1]), tr ? w.shape[0] : w.shape[1], tr ? w.shape[1] : w.shape[0],
-                     tr, bf16 ? CUDA_R_16BF : CUDA_R_32F};
+  cu::LinearShape sh{rowsOf(in[1]), tr ? w.shape[0] : w.shape[1], tr ? w.shape[1] : w.shape[0], tr,
+                     bf16 ? CUDA_R_16BF : CUDA_R_32F};
   // `accumulate`: the GEMM adds dW into its fp32 accumulator (beta = 1)
   // and the bias gradient is added from a scratch.
   bool accumulate = ins.args.accumulate;
   float *dw = accumulate ? at<float>(out[1]) : gradTarget(out[1], 0, error);
   const void *dy = paddedRows(ins, false, 0, sh.ld);
-  if (!dw || !gemm->linearBackward(dy ? dy : at<T>(in[0]), at<T>(in[1]), at<T>(w), at<T>(out[0]),
-                                   dw, sh, s, error) ||
+  if (!dw ||
+      !gemm->linearBackward(dy ? dy : at<T>(in[0]), at<T>(in[1]), at<T>(w), at<T>(out[0]), dw, sh,
+                            s, error) ||
       (!accumulate && !gradDone(out[1], dw, error)))
     return false;
   if (out.size() < 3)
@@ -892,8 +899,7 @@ template <typename T> bool CudaExecutor::State::kernelAttention(const KernelCall
   bool fwd = ins.kernel->id == KernelId::AttentionFwd;
   const Buffer &q = in[fwd ? 0 : 1];
   kernels::cpu::AttentionShape a = attentionShape(ins, q, in[fwd ? 1 : 2]);
-  cu::AttentionDims d{a.batch, a.seq, a.heads, a.kvHeads, a.headDim, a.scale, a.causal,
-                      a.window};
+  cu::AttentionDims d{a.batch, a.seq, a.heads, a.kvHeads, a.headDim, a.scale, a.causal, a.window};
   // Tensor-core attention (attention_gemm.cu). The forward's
   // log-sum-exps are kept by output buffer: the backward reads the
   // output the last forward into that buffer wrote, and its statistics.
@@ -926,9 +932,8 @@ template <typename T> bool CudaExecutor::State::kernelAttention(const KernelCall
         cudnnRefused.insert(shape);
         cudnnFailed(error);
       } else if (lseFresh.count(lse)) {
-        if (cudnn->backward(at<T>(in[0]), at<T>(in[1]), at<T>(in[2]), at<T>(in[3]),
-                            at<T>(in[4]), lse, at<T>(out[0]), at<T>(out[1]), at<T>(out[2]), d,
-                            s, error))
+        if (cudnn->backward(at<T>(in[0]), at<T>(in[1]), at<T>(in[2]), at<T>(in[3]), at<T>(in[4]),
+                            lse, at<T>(out[0]), at<T>(out[1]), at<T>(out[2]), d, s, error))
           return true;
         if (capturing)
           return false;
@@ -944,20 +949,20 @@ template <typename T> bool CudaExecutor::State::kernelAttention(const KernelCall
     return false;
   if (fwd) {
     lseFresh.insert(lse);
-    return cu::attentionForwardGemm(*gemm, at<T>(in[0]), at<T>(in[1]), at<T>(in[2]),
-                                    at<T>(out[0]), lse, d, scratch, s, error);
+    return cu::attentionForwardGemm(*gemm, at<T>(in[0]), at<T>(in[1]), at<T>(in[2]), at<T>(out[0]),
+                                    lse, d, scratch, s, error);
   }
   if (!lseFresh.count(lse)) {
     // No forward wrote this output in this step (a plan that recomputes
     // it elsewhere): the statistics again.
     auto *again = static_cast<T *>(tmp(2, size_t(q.elements) * sizeof(T), error));
-    if (!again || !cu::attentionForwardGemm(*gemm, at<T>(in[1]), at<T>(in[2]), at<T>(in[3]),
-                                            again, lse, d, scratch, s, error))
+    if (!again || !cu::attentionForwardGemm(*gemm, at<T>(in[1]), at<T>(in[2]), at<T>(in[3]), again,
+                                            lse, d, scratch, s, error))
       return false;
   }
-  return cu::attentionBackwardGemm(*gemm, at<T>(in[0]), at<T>(in[1]), at<T>(in[2]),
-                                   at<T>(in[3]), at<T>(in[4]), lse, at<T>(out[0]),
-                                   at<T>(out[1]), at<T>(out[2]), d, scratch, s, error);
+  return cu::attentionBackwardGemm(*gemm, at<T>(in[0]), at<T>(in[1]), at<T>(in[2]), at<T>(in[3]),
+                                   at<T>(in[4]), lse, at<T>(out[0]), at<T>(out[1]), at<T>(out[2]),
+                                   d, scratch, s, error);
 }
 
 template <typename T> bool CudaExecutor::State::kernelGeluFwd(const KernelCall &call) {
@@ -994,13 +999,12 @@ template <typename T> bool CudaExecutor::State::kernelAdd(const KernelCall &call
   // float whatever the buffers' dtypes say.)
   DType a = in[0].dtype, b = in[1].dtype, y = out[0].dtype;
   if (std::is_same<T, float>::value)
-    return ok(cu::add(at<float>(in[0]), at<float>(in[1]), at<float>(out[0]), out[0].elements,
-                      s));
+    return ok(cu::add(at<float>(in[0]), at<float>(in[1]), at<float>(out[0]), out[0].elements, s));
   if (a == b && b == y)
-    return a == DType::F32 ? ok(cu::add(at<float>(in[0]), at<float>(in[1]), at<float>(out[0]),
-                                        out[0].elements, s))
-                           : ok(cu::add(at<T>(in[0]), at<T>(in[1]), at<T>(out[0]),
-                                        out[0].elements, s));
+    return a == DType::F32
+               ? ok(cu::add(at<float>(in[0]), at<float>(in[1]), at<float>(out[0]), out[0].elements,
+                            s))
+               : ok(cu::add(at<T>(in[0]), at<T>(in[1]), at<T>(out[0]), out[0].elements, s));
   if (y == DType::F32 && a == DType::F32 && ptr(in[0]) == ptr(out[0]))
     return ok(cu::addInto(at<float>(out[0]), at<T>(in[1]), out[0].elements, s));
   error = "add: mixed dtypes other than a gradient into its fp32 accumulator";
@@ -1016,18 +1020,17 @@ template <typename T> bool CudaExecutor::State::kernelCopy(const KernelCall &cal
   }
   if (ptr(out[0]) == ptr(in[0]))
     return true;
-  return ok(cudaMemcpyAsync(ptr(out[0]), ptr(in[0]), size_t(out[0].bytes),
-                            cudaMemcpyDeviceToDevice, s));
+  return ok(
+      cudaMemcpyAsync(ptr(out[0]), ptr(in[0]), size_t(out[0].bytes), cudaMemcpyDeviceToDevice, s));
 }
 
 template <typename T> bool CudaExecutor::State::kernelScale(const KernelCall &call) {
   auto &[ins, in, out, host, error, s] = call;
   auto ok = [&](cudaError_t e) { return check(e, ins.kernel->name, error); };
-  return out[0].dtype == DType::F32
-             ? ok(cu::scale(at<float>(in[0]), at<float>(out[0]), out[0].elements,
-                            float(ins.args.factor), s))
-             : ok(cu::scale(at<T>(in[0]), at<T>(out[0]), out[0].elements,
-                            float(ins.args.factor), s));
+  return out[0].dtype == DType::F32 ? ok(cu::scale(at<float>(in[0]), at<float>(out[0]),
+                                                   out[0].elements, float(ins.args.factor), s))
+                                    : ok(cu::scale(at<T>(in[0]), at<T>(out[0]), out[0].elements,
+                                                   float(ins.args.factor), s));
 }
 
 template <typename T> bool CudaExecutor::State::kernelFill(const KernelCall &call) {
@@ -1041,8 +1044,8 @@ template <typename T> bool CudaExecutor::State::kernelFill(const KernelCall &cal
 template <typename T> bool CudaExecutor::State::kernelBiasAdd(const KernelCall &call) {
   auto &[ins, in, out, host, error, s] = call;
   auto ok = [&](cudaError_t e) { return check(e, ins.kernel->name, error); };
-  return ok(cu::biasAdd(at<T>(in[0]), at<T>(in[1]), at<T>(out[0]), out[0].elements,
-                        in[1].elements, s));
+  return ok(
+      cu::biasAdd(at<T>(in[0]), at<T>(in[1]), at<T>(out[0]), out[0].elements, in[1].elements, s));
 }
 
 template <typename T> bool CudaExecutor::State::kernelSumRows(const KernelCall &call) {
@@ -1069,11 +1072,9 @@ template <typename T> bool CudaExecutor::State::kernelCrossEntropyFwd(const Kern
   lseFresh.insert(kept->as<float>());
   int64_t pitch = 0;
   const void *z = paddedRows(ins, false, 0, pitch);
-  return ok(cu::crossEntropyForward(z ? static_cast<const T *>(z) : at<T>(in[0]),
-                                    at<int32_t>(in[1]), rowLoss, at<float>(out[0]),
-                                    rowsOf(in[0]), lastDim(in[0]),
-                                    int64_t(ins.args.ignore_index), s,
-                                    kept->as<float>(), pitch));
+  return ok(cu::crossEntropyForward(
+      z ? static_cast<const T *>(z) : at<T>(in[0]), at<int32_t>(in[1]), rowLoss, at<float>(out[0]),
+      rowsOf(in[0]), lastDim(in[0]), int64_t(ins.args.ignore_index), s, kept->as<float>(), pitch));
 }
 
 template <typename T> bool CudaExecutor::State::kernelCrossEntropyBwd(const KernelCall &call) {
@@ -1087,11 +1088,11 @@ template <typename T> bool CudaExecutor::State::kernelCrossEntropyBwd(const Kern
   int64_t pitch = 0, pitchD = 0;
   const void *z = paddedRows(ins, false, 0, pitch);
   void *dz = paddedRows(ins, true, 0, pitchD);
-  return scale && ok(cu::crossEntropyBackward(
-                      z ? static_cast<const T *>(z) : at<T>(in[0]), at<int32_t>(in[1]),
-                      at<float>(in[2]), scale, dz ? static_cast<T *>(dz) : at<T>(out[0]),
-                      rowsOf(in[0]), lastDim(in[0]), int64_t(ins.args.ignore_index),
-                      s, lse, pitch, pitchD));
+  return scale &&
+         ok(cu::crossEntropyBackward(
+             z ? static_cast<const T *>(z) : at<T>(in[0]), at<int32_t>(in[1]), at<float>(in[2]),
+             scale, dz ? static_cast<T *>(dz) : at<T>(out[0]), rowsOf(in[0]), lastDim(in[0]),
+             int64_t(ins.args.ignore_index), s, lse, pitch, pitchD));
 }
 
 template <typename T> bool CudaExecutor::State::kernelGlobalNorm(const KernelCall &call) {
@@ -1123,13 +1124,16 @@ template <typename T> bool CudaExecutor::State::kernelAdamW(const KernelCall &ca
     return runAdamW(adamwRuns[size_t(it->second)], ins, host, error);
   Param &p = params.at(ins.args.param);
   if (graphs) {
-    cu::AdamWArgs a{float(ins.args.lr),          float(ins.args.beta1),
-                    float(ins.args.beta2),       float(ins.args.eps),
-                    float(ins.args.weight_decay), 1.0f, 0};
+    cu::AdamWArgs a{float(ins.args.lr),
+                    float(ins.args.beta1),
+                    float(ins.args.beta2),
+                    float(ins.args.eps),
+                    float(ins.args.weight_decay),
+                    1.0f,
+                    0};
     return ok(cu::adamwDevice(p.master.as<float>(), at<float>(in[0]), p.m.as<float>(),
-                              p.v.as<float>(), p.working.as<cu::bf16>(), p.n, a,
-                              at<float>(in[1]), ins.args.max_norm,
-                              stepCounter.as<int64_t>(), s));
+                              p.v.as<float>(), p.working.as<cu::bf16>(), p.n, a, at<float>(in[1]),
+                              ins.args.max_norm, stepCounter.as<int64_t>(), s));
   }
   float norm = 0;
   if (auto it = hostNorms.find(ptr(in[1])); it != hostNorms.end())
@@ -1137,8 +1141,10 @@ template <typename T> bool CudaExecutor::State::kernelAdamW(const KernelCall &ca
   else if (!ok(cudaMemcpy(&norm, ptr(in[1]), 4, cudaMemcpyDeviceToHost)))
     return false;
   double maxNorm = ins.args.max_norm;
-  cu::AdamWArgs a{float(ins.args.lr),          float(ins.args.beta1),
-                  float(ins.args.beta2),       float(ins.args.eps),
+  cu::AdamWArgs a{float(ins.args.lr),
+                  float(ins.args.beta1),
+                  float(ins.args.beta2),
+                  float(ins.args.eps),
                   float(ins.args.weight_decay),
                   maxNorm > 0 ? float(std::min(1.0, maxNorm / (double(norm) + 1e-6))) : 1.0f,
                   host.steps + 1};
@@ -1170,8 +1176,10 @@ template <typename T> bool CudaExecutor::State::kernelFused(const KernelCall &ca
     // A launch this GPU refuses (shared memory, resources): this fused
     // kernel runs its body kernel by kernel from now on.
     cudaGetLastError();
-    std::fprintf(stderr, "llm-run: fused kernel %s cannot launch here; its body runs kernel "
-                         "by kernel\n", ins.fusedName.c_str());
+    std::fprintf(stderr,
+                 "llm-run: fused kernel %s cannot launch here; its body runs kernel "
+                 "by kernel\n",
+                 ins.fusedName.c_str());
     launchers.erase(it);
   }
   // The body kernel by kernel (the generated kernel in one launch is the
@@ -1211,19 +1219,17 @@ template <typename T> bool CudaExecutor::State::kernelFused(const KernelCall &ca
       break;
     for (size_t i = 0; done && i < wide.size(); ++i)
       for (const Buffer &o : sub.outs)
-        if (o.space == wide[i]->space && o.offset == wide[i]->offset &&
-            o.name == wide[i]->name)
+        if (o.space == wide[i]->space && o.offset == wide[i]->offset && o.name == wide[i]->name)
           done = ok(cu::fromFloat(shadowBufs[i]->as<float>(),
-                                  static_cast<cu::bf16 *>(raw(*wide[i])), wide[i]->elements,
-                                  s)) &&
+                                  static_cast<cu::bf16 *>(raw(*wide[i])), wide[i]->elements, s)) &&
                  ok(cu::toFloat(static_cast<const cu::bf16 *>(raw(*wide[i])),
                                 shadowBufs[i]->as<float>(), wide[i]->elements, s));
   }
   shadows.clear();
   for (size_t i = 0; done && i < wide.size(); ++i)
     if (wide[i] >= out.data() && wide[i] < out.data() + out.size())
-      done = ok(cu::fromFloat(shadowBufs[i]->as<float>(),
-                              static_cast<cu::bf16 *>(raw(*wide[i])), wide[i]->elements, s));
+      done = ok(cu::fromFloat(shadowBufs[i]->as<float>(), static_cast<cu::bf16 *>(raw(*wide[i])),
+                              wide[i]->elements, s));
   return done;
 }
 
@@ -1231,8 +1237,7 @@ template <typename T> bool CudaExecutor::State::kernelMoERouter(const KernelCall
   auto &[ins, in, out, host, error, s] = call;
   bool fwd = ins.kernel->id == KernelId::MoERouterFwd;
   if (!fwd && in.size() != 5 && in.size() != 6)
-    return (error = "moe_router_bwd takes 5 inputs, or 6 with the sequence's expert counts",
-            false);
+    return (error = "moe_router_bwd takes 5 inputs, or 6 with the sequence's expert counts", false);
   const Buffer &x = in[fwd ? 0 : 1], &gate = in[fwd ? 1 : 2];
   const Buffer &weights = fwd ? out[0] : in[3], &routes = fwd ? out[1] : in[4];
   if (weights.dtype != DType::F32 || routes.dtype != DType::I32 ||
@@ -1248,8 +1253,8 @@ template <typename T> bool CudaExecutor::State::kernelMoERouter(const KernelCall
   if (fwd)
     return cu::moeRouterForwardGemm(*gemm, at<T>(x), at<T>(gate), at<float>(weights),
                                     at<int32_t>(routes), d, scratch, s, error);
-  if (in.size() == 6 && (in[5].elements != d.experts || in[5].dtype != DType::F32 ||
-                         ins.args.aux_tokens < 1))
+  if (in.size() == 6 &&
+      (in[5].elements != d.experts || in[5].dtype != DType::F32 || ins.args.aux_tokens < 1))
     return (error = "moe_router_bwd: the counts need one f32 entry per expert and "
                     "aux_tokens >= 1",
             false);
@@ -1258,8 +1263,8 @@ template <typename T> bool CudaExecutor::State::kernelMoERouter(const KernelCall
   float *dgate = gradTarget(out[1], 15, error);
   return dgate &&
          cu::moeRouterBackwardGemm(*gemm, at<float>(in[0]), at<T>(x), at<T>(gate),
-                                   at<float>(weights), at<int32_t>(routes), at<T>(out[0]),
-                                   dgate, d, aux, scratch, s, error) &&
+                                   at<float>(weights), at<int32_t>(routes), at<T>(out[0]), dgate, d,
+                                   aux, scratch, s, error) &&
          gradDone(out[1], dgate, error);
 }
 
@@ -1268,8 +1273,7 @@ template <typename T> bool CudaExecutor::State::kernelMoEExpertCounts(const Kern
   auto ok = [&](cudaError_t e) { return check(e, ins.kernel->name, error); };
   int64_t topK = int64_t(ins.args.top_k);
   if (topK < 1 || in[0].elements % topK != 0 || out[0].dtype != DType::F32)
-    return (error = "moe_expert_counts: top_k must divide the indices; counts are f32",
-            false);
+    return (error = "moe_expert_counts: top_k must divide the indices; counts are f32", false);
   return ok(cu::moeExpertCounts(at<int32_t>(in[0]), at<float>(out[0]), in[0].elements / topK,
                                 out[0].elements, topK, s));
 }
@@ -1292,19 +1296,18 @@ template <typename T> bool CudaExecutor::State::kernelMoEDispatchCombine(const K
     return false;
   const int32_t *idx = at<int32_t>(routes);
   bool valid = true;
-  cudaError_t e =
-      id == KernelId::MoEDispatchFwd
-          ? cu::moeDispatchForward(at<T>(in[0]), idx, at<T>(out[0]), n, hidden, topK, experts,
-                                   capacity, slots, bad, s, valid)
-      : id == KernelId::MoEDispatchBwd
-          ? cu::moeDispatchBackward(at<T>(in[0]), idx, at<T>(out[0]), n, hidden, topK, experts,
-                                    capacity, slots, bad, s, valid)
-      : id == KernelId::MoECombineFwd
-          ? cu::moeCombineForward(at<T>(in[0]), at<float>(in[1]), idx, at<T>(out[0]), n, topK,
-                                  hidden, experts, capacity, slots, bad, s, valid)
-          : cu::moeCombineBackward(at<T>(in[0]), at<T>(in[1]), at<float>(in[2]), idx,
-                                   at<T>(out[0]), at<float>(out[1]), n, topK, hidden, experts,
-                                   capacity, slots, bad, s, valid);
+  cudaError_t e = id == KernelId::MoEDispatchFwd
+                      ? cu::moeDispatchForward(at<T>(in[0]), idx, at<T>(out[0]), n, hidden, topK,
+                                               experts, capacity, slots, bad, s, valid)
+                  : id == KernelId::MoEDispatchBwd
+                      ? cu::moeDispatchBackward(at<T>(in[0]), idx, at<T>(out[0]), n, hidden, topK,
+                                                experts, capacity, slots, bad, s, valid)
+                  : id == KernelId::MoECombineFwd
+                      ? cu::moeCombineForward(at<T>(in[0]), at<float>(in[1]), idx, at<T>(out[0]), n,
+                                              topK, hidden, experts, capacity, slots, bad, s, valid)
+                      : cu::moeCombineBackward(at<T>(in[0]), at<T>(in[1]), at<float>(in[2]), idx,
+                                               at<T>(out[0]), at<float>(out[1]), n, topK, hidden,
+                                               experts, capacity, slots, bad, s, valid);
   if (!ok(e) || !valid)
     return false;
   if (id != KernelId::MoEDispatchFwd || graphs)
@@ -1313,8 +1316,7 @@ template <typename T> bool CudaExecutor::State::kernelMoEDispatchCombine(const K
   auto *counts = static_cast<float *>(tmp(23, size_t(experts) * 4, error));
   std::vector<float> load(static_cast<size_t>(experts));
   if (!counts || !ok(cu::moeExpertCounts(idx, counts, n, experts, topK, s)) ||
-      !ok(cudaMemcpyAsync(load.data(), counts, size_t(experts) * 4, cudaMemcpyDeviceToHost,
-                          s)) ||
+      !ok(cudaMemcpyAsync(load.data(), counts, size_t(experts) * 4, cudaMemcpyDeviceToHost, s)) ||
       !ok(cudaStreamSynchronize(s)))
     return false;
   float most = load.empty() ? 0.0f : *std::max_element(load.begin(), load.end());
@@ -1334,8 +1336,7 @@ template <typename T> bool CudaExecutor::State::kernelMoEExperts(const KernelCal
     return (error = "moe experts take rows [experts, capacity, hidden] and " +
                     std::to_string(count) + " weights",
             false);
-  cu::MoEExpertDims d{x.shape[0], x.shape[1], x.shape[2], in[first].shape[1],
-                      ins.args.swiglu};
+  cu::MoEExpertDims d{x.shape[0], x.shape[1], x.shape[2], in[first].shape[1], ins.args.swiglu};
   if (auto it = expertRows.find({int(x.space), x.offset, x.name}); it != expertRows.end())
     d.rows = it->second;
   void *scratch = tmp(9, cu::moeExpertsScratchBytes(d, sizeof(T)), error);
@@ -1356,8 +1357,8 @@ template <typename T> bool CudaExecutor::State::kernelMoEExperts(const KernelCal
   }
   if (fwd)
     return cu::moeExpertsForwardGemm(*gemm, at<T>(x), w, at<T>(out[0]), d, scratch, s, error);
-  if (!cu::moeExpertsBackwardGemm(*gemm, at<T>(in[0]), at<T>(x), w, at<T>(out[0]), dw, d,
-                                  scratch, s, error))
+  if (!cu::moeExpertsBackwardGemm(*gemm, at<T>(in[0]), at<T>(x), w, at<T>(out[0]), dw, d, scratch,
+                                  s, error))
     return false;
   for (size_t i = 0; !accumulate && i < count; ++i)
     if (!gradDone(out[1 + i], dw[i], error))
@@ -1391,8 +1392,8 @@ bool CudaExecutor::init(const Plan &plan, int rank, uint64_t seed, std::string &
         local = std::atoi(e);
         break;
       }
-    for (const char *v : {"OMPI_COMM_WORLD_LOCAL_SIZE", "SLURM_NTASKS_PER_NODE",
-                          "LOCAL_WORLD_SIZE"})
+    for (const char *v :
+         {"OMPI_COMM_WORLD_LOCAL_SIZE", "SLURM_NTASKS_PER_NODE", "LOCAL_WORLD_SIZE"})
       if (const char *e = std::getenv(v)) {
         localSize = std::max(1, std::atoi(e));
         break;
@@ -1443,8 +1444,7 @@ bool CudaExecutor::init(const Plan &plan, int rank, uint64_t seed, std::string &
       return false;
     }
     bool fwd = ins.kernel->id == KernelId::LinearFwd;
-    bool fp8Linear = (fwd || ins.kernel->id == KernelId::LinearBwd) &&
-                     ins.args.amax_axis.empty() &&
+    bool fp8Linear = (fwd || ins.kernel->id == KernelId::LinearBwd) && ins.args.amax_axis.empty() &&
                      ins.args.epilogue.empty() && !ins.args.accumulate &&
                      ins.args.fp8 == (fwd ? "e4m3" : "hybrid");
     if (fp8Linear) {
@@ -1452,15 +1452,18 @@ bool CudaExecutor::init(const Plan &plan, int rank, uint64_t seed, std::string &
       // multiples: the tokens (the weight gradient's k) and both features.
       const Buffer &x = ins.ins[fwd ? 0 : 1], &w = ins.ins[fwd ? 1 : 2];
       if (capability < 89 || rowsOf(x) % 16 || w.shape[0] % 16 || w.shape[1] % 16) {
-        error = std::string(ins.kernel->name) + ": fp8 GEMMs need an sm_89 / sm_90 GPU (this "
-                "is sm_" + std::to_string(capability) + ") and tokens per micro-batch and "
-                "features that are multiples of 16 (" + std::to_string(rowsOf(x)) + ", " +
-                std::to_string(w.shape[1]) + " -> " + std::to_string(w.shape[0]) + ")";
+        error = std::string(ins.kernel->name) +
+                ": fp8 GEMMs need an sm_89 / sm_90 GPU (this "
+                "is sm_" +
+                std::to_string(capability) +
+                ") and tokens per micro-batch and "
+                "features that are multiples of 16 (" +
+                std::to_string(rowsOf(x)) + ", " + std::to_string(w.shape[1]) + " -> " +
+                std::to_string(w.shape[0]) + ")";
         return false;
       }
     }
-    if ((!ins.args.fp8.empty() && !fp8Linear) || !ins.args.shard.empty() ||
-        !ins.args.cp.empty()) {
+    if ((!ins.args.fp8.empty() && !fp8Linear) || !ins.args.shard.empty() || !ins.args.cp.empty()) {
       error = std::string(ins.kernel->name) +
               ": fp8 (other than linears whose amax no other rank shares), sharded and "
               "context-parallel kernels are not run by the CUDA backend yet";
@@ -1516,8 +1519,7 @@ bool CudaExecutor::init(const Plan &plan, int rank, uint64_t seed, std::string &
       return (error = why, false);
     } else {
       if (commMode == "auto" && !why.empty() && rank == 0)
-        std::fprintf(stderr, "llm-run: collectives staged through host memory (%s)\n",
-                     why.c_str());
+        std::fprintf(stderr, "llm-run: collectives staged through host memory (%s)\n", why.c_str());
       s->staging = makeCudaStaging(s->stream);
       s->staged = std::make_unique<StagedCommunicator>(*comm, *s->staging);
       s->dev = s->staged.get();
@@ -1634,8 +1636,7 @@ bool CudaExecutor::syncToDevice(std::string &error) {
         cudaMemcpy(p.v.p, st.v.data(), size_t(p.n) * 4, cudaMemcpyHostToDevice) != cudaSuccess)
       return (error = "cannot upload parameter '" + name + "'", false);
     if (p.working.p &&
-        cu::fromFloat(p.master.as<float>(), p.working.as<cu::bf16>(), p.n, nullptr) !=
-            cudaSuccess)
+        cu::fromFloat(p.master.as<float>(), p.working.as<cu::bf16>(), p.n, nullptr) != cudaSuccess)
       return (error = "cannot make the bf16 copy of '" + name + "'", false);
   }
   return cudaDeviceSynchronize() == cudaSuccess ||
@@ -1675,8 +1676,8 @@ bool CudaExecutor::step(const std::vector<std::vector<int32_t>> &tok,
   const Program &prog = *s->program;
   const Plan &plan = *s->plan;
   if (int64_t(tok.size()) != prog.numMicroBatches || tok.size() != lab.size())
-    return (error = "the plan runs " + std::to_string(prog.numMicroBatches) +
-                    " micro-batches per step",
+    return (error =
+                "the plan runs " + std::to_string(prog.numMicroBatches) + " micro-batches per step",
             false);
   cudaStream_t st = s->stream;
   for (auto &[name, b] : s->accum)
@@ -1753,8 +1754,8 @@ bool CudaExecutor::step(const std::vector<std::vector<int32_t>> &tok,
   if (s->nccl && !s->nccl->synchronize(error))
     return false;
   if (cudaDeviceSynchronize() != cudaSuccess)
-    return (error = std::string("CUDA error in the step: ") +
-                    cudaGetErrorString(cudaGetLastError()),
+    return (error =
+                std::string("CUDA error in the step: ") + cudaGetErrorString(cudaGetLastError()),
             false);
   // --profile: each kernel instruction's time between its two events.
   for (auto &[ins, ev] : s->events) {

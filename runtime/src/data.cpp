@@ -26,8 +26,8 @@ bool TokenData::open(const std::vector<std::string> &paths, std::string &error) 
       return false;
     }
     if (header[0] != kShardMagic) {
-      error = path + ": not a token shard (magic " + std::to_string(header[0]) +
-              ", expected 20240520)";
+      error =
+          path + ": not a token shard (magic " + std::to_string(header[0]) + ", expected 20240520)";
       return false;
     }
     if (header[1] != 1 && header[1] != 2) {

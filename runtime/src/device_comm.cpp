@@ -36,8 +36,7 @@ public:
 
 private:
   cudaStream_t stream;
-  bool copy(float *to, const float *from, int64_t count, cudaMemcpyKind kind,
-            std::string &error) {
+  bool copy(float *to, const float *from, int64_t count, cudaMemcpyKind kind, std::string &error) {
     // In stream order, and complete on return: the host side is read or
     // reused right after.
     if (cudaMemcpyAsync(to, from, size_t(count) * 4, kind, stream) == cudaSuccess &&
@@ -57,8 +56,8 @@ struct NcclApi {
   void *lib = nullptr;
   ncclResult_t (*getUniqueId)(ncclUniqueId *) = nullptr;
   ncclResult_t (*commInitRank)(ncclComm_t *, int, ncclUniqueId, int) = nullptr;
-  ncclResult_t (*allReduce)(const void *, void *, size_t, ncclDataType_t, ncclRedOp_t,
-                            ncclComm_t, cudaStream_t) = nullptr;
+  ncclResult_t (*allReduce)(const void *, void *, size_t, ncclDataType_t, ncclRedOp_t, ncclComm_t,
+                            cudaStream_t) = nullptr;
   ncclResult_t (*allGather)(const void *, void *, size_t, ncclDataType_t, ncclComm_t,
                             cudaStream_t) = nullptr;
   ncclResult_t (*reduceScatter)(const void *, void *, size_t, ncclDataType_t, ncclRedOp_t,
@@ -88,11 +87,10 @@ struct NcclApi {
     };
     if (sym(getUniqueId, "ncclGetUniqueId") && sym(commInitRank, "ncclCommInitRank") &&
         sym(allReduce, "ncclAllReduce") && sym(allGather, "ncclAllGather") &&
-        sym(reduceScatter, "ncclReduceScatter") && sym(send, "ncclSend") &&
-        sym(recv, "ncclRecv") && sym(groupStart, "ncclGroupStart") &&
-        sym(groupEnd, "ncclGroupEnd") && sym(commGetAsyncError, "ncclCommGetAsyncError") &&
-        sym(commAbort, "ncclCommAbort") && sym(commDestroy, "ncclCommDestroy") &&
-        sym(errorString, "ncclGetErrorString"))
+        sym(reduceScatter, "ncclReduceScatter") && sym(send, "ncclSend") && sym(recv, "ncclRecv") &&
+        sym(groupStart, "ncclGroupStart") && sym(groupEnd, "ncclGroupEnd") &&
+        sym(commGetAsyncError, "ncclCommGetAsyncError") && sym(commAbort, "ncclCommAbort") &&
+        sym(commDestroy, "ncclCommDestroy") && sym(errorString, "ncclGetErrorString"))
       return true;
     error = "libnccl.so.2 lacks a function llm-run calls (NCCL 2.10 or later is needed)";
     return false;
@@ -149,9 +147,7 @@ public:
   bool useMesh(int pp, int dp, int cp, int tp, std::string &error) override {
     return host.useMesh(pp, dp, cp, tp, error);
   }
-  bool useExpertAxes(int ep, std::string &error) override {
-    return host.useExpertAxes(ep, error);
-  }
+  bool useExpertAxes(int ep, std::string &error) override { return host.useExpertAxes(ep, error); }
   void axisPosition(const std::string &axis, int &index, int &size) const override {
     host.axisPosition(axis, index, size);
   }
@@ -166,8 +162,8 @@ public:
   }
   // Non-blocking collectives are queued on the stream: waiting is stream
   // order (every later kernel runs after them).
-  bool startAllReduce(const std::string &axis, float *data, int64_t count, bool average,
-                      int, std::string &error) override {
+  bool startAllReduce(const std::string &axis, float *data, int64_t count, bool average, int,
+                      std::string &error) override {
     return allReduce(axis, data, count, average, error);
   }
   bool waitAllReduce(int, std::string &) override { return true; }
@@ -177,8 +173,7 @@ public:
     // NCCL's equal blocks.
     return allReduce(axis, data, count, average, error);
   }
-  bool allGather(const std::string &axis, float *data, int64_t count,
-                 std::string &error) override {
+  bool allGather(const std::string &axis, float *data, int64_t count, std::string &error) override {
     int index = 0, n = 1;
     axisPosition(axis, index, n);
     Chunk c = shardChunk(count, n, index);
@@ -197,13 +192,13 @@ public:
     return nccl.ok(nccl.allGather(mine, all, size_t(count), ncclFloat32, c, stream),
                    "ncclAllGather", error);
   }
-  bool startAllGatherBlocks(const std::string &axis, const float *mine, float *all,
-                            int64_t count, int, std::string &error) override {
+  bool startAllGatherBlocks(const std::string &axis, const float *mine, float *all, int64_t count,
+                            int, std::string &error) override {
     return allGatherBlocks(axis, mine, all, count, error);
   }
   bool waitAllGather(int, std::string &) override { return true; }
-  bool reduceScatterBlocks(const std::string &axis, const float *all, float *mine,
-                           int64_t count, std::string &error) override {
+  bool reduceScatterBlocks(const std::string &axis, const float *all, float *mine, int64_t count,
+                           std::string &error) override {
     ncclComm_t c = nullptr;
     if (!comm(axis, c, error))
       return false;
@@ -269,12 +264,11 @@ public:
           return (error = "NCCL on mesh axis '" + axis + "': " + nccl.errorString(async), false);
         }
       }
-      double waited =
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       if (timeout() > 0 && waited > timeout()) {
         abortAll();
-        error = watchdogError("the step's NCCL collectives on rank " + std::to_string(rank()),
-                              {}, {});
+        error =
+            watchdogError("the step's NCCL collectives on rank " + std::to_string(rank()), {}, {});
         return false;
       }
       std::this_thread::sleep_for(std::chrono::microseconds(200));
@@ -307,8 +301,8 @@ private:
     error = "no NCCL communicator for mesh axis '" + axis + "' (not set up at load)";
     return false;
   }
-  bool reduce(const std::string &axis, const float *in, float *out, int64_t count,
-              ncclRedOp_t op, std::string &error) {
+  bool reduce(const std::string &axis, const float *in, float *out, int64_t count, ncclRedOp_t op,
+              std::string &error) {
     ncclComm_t c = nullptr;
     if (!comm(axis, c, error))
       return false;
@@ -316,9 +310,8 @@ private:
                          "ncclAllReduce", error);
   }
   bool copy(float *to, const float *from, int64_t count, std::string &error) {
-    if (to == from ||
-        cudaMemcpyAsync(to, from, size_t(count) * 4, cudaMemcpyDeviceToDevice, stream) ==
-            cudaSuccess)
+    if (to == from || cudaMemcpyAsync(to, from, size_t(count) * 4, cudaMemcpyDeviceToDevice,
+                                      stream) == cudaSuccess)
       return true;
     return (error = "cannot copy a collective's buffer on the GPU", false);
   }

@@ -4,15 +4,15 @@
 #include "llmopt-runtime/kernel_registry.h"
 #include "llmopt-runtime/shard.h"
 
-#include <set>
 #include "llmopt-kernels/cpu.h"
 #include "llmopt-kernels/init.h"
+#include <set>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <cstring>
 #include <cstdlib>
+#include <cstring>
 
 namespace llmopt::runtime {
 
@@ -55,10 +55,10 @@ bool CpuExecutor::init(const Plan &p, int rank, uint64_t seed, std::string &erro
     for (size_t i = 0; program->stashBytes > 0 && i < slots; ++i)
       stashes.emplace_back(stashFloats, 0.0f);
   } catch (const std::bad_alloc &) {
-    double gib = double(program->stashBytes > 0
-                            ? program->arenaBytes + int64_t(slots) * program->stashBytes
-                            : int64_t(slots) * program->arenaBytes) /
-                 double(int64_t(1) << 30);
+    double gib =
+        double(program->stashBytes > 0 ? program->arenaBytes + int64_t(slots) * program->stashBytes
+                                       : int64_t(slots) * program->arenaBytes) /
+        double(int64_t(1) << 30);
     char size[32];
     std::snprintf(size, sizeof(size), "%.1f", gib);
     error = std::string("out of host memory for the plan's activations: ") + size +
@@ -132,16 +132,15 @@ bool CpuExecutor::init(const Plan &p, int rank, uint64_t seed, std::string &erro
         error = "parameter '" + s.name + "' is gathered (ZeRO-3) but its update is not sharded";
         return false;
       }
-      st.value = std::vector<float>(st.value.begin() + st.shard.begin,
-                                    st.value.begin() + st.shard.end);
+      st.value =
+          std::vector<float>(st.value.begin() + st.shard.begin, st.value.begin() + st.shard.end);
     }
   }
   steps = 0;
   return true;
 }
 
-bool CpuExecutor::axis(const std::string &name, int &index, int &size,
-                       std::string &error) const {
+bool CpuExecutor::axis(const std::string &name, int &index, int &size, std::string &error) const {
   if (!plan->place(name, rank, index, size)) {
     error = "the CPU backend runs pp x dp x tp meshes (ep dividing dp); cannot place axis '" +
             name + "'";
@@ -170,8 +169,7 @@ bool CpuExecutor::runExperts(const Instruction &ins, Communicator &comm, std::st
       return false;
     for (int64_t i = 0; i < parts; ++i)
       for (int64_t e = 0; e < local; ++e)
-        std::copy_n(blocks.data() + i * block + e * c * h, c * h,
-                    out + (e * parts + i) * c * h);
+        std::copy_n(blocks.data() + i * block + e * c * h, c * h, out + (e * parts + i) * c * h);
     return true;
   }
   for (int64_t i = 0; i < parts; ++i)
@@ -207,10 +205,10 @@ bool CpuExecutor::runSeq(const Instruction &ins, Communicator &comm, std::string
   int index = 0, parts = 1;
   if (!axis(ins.axis, index, parts, error))
     return false;
-  bool gathers = ins.kind == Instruction::Kind::SeqAllGather ||
-                 ins.kind == Instruction::Kind::CPAllGather;
-  bool balanced = ins.kind == Instruction::Kind::CPAllGather ||
-                  ins.kind == Instruction::Kind::CPReduceScatter;
+  bool gathers =
+      ins.kind == Instruction::Kind::SeqAllGather || ins.kind == Instruction::Kind::CPAllGather;
+  bool balanced =
+      ins.kind == Instruction::Kind::CPAllGather || ins.kind == Instruction::Kind::CPReduceScatter;
   const Buffer &whole = gathers ? ins.outs[0] : ins.ins[0],
                &chunk = gathers ? ins.ins[0] : ins.outs[0];
   int64_t batch = whole.shape[0], c = chunk.shape[1], h = whole.shape[2], s = whole.shape[1];
@@ -244,8 +242,7 @@ bool CpuExecutor::runSeq(const Instruction &ins, Communicator &comm, std::string
   return comm.reduceScatterBlocks(ins.axis, blocks.data(), out, block, error);
 }
 
-bool CpuExecutor::runRingAttention(const Instruction &ins, Communicator &comm,
-                                   std::string &error) {
+bool CpuExecutor::runRingAttention(const Instruction &ins, Communicator &comm, std::string &error) {
   int index = 0, parts = 1, tpIndex = 0, tpSize = 1;
   if (!axis(ins.axis, index, parts, error) || !axis("tp", tpIndex, tpSize, error))
     return false;
@@ -323,8 +320,9 @@ bool CpuExecutor::runRingAttention(const Instruction &ins, Communicator &comm,
       std::vector<float>(data(kb), data(kb) + kvCount),
       std::vector<float>(data(ins.ins[3]), data(ins.ins[3]) + kvCount),
       std::vector<float>(size_t(kvCount), 0.0f), std::vector<float>(size_t(kvCount), 0.0f)};
-  std::vector<float> dq(static_cast<size_t>(q.elements), 0.0f), dqb(static_cast<size_t>(q.elements)),
-      dkb(static_cast<size_t>(kvCount)), dvb(static_cast<size_t>(kvCount));
+  std::vector<float> dq(static_cast<size_t>(q.elements), 0.0f),
+      dqb(static_cast<size_t>(q.elements)), dkb(static_cast<size_t>(kvCount)),
+      dvb(static_cast<size_t>(kvCount));
   std::vector<float> *keysValues[] = {&blk[0], &blk[1]}, *grads[] = {&blk[2], &blk[3]};
   for (int i = 0; i < parts; ++i) {
     // Keys and values travel on before the computation, their gradients
@@ -484,7 +482,6 @@ bool CpuExecutor::step(const std::vector<std::vector<int32_t>> &tok,
   return true;
 }
 
-
 namespace {
 bool sixteenBit(const Buffer &b) {
   return (b.space == Buffer::Space::Arena || b.space == Buffer::Space::Stash) &&
@@ -500,8 +497,7 @@ float CpuExecutor::fromStorage(DType t, uint16_t bits) {
     return f;
   }
   // IEEE half.
-  uint32_t sign = uint32_t(bits & 0x8000u) << 16, exp = (bits >> 10) & 0x1fu,
-           man = bits & 0x3ffu;
+  uint32_t sign = uint32_t(bits & 0x8000u) << 16, exp = (bits >> 10) & 0x1fu, man = bits & 0x3ffu;
   float f;
   if (exp == 0) {
     f = std::ldexp(float(man), -24); // subnormal (or zero)
@@ -538,7 +534,7 @@ uint16_t CpuExecutor::toStorage(DType t, float f) {
     return uint16_t(sign | m); // m == 1024 is the smallest normal, as encoded
   }
   int e = 0;
-  float m = std::frexp(a, &e); // a = m 2^e, m in [0.5, 1)
+  float m = std::frexp(a, &e);                             // a = m 2^e, m in [0.5, 1)
   auto mant = uint32_t(std::nearbyint(std::ldexp(m, 11))); // 1024..2048
   if (mant == 2048) {
     mant = 1024;
@@ -718,8 +714,7 @@ bool CpuExecutor::implementsEveryKernel() {
 
 void CpuExecutor::zero(const Buffer &b) { std::fill_n(data(b), b.elements, 0.0f); }
 
-const std::array<CpuExecutor::KernelFn, size_t(KernelId::NumKernels)> &
-CpuExecutor::kernelTable() {
+const std::array<CpuExecutor::KernelFn, size_t(KernelId::NumKernels)> &CpuExecutor::kernelTable() {
   // Every kernel of the ABI has a CPU implementation: the CPU backend is the
   // reference the others are tested against (RuntimeTest:
   // Executor.EveryKernelHasACpuImplementation).
@@ -792,8 +787,8 @@ bool CpuExecutor::kernelEmbeddingFwd(const KernelCall &call) {
         error = "a token id is outside the vocabulary of " + std::to_string(vocab);
         return false;
       }
-    k::embeddingForwardPart(t, data(in[1]), data(out[0]), in[0].elements, shardIndex * part,
-                            part, in[1].shape[1]);
+    k::embeddingForwardPart(t, data(in[1]), data(out[0]), in[0].elements, shardIndex * part, part,
+                            in[1].shape[1]);
     return true;
   }
   if (!k::embeddingForward(t, data(in[1]), data(out[0]), in[0].elements, in[1].shape[0],
@@ -839,8 +834,8 @@ bool CpuExecutor::kernelLayerNormFwd(const KernelCall &call) {
   auto &[ins, in, out, comm, error, shardIndex, shardSize] = call;
   int64_t n = rowsOf(in[0]), c = in[0].shape.back();
   std::vector<float> mean(n), rstd(n);
-  k::layerNormForward(data(in[0]), data(in[1]), in.size() > 2 ? data(in[2]) : nullptr,
-                      data(out[0]), mean.data(), rstd.data(), n, c, float(ins.args.eps));
+  k::layerNormForward(data(in[0]), data(in[1]), in.size() > 2 ? data(in[2]) : nullptr, data(out[0]),
+                      mean.data(), rstd.data(), n, c, float(ins.args.eps));
   return true;
 }
 
@@ -848,13 +843,12 @@ bool CpuExecutor::kernelLayerNormBwd(const KernelCall &call) {
   auto &[ins, in, out, comm, error, shardIndex, shardSize] = call;
   int64_t n = rowsOf(in[1]), c = in[1].shape.back();
   std::vector<float> tmp(in[1].elements), mean(n), rstd(n);
-  k::layerNormForward(data(in[1]), data(in[2]), nullptr, tmp.data(), mean.data(), rstd.data(),
-                      n, c, float(ins.args.eps));
+  k::layerNormForward(data(in[1]), data(in[2]), nullptr, tmp.data(), mean.data(), rstd.data(), n, c,
+                      float(ins.args.eps));
   for (size_t i = 1; i < out.size(); ++i)
     zero(out[i]);
   k::layerNormBackward(data(in[0]), data(in[1]), data(in[2]), mean.data(), rstd.data(),
-                       data(out[0]), data(out[1]), out.size() > 2 ? data(out[2]) : nullptr,
-                       n, c);
+                       data(out[0]), data(out[1]), out.size() > 2 ? data(out[2]) : nullptr, n, c);
   return true;
 }
 
@@ -862,8 +856,7 @@ bool CpuExecutor::kernelRMSNormFwd(const KernelCall &call) {
   auto &[ins, in, out, comm, error, shardIndex, shardSize] = call;
   int64_t n = rowsOf(in[0]), c = in[0].shape.back();
   std::vector<float> rstd(n);
-  k::rmsNormForward(data(in[0]), data(in[1]), data(out[0]), rstd.data(), n, c,
-                    float(ins.args.eps));
+  k::rmsNormForward(data(in[0]), data(in[1]), data(out[0]), rstd.data(), n, c, float(ins.args.eps));
   return true;
 }
 
@@ -871,11 +864,10 @@ bool CpuExecutor::kernelRMSNormBwd(const KernelCall &call) {
   auto &[ins, in, out, comm, error, shardIndex, shardSize] = call;
   int64_t n = rowsOf(in[1]), c = in[1].shape.back();
   std::vector<float> tmp(in[1].elements), rstd(n);
-  k::rmsNormForward(data(in[1]), data(in[2]), tmp.data(), rstd.data(), n, c,
-                    float(ins.args.eps));
+  k::rmsNormForward(data(in[1]), data(in[2]), tmp.data(), rstd.data(), n, c, float(ins.args.eps));
   zero(out[1]);
-  k::rmsNormBackward(data(in[0]), data(in[1]), data(in[2]), rstd.data(), data(out[0]),
-                     data(out[1]), n, c);
+  k::rmsNormBackward(data(in[0]), data(in[1]), data(in[2]), rstd.data(), data(out[0]), data(out[1]),
+                     n, c);
   return true;
 }
 
@@ -888,8 +880,8 @@ bool CpuExecutor::kernelLinearFwd(const KernelCall &call) {
   if (!fp8Inputs(ins, {{&in[0], k::Fp8::E4M3}, {&w, k::Fp8::E4M3}}, q, comm, error))
     return false;
   k::linearForward(q.empty() ? data(in[0]) : q[0].data(), q.empty() ? data(w) : q[1].data(),
-                   in.size() > 2 ? data(in[2]) : nullptr, data(out[0]), rowsOf(in[0]), inF,
-                   outF, tr);
+                   in.size() > 2 ? data(in[2]) : nullptr, data(out[0]), rowsOf(in[0]), inF, outF,
+                   tr);
   // A GeLU epilogue: the pre-activation stays in out[0] for the backward.
   if (std::string e = ins.args.epilogue; !e.empty()) {
     if (e != "gelu_tanh" || out.size() != 2 || out[1].elements != out[0].elements) {
@@ -928,8 +920,8 @@ bool CpuExecutor::kernelLinearBwd(const KernelCall &call) {
   // fp8 (hybrid): the gradient in E5M2, input and weight in E4M3; the bias
   // gradient sums the unrounded gradient.
   std::vector<std::vector<float>> q;
-  if (!fp8Inputs(ins, {{&in[0], k::Fp8::E5M2}, {&in[1], k::Fp8::E4M3}, {&w, k::Fp8::E4M3}},
-                 q, comm, error))
+  if (!fp8Inputs(ins, {{&in[0], k::Fp8::E5M2}, {&in[1], k::Fp8::E4M3}, {&w, k::Fp8::E4M3}}, q, comm,
+                 error))
     return false;
   if (!q.empty()) {
     k::linearBackward(q[0].data(), q[1].data(), q[2].data(), data(out[0]), grads[1], nullptr,
@@ -941,8 +933,8 @@ bool CpuExecutor::kernelLinearBwd(const KernelCall &call) {
           db[j] += g[r * outF + j];
     }
   } else {
-    k::linearBackward(data(in[0]), data(in[1]), data(w), data(out[0]), grads[1], db,
-                      rowsOf(in[1]), inF, outF, tr);
+    k::linearBackward(data(in[0]), data(in[1]), data(w), data(out[0]), grads[1], db, rowsOf(in[1]),
+                      inF, outF, tr);
   }
   if (accumulate)
     for (size_t i = 1; i < out.size(); ++i) {
@@ -989,9 +981,8 @@ bool CpuExecutor::kernelRotary(const KernelCall &call) {
   if (!cpPositions(ins, in[0].shape[1], pos, error))
     return false;
   for (int i = 0; i < 2; ++i)
-    k::rotary(data(in[i]), data(out[i]), in[i].shape[0], in[i].shape[1],
-              in[i].shape[2] / hd, hd, float(ins.args.theta), sc, ins.args.inverse,
-              pos.empty() ? nullptr : pos.data());
+    k::rotary(data(in[i]), data(out[i]), in[i].shape[0], in[i].shape[1], in[i].shape[2] / hd, hd,
+              float(ins.args.theta), sc, ins.args.inverse, pos.empty() ? nullptr : pos.data());
   return true;
 }
 
@@ -1012,8 +1003,8 @@ bool CpuExecutor::kernelAttention(const KernelCall &call) {
   }
   std::vector<float> o(q.elements);
   k::attentionForward(data(in[1]), data(in[2]), data(in[3]), o.data(), lse.data(), a);
-  k::attentionBackward(data(in[0]), data(in[1]), data(in[2]), data(in[3]), data(in[4]),
-                       lse.data(), data(out[0]), data(out[1]), data(out[2]), a);
+  k::attentionBackward(data(in[0]), data(in[1]), data(in[2]), data(in[3]), data(in[4]), lse.data(),
+                       data(out[0]), data(out[1]), data(out[2]), a);
   return true;
 }
 
@@ -1103,8 +1094,7 @@ bool CpuExecutor::kernelCrossEntropyFwd(const KernelCall &call) {
     return false;
   int64_t counted;
   if (!k::crossEntropyForward(data(in[0]), l, rowsOf(in[0]), in[0].shape.back(),
-                              int64_t(ins.args.ignore_index), data(out[0]),
-                              &counted)) {
+                              int64_t(ins.args.ignore_index), data(out[0]), &counted)) {
     error = "a label is outside the vocabulary";
     return false;
   }
@@ -1128,8 +1118,7 @@ bool CpuExecutor::kernelSumSquares(const KernelCall &call) {
   auto &[ins, in, out, comm, error, shardIndex, shardSize] = call;
   double sum = 0;
   for (const Buffer &b : in) {
-    Chunk c = isGradShard(b) ? Chunk{0, b.elements}
-                             : shardChunk(b.elements, shardSize, shardIndex);
+    Chunk c = isGradShard(b) ? Chunk{0, b.elements} : shardChunk(b.elements, shardSize, shardIndex);
     sum += k::sumOfSquares(data(b) + c.begin, c.size());
   }
   *data(out[0]) = float(sum);
@@ -1261,9 +1250,9 @@ bool CpuExecutor::kernelMoERouterBwd(const KernelCall &call) {
   zero(out[1]);
   k::moeRouterBackward(data(in[0]), data(in[1]), data(in[2]), data(in[3]), idx, data(out[0]),
                        data(out[1]), rowsOf(in[1]), in[1].shape.back(), in[2].shape[0],
-                       int64_t(ins.args.top_k), ins.args.normalize,
-                       float(ins.args.aux_loss), in.size() == 6 ? data(in[5]) : nullptr,
-                       int64_t(ins.args.aux_tokens), float(ins.args.aux_scale));
+                       int64_t(ins.args.top_k), ins.args.normalize, float(ins.args.aux_loss),
+                       in.size() == 6 ? data(in[5]) : nullptr, int64_t(ins.args.aux_tokens),
+                       float(ins.args.aux_scale));
   return true;
 }
 
@@ -1291,18 +1280,16 @@ bool CpuExecutor::kernelMoEDispatchCombine(const KernelCall &call) {
     return false;
   int64_t topK = routesBuf.shape.back(), n = routesBuf.elements / topK;
   int64_t experts = rows.shape[0], capacity = rows.shape[1], hidden = rows.shape[2];
-  bool ok = id == KernelId::MoEDispatchFwd
-                ? k::moeDispatchForward(data(in[0]), idx, data(out[0]), n, hidden, topK,
-                                        experts, capacity)
-            : id == KernelId::MoEDispatchBwd
-                ? k::moeDispatchBackward(data(in[0]), idx, data(out[0]), n, hidden, topK,
-                                         experts, capacity)
-            : id == KernelId::MoECombineFwd
-                ? k::moeCombineForward(data(in[0]), data(in[1]), idx, data(out[0]), n, hidden,
-                                       topK, experts, capacity)
-                : k::moeCombineBackward(data(in[0]), data(in[1]), data(in[2]), idx,
-                                        data(out[0]), data(out[1]), n, hidden, topK, experts,
-                                        capacity);
+  bool ok =
+      id == KernelId::MoEDispatchFwd   ? k::moeDispatchForward(data(in[0]), idx, data(out[0]), n,
+                                                               hidden, topK, experts, capacity)
+      : id == KernelId::MoEDispatchBwd ? k::moeDispatchBackward(data(in[0]), idx, data(out[0]), n,
+                                                                hidden, topK, experts, capacity)
+      : id == KernelId::MoECombineFwd
+          ? k::moeCombineForward(data(in[0]), data(in[1]), idx, data(out[0]), n, hidden, topK,
+                                 experts, capacity)
+          : k::moeCombineBackward(data(in[0]), data(in[1]), data(in[2]), idx, data(out[0]),
+                                  data(out[1]), n, hidden, topK, experts, capacity);
   if (!ok)
     error = "an expert index is outside [0, " + std::to_string(experts) + ")";
   return ok;
@@ -1317,8 +1304,7 @@ bool CpuExecutor::kernelMoEExperts(const KernelCall &call) {
     error = "moe experts take " + std::to_string(count) + " weights";
     return false;
   }
-  k::MoEExpertShape sh{x.shape[0], x.shape[1], x.shape[2], in[first].shape[1],
-                       ins.args.swiglu};
+  k::MoEExpertShape sh{x.shape[0], x.shape[1], x.shape[2], in[first].shape[1], ins.args.swiglu};
   // `accumulate`: the weight gradients are added into their fp32
   // accumulators (the outputs), each expert's computed apart first as a
   // separate add would make them.
@@ -1481,8 +1467,7 @@ bool CpuExecutor::kernelAdamW(const KernelCall &call) {
   int64_t held = int64_t(st.value.size());
   bool valueOk = st.valueChunked ? held == st.shard.size()
                                  : st.shard.end <= held && (chunkGrad || held == in[0].elements);
-  if (!valueOk ||
-      (chunkGrad ? st.shard.size() > in[0].elements : st.shard.end > in[0].elements) ||
+  if (!valueOk || (chunkGrad ? st.shard.size() > in[0].elements : st.shard.end > in[0].elements) ||
       st.m.size() != size_t(st.shard.size())) {
     error = "adamw of '" + ins.args.param + "': gradient or moments do not match the parameter";
     return false;

@@ -6,8 +6,8 @@
 #include <cuda_runtime_api.h>
 #include <dlfcn.h>
 #include <spawn.h>
-#include <sys/wait.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -37,8 +37,7 @@ bool executable(const std::string &p) { return !p.empty() && access(p.c_str(), X
 int runShell(const std::string &cmd) {
   pid_t pid = 0;
   const char *argv[] = {"/bin/sh", "-c", cmd.c_str(), nullptr};
-  if (posix_spawn(&pid, "/bin/sh", nullptr, nullptr, const_cast<char *const *>(argv), environ) !=
-      0)
+  if (posix_spawn(&pid, "/bin/sh", nullptr, nullptr, const_cast<char *const *>(argv), environ) != 0)
     return -1;
   int status = 0;
   while (waitpid(pid, &status, 0) < 0)
@@ -172,8 +171,8 @@ bool FusedLibrary::load(const std::string &planDir, const std::string &sm,
         return false;
       }
     }
-    std::string cmd = quote(nvcc) + flags + " -gencode arch=compute_" + sm + ",code=sm_" + sm + " -o " + quote(lib) +
-                      " " + quote(cu) + " > " + quote(log) + " 2>&1";
+    std::string cmd = quote(nvcc) + flags + " -gencode arch=compute_" + sm + ",code=sm_" + sm +
+                      " -o " + quote(lib) + " " + quote(cu) + " > " + quote(log) + " 2>&1";
     int rc = runShell(cmd);
     if (rc != 0) {
       std::ifstream l(log);

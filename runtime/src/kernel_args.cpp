@@ -53,8 +53,8 @@ void assign(std::string &to, const json::Value &v) { to = v.string; }
 
 /// Stores `v` (already of the right kind) into the field `name`.
 void store(KernelArgs &args, const std::string &name, const json::Value &v) {
-#define LLMOPT_KERNEL_ARG_STORE(field, kind)                                                     \
-  if (name == #field)                                                                          \
+#define LLMOPT_KERNEL_ARG_STORE(field, kind)                                                       \
+  if (name == #field)                                                                              \
     return assign(args.field, v);
   LLMOPT_KERNEL_PARAMS(LLMOPT_KERNEL_ARG_STORE)
 #undef LLMOPT_KERNEL_ARG_STORE

@@ -14,8 +14,8 @@
 
 #include "llmopt-runtime/plan.h"
 
-#include <cmath>
 #include <array>
+#include <cmath>
 #include <string>
 
 namespace llmopt::runtime {
@@ -224,15 +224,15 @@ struct Checker {
     const std::vector<Buffer> &in = ins.ins, &out = ins.outs;
     bool fwd = ins.kernel->id == KernelId::AttentionFwd;
     int64_t h = 0, kv = 0, d = 0;
-    if (!size("heads", ins.args.heads, h) || !size("kv_heads", ins.args.kv_heads, kv) || !size("head_dim", ins.args.head_dim, d))
+    if (!size("heads", ins.args.heads, h) || !size("kv_heads", ins.args.kv_heads, kv) ||
+        !size("head_dim", ins.args.head_dim, d))
       return false;
     if (h % kv != 0)
       return fail("params.heads must be a multiple of params.kv_heads");
     const Buffer &q = in[fwd ? 0 : 1], &k = in[fwd ? 1 : 2], &v = in[fwd ? 2 : 3];
     if (!rank(q, 3, "q") || !rank(k, 3, "k"))
       return false;
-    if (last(q) != h * d || last(k) != kv * d || v.shape != k.shape ||
-        q.shape[0] != k.shape[0])
+    if (last(q) != h * d || last(k) != kv * d || v.shape != k.shape || q.shape[0] != k.shape[0])
       return fail("q must be [b, s, heads x head_dim] and k, v [b, s', kv_heads x head_dim]");
     if (fwd)
       return out[0].shape == q.shape ? true : fail("outs[0] must have q's shape");
@@ -324,9 +324,8 @@ struct Checker {
     const std::vector<Buffer> &in = ins.ins, &out = ins.outs;
     KernelId id = ins.kernel->id;
     const Buffer &routes = ins.moeIndices(), &slots = ins.moeRows();
-    const Buffer &tokens = id == KernelId::MoEDispatchFwd || id == KernelId::MoECombineBwd
-                               ? in[0]
-                               : out[0];
+    const Buffer &tokens =
+        id == KernelId::MoEDispatchFwd || id == KernelId::MoECombineBwd ? in[0] : out[0];
     if (!ids(routes, "the indices") || !rank(slots, 3, "the expert rows") || last(routes) < 1)
       return false;
     if (last(tokens) != slots.shape[2] || rows(tokens) * last(routes) != routes.elements)
@@ -376,7 +375,8 @@ struct Checker {
   bool tpSlice() {
     // The whole tensor and its part along the last dimension.
     bool slice = ins.kernel->id == KernelId::TPSlice;
-    const Buffer &whole = slice ? ins.ins[0] : ins.outs[0], &part = slice ? ins.outs[0] : ins.ins[0];
+    const Buffer &whole = slice ? ins.ins[0] : ins.outs[0],
+                 &part = slice ? ins.outs[0] : ins.ins[0];
     int64_t parts = 0;
     if (!size("parts", ins.args.parts, parts))
       return false;

@@ -43,8 +43,8 @@ public:
     }
     dp_ = dp, cp_ = cp, tp_ = tp;
     int stageSize = dp * cp * tp;
-    int stage = rank_ / stageSize, dpIndex = (rank_ / (cp * tp)) % dp,
-        cpIndex = (rank_ / tp) % cp, tpIndex = rank_ % tp;
+    int stage = rank_ / stageSize, dpIndex = (rank_ / (cp * tp)) % dp, cpIndex = (rank_ / tp) % cp,
+        tpIndex = rank_ % tp;
     // Colors: the coordinates on every other axis.
     if (MPI_Comm_split(MPI_COMM_WORLD, rank_ / tp, tpIndex, &tpComm) != MPI_SUCCESS ||
         MPI_Comm_split(MPI_COMM_WORLD, (stage * dp + dpIndex) * tp + tpIndex, cpIndex, &cpComm) !=
@@ -85,8 +85,8 @@ public:
     return true;
   }
 
-  bool startAllReduce(const std::string &axis, float *data, int64_t count, bool average,
-                      int bucket, std::string &error) override {
+  bool startAllReduce(const std::string &axis, float *data, int64_t count, bool average, int bucket,
+                      std::string &error) override {
     MPI_Comm comm = commFor(axis);
     Started &st = buckets[bucket];
     st.comm = comm;
@@ -129,17 +129,19 @@ public:
     if (count > (int64_t(1) << 30))
       return Communicator::allToAllBlocks(axis, send, recv, count, error);
     MPI_Request r;
-    int rc = MPI_Ialltoall(send, int(count), MPI_FLOAT, recv, int(count), MPI_FLOAT,
-                           commFor(axis), &r);
-    return started(rc, "MPI_Ialltoall", error) && wait(r, label("all-to-all", axis), commFor(axis), error);
+    int rc =
+        MPI_Ialltoall(send, int(count), MPI_FLOAT, recv, int(count), MPI_FLOAT, commFor(axis), &r);
+    return started(rc, "MPI_Ialltoall", error) &&
+           wait(r, label("all-to-all", axis), commFor(axis), error);
   }
 
   bool send(int peer, int tag, const float *data, int64_t count, std::string &error) override {
     // Non-blocking from a private copy: the caller may reuse its buffer at
     // once, and two stages sending to each other cannot deadlock.
-    pending.push_back(Pending{std::vector<float>(data, data + count), {},
-                              "send to rank " + std::to_string(peer) + " (tag " +
-                                  std::to_string(tag) + ")"});
+    pending.push_back(
+        Pending{std::vector<float>(data, data + count),
+                {},
+                "send to rank " + std::to_string(peer) + " (tag " + std::to_string(tag) + ")"});
     Pending &p = pending.back();
     for (int64_t at = 0; at < count;) {
       int len = int(std::min<int64_t>(count - at, int64_t(1) << 30));
@@ -167,9 +169,10 @@ public:
     for (int64_t at = 0; at < count;) {
       int len = int(std::min<int64_t>(count - at, int64_t(1) << 30));
       MPI_Request r;
-      if (!started(MPI_Irecv(data + at, len, MPI_FLOAT, peer, tag, MPI_COMM_WORLD, &r),
-                   "MPI_Irecv", error) ||
-          !wait(r, "receive from rank " + std::to_string(peer) + " (tag " + std::to_string(tag) + ")",
+      if (!started(MPI_Irecv(data + at, len, MPI_FLOAT, peer, tag, MPI_COMM_WORLD, &r), "MPI_Irecv",
+                   error) ||
+          !wait(r,
+                "receive from rank " + std::to_string(peer) + " (tag " + std::to_string(tag) + ")",
                 MPI_COMM_WORLD, error))
         return false;
       at += len;
@@ -188,19 +191,19 @@ public:
     if (count > (int64_t(1) << 30))
       return Communicator::allGatherBlocks(axis, mine, all, count, error);
     MPI_Request r;
-    int rc = MPI_Iallgather(mine, int(count), MPI_FLOAT, all, int(count), MPI_FLOAT,
-                            commFor(axis), &r);
+    int rc =
+        MPI_Iallgather(mine, int(count), MPI_FLOAT, all, int(count), MPI_FLOAT, commFor(axis), &r);
     return started(rc, "MPI_Iallgather", error) &&
            wait(r, label("all-gather", axis), commFor(axis), error);
   }
 
-  bool startAllGatherBlocks(const std::string &axis, const float *mine, float *all,
-                            int64_t count, int event, std::string &error) override {
+  bool startAllGatherBlocks(const std::string &axis, const float *mine, float *all, int64_t count,
+                            int event, std::string &error) override {
     if (count > (int64_t(1) << 30))
       return Communicator::allGatherBlocks(axis, mine, all, count, error);
     MPI_Request r;
-    int rc = MPI_Iallgather(mine, int(count), MPI_FLOAT, all, int(count), MPI_FLOAT,
-                            commFor(axis), &r);
+    int rc =
+        MPI_Iallgather(mine, int(count), MPI_FLOAT, all, int(count), MPI_FLOAT, commFor(axis), &r);
     return track(gathers, event, r, rc, commFor(axis),
                  label("all-gather", axis) + " (parameters, event " + std::to_string(event) + ")",
                  error);
@@ -215,10 +218,11 @@ public:
     if (count > (int64_t(1) << 30))
       return Communicator::reduceScatterBlocks(axis, all, mine, count, error);
     MPI_Request r;
-    int rc = MPI_Ireduce_scatter_block(all, mine, int(count), MPI_FLOAT, MPI_SUM, commFor(axis),
-                                       &r);
+    int rc =
+        MPI_Ireduce_scatter_block(all, mine, int(count), MPI_FLOAT, MPI_SUM, commFor(axis), &r);
     return track(scatters, handle, r, rc, commFor(axis),
-                 label("reduce-scatter", axis) + " (gradients, handle " + std::to_string(handle) + ")",
+                 label("reduce-scatter", axis) + " (gradients, handle " + std::to_string(handle) +
+                     ")",
                  error);
   }
 
@@ -251,13 +255,13 @@ public:
     return true;
   }
 
-  bool reduceScatterBlocks(const std::string &axis, const float *all, float *mine,
-                           int64_t count, std::string &error) override {
+  bool reduceScatterBlocks(const std::string &axis, const float *all, float *mine, int64_t count,
+                           std::string &error) override {
     if (count > (int64_t(1) << 30))
       return Communicator::reduceScatterBlocks(axis, all, mine, count, error);
     MPI_Request r;
-    int rc = MPI_Ireduce_scatter_block(all, mine, int(count), MPI_FLOAT, MPI_SUM, commFor(axis),
-                                       &r);
+    int rc =
+        MPI_Ireduce_scatter_block(all, mine, int(count), MPI_FLOAT, MPI_SUM, commFor(axis), &r);
     return started(rc, "MPI_Ireduce_scatter_block", error) &&
            wait(r, label("reduce-scatter", axis), commFor(axis), error);
   }
@@ -305,8 +309,8 @@ public:
     std::vector<float> mine(size_t(c), 0.0f);
     std::copy(data, data + count, padded.begin());
     MPI_Request r;
-    int rc = MPI_Ireduce_scatter_block(padded.data(), mine.data(), int(c), MPI_FLOAT, MPI_SUM,
-                                       comm, &r);
+    int rc =
+        MPI_Ireduce_scatter_block(padded.data(), mine.data(), int(c), MPI_FLOAT, MPI_SUM, comm, &r);
     if (!started(rc, "MPI_Ireduce_scatter_block", error) ||
         !wait(r, label("reduce-scatter", axis), comm, error))
       return false;
@@ -316,8 +320,7 @@ public:
     return true;
   }
 
-  bool allGather(const std::string &axis, float *data, int64_t count,
-                 std::string &error) override {
+  bool allGather(const std::string &axis, float *data, int64_t count, std::string &error) override {
     MPI_Comm comm = commFor(axis);
     int size = 1;
     MPI_Comm_size(comm, &size);
@@ -477,7 +480,7 @@ private:
     std::string what;
   };
   std::map<int, Started> buckets;
-  std::map<int, InFlight> gathers; // prefetched parameter gathers
+  std::map<int, InFlight> gathers;  // prefetched parameter gathers
   std::map<int, InFlight> scatters; // gradient chunks in flight
   int rank_ = 0, size_ = 1, dp_ = 1, cp_ = 1, tp_ = 1;
   MPI_Comm dpComm = MPI_COMM_WORLD, tpComm = MPI_COMM_WORLD, ppComm = MPI_COMM_WORLD,

@@ -73,8 +73,8 @@ llmopt::runtime::findPaddedLogits(const Program &prog,
   };
   for (size_t i = 0; i < flat.size(); ++i) {
     const Instruction *head = flat[i];
-    if (!is(head, KernelId::LinearFwd) || head->outs.size() != 1 ||
-        !head->args.epilogue.empty() || !head->args.fp8.empty())
+    if (!is(head, KernelId::LinearFwd) || head->outs.size() != 1 || !head->args.epilogue.empty() ||
+        !head->args.fp8.empty())
       continue;
     const Buffer &logits = head->outs[0];
     int64_t vocab = lastDim(logits), pitch = pitchOf(vocab);
@@ -102,4 +102,3 @@ llmopt::runtime::findPaddedLogits(const Program &prog,
   }
   return std::nullopt;
 }
-

@@ -41,7 +41,6 @@ const Buffer &Instruction::moeRows() const {
   }
 }
 
-
 const Program *Plan::programFor(int rank) const {
   for (const Program &p : programs)
     for (int r : p.ranks)
@@ -173,8 +172,8 @@ struct Checker {
           if (!integer(&r, ew + "." + list, n))
             return false;
           if (size_t(n) >= refs)
-            return fail(ew + "." + list, "names buffer " + std::to_string(n) + " of " +
-                                             std::to_string(refs));
+            return fail(ew + "." + list,
+                        "names buffer " + std::to_string(n) + " of " + std::to_string(refs));
           if (std::string(list) == "outs" && size_t(n) < ins.ins.size())
             return fail(ew + ".outs", "writes an input of the fused kernel");
           (std::string(list) == "ins" ? sub.ins : sub.outs).push_back(bufferOf(n));
@@ -214,9 +213,11 @@ struct Checker {
     std::string s;
     if (!string(v, where, s))
       return false;
-    static const std::map<std::string, DType> names = {
-        {"f32", DType::F32}, {"bf16", DType::BF16}, {"f16", DType::F16},
-        {"i32", DType::I32}, {"i64", DType::I64}};
+    static const std::map<std::string, DType> names = {{"f32", DType::F32},
+                                                       {"bf16", DType::BF16},
+                                                       {"f16", DType::F16},
+                                                       {"i32", DType::I32},
+                                                       {"i64", DType::I64}};
     auto it = names.find(s);
     if (it == names.end())
       return fail(where, "unknown dtype '" + s + "'");
@@ -242,8 +243,8 @@ struct Checker {
     return true;
   }
 
-  bool buffer(const json::Value &v, const std::string &where, const Plan &plan,
-              int64_t arenaBytes, Buffer &b, int64_t stashBytes = 0) {
+  bool buffer(const json::Value &v, const std::string &where, const Plan &plan, int64_t arenaBytes,
+              Buffer &b, int64_t stashBytes = 0) {
     if (!v.isObject())
       return fail(where, "a buffer must be an object");
     std::string space;
@@ -272,8 +273,8 @@ struct Checker {
         return fail(where, "input " + std::to_string(b.offset) + " does not exist");
       const Buffer &in = plan.inputs[b.offset];
       if (in.shape != b.shape || in.dtype != b.dtype)
-        return fail(where, "does not match the shape and dtype of input " +
-                               std::to_string(b.offset));
+        return fail(where,
+                    "does not match the shape and dtype of input " + std::to_string(b.offset));
     } else if (space == "state") {
       b.space = Buffer::Space::State;
       if (!string(v.get("name"), where + ".name", b.name))
@@ -308,11 +309,10 @@ struct Checker {
                  b.name.rfind("scratch:", 0) != 0) {
         return fail(where, "unknown accumulator '" + b.name +
                                "' (loss, norm_sq_replicated, scratch:<name>, grad:<parameter>, "
-                                 "grad_shard:<parameter>)");
+                               "grad_shard:<parameter>)");
       }
     } else {
-      return fail(where + ".space",
-                  "must be arena, input, state or accum, got '" + space + "'");
+      return fail(where + ".space", "must be arena, input, state or accum, got '" + space + "'");
     }
     return true;
   }
@@ -367,8 +367,8 @@ bool parsePlan(const json::Value &root, Plan &plan, std::string &error) {
       return c.fail("mesh.ep", "must divide mesh.dp (expert-parallel ranks are data-parallel "
                                "ranks)");
     if (!plan.mesh.empty() && product != plan.worldSize)
-      return c.fail("world_size", "is " + std::to_string(plan.worldSize) +
-                                      " but the mesh has " + std::to_string(product) + " ranks");
+      return c.fail("world_size", "is " + std::to_string(plan.worldSize) + " but the mesh has " +
+                                      std::to_string(product) + " ranks");
   }
 
   const json::Value *inputs = root.get("inputs");
@@ -419,8 +419,7 @@ bool parsePlan(const json::Value &root, Plan &plan, std::string &error) {
       auto axis = plan.mesh.find(p.shardAxis);
       if (axis == plan.mesh.end() || axis->second != p.shardParts)
         return c.fail(sw + ".parts", "must equal the size of mesh axis '" + p.shardAxis + "'");
-      if (p.shardDim >= int64_t(p.shape.size()) ||
-          p.shape[size_t(p.shardDim)] % p.shardBlocks != 0)
+      if (p.shardDim >= int64_t(p.shape.size()) || p.shape[size_t(p.shardDim)] % p.shardBlocks != 0)
         return c.fail(sw, "dim out of range or not divisible into blocks");
       if (sh->get("whole")) {
         // A padded dimension (the vocabulary): every part keeps some of it.
@@ -430,8 +429,8 @@ bool parsePlan(const json::Value &root, Plan &plan, std::string &error) {
         if (p.shardBlocks != 1 || p.shardWhole > part * p.shardParts ||
             p.shardWhole <= part * (p.shardParts - 1))
           return c.fail(sw + ".whole", "must pad one block by less than a part: between " +
-                                           std::to_string(part * (p.shardParts - 1) + 1) +
-                                           " and " + std::to_string(part * p.shardParts));
+                                           std::to_string(part * (p.shardParts - 1) + 1) + " and " +
+                                           std::to_string(part * p.shardParts));
       }
     }
     if (!names.insert(p.name).second)
@@ -464,20 +463,19 @@ bool parsePlan(const json::Value &root, Plan &plan, std::string &error) {
       if (!c.integer(&r, where + ".ranks", rank))
         return false;
       if (rank >= plan.worldSize || !covered.insert(int(rank)).second)
-        return c.fail(where + ".ranks", "rank " + std::to_string(rank) +
-                                            " is outside the world or listed twice");
+        return c.fail(where + ".ranks",
+                      "rank " + std::to_string(rank) + " is outside the world or listed twice");
       prog.ranks.push_back(int(rank));
     }
     const json::Value *outs = pv.get("outputs");
     if (!outs || !outs->get("loss") || !outs->get("grad_norm"))
       return c.fail(where + ".outputs", "needs loss and grad_norm buffers");
-    if (!c.buffer(*outs->get("loss"), where + ".outputs.loss", plan, prog.arenaBytes,
-                  prog.loss) ||
-        !c.buffer(*outs->get("grad_norm"), where + ".outputs.grad_norm", plan,
-                  prog.arenaBytes, prog.gradNorm))
+    if (!c.buffer(*outs->get("loss"), where + ".outputs.loss", plan, prog.arenaBytes, prog.loss) ||
+        !c.buffer(*outs->get("grad_norm"), where + ".outputs.grad_norm", plan, prog.arenaBytes,
+                  prog.gradNorm))
       return false;
-    if (!c.integer(pv.get("num_micro_batches"), where + ".num_micro_batches",
-                   prog.numMicroBatches, 1))
+    if (!c.integer(pv.get("num_micro_batches"), where + ".num_micro_batches", prog.numMicroBatches,
+                   1))
       return false;
     if (pv.get("backward_start")) {
       if (!c.integer(pv.get("backward_start"), where + ".backward_start", prog.backwardStart) ||
@@ -518,9 +516,9 @@ bool parsePlan(const json::Value &root, Plan &plan, std::string &error) {
     }
     if (prog.schedule == "interleaved" && prog.chunks.empty())
       return c.fail(where + ".chunks", "an interleaved schedule needs the stage's chunks");
-    std::set<int64_t> started, waited; // gradient buckets
+    std::set<int64_t> started, waited;                 // gradient buckets
     std::map<int64_t, size_t> gatherStart, gatherWait; // prefetch events
-    struct ScatterBucket { // ZeRO-2/3 gradient buckets
+    struct ScatterBucket {                             // ZeRO-2/3 gradient buckets
       size_t first = 0;
       int64_t members = 0;
       std::string axis, reduce;
@@ -540,318 +538,323 @@ bool parsePlan(const json::Value &root, Plan &plan, std::string &error) {
       return crossing;
     };
     for (const char *phase : {"micro_batch_instructions", "step_instructions"}) {
-    const json::Value *instrs = pv.get(phase);
-    if (!instrs || !instrs->isArray())
-      return c.fail(where + "." + phase, "must be an array");
-    std::vector<Instruction> &list =
-        std::string(phase) == "step_instructions" ? prog.step : prog.microBatch;
-    for (size_t ii = 0; ii < instrs->array.size(); ++ii) {
-      const json::Value &iv = instrs->array[ii];
-      std::string iw = where + "." + phase + "[" + std::to_string(ii) + "]";
-      Instruction ins;
-      auto bufferList = [&](const char *key, std::vector<Buffer> &out) {
-        const json::Value *list = iv.get(key);
-        if (!list || !list->isArray())
-          return c.fail(iw + "." + key, "must be an array of buffers");
-        for (size_t bi = 0; bi < list->array.size(); ++bi) {
-          Buffer b;
-          if (!c.buffer(list->array[bi], iw + "." + key + "[" + std::to_string(bi) + "]",
-                        plan, prog.arenaBytes, b, prog.stashBytes))
+      const json::Value *instrs = pv.get(phase);
+      if (!instrs || !instrs->isArray())
+        return c.fail(where + "." + phase, "must be an array");
+      std::vector<Instruction> &list =
+          std::string(phase) == "step_instructions" ? prog.step : prog.microBatch;
+      for (size_t ii = 0; ii < instrs->array.size(); ++ii) {
+        const json::Value &iv = instrs->array[ii];
+        std::string iw = where + "." + phase + "[" + std::to_string(ii) + "]";
+        Instruction ins;
+        auto bufferList = [&](const char *key, std::vector<Buffer> &out) {
+          const json::Value *list = iv.get(key);
+          if (!list || !list->isArray())
+            return c.fail(iw + "." + key, "must be an array of buffers");
+          for (size_t bi = 0; bi < list->array.size(); ++bi) {
+            Buffer b;
+            if (!c.buffer(list->array[bi], iw + "." + key + "[" + std::to_string(bi) + "]", plan,
+                          prog.arenaBytes, b, prog.stashBytes))
+              return false;
+            out.push_back(b);
+          }
+          return true;
+        };
+        if (const json::Value *k = iv.get("kernel")) {
+          if (!k->isString())
+            return c.fail(iw + ".kernel", "must be a string");
+          ins.kernel = kernels::findKernel(k->string.c_str());
+          if (!ins.kernel)
+            return c.fail(iw + ".kernel", "unknown kernel '" + k->string + "'");
+          if (!bufferList("ins", ins.ins) || !bufferList("outs", ins.outs))
             return false;
-          out.push_back(b);
-        }
-        return true;
-      };
-      if (const json::Value *k = iv.get("kernel")) {
-        if (!k->isString())
-          return c.fail(iw + ".kernel", "must be a string");
-        ins.kernel = kernels::findKernel(k->string.c_str());
-        if (!ins.kernel)
-          return c.fail(iw + ".kernel", "unknown kernel '" + k->string + "'");
-        if (!bufferList("ins", ins.ins) || !bufferList("outs", ins.outs))
-          return false;
-        if ((ins.kernel->inputs >= 0 && int(ins.ins.size()) != ins.kernel->inputs) ||
-            (ins.kernel->outputs >= 0 && int(ins.outs.size()) != ins.kernel->outputs))
-          return c.fail(iw, std::string("wrong number of buffers for '") + ins.kernel->name +
-                                "'");
-        for (const Buffer &b : ins.outs)
-          if (b.space == Buffer::Space::Input)
-            return c.fail(iw + ".outs", "a kernel must not write a step input");
-        if (std::string at, why;
-            !decodeKernelArgs(*ins.kernel, iv.get("params"), ins.args, at, why))
-          return c.fail(iw + at, why);
-        if (ins.kernel->id == kernels::KernelId::Fused && !c.fused(iv, iw, ins))
-          return false;
-        if (ins.kernel->id == kernels::KernelId::AdamW && !plan.param(ins.args.param))
-          return c.fail(iw + ".params.param", "no parameter named '" + ins.args.param + "'");
-        for (const auto &[key, axis] : axisArgs(ins.args))
-          if (!plan.hasAxis(axis))
-            return c.fail(iw + ".params." + key, "no mesh axis '" + axis + "'");
-        if (std::string why; !checkKernel(ins, why))
-          return c.fail(iw, std::string(ins.kernel->name) + ": " + why);
-        for (size_t si = 0; si < ins.body.size(); ++si)
-          if (std::string why; !checkKernel(ins.body[si], why))
-            return c.fail(iw + ".body[" + std::to_string(si) + "]",
-                          std::string(ins.body[si].kernel->name) + ": " + why);
-      } else if (const json::Value *col = iv.get("collective");
-                 col && col->isString() && col->string == "param_gather") {
-        ins.kind = Instruction::Kind::ParamGather;
-        std::string param;
-        if (!c.string(iv.get("axis"), iw + ".axis", ins.axis) ||
-            !c.string(iv.get("param"), iw + ".param", param) || !bufferList("buffers", ins.buffers))
-          return false;
-        const ParamSpec *spec = plan.param(param);
-        if (!spec)
-          return c.fail(iw + ".param", "no parameter named '" + param + "'");
-        if (!plan.hasAxis(ins.axis))
-          return c.fail(iw + ".axis", "no mesh axis '" + ins.axis + "'");
-        Buffer::Space space = ins.buffers.empty() ? Buffer::Space::Input : ins.buffers[0].space;
-        if (ins.buffers.size() != 1 ||
-            (space != Buffer::Space::Arena && space != Buffer::Space::Stash) ||
-            ins.buffers[0].elements != spec->elements)
-          return c.fail(iw + ".buffers", "one arena buffer the size of '" + param + "'");
-        ins.args.param = param;
-        if (iv.get("event")) {
+          if ((ins.kernel->inputs >= 0 && int(ins.ins.size()) != ins.kernel->inputs) ||
+              (ins.kernel->outputs >= 0 && int(ins.outs.size()) != ins.kernel->outputs))
+            return c.fail(iw,
+                          std::string("wrong number of buffers for '") + ins.kernel->name + "'");
+          for (const Buffer &b : ins.outs)
+            if (b.space == Buffer::Space::Input)
+              return c.fail(iw + ".outs", "a kernel must not write a step input");
+          if (std::string at, why;
+              !decodeKernelArgs(*ins.kernel, iv.get("params"), ins.args, at, why))
+            return c.fail(iw + at, why);
+          if (ins.kernel->id == kernels::KernelId::Fused && !c.fused(iv, iw, ins))
+            return false;
+          if (ins.kernel->id == kernels::KernelId::AdamW && !plan.param(ins.args.param))
+            return c.fail(iw + ".params.param", "no parameter named '" + ins.args.param + "'");
+          for (const auto &[key, axis] : axisArgs(ins.args))
+            if (!plan.hasAxis(axis))
+              return c.fail(iw + ".params." + key, "no mesh axis '" + axis + "'");
+          if (std::string why; !checkKernel(ins, why))
+            return c.fail(iw, std::string(ins.kernel->name) + ": " + why);
+          for (size_t si = 0; si < ins.body.size(); ++si)
+            if (std::string why; !checkKernel(ins.body[si], why))
+              return c.fail(iw + ".body[" + std::to_string(si) + "]",
+                            std::string(ins.body[si].kernel->name) + ": " + why);
+        } else if (const json::Value *col = iv.get("collective");
+                   col && col->isString() && col->string == "param_gather") {
+          ins.kind = Instruction::Kind::ParamGather;
+          std::string param;
+          if (!c.string(iv.get("axis"), iw + ".axis", ins.axis) ||
+              !c.string(iv.get("param"), iw + ".param", param) ||
+              !bufferList("buffers", ins.buffers))
+            return false;
+          const ParamSpec *spec = plan.param(param);
+          if (!spec)
+            return c.fail(iw + ".param", "no parameter named '" + param + "'");
+          if (!plan.hasAxis(ins.axis))
+            return c.fail(iw + ".axis", "no mesh axis '" + ins.axis + "'");
+          Buffer::Space space = ins.buffers.empty() ? Buffer::Space::Input : ins.buffers[0].space;
+          if (ins.buffers.size() != 1 ||
+              (space != Buffer::Space::Arena && space != Buffer::Space::Stash) ||
+              ins.buffers[0].elements != spec->elements)
+            return c.fail(iw + ".buffers", "one arena buffer the size of '" + param + "'");
+          ins.args.param = param;
+          if (iv.get("event")) {
+            int64_t event = 0;
+            if (!c.integer(iv.get("event"), iw + ".event", event))
+              return false;
+            if (&list != &prog.microBatch)
+              return c.fail(iw,
+                            "a prefetched param_gather belongs to the micro-batch instructions");
+            if (event < 0 || event > (int64_t(1) << 30) || !gatherStart.emplace(event, ii).second)
+              return c.fail(iw + ".event", "must be a new non-negative event number");
+            ins.event = int(event);
+          }
+        } else if (const json::Value *col = iv.get("collective");
+                   col && col->isString() && col->string == "param_wait") {
+          ins.kind = Instruction::Kind::ParamWait;
           int64_t event = 0;
           if (!c.integer(iv.get("event"), iw + ".event", event))
             return false;
           if (&list != &prog.microBatch)
-            return c.fail(iw, "a prefetched param_gather belongs to the micro-batch instructions");
-          if (event < 0 || event > (int64_t(1) << 30) || !gatherStart.emplace(event, ii).second)
-            return c.fail(iw + ".event", "must be a new non-negative event number");
+            return c.fail(iw, "param_wait belongs to the micro-batch instructions");
+          auto started = gatherStart.find(event);
+          if (started == gatherStart.end() || !gatherWait.emplace(event, ii).second)
+            return c.fail(iw + ".event", "waits for event " + std::to_string(event) +
+                                             ", which no earlier param_gather started or "
+                                             "another param_wait already waited for");
+          // Start and wait run in one part of the schedule (no backward or
+          // chunk boundary between them).
+          if (crossesPart(started->second, ii))
+            return c.fail(iw + ".event", "waits across a schedule boundary (backward_start or a "
+                                         "chunk's begin) from its param_gather");
           ins.event = int(event);
-        }
-      } else if (const json::Value *col = iv.get("collective");
-                 col && col->isString() && col->string == "param_wait") {
-        ins.kind = Instruction::Kind::ParamWait;
-        int64_t event = 0;
-        if (!c.integer(iv.get("event"), iw + ".event", event))
-          return false;
-        if (&list != &prog.microBatch)
-          return c.fail(iw, "param_wait belongs to the micro-batch instructions");
-        auto started = gatherStart.find(event);
-        if (started == gatherStart.end() || !gatherWait.emplace(event, ii).second)
-          return c.fail(iw + ".event", "waits for event " + std::to_string(event) +
-                                           ", which no earlier param_gather started or "
-                                           "another param_wait already waited for");
-        // Start and wait run in one part of the schedule (no backward or
-        // chunk boundary between them).
-        if (crossesPart(started->second, ii))
-          return c.fail(iw + ".event", "waits across a schedule boundary (backward_start or a "
-                                       "chunk's begin) from its param_gather");
-        ins.event = int(event);
-      } else if (const json::Value *col = iv.get("collective");
-                 col && col->isString() && (col->string == "send" || col->string == "recv")) {
-        ins.kind = col->string == "send" ? Instruction::Kind::Send : Instruction::Kind::Recv;
-        int64_t peer = 0;
-        if (!c.integer(iv.get("peer"), iw + ".peer", peer) || !bufferList("buffers", ins.buffers))
-          return false;
-        int pp = plan.axisSize("pp");
-        if (peer >= pp)
-          return c.fail(iw + ".peer", "no pipeline stage " + std::to_string(peer) + " of " +
-                                          std::to_string(pp));
-        ins.peer = int(peer);
-        if (iv.get("tag")) {
-          int64_t tag = 0;
-          if (!c.integer(iv.get("tag"), iw + ".tag", tag))
+        } else if (const json::Value *col = iv.get("collective");
+                   col && col->isString() && (col->string == "send" || col->string == "recv")) {
+          ins.kind = col->string == "send" ? Instruction::Kind::Send : Instruction::Kind::Recv;
+          int64_t peer = 0;
+          if (!c.integer(iv.get("peer"), iw + ".peer", peer) || !bufferList("buffers", ins.buffers))
             return false;
-          // MPI guarantees tags up to 32767; ring attention uses 32000.
-          if (tag >= 32000)
-            return c.fail(iw + ".tag", "must be below 32000 (ring attention's tag)");
-          ins.tag = int(tag);
-        }
-        ins.axis = "pp";
-        if (ins.buffers.size() != 1 ||
-            (ins.kind == Instruction::Kind::Recv && ins.buffers[0].space == Buffer::Space::Input))
-          return c.fail(iw + ".buffers", "one buffer, not a step input for recv");
-      } else if (const json::Value *col = iv.get("collective");
-                 col && col->isString() && col->string == "grad_reduce_scatter") {
-        ins.kind = Instruction::Kind::GradReduceScatter;
-        if (!c.string(iv.get("axis"), iw + ".axis", ins.axis) ||
-            !c.string(iv.get("reduce"), iw + ".reduce", ins.reduce) ||
-            !bufferList("ins", ins.ins) || !bufferList("outs", ins.outs))
-          return false;
-        if (&list != &prog.microBatch)
-          return c.fail(iw, "grad_reduce_scatter belongs to the micro-batch instructions");
-        if (ins.axis != "dp" && ins.axis != "edp")
-          return c.fail(iw + ".axis", "must be dp or edp");
-        if (!plan.hasAxis(ins.axis))
-          return c.fail(iw + ".axis", "no mesh axis '" + ins.axis + "'");
-        if (ins.reduce != "sum" && ins.reduce != "avg")
-          return c.fail(iw + ".reduce", "must be sum or avg");
-        int64_t d = plan.axisSize("dp") / (ins.axis == "edp" ? plan.axisSize("ep") : 1);
-        if (ins.ins.size() == 1 && ins.ins[0].space != Buffer::Space::Arena &&
-            ins.ins[0].space != Buffer::Space::Stash)
-          return c.fail(iw + ".ins[0]", "the gradient must be an arena or stash buffer");
-        if (ins.ins.size() != 1 || ins.outs.size() != 1 || !isGradShard(ins.outs[0]) ||
-            ins.outs[0].elements != (ins.ins[0].elements + d - 1) / d)
-          return c.fail(iw, "takes one gradient and one grad_shard: accumulator of its ceil(n / " +
-                                std::to_string(d) + ") elements");
-        // A bucket: its members (same axis and reduction) in one part of
-        // the schedule, the last one marked `flush`.
-        if (const json::Value *bv = iv.get("bucket")) {
-          int64_t bucket = 0;
-          if (!c.integer(bv, iw + ".bucket", bucket))
+          int pp = plan.axisSize("pp");
+          if (peer >= pp)
+            return c.fail(iw + ".peer", "no pipeline stage " + std::to_string(peer) + " of " +
+                                            std::to_string(pp));
+          ins.peer = int(peer);
+          if (iv.get("tag")) {
+            int64_t tag = 0;
+            if (!c.integer(iv.get("tag"), iw + ".tag", tag))
+              return false;
+            // MPI guarantees tags up to 32767; ring attention uses 32000.
+            if (tag >= 32000)
+              return c.fail(iw + ".tag", "must be below 32000 (ring attention's tag)");
+            ins.tag = int(tag);
+          }
+          ins.axis = "pp";
+          if (ins.buffers.size() != 1 ||
+              (ins.kind == Instruction::Kind::Recv && ins.buffers[0].space == Buffer::Space::Input))
+            return c.fail(iw + ".buffers", "one buffer, not a step input for recv");
+        } else if (const json::Value *col = iv.get("collective");
+                   col && col->isString() && col->string == "grad_reduce_scatter") {
+          ins.kind = Instruction::Kind::GradReduceScatter;
+          if (!c.string(iv.get("axis"), iw + ".axis", ins.axis) ||
+              !c.string(iv.get("reduce"), iw + ".reduce", ins.reduce) ||
+              !bufferList("ins", ins.ins) || !bufferList("outs", ins.outs))
             return false;
-          if (bucket > (int64_t(1) << 30))
-            return c.fail(iw + ".bucket", "must be below 2^30");
-          if (const json::Value *fv = iv.get("flush")) {
-            if (!fv->isBool())
-              return c.fail(iw + ".flush", "must be true or false");
-            ins.flush = fv->boolean;
+          if (&list != &prog.microBatch)
+            return c.fail(iw, "grad_reduce_scatter belongs to the micro-batch instructions");
+          if (ins.axis != "dp" && ins.axis != "edp")
+            return c.fail(iw + ".axis", "must be dp or edp");
+          if (!plan.hasAxis(ins.axis))
+            return c.fail(iw + ".axis", "no mesh axis '" + ins.axis + "'");
+          if (ins.reduce != "sum" && ins.reduce != "avg")
+            return c.fail(iw + ".reduce", "must be sum or avg");
+          int64_t d = plan.axisSize("dp") / (ins.axis == "edp" ? plan.axisSize("ep") : 1);
+          if (ins.ins.size() == 1 && ins.ins[0].space != Buffer::Space::Arena &&
+              ins.ins[0].space != Buffer::Space::Stash)
+            return c.fail(iw + ".ins[0]", "the gradient must be an arena or stash buffer");
+          if (ins.ins.size() != 1 || ins.outs.size() != 1 || !isGradShard(ins.outs[0]) ||
+              ins.outs[0].elements != (ins.ins[0].elements + d - 1) / d)
+            return c.fail(iw,
+                          "takes one gradient and one grad_shard: accumulator of its ceil(n / " +
+                              std::to_string(d) + ") elements");
+          // A bucket: its members (same axis and reduction) in one part of
+          // the schedule, the last one marked `flush`.
+          if (const json::Value *bv = iv.get("bucket")) {
+            int64_t bucket = 0;
+            if (!c.integer(bv, iw + ".bucket", bucket))
+              return false;
+            if (bucket > (int64_t(1) << 30))
+              return c.fail(iw + ".bucket", "must be below 2^30");
+            if (const json::Value *fv = iv.get("flush")) {
+              if (!fv->isBool())
+                return c.fail(iw + ".flush", "must be true or false");
+              ins.flush = fv->boolean;
+            }
+            ScatterBucket &sb = scatterBuckets[bucket];
+            if (sb.flushed)
+              return c.fail(iw + ".bucket",
+                            "bucket " + std::to_string(bucket) + " was already flushed");
+            if (sb.members++ == 0) {
+              sb.first = ii;
+              sb.axis = ins.axis;
+              sb.reduce = ins.reduce;
+            } else if (sb.axis != ins.axis || sb.reduce != ins.reduce) {
+              return c.fail(iw, "differs from bucket " + std::to_string(bucket) +
+                                    "'s other members in axis or reduce");
+            }
+            if (ins.flush) {
+              if (crossesPart(sb.first, ii))
+                return c.fail(iw + ".bucket", "bucket " + std::to_string(bucket) +
+                                                  " spans a schedule boundary (backward_start or "
+                                                  "a chunk's begin)");
+              sb.flushed = true;
+            }
+            ins.bucket = int(bucket);
+          } else if (iv.get("flush")) {
+            return c.fail(iw + ".flush", "flush without a bucket");
           }
-          ScatterBucket &sb = scatterBuckets[bucket];
-          if (sb.flushed)
-            return c.fail(iw + ".bucket", "bucket " + std::to_string(bucket) +
-                                              " was already flushed");
-          if (sb.members++ == 0) {
-            sb.first = ii;
-            sb.axis = ins.axis;
-            sb.reduce = ins.reduce;
-          } else if (sb.axis != ins.axis || sb.reduce != ins.reduce) {
-            return c.fail(iw, "differs from bucket " + std::to_string(bucket) +
-                                  "'s other members in axis or reduce");
-          }
-          if (ins.flush) {
-            if (crossesPart(sb.first, ii))
-              return c.fail(iw + ".bucket", "bucket " + std::to_string(bucket) +
-                                                " spans a schedule boundary (backward_start or "
-                                                "a chunk's begin)");
-            sb.flushed = true;
-          }
-          ins.bucket = int(bucket);
-        } else if (iv.get("flush")) {
-          return c.fail(iw + ".flush", "flush without a bucket");
-        }
-      } else if (const json::Value *col = iv.get("collective");
-                 col && col->isString() && col->string.rfind("seq_", 0) == 0) {
-        ins.kind = col->string == "seq_all_gather"          ? Instruction::Kind::SeqAllGather
-                   : col->string == "seq_reduce_scatter"    ? Instruction::Kind::SeqReduceScatter
-                   : col->string == "seq_split"             ? Instruction::Kind::SeqSplit
-                   : col->string == "seq_cp_all_gather"     ? Instruction::Kind::CPAllGather
-                   : col->string == "seq_cp_reduce_scatter" ? Instruction::Kind::CPReduceScatter
-                                                            : Instruction::Kind::Kernel;
-        if (ins.kind == Instruction::Kind::Kernel)
-          return c.fail(iw + ".collective",
-                        "must be seq_all_gather, seq_reduce_scatter, seq_split, "
-                        "seq_cp_all_gather or seq_cp_reduce_scatter");
-        if (!c.string(iv.get("axis"), iw + ".axis", ins.axis) || !bufferList("ins", ins.ins) ||
-            !bufferList("outs", ins.outs))
-          return false;
-        if (!plan.hasAxis(ins.axis))
-          return c.fail(iw + ".axis", "no mesh axis '" + ins.axis + "'");
-        int parts = plan.mesh.at(ins.axis);
-        if (ins.ins.size() != 1 || ins.outs.size() != 1 || ins.ins[0].shape.size() != 3 ||
-            ins.outs[0].shape.size() != 3 || ins.outs[0].space == Buffer::Space::Input)
-          return c.fail(iw, "takes one [b, s, h] input and one output buffer");
-        bool gathers = ins.kind == Instruction::Kind::SeqAllGather ||
-                       ins.kind == Instruction::Kind::CPAllGather;
-        const Buffer &whole = gathers ? ins.outs[0] : ins.ins[0],
-                     &chunk = gathers ? ins.ins[0] : ins.outs[0];
-        if (whole.shape[0] != chunk.shape[0] || whole.shape[2] != chunk.shape[2] ||
-            whole.shape[1] != chunk.shape[1] * parts)
-          return c.fail(iw, "the sequence is not " + std::to_string(parts) +
-                                " chunks of the other buffer's");
-      } else if (const json::Value *col = iv.get("collective");
-                 col && col->isString() && col->string.rfind("cp_ring_attention_", 0) == 0) {
-        bool fwd = col->string == "cp_ring_attention_fwd";
-        if (!fwd && col->string != "cp_ring_attention_bwd")
-          return c.fail(iw + ".collective", "must be cp_ring_attention_fwd or _bwd");
-        ins.kind = fwd ? Instruction::Kind::CPRingAttentionFwd
-                       : Instruction::Kind::CPRingAttentionBwd;
-        if (!c.string(iv.get("axis"), iw + ".axis", ins.axis) || !bufferList("ins", ins.ins) ||
-            !bufferList("outs", ins.outs))
-          return false;
-        if (!plan.hasAxis(ins.axis))
-          return c.fail(iw + ".axis", "no mesh axis '" + ins.axis + "'");
-        if (ins.ins.size() != (fwd ? 3u : 5u) || ins.outs.size() != (fwd ? 1u : 3u))
-          return c.fail(iw, fwd ? "takes q, k, v and writes out"
-                                : "takes dout, q, k, v, out and writes dq, dk, dv");
-        for (const Buffer &b : ins.ins)
-          if (b.shape.size() != 3 || b.shape[1] % 2 != 0)
-            return c.fail(iw + ".ins", "needs [b, s, h] buffers of two sequence chunks");
-        // The attention kernel's parameters.
-        const kernels::KernelInfo &attn =
-            *kernels::findKernel(fwd ? "attention_fwd" : "attention_bwd");
-        if (std::string at, why; !decodeKernelArgs(attn, iv.get("params"), ins.args, at, why))
-          return c.fail(iw + at, why);
-        if (ins.args.heads < 1 || ins.args.kv_heads < 1 || ins.args.head_dim < 1 ||
-            int64_t(ins.args.heads) % int64_t(ins.args.kv_heads) != 0)
-          return c.fail(iw + ".params", "needs heads, kv_heads (dividing heads) and head_dim");
-      } else if (const json::Value *col = iv.get("collective");
-                 col && col->isString() && col->string.rfind("ep_", 0) == 0) {
-        ins.kind = col->string == "ep_dispatch"  ? Instruction::Kind::EPDispatch
-                   : col->string == "ep_combine" ? Instruction::Kind::EPCombine
-                                                 : Instruction::Kind::Kernel;
-        if (ins.kind == Instruction::Kind::Kernel)
-          return c.fail(iw + ".collective", "must be ep_dispatch or ep_combine");
-        if (!c.string(iv.get("axis"), iw + ".axis", ins.axis) || !bufferList("ins", ins.ins) ||
-            !bufferList("outs", ins.outs))
-          return false;
-        if (!plan.hasAxis(ins.axis))
-          return c.fail(iw + ".axis", "no mesh axis '" + ins.axis + "'");
-        int parts = plan.axisSize(ins.axis);
-        if (ins.ins.size() != 1 || ins.outs.size() != 1 || ins.ins[0].shape.size() != 3 ||
-            ins.outs[0].shape.size() != 3 || ins.outs[0].space == Buffer::Space::Input ||
-            ins.ins[0].dtype != ins.outs[0].dtype)
-          return c.fail(iw, "takes one [E, C, h] and one [E/t, t C, h] buffer of one dtype");
-        bool dispatch = ins.kind == Instruction::Kind::EPDispatch;
-        const Buffer &rows = dispatch ? ins.ins[0] : ins.outs[0],
-                     &share = dispatch ? ins.outs[0] : ins.ins[0];
-        if (rows.shape[0] != share.shape[0] * parts || rows.shape[2] != share.shape[2] ||
-            share.shape[1] != rows.shape[1] * parts)
-          return c.fail(iw, "the expert rows are not " + std::to_string(parts) +
-                                " shares of the other buffer's");
-      } else if (const json::Value *col = iv.get("collective");
-                 col && col->isString() && col->string == "bucket_wait") {
-        ins.kind = Instruction::Kind::BucketWait;
-        int64_t bucket = 0;
-        if (!c.integer(iv.get("bucket"), iw + ".bucket", bucket))
-          return false;
-        if (std::string(phase) != "step_instructions")
-          return c.fail(iw, "bucket_wait belongs to the step instructions");
-        if (!started.count(bucket) || !waited.insert(bucket).second)
-          return c.fail(iw + ".bucket", "waits for bucket " + std::to_string(bucket) +
-                                            ", which is not started or already waited for");
-        ins.bucket = int(bucket);
-      } else if (const json::Value *col = iv.get("collective")) {
-        if (!col->isString() || (col->string != "all_reduce" && col->string != "reduce_scatter" &&
-                                 col->string != "all_gather" && col->string != "bucket_all_reduce"))
-          return c.fail(iw + ".collective",
-                        "must be all_reduce, bucket_all_reduce, bucket_wait, reduce_scatter, "
-                        "all_gather, param_gather, param_wait, send, recv, seq_* or ep_*");
-        ins.kind = col->string == "all_reduce"          ? Instruction::Kind::AllReduce
-                   : col->string == "bucket_all_reduce" ? Instruction::Kind::BucketAllReduce
-                   : col->string == "reduce_scatter"    ? Instruction::Kind::ReduceScatter
-                                                        : Instruction::Kind::AllGather;
-        if (ins.kind == Instruction::Kind::BucketAllReduce) {
+        } else if (const json::Value *col = iv.get("collective");
+                   col && col->isString() && col->string.rfind("seq_", 0) == 0) {
+          ins.kind = col->string == "seq_all_gather"          ? Instruction::Kind::SeqAllGather
+                     : col->string == "seq_reduce_scatter"    ? Instruction::Kind::SeqReduceScatter
+                     : col->string == "seq_split"             ? Instruction::Kind::SeqSplit
+                     : col->string == "seq_cp_all_gather"     ? Instruction::Kind::CPAllGather
+                     : col->string == "seq_cp_reduce_scatter" ? Instruction::Kind::CPReduceScatter
+                                                              : Instruction::Kind::Kernel;
+          if (ins.kind == Instruction::Kind::Kernel)
+            return c.fail(iw + ".collective",
+                          "must be seq_all_gather, seq_reduce_scatter, seq_split, "
+                          "seq_cp_all_gather or seq_cp_reduce_scatter");
+          if (!c.string(iv.get("axis"), iw + ".axis", ins.axis) || !bufferList("ins", ins.ins) ||
+              !bufferList("outs", ins.outs))
+            return false;
+          if (!plan.hasAxis(ins.axis))
+            return c.fail(iw + ".axis", "no mesh axis '" + ins.axis + "'");
+          int parts = plan.mesh.at(ins.axis);
+          if (ins.ins.size() != 1 || ins.outs.size() != 1 || ins.ins[0].shape.size() != 3 ||
+              ins.outs[0].shape.size() != 3 || ins.outs[0].space == Buffer::Space::Input)
+            return c.fail(iw, "takes one [b, s, h] input and one output buffer");
+          bool gathers = ins.kind == Instruction::Kind::SeqAllGather ||
+                         ins.kind == Instruction::Kind::CPAllGather;
+          const Buffer &whole = gathers ? ins.outs[0] : ins.ins[0],
+                       &chunk = gathers ? ins.ins[0] : ins.outs[0];
+          if (whole.shape[0] != chunk.shape[0] || whole.shape[2] != chunk.shape[2] ||
+              whole.shape[1] != chunk.shape[1] * parts)
+            return c.fail(iw, "the sequence is not " + std::to_string(parts) +
+                                  " chunks of the other buffer's");
+        } else if (const json::Value *col = iv.get("collective");
+                   col && col->isString() && col->string.rfind("cp_ring_attention_", 0) == 0) {
+          bool fwd = col->string == "cp_ring_attention_fwd";
+          if (!fwd && col->string != "cp_ring_attention_bwd")
+            return c.fail(iw + ".collective", "must be cp_ring_attention_fwd or _bwd");
+          ins.kind =
+              fwd ? Instruction::Kind::CPRingAttentionFwd : Instruction::Kind::CPRingAttentionBwd;
+          if (!c.string(iv.get("axis"), iw + ".axis", ins.axis) || !bufferList("ins", ins.ins) ||
+              !bufferList("outs", ins.outs))
+            return false;
+          if (!plan.hasAxis(ins.axis))
+            return c.fail(iw + ".axis", "no mesh axis '" + ins.axis + "'");
+          if (ins.ins.size() != (fwd ? 3u : 5u) || ins.outs.size() != (fwd ? 1u : 3u))
+            return c.fail(iw, fwd ? "takes q, k, v and writes out"
+                                  : "takes dout, q, k, v, out and writes dq, dk, dv");
+          for (const Buffer &b : ins.ins)
+            if (b.shape.size() != 3 || b.shape[1] % 2 != 0)
+              return c.fail(iw + ".ins", "needs [b, s, h] buffers of two sequence chunks");
+          // The attention kernel's parameters.
+          const kernels::KernelInfo &attn =
+              *kernels::findKernel(fwd ? "attention_fwd" : "attention_bwd");
+          if (std::string at, why; !decodeKernelArgs(attn, iv.get("params"), ins.args, at, why))
+            return c.fail(iw + at, why);
+          if (ins.args.heads < 1 || ins.args.kv_heads < 1 || ins.args.head_dim < 1 ||
+              int64_t(ins.args.heads) % int64_t(ins.args.kv_heads) != 0)
+            return c.fail(iw + ".params", "needs heads, kv_heads (dividing heads) and head_dim");
+        } else if (const json::Value *col = iv.get("collective");
+                   col && col->isString() && col->string.rfind("ep_", 0) == 0) {
+          ins.kind = col->string == "ep_dispatch"  ? Instruction::Kind::EPDispatch
+                     : col->string == "ep_combine" ? Instruction::Kind::EPCombine
+                                                   : Instruction::Kind::Kernel;
+          if (ins.kind == Instruction::Kind::Kernel)
+            return c.fail(iw + ".collective", "must be ep_dispatch or ep_combine");
+          if (!c.string(iv.get("axis"), iw + ".axis", ins.axis) || !bufferList("ins", ins.ins) ||
+              !bufferList("outs", ins.outs))
+            return false;
+          if (!plan.hasAxis(ins.axis))
+            return c.fail(iw + ".axis", "no mesh axis '" + ins.axis + "'");
+          int parts = plan.axisSize(ins.axis);
+          if (ins.ins.size() != 1 || ins.outs.size() != 1 || ins.ins[0].shape.size() != 3 ||
+              ins.outs[0].shape.size() != 3 || ins.outs[0].space == Buffer::Space::Input ||
+              ins.ins[0].dtype != ins.outs[0].dtype)
+            return c.fail(iw, "takes one [E, C, h] and one [E/t, t C, h] buffer of one dtype");
+          bool dispatch = ins.kind == Instruction::Kind::EPDispatch;
+          const Buffer &rows = dispatch ? ins.ins[0] : ins.outs[0],
+                       &share = dispatch ? ins.outs[0] : ins.ins[0];
+          if (rows.shape[0] != share.shape[0] * parts || rows.shape[2] != share.shape[2] ||
+              share.shape[1] != rows.shape[1] * parts)
+            return c.fail(iw, "the expert rows are not " + std::to_string(parts) +
+                                  " shares of the other buffer's");
+        } else if (const json::Value *col = iv.get("collective");
+                   col && col->isString() && col->string == "bucket_wait") {
+          ins.kind = Instruction::Kind::BucketWait;
           int64_t bucket = 0;
           if (!c.integer(iv.get("bucket"), iw + ".bucket", bucket))
             return false;
-          if (std::string(phase) != "micro_batch_instructions")
-            return c.fail(iw, "bucket_all_reduce belongs to the micro-batch instructions");
-          if (!started.insert(bucket).second)
-            return c.fail(iw + ".bucket", "bucket " + std::to_string(bucket) + " starts twice");
+          if (std::string(phase) != "step_instructions")
+            return c.fail(iw, "bucket_wait belongs to the step instructions");
+          if (!started.count(bucket) || !waited.insert(bucket).second)
+            return c.fail(iw + ".bucket", "waits for bucket " + std::to_string(bucket) +
+                                              ", which is not started or already waited for");
           ins.bucket = int(bucket);
+        } else if (const json::Value *col = iv.get("collective")) {
+          if (!col->isString() ||
+              (col->string != "all_reduce" && col->string != "reduce_scatter" &&
+               col->string != "all_gather" && col->string != "bucket_all_reduce"))
+            return c.fail(iw + ".collective",
+                          "must be all_reduce, bucket_all_reduce, bucket_wait, reduce_scatter, "
+                          "all_gather, param_gather, param_wait, send, recv, seq_* or ep_*");
+          ins.kind = col->string == "all_reduce"          ? Instruction::Kind::AllReduce
+                     : col->string == "bucket_all_reduce" ? Instruction::Kind::BucketAllReduce
+                     : col->string == "reduce_scatter"    ? Instruction::Kind::ReduceScatter
+                                                          : Instruction::Kind::AllGather;
+          if (ins.kind == Instruction::Kind::BucketAllReduce) {
+            int64_t bucket = 0;
+            if (!c.integer(iv.get("bucket"), iw + ".bucket", bucket))
+              return false;
+            if (std::string(phase) != "micro_batch_instructions")
+              return c.fail(iw, "bucket_all_reduce belongs to the micro-batch instructions");
+            if (!started.insert(bucket).second)
+              return c.fail(iw + ".bucket", "bucket " + std::to_string(bucket) + " starts twice");
+            ins.bucket = int(bucket);
+          }
+          if (!c.string(iv.get("axis"), iw + ".axis", ins.axis) ||
+              (ins.kind != Instruction::Kind::AllGather &&
+               !c.string(iv.get("reduce"), iw + ".reduce", ins.reduce)) ||
+              !bufferList("buffers", ins.buffers))
+            return false;
+          if (ins.kind != Instruction::Kind::AllGather && ins.reduce != "sum" &&
+              ins.reduce != "avg")
+            return c.fail(iw + ".reduce", "must be sum or avg");
+          for (const Buffer &b : ins.buffers)
+            if (b.space == Buffer::Space::Input)
+              return c.fail(iw + ".buffers", "a collective must not write a step input");
+          // pp_tied: the first and last pipeline stage (a shared weight).
+          if (!plan.hasAxis(ins.axis))
+            return c.fail(iw + ".axis", "no mesh axis '" + ins.axis + "'");
+        } else {
+          return c.fail(iw, "is neither a kernel nor a collective");
         }
-        if (!c.string(iv.get("axis"), iw + ".axis", ins.axis) ||
-            (ins.kind != Instruction::Kind::AllGather &&
-             !c.string(iv.get("reduce"), iw + ".reduce", ins.reduce)) ||
-            !bufferList("buffers", ins.buffers))
-          return false;
-        if (ins.kind != Instruction::Kind::AllGather && ins.reduce != "sum" && ins.reduce != "avg")
-          return c.fail(iw + ".reduce", "must be sum or avg");
-        for (const Buffer &b : ins.buffers)
-          if (b.space == Buffer::Space::Input)
-            return c.fail(iw + ".buffers", "a collective must not write a step input");
-        // pp_tied: the first and last pipeline stage (a shared weight).
-        if (!plan.hasAxis(ins.axis))
-          return c.fail(iw + ".axis", "no mesh axis '" + ins.axis + "'");
-      } else {
-        return c.fail(iw, "is neither a kernel nor a collective");
+        list.push_back(std::move(ins));
       }
-      list.push_back(std::move(ins));
-    }
     }
     if (started.size() != waited.size())
       return c.fail(where + ".step_instructions", "does not wait for every gradient bucket");
@@ -881,8 +884,8 @@ bool parsePlan(const json::Value &root, Plan &plan, std::string &error) {
               return c.fail(where, "accumulator '" + b.name +
                                        "' is used without (or with another size than) the "
                                        "grad_reduce_scatter that fills it");
-            if (ins.kind == Instruction::Kind::Kernel && ins.kernel->id == kernels::KernelId::AdamW &&
-                ins.args.shard != it->second.first)
+            if (ins.kind == Instruction::Kind::Kernel &&
+                ins.kernel->id == kernels::KernelId::AdamW && ins.args.shard != it->second.first)
               return c.fail(where, "adamw of '" + ins.args.param +
                                        "' shards over another axis than its gradient chunk (" +
                                        it->second.first + ")");
@@ -905,8 +908,8 @@ bool parsePlan(const json::Value &root, Plan &plan, std::string &error) {
         std::string ow = where + ".order[" + std::to_string(i) + "]";
         if (p.microBatch >= micro || p.chunk >= chunks)
           return c.fail(ow, "names micro-batch " + std::to_string(p.microBatch) + " chunk " +
-                                std::to_string(p.chunk) + " of " + std::to_string(micro) +
-                                " x " + std::to_string(chunks));
+                                std::to_string(p.chunk) + " of " + std::to_string(micro) + " x " +
+                                std::to_string(chunks));
         size_t at = size_t((p.microBatch * chunks + p.chunk) * 2 + (p.backward ? 1 : 0));
         if (seen[at]++)
           return c.fail(ow, "repeats a part");
@@ -958,8 +961,10 @@ bool loadPlan(const std::string &dir, Plan &plan, std::string &error) {
       if (line.empty())
         continue;
       size_t sep = line.find("  ");
-      std::string hex = line.substr(0, sep), name = sep == std::string::npos ? "" : line.substr(sep + 2);
-      bool isHex = hex.size() == 64 && hex.find_first_not_of("0123456789abcdef") == std::string::npos;
+      std::string hex = line.substr(0, sep),
+                  name = sep == std::string::npos ? "" : line.substr(sep + 2);
+      bool isHex =
+          hex.size() == 64 && hex.find_first_not_of("0123456789abcdef") == std::string::npos;
       if (!isHex || name.empty()) {
         error = dir + "/checksums.sha256: malformed line '" + line + "'";
         return false;

@@ -67,8 +67,7 @@ std::vector<Pass> llmopt::schedule::stageOrder(Kind kind, int64_t micro, int64_t
   }
   case Kind::GPipe:
   case Kind::OneFOneB: {
-    const int64_t warmup =
-        kind == Kind::GPipe ? micro : std::min(micro, stages - stage) - 1;
+    const int64_t warmup = kind == Kind::GPipe ? micro : std::min(micro, stages - stage) - 1;
     for (int64_t m = 0; m < warmup; ++m)
       whole(m, false);
     for (int64_t m = warmup; m < micro; ++m) {

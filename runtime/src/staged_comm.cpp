@@ -29,8 +29,8 @@ bool StagedCommunicator::out(Copy &c, std::string &error) {
 bool StagedCommunicator::allReduce(const std::string &axis, float *data, int64_t count,
                                    bool average, std::string &error) {
   Copy c{{}, data};
-  return in(c, data, count, error) &&
-         host.allReduce(axis, c.data.data(), count, average, error) && out(c, error);
+  return in(c, data, count, error) && host.allReduce(axis, c.data.data(), count, average, error) &&
+         out(c, error);
 }
 
 bool StagedCommunicator::allReduceMax(const std::string &axis, float *data, int64_t count,
@@ -91,9 +91,8 @@ bool StagedCommunicator::startAllGatherBlocks(const std::string &axis, const flo
   host.axisPosition(axis, index, n);
   auto &[m, a] = gathers[event];
   a = Copy{std::vector<float>(size_t(count * n)), all};
-  return in(m, mine, count, error) && host.startAllGatherBlocks(axis, m.data.data(),
-                                                                a.data.data(), count, event,
-                                                                error);
+  return in(m, mine, count, error) &&
+         host.startAllGatherBlocks(axis, m.data.data(), a.data.data(), count, event, error);
 }
 
 bool StagedCommunicator::waitAllGather(int event, std::string &error) {
@@ -107,8 +106,8 @@ bool StagedCommunicator::waitAllGather(int event, std::string &error) {
   return ok;
 }
 
-bool StagedCommunicator::reduceScatterBlocks(const std::string &axis, const float *all,
-                                             float *mine, int64_t count, std::string &error) {
+bool StagedCommunicator::reduceScatterBlocks(const std::string &axis, const float *all, float *mine,
+                                             int64_t count, std::string &error) {
   int index = 0, n = 1;
   host.axisPosition(axis, index, n);
   Copy a, m{std::vector<float>(size_t(count)), mine};
@@ -125,8 +124,7 @@ bool StagedCommunicator::startReduceScatterBlocks(const std::string &axis, const
   auto &[a, m] = scatters[handle];
   m = Copy{std::vector<float>(size_t(count)), mine};
   return in(a, all, count * n, error) &&
-         host.startReduceScatterBlocks(axis, a.data.data(), m.data.data(), count, handle,
-                                       error);
+         host.startReduceScatterBlocks(axis, a.data.data(), m.data.data(), count, handle, error);
 }
 
 bool StagedCommunicator::waitReduceScatter(int handle, std::string &error) {
@@ -160,8 +158,7 @@ bool StagedCommunicator::send(int peer, int tag, const float *data, int64_t coun
   return host.send(peer, tag, held.data(), count, error);
 }
 
-bool StagedCommunicator::recv(int peer, int tag, float *data, int64_t count,
-                              std::string &error) {
+bool StagedCommunicator::recv(int peer, int tag, float *data, int64_t count, std::string &error) {
   Copy c{std::vector<float>(size_t(count)), data};
   return host.recv(peer, tag, c.data.data(), count, error) && out(c, error);
 }

@@ -96,8 +96,7 @@ bool StepDriver::step(StepBackend &backend, const std::vector<std::vector<int32_
                       const std::vector<std::vector<int32_t>> &lab, Communicator &comm,
                       std::string &error) {
   if (int64_t(tok.size()) != program->numMicroBatches || tok.size() != lab.size()) {
-    error = "the plan runs " + std::to_string(program->numMicroBatches) +
-            " micro-batches per step";
+    error = "the plan runs " + std::to_string(program->numMicroBatches) + " micro-batches per step";
     return false;
   }
   if (!drain(comm, error))
@@ -295,8 +294,7 @@ bool StepDriver::move(StepBackend &backend, const Instruction &ins, Communicator
     }
     // A prefetch: the buffers stay where they are until the wait.
     PendingGather &pending = gathers[ins.event] = std::move(g);
-    return comm.startAllGatherBlocks(ins.axis, pending.mine.p, pending.all.p, c, ins.event,
-                                     error);
+    return comm.startAllGatherBlocks(ins.axis, pending.mine.p, pending.all.p, c, ins.event, error);
   }
   case K::ParamWait: {
     auto it = gathers.find(ins.event);

@@ -317,12 +317,16 @@ public:
     for (int j = 0; j < g.n; ++j)
       if (j != g.me)
         post(g.ranks[size_t(j)], g.channel, tag, mine, size_t(count) * sizeof(float));
-    return gatherFrom(g, tag, "all-gather", [&](int i) { return Chunk{count * i, count * (i + 1)}; },
-                      all, error);
+    return gatherFrom(
+        g, tag, "all-gather",
+        [&](int i) {
+          return Chunk{count * i, count * (i + 1)};
+        },
+        all, error);
   }
 
-  bool reduceScatterBlocks(const std::string &axis, const float *all, float *mine,
-                           int64_t count, std::string &error) override {
+  bool reduceScatterBlocks(const std::string &axis, const float *all, float *mine, int64_t count,
+                           std::string &error) override {
     Group g = groupOf(axis);
     if (g.n <= 1) {
       std::copy(all, all + count, mine);
@@ -349,8 +353,12 @@ public:
     for (int j = 0; j < g.n; ++j)
       if (j != g.me)
         post(g.ranks[size_t(j)], g.channel, tag, send + count * j, size_t(count) * sizeof(float));
-    return gatherFrom(g, tag, "all-to-all", [&](int i) { return Chunk{count * i, count * (i + 1)}; },
-                      recv, error);
+    return gatherFrom(
+        g, tag, "all-to-all",
+        [&](int i) {
+          return Chunk{count * i, count * (i + 1)};
+        },
+        recv, error);
   }
 
   bool reduceScatter(const std::string &axis, float *data, int64_t count, bool average,
@@ -373,8 +381,7 @@ public:
     return true;
   }
 
-  bool allGather(const std::string &axis, float *data, int64_t count,
-                 std::string &error) override {
+  bool allGather(const std::string &axis, float *data, int64_t count, std::string &error) override {
     Group g = groupOf(axis);
     if (g.n <= 1)
       return true;
@@ -384,8 +391,8 @@ public:
       if (j != g.me)
         post(g.ranks[size_t(j)], g.channel, tag, data + mine.begin,
              size_t(mine.size()) * sizeof(float));
-    return gatherFrom(g, tag, "all-gather", [&](int i) { return shardChunk(count, g.n, i); }, data,
-                      error);
+    return gatherFrom(
+        g, tag, "all-gather", [&](int i) { return shardChunk(count, g.n, i); }, data, error);
   }
 
   bool send(int peer, int tag, const float *data, int64_t count, std::string &error) override {
@@ -458,7 +465,8 @@ private:
             return;
           f = std::move(l->outbox.front());
         }
-        bool ok = writeAll(l->fd, &f.h, sizeof(f.h)) && writeAll(l->fd, f.data.data(), f.data.size());
+        bool ok =
+            writeAll(l->fd, &f.h, sizeof(f.h)) && writeAll(l->fd, f.data.data(), f.data.size());
         std::lock_guard<std::mutex> g(l->m);
         if (!ok) {
           l->writeFailed = true;
@@ -552,8 +560,9 @@ private:
 
   void post(int r, uint32_t channel, int32_t tag, const void *data, size_t bytes) {
     Link *l = links[size_t(r)].get();
-    Frame f{{channel, tag, bytes}, std::vector<char>(static_cast<const char *>(data),
-                                                     static_cast<const char *>(data) + bytes)};
+    Frame f{{channel, tag, bytes},
+            std::vector<char>(static_cast<const char *>(data),
+                              static_cast<const char *>(data) + bytes)};
     std::lock_guard<std::mutex> g(l->m);
     l->outbox.push_back(std::move(f));
     l->cv.notify_all();
@@ -594,8 +603,7 @@ private:
     for (int r = 0; r < world_; ++r)
       if (r != rank_)
         post(r, kWatchdogChannel, 0, what.data(), what.size());
-    auto until =
-        Clock::now() + std::chrono::milliseconds(int64_t(1000 * watchdogListenSeconds()));
+    auto until = Clock::now() + std::chrono::milliseconds(int64_t(1000 * watchdogListenSeconds()));
     std::vector<int> silent;
     std::vector<std::pair<int, std::string>> elsewhere;
     for (int r : members) {

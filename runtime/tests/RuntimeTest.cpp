@@ -31,9 +31,9 @@ TEST(Schedule, EveryPassOnceInAValidOrder) {
         for (int64_t chunks = 1; chunks <= (kind == Kind::Interleaved ? 3 : 1); ++chunks)
           for (int64_t micro = 1; micro <= 9; ++micro) {
             std::vector<Pass> order = stageOrder(kind, micro, stages, stage, chunks);
-            SCOPED_TRACE(std::string(name(kind)) + " micro " + std::to_string(micro) +
-                         " stage " + std::to_string(stage) + "/" + std::to_string(stages) +
-                         " chunks " + std::to_string(chunks));
+            SCOPED_TRACE(std::string(name(kind)) + " micro " + std::to_string(micro) + " stage " +
+                         std::to_string(stage) + "/" + std::to_string(stages) + " chunks " +
+                         std::to_string(chunks));
             if (kind == Kind::Interleaved && micro % stages) {
               EXPECT_TRUE(order.empty());
               continue;
@@ -102,7 +102,7 @@ TEST(Executor, SixteenBitConversions) {
   EXPECT_EQ(half(std::ldexp(3.0f, -26)), std::ldexp(1.0f, -24)); // 0.75 ulp -> 1 ulp
   EXPECT_EQ(half(std::ldexp(1.0f, -26)), 0.0f);
   EXPECT_EQ(half(std::ldexp(1023.0f, -24)), std::ldexp(1023.0f, -24)); // largest subnormal
-  EXPECT_EQ(half(std::ldexp(1.0f, -14)), std::ldexp(1.0f, -14));        // smallest normal
+  EXPECT_EQ(half(std::ldexp(1.0f, -14)), std::ldexp(1.0f, -14));       // smallest normal
   EXPECT_TRUE(std::isnan(half(NAN)));
   // Every fp16 bit pattern survives the round trip (NaNs aside).
   for (uint32_t bits = 0; bits < 0x10000u; ++bits) {
@@ -131,7 +131,8 @@ TEST(Executor, EveryKernelHasADefinition) {
 TEST(Json, ParsesValues) {
   json::Value v;
   std::string e;
-  ASSERT_TRUE(json::parse(R"({"a": [1, -2.5, true, null, "x\n\u00e9\ud83d\ude00"], "b": {}})", v, e))
+  ASSERT_TRUE(
+      json::parse(R"({"a": [1, -2.5, true, null, "x\n\u00e9\ud83d\ude00"], "b": {}})", v, e))
       << e;
   const json::Value *a = v.get("a");
   ASSERT_TRUE(a && a->isArray());
@@ -304,8 +305,7 @@ TEST(Plan, LoadChecksTheChecksum) {
   EXPECT_EQ(p.programs.size(), 1u);
   std::ofstream(dir + "/plan.json") << text.substr(0, text.size() - 10);
   EXPECT_FALSE(loadPlan(dir, p, e));
-  EXPECT_NE(e.find("checksum mismatch: the file is truncated or was modified"),
-            std::string::npos)
+  EXPECT_NE(e.find("checksum mismatch: the file is truncated or was modified"), std::string::npos)
       << e;
   std::remove((dir + "/checksums.sha256").c_str());
   EXPECT_FALSE(loadPlan(dir, p, e));

@@ -83,8 +83,8 @@ public:
                     std::string &error) override {
     return host(data, error) && Communicator::allReduceMax(axis, data, count, error);
   }
-  bool startAllReduce(const std::string &axis, float *data, int64_t count, bool average,
-                      int bucket, std::string &error) override {
+  bool startAllReduce(const std::string &axis, float *data, int64_t count, bool average, int bucket,
+                      std::string &error) override {
     return host(data, error) &&
            Communicator::startAllReduce(axis, data, count, average, bucket, error);
   }
@@ -93,8 +93,8 @@ public:
     return host(mine, error) && host(all, error) &&
            Communicator::allGatherBlocks(axis, mine, all, count, error);
   }
-  bool reduceScatterBlocks(const std::string &axis, const float *all, float *mine,
-                           int64_t count, std::string &error) override {
+  bool reduceScatterBlocks(const std::string &axis, const float *all, float *mine, int64_t count,
+                           std::string &error) override {
     return host(mine, error) && host(all, error) &&
            Communicator::reduceScatterBlocks(axis, all, mine, count, error);
   }
@@ -107,8 +107,7 @@ public:
                      std::string &error) override {
     return host(data, error) && Communicator::reduceScatter(axis, data, count, average, error);
   }
-  bool allGather(const std::string &axis, float *data, int64_t count,
-                 std::string &error) override {
+  bool allGather(const std::string &axis, float *data, int64_t count, std::string &error) override {
     return host(data, error) && Communicator::allGather(axis, data, count, error);
   }
 
@@ -183,8 +182,8 @@ TEST(StagedComm, NonBlockingResultsLandAtTheWait) {
     std::vector<float> grads = {1, 2, 3, float(4 + r)}, chunk(2, -7.0f);
     dev.alloc(grads);
     dev.alloc(chunk);
-    ASSERT_TRUE(c.startReduceScatterBlocks("dp", grads.data(), chunk.data(), 2, /*handle=*/0,
-                                           error))
+    ASSERT_TRUE(
+        c.startReduceScatterBlocks("dp", grads.data(), chunk.data(), 2, /*handle=*/0, error))
         << error;
     EXPECT_EQ(chunk, (std::vector<float>(2, -7.0f)));
     ASSERT_TRUE(c.waitReduceScatter(0, error)) << error;

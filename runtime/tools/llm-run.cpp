@@ -23,17 +23,17 @@
 #include "llmopt-runtime/staged_comm.h"
 #include "llmopt-runtime/tcp_comm.h"
 
+#include <cerrno>
 #include <chrono>
 #include <cmath>
-#include <initializer_list>
-#include <cerrno>
-#include <fstream>
 #include <csignal>
 #include <cstdio>
-#include <new>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <initializer_list>
 #include <memory>
+#include <new>
 #include <set>
 #include <sstream>
 #include <string>
@@ -92,8 +92,8 @@ bool envIntStrict(std::initializer_list<const char *> names, long long lo, long 
       errno = 0;
       long long n = std::strtoll(v, &end, 10);
       if (!*v || *end || errno == ERANGE || n < lo || n > hi) {
-        error = std::string(name) + "='" + v + "' must be an integer from " +
-                std::to_string(lo) + " to " + std::to_string(hi);
+        error = std::string(name) + "='" + v + "' must be an integer from " + std::to_string(lo) +
+                " to " + std::to_string(hi);
         return false;
       }
       out = n;
@@ -139,7 +139,8 @@ int usage(const char *msg) {
   std::fprintf(stderr,
                "llm-run: %s\nusage: llm-run PLAN_DIR --data SHARD[,SHARD] --steps N "
                "[--metrics FILE.jsonl] [--seed S] [--checkpoint-dir DIR] "
-               "[--checkpoint-every K] [--keep-last N] [--resume DIR] [--overwrite] [--peak-tflops T] [--profile FILE.json] "
+               "[--checkpoint-every K] [--keep-last N] [--resume DIR] [--overwrite] [--peak-tflops "
+               "T] [--profile FILE.json] "
                "[--device cpu|cuda] [--comm auto|nccl|staged] [--collective-timeout SECONDS] "
                "[--quiet]\n"
                "       llm-run PLAN_DIR --compile-fused SM   (build the plan's fused kernels "
@@ -178,8 +179,7 @@ bool parse(int argc, char **argv, Options &o, std::string &error) {
       errno = 0;
       long long n = std::strtoll(v, &end, 10);
       if (!*v || *end || n < 0 || errno == ERANGE) {
-        error = std::string(flag) + " must be a non-negative integer below 2^63, got '" + v +
-                "'";
+        error = std::string(flag) + " must be a non-negative integer below 2^63, got '" + v + "'";
         return false;
       }
       out = n;
@@ -250,7 +250,8 @@ bool parse(int argc, char **argv, Options &o, std::string &error) {
       o.peakTflops = std::strtod(v, &end);
       if (!*v || *end || !(o.peakTflops > 0) || o.peakTflops > 1e6) {
         error = std::string("--peak-tflops must be a positive number of TFLOP/s per device "
-                            "(e.g. 989 for an H100 SXM in bf16), got '") + v + "'";
+                            "(e.g. 989 for an H100 SXM in bf16), got '") +
+                v + "'";
         return false;
       }
     } else if (a == "--collective-timeout") {
@@ -317,8 +318,7 @@ public:
                      std::string &error) override {
     return timed([&] { return inner.reduceScatter(axis, data, count, average, error); });
   }
-  bool allGather(const std::string &axis, float *data, int64_t count,
-                 std::string &error) override {
+  bool allGather(const std::string &axis, float *data, int64_t count, std::string &error) override {
     return timed([&] { return inner.allGather(axis, data, count, error); });
   }
   bool useMesh(int pp, int dp, int cp, int tp, std::string &error) override {
@@ -328,17 +328,15 @@ public:
                     std::string &error) override {
     return timed([&] { return inner.allReduceMax(axis, data, count, error); });
   }
-  bool startAllReduce(const std::string &axis, float *data, int64_t count, bool average,
-                      int bucket, std::string &error) override {
+  bool startAllReduce(const std::string &axis, float *data, int64_t count, bool average, int bucket,
+                      std::string &error) override {
     return timed([&] { return inner.startAllReduce(axis, data, count, average, bucket, error); });
   }
   bool waitAllReduce(int bucket, std::string &error) override {
     // Only the wait is exposed communication; the reduction overlapped.
     return timed([&] { return inner.waitAllReduce(bucket, error); });
   }
-  bool useExpertAxes(int ep, std::string &error) override {
-    return inner.useExpertAxes(ep, error);
-  }
+  bool useExpertAxes(int ep, std::string &error) override { return inner.useExpertAxes(ep, error); }
   bool allToAllBlocks(const std::string &axis, const float *send, float *recv, int64_t count,
                       std::string &error) override {
     return timed([&] { return inner.allToAllBlocks(axis, send, recv, count, error); });
@@ -357,8 +355,8 @@ public:
                        std::string &error) override {
     return timed([&] { return inner.allGatherBlocks(axis, mine, all, count, error); });
   }
-  bool startAllGatherBlocks(const std::string &axis, const float *mine, float *all,
-                            int64_t count, int event, std::string &error) override {
+  bool startAllGatherBlocks(const std::string &axis, const float *mine, float *all, int64_t count,
+                            int event, std::string &error) override {
     return timed([&] { return inner.startAllGatherBlocks(axis, mine, all, count, event, error); });
   }
   bool waitAllGather(int event, std::string &error) override {
@@ -367,7 +365,8 @@ public:
   }
   bool startReduceScatterBlocks(const std::string &axis, const float *all, float *mine,
                                 int64_t count, int handle, std::string &error) override {
-    return timed([&] { return inner.startReduceScatterBlocks(axis, all, mine, count, handle, error); });
+    return timed(
+        [&] { return inner.startReduceScatterBlocks(axis, all, mine, count, handle, error); });
   }
   bool waitReduceScatter(int handle, std::string &error) override {
     return timed([&] { return inner.waitReduceScatter(handle, error); });
@@ -440,10 +439,10 @@ static int run(int argc, char **argv) {
   }
 
   long long worldValue = 1, rankValue = 0;
-  if (!envIntStrict({"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS", "WORLD_SIZE"}, 1,
-                    1 << 24, 1, worldValue, error) ||
-      !envIntStrict({"OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID", "RANK"}, 0,
-                    worldValue - 1, 0, rankValue, error)) {
+  if (!envIntStrict({"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS", "WORLD_SIZE"}, 1, 1 << 24,
+                    1, worldValue, error) ||
+      !envIntStrict({"OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID", "RANK"}, 0, worldValue - 1,
+                    0, rankValue, error)) {
     std::fprintf(stderr, "llm-run: error: %s\n", error.c_str());
     return 1;
   }
@@ -479,8 +478,8 @@ static int run(int argc, char **argv) {
                     "' must be a positive number of seconds (at most 1e6)");
     }
     (void)port;
-    mpi = makeTcpCommunicator(rank, world, addr ? addr : "127.0.0.1", int(portValue), seconds,
-                              error);
+    mpi =
+        makeTcpCommunicator(rank, world, addr ? addr : "127.0.0.1", int(portValue), seconds, error);
     if (!mpi)
       return fail(error);
     comm = mpi.get();
@@ -511,8 +510,7 @@ static int run(int argc, char **argv) {
                 " ranks; launch it with mpirun -np " + std::to_string(plan.worldSize));
   int dp = plan.axisSize("dp"), tp = plan.axisSize("tp"), pp = plan.axisSize("pp");
   int cp = plan.axisSize("cp");
-  if (!comm->useMesh(pp, dp, cp, tp, error) ||
-      !comm->useExpertAxes(plan.axisSize("ep"), error))
+  if (!comm->useMesh(pp, dp, cp, tp, error) || !comm->useExpertAxes(plan.axisSize("ep"), error))
     return fail(error);
 
   // --comm staged on the CPU backend: every collective through host copies,
@@ -536,8 +534,8 @@ static int run(int argc, char **argv) {
     return fail("the data holds token " + std::to_string(data.maxToken()) +
                 ", outside the model's vocabulary of " + std::to_string(vocab));
 
-  // The CUDA backend keeps the parameters on the GPU; its host executor
-  // holds their copy for checkpoints (synchronized around them).
+    // The CUDA backend keeps the parameters on the GPU; its host executor
+    // holds their copy for checkpoints (synchronized around them).
 #ifdef LLMOPT_HAVE_CUDA
   std::unique_ptr<CudaExecutor> gpu;
   if (o.device == "cuda") {
@@ -563,8 +561,7 @@ static int run(int argc, char **argv) {
     return fail(error);
   auto toHost = [](std::string &) { return true; };
 #endif
-  if (!o.resume.empty() &&
-      !loadCheckpoint(o.resume, exe, plan, rank, world, error))
+  if (!o.resume.empty() && !loadCheckpoint(o.resume, exe, plan, rank, world, error))
     return fail(error);
 #ifdef LLMOPT_HAVE_CUDA
   if (gpu && !o.resume.empty() && !gpu->syncToDevice(error))
@@ -590,8 +587,7 @@ static int run(int argc, char **argv) {
   // moments (a chunk under ZeRO).
   for (const ParamSpec &p : plan.params)
     if (exe.params.count(p.name))
-      stateBytes += exe.gradientBytes(p.name) +
-                    int64_t(exe.params.at(p.name).value.size()) * 4 +
+      stateBytes += exe.gradientBytes(p.name) + int64_t(exe.params.at(p.name).value.size()) * 4 +
                     exe.params.at(p.name).shard.size() * 8;
   int64_t memory = exe.activationBytes() + stateBytes;
   bool tty = isatty(2) && !o.quiet;
@@ -601,8 +597,7 @@ static int run(int argc, char **argv) {
   const int64_t startStep = exe.steps;
   Timed timed(*comm);
   int64_t micro = plan.programFor(rank)->numMicroBatches;
-  std::vector<std::vector<int32_t>> x(static_cast<size_t>(micro)),
-      y(static_cast<size_t>(micro));
+  std::vector<std::vector<int32_t>> x(static_cast<size_t>(micro)), y(static_cast<size_t>(micro));
   while (exe.steps < o.steps) {
     int64_t step = exe.steps;
     if (failRank && failStep && std::atoi(failRank) == rank && std::atoll(failStep) == step + 1) {
@@ -617,7 +612,7 @@ static int run(int argc, char **argv) {
         std::raise(SIGSTOP); // continued: goes on as if it had been slow
       else
         return fail("injected failure at step " + std::to_string(step + 1) +
-                  " (LLMOPT_TEST_FAIL_RANK)");
+                    " (LLMOPT_TEST_FAIL_RANK)");
     }
     // Micro-batch i of data-parallel index r (the tp and cp ranks of a
     // group share their batch): sequences [(i * dp + r) * b, + b) of the
@@ -672,8 +667,8 @@ static int run(int argc, char **argv) {
                    "{\"step\": %lld, \"loss\": %s, \"grad_norm\": %s, \"tokens_per_s\": %.6g, "
                    "\"step_time_s\": %.6g, \"peak_memory_bytes\": %lld, "
                    "\"exposed_comm_share\": %.6g",
-                   static_cast<long long>(exe.steps), num(r.loss).c_str(),
-                   num(r.gradNorm).c_str(), tokensPerS, dt, static_cast<long long>(memory),
+                   static_cast<long long>(exe.steps), num(r.loss).c_str(), num(r.gradNorm).c_str(),
+                   tokensPerS, dt, static_cast<long long>(memory),
                    dt > 0 ? timed.seconds / dt : 0.0);
       if (r.lossScaling)
         std::fprintf(metrics, ", \"loss_scale\": %.9g, \"skipped\": %s", r.lossScale,
@@ -702,8 +697,7 @@ static int run(int argc, char **argv) {
                   " and the gradient norm " + std::to_string(r.gradNorm) +
                   "; training stopped, nothing saved from this step (check the data, the "
                   "initialization and the learning rate, or train with loss scaling)");
-    if (!o.checkpointDir.empty() && o.checkpointEvery > 0 &&
-        exe.steps % o.checkpointEvery == 0 &&
+    if (!o.checkpointDir.empty() && o.checkpointEvery > 0 && exe.steps % o.checkpointEvery == 0 &&
         (!toHost(error) || !saveCheckpoint(o.checkpointDir, exe, plan, *comm, error, o.keepLast)))
       return fail("checkpoint: " + error);
   }

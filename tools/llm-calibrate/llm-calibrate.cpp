@@ -17,12 +17,12 @@
 //===----------------------------------------------------------------------===//
 
 #include "llmopt/CostModel/CostModel.h"
-#include "llmopt/Support/JSONDepth.h"
 #include "llmopt/Dialect/LLM/Analysis/ModelDesc.h"
 #include "llmopt/Dialect/LLM/Analysis/ModelStats.h"
 #include "llmopt/Dialect/LLM/IR/LLMDialect.h"
 #include "llmopt/Import/HFConfig.h"
 #include "llmopt/Planner/Planner.h"
+#include "llmopt/Support/JSONDepth.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/MLIRContext.h"
@@ -38,8 +38,8 @@
 #include <array>
 #include <cmath>
 #include <map>
-#include <set>
 #include <numeric>
+#include <set>
 
 using namespace llmopt;
 using namespace llmopt::cost;
@@ -48,9 +48,8 @@ namespace cl = llvm::cl;
 
 static cl::opt<std::string> rowsPath(cl::Positional, cl::desc("<published rows JSON>"),
                                      cl::Required);
-static cl::opt<std::string> modelsDir("models",
-                                      cl::desc("directory of the rows' config.json files "
-                                               "(default: models/ beside the rows)"));
+static cl::opt<std::string> modelsDir("models", cl::desc("directory of the rows' config.json files "
+                                                         "(default: models/ beside the rows)"));
 static cl::opt<bool> check("check", cl::desc("exit 1 when a stack exceeds its tolerance"));
 static cl::opt<std::string> fitStack("fit", cl::desc("fit this stack's profile parameters"));
 static cl::list<std::string> fitParams("params", cl::CommaSeparated,
@@ -61,11 +60,13 @@ static cl::list<std::string> sets("set", cl::CommaSeparated,
 static cl::opt<std::string> exclude("exclude", cl::desc("leave out rows whose id contains this"));
 static cl::opt<bool> verbose("v", cl::desc("print each row's time breakdown"));
 static cl::opt<std::string> only("only", cl::desc("rows whose id contains this text"));
-static cl::opt<bool> searchJobs(
-    "search", cl::desc("search each published job freely under its stack and compare the "
-                       "pick's prediction with the best published run of that job"));
-static cl::opt<std::string> profileDir(
-    "profiles", cl::desc("read stack profiles from DIR/NAME.json instead of the built-in ones"));
+static cl::opt<bool>
+    searchJobs("search",
+               cl::desc("search each published job freely under its stack and compare the "
+                        "pick's prediction with the best published run of that job"));
+static cl::opt<std::string>
+    profileDir("profiles",
+               cl::desc("read stack profiles from DIR/NAME.json instead of the built-in ones"));
 
 namespace {
 
@@ -85,8 +86,7 @@ bool fail(const llvm::Twine &msg) {
 }
 
 /// The stack name llm-opt uses for a row's `stack` text.
-bool stackOf(llvm::StringRef text, llvm::StringRef id, std::string &name,
-             std::string &variant) {
+bool stackOf(llvm::StringRef text, llvm::StringRef id, std::string &name, std::string &variant) {
   variant.clear();
   if (text.starts_with("Megatron") || text.starts_with("NeMo"))
     name = "megatron";
@@ -146,7 +146,8 @@ bool readRows(llvm::StringRef text, std::vector<Row> &rows) {
     r.published = num("tokens_per_s_per_gpu", 0);
     r.publishedMemGiB = num("published_peak_mem_gib", 0);
     if (r.gpus <= 0 || r.seq <= 0 || r.globalBatch <= 0 || r.published <= 0)
-      return fail("row " + r.id + ": gpus, seq_len, global_batch and tokens_per_s_per_gpu "
+      return fail("row " + r.id +
+                  ": gpus, seq_len, global_batch and tokens_per_s_per_gpu "
                   "must be positive");
     if ((only.empty() || llvm::StringRef(r.id).contains(only)) &&
         (exclude.empty() || !llvm::StringRef(r.id).contains(exclude)))
@@ -215,9 +216,7 @@ struct Calibrator {
   std::map<std::string, StackProfile> profiles;
   std::string dir, modelDir;
 
-  Calibrator() {
-    ctx.loadDialect<llm::LLMDialect, mlir::func::FuncDialect>();
-  }
+  Calibrator() { ctx.loadDialect<llm::LLMDialect, mlir::func::FuncDialect>(); }
 
   const ModelDesc *model(const std::string &name) {
     auto it = models.find(name);
@@ -232,8 +231,7 @@ struct Calibrator {
     }
     HFImportOptions opts;
     opts.name = name;
-    mlir::OwningOpRef<mlir::ModuleOp> m =
-        importHFConfig((*buf)->getBuffer(), path, &ctx, opts);
+    mlir::OwningOpRef<mlir::ModuleOp> m = importHFConfig((*buf)->getBuffer(), path, &ctx, opts);
     if (!m)
       return nullptr;
     mlir::FailureOr<mlir::func::FuncOp> f = llm::findModelFunc(*m);
@@ -329,7 +327,7 @@ struct Calibrator {
                                                : Recompute::None;
     c.microBatch = r.microBatch;
     c.numMicroBatches = c.dp > 0 ? r.globalBatch / (int64_t(c.dp) * r.microBatch) : 0;
-    c.schedule = r.pp == 1 ? Schedule::None
+    c.schedule = r.pp == 1   ? Schedule::None
                  : c.vpp > 1 ? Schedule::Interleaved
                              : Schedule::OneFOneB;
     PlanEval e = evaluate(*m, *cluster, job, c);
@@ -384,9 +382,8 @@ static int searchEachJob(Calibrator &cal, const std::vector<Row> &rows) {
   std::vector<std::string> order;
   std::vector<Published> published;
   for (const Row &r : rows) {
-    std::string key = llvm::formatv("{0}|{1}|{2}|{3}|{4}|{5}|{6}|{7}", r.model, r.cluster,
-                                    r.gpus, r.seq, r.globalBatch, r.precision, r.stack,
-                                    r.variant);
+    std::string key = llvm::formatv("{0}|{1}|{2}|{3}|{4}|{5}|{6}|{7}", r.model, r.cluster, r.gpus,
+                                    r.seq, r.globalBatch, r.precision, r.stack, r.variant);
     auto [it, fresh] = jobs.emplace(key, Job());
     if (fresh) {
       it->second.first = &r;
@@ -400,13 +397,11 @@ static int searchEachJob(Calibrator &cal, const std::vector<Row> &rows) {
     JobSpec job;
     if (!p || !cal.setup(r, *p, m, cluster, job))
       return 2;
-    bool outlier = llvm::any_of(p->tolerance.outliers,
-                                [&](const auto &o) { return o.first == r.id; });
+    bool outlier =
+        llvm::any_of(p->tolerance.outliers, [&](const auto &o) { return o.first == r.id; });
     if (!outlier)
-      published.push_back({&r, r.published * m->trainFlopsPerToken(r.seq) /
-                                   cluster->gpu.bf16Flops,
-                           m->totalParams(),
-                           m->hasMoE()});
+      published.push_back({&r, r.published * m->trainFlopsPerToken(r.seq) / cluster->gpu.bf16Flops,
+                           m->totalParams(), m->hasMoE()});
   }
   // Jobs explained by hand: best row id -> why.
   std::map<std::string, std::string> notes;
@@ -414,8 +409,7 @@ static int searchEachJob(Calibrator &cal, const std::vector<Row> &rows) {
     llvm::SmallString<256> path(cal.dir);
     llvm::sys::path::append(path, "search-notes.json");
     if (auto buf = llvm::MemoryBuffer::getFile(path)) {
-      if (std::string deep = llmopt::jsonDepthError((*buf)->getBuffer(), path.str());
-          !deep.empty())
+      if (std::string deep = llmopt::jsonDepthError((*buf)->getBuffer(), path.str()); !deep.empty())
         return fail(deep), 2;
       llvm::Expected<json::Value> v = json::parse((*buf)->getBuffer());
       const json::Object *o = v ? v->getAsObject() : nullptr;
@@ -430,8 +424,8 @@ static int searchEachJob(Calibrator &cal, const std::vector<Row> &rows) {
     }
   }
   llvm::outs() << llvm::formatv("{0,-44} {1,-12} {2,10} {3,10} {4,7} {5,8}  {6}\n",
-                                "job (best published row)", "stack", "published", "pick",
-                                "ratio", "pick MFU", "pick");
+                                "job (best published row)", "stack", "published", "pick", "ratio",
+                                "pick MFU", "pick");
   bool broken = false;
   double worst = 0;
   std::set<std::string> usedNotes;
@@ -470,14 +464,14 @@ static int searchEachJob(Calibrator &cal, const std::vector<Row> &rows) {
       const Published *ref = nullptr;
       for (const Published &q : published)
         if (q.row->stack == r.stack && q.row->variant == r.variant &&
-            q.row->precision == r.precision && q.moe == moe &&
-            q.params <= 2 * m->totalParams() && m->totalParams() <= 2 * q.params &&
-            q.row->seq <= 2 * r.seq && r.seq <= 2 * q.row->seq && (!ref || q.mfu > ref->mfu))
+            q.row->precision == r.precision && q.moe == moe && q.params <= 2 * m->totalParams() &&
+            m->totalParams() <= 2 * q.params && q.row->seq <= 2 * r.seq &&
+            r.seq <= 2 * q.row->seq && (!ref || q.mfu > ref->mfu))
           ref = &q;
       auto note = notes.find(j.bestId);
       if (ref && pick.mfu <= ref->mfu * (1 + p->tolerance.maxError)) {
-        verdict = llvm::formatv("explained: the stack reaches {0:p} MFU on {1}", ref->mfu,
-                                ref->row->id);
+        verdict =
+            llvm::formatv("explained: the stack reaches {0:p} MFU on {1}", ref->mfu, ref->row->id);
       } else if (note != notes.end()) {
         verdict = "explained: " + note->second;
         usedNotes.insert(note->first);
@@ -679,8 +673,8 @@ int main(int argc, char **argv) {
     if (!outlier.empty()) {
       llvm::outs() << llvm::formatv("{0,-44} {1,-12} {2,10:f0} {3,10:f0} {4,7:f1}% {5,8:f1}  "
                                     "(outlier, held to no bound: {6})\n",
-                                    r.id, stackName, r.published, s.predicted, 100 * err,
-                                    s.memGiB, outlier);
+                                    r.id, stackName, r.published, s.predicted, 100 * err, s.memGiB,
+                                    outlier);
       continue;
     }
     Stat &st = stats[r.stack + " " + (r.precision == "FP8" ? "fp8" : "bf16")];
@@ -707,15 +701,14 @@ int main(int argc, char **argv) {
     tolerance[r.stack] = p->tolerance;
     recorded[r.stack] = {p->calibratedMeanError, p->calibratedMaxError};
     llvm::outs() << llvm::formatv("{0,-44} {1,-12} {2,10:f0} {3,10:f0} {4,7:f1}% {5,8:f1}{6}\n",
-                                  r.id, stackName, r.published, s.predicted, 100 * err,
-                                  s.memGiB, s.detail.empty() ? "" : "  (" + s.detail + ")");
+                                  r.id, stackName, r.published, s.predicted, 100 * err, s.memGiB,
+                                  s.detail.empty() ? "" : "  (" + s.detail + ")");
   }
   llvm::outs() << llvm::formatv("\n{0,-24} {1,5} {2,12} {3,12} {4,8}  {5}\n", "stack", "rows",
                                 "mean |err|", "max |err|", "max MFU", "worst row");
   for (const auto &[key, st] : stats) {
-    llvm::outs() << llvm::formatv("{0,-24} {1,5} {2,11:f1}% {3,11:f1}% {4,7:f1}%  {5}\n", key,
-                                  st.n, 100 * st.sum / st.n, 100 * st.max, 100 * st.maxMfu,
-                                  st.worst);
+    llvm::outs() << llvm::formatv("{0,-24} {1,5} {2,11:f1}% {3,11:f1}% {4,7:f1}%  {5}\n", key, st.n,
+                                  100 * st.sum / st.n, 100 * st.max, 100 * st.maxMfu, st.worst);
   }
   if (check) {
     for (const auto &[key, st] : stats) {
@@ -745,8 +738,7 @@ int main(int argc, char **argv) {
         llvm::outs() << llvm::formatv("FAIL {0}: the profile states calibration.mean_error "
                                       "{1:f1}% and max_error {2:f1}%, the rows give {3:f1}% "
                                       "and {4:f1}%: update data/stacks/{0}.json\n",
-                                      name, 100 * recMean, 100 * recMax, 100 * mean,
-                                      100 * st.max);
+                                      name, 100 * recMean, 100 * recMax, 100 * mean, 100 * st.max);
         broken = true;
       }
       // And the MFU ceilings it states, to 0.1 point: the report flags a

@@ -22,13 +22,13 @@
 #include "mlir/Support/FileUtilities.h"
 #include "mlir/Tools/mlir-opt/MlirOptMain.h"
 
-#include <optional>
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/Support/InitLLVM.h"
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/SourceMgr.h"
 #include "llvm/Support/ToolOutputFile.h"
 #include "llvm/Support/raw_ostream.h"
+#include <optional>
 
 using namespace mlir;
 
@@ -36,17 +36,16 @@ using namespace mlir;
 /// error. The text carries the ops' locations (`file.json:1:1`), so later
 /// diagnostics name the JSON file; the buffer gets another name so that no
 /// diagnostic shows a line of generated MLIR as a line of the JSON file.
-static std::unique_ptr<llvm::MemoryBuffer>
-importJSON(std::unique_ptr<llvm::MemoryBuffer> json,
-           DialectRegistry &registry) {
+static std::unique_ptr<llvm::MemoryBuffer> importJSON(std::unique_ptr<llvm::MemoryBuffer> json,
+                                                      DialectRegistry &registry) {
   MLIRContext ctx(registry);
   llvm::SourceMgr sourceMgr;
   std::string name = json->getBufferIdentifier().str();
   StringRef text = json->getBuffer();
   sourceMgr.AddNewSourceBuffer(std::move(json), llvm::SMLoc());
   SourceMgrDiagnosticHandler handler(sourceMgr, &ctx);
-  OwningOpRef<ModuleOp> module = llmopt::importHFConfig(
-      text, name, &ctx, llmopt::getHFImportOptionsFromCommandLine());
+  OwningOpRef<ModuleOp> module =
+      llmopt::importHFConfig(text, name, &ctx, llmopt::getHFImportOptionsFromCommandLine());
   if (!module)
     return nullptr;
   std::string ir;
@@ -88,7 +87,8 @@ static std::optional<size_t> findTooDeepNesting(StringRef text, unsigned limit) 
     } else if (ch == '(' || ch == '[' || ch == '{' || ch == '<') {
       if (++depth > limit)
         return i;
-    } else if ((ch == ')' || ch == ']' || ch == '}' || (ch == '>' && (i == 0 || text[i - 1] != '-'))) &&
+    } else if ((ch == ')' || ch == ']' || ch == '}' ||
+                (ch == '>' && (i == 0 || text[i - 1] != '-'))) &&
                depth > 0) {
       --depth;
     }
@@ -111,32 +111,28 @@ int main(int argc, char **argv) {
   // one buries the message, so that is off unless asked for.
   std::vector<char *> args(argv, argv + argc);
   std::string quietDiag = "--mlir-print-op-on-diagnostic=false";
-  bool userSet = llvm::any_of(args, [](const char *a) {
-    return StringRef(a).contains("mlir-print-op-on-diagnostic");
-  });
+  bool userSet = llvm::any_of(
+      args, [](const char *a) { return StringRef(a).contains("mlir-print-op-on-diagnostic"); });
   if (!userSet)
     args.insert(args.begin() + 1, quietDiag.data());
   int newArgc = static_cast<int>(args.size());
 
   auto [inputFilename, outputFilename] = registerAndParseCLIOptions(
-      newArgc, args.data(), "llm-opt: plan and lower transformer training",
-      registry);
+      newArgc, args.data(), "llm-opt: plan and lower transformer training", registry);
   MlirOptMainConfig config = MlirOptMainConfig::createFromCLOptions();
   if (config.shouldShowDialects() || config.shouldListPasses())
-    return asMainReturnCode(MlirOptMain(newArgc, args.data(), inputFilename,
-                                        outputFilename, registry));
+    return asMainReturnCode(
+        MlirOptMain(newArgc, args.data(), inputFilename, outputFilename, registry));
 
   std::string errorMessage;
-  std::unique_ptr<llvm::MemoryBuffer> input =
-      openInputFile(inputFilename, &errorMessage);
+  std::unique_ptr<llvm::MemoryBuffer> input = openInputFile(inputFilename, &errorMessage);
   if (!input) {
     llvm::errs() << "llm-opt: " << errorMessage << "\n";
     return EXIT_FAILURE;
   }
   // A model config is recognized by its name or, on standard input or
   // under another name, by its content.
-  if (llmopt::isHFConfigFile(inputFilename) ||
-      llmopt::looksLikeHFConfig(input->getBuffer())) {
+  if (llmopt::isHFConfigFile(inputFilename) || llmopt::looksLikeHFConfig(input->getBuffer())) {
     input = importJSON(std::move(input), registry);
     if (!input)
       return EXIT_FAILURE;
@@ -154,8 +150,7 @@ int main(int argc, char **argv) {
     return EXIT_FAILURE;
 
   if (outputFilename != "-" || !llmopt::reportWroteToStdout()) {
-    std::unique_ptr<llvm::ToolOutputFile> output =
-        openOutputFile(outputFilename, &errorMessage);
+    std::unique_ptr<llvm::ToolOutputFile> output = openOutputFile(outputFilename, &errorMessage);
     if (!output) {
       llvm::errs() << "llm-opt: " << errorMessage << "\n";
       return EXIT_FAILURE;

@@ -12,8 +12,6 @@
 int main(int argc, char **argv) {
   llmopt::installCrashGuard();
   llmopt::registerHFImportTranslation();
-  return mlir::failed(
-             mlir::mlirTranslateMain(argc, argv, "llm-opt model translation tool"))
-             ? 1
-             : 0;
+  return mlir::failed(mlir::mlirTranslateMain(argc, argv, "llm-opt model translation tool")) ? 1
+                                                                                             : 0;
 }

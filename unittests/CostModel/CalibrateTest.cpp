@@ -54,13 +54,11 @@ std::string profile(const GpuSpec &gpu, double g, double a, double m) {
 TEST(Calibrate, RecoversTheEfficienciesAProfileWasMadeWith) {
   GpuSpec gpu = h100();
   std::string summary, error;
-  ASSERT_TRUE(calibrate(gpu, profile(gpu, 0.61, 0.42, 0.77), DType::BF16, summary, error))
-      << error;
+  ASSERT_TRUE(calibrate(gpu, profile(gpu, 0.61, 0.42, 0.77), DType::BF16, summary, error)) << error;
   EXPECT_NEAR(gpu.gemmEfficiency, 0.61, 1e-9);
   EXPECT_NEAR(gpu.flashAttentionEfficiency, 0.42, 1e-9);
   EXPECT_NEAR(gpu.memEfficiency, 0.77, 1e-9);
-  EXPECT_NE(summary.find("gemm_efficiency 0.8261 -> 0.61 (2 calls)"), std::string::npos)
-      << summary;
+  EXPECT_NE(summary.find("gemm_efficiency 0.8261 -> 0.61 (2 calls)"), std::string::npos) << summary;
 }
 
 TEST(Calibrate, KeepsWhatTheProfileDoesNotMeasure) {
@@ -81,8 +79,8 @@ TEST(Calibrate, RefusesWhatIsNotAProfile) {
   std::string summary, error;
   EXPECT_FALSE(calibrate(gpu, "{", DType::BF16, summary, error));
   EXPECT_NE(error.find("not JSON"), std::string::npos) << error;
-  EXPECT_FALSE(calibrate(gpu, "{\"version\": 1, \"kernels\": [{\"kernel\": \"x\"}]}",
-                         DType::BF16, summary, error));
+  EXPECT_FALSE(calibrate(gpu, "{\"version\": 1, \"kernels\": [{\"kernel\": \"x\"}]}", DType::BF16,
+                         summary, error));
   EXPECT_NE(error.find("kernels[0] needs"), std::string::npos) << error;
   EXPECT_FALSE(calibrate(gpu, "{\"version\": 1, \"kernels\": []}", DType::BF16, summary, error));
   EXPECT_NE(error.find("no timed kernels"), std::string::npos) << error;

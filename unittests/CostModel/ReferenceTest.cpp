@@ -59,15 +59,13 @@ Scenario korthikanti(const KorthikantiRun &r, bool sp, Recompute rc) {
   s.cfg.recompute = rc;
   s.cfg.microBatch = r.microBatch;
   s.cfg.numMicroBatches = r.globalBatch / r.microBatch;
-  s.cfg.schedule = r.pp == 1 ? Schedule::None
+  s.cfg.schedule = r.pp == 1   ? Schedule::None
                    : r.vpp > 1 ? Schedule::Interleaved
                                : Schedule::OneFOneB;
   return s;
 }
 
-PlanEval eval(const Scenario &s) {
-  return evaluate(s.model, s.cluster, s.job, s.cfg);
-}
+PlanEval eval(const Scenario &s) { return evaluate(s.model, s.cluster, s.job, s.cfg); }
 
 double relErr(double got, double want) { return std::abs(got - want) / want; }
 
@@ -76,14 +74,13 @@ TEST(Korthikanti2022, IterationTimeWithin10PercentMeanUnder5) {
   int n = 0;
   for (const KorthikantiRun &r : kRuns) {
     for (bool selective : {false, true}) {
-      Scenario s = korthikanti(r, /*sp=*/selective,
-                            selective ? Recompute::Selective : Recompute::Full);
+      Scenario s =
+          korthikanti(r, /*sp=*/selective, selective ? Recompute::Selective : Recompute::Full);
       PlanEval e = eval(s);
       double want = selective ? r.spSelectiveS : r.fullRecomputeS;
       double err = relErr(e.time.step, want);
-      std::printf("%-5s %-22s predicted %7.2f s  published %7.2f s  error %5.1f%%\n",
-                  r.name, selective ? "sp+selective" : "full recompute", e.time.step,
-                  want, 100 * err);
+      std::printf("%-5s %-22s predicted %7.2f s  published %7.2f s  error %5.1f%%\n", r.name,
+                  selective ? "sp+selective" : "full recompute", e.time.step, want, 100 * err);
       EXPECT_LT(err, 0.10) << r.name << (selective ? " sp+selective" : " full");
       sumErr += err;
       ++n;
@@ -101,13 +98,13 @@ TEST(Korthikanti2022, MemoryPerCategoryWithin5Percent) {
     // Figure 1 counts the transformer layers' states (18 bytes per
     // parameter); take the first stage's embedding table out.
     double embedding = (51200.0 * r.hidden / r.tp + 2048.0 * r.hidden) * 18;
-    double states = first.memory.weights + first.memory.gradients +
-                    first.memory.optimizer - embedding;
+    double states =
+        first.memory.weights + first.memory.gradients + first.memory.optimizer - embedding;
     double actNone = first.memory.activations;
     double actSel = es.stages.front().memory.activations;
     std::printf("%-5s states %6.1f/%6.1f  act none %6.1f/%6.1f  act sp+sel %6.1f/%6.1f GiB\n",
-                r.name, states / GiB, r.stateGiB, actNone / GiB, r.actNoRecomputeGiB,
-                actSel / GiB, r.actSpSelectiveGiB);
+                r.name, states / GiB, r.stateGiB, actNone / GiB, r.actNoRecomputeGiB, actSel / GiB,
+                r.actSpSelectiveGiB);
     EXPECT_LT(relErr(states / GiB, r.stateGiB), 0.05) << r.name;
     EXPECT_LT(relErr(actNone / GiB, r.actNoRecomputeGiB), 0.05) << r.name;
     EXPECT_LT(relErr(actSel / GiB, r.actSpSelectiveGiB), 0.05) << r.name;
@@ -221,8 +218,8 @@ TEST(Torchtitan2024, Llama31_8BTokensPerGpuWithin15Percent) {
     double published;
     double peakGiB; // 0 where not published
   };
-  const Row rows[] = {{8, false, 6667, 77.0}, {8, true, 8532, 76.8},
-                      {128, false, 6514, 0}, {128, true, 8380, 0}};
+  const Row rows[] = {
+      {8, false, 6667, 77.0}, {8, true, 8532, 76.8}, {128, false, 6514, 0}, {128, true, 8380, 0}};
   for (const Row &r : rows) {
     PlanEval e = torchtitanRun(r.gpus, r.fp8, k);
     ASSERT_TRUE(e.feasible()) << e.detail;

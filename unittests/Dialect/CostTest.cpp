@@ -200,8 +200,7 @@ TEST_F(CostTest, ExpertsUseCapacity) {
   OpCost e = costOf<MoEExpertsOp>(f, c);
   EXPECT_DOUBLE_EQ(e.fwdFlops, 3 * 2 * rows * 8 * 16 + 5 * rows * 16);
   // Router: 2 * T * hidden * experts + 5 * T * experts.
-  EXPECT_DOUBLE_EQ(costOf<MoERouterOp>(f, c).fwdFlops,
-                   2.0 * 10 * 8 * 4 + 5.0 * 10 * 4);
+  EXPECT_DOUBLE_EQ(costOf<MoERouterOp>(f, c).fwdFlops, 2.0 * 10 * 8 * 4 + 5.0 * 10 * 4);
 
   FailureOr<ModelStats> st = computeModelStats(f, c);
   ASSERT_TRUE(succeeded(st));

@@ -67,9 +67,9 @@ TEST(ImportTest, Qwen2HasQkvBias) {
 }
 
 TEST(ImportTest, ErrorsNameTheField) {
-  EXPECT_NE(import(R"({"model_type": "llama", "hidden_size": 64})").error.find(
-                "'num_hidden_layers'"),
-            std::string::npos);
+  EXPECT_NE(
+      import(R"({"model_type": "llama", "hidden_size": 64})").error.find("'num_hidden_layers'"),
+      std::string::npos);
   Imported r = import(R"({"model_type": "llama", "hidden_size": 64,
       "intermediate_size": 128, "num_hidden_layers": 1, "num_attention_heads": 4,
       "num_key_value_heads": 3, "vocab_size": 100, "max_position_embeddings": 256})");

@@ -32,8 +32,7 @@ JobSpec job(int64_t batch, int64_t seq) {
   return j;
 }
 
-ModelDesc llama(int layers, int64_t h, int64_t heads, int64_t kv, int64_t ffn,
-                int64_t vocab) {
+ModelDesc llama(int layers, int64_t h, int64_t heads, int64_t kv, int64_t ffn, int64_t vocab) {
   ModelDesc m;
   m.name = "llama";
   m.vocab = vocab;
@@ -138,8 +137,7 @@ TEST(CostModel, HybridShardingTradesMemoryForCrossNodeTraffic) {
   ModelDesc m = llama(32, 4096, 32, 8, 14336, 128256);
   ClusterSpec c;
   std::string why;
-  ASSERT_TRUE(parseCluster("dgx-h100", "", {{"network.nics_per_node", "1"}}, 64, c, why))
-      << why;
+  ASSERT_TRUE(parseCluster("dgx-h100", "", {{"network.nics_per_node", "1"}}, 64, c, why)) << why;
   JobSpec j = job(256, 4096);
   ParallelConfig full;
   full.dp = 64, full.zero = 3, full.microBatch = 1, full.numMicroBatches = 4;
@@ -219,8 +217,7 @@ TEST(CostModel, PartialRecomputationLiesBetweenNoneAndFull) {
 TEST(Planner, ConstraintsParse) {
   Constraints c;
   std::string error;
-  ASSERT_TRUE(Constraints::parse("tp:8,pp:8,recompute:full,sp:1,schedule:interleaved", c,
-                                 error))
+  ASSERT_TRUE(Constraints::parse("tp:8,pp:8,recompute:full,sp:1,schedule:interleaved", c, error))
       << error;
   EXPECT_EQ(c.ints["tp"], 8);
   EXPECT_EQ(c.ints["pp"], 8);
@@ -322,8 +319,7 @@ TEST(Planner, NoPerStageRowThatIsUniform) {
   for (const PlanEval &p : r.plans) {
     if (p.config.recompute != Recompute::PerStage)
       continue;
-    std::set<Recompute> levels(p.config.stageRecompute.begin(),
-                               p.config.stageRecompute.end());
+    std::set<Recompute> levels(p.config.stageRecompute.begin(), p.config.stageRecompute.end());
     EXPECT_GT(levels.size(), 1u) << describe(p.config);
   }
 }
@@ -342,8 +338,7 @@ TEST(Planner, NeverWorseThanPublishedKorthikantiConfigs) {
     c.recompute = Recompute::Selective;
     c.microBatch = mb;
     c.numMicroBatches = batch / mb;
-    c.schedule = pp == 1 ? Schedule::None : vpp > 1 ? Schedule::Interleaved
-                                                    : Schedule::OneFOneB;
+    c.schedule = pp == 1 ? Schedule::None : vpp > 1 ? Schedule::Interleaved : Schedule::OneFOneB;
     return c;
   };
   const Row rows[] = {
@@ -365,8 +360,8 @@ TEST(Planner, NeverWorseThanPublishedKorthikantiConfigs) {
     SearchResult s = search(m, c, j, SearchOptions());
     ASSERT_FALSE(s.plans.empty()) << r.name;
     const PlanEval &best = s.plans.front();
-    std::printf("%-5s published %.2f s  best %.2f s  (%s)\n", r.name, pub.time.step,
-                best.time.step, describe(best.config).c_str());
+    std::printf("%-5s published %.2f s  best %.2f s  (%s)\n", r.name, pub.time.step, best.time.step,
+                describe(best.config).c_str());
     EXPECT_TRUE(best.feasible());
     EXPECT_LE(best.time.step, pub.time.step * (1 + 1e-9)) << r.name;
     EXPECT_LE(best.peak.total(), c.gpu.hbmBytes);
@@ -520,8 +515,8 @@ namespace {
 PipelineTimeline simulate(Schedule s, int pp, int vpp, int64_t m, double f, double b) {
   PipelineTimeline t;
   std::string error;
-  EXPECT_TRUE(simulatePipeline(s, vpp, m, std::vector<double>(pp, f),
-                               std::vector<double>(pp, b), t, error))
+  EXPECT_TRUE(
+      simulatePipeline(s, vpp, m, std::vector<double>(pp, f), std::vector<double>(pp, b), t, error))
       << error;
   return t;
 }
@@ -554,10 +549,9 @@ std::vector<int> checkTimeline(const PipelineTimeline &t) {
     auto [v, mb, backward] = key;
     // Forward: after the previous virtual stage's forward. Backward: after
     // the next one's backward, or the last forward.
-    std::tuple<int, int64_t, bool> input =
-        !backward ? std::make_tuple(v - 1, mb, false)
-        : v < pp * vpp - 1 ? std::make_tuple(v + 1, mb, true)
-                           : std::make_tuple(v, mb, false);
+    std::tuple<int, int64_t, bool> input = !backward          ? std::make_tuple(v - 1, mb, false)
+                                           : v < pp * vpp - 1 ? std::make_tuple(v + 1, mb, true)
+                                                              : std::make_tuple(v, mb, false);
     if (backward || v > 0) {
       EXPECT_TRUE(when.count(input));
       EXPECT_GE(se.first, when[input].second - 1e-12);
@@ -588,8 +582,8 @@ TEST(PipelineTimeline, OneFOneBAndGPipeTakeTheTextbookTime) {
 TEST(PipelineTimeline, InterleavingDividesTheBubbleByTheChunks) {
   // Narayanan et al. 2021: the bubble of the interleaved schedule is
   // (p - 1)(f + b) / v.
-  for (auto [pp, vpp, m] : {std::tuple<int, int, int64_t>{4, 2, 8}, {4, 4, 16}, {8, 2, 16},
-                            {2, 3, 4}, {4, 2, 4}}) {
+  for (auto [pp, vpp, m] :
+       {std::tuple<int, int, int64_t>{4, 2, 8}, {4, 4, 16}, {8, 2, 16}, {2, 3, 4}, {4, 2, 4}}) {
     PipelineTimeline t = simulate(Schedule::Interleaved, pp, vpp, m, 1.0, 2.0);
     EXPECT_NEAR(t.makespan, double(m) * 3.0 + double(pp - 1) * 3.0 / vpp, 1e-9)
         << pp << " " << vpp << " " << m;
@@ -608,8 +602,7 @@ TEST(PipelineTimeline, ASlowStageSetsThePace) {
   // charges (m x slowest + the other stages' time as bubble, 8 x 6 + 3 + 3).
   PipelineTimeline t;
   std::string error;
-  ASSERT_TRUE(simulatePipeline(Schedule::OneFOneB, 1, 8, {1, 2, 1}, {2, 4, 2}, t, error))
-      << error;
+  ASSERT_TRUE(simulatePipeline(Schedule::OneFOneB, 1, 8, {1, 2, 1}, {2, 4, 2}, t, error)) << error;
   checkTimeline(t);
   EXPECT_GE(t.makespan, 1 + 8 * 6.0 + 2);
   EXPECT_LE(t.makespan, 8 * 6.0 + 3 + 3);
@@ -623,8 +616,7 @@ TEST(PipelineTimeline, ASlowStageSetsThePace) {
 TEST(PipelineTimeline, RejectsWhatNoScheduleRuns) {
   PipelineTimeline t;
   std::string error;
-  EXPECT_FALSE(simulatePipeline(Schedule::Interleaved, 2, 6, {1, 1, 1, 1}, {2, 2, 2, 2},
-                                t, error));
+  EXPECT_FALSE(simulatePipeline(Schedule::Interleaved, 2, 6, {1, 1, 1, 1}, {2, 2, 2, 2}, t, error));
   EXPECT_NE(error.find("multiple of the 4 stages"), std::string::npos) << error;
   EXPECT_FALSE(simulatePipeline(Schedule::OneFOneB, 1, 0, {1}, {2}, t, error));
   EXPECT_FALSE(simulatePipeline(Schedule::OneFOneB, 1, 4, {1, 1}, {2}, t, error));
@@ -638,10 +630,10 @@ TEST(PipelineTimeline, FromAPlanAgreesWithItsStepTime) {
   // step's compute part, and the laid-out schedule takes what the step time
   // says the pipeline takes.
   ModelDesc m = llama(32, 4096, 32, 8, 14336, 128256);
-  for (const char *fix : {"pp:4,tp:2,schedule:1f1b,micro_batch:1",
-                          "pp:4,tp:2,schedule:interleaved-1f1b,vpp:2,micro_batch:1",
-                          "pp:4,tp:2,schedule:gpipe,micro_batch:1,recompute:full",
-                          "pp:1,tp:2,micro_batch:1"}) {
+  for (const char *fix :
+       {"pp:4,tp:2,schedule:1f1b,micro_batch:1",
+        "pp:4,tp:2,schedule:interleaved-1f1b,vpp:2,micro_batch:1",
+        "pp:4,tp:2,schedule:gpipe,micro_batch:1,recompute:full", "pp:1,tp:2,micro_batch:1"}) {
     SearchOptions o;
     std::string error;
     ASSERT_TRUE(Constraints::parse(fix, o.fixed, error)) << error;
@@ -719,8 +711,8 @@ TEST(HTMLReport, OnePageWithTheDataAndNoNetwork) {
                       "&lt;/script&gt;&amp;&quot; on 16 x H100-SXM5-80GB</title>"),
             std::string::npos);
   EXPECT_EQ(page.find("<script>alert"), std::string::npos);
-  for (const char *remote : {"src=\"http", "href=\"http", "src=\"//", "href=\"//", "@import",
-                             "url(http"})
+  for (const char *remote :
+       {"src=\"http", "href=\"http", "src=\"//", "href=\"//", "@import", "url(http"})
     EXPECT_EQ(page.find(remote), std::string::npos) << remote;
 
   // The embedded data is the report plus one timeline per plan.

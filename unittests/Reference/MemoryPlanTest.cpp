@@ -57,8 +57,7 @@ TEST_P(MemoryPlan, LiveBuffersNeverOverlap) {
       if (off < 0)
         continue;
       EXPECT_EQ(off % 256, 0);
-      Buf b{pos[&op], pos[&op], off,
-            int64_t(llm::tensorBytes(r.getType(), llm::CostContext()))};
+      Buf b{pos[&op], pos[&op], off, int64_t(llm::tensorBytes(r.getType(), llm::CostContext()))};
       // The norm and the update read gradients from their accumulators
       // (each gradient is added there as soon as it is made), not from the
       // arena: those uses end no lifetime.

@@ -12,14 +12,14 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "llmopt-runtime/executor.h"
+#include "llmopt-runtime/padded_logits.h"
+#include "llmopt-runtime/sha256.h"
 #include "llmopt/Dialect/Exec/IR/ExecOps.h"
 #include "llmopt/Dialect/LLM/IR/LLMOps.h"
 #include "llmopt/Import/HFConfig.h"
 #include "llmopt/Pipelines/Pipelines.h"
 #include "llmopt/Reference/Interpreter.h"
-#include "llmopt-runtime/sha256.h"
-#include "llmopt-runtime/executor.h"
-#include "llmopt-runtime/padded_logits.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -52,8 +52,7 @@ struct Lowered {
 std::unique_ptr<Lowered> lower(const char *config, int64_t dp, int64_t batch,
                                const std::string &name, int64_t zero = 0) {
   auto l = std::make_unique<Lowered>();
-  l->ctx.loadDialect<llm::LLMDialect, func::FuncDialect, arith::ArithDialect,
-                     exec::ExecDialect>();
+  l->ctx.loadDialect<llm::LLMDialect, func::FuncDialect, arith::ArithDialect, exec::ExecDialect>();
   HFImportOptions opts;
   opts.dtype = "f32";
   l->module = importHFConfig(config, name + ".json", &l->ctx, opts);
@@ -63,8 +62,8 @@ std::unique_ptr<Lowered> lower(const char *config, int64_t dp, int64_t batch,
     l->module->getOperation()->setAttr(
         "llm.plan",
         llm::PlanAttr::get(&l->ctx, dp, 1, 1, 1, 1, 1, b.getBoolAttr(false), zero,
-                           b.getBoolAttr(false), b.getStringAttr("none"), b.getArrayAttr({}),
-                           batch, 1, 8, b.getStringAttr("none"), b.getStringAttr("tp-cp-dp-pp"),
+                           b.getBoolAttr(false), b.getStringAttr("none"), b.getArrayAttr({}), batch,
+                           1, 8, b.getStringAttr("none"), b.getStringAttr("tp-cp-dp-pp"),
                            b.getDenseI64ArrayAttr({2}), b.getF64FloatAttr(1.0), 1, 0, 0));
   }
   l->dir = ::testing::TempDir() + "/llmopt-" + name;
@@ -105,9 +104,8 @@ TEST_P(RuntimeMatchesReference, OneRankBitIdentical) {
     std::vector<int32_t> tokens = randomIds(gen, 16), labels = randomIds(gen, 16);
     runtime::StepResult r;
     ASSERT_TRUE(exe.step({tokens}, {labels}, comm, r, error)) << error;
-    FailureOr<std::vector<reference::Tensor>> out =
-        ref.run(step, {reference::Tensor::idsOf({2, 8}, tokens),
-                       reference::Tensor::idsOf({2, 8}, labels)});
+    FailureOr<std::vector<reference::Tensor>> out = ref.run(
+        step, {reference::Tensor::idsOf({2, 8}, tokens), reference::Tensor::idsOf({2, 8}, labels)});
     ASSERT_TRUE(succeeded(out)) << ref.error;
     EXPECT_EQ(r.loss, out->at(0).data[0]) << "step " << s;
     EXPECT_EQ(r.gradNorm, out->at(1).data[0]) << "step " << s;
@@ -119,8 +117,7 @@ TEST_P(RuntimeMatchesReference, OneRankBitIdentical) {
 
 /// `dp` 2 (ZeRO stage `zero`) trains like one rank on the whole batch.
 void dataParallelMatchesOneRank(const char *config, int64_t zero) {
-  std::string tag = std::string(config == kLlama ? "llama" : "gpt2") + "-z" +
-                    std::to_string(zero);
+  std::string tag = std::string(config == kLlama ? "llama" : "gpt2") + "-z" + std::to_string(zero);
   auto whole = lower(config, 1, 4, "whole-" + tag);
   auto dp2 = lower(config, 2, 2, "dp2-" + tag, zero);
   runtime::Plan wholePlan, dpPlan;

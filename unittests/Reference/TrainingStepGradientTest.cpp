@@ -3,8 +3,8 @@
 // Imports tiny models of each architecture in fp32, runs
 // llm-build-training-step, interprets @train_step with the reference kernels,
 // and checks every parameter's gradient (as llm.adamw receives it) against
-// central differences of @forward's loss (Richardson-extrapolated). Also checks that @train_step's loss
-// is @forward's and that AdamW moved the parameters.
+// central differences of @forward's loss (Richardson-extrapolated). Also checks that @train_step's
+// loss is @forward's and that AdamW moved the parameters.
 //
 //===----------------------------------------------------------------------===//
 

@@ -63,9 +63,7 @@ struct ParallelConfig {
   bool ppInsideDp = false;
 
   int gpus() const { return dp * tp * pp * cp; }
-  std::string placement() const {
-    return ppInsideDp ? "tp-cp-pp-dp" : "tp-cp-dp-pp";
-  }
+  std::string placement() const { return ppInsideDp ? "tp-cp-pp-dp" : "tp-cp-dp-pp"; }
 };
 
 /// Layers per pipeline rank when each of `pp x vpp` virtual stages takes an
@@ -93,8 +91,7 @@ struct MemoryBreakdown {
   double commBuffers = 0;
   double reserved = 0;
   double total() const {
-    return weights + gradients + optimizer + activations + logits + commBuffers +
-           reserved;
+    return weights + gradients + optimizer + activations + logits + commBuffers + reserved;
   }
 };
 
@@ -177,18 +174,17 @@ struct PlanEval {
 
 /// The rules a configuration must satisfy before it is scored. Returns
 /// RejectReason::None or the first rule broken, with `detail` set.
-RejectReason checkRules(const ModelDesc &model, const ClusterSpec &cluster,
-                        const JobSpec &job, const ParallelConfig &cfg,
-                        std::string &detail);
+RejectReason checkRules(const ModelDesc &model, const ClusterSpec &cluster, const JobSpec &job,
+                        const ParallelConfig &cfg, std::string &detail);
 /// The same without the message (a search builds one per reason only).
-RejectReason checkRules(const ModelDesc &model, const ClusterSpec &cluster,
-                        const JobSpec &job, const ParallelConfig &c);
+RejectReason checkRules(const ModelDesc &model, const ClusterSpec &cluster, const JobSpec &job,
+                        const ParallelConfig &c);
 
 /// What the job's training stack (`job.stack`) cannot run of `cfg`:
 /// NotSupportedByStack with `detail` naming the stack and the rule, or None.
 /// Part of checkRules.
-RejectReason checkStackRules(const ModelDesc &model, const JobSpec &job,
-                             const ParallelConfig &cfg, std::string &detail);
+RejectReason checkStackRules(const ModelDesc &model, const JobSpec &job, const ParallelConfig &cfg,
+                             std::string &detail);
 
 /// Per-layer costs of one micro-batch as prefix sums over the layers (entry
 /// i sums layers [0, i)). They depend only on tp, sp, cp, ep, the
@@ -199,11 +195,11 @@ struct LayerTable {
   std::vector<double> fwdWindow; ///< forward compute (overlap window)
   std::vector<double> bwdWindow; ///< backward compute (overlap window)
   std::vector<double> compute, recompute, tp, cp, ep;
-  std::vector<double> hidden;    ///< communication hidden behind compute
-  std::vector<double> act;       ///< activation bytes kept
-  std::vector<double> dense;     ///< non-expert parameters per rank
-  std::vector<double> expert;    ///< expert parameters per rank
-  double maxLayerBytes = 0;      ///< largest layer's weights, gathered (ZeRO-3)
+  std::vector<double> hidden; ///< communication hidden behind compute
+  std::vector<double> act;    ///< activation bytes kept
+  std::vector<double> dense;  ///< non-expert parameters per rank
+  std::vector<double> expert; ///< expert parameters per rank
+  double maxLayerBytes = 0;   ///< largest layer's weights, gathered (ZeRO-3)
   /// Full recomputation: the largest layer's activations while its
   /// recomputed forward serves its backward (once, not per micro-batch).
   double maxRecomputedBytes = 0;
@@ -211,13 +207,12 @@ struct LayerTable {
 
 /// Builds the layer table of `cfg` (its tp, sp, cp, ep, micro-batch,
 /// recomputation and placement).
-LayerTable buildLayerTable(const ModelDesc &model, const ClusterSpec &cluster,
-                           const JobSpec &job, const ParallelConfig &cfg);
+LayerTable buildLayerTable(const ModelDesc &model, const ClusterSpec &cluster, const JobSpec &job,
+                           const ParallelConfig &cfg);
 
 /// The GPUs of the expert-parallel group of `cfg` that share a node; the
 /// layer table depends on it.
-int expertGroupPerNode(const ClusterSpec &cluster, const JobSpec &job,
-                       const ParallelConfig &cfg);
+int expertGroupPerNode(const ClusterSpec &cluster, const JobSpec &job, const ParallelConfig &cfg);
 
 /// Whether the experts stay whole (expert tensor parallelism 1) because the
 /// expert-parallel group takes tensor-parallel ranks (the stack's EP layout
@@ -228,15 +223,13 @@ bool expertsStayWhole(const JobSpec &job, const ParallelConfig &cfg);
 /// rule is broken or a stage does not fit in memory; memory and time are
 /// still filled in for memory rejections. `table`, when given, must come from
 /// buildLayerTable with the same layer-level choices.
-PlanEval evaluate(const ModelDesc &model, const ClusterSpec &cluster,
-                  const JobSpec &job, const ParallelConfig &cfg,
-                  const LayerTable *table = nullptr);
+PlanEval evaluate(const ModelDesc &model, const ClusterSpec &cluster, const JobSpec &job,
+                  const ParallelConfig &cfg, const LayerTable *table = nullptr);
 
 /// Scores `cfg` with prebuilt tables for no, selective and full
 /// recomputation (needed by Recompute::PerStage; null entries are built).
-PlanEval evaluate(const ModelDesc &model, const ClusterSpec &cluster,
-                  const JobSpec &job, const ParallelConfig &cfg,
-                  const std::array<const LayerTable *, 3> &tables);
+PlanEval evaluate(const ModelDesc &model, const ClusterSpec &cluster, const JobSpec &job,
+                  const ParallelConfig &cfg, const std::array<const LayerTable *, 3> &tables);
 
 /// Collective times in seconds for `bytes` over a group of `n` ranks of
 /// which `perNode` share a node (ring algorithms; hierarchical across nodes).

@@ -89,9 +89,7 @@ struct ClusterSpec {
 
   int totalGpus() const { return gpusPerNode * numNodes; }
   /// Bandwidth of the network per GPU when every GPU of a node is talking.
-  double nicShareBandwidth() const {
-    return nicsPerNode * nicBandwidth / gpusPerNode;
-  }
+  double nicShareBandwidth() const { return nicsPerNode * nicBandwidth / gpusPerNode; }
 };
 
 /// Names of the presets: dgx-a100-40gb, dgx-a100-80gb, dgx-h100, dgx-h200,
@@ -106,8 +104,8 @@ bool getClusterPreset(const std::string &name, ClusterSpec &out);
 /// sets the node count). On error returns false with `error` naming the field
 /// or file and the fix.
 bool parseCluster(const std::string &spec, const std::string &fileContents,
-                  const std::vector<std::pair<std::string, std::string>> &overrides,
-                  int gpus, ClusterSpec &out, std::string &error);
+                  const std::vector<std::pair<std::string, std::string>> &overrides, int gpus,
+                  ClusterSpec &out, std::string &error);
 
 /// The cluster as JSON (the schema parseCluster reads).
 llvm::json::Value toJSON(const ClusterSpec &c);

@@ -78,8 +78,8 @@ struct ModelDesc {
 
   /// A GPT (Megatron) model: learned positions, layer norm, GeLU MLP of 4h,
   /// biases, tied head.
-  static ModelDesc gpt(const std::string &name, int64_t layers, int64_t hidden,
-                       int64_t heads, int64_t vocab, int64_t positions);
+  static ModelDesc gpt(const std::string &name, int64_t layers, int64_t hidden, int64_t heads,
+                       int64_t vocab, int64_t positions);
 };
 
 enum class Optimizer { AdamW };

@@ -26,9 +26,9 @@ struct HFImportOptions {
 
 /// Imports `json`, the contents of `filename`. On bad input, emits one error
 /// located at the offending field of `filename` and returns null.
-mlir::OwningOpRef<mlir::ModuleOp>
-importHFConfig(llvm::StringRef json, llvm::StringRef filename,
-               mlir::MLIRContext *context, const HFImportOptions &options = {});
+mlir::OwningOpRef<mlir::ModuleOp> importHFConfig(llvm::StringRef json, llvm::StringRef filename,
+                                                 mlir::MLIRContext *context,
+                                                 const HFImportOptions &options = {});
 
 /// True when `filename` names a JSON model (".json").
 bool isHFConfigFile(llvm::StringRef filename);

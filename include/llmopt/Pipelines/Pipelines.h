@@ -12,10 +12,9 @@ struct LowerToPlanOptions : public mlir::PassPipelineOptions<LowerToPlanOptions>
   Option<std::string> dir{*this, "dir", llvm::cl::desc("plan directory to write")};
   Option<double> lr{*this, "lr", llvm::cl::desc("learning rate"), llvm::cl::init(3e-4)};
   Option<double> maxGradNorm{*this, "max-grad-norm",
-                             llvm::cl::desc("global-norm clipping (0: none)"),
-                             llvm::cl::init(1.0)};
-  Option<int64_t> batch{*this, "batch",
-                        llvm::cl::desc("micro-batch (default: the plan's)"), llvm::cl::init(0)};
+                             llvm::cl::desc("global-norm clipping (0: none)"), llvm::cl::init(1.0)};
+  Option<int64_t> batch{*this, "batch", llvm::cl::desc("micro-batch (default: the plan's)"),
+                        llvm::cl::init(0)};
   Option<int64_t> seq{*this, "seq", llvm::cl::desc("sequence length (default: the model's)"),
                       llvm::cl::init(0)};
   Option<int64_t> bucketBytes{

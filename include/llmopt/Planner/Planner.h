@@ -170,8 +170,7 @@ std::string describe(const cost::ParallelConfig &c);
 
 /// The report: model, cluster, job, search statistics, `plans` (best first)
 /// and `rejected` (counts per reason) with examples.
-llvm::json::Value reportJSON(const cost::ModelDesc &model,
-                             const cost::ClusterSpec &cluster,
+llvm::json::Value reportJSON(const cost::ModelDesc &model, const cost::ClusterSpec &cluster,
                              const cost::JobSpec &job, const SearchResult &result);
 
 /// The human table for stdout.
@@ -222,8 +221,7 @@ bool simulatePipeline(cost::Schedule schedule, int chunks, int64_t microBatches,
 
 /// The timeline of a scored plan from its per-stage forward and backward
 /// times, with at most about `maxMicroBatches` micro-batches (0: all).
-PipelineTimeline pipelineTimeline(const cost::PlanEval &plan,
-                                  int64_t maxMicroBatches = 0);
+PipelineTimeline pipelineTimeline(const cost::PlanEval &plan, int64_t maxMicroBatches = 0);
 
 /// A self-contained HTML page for the search (no network needed to view):
 /// the report JSON and each top plan's pipeline timeline embedded as data,
@@ -237,9 +235,8 @@ void printHTMLReport(llvm::raw_ostream &os, const cost::ModelDesc &model,
 /// The chosen plan for users who keep their trainer: Megatron-LM command-line
 /// arguments, a DeepSpeed JSON config, or a torchtitan TOML section.
 /// Returns false for an unknown format.
-bool exportPlan(llvm::raw_ostream &os, const std::string &format,
-                const cost::ModelDesc &model, const cost::JobSpec &job,
-                const cost::PlanEval &plan, std::string &error);
+bool exportPlan(llvm::raw_ostream &os, const std::string &format, const cost::ModelDesc &model,
+                const cost::JobSpec &job, const cost::PlanEval &plan, std::string &error);
 
 } // namespace llmopt::planner
 

@@ -49,8 +49,7 @@ public:
 
   /// Runs `func` on `args`. Fails (with `error` set) on an op it does not
   /// know or on bad input (a token outside the vocabulary).
-  mlir::FailureOr<std::vector<Tensor>> run(mlir::func::FuncOp func,
-                                           llvm::ArrayRef<Tensor> args);
+  mlir::FailureOr<std::vector<Tensor>> run(mlir::func::FuncOp func, llvm::ArrayRef<Tensor> args);
 
   llvm::StringMap<ParamState> params;
   /// The gradient each llm.adamw received in the last run, by parameter.

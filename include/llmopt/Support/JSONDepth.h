@@ -51,8 +51,8 @@ inline std::optional<size_t> findTooDeepBracket(llvm::StringRef text,
 /// An error message for `what` when `text` nests too deep, else empty.
 inline std::string jsonDepthError(llvm::StringRef text, llvm::StringRef what) {
   if (std::optional<size_t> at = findTooDeepBracket(text))
-    return what.str() + ": malformed JSON: nested deeper than " +
-           std::to_string(kMaxJSONDepth) + " levels (at byte " + std::to_string(*at) + ")";
+    return what.str() + ": malformed JSON: nested deeper than " + std::to_string(kMaxJSONDepth) +
+           " levels (at byte " + std::to_string(*at) + ")";
   return std::string();
 }
 

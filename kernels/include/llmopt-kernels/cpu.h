@@ -25,11 +25,11 @@ namespace llmopt::kernels::cpu {
 // --- embeddings (embedding.cpp) ---------------------------------------------
 /// out[n, :] = table[tokens[n], :]. Tokens outside [0, vocab) are an error
 /// the caller checks first (returns false).
-bool embeddingForward(const int32_t *tokens, const float *table, float *out,
-                      int64_t n, int64_t vocab, int64_t hidden);
+bool embeddingForward(const int32_t *tokens, const float *table, float *out, int64_t n,
+                      int64_t vocab, int64_t hidden);
 /// dtable[tokens[n], :] += dout[n, :].
-void embeddingBackward(const int32_t *tokens, const float *dout, float *dtable,
-                       int64_t n, int64_t hidden);
+void embeddingBackward(const int32_t *tokens, const float *dout, float *dtable, int64_t n,
+                       int64_t hidden);
 /// Vocabulary parallelism: this rank holds table rows [start, start + rows);
 /// other tokens give zero rows, so the ranks' outputs sum to the whole
 /// lookup. Backward accumulates only the rank's rows.
@@ -39,38 +39,36 @@ void embeddingBackwardPart(const int32_t *tokens, const float *dout, float *dtab
                            int64_t start, int64_t rows, int64_t hidden);
 /// out[b, s, :] = x[b, s, :] + table[pos(s), :] (in place allowed), pos(s) =
 /// positions[s] or s when null.
-void positionEmbeddingForward(const float *x, const float *table, float *out,
-                              int64_t batch, int64_t seq, int64_t hidden,
-                              const int32_t *positions = nullptr);
+void positionEmbeddingForward(const float *x, const float *table, float *out, int64_t batch,
+                              int64_t seq, int64_t hidden, const int32_t *positions = nullptr);
 /// dtable[pos(s), :] += sum_b dout[b, s, :].
-void positionEmbeddingBackward(const float *dout, float *dtable, int64_t batch,
-                               int64_t seq, int64_t hidden, const int32_t *positions = nullptr);
+void positionEmbeddingBackward(const float *dout, float *dtable, int64_t batch, int64_t seq,
+                               int64_t hidden, const int32_t *positions = nullptr);
 
 // --- norms (norm.cpp) ---------------------------------------------------------
 /// Layer norm over the last dimension; keeps mean and rstd per row for
 /// backward. `bias` may be null.
-void layerNormForward(const float *x, const float *weight, const float *bias,
-                      float *out, float *mean, float *rstd, int64_t n, int64_t c,
-                      float eps);
-void layerNormBackward(const float *dout, const float *x, const float *weight,
-                       const float *mean, const float *rstd, float *dx, float *dweight,
-                       float *dbias, int64_t n, int64_t c);
+void layerNormForward(const float *x, const float *weight, const float *bias, float *out,
+                      float *mean, float *rstd, int64_t n, int64_t c, float eps);
+void layerNormBackward(const float *dout, const float *x, const float *weight, const float *mean,
+                       const float *rstd, float *dx, float *dweight, float *dbias, int64_t n,
+                       int64_t c);
 /// RMS norm over the last dimension; keeps rstd per row.
-void rmsNormForward(const float *x, const float *weight, float *out, float *rstd,
-                    int64_t n, int64_t c, float eps);
-void rmsNormBackward(const float *dout, const float *x, const float *weight,
-                     const float *rstd, float *dx, float *dweight, int64_t n, int64_t c);
+void rmsNormForward(const float *x, const float *weight, float *out, float *rstd, int64_t n,
+                    int64_t c, float eps);
+void rmsNormBackward(const float *dout, const float *x, const float *weight, const float *rstd,
+                     float *dx, float *dweight, int64_t n, int64_t c);
 
 // --- linear (linear.cpp) -------------------------------------------------------
 /// out[n, o] = sum_i x[n, i] W[o, i] + b[o]; W is [in, out] when transposed.
 /// `bias` may be null.
-void linearForward(const float *x, const float *weight, const float *bias, float *out,
-                   int64_t n, int64_t in, int64_t out_features, bool transposed);
+void linearForward(const float *x, const float *weight, const float *bias, float *out, int64_t n,
+                   int64_t in, int64_t out_features, bool transposed);
 /// dx = dout W (written; may be null), dW += dout^T x, db += sum_n dout (may
 /// be null).
 void linearBackward(const float *dout, const float *x, const float *weight, float *dx,
-                    float *dweight, float *dbias, int64_t n, int64_t in,
-                    int64_t out_features, bool transposed);
+                    float *dweight, float *dbias, int64_t n, int64_t in, int64_t out_features,
+                    bool transposed);
 
 // --- fp8 (fp8.cpp) --------------------------------------------------------------
 /// The fp8 formats of GEMM inputs (OCP FP8): E4M3 (no infinities, largest
@@ -92,12 +90,11 @@ void fakeQuantizeFp8(const float *x, float *y, int64_t n, Fp8 format, float amax
 // --- activations (activation.cpp) ----------------------------------------------
 /// GeLU, exact (erf) or with the tanh approximation.
 void geluForward(const float *x, float *out, int64_t count, bool tanhApprox);
-void geluBackward(const float *dout, const float *x, float *dx, int64_t count,
-                  bool tanhApprox);
+void geluBackward(const float *dout, const float *x, float *dx, int64_t count, bool tanhApprox);
 /// out = silu(gate) * up.
 void swigluForward(const float *gate, const float *up, float *out, int64_t count);
-void swigluBackward(const float *dout, const float *gate, const float *up, float *dgate,
-                    float *dup, int64_t count);
+void swigluBackward(const float *dout, const float *gate, const float *up, float *dgate, float *dup,
+                    int64_t count);
 
 // --- rotary embedding (rotary.cpp) ----------------------------------------------
 /// Context extension of the rotary frequencies: Hugging Face's "linear"
@@ -119,8 +116,8 @@ struct RopeScaling {
 /// RoPE's inverse frequencies (headDim / 2 of them) with Llama 3 scaling.
 std::vector<double> ropeInverseFrequencies(int64_t headDim, float theta,
                                            const RopeScaling &scaling);
-void rotary(const float *x, float *out, int64_t batch, int64_t seq, int64_t heads,
-            int64_t headDim, float theta, const RopeScaling &scaling, bool inverse,
+void rotary(const float *x, float *out, int64_t batch, int64_t seq, int64_t heads, int64_t headDim,
+            float theta, const RopeScaling &scaling, bool inverse,
             const int32_t *positions = nullptr);
 
 // --- attention (attention.cpp) --------------------------------------------------
@@ -140,8 +137,8 @@ struct AttentionShape {
 /// out [b, s, heads * d] = softmax(q k^T * scale + mask) v per head, with
 /// GQA (query head h reads kv head h / (heads / kvHeads)). Keeps the
 /// log-sum-exp [b, heads, s] for backward.
-void attentionForward(const float *q, const float *k, const float *v, float *out,
-                      float *lse, const AttentionShape &shape);
+void attentionForward(const float *q, const float *k, const float *v, float *out, float *lse,
+                      const AttentionShape &shape);
 /// Writes dq, dk, dv (kv gradients summed over the query heads sharing them).
 void attentionBackward(const float *dout, const float *q, const float *k, const float *v,
                        const float *out, const float *lse, float *dq, float *dk, float *dv,
@@ -151,26 +148,24 @@ void attentionBackward(const float *dout, const float *q, const float *k, const 
 /// Mean cross-entropy over rows whose label != ignoreIndex; returns the loss
 /// and the number of counted rows in `counted`. Labels outside the vocabulary
 /// (other than ignoreIndex) make it return false.
-bool crossEntropyForward(const float *logits, const int32_t *labels, int64_t n,
-                         int64_t vocab, int64_t ignoreIndex, float *loss, int64_t *counted);
+bool crossEntropyForward(const float *logits, const int32_t *labels, int64_t n, int64_t vocab,
+                         int64_t ignoreIndex, float *loss, int64_t *counted);
 /// dlogits = (softmax(logits) - onehot(label)) * dloss / counted, zero rows
 /// for ignored labels.
-void crossEntropyBackward(const float *logits, const int32_t *labels, float dloss,
-                          int64_t counted, float *dlogits, int64_t n, int64_t vocab,
-                          int64_t ignoreIndex);
+void crossEntropyBackward(const float *logits, const int32_t *labels, float dloss, int64_t counted,
+                          float *dlogits, int64_t n, int64_t vocab, int64_t ignoreIndex);
 
 // --- mixture of experts (moe.cpp) ----------------------------------------------
 /// Rows of the [experts, capacity, hidden] buffers: routed copy i = n * topK + j
 /// of token n takes row slots[i] of expert indices[i], or -1 when the expert
 /// is full (dropped). Returns false for an expert index out of range.
-bool moeSlots(const int32_t *indices, int64_t n, int64_t topK, int64_t experts,
-              int64_t capacity, int64_t *slots);
+bool moeSlots(const int32_t *indices, int64_t n, int64_t topK, int64_t experts, int64_t capacity,
+              int64_t *slots);
 /// Softmax over x gate^T [n, experts] (fp32), the topK best experts
 /// (ties to the lower number) and their weights, renormalized to sum to one
 /// when `normalize` (Mixtral).
 void moeRouterForward(const float *x, const float *gate, float *weights, int32_t *indices,
-                      int64_t n, int64_t hidden, int64_t experts, int64_t topK,
-                      bool normalize);
+                      int64_t n, int64_t hidden, int64_t experts, int64_t topK, bool normalize);
 /// dx written, dgate accumulated; `weights` and `indices` are the forward's.
 /// With `auxLossCoef` > 0 the gradient of the load-balancing loss (Switch
 /// Transformer, Megatron's aux_loss)
@@ -183,11 +178,10 @@ void moeRouterForward(const float *x, const float *gate, float *weights, int32_t
 /// (summed over the chunks) and the aux gradient is multiplied by
 /// `auxScale`; by default the n tokens here are all of them.
 void moeRouterBackward(const float *dweights, const float *x, const float *gate,
-                       const float *weights, const int32_t *indices, float *dx,
-                       float *dgate, int64_t n, int64_t hidden, int64_t experts,
-                       int64_t topK, bool normalize, float auxLossCoef = 0.0f,
-                       const float *auxCounts = nullptr, int64_t auxTokens = 0,
-                       float auxScale = 1.0f);
+                       const float *weights, const int32_t *indices, float *dx, float *dgate,
+                       int64_t n, int64_t hidden, int64_t experts, int64_t topK, bool normalize,
+                       float auxLossCoef = 0.0f, const float *auxCounts = nullptr,
+                       int64_t auxTokens = 0, float auxScale = 1.0f);
 /// count_e: how many of the n tokens' top-k choices went to each expert.
 void moeExpertCounts(const int32_t *indices, float *counts, int64_t n, int64_t experts,
                      int64_t topK);
@@ -238,8 +232,8 @@ struct MoEExpertShape {
 /// `shape.rowAmax` fails.
 bool moeExpertsForward(const float *x, const float *const *weights, float *out,
                        const MoEExpertShape &shape);
-bool moeExpertsBackward(const float *dout, const float *x, const float *const *weights,
-                        float *dx, float *const *dweights, const MoEExpertShape &shape);
+bool moeExpertsBackward(const float *dout, const float *x, const float *const *weights, float *dx,
+                        float *const *dweights, const MoEExpertShape &shape);
 /// Each of `rows` rows of `x` (`cols` wide) rounded to fp8 with its own
 /// amax (`amax[r]`, or the row's own when null) into `y` (may alias `x`).
 void fakeQuantizeFp8Rows(const float *x, float *y, int64_t rows, int64_t cols, Fp8 format,

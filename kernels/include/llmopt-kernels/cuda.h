@@ -26,8 +26,8 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
-#include <vector>
 #include <string>
+#include <vector>
 
 namespace llmopt::kernels::cuda {
 
@@ -38,53 +38,48 @@ bool deviceAvailable();
 
 #define LLMOPT_CUDA_FOR_TYPES(X) X(float) X(bf16)
 
-#define LLMOPT_CUDA_DECLARE(T)                                                              \
-  cudaError_t rmsNormForward(const T *x, const T *weight, T *out, float *rstd, int64_t n,   \
-                             int64_t c, float eps, cudaStream_t stream);                    \
-  cudaError_t rmsNormBackward(const T *dout, const T *x, const T *weight, const float *rstd, \
-                              T *dx, float *dweight, int64_t n, int64_t c,                  \
-                              cudaStream_t stream, float *scratch = nullptr);               \
-  cudaError_t layerNormForward(const T *x, const T *weight, const T *bias, T *out,          \
-                               float *mean, float *rstd, int64_t n, int64_t c, float eps,   \
-                               cudaStream_t stream);                                        \
-  cudaError_t layerNormBackward(const T *dout, const T *x, const T *weight,                 \
-                                const float *mean, const float *rstd, T *dx, float *dweight, \
-                                float *dbias, int64_t n, int64_t c, cudaStream_t stream,    \
-                                float *scratch = nullptr);                                  \
-  cudaError_t geluForward(const T *x, T *out, int64_t count, bool tanhApprox,               \
-                          cudaStream_t stream);                                             \
-  cudaError_t geluBackward(const T *dout, const T *x, T *dx, int64_t count, bool tanhApprox, \
-                           cudaStream_t stream);                                            \
-  cudaError_t swigluForward(const T *gate, const T *up, T *out, int64_t count,              \
-                            cudaStream_t stream);                                           \
-  cudaError_t swigluBackward(const T *dout, const T *gate, const T *up, T *dgate, T *dup,   \
-                             int64_t count, cudaStream_t stream);                           \
-  cudaError_t embeddingForward(const int32_t *tokens, const T *table, T *out, int64_t n,    \
-                               int64_t hidden, cudaStream_t stream);                        \
-  /* order: embeddingOrder(tokens) on the device: each token's rows added in position */  \
-  /* order (deterministic, no atomics; without it, atomics); scratch: n x hidden floats */  \
-  cudaError_t embeddingBackwardOrdered(const int32_t *tokens, const int32_t *order,        \
-                                       const T *dout, float *dtable, int64_t n, int64_t hidden, \
-                                       float *scratch, cudaStream_t stream);                \
-  cudaError_t embeddingBackward(const int32_t *tokens, const T *dout, float *dtable,        \
-                                int64_t n, int64_t hidden, cudaStream_t stream);            \
-  /* cosSin: rotaryTable's [seq, headDim / 2] (cos, sin) pairs on the device */          \
-  cudaError_t rotary(const T *x, T *out, int64_t batch, int64_t seq, int64_t heads,         \
-                     int64_t headDim, const float *cosSin, bool inverse,                     \
-                     cudaStream_t stream);                                                  \
-  /* rowLoss: n floats of scratch; loss: the mean over counted rows; rowLse (optional):  */ \
-  /* n floats receiving each row's log-sum-exp, which the backward then reads instead of */ \
-  /* reading the logits twice (rows of the ignore index are not written); ld / ldD: the */ \
-  /* row pitch of logits / dlogits (0: vocab), dlogits' padding zeroed */                   \
-  cudaError_t crossEntropyForward(const T *logits, const int32_t *labels, float *rowLoss,   \
-                                  float *loss, int64_t n, int64_t vocab, int64_t ignoreIndex, \
-                                  cudaStream_t stream, float *rowLse = nullptr,             \
-                                  int64_t ld = 0);                                          \
-  cudaError_t crossEntropyBackward(const T *logits, const int32_t *labels, const float *dloss, \
-                                   float *scratch, T *dlogits, int64_t n, int64_t vocab,    \
-                                   int64_t ignoreIndex, cudaStream_t stream,                \
-                                   const float *rowLse = nullptr, int64_t ld = 0,           \
-                                   int64_t ldD = 0);
+#define LLMOPT_CUDA_DECLARE(T)                                                                     \
+  cudaError_t rmsNormForward(const T *x, const T *weight, T *out, float *rstd, int64_t n,          \
+                             int64_t c, float eps, cudaStream_t stream);                           \
+  cudaError_t rmsNormBackward(const T *dout, const T *x, const T *weight, const float *rstd,       \
+                              T *dx, float *dweight, int64_t n, int64_t c, cudaStream_t stream,    \
+                              float *scratch = nullptr);                                           \
+  cudaError_t layerNormForward(const T *x, const T *weight, const T *bias, T *out, float *mean,    \
+                               float *rstd, int64_t n, int64_t c, float eps, cudaStream_t stream); \
+  cudaError_t layerNormBackward(const T *dout, const T *x, const T *weight, const float *mean,     \
+                                const float *rstd, T *dx, float *dweight, float *dbias, int64_t n, \
+                                int64_t c, cudaStream_t stream, float *scratch = nullptr);         \
+  cudaError_t geluForward(const T *x, T *out, int64_t count, bool tanhApprox,                      \
+                          cudaStream_t stream);                                                    \
+  cudaError_t geluBackward(const T *dout, const T *x, T *dx, int64_t count, bool tanhApprox,       \
+                           cudaStream_t stream);                                                   \
+  cudaError_t swigluForward(const T *gate, const T *up, T *out, int64_t count,                     \
+                            cudaStream_t stream);                                                  \
+  cudaError_t swigluBackward(const T *dout, const T *gate, const T *up, T *dgate, T *dup,          \
+                             int64_t count, cudaStream_t stream);                                  \
+  cudaError_t embeddingForward(const int32_t *tokens, const T *table, T *out, int64_t n,           \
+                               int64_t hidden, cudaStream_t stream);                               \
+  /* order: embeddingOrder(tokens) on the device: each token's rows added in position */           \
+  /* order (deterministic, no atomics; without it, atomics); scratch: n x hidden floats */         \
+  cudaError_t embeddingBackwardOrdered(const int32_t *tokens, const int32_t *order, const T *dout, \
+                                       float *dtable, int64_t n, int64_t hidden, float *scratch,   \
+                                       cudaStream_t stream);                                       \
+  cudaError_t embeddingBackward(const int32_t *tokens, const T *dout, float *dtable, int64_t n,    \
+                                int64_t hidden, cudaStream_t stream);                              \
+  /* cosSin: rotaryTable's [seq, headDim / 2] (cos, sin) pairs on the device */                    \
+  cudaError_t rotary(const T *x, T *out, int64_t batch, int64_t seq, int64_t heads,                \
+                     int64_t headDim, const float *cosSin, bool inverse, cudaStream_t stream);     \
+  /* rowLoss: n floats of scratch; loss: the mean over counted rows; rowLse (optional):  */        \
+  /* n floats receiving each row's log-sum-exp, which the backward then reads instead of */        \
+  /* reading the logits twice (rows of the ignore index are not written); ld / ldD: the */         \
+  /* row pitch of logits / dlogits (0: vocab), dlogits' padding zeroed */                          \
+  cudaError_t crossEntropyForward(const T *logits, const int32_t *labels, float *rowLoss,          \
+                                  float *loss, int64_t n, int64_t vocab, int64_t ignoreIndex,      \
+                                  cudaStream_t stream, float *rowLse = nullptr, int64_t ld = 0);   \
+  cudaError_t crossEntropyBackward(                                                                \
+      const T *logits, const int32_t *labels, const float *dloss, float *scratch, T *dlogits,      \
+      int64_t n, int64_t vocab, int64_t ignoreIndex, cudaStream_t stream,                          \
+      const float *rowLse = nullptr, int64_t ld = 0, int64_t ldD = 0);
 LLMOPT_CUDA_FOR_TYPES(LLMOPT_CUDA_DECLARE)
 #undef LLMOPT_CUDA_DECLARE
 /// The positions of n tokens grouped by token id, in position order within
@@ -112,12 +107,12 @@ struct AttentionDims {
   bool causal = true;
   int64_t window = 0;
 };
-#define LLMOPT_CUDA_DECLARE_ATTENTION(T)                                                     \
-  cudaError_t attentionForward(const T *q, const T *k, const T *v, T *out, float *lse,       \
-                               const AttentionDims &d, cudaStream_t stream);                \
-  cudaError_t attentionBackward(const T *dout, const T *q, const T *k, const T *v,           \
-                                const T *out, const float *lse, T *dq, T *dk, T *dv,        \
-                                float *scratch, const AttentionDims &d, cudaStream_t stream);
+#define LLMOPT_CUDA_DECLARE_ATTENTION(T)                                                           \
+  cudaError_t attentionForward(const T *q, const T *k, const T *v, T *out, float *lse,             \
+                               const AttentionDims &d, cudaStream_t stream);                       \
+  cudaError_t attentionBackward(const T *dout, const T *q, const T *k, const T *v, const T *out,   \
+                                const float *lse, T *dq, T *dk, T *dv, float *scratch,             \
+                                const AttentionDims &d, cudaStream_t stream);
 LLMOPT_CUDA_FOR_TYPES(LLMOPT_CUDA_DECLARE_ATTENTION)
 #undef LLMOPT_CUDA_DECLARE_ATTENTION
 
@@ -130,13 +125,13 @@ LLMOPT_CUDA_FOR_TYPES(LLMOPT_CUDA_DECLARE_ATTENTION)
 /// set on a cuBLASLt or launch failure.
 class Gemm;
 size_t attentionGemmScratchBytes(const AttentionDims &d, size_t elementBytes);
-#define LLMOPT_CUDA_DECLARE_ATTENTION_GEMM(T)                                                \
-  bool attentionForwardGemm(Gemm &gemm, const T *q, const T *k, const T *v, T *out,          \
-                            float *lse, const AttentionDims &d, void *scratch,              \
-                            cudaStream_t stream, std::string &error);                       \
-  bool attentionBackwardGemm(Gemm &gemm, const T *dout, const T *q, const T *k, const T *v,  \
-                             const T *out, const float *lse, T *dq, T *dk, T *dv,           \
-                             const AttentionDims &d, void *scratch, cudaStream_t stream,    \
+#define LLMOPT_CUDA_DECLARE_ATTENTION_GEMM(T)                                                      \
+  bool attentionForwardGemm(Gemm &gemm, const T *q, const T *k, const T *v, T *out, float *lse,    \
+                            const AttentionDims &d, void *scratch, cudaStream_t stream,            \
+                            std::string &error);                                                   \
+  bool attentionBackwardGemm(Gemm &gemm, const T *dout, const T *q, const T *k, const T *v,        \
+                             const T *out, const float *lse, T *dq, T *dk, T *dv,                  \
+                             const AttentionDims &d, void *scratch, cudaStream_t stream,           \
                              std::string &error);
 LLMOPT_CUDA_FOR_TYPES(LLMOPT_CUDA_DECLARE_ATTENTION_GEMM)
 #undef LLMOPT_CUDA_DECLARE_ATTENTION_GEMM
@@ -177,21 +172,21 @@ struct MoEExpertDims {
 size_t moeRouterScratchBytes(const MoERouterDims &d, size_t elementBytes);
 size_t moeExpertsScratchBytes(const MoEExpertDims &d, size_t elementBytes);
 /// counts[e] (written): how many of the tokens' top-k choices went to e.
-cudaError_t moeExpertCounts(const int32_t *indices, float *counts, int64_t tokens,
-                            int64_t experts, int64_t topK, cudaStream_t stream);
-#define LLMOPT_CUDA_DECLARE_MOE(T)                                                            \
-  bool moeRouterForwardGemm(Gemm &gemm, const T *x, const T *gate, float *weights,           \
-                            int32_t *indices, const MoERouterDims &d, void *scratch,        \
-                            cudaStream_t stream, std::string &error);                       \
-  bool moeRouterBackwardGemm(Gemm &gemm, const float *dweights, const T *x, const T *gate,   \
-                             const float *weights, const int32_t *indices, T *dx,           \
-                             float *dgate, const MoERouterDims &d, const MoEAux &aux,       \
-                             void *scratch, cudaStream_t stream, std::string &error);       \
-  bool moeExpertsForwardGemm(Gemm &gemm, const T *x, const T *const *weights, T *out,        \
-                             const MoEExpertDims &d, void *scratch, cudaStream_t stream,    \
-                             std::string &error);                                           \
-  bool moeExpertsBackwardGemm(Gemm &gemm, const T *dout, const T *x, const T *const *weights, \
-                              T *dx, float *const *dweights, const MoEExpertDims &d,        \
+cudaError_t moeExpertCounts(const int32_t *indices, float *counts, int64_t tokens, int64_t experts,
+                            int64_t topK, cudaStream_t stream);
+#define LLMOPT_CUDA_DECLARE_MOE(T)                                                                 \
+  bool moeRouterForwardGemm(Gemm &gemm, const T *x, const T *gate, float *weights,                 \
+                            int32_t *indices, const MoERouterDims &d, void *scratch,               \
+                            cudaStream_t stream, std::string &error);                              \
+  bool moeRouterBackwardGemm(Gemm &gemm, const float *dweights, const T *x, const T *gate,         \
+                             const float *weights, const int32_t *indices, T *dx, float *dgate,    \
+                             const MoERouterDims &d, const MoEAux &aux, void *scratch,             \
+                             cudaStream_t stream, std::string &error);                             \
+  bool moeExpertsForwardGemm(Gemm &gemm, const T *x, const T *const *weights, T *out,              \
+                             const MoEExpertDims &d, void *scratch, cudaStream_t stream,           \
+                             std::string &error);                                                  \
+  bool moeExpertsBackwardGemm(Gemm &gemm, const T *dout, const T *x, const T *const *weights,      \
+                              T *dx, float *const *dweights, const MoEExpertDims &d,               \
                               void *scratch, cudaStream_t stream, std::string &error);
 LLMOPT_CUDA_FOR_TYPES(LLMOPT_CUDA_DECLARE_MOE)
 #undef LLMOPT_CUDA_DECLARE_MOE
@@ -205,11 +200,11 @@ LLMOPT_CUDA_FOR_TYPES(LLMOPT_CUDA_DECLARE_MOE)
 /// ranks holding parts of the tensor).
 /// quantizeFp8Transposed writes x [rows, cols] transposed, out[c * rows +
 /// r] (what cuBLASLt's fp8 TN products read in a backward).
-#define LLMOPT_CUDA_DECLARE_FP8(T)                                                           \
-  cudaError_t quantizeFp8(const T *x, int64_t n, bool e5m2, uint8_t *out, float *amax,       \
-                          float *scaleInv, const float *amaxOverride, cudaStream_t stream);  \
-  cudaError_t quantizeFp8Transposed(const T *x, int64_t rows, int64_t cols, bool e5m2,       \
-                                    uint8_t *out, float *amax, float *scaleInv,              \
+#define LLMOPT_CUDA_DECLARE_FP8(T)                                                                 \
+  cudaError_t quantizeFp8(const T *x, int64_t n, bool e5m2, uint8_t *out, float *amax,             \
+                          float *scaleInv, const float *amaxOverride, cudaStream_t stream);        \
+  cudaError_t quantizeFp8Transposed(const T *x, int64_t rows, int64_t cols, bool e5m2,             \
+                                    uint8_t *out, float *amax, float *scaleInv,                    \
                                     const float *amaxOverride, cudaStream_t stream);
 LLMOPT_CUDA_FOR_TYPES(LLMOPT_CUDA_DECLARE_FP8)
 #undef LLMOPT_CUDA_DECLARE_FP8
@@ -221,62 +216,55 @@ LLMOPT_CUDA_FOR_TYPES(LLMOPT_CUDA_DECLARE_FP8)
 /// columns and chunk of rows given `scratch` of sumRowsScratchBytes (else
 /// one chunk: few blocks for narrow rows) (the norms' backward, given a
 /// `scratch` of normBackwardScratchBytes, sums its weight and bias
-/// gradients that way instead of with atomics); the vocabulary-parallel cross-entropy runs stats (per row:
-/// this part's log-sum-exp and target logit), then, after the all-gather of
-/// the log-sum-exps into `all` [parts, rows], loss and backward; MoE
-/// dispatch (backward: sum a token's copies) and combine (hidden before
-/// top_k in dispatch's arguments, as the CPU reference) assign each
-/// expert's slots in token order (`slots`: tokens x top_k int64 scratch,
-/// `bad`: one int), `ok` false when an index is not an expert; with `bad`
-/// null nothing is checked (no copy to the host, so that CUDA graphs can
-/// capture the step: for indices from the router) and a choice of an index
+/// gradients that way instead of with atomics); the vocabulary-parallel cross-entropy runs stats
+/// (per row: this part's log-sum-exp and target logit), then, after the all-gather of the
+/// log-sum-exps into `all` [parts, rows], loss and backward; MoE dispatch (backward: sum a token's
+/// copies) and combine (hidden before top_k in dispatch's arguments, as the CPU reference) assign
+/// each expert's slots in token order (`slots`: tokens x top_k int64 scratch, `bad`: one int), `ok`
+/// false when an index is not an expert; with `bad` null nothing is checked (no copy to the host,
+/// so that CUDA graphs can capture the step: for indices from the router) and a choice of an index
 /// outside the experts is dropped.
-#define LLMOPT_CUDA_DECLARE_SMALL(T)                                                         \
-  cudaError_t toFloat(const T *x, float *y, int64_t n, cudaStream_t stream);                 \
-  cudaError_t fromFloat(const float *x, T *y, int64_t n, cudaStream_t stream);               \
-  cudaError_t addInto(float *acc, const T *x, int64_t n, cudaStream_t stream);               \
-  cudaError_t add(const T *a, const T *b, T *y, int64_t n, cudaStream_t stream);             \
-  cudaError_t scale(const T *x, T *y, int64_t n, float factor, cudaStream_t stream);         \
-  cudaError_t fill(T *y, int64_t n, float value, cudaStream_t stream);                        \
-  cudaError_t biasAdd(const T *x, const T *bias, T *y, int64_t n, int64_t c,                 \
-                      cudaStream_t stream);                                                  \
-  cudaError_t sumRows(const T *g, float *out, int64_t rows, int64_t c, cudaStream_t stream,   \
-                      void *scratch = nullptr);                                             \
-  cudaError_t sumRowsInto(const T *g, float *out, int64_t rows, int64_t c,                  \
-                          cudaStream_t stream, void *scratch = nullptr);                    \
-  cudaError_t columns(const T *x, T *y, int64_t rows, int64_t c, int64_t offset,             \
-                      int64_t size, bool gather, cudaStream_t stream);                       \
-  cudaError_t positionEmbeddingForward(const T *x, const T *table, T *out, int64_t batch,    \
-                                       int64_t seq, int64_t hidden, const int32_t *positions, \
-                                       cudaStream_t stream);                                 \
-  cudaError_t positionEmbeddingBackward(const T *dout, float *dtable, int64_t batch,         \
-                                        int64_t seq, int64_t hidden,                        \
-                                        const int32_t *positions, cudaStream_t stream);      \
-  cudaError_t vpCrossEntropyStats(const T *logits, const int32_t *labels, float *lse,        \
-                                  float *target, int64_t rows, int64_t part, int64_t offset, \
-                                  int64_t ignoreIndex, cudaStream_t stream);                 \
-  cudaError_t vpCrossEntropyBackward(const T *logits, const int32_t *labels, const float *all, \
-                                     const float *dloss, T *dlogits, int64_t rows,          \
-                                     int64_t part, int64_t parts, int64_t offset,           \
-                                     int64_t ignoreIndex, unsigned long long *scratch,       \
-                                     cudaStream_t stream);                                   \
-  cudaError_t moeDispatchForward(const T *x, const int32_t *indices, T *rows, int64_t tokens, \
-                                 int64_t hidden, int64_t topK, int64_t experts,             \
-                                 int64_t capacity, int64_t *slots, int *bad,                \
-                                 cudaStream_t stream, bool &ok);                            \
-  cudaError_t moeDispatchBackward(const T *drows, const int32_t *indices, T *dx,            \
-                                  int64_t tokens, int64_t hidden, int64_t topK,             \
-                                  int64_t experts, int64_t capacity, int64_t *slots,        \
-                                  int *bad, cudaStream_t stream, bool &ok);                 \
-  cudaError_t moeCombineForward(const T *expertOut, const float *weights,                   \
-                                const int32_t *indices, T *out, int64_t tokens, int64_t topK, \
-                                int64_t hidden, int64_t experts, int64_t capacity,          \
-                                int64_t *slots, int *bad, cudaStream_t stream, bool &ok);    \
-  cudaError_t moeCombineBackward(const T *dout, const T *expertOut, const float *weights,    \
-                                 const int32_t *indices, T *dexpertOut, float *dweights,     \
-                                 int64_t tokens, int64_t topK, int64_t hidden,              \
-                                 int64_t experts, int64_t capacity, int64_t *slots, int *bad, \
-                                 cudaStream_t stream, bool &ok);
+#define LLMOPT_CUDA_DECLARE_SMALL(T)                                                               \
+  cudaError_t toFloat(const T *x, float *y, int64_t n, cudaStream_t stream);                       \
+  cudaError_t fromFloat(const float *x, T *y, int64_t n, cudaStream_t stream);                     \
+  cudaError_t addInto(float *acc, const T *x, int64_t n, cudaStream_t stream);                     \
+  cudaError_t add(const T *a, const T *b, T *y, int64_t n, cudaStream_t stream);                   \
+  cudaError_t scale(const T *x, T *y, int64_t n, float factor, cudaStream_t stream);               \
+  cudaError_t fill(T *y, int64_t n, float value, cudaStream_t stream);                             \
+  cudaError_t biasAdd(const T *x, const T *bias, T *y, int64_t n, int64_t c, cudaStream_t stream); \
+  cudaError_t sumRows(const T *g, float *out, int64_t rows, int64_t c, cudaStream_t stream,        \
+                      void *scratch = nullptr);                                                    \
+  cudaError_t sumRowsInto(const T *g, float *out, int64_t rows, int64_t c, cudaStream_t stream,    \
+                          void *scratch = nullptr);                                                \
+  cudaError_t columns(const T *x, T *y, int64_t rows, int64_t c, int64_t offset, int64_t size,     \
+                      bool gather, cudaStream_t stream);                                           \
+  cudaError_t positionEmbeddingForward(const T *x, const T *table, T *out, int64_t batch,          \
+                                       int64_t seq, int64_t hidden, const int32_t *positions,      \
+                                       cudaStream_t stream);                                       \
+  cudaError_t positionEmbeddingBackward(const T *dout, float *dtable, int64_t batch, int64_t seq,  \
+                                        int64_t hidden, const int32_t *positions,                  \
+                                        cudaStream_t stream);                                      \
+  cudaError_t vpCrossEntropyStats(const T *logits, const int32_t *labels, float *lse,              \
+                                  float *target, int64_t rows, int64_t part, int64_t offset,       \
+                                  int64_t ignoreIndex, cudaStream_t stream);                       \
+  cudaError_t vpCrossEntropyBackward(const T *logits, const int32_t *labels, const float *all,     \
+                                     const float *dloss, T *dlogits, int64_t rows, int64_t part,   \
+                                     int64_t parts, int64_t offset, int64_t ignoreIndex,           \
+                                     unsigned long long *scratch, cudaStream_t stream);            \
+  cudaError_t moeDispatchForward(const T *x, const int32_t *indices, T *rows, int64_t tokens,      \
+                                 int64_t hidden, int64_t topK, int64_t experts, int64_t capacity,  \
+                                 int64_t *slots, int *bad, cudaStream_t stream, bool &ok);         \
+  cudaError_t moeDispatchBackward(const T *drows, const int32_t *indices, T *dx, int64_t tokens,   \
+                                  int64_t hidden, int64_t topK, int64_t experts, int64_t capacity, \
+                                  int64_t *slots, int *bad, cudaStream_t stream, bool &ok);        \
+  cudaError_t moeCombineForward(const T *expertOut, const float *weights, const int32_t *indices,  \
+                                T *out, int64_t tokens, int64_t topK, int64_t hidden,              \
+                                int64_t experts, int64_t capacity, int64_t *slots, int *bad,       \
+                                cudaStream_t stream, bool &ok);                                    \
+  cudaError_t moeCombineBackward(                                                                  \
+      const T *dout, const T *expertOut, const float *weights, const int32_t *indices,             \
+      T *dexpertOut, float *dweights, int64_t tokens, int64_t topK, int64_t hidden,                \
+      int64_t experts, int64_t capacity, int64_t *slots, int *bad, cudaStream_t stream, bool &ok);
 LLMOPT_CUDA_FOR_TYPES(LLMOPT_CUDA_DECLARE_SMALL)
 #undef LLMOPT_CUDA_DECLARE_SMALL
 /// Scratch bytes for sumRows over `rows` x `c` (0: one chunk).
@@ -301,8 +289,8 @@ struct AdamWArgs {
   float lr, beta1, beta2, eps, weightDecay, gradScale;
   int64_t step;
 };
-cudaError_t adamw(float *param, const float *grad, float *m, float *v, bf16 *working,
-                  int64_t count, const AdamWArgs &args, cudaStream_t stream);
+cudaError_t adamw(float *param, const float *grad, float *m, float *v, bf16 *working, int64_t count,
+                  const AdamWArgs &args, cudaStream_t stream);
 /// AdamW with the global norm and the step read from device memory (for
 /// CUDA graphs, which replay one step's launches): args.gradScale and
 /// args.step are ignored; the gradient is scaled by min(1, maxNorm / (norm +
@@ -332,8 +320,8 @@ struct AdamWChunk {
 constexpr int64_t kAdamWChunk = 65536;
 std::vector<AdamWChunk> adamwChunks(const std::vector<int64_t> &counts);
 cudaError_t adamwMulti(const AdamWTensor *tensors, const AdamWChunk *chunks, int64_t count,
-                       const AdamWArgs &a, const float *norm, double maxNorm,
-                       const int64_t *step, cudaStream_t stream);
+                       const AdamWArgs &a, const float *norm, double maxNorm, const int64_t *step,
+                       cudaStream_t stream);
 /// out = sqrt(*sum) (the global norm from sumSquaresAccumulate), on the device.
 cudaError_t sqrtOfSum(const double *sum, float *out, cudaStream_t stream);
 

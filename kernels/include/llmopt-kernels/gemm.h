@@ -71,9 +71,8 @@ public:
                              const LinearShape &s, cudaStream_t stream, std::string &error,
                              void *preActivation = nullptr) = 0;
   /// dx = dy W (written; skipped when null), dW += dy^T x (fp32).
-  virtual bool linearBackward(const void *dy, const void *x, const void *w, void *dx,
-                              float *dw, const LinearShape &s, cudaStream_t stream,
-                              std::string &error) = 0;
+  virtual bool linearBackward(const void *dy, const void *x, const void *w, void *dx, float *dw,
+                              const LinearShape &s, cudaStream_t stream, std::string &error) = 0;
   /// fp8 (sm_89 / sm_90): y = (xq wq^T) * xScaleInv * wScaleInv (`bias`
   /// must be null: cuBLASLt's fp8 bias epilogue needs a bf16 bias),
   /// with xq [n, in] and wq [out, in] E4M3 bytes from quantizeFp8 and the
@@ -81,8 +80,7 @@ public:
   /// (cuBLASLt's fp8 GEMMs take the "TN" layout only).
   virtual bool linearForwardFp8(const uint8_t *xq, const uint8_t *wq, const float *xScaleInv,
                                 const float *wScaleInv, const void *bias, void *y,
-                                const LinearShape &s, cudaStream_t stream,
-                                std::string &error) = 0;
+                                const LinearShape &s, cudaStream_t stream, std::string &error) = 0;
   /// fp8 (sm_89 / sm_90): y [n, out] = (aq bq^T) * aScaleInv * bScaleInv
   /// (+ beta y), with aq [n, k] and bq [out, k] fp8 bytes from quantizeFp8
   /// (E4M3, or E5M2 for at most one of them), y in `yType` (16-bit, or

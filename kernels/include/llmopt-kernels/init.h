@@ -49,8 +49,7 @@ private:
 };
 
 /// out[i] for i in [begin, end) (begin even) of the sequence below.
-inline void initNormalRange(float *out, int64_t begin, int64_t end, float stddev,
-                            uint64_t seed) {
+inline void initNormalRange(float *out, int64_t begin, int64_t end, float stddev, uint64_t seed) {
   SplitMix64 gen(seed);
   gen.skip(uint64_t(begin)); // two draws per pair of elements
   const double twoPi = 6.283185307179586;

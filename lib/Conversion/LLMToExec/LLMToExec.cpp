@@ -7,9 +7,9 @@
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
+#include "llvm/ADT/StringExtras.h"
 #include "llvm/ADT/StringMap.h"
 #include "llvm/ADT/StringSet.h"
-#include "llvm/ADT/StringExtras.h"
 #include "llvm/ADT/TypeSwitch.h"
 #include "llvm/Support/xxhash.h"
 
@@ -54,16 +54,16 @@ struct Converter {
       return BufAttr::get(b.getContext(), BufferSpace::input, arg.getArgNumber(),
                           b.getStringAttr(""), shape, elt);
     if (auto p = v.getDefiningOp<ParamOp>())
-      return BufAttr::get(b.getContext(), BufferSpace::state, 0, p.getNameAttr(), shape,
-                          elt);
+      return BufAttr::get(b.getContext(), BufferSpace::state, 0, p.getNameAttr(), shape, elt);
     auto it = offsets.find(v);
     if (it == offsets.end() || it->second < 0) {
       emitError(v.getLoc()) << "convert-llm-to-exec: a value has no arena offset; run "
                                "llm-plan-memory first";
       return failure();
     }
-    return BufAttr::get(b.getContext(), stashed.contains(v) ? BufferSpace::stash : BufferSpace::arena,
-                        it->second, b.getStringAttr(""), shape, elt);
+    return BufAttr::get(b.getContext(),
+                        stashed.contains(v) ? BufferSpace::stash : BufferSpace::arena, it->second,
+                        b.getStringAttr(""), shape, elt);
   }
 
   FailureOr<ArrayAttr> bufs(ValueRange values) {
@@ -103,11 +103,10 @@ struct Converter {
     SmallVector<NamedAttribute> ps(params);
     // Under context parallelism the kernels that depend on positions learn
     // which chunks this rank holds from the cp axis.
-    if (cp > 1 && llvm::is_contained({StringRef("rotary"), StringRef("attention_fwd"),
-                                      StringRef("attention_bwd"),
-                                      StringRef("position_embedding_fwd"),
-                                      StringRef("position_embedding_bwd")},
-                                     name))
+    if (cp > 1 && llvm::is_contained(
+                      {StringRef("rotary"), StringRef("attention_fwd"), StringRef("attention_bwd"),
+                       StringRef("position_embedding_fwd"), StringRef("position_embedding_bwd")},
+                      name))
       ps.push_back(b.getNamedAttr("cp", b.getStringAttr("cp")));
     KernelOp::create(ob, loc, b.getStringAttr(name), *i, *o, b.getDictionaryAttr(ps));
     return success();
@@ -116,9 +115,7 @@ struct Converter {
   int64_t cp = 1;
 
   NamedAttribute f64(StringRef k, double v) { return b.getNamedAttr(k, b.getF64FloatAttr(v)); }
-  NamedAttribute i64(StringRef k, int64_t v) {
-    return b.getNamedAttr(k, b.getI64IntegerAttr(v));
-  }
+  NamedAttribute i64(StringRef k, int64_t v) { return b.getNamedAttr(k, b.getI64IntegerAttr(v)); }
   NamedAttribute flag(StringRef k, bool v) { return b.getNamedAttr(k, b.getBoolAttr(v)); }
 
   /// The kernel parameters of a GEMM with `gemm` input type: fp8 `recipe`
@@ -162,12 +159,12 @@ struct Converter {
     return success();
   }
 
-  template <typename AttnOp>
-  SmallVector<NamedAttribute> attnParams(AttnOp a) {
+  template <typename AttnOp> SmallVector<NamedAttribute> attnParams(AttnOp a) {
     return {i64("heads", a.getNumHeadsAttr().getInt()),
             i64("kv_heads", a.getNumKvHeadsAttr().getInt()),
             i64("head_dim", a.getHeadDimAttr().getInt()),
-            f64("scale", a.getScale().convertToDouble()), flag("causal", a.getCausal()),
+            f64("scale", a.getScale().convertToDouble()),
+            flag("causal", a.getCausal()),
             i64("window", a.getWindowAttr() ? a.getWindowAttr().getInt() : 0)};
   }
 
@@ -185,7 +182,8 @@ struct Converter {
     FailureOr<BufAttr> a = buf(v);
     if (failed(a))
       return failure();
-    exec::AllReduceOp::create(ob, loc, b.getStringAttr(axis), ReduceKindAttr::get(b.getContext(), ReduceKind::sum),
+    exec::AllReduceOp::create(ob, loc, b.getStringAttr(axis),
+                              ReduceKindAttr::get(b.getContext(), ReduceKind::sum),
                               b.getArrayAttr({*a}));
     return success();
   }
@@ -208,8 +206,8 @@ struct Converter {
       rows *= d;
     auto scratch = [&](StringRef name, ArrayRef<int64_t> dims) {
       return BufAttr::get(b.getContext(), BufferSpace::accum, 0,
-                          b.getStringAttr(("scratch:" + name).str()),
-                          b.getDenseI64ArrayAttr(dims), b.getF32Type());
+                          b.getStringAttr(("scratch:" + name).str()), b.getDenseI64ArrayAttr(dims),
+                          b.getF32Type());
     };
     return {scratch("vp_lse", {1, rows, 1}), scratch("vp_lse_all", {1, rows * vpParts, 1}),
             scratch("vp_target", {rows})};
@@ -231,8 +229,7 @@ struct Converter {
     KernelOp::create(ob, loc, b.getStringAttr("vp_ce_stats"), b.getArrayAttr({logits, labels}),
                      b.getArrayAttr({lse, target}), vpParams(axis, ignore, vocabSize));
     SeqOp::create(ob, loc, SeqKindAttr::get(b.getContext(), SeqKind::all_gather),
-                  b.getStringAttr(axis),
-                  b.getArrayAttr({lse}), b.getArrayAttr({all}));
+                  b.getStringAttr(axis), b.getArrayAttr({lse}), b.getArrayAttr({all}));
   }
 
   int64_t vpParts = 1;
@@ -265,15 +262,15 @@ struct Converter {
       auto l = dyn_cast<LinearOp>(&block.front());
       auto g = dyn_cast<GeluOp>(block.front().getNextNode());
       auto yield = cast<FusedYieldOp>(block.getTerminator());
-      if (l && g && yield.getValues()[0] == l.getResult() && yield.getValues()[1] == g.getResult()) {
+      if (l && g && yield.getValues()[0] == l.getResult() &&
+          yield.getValues()[1] == g.getResult()) {
         SmallVector<Attribute> gemmIns;
         for (Value v : l->getOperands())
           gemmIns.push_back((*ins)[cast<BlockArgument>(v).getArgNumber()]);
-        KernelOp::create(ob, f.getLoc(), b.getStringAttr("linear_fwd"), b.getArrayAttr(gemmIns),
-                         *outs,
-                         b.getDictionaryAttr({flag("transposed", l.getTransposed()),
-                                              b.getNamedAttr("epilogue",
-                                                             b.getStringAttr("gelu_tanh"))}));
+        KernelOp::create(
+            ob, f.getLoc(), b.getStringAttr("linear_fwd"), b.getArrayAttr(gemmIns), *outs,
+            b.getDictionaryAttr({flag("transposed", l.getTransposed()),
+                                 b.getNamedAttr("epilogue", b.getStringAttr("gelu_tanh"))}));
         return success();
       }
     }
@@ -311,8 +308,8 @@ struct Converter {
       }
     os << temps.size();
     std::string name = "fused_" + llvm::utohexstr(llvm::xxh3_64bits(signature), true);
-    exec::FusedOp::create(ob, f.getLoc(), b.getStringAttr(name), *ins, *outs,
-                          b.getArrayAttr(temps), b.getArrayAttr(body));
+    exec::FusedOp::create(ob, f.getLoc(), b.getStringAttr(name), *ins, *outs, b.getArrayAttr(temps),
+                          b.getArrayAttr(body));
     return success();
   }
 };
@@ -347,8 +344,7 @@ LogicalResult Converter::convert(Operation *op) {
         return kernel(loc, "embedding_fwd", {e.getTokens(), e.getTable()}, e.getResult(), ps);
       })
       .Case([&](PositionEmbeddingOp e) {
-        return kernel(loc, "position_embedding_fwd", {e.getInput(), e.getTable()},
-                      e.getResult());
+        return kernel(loc, "position_embedding_fwd", {e.getInput(), e.getTable()}, e.getResult());
       })
       .Case([&](RotaryOp r) -> LogicalResult {
         SmallVector<NamedAttribute> p = {i64("head_dim", r.getHeadDimAttr().getInt()),
@@ -366,8 +362,7 @@ LogicalResult Converter::convert(Operation *op) {
           p.push_back(f64("factor", num("factor", 0)));
           p.push_back(f64("low_freq_factor", num("low_freq_factor", 1)));
           p.push_back(f64("high_freq_factor", num("high_freq_factor", 4)));
-          p.push_back(
-              f64("original_max_positions", num("original_max_position_embeddings", 8192)));
+          p.push_back(f64("original_max_positions", num("original_max_position_embeddings", 8192)));
         } else if (type == "dynamic") {
           int64_t cp = 1;
           if (auto plan = r->getParentOfType<ModuleOp>()->getAttrOfType<PlanAttr>("llm.plan"))
@@ -412,8 +407,8 @@ LogicalResult Converter::convert(Operation *op) {
       .Case([&](ConcatOp c) { return kernel(loc, "concat", c.getInputs(), c.getResult()); })
       .Case([&](AttentionOp a) -> LogicalResult {
         if (auto ring = a->getAttrOfType<StringAttr>("llm.cp_ring"))
-          return ringAttention(loc, Direction::fwd, ring, {a.getQ(), a.getK(), a.getV()}, a.getResult(),
-                               attnParams(a));
+          return ringAttention(loc, Direction::fwd, ring, {a.getQ(), a.getK(), a.getV()},
+                               a.getResult(), attnParams(a));
         return kernel(loc, "attention_fwd", {a.getQ(), a.getK(), a.getV()}, a.getResult(),
                       attnParams(a));
       })
@@ -424,7 +419,9 @@ LogicalResult Converter::convert(Operation *op) {
       .Case([&](SwiGLUOp s) {
         return kernel(loc, "swiglu_fwd", {s.getGate(), s.getUp()}, s.getResult());
       })
-      .Case([&](AddOp a) { return kernel(loc, "add", {a.getLhs(), a.getRhs()}, a.getResult()); })
+      .Case([&](AddOp a) {
+        return kernel(loc, "add", {a.getLhs(), a.getRhs()}, a.getResult());
+      })
       .Case([&](LMHeadOp h) {
         return kernel(loc, "linear_fwd", {h.getInput(), h.getWeight()}, h.getResult(),
                       {flag("transposed", false)});
@@ -441,7 +438,8 @@ LogicalResult Converter::convert(Operation *op) {
           auto [lse, all, target] = vpScratch(*logits, axis.getValue());
           vpStats(loc, *logits, *labels, lse, all, target, axis.getValue(), ignore,
                   c.getVocabSizeAttr());
-          exec::AllReduceOp::create(ob, loc, axis, ReduceKindAttr::get(b.getContext(), ReduceKind::sum),
+          exec::AllReduceOp::create(ob, loc, axis,
+                                    ReduceKindAttr::get(b.getContext(), ReduceKind::sum),
                                     b.getArrayAttr({target}));
           KernelOp::create(ob, loc, b.getStringAttr("vp_ce_loss"),
                            b.getArrayAttr({all, target, *labels}), b.getArrayAttr({*loss}),
@@ -480,8 +478,7 @@ LogicalResult Converter::convert(Operation *op) {
         SmallVector<NamedAttribute> params = {flag("transposed", g.getTransposed())};
         if (failed(gemmParams(g, g.getGemm(), "hybrid", params)))
           return failure();
-        return kernel(loc, "linear_bwd", {g.getGrad(), g.getInput(), g.getWeight()}, outs,
-                      params);
+        return kernel(loc, "linear_bwd", {g.getGrad(), g.getInput(), g.getWeight()}, outs, params);
       })
       .Case([&](LayerNormGradOp g) {
         SmallVector<Value> outs = {g.getInputGrad(), g.getWeightGrad()};
@@ -521,9 +518,9 @@ LogicalResult Converter::convert(Operation *op) {
         return kernel(loc, "position_embedding_bwd", g.getGrad(), g.getResult());
       })
       .Case([&](MoERouterOp r) {
-        return kernel(loc, "moe_router_fwd", {r.getInput(), r.getGate()},
-                      {r.getWeights(), r.getIndices()},
-                      {i64("top_k", r.getTopKAttr().getInt()), flag("normalize", r.getNormalize())});
+        return kernel(
+            loc, "moe_router_fwd", {r.getInput(), r.getGate()}, {r.getWeights(), r.getIndices()},
+            {i64("top_k", r.getTopKAttr().getInt()), flag("normalize", r.getNormalize())});
       })
       .Case([&](MoERouterGradOp g) -> LogicalResult {
         SmallVector<NamedAttribute> params = {i64("top_k", g.getTopKAttr().getInt()),
@@ -548,12 +545,13 @@ LogicalResult Converter::convert(Operation *op) {
         auto counts = BufAttr::get(b.getContext(), BufferSpace::accum, 0,
                                    b.getStringAttr("scratch:moe_counts"),
                                    b.getDenseI64ArrayAttr({experts}), b.getF32Type());
-        KernelOp::create(ob, loc, b.getStringAttr("moe_expert_counts"),
-                         b.getArrayAttr({(*io)[4]}), b.getArrayAttr({counts}),
+        KernelOp::create(ob, loc, b.getStringAttr("moe_expert_counts"), b.getArrayAttr({(*io)[4]}),
+                         b.getArrayAttr({counts}),
                          b.getDictionaryAttr({i64("top_k", g.getTopKAttr().getInt())}));
         for (auto [axis, parts] : {std::pair<StringRef, int64_t>{"tp", sp}, {"cp", cp}})
           if (parts > 1)
-            exec::AllReduceOp::create(ob, loc, b.getStringAttr(axis), ReduceKindAttr::get(b.getContext(), ReduceKind::sum),
+            exec::AllReduceOp::create(ob, loc, b.getStringAttr(axis),
+                                      ReduceKindAttr::get(b.getContext(), ReduceKind::sum),
                                       b.getArrayAttr({counts}));
         int64_t tokens = 1;
         for (int64_t d : cast<BufAttr>((*io)[1]).getShape().asArrayRef().drop_back())
@@ -642,7 +640,8 @@ LogicalResult Converter::convert(Operation *op) {
         FailureOr<ArrayAttr> i = bufs(e.getInput()), o = bufs(e.getResult());
         if (failed(i) || failed(o))
           return failure();
-        AllToAllOp::create(ob, loc, ExpertExchangeAttr::get(b.getContext(), ExpertExchange::dispatch),
+        AllToAllOp::create(ob, loc,
+                           ExpertExchangeAttr::get(b.getContext(), ExpertExchange::dispatch),
                            e.getAxisAttr(), *i, *o);
         return success();
       })
@@ -650,7 +649,8 @@ LogicalResult Converter::convert(Operation *op) {
         FailureOr<ArrayAttr> i = bufs(e.getInput()), o = bufs(e.getResult());
         if (failed(i) || failed(o))
           return failure();
-        AllToAllOp::create(ob, loc, ExpertExchangeAttr::get(b.getContext(), ExpertExchange::combine),
+        AllToAllOp::create(ob, loc,
+                           ExpertExchangeAttr::get(b.getContext(), ExpertExchange::combine),
                            e.getAxisAttr(), *i, *o);
         return success();
       })
@@ -678,8 +678,7 @@ LogicalResult Converter::convert(Operation *op) {
       });
 }
 
-struct ConvertLLMToExecPass
-    : public llmopt::impl::ConvertLLMToExecBase<ConvertLLMToExecPass> {
+struct ConvertLLMToExecPass : public llmopt::impl::ConvertLLMToExecBase<ConvertLLMToExecPass> {
   using Base::Base;
 
   void runOnOperation() override {
@@ -723,8 +722,7 @@ struct ConvertLLMToExecPass
       dp = plan.getDp();
       micro = plan.getNumMicroBatches();
       zero = plan.getZero();
-      if (zero == 3 && plan.getDp() > 1 &&
-          func.getBody().front().getOps<ZeroGatherOp>().empty()) {
+      if (zero == 3 && plan.getDp() > 1 && func.getBody().front().getOps<ZeroGatherOp>().empty()) {
         module.emitError() << "convert-llm-to-exec: the plan has ZeRO-3; run llm-shard-params "
                               "first";
         return signalPassFailure();
@@ -892,8 +890,8 @@ struct ConvertLLMToExecPass
         if (o.members.empty())
           return;
         BucketAllReduceOp::create(cv.ob, at, b.getStringAttr(expert ? "edp" : "dp"),
-                                  ReduceKindAttr::get(b.getContext(), ReduceKind::avg), b.getI64IntegerAttr(buckets++),
-                                  b.getArrayAttr(o.members));
+                                  ReduceKindAttr::get(b.getContext(), ReduceKind::avg),
+                                  b.getI64IntegerAttr(buckets++), b.getArrayAttr(o.members));
         llvm::append_range(bucketed, o.members);
         o.members.clear();
         o.bytes = 0;
@@ -1002,9 +1000,9 @@ struct ConvertLLMToExecPass
             if (direct) {
               // The accumulator holds the gradient already.
             } else if (StringAttr axis = chunkedOver.lookup(it->second)) {
-              auto rs = GradReduceScatterOp::create(cv.ob, op.getLoc(), axis,
-                                                    ReduceKindAttr::get(b.getContext(), ReduceKind::avg),
-                                                    *g, it->second, IntegerAttr(), UnitAttr());
+              auto rs = GradReduceScatterOp::create(
+                  cv.ob, op.getLoc(), axis, ReduceKindAttr::get(b.getContext(), ReduceKind::avg),
+                  *g, it->second, IntegerAttr(), UnitAttr());
               if (bucketBytes > 0) {
                 ScatterBucket &sb = openScatter[axis.getValue()];
                 if (sb.id < 0)
@@ -1073,7 +1071,8 @@ struct ConvertLLMToExecPass
         if (tied.contains(a.getName()))
           tiedAccs.push_back(acc);
       if (!tiedAccs.empty())
-        exec::AllReduceOp::create(cv.ob, loc, b.getStringAttr("pp_tied"), ReduceKindAttr::get(b.getContext(), ReduceKind::sum),
+        exec::AllReduceOp::create(cv.ob, loc, b.getStringAttr("pp_tied"),
+                                  ReduceKindAttr::get(b.getContext(), ReduceKind::sum),
                                   b.getArrayAttr(tiedAccs));
       // The gradient norm over the whole model. Squares of tp-sharded
       // gradients are summed over tp, replicated ones count once; under ZeRO
@@ -1095,7 +1094,8 @@ struct ConvertLLMToExecPass
           partial.push_back(acc);
       }
       if (!partial.empty())
-        exec::AllReduceOp::create(cv.ob, loc, b.getStringAttr("tp"), ReduceKindAttr::get(b.getContext(), ReduceKind::sum),
+        exec::AllReduceOp::create(cv.ob, loc, b.getStringAttr("tp"),
+                                  ReduceKindAttr::get(b.getContext(), ReduceKind::sum),
                                   b.getArrayAttr(partial));
       if (zero == 0 && dp > 1) {
         // Expert gradients already hold the ep ranks' tokens: they average
@@ -1146,7 +1146,8 @@ struct ConvertLLMToExecPass
       }
       // Only the last stage computed the loss; the others add their zero.
       if (pp > 1)
-        exec::AllReduceOp::create(cv.ob, loc, b.getStringAttr("pp"), ReduceKindAttr::get(b.getContext(), ReduceKind::sum),
+        exec::AllReduceOp::create(cv.ob, loc, b.getStringAttr("pp"),
+                                  ReduceKindAttr::get(b.getContext(), ReduceKind::sum),
                                   b.getArrayAttr({lossAcc}));
       // Dynamic loss scaling: unscale the (reduced) gradients, note a
       // non-finite one anywhere, skip the update then (AdamW reads the flag)
@@ -1172,10 +1173,11 @@ struct ConvertLLMToExecPass
           KernelOp::create(cv.ob, loc, b.getStringAttr("add"), b.getArrayAttr({*found, more}),
                            b.getArrayAttr({*found}), b.getDictionaryAttr({}));
         }
-        for (auto [axis, size] : {std::pair<StringRef, int64_t>{"dp", dp}, {"tp", tp}, {"cp", cp},
-                                  {"pp", pp}})
+        for (auto [axis, size] :
+             {std::pair<StringRef, int64_t>{"dp", dp}, {"tp", tp}, {"cp", cp}, {"pp", pp}})
           if (size > 1)
-            exec::AllReduceOp::create(cv.ob, loc, b.getStringAttr(axis), ReduceKindAttr::get(b.getContext(), ReduceKind::sum),
+            exec::AllReduceOp::create(cv.ob, loc, b.getStringAttr(axis),
+                                      ReduceKindAttr::get(b.getContext(), ReduceKind::sum),
                                       b.getArrayAttr({*found}));
       }
       if (zero == 0 && tp == 1 && pp == 1 && experts.empty()) {
@@ -1190,16 +1192,18 @@ struct ConvertLLMToExecPass
           KernelOp::create(cv.ob, loc, b.getStringAttr("sum_squares"), b.getArrayAttr(grads),
                            b.getArrayAttr({into}), b.getDictionaryAttr(shard));
           if (zero > 0)
-            exec::AllReduceOp::create(cv.ob, loc, zeroAxis, ReduceKindAttr::get(b.getContext(), ReduceKind::sum),
+            exec::AllReduceOp::create(cv.ob, loc, zeroAxis,
+                                      ReduceKindAttr::get(b.getContext(), ReduceKind::sum),
                                       b.getArrayAttr({into}));
           if (overTp)
-            exec::AllReduceOp::create(cv.ob, loc, b.getStringAttr("tp"), ReduceKindAttr::get(b.getContext(), ReduceKind::sum),
+            exec::AllReduceOp::create(cv.ob, loc, b.getStringAttr("tp"),
+                                      ReduceKindAttr::get(b.getContext(), ReduceKind::sum),
                                       b.getArrayAttr({into}));
         };
         if (tp > 1) {
-          BufAttr rest = BufAttr::get(ctx, BufferSpace::accum, 0,
-                                      b.getStringAttr("norm_sq_replicated"),
-                                      b.getDenseI64ArrayAttr({}), b.getF32Type());
+          BufAttr rest =
+              BufAttr::get(ctx, BufferSpace::accum, 0, b.getStringAttr("norm_sq_replicated"),
+                           b.getDenseI64ArrayAttr({}), b.getF32Type());
           sumSquares(sharded, *norm, /*overTp=*/true, dpAxis);
           sumSquares(replicated, rest, /*overTp=*/false, dpAxis);
           KernelOp::create(cv.ob, loc, b.getStringAttr("add"), b.getArrayAttr({*norm, rest}),
@@ -1209,18 +1213,20 @@ struct ConvertLLMToExecPass
         }
         if (!experts.empty()) {
           // Each ep rank squares its own experts.
-          BufAttr mine = BufAttr::get(ctx, BufferSpace::accum, 0,
-                                      b.getStringAttr("scratch:norm_sq_experts"),
-                                      b.getDenseI64ArrayAttr({}), b.getF32Type());
+          BufAttr mine =
+              BufAttr::get(ctx, BufferSpace::accum, 0, b.getStringAttr("scratch:norm_sq_experts"),
+                           b.getDenseI64ArrayAttr({}), b.getF32Type());
           sumSquares(experts, mine, /*overTp=*/false, edpAxis);
-          exec::AllReduceOp::create(cv.ob, loc, b.getStringAttr("ep"), ReduceKindAttr::get(b.getContext(), ReduceKind::sum),
+          exec::AllReduceOp::create(cv.ob, loc, b.getStringAttr("ep"),
+                                    ReduceKindAttr::get(b.getContext(), ReduceKind::sum),
                                     b.getArrayAttr({mine}));
           KernelOp::create(cv.ob, loc, b.getStringAttr("add"), b.getArrayAttr({*norm, mine}),
                            b.getArrayAttr({*norm}), b.getDictionaryAttr({}));
         }
         // Every stage squares its own parameters' gradients.
         if (pp > 1)
-          exec::AllReduceOp::create(cv.ob, loc, b.getStringAttr("pp"), ReduceKindAttr::get(b.getContext(), ReduceKind::sum),
+          exec::AllReduceOp::create(cv.ob, loc, b.getStringAttr("pp"),
+                                    ReduceKindAttr::get(b.getContext(), ReduceKind::sum),
                                     b.getArrayAttr({*norm}));
         KernelOp::create(cv.ob, loc, b.getStringAttr("sqrt"), b.getArrayAttr({*norm}),
                          b.getArrayAttr({*norm}), b.getDictionaryAttr({}));

@@ -67,14 +67,16 @@ std::string kernelSource(exec::FusedOp f) {
   llvm::raw_string_ostream os(out);
   int64_t nIn = int64_t(f.getIns().size()), nOut = int64_t(f.getOuts().size());
   int64_t nTemp = int64_t(f.getTemps().size());
-  auto buf = [&](int64_t r) { return cast<exec::BufAttr>(r < nIn ? f.getIns()[r] : f.getOuts()[r - nIn]); };
+  auto buf = [&](int64_t r) {
+    return cast<exec::BufAttr>(r < nIn ? f.getIns()[r] : f.getOuts()[r - nIn]);
+  };
   // A load or store of column `c` of buffer `r` in this row.
   auto ref = [&](int64_t r) -> std::string {
     if (r >= nIn + nOut)
       return llvm::formatv("t{0}[c]", r - nIn - nOut).str();
     exec::BufAttr b = buf(r);
-    std::string name = r < nIn ? llvm::formatv("in{0}", r).str()
-                               : llvm::formatv("out{0}", r - nIn).str();
+    std::string name =
+        r < nIn ? llvm::formatv("in{0}", r).str() : llvm::formatv("out{0}", r - nIn).str();
     return b.getShape().size() == 1 ? name + " + c" : name + " + row * cols + c";
   };
   auto load = [&](int64_t r) {
@@ -124,8 +126,7 @@ std::string kernelSource(exec::FusedOp f) {
       os << loop << " {\n    " << store(o[0], load(in[0]) + " + " + load(in[1])) << "\n  }\n";
     } else if (k == "gelu_fwd") {
       os << loop << " {\n    "
-         << store(o[0], "gelu(" + load(in[0]) + (tanhApprox ? ", true)" : ", false)"))
-         << "\n  }\n";
+         << store(o[0], "gelu(" + load(in[0]) + (tanhApprox ? ", true)" : ", false)")) << "\n  }\n";
     } else if (k == "gelu_bwd") {
       os << loop << " {\n    "
          << store(o[0], load(in[0]) + " * geluGrad(" + load(in[1]) +
@@ -147,8 +148,8 @@ std::string kernelSource(exec::FusedOp f) {
          << store(o[0], load(in[0]) + " * rstd * " + load(in[1])) << "\n    }\n  }\n";
     } else if (k == "layer_norm_fwd") {
       os << "  {\n    float s = 0.0f;\n  " << loop << " {\n      s += " << load(in[0])
-         << ";\n    }\n    float mean = blockSum(s, red) / float(cols), v = 0.0f;\n  "
-         << loop << " {\n      float x = " << load(in[0]) << " - mean;\n      v += x * x;\n    }\n"
+         << ";\n    }\n    float mean = blockSum(s, red) / float(cols), v = 0.0f;\n  " << loop
+         << " {\n      float x = " << load(in[0]) << " - mean;\n      v += x * x;\n    }\n"
          << "    float rstd = rsqrtf(blockSum(v, red) / float(cols) + "
          << llvm::formatv("{0:e}", number("eps")) << "f);\n  " << loop << " {\n      "
          << store(o[0], "(" + load(in[0]) + " - mean) * rstd * " + load(in[1]) +

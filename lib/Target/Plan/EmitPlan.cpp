@@ -2,13 +2,13 @@
 
 #include "CudaSource.h"
 
-#include <array>
 #include "llmopt-runtime/schedule.h"
 #include "llmopt/Dialect/Exec/IR/ExecOps.h"
 #include "llmopt/Dialect/LLM/Analysis/ModelStats.h"
 #include "llmopt/Dialect/LLM/IR/LLMOps.h"
 #include "llmopt/Support/Output.h"
 #include "llmopt/Transforms/Passes.h"
+#include <array>
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "llvm/ADT/StringSet.h"
@@ -26,7 +26,6 @@ namespace llmopt {
 using namespace mlir;
 using namespace llmopt;
 namespace json = llvm::json;
-
 
 namespace {
 
@@ -114,13 +113,15 @@ struct EmitPlanPass : public llmopt::impl::EmitPlanBase<EmitPlanPass> {
     json::Object mesh{{"dp", 1}, {"tp", 1}, {"pp", 1}, {"cp", 1}, {"ep", 1}};
     if (auto plan = module->getAttrOfType<llm::PlanAttr>("llm.plan")) {
       world = plan.getDp() * plan.getTp() * plan.getPp() * plan.getCp();
-      mesh = json::Object{{"dp", plan.getDp()}, {"tp", plan.getTp()}, {"pp", plan.getPp()},
-                          {"cp", plan.getCp()}, {"ep", plan.getEp()}};
-      root["prediction"] = json::Object{
-          {"step_time_s", plan.getStepTimeS().getValueAsDouble()},
-          {"peak_memory_bytes", plan.getPeakMemoryBytes()},
-          {"num_micro_batches", plan.getNumMicroBatches()},
-          {"zero", plan.getZero()}};
+      mesh = json::Object{{"dp", plan.getDp()},
+                          {"tp", plan.getTp()},
+                          {"pp", plan.getPp()},
+                          {"cp", plan.getCp()},
+                          {"ep", plan.getEp()}};
+      root["prediction"] = json::Object{{"step_time_s", plan.getStepTimeS().getValueAsDouble()},
+                                        {"peak_memory_bytes", plan.getPeakMemoryBytes()},
+                                        {"num_micro_batches", plan.getNumMicroBatches()},
+                                        {"zero", plan.getZero()}};
     }
     // The optimizer sharding the program really does (none over one rank).
     int64_t zero = 0;
@@ -193,8 +194,8 @@ struct EmitPlanPass : public llmopt::impl::EmitPlanBase<EmitPlanPass> {
           if (isa<exec::BackwardOp>(op) && backwardStart)
             *backwardStart = int64_t(instrs.size());
           if (auto c = dyn_cast<exec::ChunkOp>(op))
-            chunks.push_back(json::Object{{"chunk", c.getIndex()},
-                                          {"begin", int64_t(instrs.size())}});
+            chunks.push_back(
+                json::Object{{"chunk", c.getIndex()}, {"begin", int64_t(instrs.size())}});
           if (auto k = dyn_cast<exec::KernelOp>(op)) {
             json::Object ps;
             for (NamedAttribute na : k.getParams())
@@ -234,18 +235,21 @@ struct EmitPlanPass : public llmopt::impl::EmitPlanBase<EmitPlanPass> {
                                           {"body", std::move(body)}});
             fusedOps.push_back(f);
           } else if (auto ar = dyn_cast<exec::AllReduceOp>(op)) {
-            instrs.push_back(json::Object{{"collective", "all_reduce"},
-                                          {"axis", ar.getAxis().str()},
-                                          {"reduce", exec::stringifyReduceKind(ar.getReduce()).str()},
-                                          {"buffers", bufsJSON(ar.getBuffers())}});
+            instrs.push_back(
+                json::Object{{"collective", "all_reduce"},
+                             {"axis", ar.getAxis().str()},
+                             {"reduce", exec::stringifyReduceKind(ar.getReduce()).str()},
+                             {"buffers", bufsJSON(ar.getBuffers())}});
           } else if (auto ba = dyn_cast<exec::BucketAllReduceOp>(op)) {
-            instrs.push_back(json::Object{{"collective", "bucket_all_reduce"},
-                                          {"axis", ba.getAxis().str()},
-                                          {"reduce", exec::stringifyReduceKind(ba.getReduce()).str()},
-                                          {"bucket", ba.getBucket()},
-                                          {"buffers", bufsJSON(ba.getBuffers())}});
+            instrs.push_back(
+                json::Object{{"collective", "bucket_all_reduce"},
+                             {"axis", ba.getAxis().str()},
+                             {"reduce", exec::stringifyReduceKind(ba.getReduce()).str()},
+                             {"bucket", ba.getBucket()},
+                             {"buffers", bufsJSON(ba.getBuffers())}});
           } else if (auto bw = dyn_cast<exec::BucketWaitOp>(op)) {
-            instrs.push_back(json::Object{{"collective", "bucket_wait"}, {"bucket", bw.getBucket()}});
+            instrs.push_back(
+                json::Object{{"collective", "bucket_wait"}, {"bucket", bw.getBucket()}});
           } else if (auto g = dyn_cast<exec::GradReduceScatterOp>(op)) {
             json::Object o{{"collective", "grad_reduce_scatter"},
                            {"axis", g.getAxis().str()},
@@ -258,47 +262,52 @@ struct EmitPlanPass : public llmopt::impl::EmitPlanBase<EmitPlanPass> {
               o["flush"] = true;
             instrs.push_back(std::move(o));
           } else if (auto rs = dyn_cast<exec::ReduceScatterOp>(op)) {
-            instrs.push_back(json::Object{{"collective", "reduce_scatter"},
-                                          {"axis", rs.getAxis().str()},
-                                          {"reduce", exec::stringifyReduceKind(rs.getReduce()).str()},
-                                          {"buffers", bufsJSON(rs.getBuffers())}});
+            instrs.push_back(
+                json::Object{{"collective", "reduce_scatter"},
+                             {"axis", rs.getAxis().str()},
+                             {"reduce", exec::stringifyReduceKind(rs.getReduce()).str()},
+                             {"buffers", bufsJSON(rs.getBuffers())}});
           } else if (auto pg = dyn_cast<exec::ParamGatherOp>(op)) {
-            json::Object o{{"collective", "param_gather"},
-                           {"axis", pg.getAxis().str()},
-                           {"param", pg.getParam().str()},
-                           {"buffers",
-                            bufsJSON(ArrayAttr::get(pg.getContext(), {pg.getBuffer()}))}};
+            json::Object o{
+                {"collective", "param_gather"},
+                {"axis", pg.getAxis().str()},
+                {"param", pg.getParam().str()},
+                {"buffers", bufsJSON(ArrayAttr::get(pg.getContext(), {pg.getBuffer()}))}};
             if (std::optional<uint64_t> e = pg.getEvent())
               o["event"] = int64_t(*e);
             instrs.push_back(std::move(o));
           } else if (auto pw = dyn_cast<exec::ParamWaitOp>(op)) {
             instrs.push_back(json::Object{{"collective", "param_wait"}, {"event", pw.getEvent()}});
           } else if (auto p2p = dyn_cast<exec::P2POp>(op)) {
-            instrs.push_back(json::Object{{"collective", exec::stringifyTransferKind(p2p.getKind()).str()},
-                                          {"axis", "pp"},
-                                          {"peer", p2p.getPeer()},
-                                          {"tag", p2p.getTag()},
-                                          {"buffers", bufsJSON(ArrayAttr::get(
-                                                          p2p.getContext(), {p2p.getBuffer()}))}});
+            instrs.push_back(json::Object{
+                {"collective", exec::stringifyTransferKind(p2p.getKind()).str()},
+                {"axis", "pp"},
+                {"peer", p2p.getPeer()},
+                {"tag", p2p.getTag()},
+                {"buffers", bufsJSON(ArrayAttr::get(p2p.getContext(), {p2p.getBuffer()}))}});
           } else if (auto sq = dyn_cast<exec::SeqOp>(op)) {
-            instrs.push_back(json::Object{{"collective", ("seq_" + exec::stringifySeqKind(sq.getKind())).str()},
-                                          {"axis", sq.getAxis().str()},
-                                          {"ins", bufsJSON(sq.getIns())},
-                                          {"outs", bufsJSON(sq.getOuts())}});
+            instrs.push_back(
+                json::Object{{"collective", ("seq_" + exec::stringifySeqKind(sq.getKind())).str()},
+                             {"axis", sq.getAxis().str()},
+                             {"ins", bufsJSON(sq.getIns())},
+                             {"outs", bufsJSON(sq.getOuts())}});
           } else if (auto ring = dyn_cast<exec::RingAttentionOp>(op)) {
             json::Object ps;
             for (NamedAttribute na : ring.getParams())
               ps[na.getName().str()] = attrJSON(na.getValue());
-            instrs.push_back(json::Object{{"collective", ("cp_ring_attention_" + exec::stringifyDirection(ring.getKind())).str()},
-                                          {"axis", ring.getAxis().str()},
-                                          {"ins", bufsJSON(ring.getIns())},
-                                          {"outs", bufsJSON(ring.getOuts())},
-                                          {"params", std::move(ps)}});
+            instrs.push_back(json::Object{
+                {"collective",
+                 ("cp_ring_attention_" + exec::stringifyDirection(ring.getKind())).str()},
+                {"axis", ring.getAxis().str()},
+                {"ins", bufsJSON(ring.getIns())},
+                {"outs", bufsJSON(ring.getOuts())},
+                {"params", std::move(ps)}});
           } else if (auto a2a = dyn_cast<exec::AllToAllOp>(op)) {
-            instrs.push_back(json::Object{{"collective", ("ep_" + exec::stringifyExpertExchange(a2a.getKind())).str()},
-                                          {"axis", a2a.getAxis().str()},
-                                          {"ins", bufsJSON(a2a.getIns())},
-                                          {"outs", bufsJSON(a2a.getOuts())}});
+            instrs.push_back(json::Object{
+                {"collective", ("ep_" + exec::stringifyExpertExchange(a2a.getKind())).str()},
+                {"axis", a2a.getAxis().str()},
+                {"ins", bufsJSON(a2a.getIns())},
+                {"outs", bufsJSON(a2a.getOuts())}});
           } else if (auto ag = dyn_cast<exec::AllGatherOp>(op)) {
             instrs.push_back(json::Object{{"collective", "all_gather"},
                                           {"axis", ag.getAxis().str()},
@@ -316,12 +325,12 @@ struct EmitPlanPass : public llmopt::impl::EmitPlanBase<EmitPlanPass> {
       int64_t backwardStart = -1;
       json::Array microInstrs = instructions(prog.getMicroBatch(), &backwardStart);
       json::Object progJSON{{"name", prog.getName().str()},
-                                   {"ranks", std::move(ranks)},
-                                   {"arena_bytes", prog.getArena()},
-                                   {"num_micro_batches", prog.getMicroBatches()},
-                                   {"outputs", std::move(outs)},
-                                   {"micro_batch_instructions", std::move(microInstrs)},
-                                   {"step_instructions", instructions(prog.getStep())}};
+                            {"ranks", std::move(ranks)},
+                            {"arena_bytes", prog.getArena()},
+                            {"num_micro_batches", prog.getMicroBatches()},
+                            {"outputs", std::move(outs)},
+                            {"micro_batch_instructions", std::move(microInstrs)},
+                            {"step_instructions", instructions(prog.getStep())}};
       if (std::optional<uint64_t> stash = prog.getStash())
         progJSON["stash_bytes"] = int64_t(*stash);
       if (backwardStart >= 0) {
@@ -336,7 +345,7 @@ struct EmitPlanPass : public llmopt::impl::EmitPlanBase<EmitPlanPass> {
             plan && plan.getVpp() > 1
                 ? (prog.getMicroBatches() % pp == 0 ? "interleaved" : "sequential")
             : plan && plan.getSchedule().getValue() == "gpipe" ? "gpipe"
-                                                                 : "1f1b";
+                                                               : "1f1b";
         if (!chunks.empty())
           progJSON["chunks"] = std::move(chunks);
         // The schedule spelled out, so that a runtime only follows it.
@@ -349,8 +358,7 @@ struct EmitPlanPass : public llmopt::impl::EmitPlanBase<EmitPlanPass> {
         if (passes.empty()) {
           module.emitError() << "llm-emit-plan: stage " << stageIndex << " of " << pp
                              << " cannot lay out " << prog.getMicroBatches()
-                             << " micro-batches in the " << schedule::name(kind)
-                             << " schedule";
+                             << " micro-batches in the " << schedule::name(kind) << " schedule";
           return signalPassFailure();
         }
         for (const schedule::Pass &p : passes)
@@ -390,13 +398,21 @@ struct EmitPlanPass : public llmopt::impl::EmitPlanBase<EmitPlanPass> {
     std::string ranks = std::to_string(world), per = std::to_string(perNode);
     std::string slurm =
         "#!/bin/bash\n"
-        "# Launches the plan in this directory: " + ranks + " ranks, " + per + " per node.\n"
+        "# Launches the plan in this directory: " +
+        ranks + " ranks, " + per +
+        " per node.\n"
         "# Submit from the plan directory (or set PLAN):\n"
         "#   DATA=/path/to/shard.bin STEPS=1000 sbatch run.slurm\n"
         "#SBATCH --job-name=llm-opt\n"
-        "#SBATCH --nodes=" + std::to_string(nodes) + "\n"
-        "#SBATCH --ntasks-per-node=" + per + "\n"
-        "#SBATCH --gpus-per-node=" + per + "\n"
+        "#SBATCH --nodes=" +
+        std::to_string(nodes) +
+        "\n"
+        "#SBATCH --ntasks-per-node=" +
+        per +
+        "\n"
+        "#SBATCH --gpus-per-node=" +
+        per +
+        "\n"
         "#SBATCH --cpus-per-task=8\n"
         "set -euo pipefail\n"
         "PLAN=\"${PLAN:-${SLURM_SUBMIT_DIR:-$(pwd)}}\"\n"

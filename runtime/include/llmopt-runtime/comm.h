@@ -184,8 +184,7 @@ public:
   /// Every rank's chunk of `data` gathered into all of `data` on every rank.
   /// By default a sum in which each rank contributes zeros outside its chunk
   /// (exact: x + 0 = x).
-  virtual bool allGather(const std::string &axis, float *data, int64_t count,
-                         std::string &error) {
+  virtual bool allGather(const std::string &axis, float *data, int64_t count, std::string &error) {
     int index = 0, n = 1;
     axisPosition(axis, index, n);
     Chunk c = shardChunk(count, n, index);

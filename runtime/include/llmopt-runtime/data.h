@@ -30,9 +30,8 @@ public:
   bool open(const std::vector<std::string> &paths, std::string &error);
 
   /// Fills this rank's tokens and labels ([batch, seq] each) for `step`.
-  void batch(int64_t step, int64_t globalSequences, int64_t firstSequence,
-             int64_t sequences, int64_t seq, std::vector<int32_t> &tokens,
-             std::vector<int32_t> &labels) const;
+  void batch(int64_t step, int64_t globalSequences, int64_t firstSequence, int64_t sequences,
+             int64_t seq, std::vector<int32_t> &tokens, std::vector<int32_t> &labels) const;
 
   int64_t size() const { return int64_t(tokens.size()); }
   int32_t maxToken() const;
@@ -42,8 +41,7 @@ private:
 };
 
 /// Writes `tokens` as a shard (version 1 when they all fit in uint16).
-bool writeShard(const std::string &path, const std::vector<int32_t> &tokens,
-                std::string &error);
+bool writeShard(const std::string &path, const std::vector<int32_t> &tokens, std::string &error);
 
 } // namespace llmopt::runtime
 

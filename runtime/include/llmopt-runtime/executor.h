@@ -79,8 +79,8 @@ public:
   /// Runs one step on this rank's micro-batches of token ids and labels (as
   /// many as the plan's num_micro_batches).
   bool step(const std::vector<std::vector<int32_t>> &tokens,
-            const std::vector<std::vector<int32_t>> &labels, Communicator &comm,
-            StepResult &result, std::string &error);
+            const std::vector<std::vector<int32_t>> &labels, Communicator &comm, StepResult &result,
+            std::string &error);
 
   std::map<std::string, ParamState> params;
   /// False when another backend (CUDA) runs the plan and this executor only
@@ -230,8 +230,7 @@ private:
   /// scaling into `rounded`, in order; nothing without the parameter.
   bool fp8Inputs(const Instruction &ins,
                  std::initializer_list<std::pair<const Buffer *, kernels::cpu::Fp8>> operands,
-                 std::vector<std::vector<float>> &rounded, Communicator &comm,
-                 std::string &error);
+                 std::vector<std::vector<float>> &rounded, Communicator &comm, std::string &error);
   bool runExperts(const Instruction &ins, Communicator &comm, std::string &error);
   bool runRingAttention(const Instruction &ins, Communicator &comm, std::string &error);
   bool runSeq(const Instruction &ins, Communicator &comm, std::string &error);

@@ -25,8 +25,7 @@ typedef struct llmopt_trainer llmopt_trainer;
 /* Loads and validates PLAN_DIR (checksum, format, bounds) and initializes
  * the parameters from `seed` as llm-run does. The plan must be for one rank.
  * Returns NULL on failure. */
-llmopt_trainer *llmopt_trainer_open(const char *plan_dir, uint64_t seed, char *err,
-                                    size_t err_len);
+llmopt_trainer *llmopt_trainer_open(const char *plan_dir, uint64_t seed, char *err, size_t err_len);
 
 /* Micro-batches per step, token ids per micro-batch (batch x sequence) and
  * the sequence length. */

@@ -77,11 +77,11 @@ struct Instruction {
     ParamWait,
     GradReduceScatter
   } kind = Kind::Kernel;
-  int peer = 0; // Send / Recv: the other pipeline stage
-  int tag = 0;  // Send / Recv: pairs the two sides of one transfer
-  int bucket = -1; // BucketAllReduce / BucketWait / GradReduceScatter: the gradient bucket
+  int peer = 0;       // Send / Recv: the other pipeline stage
+  int tag = 0;        // Send / Recv: pairs the two sides of one transfer
+  int bucket = -1;    // BucketAllReduce / BucketWait / GradReduceScatter: the gradient bucket
   bool flush = false; // GradReduceScatter: the bucket's last member starts its collective
-  int event = -1;  // ParamGather (a prefetch) / ParamWait: pairs the two
+  int event = -1;     // ParamGather (a prefetch) / ParamWait: pairs the two
   const kernels::KernelInfo *kernel = nullptr;
   std::vector<Buffer> ins, outs;
   /// The kernel's parameters (and a ring attention's), decoded at load.

@@ -59,9 +59,7 @@ public:
   bool useMesh(int pp, int dp, int cp, int tp, std::string &error) override {
     return host.useMesh(pp, dp, cp, tp, error);
   }
-  bool useExpertAxes(int ep, std::string &error) override {
-    return host.useExpertAxes(ep, error);
-  }
+  bool useExpertAxes(int ep, std::string &error) override { return host.useExpertAxes(ep, error); }
   void axisPosition(const std::string &axis, int &index, int &size) const override {
     host.axisPosition(axis, index, size);
   }
@@ -70,20 +68,19 @@ public:
                  std::string &error) override;
   bool allReduceMax(const std::string &axis, float *data, int64_t count,
                     std::string &error) override;
-  bool startAllReduce(const std::string &axis, float *data, int64_t count, bool average,
-                      int bucket, std::string &error) override;
+  bool startAllReduce(const std::string &axis, float *data, int64_t count, bool average, int bucket,
+                      std::string &error) override;
   bool waitAllReduce(int bucket, std::string &error) override;
   bool reduceScatter(const std::string &axis, float *data, int64_t count, bool average,
                      std::string &error) override;
-  bool allGather(const std::string &axis, float *data, int64_t count,
-                 std::string &error) override;
+  bool allGather(const std::string &axis, float *data, int64_t count, std::string &error) override;
   bool allGatherBlocks(const std::string &axis, const float *mine, float *all, int64_t count,
                        std::string &error) override;
-  bool startAllGatherBlocks(const std::string &axis, const float *mine, float *all,
-                            int64_t count, int event, std::string &error) override;
+  bool startAllGatherBlocks(const std::string &axis, const float *mine, float *all, int64_t count,
+                            int event, std::string &error) override;
   bool waitAllGather(int event, std::string &error) override;
-  bool reduceScatterBlocks(const std::string &axis, const float *all, float *mine,
-                           int64_t count, std::string &error) override;
+  bool reduceScatterBlocks(const std::string &axis, const float *all, float *mine, int64_t count,
+                           std::string &error) override;
   bool startReduceScatterBlocks(const std::string &axis, const float *all, float *mine,
                                 int64_t count, int handle, std::string &error) override;
   bool waitReduceScatter(int handle, std::string &error) override;

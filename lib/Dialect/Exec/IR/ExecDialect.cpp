@@ -1,7 +1,7 @@
 //===- ExecDialect.cpp - exec dialect -------------------------------------===//
 
-#include "llmopt/Dialect/Exec/IR/ExecOps.h"
 #include "llmopt-kernels/abi.h"
+#include "llmopt/Dialect/Exec/IR/ExecOps.h"
 
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/DialectImplementation.h"
@@ -85,9 +85,8 @@ LogicalResult ProgramOp::verify() {
           auto b = cast<BufAttr>(a);
           return op->emitOpError()
                  << "buffer at offset " << b.getOffset() << " of " << b.getBytes()
-                 << " bytes overruns the "
-                 << (b.getSpace() == BufferSpace::stash ? stash : arena) << "-byte "
-                 << stringifyBufferSpace(b.getSpace());
+                 << " bytes overruns the " << (b.getSpace() == BufferSpace::stash ? stash : arena)
+                 << "-byte " << stringifyBufferSpace(b.getSpace());
         }
     }
     return WalkResult::advance();
@@ -113,8 +112,8 @@ LogicalResult KernelOp::verify() {
   if (failed(verifyBufs(*this, getIns(), "ins")) || failed(verifyBufs(*this, getOuts(), "outs")))
     return failure();
   if (k->inputs >= 0 && int64_t(getIns().size()) != k->inputs)
-    return emitOpError() << "kernel '" << getKernel() << "' takes " << k->inputs
-                         << " inputs, got " << getIns().size();
+    return emitOpError() << "kernel '" << getKernel() << "' takes " << k->inputs << " inputs, got "
+                         << getIns().size();
   if (k->outputs >= 0 && int64_t(getOuts().size()) != k->outputs)
     return emitOpError() << "kernel '" << getKernel() << "' writes " << k->outputs
                          << " outputs, got " << getOuts().size();
@@ -133,9 +132,7 @@ static LogicalResult verifyCollective(Operation *op, ArrayAttr buffers) {
   return verifyBufs(op, buffers, "buffers");
 }
 
-LogicalResult AllReduceOp::verify() {
-  return verifyCollective(*this, getBuffers());
-}
+LogicalResult AllReduceOp::verify() { return verifyCollective(*this, getBuffers()); }
 
 LogicalResult BucketAllReduceOp::verify() {
   if (getBucketAttr().getInt() < 0)
@@ -164,9 +161,7 @@ LogicalResult GradReduceScatterOp::verify() {
   return verifyBufs(*this, ArrayAttr::get(getContext(), {getInput(), acc}), "buffers");
 }
 
-LogicalResult ReduceScatterOp::verify() {
-  return verifyCollective(*this, getBuffers());
-}
+LogicalResult ReduceScatterOp::verify() { return verifyCollective(*this, getBuffers()); }
 
 LogicalResult AllGatherOp::verify() { return verifyCollective(*this, getBuffers()); }
 
@@ -178,8 +173,8 @@ LogicalResult SeqOp::verify() {
     return failure();
   auto in = cast<BufAttr>(getIns()[0]), out = cast<BufAttr>(getOuts()[0]);
   ArrayRef<int64_t> a = in.getShape().asArrayRef(), b = out.getShape().asArrayRef();
-  if (out.getSpace() == BufferSpace::input || a.size() != 3 || b.size() != 3 ||
-      a[0] != b[0] || a[2] != b[2])
+  if (out.getSpace() == BufferSpace::input || a.size() != 3 || b.size() != 3 || a[0] != b[0] ||
+      a[2] != b[2])
     return emitOpError() << "expects [b, s, h] buffers that differ only in the sequence";
   bool gathers = kind == SeqKind::all_gather || kind == SeqKind::cp_all_gather;
   int64_t whole = gathers ? b[1] : a[1], chunk = gathers ? a[1] : b[1];

@@ -35,10 +35,10 @@ FailureOr<func::FuncOp> llmopt::llm::findModelFunc(ModuleOp module) {
   }
   if (count == 1)
     return only;
-  return module.emitError()
-         << (count == 0 ? "no model function: expected a func.func marked llm.forward"
-                        : "several functions and none marked llm.forward: mark "
-                          "the model function with the unit attribute llm.forward");
+  return module.emitError() << (count == 0
+                                    ? "no model function: expected a func.func marked llm.forward"
+                                    : "several functions and none marked llm.forward: mark "
+                                      "the model function with the unit attribute llm.forward");
 }
 
 /// Elements of a static shape as a double, which cannot overflow.
@@ -67,11 +67,9 @@ static LogicalResult checkLayerIndices(func::FuncOp func) {
     auto [it, inserted] = seen.try_emplace(index, layer);
     if (inserted)
       return WalkResult::advance();
-    InFlightDiagnostic d = layer.emitOpError()
-                           << "duplicate layer index " << index
-                           << ": every llm.layer needs its own index";
-    d.attachNote(it->second.getLoc())
-        << "layer " << index << " first defined here";
+    InFlightDiagnostic d = layer.emitOpError() << "duplicate layer index " << index
+                                               << ": every llm.layer needs its own index";
+    d.attachNote(it->second.getLoc()) << "layer " << index << " first defined here";
     return WalkResult::interrupt();
   });
   return failure(res.wasInterrupted());
@@ -81,13 +79,11 @@ static LogicalResult checkLayerIndices(func::FuncOp func) {
 /// positions to look up past its last row.
 static LogicalResult checkPositionTables(func::FuncOp func, int64_t seqLen) {
   WalkResult res = func.walk([&](PositionEmbeddingOp op) -> WalkResult {
-    int64_t rows =
-        cast<RankedTensorType>(op.getTable().getType()).getDimSize(0);
+    int64_t rows = cast<RankedTensorType>(op.getTable().getType()).getDimSize(0);
     if (seqLen <= rows)
       return WalkResult::advance();
-    InFlightDiagnostic d =
-        op.emitOpError() << "sequence length " << seqLen << " exceeds the "
-                         << rows << " positions of the learned position table";
+    InFlightDiagnostic d = op.emitOpError() << "sequence length " << seqLen << " exceeds the "
+                                            << rows << " positions of the learned position table";
     if (auto p = op.getTable().getDefiningOp<ParamOp>())
       d << " '" << p.getName() << "'";
     d << "; use a sequence length of at most " << rows;
@@ -96,8 +92,7 @@ static LogicalResult checkPositionTables(func::FuncOp func, int64_t seqLen) {
   return failure(res.wasInterrupted());
 }
 
-FailureOr<ModelStats> llmopt::llm::computeModelStats(func::FuncOp func,
-                                                     const CostContext &ctx) {
+FailureOr<ModelStats> llmopt::llm::computeModelStats(func::FuncOp func, const CostContext &ctx) {
   ModelStats st;
   st.seqLen = ctx.seqLen;
   st.batch = ctx.batch;
@@ -116,26 +111,23 @@ FailureOr<ModelStats> llmopt::llm::computeModelStats(func::FuncOp func,
     anyParam = true;
     auto [it, inserted] = names.try_emplace(p.getName(), p);
     if (!inserted) {
-      InFlightDiagnostic d = p.emitOpError() << "duplicate parameter name '"
-                                             << p.getName() << "'";
+      InFlightDiagnostic d = p.emitOpError() << "duplicate parameter name '" << p.getName() << "'";
       d.attachNote(it->second->getLoc()) << "first declared here";
       return WalkResult::interrupt();
     }
     if (llvm::AddOverflow(st.paramsTotal, p.getNumElements(), st.paramsTotal)) {
-      p.emitOpError() << "total parameter count overflows 64 bits at '"
-                      << p.getName() << "': check the parameter shapes";
+      p.emitOpError() << "total parameter count overflows 64 bits at '" << p.getName()
+                      << "': check the parameter shapes";
       return WalkResult::interrupt();
     }
-    st.weightBytes += static_cast<double>(p.getNumElements()) *
-                      elementBytes(p.getType(), ctx);
+    st.weightBytes += static_cast<double>(p.getNumElements()) * elementBytes(p.getType(), ctx);
     return WalkResult::advance();
   });
   if (res.wasInterrupted())
     return failure();
   if (!anyParam)
     return func.emitError() << "model has no llm.param: nothing to count";
-  if (failed(checkLayerIndices(func)) ||
-      failed(checkPositionTables(func, ctx.seqLen)))
+  if (failed(checkLayerIndices(func)) || failed(checkPositionTables(func, ctx.seqLen)))
     return failure();
 
   // Embeddings, head, GEMM weights.
@@ -153,8 +145,8 @@ FailureOr<ModelStats> llmopt::llm::computeModelStats(func::FuncOp func,
   double inactive = 0;
   func.walk([&](Operation *op) {
     if (auto l = dyn_cast<LinearOp>(op)) {
-      st.gemmParamsActive += static_cast<double>(l.getInFeatures()) *
-                             static_cast<double>(l.getOutFeatures());
+      st.gemmParamsActive +=
+          static_cast<double>(l.getInFeatures()) * static_cast<double>(l.getOutFeatures());
     } else if (auto h = dyn_cast<LMHeadOp>(op)) {
       st.gemmParamsActive += numElements(h.getWeight().getType());
       if (embeddingTables.contains(h.getWeight()))
@@ -177,8 +169,7 @@ FailureOr<ModelStats> llmopt::llm::computeModelStats(func::FuncOp func,
       st.attentionFlopsPerToken += 12.0 * s * a.getNumHeads() * a.getHeadDim();
     }
   });
-  st.paramsActive =
-      st.paramsTotal - static_cast<int64_t>(std::llround(inactive));
+  st.paramsActive = st.paramsTotal - static_cast<int64_t>(std::llround(inactive));
   st.trainFlopsPerToken = 6.0 * st.gemmParamsActive + st.attentionFlopsPerToken;
 
   // Per-layer and outside-layer costs.
@@ -196,8 +187,8 @@ FailureOr<ModelStats> llmopt::llm::computeModelStats(func::FuncOp func,
         ls.moe = true;
         double frac = activeFraction(e);
         for (Value w : e.getWeights())
-          ls.paramsActive -= static_cast<int64_t>(
-              std::llround(numElements(w.getType()) * (1 - frac)));
+          ls.paramsActive -=
+              static_cast<int64_t>(std::llround(numElements(w.getType()) * (1 - frac)));
       });
       ls.fwdFlops = c.fwdFlops;
       ls.bwdFlops = c.bwdFlops;
@@ -223,8 +214,7 @@ FailureOr<ModelStats> llmopt::llm::computeModelStats(func::FuncOp func,
   for (auto &kv : savedOutside)
     st.actBytesOutside += kv.second;
   st.numLayers = static_cast<int64_t>(st.layers.size());
-  st.paramsOther =
-      st.paramsTotal - layerParams - st.paramsEmbedding - st.paramsLMHead;
+  st.paramsOther = st.paramsTotal - layerParams - st.paramsEmbedding - st.paramsLMHead;
   st.opFlopsPerToken = opFlops / ctx.tokens();
   st.modelStateBytes = 16.0 * st.paramsTotal;
   return st;
@@ -240,10 +230,9 @@ llvm::json::Value ModelStats::toJSON() const {
         {"moe", l.moe},
         {"fwd_flops", l.fwdFlops},
         {"bwd_flops", l.bwdFlops},
-        {"activation_bytes",
-         llvm::json::Object{{"none", l.actBytesNone},
-                            {"selective", l.actBytesSelective},
-                            {"full", l.actBytesFull}}},
+        {"activation_bytes", llvm::json::Object{{"none", l.actBytesNone},
+                                                {"selective", l.actBytesSelective},
+                                                {"full", l.actBytesFull}}},
     });
   return llvm::json::Object{
       {"name", name},
@@ -276,8 +265,8 @@ llvm::json::Value ModelStats::toJSON() const {
 
 /// Scales `v` by `base` until it is below `base` and prints it with the
 /// prefix reached: 1234567 -> "1.235 M".
-static std::string scaled(double v, double base, ArrayRef<StringRef> prefixes,
-                          StringRef unit, const char *fmt) {
+static std::string scaled(double v, double base, ArrayRef<StringRef> prefixes, StringRef unit,
+                          const char *fmt) {
   size_t i = 0;
   while (std::abs(v) >= base && i + 1 < prefixes.size()) {
     v /= base;
@@ -298,20 +287,17 @@ static std::string count(double v) {
 
 /// FLOPs with SI prefixes: "45.028 GFLOP", "576 FLOP".
 static std::string flop(double v) {
-  return scaled(v, 1000.0, {"", "k", "M", "G", "T", "P", "E", "Z"}, "FLOP",
-                "%.3f");
+  return scaled(v, 1000.0, {"", "k", "M", "G", "T", "P", "E", "Z"}, "FLOP", "%.3f");
 }
 
 /// Bytes with binary prefixes: "512 B", "1.50 KiB", "3.25 GiB".
 static std::string bytes(double v) {
-  return scaled(v, 1024.0, {"", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei"}, "B",
-                "%.2f");
+  return scaled(v, 1024.0, {"", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei"}, "B", "%.2f");
 }
 
 /// 1234567 -> "1,234,567"; any int64_t, INT64_MIN included.
 static std::string grouped(int64_t v) {
-  uint64_t magnitude =
-      v < 0 ? 0 - static_cast<uint64_t>(v) : static_cast<uint64_t>(v);
+  uint64_t magnitude = v < 0 ? 0 - static_cast<uint64_t>(v) : static_cast<uint64_t>(v);
   std::string digits = std::to_string(magnitude), out;
   for (size_t i = 0; i < digits.size(); ++i) {
     if (i && (digits.size() - i) % 3 == 0)
@@ -328,9 +314,7 @@ void ModelStats::printTable(raw_ostream &os) const {
     std::string key, value, note;
   };
   std::vector<Row> rows;
-  auto heading = [&](std::string text) {
-    rows.push_back({std::move(text), "", ""});
-  };
+  auto heading = [&](std::string text) { rows.push_back({std::move(text), "", ""}); };
   auto row = [&](std::string key, std::string value, std::string note = "") {
     rows.push_back({"  " + key, std::move(value), std::move(note)});
   };
@@ -350,29 +334,24 @@ void ModelStats::printTable(raw_ostream &os) const {
   row("total", count(paramsTotal), grouped(paramsTotal));
   if (paramsActive != paramsTotal)
     row("active per token", count(paramsActive), grouped(paramsActive));
-  row("embedding (input tables)", count(paramsEmbedding),
-      grouped(paramsEmbedding));
+  row("embedding (input tables)", count(paramsEmbedding), grouped(paramsEmbedding));
   row("lm head", tiedEmbeddings ? std::string("tied") : count(paramsLMHead),
       tiedEmbeddings ? "shares the input embedding" : grouped(paramsLMHead));
   if (!layers.empty()) {
-    bool uniform = llvm::all_of(layers, [&](const LayerStats &l) {
-      return l.params == layers.front().params;
-    });
-    row(uniform ? "per layer" : "per layer (first)",
-        count(layers.front().params),
+    bool uniform = llvm::all_of(
+        layers, [&](const LayerStats &l) { return l.params == layers.front().params; });
+    row(uniform ? "per layer" : "per layer (first)", count(layers.front().params),
         "x " + std::to_string(numLayers) +
             (uniform ? std::string("") : std::string(", layers differ")));
   }
   row("other (final norm)", count(paramsOther), grouped(paramsOther));
   heading("training FLOPs per token (6N + attention, Narayanan et al. 2021)");
-  row("N = GEMM weights per token", count(gemmParamsActive),
-      "LM head in, embedding lookups out");
+  row("N = GEMM weights per token", count(gemmParamsActive), "LM head in, embedding lookups out");
   row("6N", flop(6.0 * gemmParamsActive));
   row("attention 12 * s * heads * head_dim", flop(attentionFlopsPerToken),
       "per token, summed over layers");
   row("total", flop(trainFlopsPerToken));
-  row("sum of op costs", flop(opFlopsPerToken),
-      "causal masking, norms and activations counted");
+  row("sum of op costs", flop(opFlopsPerToken), "causal masking, norms and activations counted");
   heading("bytes");
   row("weights", bytes(weightBytes));
   row("weights + grads + AdamW (16 B/param)", bytes(modelStateBytes));
@@ -383,8 +362,7 @@ void ModelStats::printTable(raw_ostream &os) const {
     row("activations, selective recompute", bytes(l.actBytesSelective), per);
     row("activations, full recompute", bytes(l.actBytesFull), per);
   }
-  row("activations outside layers", bytes(actBytesOutside),
-      "embedding, head, loss");
+  row("activations outside layers", bytes(actBytesOutside), "embedding, head, loss");
 
   size_t keyWidth = 0, valueWidth = 0;
   for (const Row &r : rows) {
@@ -398,8 +376,7 @@ void ModelStats::printTable(raw_ostream &os) const {
       os << r.key << "\n";
       continue;
     }
-    os << llvm::left_justify(r.key, keyWidth) << "  "
-       << llvm::right_justify(r.value, valueWidth);
+    os << llvm::left_justify(r.key, keyWidth) << "  " << llvm::right_justify(r.value, valueWidth);
     if (!r.note.empty())
       os << "  " << r.note;
     os << "\n";

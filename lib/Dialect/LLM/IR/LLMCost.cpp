@@ -50,8 +50,8 @@ struct Sizes {
 
 /// Cost of a pure elementwise op: `flopsPerElem` forward and `bwdPerElem`
 /// backward per output element, reading `inputs` and writing the result.
-OpCost elementwise(Sizes s, ValueRange inputs, Value result,
-                   double flopsPerElem, double bwdPerElem) {
+OpCost elementwise(Sizes s, ValueRange inputs, Value result, double flopsPerElem,
+                   double bwdPerElem) {
   OpCost c;
   double e = s.elems(result);
   c.fwdFlops = flopsPerElem * e;
@@ -68,8 +68,7 @@ OpCost elementwise(Sizes s, ValueRange inputs, Value result,
 
 /// Rows routed to experts in total: capacity-padded when a capacity factor is
 /// set, the balanced expected load otherwise.
-double routedRows(double tokens, double topK, double experts,
-                  double capacityFactor) {
+double routedRows(double tokens, double topK, double experts, double capacityFactor) {
   if (capacityFactor > 0)
     return experts * std::ceil(capacityFactor * tokens * topK / experts);
   return tokens * topK;
@@ -93,8 +92,7 @@ MoEDispatchOp findDispatch(Value v) {
 double expertRows(Value v, const CostContext &ctx) {
   auto t = cast<RankedTensorType>(v.getType());
   if (!t.isDynamicDim(1))
-    return static_cast<double>(t.getDimSize(0)) *
-           static_cast<double>(t.getDimSize(1));
+    return static_cast<double>(t.getDimSize(0)) * static_cast<double>(t.getDimSize(1));
   if (MoEDispatchOp d = findDispatch(v)) {
     auto idx = cast<RankedTensorType>(d.getIndices().getType());
     return routedRows(ctx.tokens(), idx.getDimSize(2), t.getDimSize(0),
@@ -167,8 +165,7 @@ OpCost PositionEmbeddingOp::getCost(const CostContext &ctx) {
   OpCost c;
   double e = s.elems(getResult()), b = s.bytes(getResult());
   double rows = static_cast<double>(ctx.seqLen) *
-                cast<RankedTensorType>(getTable().getType()).getDimSize(1) *
-                s.eb(getTable());
+                cast<RankedTensorType>(getTable().getType()).getDimSize(1) * s.eb(getTable());
   c.fwdFlops = e;
   c.fwdBytesRead = b + rows;
   c.fwdBytesWritten = b;
@@ -197,8 +194,8 @@ OpCost RotaryOp::getCost(const CostContext &ctx) {
 // Norms, linear, activations.
 //===----------------------------------------------------------------------===//
 
-static OpCost normCost(Sizes s, Value input, Value result, double paramBytes,
-                       double fwdPerElem, double bwdPerElem, int statsPerRow) {
+static OpCost normCost(Sizes s, Value input, Value result, double paramBytes, double fwdPerElem,
+                       double bwdPerElem, int statsPerRow) {
   OpCost c = elementwise(s, ValueRange{input}, result, fwdPerElem, bwdPerElem);
   c.fwdBytesRead += paramBytes;
   c.bwdBytesRead += paramBytes;
@@ -227,8 +224,7 @@ OpCost LinearOp::getCost(const CostContext &ctx) {
   double in = getInFeatures(), out = getOutFeatures();
   double wBytes =
       in * out *
-      (getGemm() ? std::max(1u, getGemm()->getIntOrFloatBitWidth() / 8)
-                 : s.eb(getWeight()));
+      (getGemm() ? std::max(1u, getGemm()->getIntOrFloatBitWidth() / 8) : s.eb(getWeight()));
   double xb = s.bytes(getInput()), yb = s.bytes(getResult());
   c.fwdFlops = 2 * t * in * out + (getBias() ? t * out : 0);
   c.bwdFlops = 4 * t * in * out + (getBias() ? t * out : 0);
@@ -248,8 +244,7 @@ OpCost SplitOp::getCost(const CostContext &) {
 }
 
 /// Number of (query, key) pairs attended to in one sequence.
-static double attendedPairs(double seq, bool causal,
-                            std::optional<int64_t> window) {
+static double attendedPairs(double seq, bool causal, std::optional<int64_t> window) {
   if (!causal)
     return window ? seq * std::min<double>(seq, *window) : seq * seq;
   if (!window || *window >= seq)
@@ -273,8 +268,7 @@ OpCost AttentionOp::getCost(const CostContext &ctx) {
   c.fwdBytesWritten = ob + lse;
   c.bwdBytesRead = qb + kb + vb + 2 * ob + lse;
   c.bwdBytesWritten = qb + kb + vb;
-  c.saved = {s.save(getQ()), s.save(getK()), s.save(getV()),
-             s.save(getResult())};
+  c.saved = {s.save(getQ()), s.save(getK()), s.save(getV()), s.save(getResult())};
   if (ctx.fusedAttention) {
     c.savedExtraBytes = lse;
   } else {
@@ -293,8 +287,7 @@ OpCost AttentionOp::getCost(const CostContext &ctx) {
 OpCost GeluOp::getCost(const CostContext &ctx) {
   Sizes s{ctx};
   bool tanh = getApproximate() == GeluApprox::tanh;
-  OpCost c = elementwise(s, ValueRange{getInput()}, getResult(), tanh ? 8 : 10,
-                         tanh ? 16 : 20);
+  OpCost c = elementwise(s, ValueRange{getInput()}, getResult(), tanh ? 8 : 10, tanh ? 16 : 20);
   c.saved.push_back(s.save(getInput()));
   return c;
 }
@@ -321,15 +314,13 @@ OpCost AddOp::getCost(const CostContext &ctx) {
 OpCost MoERouterOp::getCost(const CostContext &ctx) {
   Sizes s{ctx};
   OpCost c;
-  double t = ctx.tokens(),
-         hidden = cast<RankedTensorType>(getInput().getType()).getDimSize(2);
+  double t = ctx.tokens(), hidden = cast<RankedTensorType>(getInput().getType()).getDimSize(2);
   double e = getNumExperts();
   c.fwdFlops = 2 * t * hidden * e + 5 * t * e;
   c.bwdFlops = 4 * t * hidden * e + 5 * t * e;
   c.fwdBytesRead = s.bytes(getInput()) + s.bytes(getGate());
   c.fwdBytesWritten = s.bytes(getWeights()) + s.bytes(getIndices());
-  c.bwdBytesRead =
-      s.bytes(getWeights()) + s.bytes(getInput()) + s.bytes(getGate());
+  c.bwdBytesRead = s.bytes(getWeights()) + s.bytes(getInput()) + s.bytes(getGate());
   c.bwdBytesWritten = s.bytes(getInput()) + s.bytes(getGate());
   c.saved.push_back(s.save(getInput()));
   c.savedExtraBytes = 4.0 * t * e; // fp32 softmax over the experts
@@ -365,8 +356,7 @@ OpCost MoEExpertsOp::getCost(const CostContext &ctx) {
   for (Value w : getWeights())
     wBytes += s.bytes(w);
   c.fwdFlops = gemms * 2 * rows * hidden * ffn + (swiglu ? 5 : 8) * rows * ffn;
-  c.bwdFlops =
-      gemms * 4 * rows * hidden * ffn + (swiglu ? 10 : 16) * rows * ffn;
+  c.bwdFlops = gemms * 4 * rows * hidden * ffn + (swiglu ? 10 : 16) * rows * ffn;
   double io = rows * hidden * eb;
   double inter = rows * ffn * eb * (swiglu ? 3 : 2);
   c.fwdBytesRead = io + wBytes + inter;
@@ -405,8 +395,7 @@ OpCost LMHeadOp::getCost(const CostContext &ctx) {
   OpCost c;
   auto w = cast<RankedTensorType>(getWeight().getType());
   double t = ctx.tokens(), vocab = w.getDimSize(0), hidden = w.getDimSize(1);
-  double xb = s.bytes(getInput()), yb = s.bytes(getResult()),
-         wb = s.bytes(getWeight());
+  double xb = s.bytes(getInput()), yb = s.bytes(getResult()), wb = s.bytes(getWeight());
   c.fwdFlops = 2 * t * hidden * vocab;
   c.bwdFlops = 4 * t * hidden * vocab;
   c.fwdBytesRead = xb + wb;

@@ -17,19 +17,18 @@ using namespace llmopt::llm;
 #define GET_ATTRDEF_CLASSES
 #include "llmopt/Dialect/LLM/IR/LLMAttrs.cpp.inc"
 
-LogicalResult PlanAttr::verify(function_ref<InFlightDiagnostic()> emitError, int64_t dp,
-                               int64_t tp, int64_t pp, int64_t vpp, int64_t cp, int64_t ep,
-                               BoolAttr sp, int64_t zero, BoolAttr offload,
-                               StringAttr recompute, ArrayAttr stageRecompute,
-                               int64_t microBatch,
+LogicalResult PlanAttr::verify(function_ref<InFlightDiagnostic()> emitError, int64_t dp, int64_t tp,
+                               int64_t pp, int64_t vpp, int64_t cp, int64_t ep, BoolAttr sp,
+                               int64_t zero, BoolAttr offload, StringAttr recompute,
+                               ArrayAttr stageRecompute, int64_t microBatch,
                                int64_t numMicroBatches, int64_t seqLen, StringAttr schedule,
                                StringAttr placement, DenseI64ArrayAttr stageLayers,
                                FloatAttr stepTime, int64_t peakMemoryBytes, int64_t shard,
                                int64_t recomputeLayers) {
   if (shard < 0 || (shard > 0 && (zero == 0 || shard >= dp * cp || (dp * cp) % shard)))
     return emitError() << "plan: shard must be 0, or a divisor of dp x cp = " << dp * cp
-                       << " smaller than it with zero >= 1, got shard " << shard
-                       << " with zero " << zero;
+                       << " smaller than it with zero >= 1, got shard " << shard << " with zero "
+                       << zero;
   for (auto [name, v] : {std::pair<const char *, int64_t>{"dp", dp},
                          {"tp", tp},
                          {"pp", pp},
@@ -43,17 +42,15 @@ LogicalResult PlanAttr::verify(function_ref<InFlightDiagnostic()> emitError, int
       return emitError() << "plan: " << name << " must be positive, got " << v;
   if (zero < 0 || zero > 3)
     return emitError() << "plan: zero must be 0, 1, 2 or 3, got " << zero;
-  if (!sp || !offload || !recompute || !stageRecompute || !schedule || !placement ||
-      !stageLayers || !stepTime)
+  if (!sp || !offload || !recompute || !stageRecompute || !schedule || !placement || !stageLayers ||
+      !stepTime)
     return emitError() << "plan: every field needs a value";
   StringRef rc = recompute.getValue(), sched = schedule.getValue();
   if (recomputeLayers < 0 || (recomputeLayers > 0 && rc != "full"))
     return emitError() << "plan: recompute_layers must be 0, or positive with recompute = "
                           "\"full\", got "
                        << recomputeLayers << " with \"" << rc << "\"";
-  auto isLevel = [](StringRef r) {
-    return r == "none" || r == "selective" || r == "full";
-  };
+  auto isLevel = [](StringRef r) { return r == "none" || r == "selective" || r == "full"; };
   if (!isLevel(rc) && rc != "per-stage")
     return emitError() << "plan: recompute must be none, selective, full or per-stage, "
                           "got '"
@@ -71,8 +68,7 @@ LogicalResult PlanAttr::verify(function_ref<InFlightDiagnostic()> emitError, int
   } else if (!stageRecompute.empty()) {
     return emitError() << "plan: stage_recompute is only for recompute = \"per-stage\"";
   }
-  if (sched != "none" && sched != "gpipe" && sched != "1f1b" &&
-      sched != "interleaved-1f1b")
+  if (sched != "none" && sched != "gpipe" && sched != "1f1b" && sched != "interleaved-1f1b")
     return emitError() << "plan: schedule must be none, gpipe, 1f1b or "
                           "interleaved-1f1b, got '"
                        << sched << "'";
@@ -81,8 +77,8 @@ LogicalResult PlanAttr::verify(function_ref<InFlightDiagnostic()> emitError, int
   if (vpp > 1 && sched != "interleaved-1f1b")
     return emitError() << "plan: vpp " << vpp << " needs the interleaved-1f1b schedule";
   if (int64_t(stageLayers.size()) != pp)
-    return emitError() << "plan: stage_layers has " << stageLayers.size()
-                       << " entries for pp " << pp;
+    return emitError() << "plan: stage_layers has " << stageLayers.size() << " entries for pp "
+                       << pp;
   for (int64_t n : stageLayers.asArrayRef())
     if (n < 1)
       return emitError() << "plan: every stage needs at least one layer";
@@ -219,8 +215,8 @@ bool holds(AttrKind kind, Attribute a) {
 
 LogicalResult LLMDialect::verifyOperationAttribute(Operation *op, NamedAttribute attr) {
   StringRef name = attr.getName().getValue();
-  const DeclaredAttr *decl = llvm::find_if(
-      kDeclaredAttrs, [&](const DeclaredAttr &d) { return d.name == name; });
+  const DeclaredAttr *decl =
+      llvm::find_if(kDeclaredAttrs, [&](const DeclaredAttr &d) { return d.name == name; });
   if (decl == std::end(kDeclaredAttrs))
     return op->emitOpError() << "carries '" << name
                              << "', which the llm dialect does not declare (a misspelling? "
@@ -258,8 +254,8 @@ LogicalResult LLMDialect::verifyOperationAttribute(Operation *op, NamedAttribute
           for (Operation &other : block)
             if (&other != op && other.hasAttr(name) && other.getBlock() == op->getBlock() &&
                 other.isBeforeInBlock(op))
-              return op->emitOpError() << "is a second function marked '" << name
-                                       << "'; a module has one";
+              return op->emitOpError()
+                     << "is a second function marked '" << name << "'; a module has one";
   if (name != kTrainStepAttrName)
     return success();
   // Every update names a parameter of the function with its gradient's type:

@@ -2,9 +2,9 @@
 
 #include "llmopt/Dialect/LLM/IR/LLMOps.h"
 
+#include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinOps.h"
-#include "mlir/Dialect/Func/IR/FuncOps.h"
 
 #include <cmath>
 
@@ -19,8 +19,8 @@ static double bytes(Value v, const CostContext &c) { return tensorBytes(v.getTyp
 /// The gradient of an activation has its type.
 static LogicalResult sameType(Operation *op, StringRef a, Value x, StringRef b, Value y) {
   if (x.getType() != y.getType())
-    return op->emitOpError() << a << " type " << x.getType() << " does not match " << b
-                             << " type " << y.getType();
+    return op->emitOpError() << a << " type " << x.getType() << " does not match " << b << " type "
+                             << y.getType();
   return success();
 }
 
@@ -49,8 +49,8 @@ LogicalResult ConcatOp::verify() {
 LogicalResult EmbeddingGradOp::verify() {
   if (getType().getRank() != 2 || ty(getGrad()).getRank() != 3 ||
       getType().getDimSize(1) != ty(getGrad()).getDimSize(2))
-    return emitOpError() << "result must be [vocab, " << ty(getGrad()).getDimSize(2)
-                         << "], got " << getType();
+    return emitOpError() << "result must be [vocab, " << ty(getGrad()).getDimSize(2) << "], got "
+                         << getType();
   return success();
 }
 
@@ -88,8 +88,7 @@ LogicalResult LinearGradOp::verify() {
     return emitOpError() << "gradient must have " << out << " features";
   if (getBias() != bool(getBiasGrad()))
     return emitOpError() << "has a bias gradient exactly when `bias` is set";
-  if (getBiasGrad() && (ty(getBiasGrad()).getRank() != 1 ||
-                        ty(getBiasGrad()).getDimSize(0) != out))
+  if (getBiasGrad() && (ty(getBiasGrad()).getRank() != 1 || ty(getBiasGrad()).getDimSize(0) != out))
     return emitOpError() << "bias gradient must be a vector of " << out << " elements";
   return success();
 }
@@ -220,13 +219,13 @@ static OpCost elementwiseBackward(Value grad, ValueRange saved, ValueRange outs,
 }
 
 OpCost LayerNormGradOp::getCost(const CostContext &c) {
-  return elementwiseBackward(getGrad(), {getInput(), getWeight()}, getOperation()->getResults(),
-                             14, c);
+  return elementwiseBackward(getGrad(), {getInput(), getWeight()}, getOperation()->getResults(), 14,
+                             c);
 }
 
 OpCost RMSNormGradOp::getCost(const CostContext &c) {
-  return elementwiseBackward(getGrad(), {getInput(), getWeight()}, getOperation()->getResults(),
-                             10, c);
+  return elementwiseBackward(getGrad(), {getInput(), getWeight()}, getOperation()->getResults(), 10,
+                             c);
 }
 
 OpCost LinearGradOp::getCost(const CostContext &c) {
@@ -246,8 +245,7 @@ OpCost AttentionGradOp::getCost(const CostContext &c) {
   if (IntegerAttr w = getWindowAttr(); w && w.getInt() < seq && getCausal())
     pairs = double(w.getInt()) * (w.getInt() + 1) / 2 + (seq - w.getInt()) * w.getInt();
   k.fwdFlops = 8.0 * c.batch * getNumHeadsAttr().getInt() * getHeadDimAttr().getInt() * pairs;
-  k.fwdBytesRead = bytes(getQ(), c) + bytes(getK(), c) + bytes(getV(), c) +
-                   2 * bytes(getOut(), c);
+  k.fwdBytesRead = bytes(getQ(), c) + bytes(getK(), c) + bytes(getV(), c) + 2 * bytes(getOut(), c);
   k.fwdBytesWritten = bytes(getQ(), c) + bytes(getK(), c) + bytes(getV(), c);
   return k;
 }
@@ -257,8 +255,7 @@ OpCost GeluGradOp::getCost(const CostContext &c) {
 }
 
 OpCost SwiGLUGradOp::getCost(const CostContext &c) {
-  return elementwiseBackward(getGrad(), {getGate(), getUp()}, getOperation()->getResults(),
-                             10, c);
+  return elementwiseBackward(getGrad(), {getGate(), getUp()}, getOperation()->getResults(), 10, c);
 }
 
 OpCost LMHeadGradOp::getCost(const CostContext &c) {
@@ -277,8 +274,7 @@ OpCost CrossEntropyGradOp::getCost(const CostContext &c) {
 
 OpCost MoERouterGradOp::getCost(const CostContext &c) {
   OpCost k;
-  double t = double(c.tokens()), e = ty(getGate()).getDimSize(0),
-         h = ty(getGate()).getDimSize(1);
+  double t = double(c.tokens()), e = ty(getGate()).getDimSize(0), h = ty(getGate()).getDimSize(1);
   k.fwdFlops = 4 * t * h * e + 5 * t * e;
   k.fwdBytesRead = bytes(getGrad(), c) + bytes(getInput(), c) + bytes(getGate(), c);
   k.fwdBytesWritten = bytes(getInputGrad(), c) + bytes(getGateGrad(), c);

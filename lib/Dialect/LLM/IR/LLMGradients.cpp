@@ -48,7 +48,7 @@ LogicalResult EmbeddingOp::emitGradient(OpBuilder &b, ArrayRef<Value> grads,
 LogicalResult PositionEmbeddingOp::emitGradient(OpBuilder &b, ArrayRef<Value> grads,
                                                 SmallVectorImpl<Value> &out) {
   out.assign({grads[0],
-         (Value)PositionEmbeddingGradOp::create(b, getLoc(), getTable().getType(), grads[0])});
+              (Value)PositionEmbeddingGradOp::create(b, getLoc(), getTable().getType(), grads[0])});
   return success();
 }
 
@@ -56,8 +56,8 @@ LogicalResult RotaryOp::emitGradient(OpBuilder &b, ArrayRef<Value> grads,
                                      SmallVectorImpl<Value> &out) {
   if (failed(needAll(*this, grads)))
     return failure();
-  auto inv = RotaryOp::create(b, getLoc(), getQ().getType(), getK().getType(), grads[0],
-                              grads[1], getHeadDimAttr(), getThetaAttr(), getScalingAttr(),
+  auto inv = RotaryOp::create(b, getLoc(), getQ().getType(), getK().getType(), grads[0], grads[1],
+                              getHeadDimAttr(), getThetaAttr(), getScalingAttr(),
                               getInverse() ? UnitAttr() : b.getUnitAttr());
   out.assign({inv.getQOut(), inv.getKOut()});
   return success();
@@ -71,8 +71,8 @@ LogicalResult LayerNormOp::emitGradient(OpBuilder &b, ArrayRef<Value> grads,
     types.push_back(getBias().getType());
     attrs.push_back(b.getNamedAttr("bias", b.getUnitAttr()));
   }
-  Operation *g = make<LayerNormGradOp>(b, getLoc(), types,
-                                       {grads[0], getInput(), getWeight()}, attrs);
+  Operation *g =
+      make<LayerNormGradOp>(b, getLoc(), types, {grads[0], getInput(), getWeight()}, attrs);
   out.assign({g->getResult(0), g->getResult(1)});
   if (getBias())
     out.push_back(g->getResult(2));
@@ -81,8 +81,8 @@ LogicalResult LayerNormOp::emitGradient(OpBuilder &b, ArrayRef<Value> grads,
 
 LogicalResult RMSNormOp::emitGradient(OpBuilder &b, ArrayRef<Value> grads,
                                       SmallVectorImpl<Value> &out) {
-  auto g = RMSNormGradOp::create(b, getLoc(), getInput().getType(), getWeight().getType(),
-                                 grads[0], getInput(), getWeight(), getEpsAttr());
+  auto g = RMSNormGradOp::create(b, getLoc(), getInput().getType(), getWeight().getType(), grads[0],
+                                 getInput(), getWeight(), getEpsAttr());
   out.assign({g.getInputGrad(), g.getWeightGrad()});
   return success();
 }
@@ -99,8 +99,7 @@ LogicalResult LinearOp::emitGradient(OpBuilder &b, ArrayRef<Value> grads,
   }
   if (std::optional<Type> gemm = getGemm())
     attrs.push_back(b.getNamedAttr("gemm", TypeAttr::get(*gemm)));
-  Operation *g =
-      make<LinearGradOp>(b, getLoc(), types, {grads[0], getInput(), getWeight()}, attrs);
+  Operation *g = make<LinearGradOp>(b, getLoc(), types, {grads[0], getInput(), getWeight()}, attrs);
   out.assign({g->getResult(0), g->getResult(1)});
   if (getBias())
     out.push_back(g->getResult(2));
@@ -117,10 +116,10 @@ LogicalResult SplitOp::emitGradient(OpBuilder &b, ArrayRef<Value> grads,
 
 LogicalResult AttentionOp::emitGradient(OpBuilder &b, ArrayRef<Value> grads,
                                         SmallVectorImpl<Value> &out) {
-  auto g = AttentionGradOp::create(
-      b, getLoc(), getQ().getType(), getK().getType(), getV().getType(), grads[0], getQ(),
-      getK(), getV(), getResult(), getNumHeadsAttr(), getNumKvHeadsAttr(), getHeadDimAttr(),
-      getScaleAttr(), getCausalAttr(), getWindowAttr());
+  auto g = AttentionGradOp::create(b, getLoc(), getQ().getType(), getK().getType(),
+                                   getV().getType(), grads[0], getQ(), getK(), getV(), getResult(),
+                                   getNumHeadsAttr(), getNumKvHeadsAttr(), getHeadDimAttr(),
+                                   getScaleAttr(), getCausalAttr(), getWindowAttr());
   // Ring attention (context parallelism) runs its backward around the ring.
   if (Attribute ring = (*this)->getAttr("llm.cp_ring"))
     g->setAttr("llm.cp_ring", ring);
@@ -131,14 +130,14 @@ LogicalResult AttentionOp::emitGradient(OpBuilder &b, ArrayRef<Value> grads,
 LogicalResult GeluOp::emitGradient(OpBuilder &b, ArrayRef<Value> grads,
                                    SmallVectorImpl<Value> &out) {
   out.assign({(Value)GeluGradOp::create(b, getLoc(), getInput().getType(), grads[0], getInput(),
-                            getApproximateAttr())});
+                                        getApproximateAttr())});
   return success();
 }
 
 LogicalResult SwiGLUOp::emitGradient(OpBuilder &b, ArrayRef<Value> grads,
                                      SmallVectorImpl<Value> &out) {
-  auto g = SwiGLUGradOp::create(b, getLoc(), getGate().getType(), getUp().getType(),
-                                grads[0], getGate(), getUp());
+  auto g = SwiGLUGradOp::create(b, getLoc(), getGate().getType(), getUp().getType(), grads[0],
+                                getGate(), getUp());
   out.assign({g.getGateGrad(), g.getUpGrad()});
   return success();
 }
@@ -151,8 +150,8 @@ LogicalResult AddOp::emitGradient(OpBuilder &b, ArrayRef<Value> grads,
 
 LogicalResult LMHeadOp::emitGradient(OpBuilder &b, ArrayRef<Value> grads,
                                      SmallVectorImpl<Value> &out) {
-  auto g = LMHeadGradOp::create(b, getLoc(), getInput().getType(), getWeight().getType(),
-                                grads[0], getInput(), getWeight());
+  auto g = LMHeadGradOp::create(b, getLoc(), getInput().getType(), getWeight().getType(), grads[0],
+                                getInput(), getWeight());
   out.assign({g.getInputGrad(), g.getWeightGrad()});
   return success();
 }
@@ -160,9 +159,9 @@ LogicalResult LMHeadOp::emitGradient(OpBuilder &b, ArrayRef<Value> grads,
 LogicalResult CrossEntropyOp::emitGradient(OpBuilder &b, ArrayRef<Value> grads,
                                            SmallVectorImpl<Value> &out) {
   out.assign({(Value)CrossEntropyGradOp::create(b, getLoc(), getLogits().getType(), getLogits(),
-                                    getLabels(), grads[0], getIgnoreIndexAttr(),
-                                    getVocabAxisAttr(), getVocabSizeAttr()),
-         Value()});
+                                                getLabels(), grads[0], getIgnoreIndexAttr(),
+                                                getVocabAxisAttr(), getVocabSizeAttr()),
+              Value()});
   return success();
 }
 
@@ -174,26 +173,26 @@ LogicalResult MoERouterOp::emitGradient(OpBuilder &b, ArrayRef<Value> grads,
     out.assign({Value(), Value()});
     return success();
   }
-  auto g = MoERouterGradOp::create(b, getLoc(), getInput().getType(), getGate().getType(),
-                                   grads[0], getInput(), getGate(), getWeights(), getIndices(),
-                                   getTopKAttr(), getNormalizeAttr(), getAuxLossAttr());
+  auto g = MoERouterGradOp::create(b, getLoc(), getInput().getType(), getGate().getType(), grads[0],
+                                   getInput(), getGate(), getWeights(), getIndices(), getTopKAttr(),
+                                   getNormalizeAttr(), getAuxLossAttr());
   out.assign({g.getInputGrad(), g.getGateGrad()});
   return success();
 }
 
 LogicalResult MoEDispatchOp::emitGradient(OpBuilder &b, ArrayRef<Value> grads,
                                           SmallVectorImpl<Value> &out) {
-  out.assign({(Value)MoEDispatchGradOp::create(b, getLoc(), getInput().getType(), grads[0],
-                                               getIndices()),
-              Value()});
+  out.assign(
+      {(Value)MoEDispatchGradOp::create(b, getLoc(), getInput().getType(), grads[0], getIndices()),
+       Value()});
   return success();
 }
 
 LogicalResult MoEExpertsOp::emitGradient(OpBuilder &b, ArrayRef<Value> grads,
                                          SmallVectorImpl<Value> &out) {
-  auto g = MoEExpertsGradOp::create(b, getLoc(), getInput().getType(),
-                                    getWeights().getTypes(), grads[0], getInput(),
-                                    getWeights(), getActivationAttr(), getGemmAttr());
+  auto g =
+      MoEExpertsGradOp::create(b, getLoc(), getInput().getType(), getWeights().getTypes(), grads[0],
+                               getInput(), getWeights(), getActivationAttr(), getGemmAttr());
   out.assign({g.getInputGrad()});
   llvm::append_range(out, g.getWeightGrads());
   return success();

@@ -20,9 +20,7 @@ using namespace llmopt::llm;
 // Helpers.
 //===----------------------------------------------------------------------===//
 
-static RankedTensorType tensorType(Value v) {
-  return cast<RankedTensorType>(v.getType());
-}
+static RankedTensorType tensorType(Value v) { return cast<RankedTensorType>(v.getType()); }
 
 /// Prints a dimension, `?` when dynamic.
 static std::string dimStr(int64_t d) {
@@ -35,51 +33,43 @@ static bool dimsCompatible(int64_t a, int64_t b) {
 }
 
 /// Checks that `t` is [batch, seq, features] with a static feature size.
-static LogicalResult verifyActivation(Operation *op, StringRef what,
-                                      RankedTensorType t) {
+static LogicalResult verifyActivation(Operation *op, StringRef what, RankedTensorType t) {
   if (t.getRank() != 3)
-    return op->emitOpError()
-           << what << " must be rank 3 [batch, seq, features], got rank "
-           << t.getRank();
+    return op->emitOpError() << what << " must be rank 3 [batch, seq, features], got rank "
+                             << t.getRank();
   if (t.isDynamicDim(2))
     return op->emitOpError() << what << " must have a static feature dimension";
   if (t.getDimSize(2) <= 0)
-    return op->emitOpError()
-           << what << " must have a positive feature dimension, got "
-           << t.getDimSize(2);
+    return op->emitOpError() << what << " must have a positive feature dimension, got "
+                             << t.getDimSize(2);
   return success();
 }
 
 /// Checks that the leading [batch, seq] dims of `a` and `b` agree.
-static LogicalResult verifyLeadingDims(Operation *op, StringRef aName,
-                                       RankedTensorType a, StringRef bName,
-                                       RankedTensorType b) {
+static LogicalResult verifyLeadingDims(Operation *op, StringRef aName, RankedTensorType a,
+                                       StringRef bName, RankedTensorType b) {
   for (int i = 0; i < 2; ++i)
     if (!dimsCompatible(a.getDimSize(i), b.getDimSize(i)))
-      return op->emitOpError()
-             << (i == 0 ? "batch" : "sequence") << " dimension of " << aName
-             << " (" << dimStr(a.getDimSize(i)) << ") does not match that of "
-             << bName << " (" << dimStr(b.getDimSize(i)) << ")";
+      return op->emitOpError() << (i == 0 ? "batch" : "sequence") << " dimension of " << aName
+                               << " (" << dimStr(a.getDimSize(i)) << ") does not match that of "
+                               << bName << " (" << dimStr(b.getDimSize(i)) << ")";
   return success();
 }
 
-static LogicalResult verifySameElementType(Operation *op, StringRef aName,
-                                           Type a, StringRef bName, Type b) {
+static LogicalResult verifySameElementType(Operation *op, StringRef aName, Type a, StringRef bName,
+                                           Type b) {
   Type ea = getElementTypeOrSelf(a), eb = getElementTypeOrSelf(b);
   if (ea != eb)
-    return op->emitOpError()
-           << "element type of " << aName << " (" << ea
-           << ") does not match that of " << bName << " (" << eb << ")";
+    return op->emitOpError() << "element type of " << aName << " (" << ea
+                             << ") does not match that of " << bName << " (" << eb << ")";
   return success();
 }
 
 /// Checks that `vec` is a vector of `size` elements.
-static LogicalResult verifyVector(Operation *op, StringRef what, Value vec,
-                                  int64_t size) {
+static LogicalResult verifyVector(Operation *op, StringRef what, Value vec, int64_t size) {
   RankedTensorType t = tensorType(vec);
   if (t.getRank() != 1 || t.getDimSize(0) != size)
-    return op->emitOpError()
-           << what << " must be a vector of " << size << " elements, got " << t;
+    return op->emitOpError() << what << " must be a vector of " << size << " elements, got " << t;
   return success();
 }
 
@@ -96,8 +86,8 @@ LogicalResult ParamOp::verify() {
   int64_t numel = 1;
   for (int64_t d : t.getShape()) {
     if (d <= 0)
-      return emitOpError() << "parameter '" << getName()
-                           << "' must have positive dimensions, got " << t;
+      return emitOpError() << "parameter '" << getName() << "' must have positive dimensions, got "
+                           << t;
     if (llvm::MulOverflow<int64_t>(numel, d, numel))
       return emitOpError() << "parameter '" << getName() << "' of type " << t
                            << " has more than 2^63 elements";
@@ -108,11 +98,10 @@ LogicalResult ParamOp::verify() {
                            << "' needs a standard deviation: normal(0.02)";
     double std = getStd()->convertToDouble();
     if (!(std > 0.0))
-      return emitOpError() << "standard deviation of '" << getName()
-                           << "' must be positive, got " << std;
+      return emitOpError() << "standard deviation of '" << getName() << "' must be positive, got "
+                           << std;
   } else if (getStd()) {
-    return emitOpError()
-           << "only normal initialization takes a standard deviation";
+    return emitOpError() << "only normal initialization takes a standard deviation";
   }
   if (isExpertStack() && t.getRank() < 2)
     return emitOpError() << "per-expert parameter '" << getName()
@@ -130,8 +119,7 @@ LogicalResult LayerOp::verify() {
   if (index < 0)
     return emitOpError() << "layer index must be non-negative, got " << index;
   Block &body = getBody().front();
-  if (body.getNumArguments() != 1 ||
-      body.getArgument(0).getType() != getInput().getType())
+  if (body.getNumArguments() != 1 || body.getArgument(0).getType() != getInput().getType())
     return emitOpError() << "body must take one argument of the input type "
                          << getInput().getType();
   if (!body.mightHaveTerminator() || !isa<YieldOp>(body.getTerminator()))
@@ -142,8 +130,8 @@ LogicalResult LayerOp::verify() {
 LogicalResult YieldOp::verify() {
   auto layer = cast<LayerOp>((*this)->getParentOp());
   if (getValue().getType() != layer.getType())
-    return emitOpError() << "yields " << getValue().getType()
-                         << " but the layer's type is " << layer.getType();
+    return emitOpError() << "yields " << getValue().getType() << " but the layer's type is "
+                         << layer.getType();
   return success();
 }
 
@@ -156,23 +144,19 @@ LogicalResult EmbeddingOp::verify() {
   RankedTensorType table = tensorType(getTable());
   RankedTensorType result = getType();
   if (tokens.getRank() != 2)
-    return emitOpError() << "tokens must be rank 2 [batch, seq], got "
-                         << tokens;
+    return emitOpError() << "tokens must be rank 2 [batch, seq], got " << tokens;
   if (table.getRank() != 2)
-    return emitOpError() << "table must be rank 2 [vocab, hidden], got "
-                         << table;
+    return emitOpError() << "table must be rank 2 [vocab, hidden], got " << table;
   if (failed(verifyActivation(*this, "result", result)))
     return failure();
   if (result.getDimSize(2) != table.getDimSize(1))
     return emitOpError() << "result hidden size (" << result.getDimSize(2)
-                         << ") does not match the table's ("
-                         << table.getDimSize(1) << ")";
+                         << ") does not match the table's (" << table.getDimSize(1) << ")";
   for (int i = 0; i < 2; ++i)
     if (!dimsCompatible(result.getDimSize(i), tokens.getDimSize(i)))
-      return emitOpError() << "result dimension " << i << " ("
-                           << dimStr(result.getDimSize(i))
-                           << ") does not match the tokens' ("
-                           << dimStr(tokens.getDimSize(i)) << ")";
+      return emitOpError() << "result dimension " << i << " (" << dimStr(result.getDimSize(i))
+                           << ") does not match the tokens' (" << dimStr(tokens.getDimSize(i))
+                           << ")";
   return verifySameElementType(*this, "result", result, "table", table);
 }
 
@@ -182,12 +166,10 @@ LogicalResult PositionEmbeddingOp::verify() {
   if (failed(verifyActivation(*this, "input", x)))
     return failure();
   if (table.getRank() != 2 || table.getDimSize(1) != x.getDimSize(2))
-    return emitOpError() << "table must be [positions, " << x.getDimSize(2)
-                         << "], got " << table;
+    return emitOpError() << "table must be [positions, " << x.getDimSize(2) << "], got " << table;
   if (!x.isDynamicDim(1) && x.getDimSize(1) > table.getDimSize(0))
-    return emitOpError() << "sequence length " << x.getDimSize(1)
-                         << " exceeds the table's " << table.getDimSize(0)
-                         << " positions";
+    return emitOpError() << "sequence length " << x.getDimSize(1) << " exceeds the table's "
+                         << table.getDimSize(0) << " positions";
   return verifySameElementType(*this, "input", x, "table", table);
 }
 
@@ -213,19 +195,18 @@ double RotaryOp::getScalingNumber(StringRef key, double dflt) {
 
 LogicalResult RotaryOp::verify() {
   RankedTensorType q = tensorType(getQ()), k = tensorType(getK());
-  if (failed(verifyActivation(*this, "q", q)) ||
-      failed(verifyActivation(*this, "k", k)) ||
+  if (failed(verifyActivation(*this, "q", q)) || failed(verifyActivation(*this, "k", k)) ||
       failed(verifyLeadingDims(*this, "q", q, "k", k)))
     return failure();
   int64_t hd = getHeadDimAttr().getInt();
   if (hd <= 0 || hd % 2 != 0)
     return emitOpError() << "head_dim must be positive and even, got " << hd;
   if (q.getDimSize(2) % hd != 0)
-    return emitOpError() << "head_dim (" << hd << ") does not divide q's "
-                         << q.getDimSize(2) << " features";
+    return emitOpError() << "head_dim (" << hd << ") does not divide q's " << q.getDimSize(2)
+                         << " features";
   if (k.getDimSize(2) % hd != 0)
-    return emitOpError() << "head_dim (" << hd << ") does not divide k's "
-                         << k.getDimSize(2) << " features";
+    return emitOpError() << "head_dim (" << hd << ") does not divide k's " << k.getDimSize(2)
+                         << " features";
   double theta = getTheta().convertToDouble();
   if (!(theta > 0.0) || !std::isfinite(theta))
     return emitOpError() << "theta must be positive and finite, got " << theta;
@@ -247,13 +228,10 @@ LogicalResult LayerNormOp::verify() {
   RankedTensorType x = tensorType(getInput());
   if (failed(verifyActivation(*this, "input", x)) ||
       failed(verifyVector(*this, "weight", getWeight(), x.getDimSize(2))) ||
-      failed(verifySameElementType(*this, "input", x, "weight",
-                                   getWeight().getType())))
+      failed(verifySameElementType(*this, "input", x, "weight", getWeight().getType())))
     return failure();
-  if (getBias() &&
-      (failed(verifyVector(*this, "bias", getBias(), x.getDimSize(2))) ||
-       failed(verifySameElementType(*this, "input", x, "bias",
-                                    getBias().getType()))))
+  if (getBias() && (failed(verifyVector(*this, "bias", getBias(), x.getDimSize(2))) ||
+                    failed(verifySameElementType(*this, "input", x, "bias", getBias().getType()))))
     return failure();
   return verifyEps(*this, getEps());
 }
@@ -262,8 +240,7 @@ LogicalResult RMSNormOp::verify() {
   RankedTensorType x = tensorType(getInput());
   if (failed(verifyActivation(*this, "input", x)) ||
       failed(verifyVector(*this, "weight", getWeight(), x.getDimSize(2))) ||
-      failed(verifySameElementType(*this, "input", x, "weight",
-                                   getWeight().getType())))
+      failed(verifySameElementType(*this, "input", x, "weight", getWeight().getType())))
     return failure();
   return verifyEps(*this, getEps());
 }
@@ -282,33 +259,26 @@ LogicalResult LinearOp::verify() {
   RankedTensorType x = tensorType(getInput());
   RankedTensorType w = tensorType(getWeight());
   RankedTensorType y = getType();
-  if (failed(verifyActivation(*this, "input", x)) ||
-      failed(verifyActivation(*this, "result", y)) ||
+  if (failed(verifyActivation(*this, "input", x)) || failed(verifyActivation(*this, "result", y)) ||
       failed(verifyLeadingDims(*this, "input", x, "result", y)))
     return failure();
   if (w.getRank() != 2)
     return emitOpError() << "weight must be rank 2, got " << w;
   if (getInFeatures() != x.getDimSize(2))
-    return emitOpError() << "weight " << w
-                         << (getTransposed() ? " [in, out]" : " [out, in]")
-                         << " expects " << getInFeatures()
-                         << " input features, but the input has "
+    return emitOpError() << "weight " << w << (getTransposed() ? " [in, out]" : " [out, in]")
+                         << " expects " << getInFeatures() << " input features, but the input has "
                          << x.getDimSize(2);
   if (getOutFeatures() != y.getDimSize(2))
-    return emitOpError() << "result has " << y.getDimSize(2)
-                         << " features, but the weight gives "
+    return emitOpError() << "result has " << y.getDimSize(2) << " features, but the weight gives "
                          << getOutFeatures();
-  if (getBias() &&
-      failed(verifyVector(*this, "bias", getBias(), getOutFeatures())))
+  if (getBias() && failed(verifyVector(*this, "bias", getBias(), getOutFeatures())))
     return failure();
   if (failed(verifySameElementType(*this, "input", x, "weight", w)) ||
       failed(verifySameElementType(*this, "input", x, "result", y)))
     return failure();
   if (std::optional<Type> g = getGemm()) {
     if (!isa<Float8E4M3FNType, Float8E5M2Type, BFloat16Type, Float16Type>(*g))
-      return emitOpError()
-             << "gemm input type must be f8E4M3FN, f8E5M2, bf16 or f16, got "
-             << *g;
+      return emitOpError() << "gemm input type must be f8E4M3FN, f8E5M2, bf16 or f16, got " << *g;
   }
   return success();
 }
@@ -321,8 +291,8 @@ LogicalResult SplitOp::verify() {
   if (sizes.empty())
     return emitOpError() << "needs at least one size";
   if (sizes.size() != getNumResults())
-    return emitOpError() << "has " << sizes.size() << " sizes but "
-                         << getNumResults() << " results";
+    return emitOpError() << "has " << sizes.size() << " sizes but " << getNumResults()
+                         << " results";
   int64_t total = 0;
   for (auto [i, size] : llvm::enumerate(sizes)) {
     if (size <= 0)
@@ -334,14 +304,14 @@ LogicalResult SplitOp::verify() {
         failed(verifyLeadingDims(*this, "input", x, "result", r)))
       return failure();
     if (r.getDimSize(2) != size)
-      return emitOpError() << "result " << i << " has " << r.getDimSize(2)
-                           << " features, expected " << size;
+      return emitOpError() << "result " << i << " has " << r.getDimSize(2) << " features, expected "
+                           << size;
     if (failed(verifySameElementType(*this, "input", x, "result", r)))
       return failure();
   }
   if (total != x.getDimSize(2))
-    return emitOpError() << "sizes add up to " << total << " but the input has "
-                         << x.getDimSize(2) << " features";
+    return emitOpError() << "sizes add up to " << total << " but the input has " << x.getDimSize(2)
+                         << " features";
   return success();
 }
 
@@ -350,35 +320,33 @@ LogicalResult AttentionOp::verify() {
   // Under context parallelism the queries are this rank's chunks and the
   // keys the whole sequence ({cp_parts = t}).
   int64_t cp = cpParts(k);
-  if (cp > 1 && (!dimsCompatible(q.getDimSize(0), k.getDimSize(0)) ||
-                 (!q.isDynamicDim(1) && !k.isDynamicDim(1) &&
-                  k.getDimSize(1) != q.getDimSize(1) * cp)))
-    return emitOpError() << "context-parallel keys " << k << " must be the whole sequence of "
-                         << cp << " ranks' queries " << q;
-  if (failed(verifyActivation(*this, "q", q)) ||
-      failed(verifyActivation(*this, "k", k)) ||
+  if (cp > 1 &&
+      (!dimsCompatible(q.getDimSize(0), k.getDimSize(0)) ||
+       (!q.isDynamicDim(1) && !k.isDynamicDim(1) && k.getDimSize(1) != q.getDimSize(1) * cp)))
+    return emitOpError() << "context-parallel keys " << k << " must be the whole sequence of " << cp
+                         << " ranks' queries " << q;
+  if (failed(verifyActivation(*this, "q", q)) || failed(verifyActivation(*this, "k", k)) ||
       (cp == 1 && failed(verifyLeadingDims(*this, "q", q, "k", k))) ||
       failed(verifySameElementType(*this, "q", q, "k and v", k)))
     return failure();
   int64_t h = getNumHeadsAttr().getInt(), kvh = getNumKvHeadsAttr().getInt(),
           hd = getHeadDimAttr().getInt();
   if (h <= 0 || kvh <= 0 || hd <= 0)
-    return emitOpError() << "heads (" << h << "), kv_heads (" << kvh
-                         << ") and head_dim (" << hd << ") must be positive";
+    return emitOpError() << "heads (" << h << "), kv_heads (" << kvh << ") and head_dim (" << hd
+                         << ") must be positive";
   if (h % kvh != 0)
-    return emitOpError() << "num_kv_heads (" << kvh
-                         << ") does not divide num_heads (" << h << ")";
+    return emitOpError() << "num_kv_heads (" << kvh << ") does not divide num_heads (" << h << ")";
   int64_t qDim = 0, kDim = 0;
   if (llvm::MulOverflow(h, hd, qDim) || llvm::MulOverflow(kvh, hd, kDim))
     return emitOpError() << "heads * head_dim overflows 64 bits";
   if (q.getDimSize(2) != qDim)
     return emitOpError() << "q has " << q.getDimSize(2)
-                         << " features, expected heads * head_dim = " << h
-                         << " * " << hd << " = " << h * hd;
+                         << " features, expected heads * head_dim = " << h << " * " << hd << " = "
+                         << h * hd;
   if (k.getDimSize(2) != kDim)
     return emitOpError() << "k and v have " << k.getDimSize(2)
-                         << " features, expected kv_heads * head_dim = " << kvh
-                         << " * " << hd << " = " << kvh * hd;
+                         << " features, expected kv_heads * head_dim = " << kvh << " * " << hd
+                         << " = " << kvh * hd;
   double scale = getScale().convertToDouble();
   if (!(scale > 0.0) || !std::isfinite(scale))
     return emitOpError() << "scale must be positive and finite, got " << scale;
@@ -387,13 +355,9 @@ LogicalResult AttentionOp::verify() {
   return success();
 }
 
-LogicalResult GeluOp::verify() {
-  return verifyActivation(*this, "input", tensorType(getInput()));
-}
+LogicalResult GeluOp::verify() { return verifyActivation(*this, "input", tensorType(getInput())); }
 
-LogicalResult SwiGLUOp::verify() {
-  return verifyActivation(*this, "gate", tensorType(getGate()));
-}
+LogicalResult SwiGLUOp::verify() { return verifyActivation(*this, "gate", tensorType(getGate())); }
 
 LogicalResult AddOp::verify() {
   // Residual adds are activations; gradient accumulation also adds weights.
@@ -406,9 +370,7 @@ LogicalResult AddOp::verify() {
 // Mixture of experts
 //===----------------------------------------------------------------------===//
 
-int64_t MoERouterOp::getNumExperts() {
-  return tensorType(getGate()).getDimSize(0);
-}
+int64_t MoERouterOp::getNumExperts() { return tensorType(getGate()).getDimSize(0); }
 
 LogicalResult MoERouterOp::verify() {
   RankedTensorType x = tensorType(getInput());
@@ -416,22 +378,19 @@ LogicalResult MoERouterOp::verify() {
   if (failed(verifyActivation(*this, "input", x)))
     return failure();
   if (gate.getRank() != 2 || gate.getDimSize(1) != x.getDimSize(2))
-    return emitOpError() << "gate must be [experts, " << x.getDimSize(2)
-                         << "], got " << gate;
+    return emitOpError() << "gate must be [experts, " << x.getDimSize(2) << "], got " << gate;
   int64_t k = getTopKAttr().getInt(), e = getNumExperts();
   if (k < 1)
     return emitOpError() << "top_k must be at least 1, got " << k;
   if (k > e)
-    return emitOpError() << "top_k (" << k
-                         << ") exceeds the number of experts (" << e << ")";
-  if (std::optional<APFloat> aux = getAuxLoss();
-      aux && (aux->isNegative() || !aux->isFinite()))
+    return emitOpError() << "top_k (" << k << ") exceeds the number of experts (" << e << ")";
+  if (std::optional<APFloat> aux = getAuxLoss(); aux && (aux->isNegative() || !aux->isFinite()))
     return emitOpError() << "aux_loss must be a finite coefficient >= 0";
   for (Value r : {getWeights(), getIndices()}) {
     RankedTensorType t = tensorType(r);
     if (t.getRank() != 3 || t.getDimSize(2) != k)
-      return emitOpError() << "routing results must be [batch, seq, top_k = "
-                           << k << "], got " << t;
+      return emitOpError() << "routing results must be [batch, seq, top_k = " << k << "], got "
+                           << t;
     if (failed(verifyLeadingDims(*this, "input", x, "routing result", t)))
       return failure();
   }
@@ -453,10 +412,8 @@ LogicalResult MoEDispatchOp::verify() {
     return emitOpError() << "capacity factor must be 0 (dropless) or a finite "
                             "value of at least 1, got "
                          << cf;
-  if (y.getRank() != 3 || y.isDynamicDim(0) ||
-      y.getDimSize(2) != x.getDimSize(2))
-    return emitOpError() << "result must be [experts, capacity, "
-                         << x.getDimSize(2)
+  if (y.getRank() != 3 || y.isDynamicDim(0) || y.getDimSize(2) != x.getDimSize(2))
+    return emitOpError() << "result must be [experts, capacity, " << x.getDimSize(2)
                          << "] with a static expert count, got " << y;
   if (y.getDimSize(0) < 1)
     return emitOpError() << "result must have at least one expert, got " << y;
@@ -465,15 +422,12 @@ LogicalResult MoEDispatchOp::verify() {
 
 int64_t MoEExpertsOp::getNumExperts() { return getType().getDimSize(0); }
 
-int64_t MoEExpertsOp::getFfnSize() {
-  return tensorType(getWeights().front()).getDimSize(1);
-}
+int64_t MoEExpertsOp::getFfnSize() { return tensorType(getWeights().front()).getDimSize(1); }
 
 /// The experts' GEMM input type: fp8 E4M3 only.
 static LogicalResult verifyExpertGemm(Operation *op, std::optional<Type> gemm) {
   if (gemm && !isa<Float8E4M3FNType>(*gemm))
-    return op->emitOpError() << "expert GEMMs take f8E4M3FN inputs (gradients E5M2), got "
-                             << *gemm;
+    return op->emitOpError() << "expert GEMMs take f8E4M3FN inputs (gradients E5M2), got " << *gemm;
   return success();
 }
 
@@ -482,38 +436,33 @@ LogicalResult MoEExpertsOp::verify() {
     return failure();
   RankedTensorType x = tensorType(getInput());
   if (x.getRank() != 3 || x.isDynamicDim(0) || x.isDynamicDim(2))
-    return emitOpError()
-           << "input must be [experts, capacity, hidden] with static "
-              "experts and hidden, got "
-           << x;
+    return emitOpError() << "input must be [experts, capacity, hidden] with static "
+                            "experts and hidden, got "
+                         << x;
   size_t expected = getActivation() == ExpertActivation::swiglu ? 3 : 2;
   if (getWeights().size() != expected)
-    return emitOpError() << stringifyExpertActivation(getActivation())
-                         << " experts take " << expected << " weights, got "
-                         << getWeights().size();
+    return emitOpError() << stringifyExpertActivation(getActivation()) << " experts take "
+                         << expected << " weights, got " << getWeights().size();
   int64_t e = x.getDimSize(0), hidden = x.getDimSize(2);
   if (e < 1 || hidden < 1)
-    return emitOpError()
-           << "input must have at least one expert and a positive "
-              "hidden size, got "
-           << x;
+    return emitOpError() << "input must have at least one expert and a positive "
+                            "hidden size, got "
+                         << x;
   RankedTensorType first = tensorType(getWeights().front());
   if (first.getRank() != 3)
-    return emitOpError()
-           << "weight 0 must be rank 3 [experts, ffn, hidden], got " << first;
+    return emitOpError() << "weight 0 must be rank 3 [experts, ffn, hidden], got " << first;
   int64_t ffn = first.getDimSize(1);
   if (ffn < 1)
-    return emitOpError() << "expert ffn size must be positive, got " << ffn
-                         << " in weight 0 " << first;
+    return emitOpError() << "expert ffn size must be positive, got " << ffn << " in weight 0 "
+                         << first;
   for (auto [i, w] : llvm::enumerate(getWeights())) {
     RankedTensorType t = tensorType(w);
     bool isDown = i + 1 == expected;
-    SmallVector<int64_t> want = isDown ? SmallVector<int64_t>{e, hidden, ffn}
-                                       : SmallVector<int64_t>{e, ffn, hidden};
+    SmallVector<int64_t> want =
+        isDown ? SmallVector<int64_t>{e, hidden, ffn} : SmallVector<int64_t>{e, ffn, hidden};
     if (t.getRank() != 3 || t.getShape() != ArrayRef<int64_t>(want))
-      return emitOpError() << "weight " << i << " must be [" << want[0] << ", "
-                           << want[1] << ", " << want[2] << "] (experts, "
-                           << (isDown ? "hidden, ffn" : "ffn, hidden")
+      return emitOpError() << "weight " << i << " must be [" << want[0] << ", " << want[1] << ", "
+                           << want[2] << "] (experts, " << (isDown ? "hidden, ffn" : "ffn, hidden")
                            << "), got " << t;
     if (failed(verifySameElementType(*this, "input", x, "weight", t)))
       return failure();
@@ -526,8 +475,7 @@ LogicalResult MoECombineOp::verify() {
   RankedTensorType w = tensorType(getWeights()), idx = tensorType(getIndices());
   RankedTensorType y = getType();
   if (x.getRank() != 3 || x.isDynamicDim(2))
-    return emitOpError() << "input must be [experts, capacity, hidden], got "
-                         << x;
+    return emitOpError() << "input must be [experts, capacity, hidden], got " << x;
   if (!x.isDynamicDim(0) && x.getDimSize(0) < 1)
     return emitOpError() << "input must have at least one expert, got " << x;
   if (w.getShape() != idx.getShape() || w.getRank() != 3)
@@ -538,8 +486,7 @@ LogicalResult MoECombineOp::verify() {
     return failure();
   if (y.getDimSize(2) != x.getDimSize(2))
     return emitOpError() << "result hidden size (" << y.getDimSize(2)
-                         << ") does not match the experts' (" << x.getDimSize(2)
-                         << ")";
+                         << ") does not match the experts' (" << x.getDimSize(2) << ")";
   return verifySameElementType(*this, "input", x, "result", y);
 }
 
@@ -551,22 +498,18 @@ LogicalResult LMHeadOp::verify() {
   RankedTensorType x = tensorType(getInput());
   RankedTensorType w = tensorType(getWeight());
   RankedTensorType y = getType();
-  if (failed(verifyActivation(*this, "input", x)) ||
-      failed(verifyActivation(*this, "result", y)) ||
+  if (failed(verifyActivation(*this, "input", x)) || failed(verifyActivation(*this, "result", y)) ||
       failed(verifyLeadingDims(*this, "input", x, "result", y)))
     return failure();
   if (w.getRank() != 2 || w.getDimSize(1) != x.getDimSize(2))
-    return emitOpError() << "weight must be [vocab, " << x.getDimSize(2)
-                         << "], got " << w;
+    return emitOpError() << "weight must be [vocab, " << x.getDimSize(2) << "], got " << w;
   if (y.getDimSize(2) != w.getDimSize(0))
-    return emitOpError() << "result has " << y.getDimSize(2)
-                         << " logits, but the vocabulary has "
+    return emitOpError() << "result has " << y.getDimSize(2) << " logits, but the vocabulary has "
                          << w.getDimSize(0);
   return verifySameElementType(*this, "input", x, "weight", w);
 }
 
-LogicalResult llmopt::llm::verifyVocabSize(Operation *op, StringAttr axis,
-                                           IntegerAttr vocabSize) {
+LogicalResult llmopt::llm::verifyVocabSize(Operation *op, StringAttr axis, IntegerAttr vocabSize) {
   if (!vocabSize)
     return success();
   int64_t v = vocabSize.getInt();
@@ -584,12 +527,10 @@ LogicalResult CrossEntropyOp::verify() {
   if (failed(verifyActivation(*this, "logits", logits)))
     return failure();
   if (labels.getRank() != 2)
-    return emitOpError() << "labels must be rank 2 [batch, seq], got "
-                         << labels;
+    return emitOpError() << "labels must be rank 2 [batch, seq], got " << labels;
   for (int i = 0; i < 2; ++i)
     if (!dimsCompatible(labels.getDimSize(i), logits.getDimSize(i)))
-      return emitOpError() << "labels " << labels
-                           << " do not match the logits' leading dimensions "
+      return emitOpError() << "labels " << labels << " do not match the logits' leading dimensions "
                            << logits;
   return verifyVocabSize(*this, getVocabAxisAttr(), getVocabSizeAttr());
 }

@@ -20,8 +20,7 @@ static LogicalResult verifyBias(Operation *op, Value x, Value bias) {
   RankedTensorType b = ty(bias), t = ty(x);
   if (b.getRank() != 1 || b.getDimSize(0) != t.getDimSize(t.getRank() - 1) ||
       b.getElementType() != t.getElementType())
-    return op->emitOpError() << "bias " << b << " must be a vector of the last dimension of "
-                             << t;
+    return op->emitOpError() << "bias " << b << " must be a vector of the last dimension of " << t;
   return success();
 }
 
@@ -56,8 +55,8 @@ OpCost BiasGradOp::getCost(const CostContext &c) {
 
 LogicalResult TPCopyOp::emitGradient(OpBuilder &b, ArrayRef<Value> grads,
                                      SmallVectorImpl<Value> &out) {
-  out.assign({(Value)AllReduceOp::create(b, getLoc(), grads[0].getType(), grads[0],
-                                         getAxisAttr())});
+  out.assign(
+      {(Value)AllReduceOp::create(b, getLoc(), grads[0].getType(), grads[0], getAxisAttr())});
   return success();
 }
 
@@ -85,9 +84,9 @@ static RankedTensorType withEncodedParts(Type t, StringRef key, int64_t parts) {
   MLIRContext *ctx = r.getContext();
   Attribute enc;
   if (parts > 1)
-    enc = DictionaryAttr::get(
-        ctx, {NamedAttribute(StringAttr::get(ctx, key),
-                             IntegerAttr::get(IntegerType::get(ctx, 64), parts))});
+    enc = DictionaryAttr::get(ctx,
+                              {NamedAttribute(StringAttr::get(ctx, key),
+                                              IntegerAttr::get(IntegerType::get(ctx, 64), parts))});
   return RankedTensorType::get(r.getShape(), r.getElementType(), enc);
 }
 
@@ -129,8 +128,7 @@ LogicalResult SPGatherOp::verify() {
 }
 
 LogicalResult SPScatterOp::verify() {
-  if (failed(verifyAxis(*this, getAxis())) ||
-      failed(verifyChunk(*this, getInput(), getResult())))
+  if (failed(verifyAxis(*this, getAxis())) || failed(verifyChunk(*this, getInput(), getResult())))
     return failure();
   return getBias() ? verifyBias(*this, getInput(), getBias()) : success();
 }
@@ -148,8 +146,8 @@ OpCost SPSplitOp::getCost(const CostContext &c) { return touches(getInput(), get
 LogicalResult SPGatherOp::emitGradient(OpBuilder &b, ArrayRef<Value> grads,
                                        SmallVectorImpl<Value> &out) {
   if (getReplicated())
-    out.assign({(Value)SPSplitOp::create(b, getLoc(), getInput().getType(), grads[0],
-                                         getAxisAttr())});
+    out.assign(
+        {(Value)SPSplitOp::create(b, getLoc(), getInput().getType(), grads[0], getAxisAttr())});
   else
     out.assign({(Value)SPScatterOp::create(b, getLoc(), getInput().getType(), grads[0], Value(),
                                            getAxisAttr())});
@@ -158,8 +156,8 @@ LogicalResult SPGatherOp::emitGradient(OpBuilder &b, ArrayRef<Value> grads,
 
 LogicalResult SPScatterOp::emitGradient(OpBuilder &b, ArrayRef<Value> grads,
                                         SmallVectorImpl<Value> &out) {
-  out.assign({(Value)SPGatherOp::create(b, getLoc(), getInput().getType(), grads[0],
-                                        getAxisAttr(), /*replicated=*/nullptr)});
+  out.assign({(Value)SPGatherOp::create(b, getLoc(), getInput().getType(), grads[0], getAxisAttr(),
+                                        /*replicated=*/nullptr)});
   if (getBias())
     out.push_back(BiasGradOp::create(b, getLoc(), getBias().getType(), grads[0]));
   return success();
@@ -167,8 +165,8 @@ LogicalResult SPScatterOp::emitGradient(OpBuilder &b, ArrayRef<Value> grads,
 
 LogicalResult SPSplitOp::emitGradient(OpBuilder &b, ArrayRef<Value> grads,
                                       SmallVectorImpl<Value> &out) {
-  out.assign({(Value)SPGatherOp::create(b, getLoc(), getInput().getType(), grads[0],
-                                        getAxisAttr(), /*replicated=*/nullptr)});
+  out.assign({(Value)SPGatherOp::create(b, getLoc(), getInput().getType(), grads[0], getAxisAttr(),
+                                        /*replicated=*/nullptr)});
   return success();
 }
 
@@ -202,15 +200,15 @@ OpCost TPUnsliceOp::getCost(const CostContext &c) { return touches(getInput(), g
 
 LogicalResult TPSliceOp::emitGradient(OpBuilder &b, ArrayRef<Value> grads,
                                       SmallVectorImpl<Value> &out) {
-  out.assign({(Value)TPUnsliceOp::create(b, getLoc(), getInput().getType(), grads[0],
-                                         getAxisAttr(), getPartsAttr())});
+  out.assign({(Value)TPUnsliceOp::create(b, getLoc(), getInput().getType(), grads[0], getAxisAttr(),
+                                         getPartsAttr())});
   return success();
 }
 
 LogicalResult TPUnsliceOp::emitGradient(OpBuilder &b, ArrayRef<Value> grads,
                                         SmallVectorImpl<Value> &out) {
-  out.assign({(Value)TPSliceOp::create(b, getLoc(), getInput().getType(), grads[0],
-                                       getAxisAttr(), getPartsAttr())});
+  out.assign({(Value)TPSliceOp::create(b, getLoc(), getInput().getType(), grads[0], getAxisAttr(),
+                                       getPartsAttr())});
   return success();
 }
 
@@ -222,8 +220,8 @@ LogicalResult TPUnsliceOp::emitGradient(OpBuilder &b, ArrayRef<Value> grads,
 static LogicalResult verifyExpertShare(Operation *op, Value rows, Value local) {
   RankedTensorType w = ty(rows), l = ty(local);
   int64_t t = expertParts(l);
-  if (w.getRank() != 3 || l.getRank() != 3 || expertParts(w) != 1 || t < 2 ||
-      w.isDynamicDim(0) || l.isDynamicDim(0) || w.getDimSize(0) != l.getDimSize(0) * t ||
+  if (w.getRank() != 3 || l.getRank() != 3 || expertParts(w) != 1 || t < 2 || w.isDynamicDim(0) ||
+      l.isDynamicDim(0) || w.getDimSize(0) != l.getDimSize(0) * t ||
       w.getDimSize(2) != l.getDimSize(2) || w.getElementType() != l.getElementType())
     return op->emitOpError() << "expects expert rows [E, C, h] and this rank's share [E/t, t C, h] "
                                 "with encoding {ep_parts = t}, got "
@@ -251,15 +249,15 @@ OpCost EPCombineOp::getCost(const CostContext &c) { return touches(getInput(), g
 
 LogicalResult EPDispatchOp::emitGradient(OpBuilder &b, ArrayRef<Value> grads,
                                          SmallVectorImpl<Value> &out) {
-  out.assign({(Value)EPCombineOp::create(b, getLoc(), getInput().getType(), grads[0],
-                                         getAxisAttr())});
+  out.assign(
+      {(Value)EPCombineOp::create(b, getLoc(), getInput().getType(), grads[0], getAxisAttr())});
   return success();
 }
 
 LogicalResult EPCombineOp::emitGradient(OpBuilder &b, ArrayRef<Value> grads,
                                         SmallVectorImpl<Value> &out) {
-  out.assign({(Value)EPDispatchOp::create(b, getLoc(), getInput().getType(), grads[0],
-                                          getAxisAttr())});
+  out.assign(
+      {(Value)EPDispatchOp::create(b, getLoc(), getInput().getType(), grads[0], getAxisAttr())});
   return success();
 }
 
@@ -300,15 +298,15 @@ OpCost CPScatterOp::getCost(const CostContext &c) { return touches(getInput(), g
 
 LogicalResult CPGatherOp::emitGradient(OpBuilder &b, ArrayRef<Value> grads,
                                        SmallVectorImpl<Value> &out) {
-  out.assign({(Value)CPScatterOp::create(b, getLoc(), getInput().getType(), grads[0],
-                                         getAxisAttr())});
+  out.assign(
+      {(Value)CPScatterOp::create(b, getLoc(), getInput().getType(), grads[0], getAxisAttr())});
   return success();
 }
 
 LogicalResult CPScatterOp::emitGradient(OpBuilder &b, ArrayRef<Value> grads,
                                         SmallVectorImpl<Value> &out) {
-  out.assign({(Value)CPGatherOp::create(b, getLoc(), getInput().getType(), grads[0],
-                                        getAxisAttr())});
+  out.assign(
+      {(Value)CPGatherOp::create(b, getLoc(), getInput().getType(), grads[0], getAxisAttr())});
   return success();
 }
 
@@ -318,9 +316,7 @@ LogicalResult PPTransferOp::verify() {
   return success();
 }
 
-OpCost PPTransferOp::getCost(const CostContext &c) {
-  return touches(getInput(), getResult(), c);
-}
+OpCost PPTransferOp::getCost(const CostContext &c) { return touches(getInput(), getResult(), c); }
 
 LogicalResult ZeroGatherOp::verify() {
   if (!getParam().getDefiningOp<ParamOp>())

@@ -62,11 +62,11 @@ public:
       return;
     if (!shown && p.done && !forced)
       return; // finished before the first update was due
-    std::string line = llvm::formatv("llm-auto-parallel: searching {0,3}% | {1} "
-                                     "configurations, {2} fit | {3:f1} s",
-                                     int(std::floor(100 * p.fraction)), p.evaluated,
-                                     p.feasible, p.seconds)
-                           .str();
+    std::string line =
+        llvm::formatv("llm-auto-parallel: searching {0,3}% | {1} "
+                      "configurations, {2} fit | {3:f1} s",
+                      int(std::floor(100 * p.fraction)), p.evaluated, p.feasible, p.seconds)
+            .str();
     size_t width = line.size();
     if (line.size() < lastWidth)
       line.append(lastWidth - line.size(), ' ');
@@ -93,17 +93,14 @@ PlanAttr planAttr(Builder &b, const cost::PlanEval &p, int64_t seqLen) {
   return PlanAttr::get(
       b.getContext(), c.dp, c.tp, c.pp, c.vpp, c.cp, c.ep, b.getBoolAttr(c.sp), c.zero,
       b.getBoolAttr(c.offloadOptimizer), b.getStringAttr(cost::toString(c.recompute)),
-      b.getArrayAttr(levels),
-      c.microBatch, c.numMicroBatches, seqLen, b.getStringAttr(cost::toString(c.schedule)),
-      b.getStringAttr(c.placement()),
-      b.getDenseI64ArrayAttr(
-          SmallVector<int64_t>(c.stageLayers.begin(), c.stageLayers.end())),
-      b.getF64FloatAttr(p.time.step), static_cast<int64_t>(std::llround(p.peak.total())),
-      c.shard, c.recomputeLayers);
+      b.getArrayAttr(levels), c.microBatch, c.numMicroBatches, seqLen,
+      b.getStringAttr(cost::toString(c.schedule)), b.getStringAttr(c.placement()),
+      b.getDenseI64ArrayAttr(SmallVector<int64_t>(c.stageLayers.begin(), c.stageLayers.end())),
+      b.getF64FloatAttr(p.time.step), static_cast<int64_t>(std::llround(p.peak.total())), c.shard,
+      c.recomputeLayers);
 }
 
-struct LLMAutoParallelPass
-    : public llmopt::llm::impl::LLMAutoParallelBase<LLMAutoParallelPass> {
+struct LLMAutoParallelPass : public llmopt::llm::impl::LLMAutoParallelBase<LLMAutoParallelPass> {
   using Base::Base;
 
   void runOnOperation() override {
@@ -150,11 +147,10 @@ struct LLMAutoParallelPass
     if (!stackProfile.empty()) {
       auto buf = llvm::MemoryBuffer::getFile(stackProfile);
       if (!buf)
-        return fail("cannot read stack profile '" + stackProfile + "': " +
-                    buf.getError().message());
+        return fail("cannot read stack profile '" + stackProfile +
+                    "': " + buf.getError().message());
       std::string err;
-      if (!cost::parseStackProfile((*buf)->getBuffer().str(), stackProfile, "", job.stack,
-                                   err))
+      if (!cost::parseStackProfile((*buf)->getBuffer().str(), stackProfile, "", job.stack, err))
         return fail(err);
     } else {
       std::string err;
@@ -169,11 +165,9 @@ struct LLMAutoParallelPass
                   "cluster JSON file)");
     std::string contents;
     if (StringRef(cluster).ends_with(".json") || llvm::sys::fs::exists(cluster)) {
-      llvm::ErrorOr<std::unique_ptr<llvm::MemoryBuffer>> buf =
-          llvm::MemoryBuffer::getFile(cluster);
+      llvm::ErrorOr<std::unique_ptr<llvm::MemoryBuffer>> buf = llvm::MemoryBuffer::getFile(cluster);
       if (!buf)
-        return fail("cannot read cluster file '" + cluster + "': " +
-                    buf.getError().message());
+        return fail("cannot read cluster file '" + cluster + "': " + buf.getError().message());
       contents = (*buf)->getBuffer().str();
       if (contents.empty())
         return fail("cluster file '" + cluster + "' is empty");
@@ -225,8 +219,7 @@ struct LLMAutoParallelPass
       return fail(error);
 
     if (model->positions > 0 && job.seqLen > model->positions)
-      return fail("seq-len " + Twine(job.seqLen) + " exceeds the " +
-                  Twine(model->positions) +
+      return fail("seq-len " + Twine(job.seqLen) + " exceeds the " + Twine(model->positions) +
                   " positions of the model's learned position table; use seq-len <= " +
                   Twine(model->positions));
 
@@ -243,12 +236,10 @@ struct LLMAutoParallelPass
     }
     if (result.plans.empty()) {
       InFlightDiagnostic d = module.emitError()
-                             << "llm-auto-parallel: no valid configuration of "
-                             << model->name << " fits " << cl.totalGpus() << " x "
-                             << cl.gpu.name
-                             << " for global batch " << job.globalBatch << " x "
-                             << job.seqLen << " tokens (" << result.evaluated
-                             << " tried)";
+                             << "llm-auto-parallel: no valid configuration of " << model->name
+                             << " fits " << cl.totalGpus() << " x " << cl.gpu.name
+                             << " for global batch " << job.globalBatch << " x " << job.seqLen
+                             << " tokens (" << result.evaluated << " tried)";
       auto oom = result.rejected.find("out_of_memory");
       if (oom != result.rejected.end())
         d.attachNote() << "closest: " << oom->second.example
@@ -291,7 +282,8 @@ struct LLMAutoParallelPass
     if (!writeFilesAtomically(files, error))
       return fail(error);
 
-    std::string out = report == "-" ? reportText : (calibration.empty() ? "" : calibration + "\n") + table;
+    std::string out =
+        report == "-" ? reportText : (calibration.empty() ? "" : calibration + "\n") + table;
     if (!exported.empty() && exportFile == "-")
       out += (report == "-" ? "" : "\n") + exported;
     writeReportToStdout(out);

@@ -36,17 +36,15 @@ struct LLMStatsPass : public llmopt::llm::impl::LLMStatsBase<LLMStatsPass> {
         return module.emitError() << "llm-stats: seq-len must be positive, got "
                                   << static_cast<int64_t>(seqLen);
       if (seqLen > kMaxSeqLen)
-        return module.emitError()
-               << "llm-stats: seq-len " << static_cast<int64_t>(seqLen)
-               << " is above the limit of " << kMaxSeqLen
-               << " (2^26) tokens; pass a training sequence length";
+        return module.emitError() << "llm-stats: seq-len " << static_cast<int64_t>(seqLen)
+                                  << " is above the limit of " << kMaxSeqLen
+                                  << " (2^26) tokens; pass a training sequence length";
       return static_cast<int64_t>(seqLen);
     }
     Attribute attr = module->getAttr("llm.seq_len");
     if (!attr)
-      return module.emitError()
-             << "llm-stats: no sequence length: the module has no "
-                "llm.seq_len; pass --llm-stats=\"seq-len=N\"";
+      return module.emitError() << "llm-stats: no sequence length: the module has no "
+                                   "llm.seq_len; pass --llm-stats=\"seq-len=N\"";
     auto intAttr = dyn_cast<IntegerAttr>(attr);
     std::optional<int64_t> value;
     if (intAttr && intAttr.getType().isUnsignedInteger()) {
@@ -56,10 +54,9 @@ struct LLMStatsPass : public llmopt::llm::impl::LLMStatsBase<LLMStatsPass> {
       value = intAttr.getValue().getSExtValue();
     }
     if (!value || *value <= 0 || *value > kMaxSeqLen)
-      return module.emitError()
-             << "llm-stats: module attribute llm.seq_len is invalid: " << attr
-             << " is not a sequence length from 1 to " << kMaxSeqLen
-             << " (2^26); fix the attribute or pass --llm-stats=\"seq-len=N\"";
+      return module.emitError() << "llm-stats: module attribute llm.seq_len is invalid: " << attr
+                                << " is not a sequence length from 1 to " << kMaxSeqLen
+                                << " (2^26); fix the attribute or pass --llm-stats=\"seq-len=N\"";
     return *value;
   }
 
@@ -76,14 +73,12 @@ struct LLMStatsPass : public llmopt::llm::impl::LLMStatsBase<LLMStatsPass> {
       return signalPassFailure();
     }
     if (microBatch > kMaxMicroBatch) {
-      module.emitError() << "llm-stats: micro-batch "
-                         << static_cast<int64_t>(microBatch)
-                         << " is above the limit of " << kMaxMicroBatch
-                         << " (2^20) sequences";
+      module.emitError() << "llm-stats: micro-batch " << static_cast<int64_t>(microBatch)
+                         << " is above the limit of " << kMaxMicroBatch << " (2^20) sequences";
       return signalPassFailure();
     }
-    if (dtypeBytes != 0 && dtypeBytes != 1 && dtypeBytes != 2 &&
-        dtypeBytes != 4 && dtypeBytes != 8) {
+    if (dtypeBytes != 0 && dtypeBytes != 1 && dtypeBytes != 2 && dtypeBytes != 4 &&
+        dtypeBytes != 8) {
       module.emitError() << "llm-stats: dtype-bytes must be 1, 2, 4 or 8, or 0 "
                             "to take element types from the IR; got "
                          << static_cast<unsigned>(dtypeBytes);

@@ -91,8 +91,7 @@ struct ModelStats {
 /// error and fails when the IR is not a model that can be counted: no
 /// parameters, duplicate parameter names, a parameter total over 64 bits, two
 /// layers with one index, or a sequence longer than a learned position table.
-mlir::FailureOr<ModelStats> computeModelStats(mlir::func::FuncOp func,
-                                              const CostContext &ctx);
+mlir::FailureOr<ModelStats> computeModelStats(mlir::func::FuncOp func, const CostContext &ctx);
 
 /// The function holding the model: `@forward`, else the only function.
 /// Emits an error on `module` when there is none or it is ambiguous.

@@ -41,9 +41,7 @@ struct CostContext {
 
   /// Tokens in the micro-batch. A double: batch * seqLen can exceed 64 bits
   /// for option values nobody trains with, and every cost is a double anyway.
-  double tokens() const {
-    return static_cast<double>(batch) * static_cast<double>(seqLen);
-  }
+  double tokens() const { return static_cast<double>(batch) * static_cast<double>(seqLen); }
 };
 
 /// One tensor an op keeps for its backward pass.
