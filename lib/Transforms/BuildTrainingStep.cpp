@@ -165,7 +165,7 @@ struct BuildTrainingStepPass : public llmopt::impl::BuildTrainingStepBase<BuildT
                                 "stack=llm-run-cpu";
           return signalPassFailure();
         }
-        mode = plan.getRecompute().getValue().str();
+        mode = stringifyRecomputeLevel(plan.getRecompute()).str();
         if (mode == "per-stage" && plan.getStageRecompute() && !plan.getStageRecompute().empty())
           mode = cast<StringAttr>(plan.getStageRecompute()[0]).getValue().str();
       }

@@ -62,8 +62,8 @@ std::unique_ptr<Lowered> lower(const char *config, int64_t dp, int64_t batch,
     l->module->getOperation()->setAttr(
         "llm.plan",
         llm::PlanAttr::get(&l->ctx, dp, 1, 1, 1, 1, 1, b.getBoolAttr(false), zero,
-                           b.getBoolAttr(false), b.getStringAttr("none"), b.getArrayAttr({}), batch,
-                           1, 8, b.getStringAttr("none"), b.getStringAttr("tp-cp-dp-pp"),
+                           b.getBoolAttr(false), llm::RecomputeLevel::none, b.getArrayAttr({}),
+                           batch, 1, 8, llm::PipelineSchedule::none, llm::Placement::tp_cp_dp_pp,
                            b.getDenseI64ArrayAttr({2}), b.getF64FloatAttr(1.0), 1, 0, 0));
   }
   l->dir = ::testing::TempDir() + "/llmopt-" + name;

@@ -344,7 +344,7 @@ struct EmitPlanPass : public llmopt::impl::EmitPlanBase<EmitPlanPass> {
         progJSON["schedule"] =
             plan && plan.getVpp() > 1
                 ? (prog.getMicroBatches() % pp == 0 ? "interleaved" : "sequential")
-            : plan && plan.getSchedule().getValue() == "gpipe" ? "gpipe"
+            : plan && plan.getSchedule() == llm::PipelineSchedule::gpipe ? "gpipe"
                                                                : "1f1b";
         if (!chunks.empty())
           progJSON["chunks"] = std::move(chunks);

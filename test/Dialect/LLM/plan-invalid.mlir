@@ -10,12 +10,14 @@ module attributes {llm.plan = #llm.plan<dp = 2, tp = 1, pp = 1, vpp = 1, cp = 1,
 
 // -----
 
-// expected-error @+1 {{plan: recompute must be none, selective, full or per-stage, got 'some'}}
+// expected-error @+2 {{plan: recompute must be none, selective, full or per-stage, got 'some'}}
+// expected-error @+1 {{failed to parse LLM_PlanAttr parameter 'recompute'}}
 module attributes {llm.plan = #llm.plan<dp = 2, tp = 1, pp = 1, vpp = 1, cp = 1, ep = 1, sp = false, zero = 0, offload = false, recompute = "some", stage_recompute = [], micro_batch = 1, num_micro_batches = 4, seq_len = 1024, schedule = "none", placement = "tp-cp-dp-pp", stage_layers = [12], step_time_s = 1.0 : f64, peak_memory_bytes = 1>} {}
 
 // -----
 
-// expected-error @+1 {{plan: schedule must be none, gpipe, 1f1b or interleaved-1f1b, got 'zb'}}
+// expected-error @+2 {{plan: schedule must be none, gpipe, 1f1b or interleaved-1f1b, got 'zb'}}
+// expected-error @+1 {{failed to parse LLM_PlanAttr parameter 'schedule'}}
 module attributes {llm.plan = #llm.plan<dp = 1, tp = 1, pp = 2, vpp = 1, cp = 1, ep = 1, sp = false, zero = 0, offload = false, recompute = "none", stage_recompute = [], micro_batch = 1, num_micro_batches = 4, seq_len = 1024, schedule = "zb", placement = "tp-cp-dp-pp", stage_layers = [6, 6], step_time_s = 1.0 : f64, peak_memory_bytes = 1>} {}
 
 // -----
@@ -40,7 +42,8 @@ module attributes {llm.plan = #llm.plan<dp = 1, tp = 1, pp = 2, vpp = 1, cp = 1,
 
 // -----
 
-// expected-error @+1 {{plan: placement must be tp-cp-dp-pp or tp-cp-pp-dp}}
+// expected-error @+2 {{plan: placement must be tp-cp-dp-pp or tp-cp-pp-dp}}
+// expected-error @+1 {{failed to parse LLM_PlanAttr parameter 'placement'}}
 module attributes {llm.plan = #llm.plan<dp = 1, tp = 1, pp = 1, vpp = 1, cp = 1, ep = 1, sp = false, zero = 0, offload = false, recompute = "none", stage_recompute = [], micro_batch = 1, num_micro_batches = 4, seq_len = 1024, schedule = "none", placement = "dp-tp", stage_layers = [12], step_time_s = 1.0 : f64, peak_memory_bytes = 1>} {}
 
 // -----

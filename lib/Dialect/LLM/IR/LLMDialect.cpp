@@ -19,10 +19,10 @@ using namespace llmopt::llm;
 
 LogicalResult PlanAttr::verify(function_ref<InFlightDiagnostic()> emitError, int64_t dp, int64_t tp,
                                int64_t pp, int64_t vpp, int64_t cp, int64_t ep, BoolAttr sp,
-                               int64_t zero, BoolAttr offload, StringAttr recompute,
+                               int64_t zero, BoolAttr offload, RecomputeLevel recompute,
                                ArrayAttr stageRecompute, int64_t microBatch,
-                               int64_t numMicroBatches, int64_t seqLen, StringAttr schedule,
-                               StringAttr placement, DenseI64ArrayAttr stageLayers,
+                               int64_t numMicroBatches, int64_t seqLen, PipelineSchedule schedule,
+                               Placement placement, DenseI64ArrayAttr stageLayers,
                                FloatAttr stepTime, int64_t peakMemoryBytes, int64_t shard,
                                int64_t recomputeLayers) {
   if (shard < 0 || (shard > 0 && (zero == 0 || shard >= dp * cp || (dp * cp) % shard)))
@@ -42,39 +42,31 @@ LogicalResult PlanAttr::verify(function_ref<InFlightDiagnostic()> emitError, int
       return emitError() << "plan: " << name << " must be positive, got " << v;
   if (zero < 0 || zero > 3)
     return emitError() << "plan: zero must be 0, 1, 2 or 3, got " << zero;
-  if (!sp || !offload || !recompute || !stageRecompute || !schedule || !placement || !stageLayers ||
-      !stepTime)
+  if (!sp || !offload || !stageRecompute || !stageLayers || !stepTime)
     return emitError() << "plan: every field needs a value";
-  StringRef rc = recompute.getValue(), sched = schedule.getValue();
-  if (recomputeLayers < 0 || (recomputeLayers > 0 && rc != "full"))
+  StringRef rc = stringifyRecomputeLevel(recompute), sched = stringifyPipelineSchedule(schedule);
+  if (recomputeLayers < 0 || (recomputeLayers > 0 && recompute != RecomputeLevel::full))
     return emitError() << "plan: recompute_layers must be 0, or positive with recompute = "
                           "\"full\", got "
                        << recomputeLayers << " with \"" << rc << "\"";
-  auto isLevel = [](StringRef r) { return r == "none" || r == "selective" || r == "full"; };
-  if (!isLevel(rc) && rc != "per-stage")
-    return emitError() << "plan: recompute must be none, selective, full or per-stage, "
-                          "got '"
-                       << rc << "'";
-  if (rc == "per-stage") {
+  if (recompute == RecomputeLevel::per_stage) {
     if (int64_t(stageRecompute.size()) != pp)
       return emitError() << "plan: per-stage recompute needs one level per stage, got "
                          << stageRecompute.size() << " for pp " << pp;
     for (Attribute a : stageRecompute) {
       auto level = dyn_cast<StringAttr>(a);
-      if (!level || !isLevel(level.getValue()))
+      std::optional<RecomputeLevel> l =
+          level ? symbolizeRecomputeLevel(level.getValue()) : std::nullopt;
+      if (!l || *l == RecomputeLevel::per_stage)
         return emitError() << "plan: stage_recompute entries must be \"none\", "
                               "\"selective\" or \"full\"";
     }
   } else if (!stageRecompute.empty()) {
     return emitError() << "plan: stage_recompute is only for recompute = \"per-stage\"";
   }
-  if (sched != "none" && sched != "gpipe" && sched != "1f1b" && sched != "interleaved-1f1b")
-    return emitError() << "plan: schedule must be none, gpipe, 1f1b or "
-                          "interleaved-1f1b, got '"
-                       << sched << "'";
-  if ((pp == 1) != (sched == "none"))
+  if ((pp == 1) != (schedule == PipelineSchedule::none))
     return emitError() << "plan: schedule '" << sched << "' does not match pp " << pp;
-  if (vpp > 1 && sched != "interleaved-1f1b")
+  if (vpp > 1 && schedule != PipelineSchedule::interleaved_1f1b)
     return emitError() << "plan: vpp " << vpp << " needs the interleaved-1f1b schedule";
   if (int64_t(stageLayers.size()) != pp)
     return emitError() << "plan: stage_layers has " << stageLayers.size() << " entries for pp "
@@ -82,8 +74,6 @@ LogicalResult PlanAttr::verify(function_ref<InFlightDiagnostic()> emitError, int
   for (int64_t n : stageLayers.asArrayRef())
     if (n < 1)
       return emitError() << "plan: every stage needs at least one layer";
-  if (placement.getValue() != "tp-cp-dp-pp" && placement.getValue() != "tp-cp-pp-dp")
-    return emitError() << "plan: placement must be tp-cp-dp-pp or tp-cp-pp-dp";
   if (peakMemoryBytes < 0 || stepTime.getValueAsDouble() < 0)
     return emitError() << "plan: predictions must not be negative";
   return success();

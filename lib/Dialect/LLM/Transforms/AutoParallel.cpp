@@ -92,9 +92,11 @@ PlanAttr planAttr(Builder &b, const cost::PlanEval &p, int64_t seqLen) {
     levels.push_back(b.getStringAttr(cost::toString(r)));
   return PlanAttr::get(
       b.getContext(), c.dp, c.tp, c.pp, c.vpp, c.cp, c.ep, b.getBoolAttr(c.sp), c.zero,
-      b.getBoolAttr(c.offloadOptimizer), b.getStringAttr(cost::toString(c.recompute)),
+      b.getBoolAttr(c.offloadOptimizer),
+      symbolizeRecomputeLevel(cost::toString(c.recompute)).value_or(RecomputeLevel::none),
       b.getArrayAttr(levels), c.microBatch, c.numMicroBatches, seqLen,
-      b.getStringAttr(cost::toString(c.schedule)), b.getStringAttr(c.placement()),
+      symbolizePipelineSchedule(cost::toString(c.schedule)).value_or(PipelineSchedule::none),
+      symbolizePlacement(c.placement()).value_or(Placement::tp_cp_dp_pp),
       b.getDenseI64ArrayAttr(SmallVector<int64_t>(c.stageLayers.begin(), c.stageLayers.end())),
       b.getF64FloatAttr(p.time.step), static_cast<int64_t>(std::llround(p.peak.total())), c.shard,
       c.recomputeLayers);

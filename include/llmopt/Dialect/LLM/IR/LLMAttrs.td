@@ -12,6 +12,17 @@ class LLM_Attr<string name, string attrMnemonic, list<Trait> traits = []>
   let mnemonic = attrMnemonic;
 }
 
+/// A plan enum, written as a quoted string (its spellings, "1f1b" or
+/// "tp-cp-dp-pp", are no MLIR keywords); a value outside the set is refused
+/// where it is read.
+class LLM_QuotedEnumParameter<string enumName, string fieldName, string valid>
+    : AttrParameter<"::llmopt::llm::" # enumName, fieldName> {
+  let parser = "::llmopt::llm::parseQuotedEnum<::llmopt::llm::" # enumName #
+               ">($_parser, ::llmopt::llm::symbolize" # enumName # ", \"" # fieldName # "\", \"" #
+               valid # "\")";
+  let printer = "$_printer << '\"' << ::llmopt::llm::stringify" # enumName # "($_self) << '\"'";
+}
+
 def LLM_PlanAttr : LLM_Attr<"Plan", "plan"> {
   let summary = "a parallel training plan and its predicted cost";
   let description = [{
@@ -44,10 +55,13 @@ def LLM_PlanAttr : LLM_Attr<"Plan", "plan"> {
     only the first that many layers of each model chunk are recomputed
     (Megatron's block method). The lowering refuses it.
 
+    `recompute`, `schedule` and `placement` are enums (RecomputeLevel,
+    PipelineSchedule, Placement) written as quoted strings; a value outside
+    the set is refused where the attribute is read.
+
     Verified: degrees, micro-batch sizes and the sequence length are positive; zero is 0-3;
-    recompute is none, selective, full or per-stage, with one level per stage
-    exactly when per-stage; schedule is none, gpipe, 1f1b or
-    interleaved-1f1b (none exactly when pp is 1); pp stage layer counts, each
+    one recompute level per stage exactly when recompute is per-stage; the
+    schedule is none exactly when pp is 1; pp stage layer counts, each
     positive; vpp > 1 only with the interleaved schedule; shard is 0, or
     divides dp x cp, is smaller, and comes with zero >= 1; recompute_layers
     is 0, or positive with recompute = "full".
@@ -55,10 +69,14 @@ def LLM_PlanAttr : LLM_Attr<"Plan", "plan"> {
   let parameters = (ins
     "int64_t":$dp, "int64_t":$tp, "int64_t":$pp, "int64_t":$vpp,
     "int64_t":$cp, "int64_t":$ep, "::mlir::BoolAttr":$sp, "int64_t":$zero,
-    "::mlir::BoolAttr":$offload, "::mlir::StringAttr":$recompute,
+    "::mlir::BoolAttr":$offload,
+    LLM_QuotedEnumParameter<"RecomputeLevel", "recompute",
+                            "none, selective, full or per-stage">:$recompute,
     "::mlir::ArrayAttr":$stage_recompute,
     "int64_t":$micro_batch, "int64_t":$num_micro_batches, "int64_t":$seq_len,
-    "::mlir::StringAttr":$schedule, "::mlir::StringAttr":$placement,
+    LLM_QuotedEnumParameter<"PipelineSchedule", "schedule",
+                            "none, gpipe, 1f1b or interleaved-1f1b">:$schedule,
+    LLM_QuotedEnumParameter<"Placement", "placement", "tp-cp-dp-pp or tp-cp-pp-dp">:$placement,
     "::mlir::DenseI64ArrayAttr":$stage_layers, "::mlir::FloatAttr":$step_time_s,
     "int64_t":$peak_memory_bytes,
     DefaultValuedParameter<"int64_t", "0">:$shard,

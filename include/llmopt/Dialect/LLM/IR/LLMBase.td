@@ -81,6 +81,33 @@ def LLM_GeluApprox : I32EnumAttr<"GeluApprox", "GeLU approximation", [
   let cppNamespace = "::llmopt::llm";
 }
 
+// The plan's closed sets (#llm.plan), spelt as the planner and the reports
+// spell them.
+def LLM_RecomputeLevel : I32EnumAttr<"RecomputeLevel", "activation recomputation", [
+    I32EnumAttrCase<"none", 0>,
+    I32EnumAttrCase<"selective", 1>,
+    I32EnumAttrCase<"full", 2>,
+    I32EnumAttrCase<"per_stage", 3, "per-stage">,
+  ]> {
+  let cppNamespace = "::llmopt::llm";
+}
+
+def LLM_PipelineSchedule : I32EnumAttr<"PipelineSchedule", "pipeline schedule", [
+    I32EnumAttrCase<"none", 0>,
+    I32EnumAttrCase<"gpipe", 1>,
+    I32EnumAttrCase<"one_f_one_b", 2, "1f1b">,
+    I32EnumAttrCase<"interleaved_1f1b", 3, "interleaved-1f1b">,
+  ]> {
+  let cppNamespace = "::llmopt::llm";
+}
+
+def LLM_Placement : I32EnumAttr<"Placement", "order of the mesh axes over ranks", [
+    I32EnumAttrCase<"tp_cp_dp_pp", 0, "tp-cp-dp-pp">,
+    I32EnumAttrCase<"tp_cp_pp_dp", 1, "tp-cp-pp-dp">,
+  ]> {
+  let cppNamespace = "::llmopt::llm";
+}
+
 def LLM_ExpertActivation : I32EnumAttr<"ExpertActivation",
     "activation of the expert MLPs", [
     I32EnumAttrCase<"swiglu", 0>,

@@ -16,6 +16,24 @@
 
 #include "llmopt/Dialect/LLM/IR/LLMEnums.h.inc"
 
+namespace llmopt::llm {
+/// A plan enum written as a quoted string (LLM_QuotedEnumParameter): its
+/// value, or an error naming the field and the `valid` spellings.
+template <typename E>
+mlir::FailureOr<E> parseQuotedEnum(mlir::AsmParser &parser,
+                                   std::optional<E> (*symbolize)(llvm::StringRef),
+                                   llvm::StringRef field, llvm::StringRef valid) {
+  llvm::SMLoc loc = parser.getCurrentLocation();
+  std::string text;
+  if (mlir::failed(parser.parseString(&text)))
+    return mlir::failure();
+  if (std::optional<E> e = symbolize(text))
+    return *e;
+  parser.emitError(loc) << "plan: " << field << " must be " << valid << ", got '" << text << "'";
+  return mlir::failure();
+}
+} // namespace llmopt::llm
+
 #define GET_ATTRDEF_CLASSES
 #include "llmopt/Dialect/LLM/IR/LLMAttrs.h.inc"
 
