@@ -1751,6 +1751,8 @@ bool CudaExecutor::step(const std::vector<std::vector<int32_t>> &tok,
     return false;
   // NCCL's collectives under the watchdog (a rank that never joins one
   // fails the step instead of hanging it).
+  if (s->dev && !s->dev->flush(error))
+    return false;
   if (s->nccl && !s->nccl->synchronize(error))
     return false;
   if (cudaDeviceSynchronize() != cudaSuccess)

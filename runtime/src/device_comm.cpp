@@ -112,32 +112,57 @@ public:
         (aborted ? nccl.commAbort : nccl.commDestroy)(c);
   }
 
+  /// Sets up a communicator per axis. Every rank ends with the same
+  /// answer: a rank where NCCL does not load, an id is not made or a
+  /// communicator not formed still takes part in every exchange, and the
+  /// ranks agree (agree()) before any of them uses NCCL.
   bool connect(const std::vector<std::string> &axes, std::string &error) {
-    if (!nccl.load(error))
+    std::string why;
+    bool loaded = nccl.load(why);
+    if (!agree(loaded, error))
       return false;
+    if (anyFailed) {
+      error = loaded ? "NCCL (libnccl.so.2) does not load on every rank" : why;
+      return false;
+    }
+    bool ok = true;
     // The axis's first rank makes the unique id; it reaches the others
-    // through the host communicator (its bytes as floats, summed with zeros).
+    // through the host communicator (its bytes as floats, summed with zeros),
+    // with a last float saying whether it could be made.
     for (const std::string &axis : axes) {
       int index = 0, n = 1;
       host.axisPosition(axis, index, n);
       if (n <= 1 || comms.count(axis))
         continue;
       ncclUniqueId id{};
-      if (index == 0 && !nccl.ok(nccl.getUniqueId(&id), "ncclGetUniqueId", error))
-        return false;
-      std::vector<float> bytes(sizeof(id.internal), 0.0f);
-      for (size_t i = 0; i < bytes.size(); ++i)
+      bool made = index != 0 || nccl.ok(nccl.getUniqueId(&id), "ncclGetUniqueId", why);
+      std::vector<float> bytes(sizeof(id.internal) + 1, 0.0f);
+      for (size_t i = 0; i < sizeof(id.internal); ++i)
         bytes[i] = index == 0 ? float(static_cast<unsigned char>(id.internal[i])) : 0.0f;
+      bytes.back() = made ? 0.0f : 1.0f;
       if (!host.allReduce(axis, bytes.data(), int64_t(bytes.size()), /*average=*/false, error))
         return false;
-      for (size_t i = 0; i < bytes.size(); ++i)
+      if (bytes.back() != 0.0f) {
+        ok = false;
+        continue;
+      }
+      for (size_t i = 0; i < sizeof(id.internal); ++i)
         id.internal[i] = char(static_cast<unsigned char>(bytes[i]));
       ncclComm_t c = nullptr;
-      if (!nccl.ok(nccl.commInitRank(&c, n, id, index), "ncclCommInitRank", error)) {
-        error += " (mesh axis '" + axis + "': two ranks on one GPU? run with --comm staged)";
-        return false;
+      if (!nccl.ok(nccl.commInitRank(&c, n, id, index), "ncclCommInitRank", why)) {
+        why += " (mesh axis '" + axis + "': two ranks on one GPU? run with --comm staged)";
+        ok = false;
+        continue;
       }
       comms[axis] = c;
+    }
+    if (!agree(ok, error))
+      return false;
+    if (anyFailed) {
+      abortAll();
+      error = "NCCL could not form the mesh's communicators on every rank" +
+              (why.empty() ? std::string() : ": " + why);
+      return false;
     }
     return true;
   }
@@ -233,20 +258,28 @@ public:
   }
   // Pipeline transfers over the "pp" communicator: world rank `peer` is
   // stage peer / (world / stages) there (pp is the mesh's outermost axis).
+  // A send is held and issued in one NCCL group with this rank's next
+  // receive (two stages that each send, then receive, would otherwise wait
+  // on each other's stream), or before any other collective, or at flush.
   bool send(int peer, int tag, const float *data, int64_t count, std::string &error) override {
     ncclComm_t c = nullptr;
     int stage = 0;
-    return pipelinePeer(peer, c, stage, error) &&
-           nccl.ok(nccl.send(data, size_t(count), ncclFloat32, stage, c, stream), "ncclSend",
-                   error);
+    if (!pipelinePeer(peer, c, stage, error))
+      return false;
+    held.push_back({data, count, stage, c});
+    return true;
   }
   bool recv(int peer, int tag, float *data, int64_t count, std::string &error) override {
     ncclComm_t c = nullptr;
     int stage = 0;
-    return pipelinePeer(peer, c, stage, error) &&
-           nccl.ok(nccl.recv(data, size_t(count), ncclFloat32, stage, c, stream), "ncclRecv",
-                   error);
+    if (!pipelinePeer(peer, c, stage, error) || !nccl.ok(nccl.groupStart(), "ncclGroupStart", error))
+      return false;
+    bool ok = issueHeld(error) &&
+              nccl.ok(nccl.recv(data, size_t(count), ncclFloat32, stage, c, stream), "ncclRecv",
+                      error);
+    return nccl.ok(nccl.groupEnd(), "ncclGroupEnd", error) && ok;
   }
+  bool flush(std::string &error) override { return sendHeld(error); }
 
   bool synchronize(std::string &error) override {
     auto t0 = std::chrono::steady_clock::now();
@@ -281,14 +314,63 @@ private:
   NcclApi nccl;
   std::map<std::string, ncclComm_t> comms;
   bool aborted = false;
+  /// Sends not issued yet (send()).
+  struct HeldSend {
+    const float *data;
+    int64_t count;
+    int stage;
+    ncclComm_t comm;
+  };
+  std::vector<HeldSend> held;
+  /// Issues the held sends (inside the caller's NCCL group).
+  bool issueHeld(std::string &error) {
+    bool ok = true;
+    for (const HeldSend &h : held)
+      ok = ok && nccl.ok(nccl.send(h.data, size_t(h.count), ncclFloat32, h.stage, h.comm, stream),
+                         "ncclSend", error);
+    held.clear();
+    return ok;
+  }
+  /// Issues the held sends in a group of their own (before another
+  /// collective, or at flush).
+  bool sendHeld(std::string &error) {
+    if (held.empty())
+      return true;
+    if (!nccl.ok(nccl.groupStart(), "ncclGroupStart", error))
+      return false;
+    bool ok = issueHeld(error);
+    return nccl.ok(nccl.groupEnd(), "ncclGroupEnd", error) && ok;
+  }
 
+  /// Aborts every communicator at once (one with a collective in flight
+  /// cannot be destroyed): the stuck kernels end, the stream frees up.
   void abortAll() {
-    // A communicator with a collective in flight cannot be destroyed, only
-    // aborted (the destructor does it).
+    for (auto &[axis, c] : comms)
+      if (c)
+        nccl.commAbort(c);
+    comms.clear();
     aborted = true;
   }
-  /// The axis's communicator (null: an axis of one rank).
+  /// Whether any rank failed (`anyFailed`), from this rank's `ok`: a flag
+  /// summed over dp, cp, tp and pp in turn, whose product is the world.
+  bool anyFailed = false;
+  bool agree(bool ok, std::string &error) {
+    float f = ok ? 0.0f : 1.0f;
+    for (const char *axis : {"dp", "cp", "tp", "pp"}) {
+      int index = 0, n = 1;
+      host.axisPosition(axis, index, n);
+      if (n > 1 && !host.allReduce(axis, &f, 1, /*average=*/false, error))
+        return false;
+    }
+    anyFailed = f != 0.0f;
+    return true;
+  }
+  /// The axis's communicator (null: an axis of one rank), after the held
+  /// sends.
   bool comm(const std::string &axis, ncclComm_t &c, std::string &error) {
+    return sendHeld(error) && lookup(axis, c, error);
+  }
+  bool lookup(const std::string &axis, ncclComm_t &c, std::string &error) {
     int index = 0, n = 1;
     axisPosition(axis, index, n);
     auto it = comms.find(axis);
@@ -318,7 +400,7 @@ private:
   bool pipelinePeer(int peer, ncclComm_t &c, int &stage, std::string &error) {
     int index = 0, stages = 1;
     axisPosition("pp", index, stages);
-    if (!comm("pp", c, error))
+    if (!lookup("pp", c, error))
       return false;
     if (!c)
       return (error = "a pipeline transfer without pipeline stages", false);

@@ -422,15 +422,16 @@ bool parsePlan(const json::Value &root, Plan &plan, std::string &error) {
       if (p.shardDim >= int64_t(p.shape.size()) || p.shape[size_t(p.shardDim)] % p.shardBlocks != 0)
         return c.fail(sw, "dim out of range or not divisible into blocks");
       if (sh->get("whole")) {
-        // A padded dimension (the vocabulary): every part keeps some of it.
+        // A padded dimension (the vocabulary, one block): at most the parts'
+        // rows (a small vocabulary over many ranks may leave the last
+        // parts all padding).
         int64_t part = p.shape[size_t(p.shardDim)];
         if (!c.integer(sh->get("whole"), sw + ".whole", p.shardWhole, 1))
           return false;
-        if (p.shardBlocks != 1 || p.shardWhole > part * p.shardParts ||
-            p.shardWhole <= part * (p.shardParts - 1))
-          return c.fail(sw + ".whole", "must pad one block by less than a part: between " +
-                                           std::to_string(part * (p.shardParts - 1) + 1) + " and " +
-                                           std::to_string(part * p.shardParts));
+        if (p.shardBlocks != 1 || p.shardWhole > part * p.shardParts)
+          return c.fail(sw + ".whole", "must be a padded block's real size: from 1 to " +
+                                           std::to_string(part * p.shardParts) +
+                                           " (the parts' rows), in one block");
       }
     }
     if (!names.insert(p.name).second)

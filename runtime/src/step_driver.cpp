@@ -16,6 +16,7 @@ bool StepDriver::init(const Plan &p, const Program &prog, int r, std::string &er
   scatters.clear();
   scatterOf.clear();
   openBuckets.clear();
+  runningBuckets.clear();
   nextScatter = 0;
   // A pipeline stage runs its parts in the plan's order (older plans name
   // only the schedule: the order is the shared schedule's) and keeps one
@@ -85,11 +86,16 @@ bool StepDriver::drain(Communicator &comm, std::string &error) {
   for (auto &[handle, s] : scatters)
     if (!comm.waitReduceScatter(s.handle, error))
       return false;
+  for (int bucket : runningBuckets)
+    if (!comm.waitAllReduce(bucket, error))
+      return false;
+  runningBuckets.clear();
   scatters.clear();
   scatterOf.clear();
   openBuckets.clear();
   nextScatter = 0;
-  return true;
+  // Sends still held by the communicator.
+  return comm.flush(error);
 }
 
 bool StepDriver::step(StepBackend &backend, const std::vector<std::vector<int32_t>> &tok,
@@ -248,12 +254,14 @@ bool StepDriver::move(StepBackend &backend, const Instruction &ins, Communicator
     // Gradients are complete only after the step's last micro-batch.
     if (microBatch + 1 < program->numMicroBatches)
       return true;
+    runningBuckets.insert(ins.bucket);
     for (const Buffer &b : ins.buffers)
       if (!comm.startAllReduce(ins.axis, backend.data(b), b.elements, ins.reduce == "avg",
                                ins.bucket, error))
         return false;
     return true;
   case K::BucketWait:
+    runningBuckets.erase(ins.bucket);
     return comm.waitAllReduce(ins.bucket, error);
   case K::ReduceScatter:
     for (const Buffer &b : ins.buffers)

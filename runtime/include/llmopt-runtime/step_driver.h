@@ -26,6 +26,7 @@
 
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -130,6 +131,8 @@ private:
     std::vector<BackendFloats> pieces;
   };
   std::map<int, OpenBucket> openBuckets;
+  /// Bucketed all-reduces started and not yet waited on.
+  std::set<int> runningBuckets;
   int nextScatter = 0;
   bool startScatter(StepBackend &backend, PendingScatter p, const std::string &axis,
                     Communicator &comm, std::string &error);
