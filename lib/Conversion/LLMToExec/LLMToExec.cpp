@@ -1,6 +1,7 @@
 //===- LLMToExec.cpp - convert-llm-to-exec --------------------------------===//
 
 #include "llmopt/Conversion/Passes.h"
+#include "llmopt-runtime/schedule.h"
 #include "llmopt/Dialect/Exec/IR/ExecOps.h"
 #include "llmopt/Dialect/LLM/IR/LLMOps.h"
 
@@ -838,9 +839,35 @@ struct ConvertLLMToExecPass : public llmopt::impl::ConvertLLMToExecBase<ConvertL
       if (auto perStage = func->getAttrOfType<DenseI64ArrayAttr>("llm.stage_stash_bytes");
           perStage && stage >= 0 && perStage[stage] > 0)
         stash = mb.getI64IntegerAttr(perStage[stage]);
+      // A pipeline stage's schedule and the order of its parts: interleaved
+      // stages hold several model chunks each and need whole groups of pp
+      // micro-batches (Narayanan et al. 2021), else they run one
+      // micro-batch after another.
+      StringAttr scheduleName;
+      DenseI64ArrayAttr order;
+      if (stage >= 0) {
+        auto plan = module->getAttrOfType<PlanAttr>("llm.plan");
+        int64_t vpp = plan && plan.getVpp() > 1 ? plan.getVpp() : 1;
+        schedule::Kind kind = vpp > 1 ? (micro % pp == 0 ? schedule::Kind::Interleaved
+                                                         : schedule::Kind::Sequential)
+                              : plan && plan.getSchedule() == PipelineSchedule::gpipe
+                                  ? schedule::Kind::GPipe
+                                  : schedule::Kind::OneFOneB;
+        std::vector<schedule::Pass> passes = schedule::stageOrder(kind, micro, pp, stage, vpp);
+        if (passes.empty())
+          return module.emitError()
+                 << "convert-llm-to-exec: stage " << stage << " of " << pp << " cannot lay out "
+                 << micro << " micro-batches in the " << schedule::name(kind) << " schedule";
+        SmallVector<int64_t> triples;
+        for (const schedule::Pass &p : passes)
+          triples.append({p.microBatch, p.chunk, int64_t(p.backward)});
+        scheduleName = mb.getStringAttr(schedule::name(kind));
+        order = mb.getDenseI64ArrayAttr(triples);
+      }
       auto program = ProgramOp::create(mb, func.getLoc(), mb.getStringAttr(name),
                                        mb.getDenseI64ArrayAttr(ranks), mb.getI64IntegerAttr(arena),
-                                       mb.getI64IntegerAttr(micro), outputs, stash);
+                                       mb.getI64IntegerAttr(micro), outputs, stash, scheduleName,
+                                       order);
       Block *microBlock = new Block(), *stepBlock = new Block();
       program.getMicroBatch().push_back(microBlock);
       program.getStep().push_back(stepBlock);

@@ -2,7 +2,6 @@
 
 #include "CudaSource.h"
 
-#include "llmopt-runtime/schedule.h"
 #include "llmopt/Dialect/Exec/IR/ExecOps.h"
 #include "llmopt/Dialect/LLM/Analysis/ModelStats.h"
 #include "llmopt/Dialect/LLM/IR/LLMOps.h"
@@ -181,7 +180,6 @@ struct EmitPlanPass : public llmopt::impl::EmitPlanBase<EmitPlanPass> {
 
     json::Array progs;
     SmallVector<exec::FusedOp> fusedOps;
-    int64_t stageIndex = 0;
     for (exec::ProgramOp prog : programs) {
       // `backwardStart`: set to the index of the first instruction after an
       // exec.backward marker, if the region has one.
@@ -334,38 +332,23 @@ struct EmitPlanPass : public llmopt::impl::EmitPlanBase<EmitPlanPass> {
       if (std::optional<uint64_t> stash = prog.getStash())
         progJSON["stash_bytes"] = int64_t(*stash);
       if (backwardStart >= 0) {
+        // A pipeline stage: its schedule and order are the program's
+        // (convert-llm-to-exec laid them out), translated as they are.
         progJSON["backward_start"] = backwardStart;
-        auto plan = module->getAttrOfType<llm::PlanAttr>("llm.plan");
-        // Interleaved stages hold several model chunks each (`chunks`: where
-        // each chunk's instructions begin); their schedule needs whole groups
-        // of pp micro-batches (Narayanan et al. 2021), else they run one
-        // micro-batch after another.
-        int64_t pp = plan ? plan.getPp() : 1;
-        progJSON["schedule"] =
-            plan && plan.getVpp() > 1
-                ? (prog.getMicroBatches() % pp == 0 ? "interleaved" : "sequential")
-            : plan && plan.getSchedule() == llm::PipelineSchedule::gpipe ? "gpipe"
-                                                               : "1f1b";
-        if (!chunks.empty())
-          progJSON["chunks"] = std::move(chunks);
-        // The schedule spelled out, so that a runtime only follows it.
-        json::Array order;
-        schedule::Kind kind;
-        (void)schedule::parse(progJSON.getString("schedule")->str(), kind);
-        int64_t vpp = plan && plan.getVpp() > 1 ? plan.getVpp() : 1;
-        std::vector<schedule::Pass> passes =
-            schedule::stageOrder(kind, prog.getMicroBatches(), pp, stageIndex, vpp);
-        if (passes.empty()) {
-          module.emitError() << "llm-emit-plan: stage " << stageIndex << " of " << pp
-                             << " cannot lay out " << prog.getMicroBatches()
-                             << " micro-batches in the " << schedule::name(kind) << " schedule";
+        if (!prog.getScheduleAttr() || !prog.getOrderAttr()) {
+          prog.emitOpError() << "llm-emit-plan: a pipeline stage's program has no schedule "
+                                "and order; run convert-llm-to-exec";
           return signalPassFailure();
         }
-        for (const schedule::Pass &p : passes)
-          order.push_back(json::Array{p.microBatch, p.chunk, int64_t(p.backward)});
+        progJSON["schedule"] = prog.getScheduleAttr().getValue().str();
+        if (!chunks.empty())
+          progJSON["chunks"] = std::move(chunks);
+        json::Array order;
+        ArrayRef<int64_t> o = prog.getOrderAttr().asArrayRef();
+        for (size_t i = 0; i + 2 < o.size(); i += 3)
+          order.push_back(json::Array{o[i], o[i + 1], o[i + 2]});
         progJSON["order"] = std::move(order);
       }
-      ++stageIndex;
       progs.push_back(std::move(progJSON));
     }
     root["programs"] = std::move(progs);

@@ -157,3 +157,40 @@ exec.program "p" ranks [0] arena 64 micro_batches 1 outputs {} micro_batch {
   exec.grad_reduce_scatter "dp" avg #exec.buf<space = arena, offset = 0, name = "", shape = [4], dtype = f32> into #exec.buf<space = accum, offset = 0, name = "grad_shard:w", shape = [2], dtype = f32> {bucket = -1 : i64, flush}
 } step {
 }
+
+// -----
+
+// A pipeline stage's program carries its schedule and the order of its
+// parts (convert-llm-to-exec lays them out; the plan file translates them).
+// expected-error @+1 {{schedule and order come together (a pipeline stage's program)}}
+exec.program "p" ranks [0] arena 64 micro_batches 2 outputs {} attributes {schedule = "1f1b"} micro_batch {
+} step {
+}
+
+// -----
+
+// expected-error @+1 {{unknown schedule 'zb': 1f1b, gpipe, interleaved or sequential}}
+exec.program "p" ranks [0] arena 64 micro_batches 1 outputs {} attributes {schedule = "zb", order = array<i64: 0, 0, 0, 0, 0, 1>} micro_batch {
+} step {
+}
+
+// -----
+
+// expected-error @+1 {{order entry 1 (2, 0, 0) names no part of this program's 2 micro-batches}}
+exec.program "p" ranks [0] arena 64 micro_batches 2 outputs {} attributes {schedule = "1f1b", order = array<i64: 0, 0, 0, 2, 0, 0>} micro_batch {
+} step {
+}
+
+// -----
+
+// expected-error @+1 {{order names part (0, 0, 1) twice}}
+exec.program "p" ranks [0] arena 64 micro_batches 1 outputs {} attributes {schedule = "gpipe", order = array<i64: 0, 0, 0, 0, 0, 1, 0, 0, 1>} micro_batch {
+} step {
+}
+
+// -----
+
+// expected-error @+1 {{order has 3 parts; 2 micro-batches of 1 chunk(s) have 4}}
+exec.program "p" ranks [0] arena 64 micro_batches 2 outputs {} attributes {schedule = "1f1b", order = array<i64: 0, 0, 0, 1, 0, 0, 0, 0, 1>} micro_batch {
+} step {
+}

@@ -1,6 +1,7 @@
 //===- ExecDialect.cpp - exec dialect -------------------------------------===//
 
 #include "llmopt-kernels/abi.h"
+#include "llmopt-runtime/schedule.h"
 #include "llmopt/Dialect/Exec/IR/ExecOps.h"
 
 #include "mlir/IR/Builders.h"
@@ -64,6 +65,33 @@ LogicalResult ProgramOp::verify() {
   for (int64_t r : getRanks())
     if (r < 0 || !seen.insert(r).second)
       return emitOpError() << "ranks must be distinct and non-negative";
+  if (bool(getScheduleAttr()) != bool(getOrderAttr()))
+    return emitOpError() << "schedule and order come together (a pipeline stage's program)";
+  if (auto order = getOrderAttr()) {
+    ArrayRef<int64_t> o = order.asArrayRef();
+    llmopt::schedule::Kind kind;
+    if (!llmopt::schedule::parse(getScheduleAttr().getValue().str(), kind))
+      return emitOpError() << "unknown schedule '" << getScheduleAttr().getValue()
+                           << "': 1f1b, gpipe, interleaved or sequential";
+    if (o.size() % 3 != 0 || o.empty())
+      return emitOpError() << "order is (micro-batch, chunk, backward) triples";
+    llvm::DenseSet<std::tuple<int64_t, int64_t, int64_t>> seen;
+    int64_t chunks = 0, micro = int64_t(getMicroBatches());
+    for (size_t i = 0; i < o.size(); i += 3) {
+      if (o[i] < 0 || o[i] >= micro || o[i + 1] < 0 || (o[i + 2] != 0 && o[i + 2] != 1))
+        return emitOpError() << "order entry " << i / 3 << " (" << o[i] << ", " << o[i + 1]
+                             << ", " << o[i + 2] << ") names no part of this program's "
+                             << getMicroBatches() << " micro-batches";
+      if (!seen.insert({o[i], o[i + 1], o[i + 2]}).second)
+        return emitOpError() << "order names part (" << o[i] << ", " << o[i + 1] << ", "
+                             << o[i + 2] << ") twice";
+      chunks = std::max(chunks, o[i + 1] + 1);
+    }
+    if (int64_t(seen.size()) != 2 * chunks * micro)
+      return emitOpError() << "order has " << seen.size() << " parts; " << getMicroBatches()
+                           << " micro-batches of " << chunks << " chunk(s) have "
+                           << 2 * chunks * getMicroBatches();
+  }
   int64_t arena = getArena(), stash = getStash().value_or(0);
   if (getMicroBatches() < 1)
     return emitOpError() << "needs at least one micro-batch";

@@ -135,12 +135,19 @@ def Exec_ProgramOp : Exec_Op<"program", [NoTerminator, IsolatedFromAbove]> {
     Pipeline stages may also have a `stash` (bytes): buffers in space `stash`
     hold what a micro-batch's forward keeps for its backward; the runtime
     keeps one stash per micro-batch in flight and one arena for the rest.
+    A pipeline stage's program carries its `schedule` (1f1b, gpipe,
+    interleaved or sequential) and the `order` of its parts, spelt out as
+    (micro-batch, model chunk, backward) triples, so that the plan file is a
+    translation of the program and the runtime only follows it.
     Verified: ranks are distinct and non-negative; at least one micro-batch;
-    every arena (stash) buffer fits in `arena` (`stash`) bytes.
+    every arena (stash) buffer fits in `arena` (`stash`) bytes; `schedule`
+    and `order` come together, the order naming each part of each
+    micro-batch once.
   }];
   let arguments = (ins StrAttr:$name, DenseI64ArrayAttr:$ranks, I64Attr:$arena,
                        I64Attr:$micro_batches, DictionaryAttr:$outputs,
-                       OptionalAttr<I64Attr>:$stash);
+                       OptionalAttr<I64Attr>:$stash, OptionalAttr<StrAttr>:$schedule,
+                       OptionalAttr<DenseI64ArrayAttr>:$order);
   let regions = (region MaxSizedRegion<1>:$micro_batch, MaxSizedRegion<1>:$step);
   let assemblyFormat = [{
     $name `ranks` $ranks `arena` $arena `micro_batches` $micro_batches `outputs` $outputs
