@@ -3,6 +3,7 @@
 #include "llmopt/Conversion/Passes.h"
 #include "llmopt-runtime/schedule.h"
 #include "llmopt/Dialect/Exec/IR/ExecOps.h"
+#include "llmopt/Dialect/LLM/Analysis/ModelStats.h"
 #include "llmopt/Dialect/LLM/IR/LLMOps.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
@@ -54,7 +55,7 @@ struct Converter {
     if (auto arg = dyn_cast<BlockArgument>(v))
       return BufAttr::get(b.getContext(), BufferSpace::input, arg.getArgNumber(),
                           b.getStringAttr(""), shape, elt);
-    if (auto p = v.getDefiningOp<ParamOp>())
+    if (auto p = v.getDefiningOp<llm::ParamOp>())
       return BufAttr::get(b.getContext(), BufferSpace::state, 0, p.getNameAttr(), shape, elt);
     auto it = offsets.find(v);
     if (it == offsets.end() || it->second < 0) {
@@ -142,7 +143,7 @@ struct Converter {
       auto tpSplit = [](Value w) {
         if (auto g = w.getDefiningOp<ZeroGatherOp>())
           w = g.getParam();
-        auto p = w.getDefiningOp<ParamOp>();
+        auto p = w.getDefiningOp<llm::ParamOp>();
         auto shard = p ? p->getAttrOfType<DictionaryAttr>("llm.shard") : DictionaryAttr();
         auto axis = shard ? shard.getAs<StringAttr>("axis") : StringAttr();
         return axis && axis.getValue() == "tp";
@@ -328,7 +329,7 @@ LogicalResult Converter::convert(Operation *op) {
         }
     });
   return llvm::TypeSwitch<Operation *, LogicalResult>(op)
-      .Case([&](ParamOp) { return success(); })
+      .Case([&](llm::ParamOp) { return success(); })
       .Case([&](arith::ConstantOp c) -> LogicalResult {
         if (c->hasAttr("llm.loss_scale_seed"))
           return kernel(loc, "loss_scale_fill", {}, c.getResult());
@@ -634,7 +635,7 @@ LogicalResult Converter::convert(Operation *op) {
           pendingGathers[g.getResult()] = event.getInt();
         }
         ParamGatherOp::create(ob, loc, g.getAxisAttr(),
-                              g.getParam().getDefiningOp<ParamOp>().getNameAttr(), *out, event);
+                              g.getParam().getDefiningOp<llm::ParamOp>().getNameAttr(), *out, event);
         return success();
       })
       .Case([&](EPDispatchOp e) -> LogicalResult {
@@ -784,7 +785,7 @@ struct ConvertLLMToExecPass : public llmopt::impl::ConvertLLMToExecBase<ConvertL
     // gradient per chunk).
     llvm::StringMap<int64_t> paramStage;
     llvm::StringSet<> tied, tpSharded, epSharded, spPartial;
-    for (ParamOp p : body.getOps<ParamOp>()) {
+    for (llm::ParamOp p : body.getOps<llm::ParamOp>()) {
       paramStage[p.getName()] = stageOf(p);
       if (p->hasAttr("llm.pp_tied"))
         tied.insert(p.getName());
@@ -1288,6 +1289,69 @@ struct ConvertLLMToExecPass : public llmopt::impl::ConvertLLMToExecBase<ConvertL
     for (int64_t stage = pp > 1 ? 0 : -2; stage < (pp > 1 ? pp : -1); ++stage)
       if (failed(build(stage)))
         return signalPassFailure();
+    describePlan(module, func);
+  }
+
+  /// exec.plan and exec.param: what the plan file says besides the
+  /// programs, so that it is a translation of the exec ops alone.
+  void describePlan(ModuleOp module, func::FuncOp step) {
+    MLIRContext *ctx = module.getContext();
+    OpBuilder b = OpBuilder::atBlockBegin(module.getBody());
+    Location loc = module.getLoc();
+    auto plan = module->getAttrOfType<PlanAttr>("llm.plan");
+    auto i64 = [&](int64_t v) { return b.getI64IntegerAttr(v); };
+    // Ranks: pp x dp x cp x tp; ep subdivides dp.
+    int64_t dp = plan ? plan.getDp() : 1, tp = plan ? plan.getTp() : 1,
+            pp = plan ? plan.getPp() : 1, cp = plan ? plan.getCp() : 1,
+            ep = plan ? plan.getEp() : 1;
+    auto mesh = b.getDictionaryAttr({b.getNamedAttr("cp", i64(cp)), b.getNamedAttr("dp", i64(dp)),
+                                     b.getNamedAttr("ep", i64(ep)), b.getNamedAttr("pp", i64(pp)),
+                                     b.getNamedAttr("tp", i64(tp))});
+    // The optimizer sharding the programs really do (none over one rank).
+    int64_t zero = 0;
+    for (ProgramOp prog : module.getOps<ProgramOp>())
+      if ((!prog.getStep().empty() && !prog.getStep().front().getOps<AllGatherOp>().empty()) ||
+          (!prog.getMicroBatch().empty() &&
+           !prog.getMicroBatch().front().getOps<ParamGatherOp>().empty()))
+        zero = plan ? plan.getZero() : 0;
+    SmallVector<Type> inputs(step.getArgumentTypes());
+    auto header = exec::PlanOp::create(b, loc, mesh, i64(dp * tp * pp * cp), i64(zero),
+                                       b.getTypeArrayAttr(inputs), StringAttr(), IntegerAttr(),
+                                       IntegerAttr(), DictionaryAttr(), FloatAttr());
+    if (auto name = module->getAttrOfType<StringAttr>("llm.name"))
+      header.setModelAttr(name);
+    if (auto a = module->getAttrOfType<IntegerAttr>("llm.micro_batch"))
+      header.setMicroBatchAttr(i64(a.getInt()));
+    if (auto a = module->getAttrOfType<IntegerAttr>("llm.seq_len"))
+      header.setSeqLenAttr(i64(a.getInt()));
+    if (plan)
+      header.setPredictionAttr(b.getDictionaryAttr(
+          {b.getNamedAttr("num_micro_batches", i64(plan.getNumMicroBatches())),
+           b.getNamedAttr("peak_memory_bytes", i64(plan.getPeakMemoryBytes())),
+           b.getNamedAttr("step_time_s", b.getF64FloatAttr(plan.getStepTimeS().getValueAsDouble())),
+           b.getNamedAttr("zero", i64(plan.getZero()))}));
+    // Model FLOPs per token (6N + attention), for the runtime's MFU.
+    if (auto forward = dyn_cast_or_null<func::FuncOp>(
+            findEntryFunction(module, LLMDialect::kForwardAttrName).getOperation())) {
+      CostContext cc;
+      auto seq = module->getAttrOfType<IntegerAttr>("llm.seq_len");
+      cc.seqLen = seq ? seq.getInt() : 1;
+      ScopedDiagnosticHandler quiet(ctx, [](Diagnostic &) { return success(); });
+      if (FailureOr<ModelStats> st = computeModelStats(forward, cc); succeeded(st))
+        header.setTrainFlopsPerTokenAttr(b.getF64FloatAttr(st->trainFlopsPerToken));
+    }
+    llvm::StringSet<> seen;
+    step.walk([&](llm::ParamOp p) {
+      if (!seen.insert(p.getName()).second)
+        return;
+      auto param = exec::ParamOp::create(b, loc, p.getNameAttr(), TypeAttr::get(p.getType()),
+                                         b.getStringAttr(stringifyInitKind(p.getInit())),
+                                         FloatAttr(), DictionaryAttr());
+      if (p.getStd())
+        param.setStdAttr(b.getF64FloatAttr(p.getStd()->convertToDouble()));
+      if (auto shard = p->getAttrOfType<DictionaryAttr>("llm.shard"))
+        param.setShardAttr(shard);
+    });
   }
 };
 } // namespace

@@ -3,13 +3,16 @@
 #include "CudaSource.h"
 
 #include "llmopt/Dialect/Exec/IR/ExecOps.h"
+#include "llmopt/Target/ExecToPlan.h"
 #include "llmopt/Dialect/LLM/Analysis/ModelStats.h"
 #include "llmopt/Dialect/LLM/IR/LLMOps.h"
 #include "llmopt/Support/Output.h"
 #include "llmopt/Transforms/Passes.h"
 #include <array>
 
+#include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Tools/mlir-translate/Translation.h"
 #include "llvm/ADT/StringSet.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/FormatVariadic.h"
@@ -82,104 +85,75 @@ json::Value attrJSON(Attribute a) {
   return nullptr;
 }
 
-struct EmitPlanPass : public llmopt::impl::EmitPlanBase<EmitPlanPass> {
-  using Base::Base;
+} // namespace
 
-  void runOnOperation() override {
-    ModuleOp module = getOperation();
-    if (dir.empty()) {
-      module.emitError() << "llm-emit-plan: pass dir=PATH";
-      return signalPassFailure();
-    }
-    SmallVector<exec::ProgramOp> programs(module.getOps<exec::ProgramOp>());
-    FunctionOpInterface step = llm::findEntryFunction(module, llm::LLMDialect::kTrainStepAttrName);
-    if (programs.empty() || !step) {
-      module.emitError() << "llm-emit-plan: nothing to emit: run convert-llm-to-exec first";
-      return signalPassFailure();
-    }
+/// The plan file's JSON from the exec module alone: exec.plan, the
+/// exec.param ops and the exec.program ops (docs/plan-format.md).
+LogicalResult llmopt::translateExecToPlan(ModuleOp module, std::string &text, int64_t &world,
+                                          SmallVectorImpl<exec::FusedOp> &fusedOps) {
+  SmallVector<exec::ProgramOp> programs(module.getOps<exec::ProgramOp>());
+  SmallVector<exec::PlanOp> headers(module.getOps<exec::PlanOp>());
+  if (programs.empty() || headers.size() != 1)
+    return module.emitError() << "exec-to-plan: the module needs exec.program ops and one "
+                                 "exec.plan: run convert-llm-to-exec first";
+  exec::PlanOp header = headers.front();
+  json::Object root;
+  root["format"] = "llm-opt-plan";
+  root["version"] = 1;
+  if (auto name = header.getModelAttr())
+    root["model"] = name.str();
+  if (auto a = header.getMicroBatchAttr())
+    root["micro_batch"] = a.getInt();
+  if (auto a = header.getSeqLenAttr())
+    root["seq_len"] = a.getInt();
+  json::Object mesh;
+  for (NamedAttribute na : header.getMesh())
+    mesh[na.getName().str()] = attrJSON(na.getValue());
+  if (auto prediction = header.getPredictionAttr()) {
+    json::Object o;
+    for (NamedAttribute na : prediction)
+      o[na.getName().str()] = attrJSON(na.getValue());
+    root["prediction"] = std::move(o);
+  }
+  world = header.getWorld();
+  root["zero_stage"] = header.getZero();
+  root["mesh"] = std::move(mesh);
+  root["world_size"] = world;
+  if (auto flops = header.getTrainFlopsPerTokenAttr())
+    root["train_flops_per_token"] = flops.getValueAsDouble();
 
-    json::Object root;
-    root["format"] = "llm-opt-plan";
-    root["version"] = 1;
-    if (auto name = module->getAttrOfType<StringAttr>("llm.name"))
-      root["model"] = name.str();
-    if (auto a = module->getAttrOfType<IntegerAttr>("llm.micro_batch"))
-      root["micro_batch"] = a.getInt();
-    if (auto a = module->getAttrOfType<IntegerAttr>("llm.seq_len"))
-      root["seq_len"] = a.getInt();
-    // Ranks: pp x dp x cp x tp; ep subdivides dp.
-    int64_t world = 1;
-    json::Object mesh{{"dp", 1}, {"tp", 1}, {"pp", 1}, {"cp", 1}, {"ep", 1}};
-    if (auto plan = module->getAttrOfType<llm::PlanAttr>("llm.plan")) {
-      world = plan.getDp() * plan.getTp() * plan.getPp() * plan.getCp();
-      mesh = json::Object{{"dp", plan.getDp()},
-                          {"tp", plan.getTp()},
-                          {"pp", plan.getPp()},
-                          {"cp", plan.getCp()},
-                          {"ep", plan.getEp()}};
-      root["prediction"] = json::Object{{"step_time_s", plan.getStepTimeS().getValueAsDouble()},
-                                        {"peak_memory_bytes", plan.getPeakMemoryBytes()},
-                                        {"num_micro_batches", plan.getNumMicroBatches()},
-                                        {"zero", plan.getZero()}};
-    }
-    // The optimizer sharding the program really does (none over one rank).
-    int64_t zero = 0;
-    for (exec::ProgramOp prog : programs)
-      if ((!prog.getStep().empty() &&
-           !prog.getStep().front().getOps<exec::AllGatherOp>().empty()) ||
-          (!prog.getMicroBatch().empty() &&
-           !prog.getMicroBatch().front().getOps<exec::ParamGatherOp>().empty()))
-        zero = module->getAttrOfType<llm::PlanAttr>("llm.plan").getZero();
-    root["zero_stage"] = zero;
-    root["mesh"] = std::move(mesh);
-    root["world_size"] = world;
-    // Model FLOPs per token (6N + attention), for the runtime's MFU.
-    if (auto forward = dyn_cast_or_null<func::FuncOp>(
-            llm::findEntryFunction(module, llm::LLMDialect::kForwardAttrName).getOperation())) {
-      llm::CostContext ctx;
-      ctx.seqLen = module->getAttrOfType<IntegerAttr>("llm.seq_len")
-                       ? module->getAttrOfType<IntegerAttr>("llm.seq_len").getInt()
-                       : 1;
-      ScopedDiagnosticHandler quiet(module.getContext(), [](Diagnostic &) { return success(); });
-      if (FailureOr<llm::ModelStats> st = llm::computeModelStats(forward, ctx); succeeded(st))
-        root["train_flops_per_token"] = st->trainFlopsPerToken;
-    }
+  json::Array inputs;
+  static const char *inputNames[] = {"tokens", "labels"};
+  for (auto [i, a] : llvm::enumerate(header.getInputs())) {
+    auto rt = cast<RankedTensorType>(cast<TypeAttr>(a).getValue());
+    inputs.push_back(json::Object{{"name", i < 2 ? inputNames[i] : "input"},
+                                  {"shape", shapeJSON(rt.getShape())},
+                                  {"dtype", dtypeName(rt.getElementType())}});
+  }
+  root["inputs"] = std::move(inputs);
 
-    json::Array inputs;
-    static const char *inputNames[] = {"tokens", "labels"};
-    for (auto [i, t] : llvm::enumerate(step.getArgumentTypes())) {
-      auto rt = cast<RankedTensorType>(t);
-      inputs.push_back(json::Object{{"name", i < 2 ? inputNames[i] : "input"},
-                                    {"shape", shapeJSON(rt.getShape())},
-                                    {"dtype", dtypeName(rt.getElementType())}});
+  json::Array params;
+  for (exec::ParamOp p : module.getOps<exec::ParamOp>()) {
+    auto t = cast<RankedTensorType>(p.getType());
+    json::Object o{{"name", p.getName().str()},
+                   {"shape", shapeJSON(t.getShape())},
+                   {"dtype", dtypeName(t.getElementType())},
+                   {"init", p.getInit().str()}};
+    if (auto std = p.getStdAttr())
+      o["std"] = std.getValueAsDouble();
+    // A tensor-parallel part: the runtime initializes the whole tensor and
+    // keeps part `tp index` of each of `blocks` equal blocks along `dim`.
+    if (auto shard = p.getShardAttr()) {
+      json::Object so;
+      for (NamedAttribute na : shard)
+        so[na.getName().str()] = attrJSON(na.getValue());
+      o["shard"] = std::move(so);
     }
-    root["inputs"] = std::move(inputs);
-
-    json::Array params;
-    llvm::StringSet<> seen;
-    step.walk([&](llm::ParamOp p) {
-      if (!seen.insert(p.getName()).second)
-        return;
-      json::Object o{{"name", p.getName().str()},
-                     {"shape", shapeJSON(p.getType().getShape())},
-                     {"dtype", dtypeName(p.getType().getElementType())},
-                     {"init", llm::stringifyInitKind(p.getInit()).str()}};
-      if (p.getStd())
-        o["std"] = p.getStd()->convertToDouble();
-      // A tensor-parallel part: the runtime initializes the whole tensor and
-      // keeps part `tp index` of each of `blocks` equal blocks along `dim`.
-      if (auto shard = p->getAttrOfType<DictionaryAttr>("llm.shard")) {
-        json::Object so;
-        for (NamedAttribute na : shard)
-          so[na.getName().str()] = attrJSON(na.getValue());
-        o["shard"] = std::move(so);
-      }
-      params.push_back(std::move(o));
-    });
-    root["params"] = std::move(params);
+    params.push_back(std::move(o));
+  }
+  root["params"] = std::move(params);
 
     json::Array progs;
-    SmallVector<exec::FusedOp> fusedOps;
     for (exec::ProgramOp prog : programs) {
       // `backwardStart`: set to the index of the first instruction after an
       // exec.backward marker, if the region has one.
@@ -335,11 +309,9 @@ struct EmitPlanPass : public llmopt::impl::EmitPlanBase<EmitPlanPass> {
         // A pipeline stage: its schedule and order are the program's
         // (convert-llm-to-exec laid them out), translated as they are.
         progJSON["backward_start"] = backwardStart;
-        if (!prog.getScheduleAttr() || !prog.getOrderAttr()) {
-          prog.emitOpError() << "llm-emit-plan: a pipeline stage's program has no schedule "
-                                "and order; run convert-llm-to-exec";
-          return signalPassFailure();
-        }
+        if (!prog.getScheduleAttr() || !prog.getOrderAttr())
+          return prog.emitOpError() << "exec-to-plan: a pipeline stage's program has no "
+                                       "schedule and order; run convert-llm-to-exec";
         progJSON["schedule"] = prog.getScheduleAttr().getValue().str();
         if (!chunks.empty())
           progJSON["chunks"] = std::move(chunks);
@@ -352,8 +324,25 @@ struct EmitPlanPass : public llmopt::impl::EmitPlanBase<EmitPlanPass> {
       progs.push_back(std::move(progJSON));
     }
     root["programs"] = std::move(progs);
+  text = llvm::formatv("{0:1}", json::Value(std::move(root))).str() + "\n";
+  return success();
+}
 
-    std::string text = llvm::formatv("{0:1}", json::Value(std::move(root))).str() + "\n";
+namespace {
+struct EmitPlanPass : public llmopt::impl::EmitPlanBase<EmitPlanPass> {
+  using Base::Base;
+
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    if (dir.empty()) {
+      module.emitError() << "llm-emit-plan: pass dir=PATH";
+      return signalPassFailure();
+    }
+    std::string text;
+    int64_t world = 1;
+    SmallVector<exec::FusedOp> fusedOps;
+    if (failed(translateExecToPlan(module, text, world, fusedOps)))
+      return signalPassFailure();
     std::array<uint8_t, 32> hash = llvm::SHA256::hash(
         ArrayRef<uint8_t>(reinterpret_cast<const uint8_t *>(text.data()), text.size()));
     std::string hex = llvm::toHex(hash, /*LowerCase=*/true);
@@ -420,3 +409,21 @@ struct EmitPlanPass : public llmopt::impl::EmitPlanBase<EmitPlanPass> {
   }
 };
 } // namespace
+
+void llmopt::registerExecToPlanTranslation() {
+  mlir::TranslateFromMLIRRegistration reg(
+      "exec-to-plan", "an exec module to its plan file's plan.json",
+      [](ModuleOp module, llvm::raw_ostream &os) -> LogicalResult {
+        std::string text;
+        int64_t world = 1;
+        SmallVector<exec::FusedOp> fused;
+        if (failed(translateExecToPlan(module, text, world, fused)))
+          return failure();
+        os << text;
+        return success();
+      },
+      [](DialectRegistry &registry) {
+        registry.insert<exec::ExecDialect, llm::LLMDialect, func::FuncDialect,
+                        arith::ArithDialect>();
+      });
+}

@@ -194,3 +194,49 @@ exec.program "p" ranks [0] arena 64 micro_batches 1 outputs {} attributes {sched
 exec.program "p" ranks [0] arena 64 micro_batches 2 outputs {} attributes {schedule = "1f1b", order = array<i64: 0, 0, 0, 1, 0, 0, 0, 0, 1>} micro_batch {
 } step {
 }
+
+// -----
+
+// exec.plan: what the plan file says besides the programs.
+// expected-error @+1 {{mesh lacks axis 'ep'}}
+exec.plan {inputs = [], mesh = {cp = 1 : i64, dp = 2 : i64, pp = 1 : i64, tp = 1 : i64}, world = 2 : i64, zero = 0 : i64}
+
+// -----
+
+// expected-error @+1 {{world 4 is not pp x dp x cp x tp = 2}}
+exec.plan {inputs = [], mesh = {cp = 1 : i64, dp = 2 : i64, ep = 1 : i64, pp = 1 : i64, tp = 1 : i64}, world = 4 : i64, zero = 0 : i64}
+
+// -----
+
+// expected-error @+1 {{ep 2 does not divide dp 3}}
+exec.plan {inputs = [], mesh = {cp = 1 : i64, dp = 3 : i64, ep = 2 : i64, pp = 1 : i64, tp = 1 : i64}, world = 3 : i64, zero = 0 : i64}
+
+// -----
+
+// expected-error @+1 {{mesh axis 'sp' must be one of dp, tp, pp, cp, ep with a positive size}}
+exec.plan {inputs = [], mesh = {cp = 1 : i64, dp = 1 : i64, ep = 1 : i64, pp = 1 : i64, tp = 1 : i64, sp = 2 : i64}, world = 1 : i64, zero = 0 : i64}
+
+// -----
+
+// expected-error @+1 {{zero must be 0, 1, 2 or 3, got 4}}
+exec.plan {inputs = [], mesh = {cp = 1 : i64, dp = 1 : i64, ep = 1 : i64, pp = 1 : i64, tp = 1 : i64}, world = 1 : i64, zero = 4 : i64}
+
+// -----
+
+// expected-error @+1 {{must be a static ranked tensor, got 'tensor<?x4xf32>'}}
+exec.param "w" : tensor<?x4xf32> init "zeros"
+
+// -----
+
+// expected-error @+1 {{init must be zeros, ones or normal, got 'uniform'}}
+exec.param "w" : tensor<4xf32> init "uniform"
+
+// -----
+
+// expected-error @+1 {{a normal init needs a positive std, and only it}}
+exec.param "w" : tensor<4xf32> init "normal"
+
+// -----
+
+// expected-error @+1 {{a normal init needs a positive std, and only it}}
+exec.param "w" : tensor<4xf32> init "ones" {std = 2.0e-02 : f64}

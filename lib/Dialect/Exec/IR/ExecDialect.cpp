@@ -269,3 +269,40 @@ LogicalResult P2POp::verify() {
     return emitOpError() << "must not write a step input";
   return verifyBufs(*this, ArrayAttr::get(getContext(), {getBuffer()}), "buffer");
 }
+
+LogicalResult PlanOp::verify() {
+  int64_t size[5] = {0, 0, 0, 0, 0};
+  const char *names[5] = {"dp", "tp", "pp", "cp", "ep"};
+  for (NamedAttribute na : getMesh()) {
+    auto it = llvm::find(names, na.getName().getValue());
+    auto v = dyn_cast<IntegerAttr>(na.getValue());
+    if (it == std::end(names) || !v || v.getInt() < 1)
+      return emitOpError() << "mesh axis '" << na.getName().getValue()
+                           << "' must be one of dp, tp, pp, cp, ep with a positive size";
+    size[it - std::begin(names)] = v.getInt();
+  }
+  for (int i = 0; i < 5; ++i)
+    if (size[i] == 0)
+      return emitOpError() << "mesh lacks axis '" << names[i] << "'";
+  if (size[0] % size[4] != 0)
+    return emitOpError() << "ep " << size[4] << " does not divide dp " << size[0];
+  if (getWorld() != size[0] * size[1] * size[2] * size[3])
+    return emitOpError() << "world " << getWorld() << " is not pp x dp x cp x tp = "
+                         << size[0] * size[1] * size[2] * size[3];
+  if (getZero() < 0 || getZero() > 3)
+    return emitOpError() << "zero must be 0, 1, 2 or 3, got " << getZero();
+  return success();
+}
+
+LogicalResult ParamOp::verify() {
+  auto t = dyn_cast<RankedTensorType>(getType());
+  if (!t || !t.hasStaticShape())
+    return emitOpError() << "must be a static ranked tensor, got " << getType();
+  StringRef init = getInit();
+  if (init != "zeros" && init != "ones" && init != "normal")
+    return emitOpError() << "init must be zeros, ones or normal, got '" << init << "'";
+  if ((init == "normal") != bool(getStdAttr()) ||
+      (getStdAttr() && !(getStdAttr().getValueAsDouble() > 0)))
+    return emitOpError() << "a normal init needs a positive std, and only it";
+  return success();
+}

@@ -112,6 +112,51 @@ def Exec_BufAttr : AttrDef<Exec_Dialect, "Buf"> {
   }];
 }
 
+def Exec_PlanOp : Exec_Op<"plan"> {
+  let summary = "what a plan file says besides its programs";
+  let description = [{
+    One per module, made by `convert-llm-to-exec` from the planned `llm`
+    module, so that the plan file is a translation of the `exec` module
+    alone (`llm-translate --exec-to-plan`, `llm-emit-plan`): the mesh
+    (`dp`, `tp`, `pp`, `cp`, `ep`), the number of ranks, the ZeRO stage the
+    programs run, the step's inputs per rank (tokens, labels), and where
+    known the model's name, the micro-batch and sequence length, the
+    planner's prediction and the model FLOPs per token.
+    ```mlir
+    exec.plan {inputs = [tensor<2x8xi32>, tensor<2x8xi32>], mesh = {cp = 1 : i64, dp = 2 : i64, ep = 1 : i64, pp = 1 : i64, tp = 1 : i64}, world = 2 : i64, zero = 0 : i64}
+    ```
+    Verified: the mesh names dp, tp, pp, cp and ep, each positive, ep
+    dividing dp; the world is pp x dp x cp x tp; zero is 0-3.
+  }];
+  let arguments = (ins DictionaryAttr:$mesh, I64Attr:$world, I64Attr:$zero,
+                       TypeArrayAttr:$inputs, OptionalAttr<StrAttr>:$model,
+                       OptionalAttr<I64Attr>:$micro_batch, OptionalAttr<I64Attr>:$seq_len,
+                       OptionalAttr<DictionaryAttr>:$prediction,
+                       OptionalAttr<F64Attr>:$train_flops_per_token);
+  let assemblyFormat = "attr-dict";
+  let hasVerifier = 1;
+}
+
+def Exec_ParamOp : Exec_Op<"param"> {
+  let summary = "a trainable tensor of the plan";
+  let description = [{
+    A parameter as the plan file lists it: its checkpoint name, this rank's
+    type (its tensor-parallel part where `shard` says so: `{axis, dim,
+    blocks, parts[, whole]}`, docs/plan-format.md), and its initialization
+    (`zeros`, `ones`, or `normal` with `std`).
+    ```mlir
+    exec.param "model.norm.weight" : tensor<64xbf16> init "ones"
+    exec.param "lm_head.weight" : tensor<129x32xf32> init "normal" {std = 1.0e-01 : f64, shard = {axis = "tp", blocks = 1 : i64, dim = 0 : i64, parts = 2 : i64, whole = 257 : i64}}
+    ```
+    Verified: a static ranked tensor; init zeros, ones or normal, normal
+    exactly with a positive std.
+  }];
+  let arguments = (ins StrAttr:$name, TypeAttr:$type, StrAttr:$init, OptionalAttr<F64Attr>:$std,
+                       OptionalAttr<DictionaryAttr>:$shard);
+  let assemblyFormat = "$name `:` $type `init` $init attr-dict";
+  let hasVerifier = 1;
+}
+
 def Exec_ProgramOp : Exec_Op<"program", [NoTerminator, IsolatedFromAbove]> {
   let summary = "the instruction stream of a class of ranks";
   let description = [{
