@@ -1345,7 +1345,8 @@ struct ConvertLLMToExecPass : public llmopt::impl::ConvertLLMToExecBase<ConvertL
       if (!seen.insert(p.getName()).second)
         return;
       auto param = exec::ParamOp::create(b, loc, p.getNameAttr(), TypeAttr::get(p.getType()),
-                                         b.getStringAttr(stringifyInitKind(p.getInit())),
+                                         ParamInitAttr::get(ctx, *symbolizeParamInit(
+                                                                     stringifyInitKind(p.getInit()))),
                                          FloatAttr(), DictionaryAttr());
       if (p.getStd())
         param.setStdAttr(b.getF64FloatAttr(p.getStd()->convertToDouble()));

@@ -138,7 +138,7 @@ LogicalResult llmopt::translateExecToPlan(ModuleOp module, std::string &text, in
     json::Object o{{"name", p.getName().str()},
                    {"shape", shapeJSON(t.getShape())},
                    {"dtype", dtypeName(t.getElementType())},
-                   {"init", p.getInit().str()}};
+                   {"init", exec::stringifyParamInit(p.getInit()).str()}};
     if (auto std = p.getStdAttr())
       o["std"] = std.getValueAsDouble();
     // A tensor-parallel part: the runtime initializes the whole tensor and

@@ -224,19 +224,19 @@ exec.plan {inputs = [], mesh = {cp = 1 : i64, dp = 1 : i64, ep = 1 : i64, pp = 1
 // -----
 
 // expected-error @+1 {{must be a static ranked tensor, got 'tensor<?x4xf32>'}}
-exec.param "w" : tensor<?x4xf32> init "zeros"
+exec.param "w" : tensor<?x4xf32> init zeros
 
 // -----
 
-// expected-error @+1 {{init must be zeros, ones or normal, got 'uniform'}}
-exec.param "w" : tensor<4xf32> init "uniform"
-
-// -----
-
-// expected-error @+1 {{a normal init needs a positive std, and only it}}
-exec.param "w" : tensor<4xf32> init "normal"
+// expected-error @+1 {{expected string or keyword containing one of the following enum values for attribute 'init' [zeros, ones, normal]}}
+exec.param "w" : tensor<4xf32> init uniform
 
 // -----
 
 // expected-error @+1 {{a normal init needs a positive std, and only it}}
-exec.param "w" : tensor<4xf32> init "ones" {std = 2.0e-02 : f64}
+exec.param "w" : tensor<4xf32> init normal
+
+// -----
+
+// expected-error @+1 {{a normal init needs a positive std, and only it}}
+exec.param "w" : tensor<4xf32> init ones {std = 2.0e-02 : f64}

@@ -298,10 +298,7 @@ LogicalResult ParamOp::verify() {
   auto t = dyn_cast<RankedTensorType>(getType());
   if (!t || !t.hasStaticShape())
     return emitOpError() << "must be a static ranked tensor, got " << getType();
-  StringRef init = getInit();
-  if (init != "zeros" && init != "ones" && init != "normal")
-    return emitOpError() << "init must be zeros, ones or normal, got '" << init << "'";
-  if ((init == "normal") != bool(getStdAttr()) ||
+  if ((getInit() == ParamInit::normal) != bool(getStdAttr()) ||
       (getStdAttr() && !(getStdAttr().getValueAsDouble() > 0)))
     return emitOpError() << "a normal init needs a positive std, and only it";
   return success();

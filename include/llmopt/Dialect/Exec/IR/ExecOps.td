@@ -46,6 +46,14 @@ def Exec_BufferSpace : I32EnumAttr<"BufferSpace", "where a buffer lives", [
   let cppNamespace = "::llmopt::exec";
 }
 
+def Exec_ParamInit : I32EnumAttr<"ParamInit", "how a parameter starts", [
+    I32EnumAttrCase<"zeros", 0>,
+    I32EnumAttrCase<"ones", 1>,
+    I32EnumAttrCase<"normal", 2>,
+  ]> {
+  let cppNamespace = "::llmopt::exec";
+}
+
 def Exec_ReduceKind : I32EnumAttr<"ReduceKind", "how a collective combines ranks", [
     I32EnumAttrCase<"sum", 0>,
     I32EnumAttrCase<"avg", 1>,
@@ -145,13 +153,13 @@ def Exec_ParamOp : Exec_Op<"param"> {
     blocks, parts[, whole]}`, docs/plan-format.md), and its initialization
     (`zeros`, `ones`, or `normal` with `std`).
     ```mlir
-    exec.param "model.norm.weight" : tensor<64xbf16> init "ones"
-    exec.param "lm_head.weight" : tensor<129x32xf32> init "normal" {std = 1.0e-01 : f64, shard = {axis = "tp", blocks = 1 : i64, dim = 0 : i64, parts = 2 : i64, whole = 257 : i64}}
+    exec.param "model.norm.weight" : tensor<64xbf16> init ones
+    exec.param "lm_head.weight" : tensor<129x32xf32> init normal {std = 1.0e-01 : f64, shard = {axis = "tp", blocks = 1 : i64, dim = 0 : i64, parts = 2 : i64, whole = 257 : i64}}
     ```
-    Verified: a static ranked tensor; init zeros, ones or normal, normal
-    exactly with a positive std.
+    Verified: a static ranked tensor; a normal init exactly with a positive
+    std.
   }];
-  let arguments = (ins StrAttr:$name, TypeAttr:$type, StrAttr:$init, OptionalAttr<F64Attr>:$std,
+  let arguments = (ins StrAttr:$name, TypeAttr:$type, Exec_ParamInit:$init, OptionalAttr<F64Attr>:$std,
                        OptionalAttr<DictionaryAttr>:$shard);
   let assemblyFormat = "$name `:` $type `init` $init attr-dict";
   let hasVerifier = 1;
