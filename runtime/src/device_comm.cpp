@@ -272,11 +272,12 @@ public:
   bool recv(int peer, int tag, float *data, int64_t count, std::string &error) override {
     ncclComm_t c = nullptr;
     int stage = 0;
-    if (!pipelinePeer(peer, c, stage, error) || !nccl.ok(nccl.groupStart(), "ncclGroupStart", error))
+    if (!pipelinePeer(peer, c, stage, error) ||
+        !nccl.ok(nccl.groupStart(), "ncclGroupStart", error))
       return false;
-    bool ok = issueHeld(error) &&
-              nccl.ok(nccl.recv(data, size_t(count), ncclFloat32, stage, c, stream), "ncclRecv",
-                      error);
+    bool ok =
+        issueHeld(error) &&
+        nccl.ok(nccl.recv(data, size_t(count), ncclFloat32, stage, c, stream), "ncclRecv", error);
     return nccl.ok(nccl.groupEnd(), "ncclGroupEnd", error) && ok;
   }
   bool flush(std::string &error) override { return sendHeld(error); }

@@ -21,8 +21,7 @@ namespace llmopt {
 
 /// plan.json's text for `module`, its number of ranks, and its fused kernels
 /// (whose CUDA source goes beside it). Errors at the module or the op.
-mlir::LogicalResult translateExecToPlan(mlir::ModuleOp module, std::string &text,
-                                        int64_t &world,
+mlir::LogicalResult translateExecToPlan(mlir::ModuleOp module, std::string &text, int64_t &world,
                                         llvm::SmallVectorImpl<exec::FusedOp> &fusedOps);
 
 /// `llm-translate --exec-to-plan`: an exec module to plan.json's text.

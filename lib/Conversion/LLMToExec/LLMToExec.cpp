@@ -1,7 +1,7 @@
 //===- LLMToExec.cpp - convert-llm-to-exec --------------------------------===//
 
-#include "llmopt/Conversion/Passes.h"
 #include "llmopt-runtime/schedule.h"
+#include "llmopt/Conversion/Passes.h"
 #include "llmopt/Dialect/Exec/IR/ExecOps.h"
 #include "llmopt/Dialect/LLM/Analysis/ModelStats.h"
 #include "llmopt/Dialect/LLM/IR/LLMOps.h"
@@ -635,7 +635,8 @@ LogicalResult Converter::convert(Operation *op) {
           pendingGathers[g.getResult()] = event.getInt();
         }
         ParamGatherOp::create(ob, loc, g.getAxisAttr(),
-                              g.getParam().getDefiningOp<llm::ParamOp>().getNameAttr(), *out, event);
+                              g.getParam().getDefiningOp<llm::ParamOp>().getNameAttr(), *out,
+                              event);
         return success();
       })
       .Case([&](EPDispatchOp e) -> LogicalResult {
@@ -849,11 +850,10 @@ struct ConvertLLMToExecPass : public llmopt::impl::ConvertLLMToExecBase<ConvertL
       if (stage >= 0) {
         auto plan = module->getAttrOfType<PlanAttr>("llm.plan");
         int64_t vpp = plan && plan.getVpp() > 1 ? plan.getVpp() : 1;
-        schedule::Kind kind = vpp > 1 ? (micro % pp == 0 ? schedule::Kind::Interleaved
-                                                         : schedule::Kind::Sequential)
-                              : plan && plan.getSchedule() == PipelineSchedule::gpipe
-                                  ? schedule::Kind::GPipe
-                                  : schedule::Kind::OneFOneB;
+        schedule::Kind kind =
+            vpp > 1 ? (micro % pp == 0 ? schedule::Kind::Interleaved : schedule::Kind::Sequential)
+            : plan && plan.getSchedule() == PipelineSchedule::gpipe ? schedule::Kind::GPipe
+                                                                    : schedule::Kind::OneFOneB;
         std::vector<schedule::Pass> passes = schedule::stageOrder(kind, micro, pp, stage, vpp);
         if (passes.empty())
           return module.emitError()
@@ -865,10 +865,10 @@ struct ConvertLLMToExecPass : public llmopt::impl::ConvertLLMToExecBase<ConvertL
         scheduleName = mb.getStringAttr(schedule::name(kind));
         order = mb.getDenseI64ArrayAttr(triples);
       }
-      auto program = ProgramOp::create(mb, func.getLoc(), mb.getStringAttr(name),
-                                       mb.getDenseI64ArrayAttr(ranks), mb.getI64IntegerAttr(arena),
-                                       mb.getI64IntegerAttr(micro), outputs, stash, scheduleName,
-                                       order);
+      auto program =
+          ProgramOp::create(mb, func.getLoc(), mb.getStringAttr(name),
+                            mb.getDenseI64ArrayAttr(ranks), mb.getI64IntegerAttr(arena),
+                            mb.getI64IntegerAttr(micro), outputs, stash, scheduleName, order);
       Block *microBlock = new Block(), *stepBlock = new Block();
       program.getMicroBatch().push_back(microBlock);
       program.getStep().push_back(stepBlock);
@@ -1344,10 +1344,10 @@ struct ConvertLLMToExecPass : public llmopt::impl::ConvertLLMToExecBase<ConvertL
     step.walk([&](llm::ParamOp p) {
       if (!seen.insert(p.getName()).second)
         return;
-      auto param = exec::ParamOp::create(b, loc, p.getNameAttr(), TypeAttr::get(p.getType()),
-                                         ParamInitAttr::get(ctx, *symbolizeParamInit(
-                                                                     stringifyInitKind(p.getInit()))),
-                                         FloatAttr(), DictionaryAttr());
+      auto param = exec::ParamOp::create(
+          b, loc, p.getNameAttr(), TypeAttr::get(p.getType()),
+          ParamInitAttr::get(ctx, *symbolizeParamInit(stringifyInitKind(p.getInit()))), FloatAttr(),
+          DictionaryAttr());
       if (p.getStd())
         param.setStdAttr(b.getF64FloatAttr(p.getStd()->convertToDouble()));
       if (auto shard = p->getAttrOfType<DictionaryAttr>("llm.shard"))

@@ -3,10 +3,10 @@
 #include "CudaSource.h"
 
 #include "llmopt/Dialect/Exec/IR/ExecOps.h"
-#include "llmopt/Target/ExecToPlan.h"
 #include "llmopt/Dialect/LLM/Analysis/ModelStats.h"
 #include "llmopt/Dialect/LLM/IR/LLMOps.h"
 #include "llmopt/Support/Output.h"
+#include "llmopt/Target/ExecToPlan.h"
 #include "llmopt/Transforms/Passes.h"
 #include <array>
 
@@ -153,177 +153,172 @@ LogicalResult llmopt::translateExecToPlan(ModuleOp module, std::string &text, in
   }
   root["params"] = std::move(params);
 
-    json::Array progs;
-    for (exec::ProgramOp prog : programs) {
-      // `backwardStart`: set to the index of the first instruction after an
-      // exec.backward marker, if the region has one.
-      json::Array chunks;
-      auto instructions = [&](Region &region, int64_t *backwardStart = nullptr) {
-        json::Array instrs;
-        if (region.empty())
-          return instrs;
-        for (Operation &op : region.front()) {
-          if (isa<exec::BackwardOp>(op) && backwardStart)
-            *backwardStart = int64_t(instrs.size());
-          if (auto c = dyn_cast<exec::ChunkOp>(op))
-            chunks.push_back(
-                json::Object{{"chunk", c.getIndex()}, {"begin", int64_t(instrs.size())}});
-          if (auto k = dyn_cast<exec::KernelOp>(op)) {
-            json::Object ps;
-            for (NamedAttribute na : k.getParams())
-              ps[na.getName().str()] = attrJSON(na.getValue());
-            instrs.push_back(json::Object{{"kernel", k.getKernel().str()},
-                                          {"ins", bufsJSON(k.getIns())},
-                                          {"outs", bufsJSON(k.getOuts())},
-                                          {"params", std::move(ps)}});
-          } else if (auto f = dyn_cast<exec::FusedOp>(op)) {
-            json::Array body, temps;
-            for (Attribute e : f.getBody()) {
-              auto d = cast<DictionaryAttr>(e);
-              json::Object ps;
-              for (NamedAttribute na : d.getAs<DictionaryAttr>("params"))
-                ps[na.getName().str()] = attrJSON(na.getValue());
-              json::Array ins, outs;
-              for (int64_t r : d.getAs<DenseI64ArrayAttr>("ins").asArrayRef())
-                ins.push_back(r);
-              for (int64_t r : d.getAs<DenseI64ArrayAttr>("outs").asArrayRef())
-                outs.push_back(r);
-              body.push_back(json::Object{{"kernel", d.getAs<StringAttr>("kernel").str()},
-                                          {"ins", std::move(ins)},
-                                          {"outs", std::move(outs)},
-                                          {"params", std::move(ps)}});
-            }
-            for (Attribute t : f.getTemps()) {
-              json::Array shape;
-              for (int64_t d : cast<DenseI64ArrayAttr>(t).asArrayRef())
-                shape.push_back(d);
-              temps.push_back(std::move(shape));
-            }
-            instrs.push_back(json::Object{{"kernel", "fused"},
-                                          {"name", f.getName().str()},
-                                          {"ins", bufsJSON(f.getIns())},
-                                          {"outs", bufsJSON(f.getOuts())},
-                                          {"temps", std::move(temps)},
-                                          {"body", std::move(body)}});
-            fusedOps.push_back(f);
-          } else if (auto ar = dyn_cast<exec::AllReduceOp>(op)) {
-            instrs.push_back(
-                json::Object{{"collective", "all_reduce"},
-                             {"axis", ar.getAxis().str()},
-                             {"reduce", exec::stringifyReduceKind(ar.getReduce()).str()},
-                             {"buffers", bufsJSON(ar.getBuffers())}});
-          } else if (auto ba = dyn_cast<exec::BucketAllReduceOp>(op)) {
-            instrs.push_back(
-                json::Object{{"collective", "bucket_all_reduce"},
-                             {"axis", ba.getAxis().str()},
-                             {"reduce", exec::stringifyReduceKind(ba.getReduce()).str()},
-                             {"bucket", ba.getBucket()},
-                             {"buffers", bufsJSON(ba.getBuffers())}});
-          } else if (auto bw = dyn_cast<exec::BucketWaitOp>(op)) {
-            instrs.push_back(
-                json::Object{{"collective", "bucket_wait"}, {"bucket", bw.getBucket()}});
-          } else if (auto g = dyn_cast<exec::GradReduceScatterOp>(op)) {
-            json::Object o{{"collective", "grad_reduce_scatter"},
-                           {"axis", g.getAxis().str()},
-                           {"reduce", exec::stringifyReduceKind(g.getReduce()).str()},
-                           {"ins", bufsJSON(ArrayAttr::get(g.getContext(), {g.getInput()}))},
-                           {"outs", bufsJSON(ArrayAttr::get(g.getContext(), {g.getAccum()}))}};
-            if (auto bucket = g.getBucketAttr())
-              o["bucket"] = bucket.getInt();
-            if (g.getFlush())
-              o["flush"] = true;
-            instrs.push_back(std::move(o));
-          } else if (auto rs = dyn_cast<exec::ReduceScatterOp>(op)) {
-            instrs.push_back(
-                json::Object{{"collective", "reduce_scatter"},
-                             {"axis", rs.getAxis().str()},
-                             {"reduce", exec::stringifyReduceKind(rs.getReduce()).str()},
-                             {"buffers", bufsJSON(rs.getBuffers())}});
-          } else if (auto pg = dyn_cast<exec::ParamGatherOp>(op)) {
-            json::Object o{
-                {"collective", "param_gather"},
-                {"axis", pg.getAxis().str()},
-                {"param", pg.getParam().str()},
-                {"buffers", bufsJSON(ArrayAttr::get(pg.getContext(), {pg.getBuffer()}))}};
-            if (std::optional<uint64_t> e = pg.getEvent())
-              o["event"] = int64_t(*e);
-            instrs.push_back(std::move(o));
-          } else if (auto pw = dyn_cast<exec::ParamWaitOp>(op)) {
-            instrs.push_back(json::Object{{"collective", "param_wait"}, {"event", pw.getEvent()}});
-          } else if (auto p2p = dyn_cast<exec::P2POp>(op)) {
-            instrs.push_back(json::Object{
-                {"collective", exec::stringifyTransferKind(p2p.getKind()).str()},
-                {"axis", "pp"},
-                {"peer", p2p.getPeer()},
-                {"tag", p2p.getTag()},
-                {"buffers", bufsJSON(ArrayAttr::get(p2p.getContext(), {p2p.getBuffer()}))}});
-          } else if (auto sq = dyn_cast<exec::SeqOp>(op)) {
-            instrs.push_back(
-                json::Object{{"collective", ("seq_" + exec::stringifySeqKind(sq.getKind())).str()},
-                             {"axis", sq.getAxis().str()},
-                             {"ins", bufsJSON(sq.getIns())},
-                             {"outs", bufsJSON(sq.getOuts())}});
-          } else if (auto ring = dyn_cast<exec::RingAttentionOp>(op)) {
-            json::Object ps;
-            for (NamedAttribute na : ring.getParams())
-              ps[na.getName().str()] = attrJSON(na.getValue());
-            instrs.push_back(json::Object{
-                {"collective",
-                 ("cp_ring_attention_" + exec::stringifyDirection(ring.getKind())).str()},
-                {"axis", ring.getAxis().str()},
-                {"ins", bufsJSON(ring.getIns())},
-                {"outs", bufsJSON(ring.getOuts())},
-                {"params", std::move(ps)}});
-          } else if (auto a2a = dyn_cast<exec::AllToAllOp>(op)) {
-            instrs.push_back(json::Object{
-                {"collective", ("ep_" + exec::stringifyExpertExchange(a2a.getKind())).str()},
-                {"axis", a2a.getAxis().str()},
-                {"ins", bufsJSON(a2a.getIns())},
-                {"outs", bufsJSON(a2a.getOuts())}});
-          } else if (auto ag = dyn_cast<exec::AllGatherOp>(op)) {
-            instrs.push_back(json::Object{{"collective", "all_gather"},
-                                          {"axis", ag.getAxis().str()},
-                                          {"buffers", bufsJSON(ag.getBuffers())}});
-          }
-        }
+  json::Array progs;
+  for (exec::ProgramOp prog : programs) {
+    // `backwardStart`: set to the index of the first instruction after an
+    // exec.backward marker, if the region has one.
+    json::Array chunks;
+    auto instructions = [&](Region &region, int64_t *backwardStart = nullptr) {
+      json::Array instrs;
+      if (region.empty())
         return instrs;
-      };
-      json::Array ranks;
-      for (int64_t r : prog.getRanks())
-        ranks.push_back(r);
-      json::Object outs;
-      for (NamedAttribute na : prog.getOutputs())
-        outs[na.getName().str()] = bufJSON(cast<exec::BufAttr>(na.getValue()));
-      int64_t backwardStart = -1;
-      json::Array microInstrs = instructions(prog.getMicroBatch(), &backwardStart);
-      json::Object progJSON{{"name", prog.getName().str()},
-                            {"ranks", std::move(ranks)},
-                            {"arena_bytes", prog.getArena()},
-                            {"num_micro_batches", prog.getMicroBatches()},
-                            {"outputs", std::move(outs)},
-                            {"micro_batch_instructions", std::move(microInstrs)},
-                            {"step_instructions", instructions(prog.getStep())}};
-      if (std::optional<uint64_t> stash = prog.getStash())
-        progJSON["stash_bytes"] = int64_t(*stash);
-      if (backwardStart >= 0) {
-        // A pipeline stage: its schedule and order are the program's
-        // (convert-llm-to-exec laid them out), translated as they are.
-        progJSON["backward_start"] = backwardStart;
-        if (!prog.getScheduleAttr() || !prog.getOrderAttr())
-          return prog.emitOpError() << "exec-to-plan: a pipeline stage's program has no "
-                                       "schedule and order; run convert-llm-to-exec";
-        progJSON["schedule"] = prog.getScheduleAttr().getValue().str();
-        if (!chunks.empty())
-          progJSON["chunks"] = std::move(chunks);
-        json::Array order;
-        ArrayRef<int64_t> o = prog.getOrderAttr().asArrayRef();
-        for (size_t i = 0; i + 2 < o.size(); i += 3)
-          order.push_back(json::Array{o[i], o[i + 1], o[i + 2]});
-        progJSON["order"] = std::move(order);
+      for (Operation &op : region.front()) {
+        if (isa<exec::BackwardOp>(op) && backwardStart)
+          *backwardStart = int64_t(instrs.size());
+        if (auto c = dyn_cast<exec::ChunkOp>(op))
+          chunks.push_back(
+              json::Object{{"chunk", c.getIndex()}, {"begin", int64_t(instrs.size())}});
+        if (auto k = dyn_cast<exec::KernelOp>(op)) {
+          json::Object ps;
+          for (NamedAttribute na : k.getParams())
+            ps[na.getName().str()] = attrJSON(na.getValue());
+          instrs.push_back(json::Object{{"kernel", k.getKernel().str()},
+                                        {"ins", bufsJSON(k.getIns())},
+                                        {"outs", bufsJSON(k.getOuts())},
+                                        {"params", std::move(ps)}});
+        } else if (auto f = dyn_cast<exec::FusedOp>(op)) {
+          json::Array body, temps;
+          for (Attribute e : f.getBody()) {
+            auto d = cast<DictionaryAttr>(e);
+            json::Object ps;
+            for (NamedAttribute na : d.getAs<DictionaryAttr>("params"))
+              ps[na.getName().str()] = attrJSON(na.getValue());
+            json::Array ins, outs;
+            for (int64_t r : d.getAs<DenseI64ArrayAttr>("ins").asArrayRef())
+              ins.push_back(r);
+            for (int64_t r : d.getAs<DenseI64ArrayAttr>("outs").asArrayRef())
+              outs.push_back(r);
+            body.push_back(json::Object{{"kernel", d.getAs<StringAttr>("kernel").str()},
+                                        {"ins", std::move(ins)},
+                                        {"outs", std::move(outs)},
+                                        {"params", std::move(ps)}});
+          }
+          for (Attribute t : f.getTemps()) {
+            json::Array shape;
+            for (int64_t d : cast<DenseI64ArrayAttr>(t).asArrayRef())
+              shape.push_back(d);
+            temps.push_back(std::move(shape));
+          }
+          instrs.push_back(json::Object{{"kernel", "fused"},
+                                        {"name", f.getName().str()},
+                                        {"ins", bufsJSON(f.getIns())},
+                                        {"outs", bufsJSON(f.getOuts())},
+                                        {"temps", std::move(temps)},
+                                        {"body", std::move(body)}});
+          fusedOps.push_back(f);
+        } else if (auto ar = dyn_cast<exec::AllReduceOp>(op)) {
+          instrs.push_back(json::Object{{"collective", "all_reduce"},
+                                        {"axis", ar.getAxis().str()},
+                                        {"reduce", exec::stringifyReduceKind(ar.getReduce()).str()},
+                                        {"buffers", bufsJSON(ar.getBuffers())}});
+        } else if (auto ba = dyn_cast<exec::BucketAllReduceOp>(op)) {
+          instrs.push_back(json::Object{{"collective", "bucket_all_reduce"},
+                                        {"axis", ba.getAxis().str()},
+                                        {"reduce", exec::stringifyReduceKind(ba.getReduce()).str()},
+                                        {"bucket", ba.getBucket()},
+                                        {"buffers", bufsJSON(ba.getBuffers())}});
+        } else if (auto bw = dyn_cast<exec::BucketWaitOp>(op)) {
+          instrs.push_back(json::Object{{"collective", "bucket_wait"}, {"bucket", bw.getBucket()}});
+        } else if (auto g = dyn_cast<exec::GradReduceScatterOp>(op)) {
+          json::Object o{{"collective", "grad_reduce_scatter"},
+                         {"axis", g.getAxis().str()},
+                         {"reduce", exec::stringifyReduceKind(g.getReduce()).str()},
+                         {"ins", bufsJSON(ArrayAttr::get(g.getContext(), {g.getInput()}))},
+                         {"outs", bufsJSON(ArrayAttr::get(g.getContext(), {g.getAccum()}))}};
+          if (auto bucket = g.getBucketAttr())
+            o["bucket"] = bucket.getInt();
+          if (g.getFlush())
+            o["flush"] = true;
+          instrs.push_back(std::move(o));
+        } else if (auto rs = dyn_cast<exec::ReduceScatterOp>(op)) {
+          instrs.push_back(json::Object{{"collective", "reduce_scatter"},
+                                        {"axis", rs.getAxis().str()},
+                                        {"reduce", exec::stringifyReduceKind(rs.getReduce()).str()},
+                                        {"buffers", bufsJSON(rs.getBuffers())}});
+        } else if (auto pg = dyn_cast<exec::ParamGatherOp>(op)) {
+          json::Object o{{"collective", "param_gather"},
+                         {"axis", pg.getAxis().str()},
+                         {"param", pg.getParam().str()},
+                         {"buffers", bufsJSON(ArrayAttr::get(pg.getContext(), {pg.getBuffer()}))}};
+          if (std::optional<uint64_t> e = pg.getEvent())
+            o["event"] = int64_t(*e);
+          instrs.push_back(std::move(o));
+        } else if (auto pw = dyn_cast<exec::ParamWaitOp>(op)) {
+          instrs.push_back(json::Object{{"collective", "param_wait"}, {"event", pw.getEvent()}});
+        } else if (auto p2p = dyn_cast<exec::P2POp>(op)) {
+          instrs.push_back(json::Object{
+              {"collective", exec::stringifyTransferKind(p2p.getKind()).str()},
+              {"axis", "pp"},
+              {"peer", p2p.getPeer()},
+              {"tag", p2p.getTag()},
+              {"buffers", bufsJSON(ArrayAttr::get(p2p.getContext(), {p2p.getBuffer()}))}});
+        } else if (auto sq = dyn_cast<exec::SeqOp>(op)) {
+          instrs.push_back(
+              json::Object{{"collective", ("seq_" + exec::stringifySeqKind(sq.getKind())).str()},
+                           {"axis", sq.getAxis().str()},
+                           {"ins", bufsJSON(sq.getIns())},
+                           {"outs", bufsJSON(sq.getOuts())}});
+        } else if (auto ring = dyn_cast<exec::RingAttentionOp>(op)) {
+          json::Object ps;
+          for (NamedAttribute na : ring.getParams())
+            ps[na.getName().str()] = attrJSON(na.getValue());
+          instrs.push_back(json::Object{
+              {"collective",
+               ("cp_ring_attention_" + exec::stringifyDirection(ring.getKind())).str()},
+              {"axis", ring.getAxis().str()},
+              {"ins", bufsJSON(ring.getIns())},
+              {"outs", bufsJSON(ring.getOuts())},
+              {"params", std::move(ps)}});
+        } else if (auto a2a = dyn_cast<exec::AllToAllOp>(op)) {
+          instrs.push_back(json::Object{
+              {"collective", ("ep_" + exec::stringifyExpertExchange(a2a.getKind())).str()},
+              {"axis", a2a.getAxis().str()},
+              {"ins", bufsJSON(a2a.getIns())},
+              {"outs", bufsJSON(a2a.getOuts())}});
+        } else if (auto ag = dyn_cast<exec::AllGatherOp>(op)) {
+          instrs.push_back(json::Object{{"collective", "all_gather"},
+                                        {"axis", ag.getAxis().str()},
+                                        {"buffers", bufsJSON(ag.getBuffers())}});
+        }
       }
-      progs.push_back(std::move(progJSON));
+      return instrs;
+    };
+    json::Array ranks;
+    for (int64_t r : prog.getRanks())
+      ranks.push_back(r);
+    json::Object outs;
+    for (NamedAttribute na : prog.getOutputs())
+      outs[na.getName().str()] = bufJSON(cast<exec::BufAttr>(na.getValue()));
+    int64_t backwardStart = -1;
+    json::Array microInstrs = instructions(prog.getMicroBatch(), &backwardStart);
+    json::Object progJSON{{"name", prog.getName().str()},
+                          {"ranks", std::move(ranks)},
+                          {"arena_bytes", prog.getArena()},
+                          {"num_micro_batches", prog.getMicroBatches()},
+                          {"outputs", std::move(outs)},
+                          {"micro_batch_instructions", std::move(microInstrs)},
+                          {"step_instructions", instructions(prog.getStep())}};
+    if (std::optional<uint64_t> stash = prog.getStash())
+      progJSON["stash_bytes"] = int64_t(*stash);
+    if (backwardStart >= 0) {
+      // A pipeline stage: its schedule and order are the program's
+      // (convert-llm-to-exec laid them out), translated as they are.
+      progJSON["backward_start"] = backwardStart;
+      if (!prog.getScheduleAttr() || !prog.getOrderAttr())
+        return prog.emitOpError() << "exec-to-plan: a pipeline stage's program has no "
+                                     "schedule and order; run convert-llm-to-exec";
+      progJSON["schedule"] = prog.getScheduleAttr().getValue().str();
+      if (!chunks.empty())
+        progJSON["chunks"] = std::move(chunks);
+      json::Array order;
+      ArrayRef<int64_t> o = prog.getOrderAttr().asArrayRef();
+      for (size_t i = 0; i + 2 < o.size(); i += 3)
+        order.push_back(json::Array{o[i], o[i + 1], o[i + 2]});
+      progJSON["order"] = std::move(order);
     }
-    root["programs"] = std::move(progs);
+    progs.push_back(std::move(progJSON));
+  }
+  root["programs"] = std::move(progs);
   text = llvm::formatv("{0:1}", json::Value(std::move(root))).str() + "\n";
   return success();
 }
@@ -423,7 +418,7 @@ void llmopt::registerExecToPlanTranslation() {
         return success();
       },
       [](DialectRegistry &registry) {
-        registry.insert<exec::ExecDialect, llm::LLMDialect, func::FuncDialect,
-                        arith::ArithDialect>();
+        registry
+            .insert<exec::ExecDialect, llm::LLMDialect, func::FuncDialect, arith::ArithDialect>();
       });
 }

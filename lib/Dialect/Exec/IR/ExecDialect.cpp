@@ -79,12 +79,12 @@ LogicalResult ProgramOp::verify() {
     int64_t chunks = 0, micro = int64_t(getMicroBatches());
     for (size_t i = 0; i < o.size(); i += 3) {
       if (o[i] < 0 || o[i] >= micro || o[i + 1] < 0 || (o[i + 2] != 0 && o[i + 2] != 1))
-        return emitOpError() << "order entry " << i / 3 << " (" << o[i] << ", " << o[i + 1]
-                             << ", " << o[i + 2] << ") names no part of this program's "
+        return emitOpError() << "order entry " << i / 3 << " (" << o[i] << ", " << o[i + 1] << ", "
+                             << o[i + 2] << ") names no part of this program's "
                              << getMicroBatches() << " micro-batches";
       if (!seen.insert({o[i], o[i + 1], o[i + 2]}).second)
-        return emitOpError() << "order names part (" << o[i] << ", " << o[i + 1] << ", "
-                             << o[i + 2] << ") twice";
+        return emitOpError() << "order names part (" << o[i] << ", " << o[i + 1] << ", " << o[i + 2]
+                             << ") twice";
       chunks = std::max(chunks, o[i + 1] + 1);
     }
     if (int64_t(seen.size()) != 2 * chunks * micro)
@@ -287,8 +287,8 @@ LogicalResult PlanOp::verify() {
   if (size[0] % size[4] != 0)
     return emitOpError() << "ep " << size[4] << " does not divide dp " << size[0];
   if (getWorld() != size[0] * size[1] * size[2] * size[3])
-    return emitOpError() << "world " << getWorld() << " is not pp x dp x cp x tp = "
-                         << size[0] * size[1] * size[2] * size[3];
+    return emitOpError() << "world " << getWorld()
+                         << " is not pp x dp x cp x tp = " << size[0] * size[1] * size[2] * size[3];
   if (getZero() < 0 || getZero() > 3)
     return emitOpError() << "zero must be 0, 1, 2 or 3, got " << getZero();
   return success();
