@@ -166,12 +166,31 @@ bool saveCheckpoint(const std::string &dir, const CpuExecutor &exe, const Plan &
       error = dir + ": cannot create the checkpoint directory: " + std::strerror(errno);
       return false;
     }
-    removeDir(partial);
+    // What failed or crashed saves left (hidden, never named by LATEST, but
+    // a checkpoint's worth of disk each) goes before a new one is written.
+    std::error_code ec;
+    for (const auto &e : std::filesystem::directory_iterator(dir, ec)) {
+      std::string n = e.path().filename().string();
+      auto ends = [&](const char *tail) {
+        size_t k = std::strlen(tail);
+        return n.size() > k && n.compare(n.size() - k, k, tail) == 0;
+      };
+      if (n.rfind(".step-", 0) == 0 && (ends(".partial") || ends(".old")))
+        removeDir(e.path().string());
+    }
     if (!makeDir(partial)) {
       error = partial + ": cannot create: " + std::strerror(errno);
       return false;
     }
   }
+  // A save that fails on this rank takes its part of the partial checkpoint
+  // with it (rank 0: the whole of it).
+  auto failed = [&](const std::string &why) {
+    error = why;
+    if (rank == 0)
+      removeDir(partial);
+    return false;
+  };
   if (!barrier(comm, error))
     return false;
 
@@ -208,8 +227,9 @@ bool saveCheckpoint(const std::string &dir, const CpuExecutor &exe, const Plan &
     if (!f || (f.close(), !f) || !syncPath(path + ".tmp") ||
         std::rename((path + ".tmp").c_str(), path.c_str()) != 0 ||
         !writeAll(path + ".sha256", hash.hex())) {
-      error = path + ": write failed";
-      return false;
+      for (const std::string &f : {path + ".tmp", path, path + ".sha256"})
+        std::remove(f.c_str());
+      return failed(path + ": write failed");
     }
   }
   if (!barrier(comm, error))
@@ -229,8 +249,7 @@ bool saveCheckpoint(const std::string &dir, const CpuExecutor &exe, const Plan &
       std::string side = partial + "/" + f + ".sha256";
       if (!readFile(side, digest) || digest.size() != 64 ||
           ::access((partial + "/" + f).c_str(), R_OK) != 0) {
-        error = partial + "/" + f + ": missing after every rank wrote";
-        return false;
+        return failed(partial + "/" + f + ": missing after every rank wrote");
       }
       std::remove(side.c_str());
       manifest += std::string(r ? "," : "") + "\n    \"" + f + "\": \"" + digest + "\"";
@@ -239,13 +258,11 @@ bool saveCheckpoint(const std::string &dir, const CpuExecutor &exe, const Plan &
     // The plan travels with the checkpoint, so that another plan can reshard it.
     if (!writeAll(partial + "/plan.json", plan.text) ||
         !writeAll(partial + "/checksums.sha256", planSha256 + "  plan.json\n")) {
-      error = partial + "/plan.json: write failed";
-      return false;
+      return failed(partial + "/plan.json: write failed");
     }
     std::string final = dir + "/" + name;
     if (!writeAll(partial + "/manifest.json", manifest)) {
-      error = partial + "/manifest.json: write failed";
-      return false;
+      return failed(partial + "/manifest.json: write failed");
     }
     // A checkpoint of the same step already there (a resumed --steps 0, a
     // rerun) is swapped out atomically, so that LATEST never names a missing
