@@ -105,7 +105,8 @@ struct NcclApi {
 
 class NcclCommunicator final : public DeviceCommunicator {
 public:
-  NcclCommunicator(Communicator &host, cudaStream_t stream) : host(host), stream(stream) {}
+  NcclCommunicator(Communicator &host, cudaStream_t stream)
+      : DeviceCommunicator(host), stream(stream) {}
   ~NcclCommunicator() override {
     for (auto &[axis, c] : comms)
       if (c)
@@ -131,7 +132,7 @@ public:
     // with a last float saying whether it could be made.
     for (const std::string &axis : axes) {
       int index = 0, n = 1;
-      host.axisPosition(axis, index, n);
+      inner.axisPosition(axis, index, n);
       if (n <= 1 || comms.count(axis))
         continue;
       ncclUniqueId id{};
@@ -140,7 +141,7 @@ public:
       for (size_t i = 0; i < sizeof(id.internal); ++i)
         bytes[i] = index == 0 ? float(static_cast<unsigned char>(id.internal[i])) : 0.0f;
       bytes.back() = made ? 0.0f : 1.0f;
-      if (!host.allReduce(axis, bytes.data(), int64_t(bytes.size()), /*average=*/false, error))
+      if (!inner.allReduce(axis, bytes.data(), int64_t(bytes.size()), /*average=*/false, error))
         return false;
       if (bytes.back() != 0.0f) {
         ok = false;
@@ -165,16 +166,6 @@ public:
       return false;
     }
     return true;
-  }
-
-  int rank() const override { return host.rank(); }
-  int size() const override { return host.size(); }
-  bool useMesh(int pp, int dp, int cp, int tp, std::string &error) override {
-    return host.useMesh(pp, dp, cp, tp, error);
-  }
-  bool useExpertAxes(int ep, std::string &error) override { return host.useExpertAxes(ep, error); }
-  void axisPosition(const std::string &axis, int &index, int &size) const override {
-    host.axisPosition(axis, index, size);
   }
 
   bool allReduce(const std::string &axis, float *data, int64_t count, bool average,
@@ -246,15 +237,15 @@ public:
       return copy(recv, send, count, error);
     int index = 0, n = 1;
     axisPosition(axis, index, n);
-    if (!nccl.ok(nccl.groupStart(), "ncclGroupStart", error))
-      return false;
-    bool ok = true;
-    for (int r = 0; r < n && ok; ++r)
-      ok = nccl.ok(nccl.send(send + int64_t(r) * count, size_t(count), ncclFloat32, r, c, stream),
-                   "ncclSend", error) &&
-           nccl.ok(nccl.recv(recv + int64_t(r) * count, size_t(count), ncclFloat32, r, c, stream),
-                   "ncclRecv", error);
-    return nccl.ok(nccl.groupEnd(), "ncclGroupEnd", error) && ok;
+    return grouped(error, [&] {
+      bool ok = true;
+      for (int r = 0; r < n && ok; ++r)
+        ok = nccl.ok(nccl.send(send + int64_t(r) * count, size_t(count), ncclFloat32, r, c, stream),
+                     "ncclSend", error) &&
+             nccl.ok(nccl.recv(recv + int64_t(r) * count, size_t(count), ncclFloat32, r, c, stream),
+                     "ncclRecv", error);
+      return ok;
+    });
   }
   // Pipeline transfers over the "pp" communicator: world rank `peer` is
   // stage peer / (world / stages) there (pp is the mesh's outermost axis).
@@ -272,13 +263,11 @@ public:
   bool recv(int peer, int tag, float *data, int64_t count, std::string &error) override {
     ncclComm_t c = nullptr;
     int stage = 0;
-    if (!pipelinePeer(peer, c, stage, error) ||
-        !nccl.ok(nccl.groupStart(), "ncclGroupStart", error))
-      return false;
-    bool ok =
-        issueHeld(error) &&
-        nccl.ok(nccl.recv(data, size_t(count), ncclFloat32, stage, c, stream), "ncclRecv", error);
-    return nccl.ok(nccl.groupEnd(), "ncclGroupEnd", error) && ok;
+    return pipelinePeer(peer, c, stage, error) && grouped(error, [&] {
+             return issueHeld(error) &&
+                    nccl.ok(nccl.recv(data, size_t(count), ncclFloat32, stage, c, stream),
+                            "ncclRecv", error);
+           });
   }
   bool flush(std::string &error) override { return sendHeld(error); }
 
@@ -310,7 +299,6 @@ public:
   }
 
 private:
-  Communicator &host;
   cudaStream_t stream;
   NcclApi nccl;
   std::map<std::string, ncclComm_t> comms;
@@ -335,11 +323,14 @@ private:
   /// Issues the held sends in a group of their own (before another
   /// collective, or at flush).
   bool sendHeld(std::string &error) {
-    if (held.empty())
-      return true;
+    return held.empty() || grouped(error, [&] { return issueHeld(error); });
+  }
+  /// `issue` (NCCL calls) inside one NCCL group; the group is closed even
+  /// when a call fails.
+  template <typename F> bool grouped(std::string &error, F &&issue) {
     if (!nccl.ok(nccl.groupStart(), "ncclGroupStart", error))
       return false;
-    bool ok = issueHeld(error);
+    bool ok = issue();
     return nccl.ok(nccl.groupEnd(), "ncclGroupEnd", error) && ok;
   }
 
@@ -359,8 +350,8 @@ private:
     float f = ok ? 0.0f : 1.0f;
     for (const char *axis : {"dp", "cp", "tp", "pp"}) {
       int index = 0, n = 1;
-      host.axisPosition(axis, index, n);
-      if (n > 1 && !host.allReduce(axis, &f, 1, /*average=*/false, error))
+      inner.axisPosition(axis, index, n);
+      if (n > 1 && !inner.allReduce(axis, &f, 1, /*average=*/false, error))
         return false;
     }
     anyFailed = f != 0.0f;

@@ -141,12 +141,7 @@ bool CpuExecutor::init(const Plan &p, int rank, uint64_t seed, std::string &erro
 }
 
 bool CpuExecutor::axis(const std::string &name, int &index, int &size, std::string &error) const {
-  if (!plan->place(name, rank, index, size)) {
-    error = "the CPU backend runs pp x dp x tp meshes (ep dividing dp); cannot place axis '" +
-            name + "'";
-    return false;
-  }
-  return true;
+  return plan->place(name, rank, index, size, error);
 }
 
 bool CpuExecutor::runExperts(const Instruction &ins, Communicator &comm, std::string &error) {
@@ -561,7 +556,17 @@ std::vector<const Buffer *> CpuExecutor::wideBuffers(const Instruction &ins) con
 }
 
 void CpuExecutor::widen(const Instruction &ins) {
-  for (const Buffer *b : wideBuffers(ins)) {
+  widened = wideBuffers(ins);
+  widenBuffers(widened);
+}
+
+void CpuExecutor::narrow(const Instruction &) {
+  narrowBuffers(widened);
+  widened.clear();
+}
+
+void CpuExecutor::widenBuffers(const std::vector<const Buffer *> &wide) {
+  for (const Buffer *b : wide) {
     std::vector<float> &s = shadows[b];
     s.resize(size_t(b->elements));
     if (b->space == Buffer::Space::State) {
@@ -576,8 +581,8 @@ void CpuExecutor::widen(const Instruction &ins) {
   }
 }
 
-void CpuExecutor::narrow(const Instruction &ins) {
-  for (const Buffer *b : wideBuffers(ins)) {
+void CpuExecutor::narrowBuffers(const std::vector<const Buffer *> &wide) {
+  for (const Buffer *b : wide) {
     auto it = shadows.find(b);
     if (it == shadows.end())
       continue;
@@ -591,20 +596,20 @@ void CpuExecutor::narrow(const Instruction &ins) {
 }
 
 bool CpuExecutor::compute(const Instruction &ins, Communicator &comm, std::string &error) {
-  bool wide = !wideBuffers(ins).empty();
+  std::vector<const Buffer *> wide = wideBuffers(ins);
   if (profiling && ins.kind == Instruction::Kind::Kernel && ins.kernel &&
-      ins.kernel->id != KernelId::Fused && !wide) {
+      ins.kernel->id != KernelId::Fused && wide.empty()) {
     // The kernel alone (a 16-bit one's copies are not timed).
     auto t0 = std::chrono::steady_clock::now();
     bool ok = runWide(ins, comm, error);
     record(ins, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     return ok;
   }
-  if (!wide)
+  if (wide.empty())
     return runWide(ins, comm, error);
-  widen(ins);
+  widenBuffers(wide);
   bool ok = runWide(ins, comm, error);
-  narrow(ins);
+  narrowBuffers(wide);
   return ok;
 }
 

@@ -93,6 +93,15 @@ bool Plan::place(const std::string &axis, int rank, int &index, int &size) const
   return true;
 }
 
+bool Plan::place(const std::string &axis, int rank, int &index, int &size,
+                 std::string &error) const {
+  if (place(axis, rank, index, size))
+    return true;
+  error = "the runtime runs pp x dp x cp x tp meshes (ep dividing dp); cannot place axis '" + axis +
+          "'";
+  return false;
+}
+
 const ParamSpec *Plan::param(const std::string &name) const {
   for (const ParamSpec &p : params)
     if (p.name == name)

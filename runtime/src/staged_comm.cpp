@@ -26,17 +26,33 @@ bool StagedCommunicator::out(Copy &c, std::string &error) {
          staging.toDevice(c.device, c.data.data(), int64_t(c.data.size()), error);
 }
 
+int64_t StagedCommunicator::axisSize(const std::string &axis) const {
+  int index = 0, n = 1;
+  inner.axisPosition(axis, index, n);
+  return n;
+}
+
+bool StagedCommunicator::finish(std::map<int, std::pair<Copy, Copy>> &started, int key,
+                                std::string &error) {
+  auto it = started.find(key);
+  if (it == started.end())
+    return true;
+  bool ok = out(it->second.second, error);
+  started.erase(it);
+  return ok;
+}
+
 bool StagedCommunicator::allReduce(const std::string &axis, float *data, int64_t count,
                                    bool average, std::string &error) {
   Copy c{{}, data};
-  return in(c, data, count, error) && host.allReduce(axis, c.data.data(), count, average, error) &&
+  return in(c, data, count, error) && inner.allReduce(axis, c.data.data(), count, average, error) &&
          out(c, error);
 }
 
 bool StagedCommunicator::allReduceMax(const std::string &axis, float *data, int64_t count,
                                       std::string &error) {
   Copy c{{}, data};
-  return in(c, data, count, error) && host.allReduceMax(axis, c.data.data(), count, error) &&
+  return in(c, data, count, error) && inner.allReduceMax(axis, c.data.data(), count, error) &&
          out(c, error);
 }
 
@@ -45,11 +61,11 @@ bool StagedCommunicator::startAllReduce(const std::string &axis, float *data, in
   std::list<Copy> &held = buckets[bucket];
   Copy &c = held.emplace_back(Copy{{}, data});
   return in(c, data, count, error) &&
-         host.startAllReduce(axis, c.data.data(), count, average, bucket, error);
+         inner.startAllReduce(axis, c.data.data(), count, average, bucket, error);
 }
 
 bool StagedCommunicator::waitAllReduce(int bucket, std::string &error) {
-  if (!host.waitAllReduce(bucket, error))
+  if (!inner.waitAllReduce(bucket, error))
     return false;
   auto it = buckets.find(bucket);
   if (it == buckets.end())
@@ -65,86 +81,67 @@ bool StagedCommunicator::reduceScatter(const std::string &axis, float *data, int
                                        bool average, std::string &error) {
   Copy c{{}, data};
   return in(c, data, count, error) &&
-         host.reduceScatter(axis, c.data.data(), count, average, error) && out(c, error);
+         inner.reduceScatter(axis, c.data.data(), count, average, error) && out(c, error);
 }
 
 bool StagedCommunicator::allGather(const std::string &axis, float *data, int64_t count,
                                    std::string &error) {
   Copy c{{}, data};
-  return in(c, data, count, error) && host.allGather(axis, c.data.data(), count, error) &&
+  return in(c, data, count, error) && inner.allGather(axis, c.data.data(), count, error) &&
          out(c, error);
 }
 
 bool StagedCommunicator::allGatherBlocks(const std::string &axis, const float *mine, float *all,
                                          int64_t count, std::string &error) {
-  int index = 0, n = 1;
-  host.axisPosition(axis, index, n);
+  int64_t n = axisSize(axis);
   Copy m, a{std::vector<float>(size_t(count * n)), all};
   return in(m, mine, count, error) &&
-         host.allGatherBlocks(axis, m.data.data(), a.data.data(), count, error) && out(a, error);
+         inner.allGatherBlocks(axis, m.data.data(), a.data.data(), count, error) && out(a, error);
 }
 
 bool StagedCommunicator::startAllGatherBlocks(const std::string &axis, const float *mine,
                                               float *all, int64_t count, int event,
                                               std::string &error) {
-  int index = 0, n = 1;
-  host.axisPosition(axis, index, n);
+  int64_t n = axisSize(axis);
   auto &[m, a] = gathers[event];
   a = Copy{std::vector<float>(size_t(count * n)), all};
   return in(m, mine, count, error) &&
-         host.startAllGatherBlocks(axis, m.data.data(), a.data.data(), count, event, error);
+         inner.startAllGatherBlocks(axis, m.data.data(), a.data.data(), count, event, error);
 }
 
 bool StagedCommunicator::waitAllGather(int event, std::string &error) {
-  if (!host.waitAllGather(event, error))
-    return false;
-  auto it = gathers.find(event);
-  if (it == gathers.end())
-    return true;
-  bool ok = out(it->second.second, error);
-  gathers.erase(it);
-  return ok;
+  return inner.waitAllGather(event, error) && finish(gathers, event, error);
 }
 
 bool StagedCommunicator::reduceScatterBlocks(const std::string &axis, const float *all, float *mine,
                                              int64_t count, std::string &error) {
-  int index = 0, n = 1;
-  host.axisPosition(axis, index, n);
+  int64_t n = axisSize(axis);
   Copy a, m{std::vector<float>(size_t(count)), mine};
   return in(a, all, count * n, error) &&
-         host.reduceScatterBlocks(axis, a.data.data(), m.data.data(), count, error) &&
+         inner.reduceScatterBlocks(axis, a.data.data(), m.data.data(), count, error) &&
          out(m, error);
 }
 
 bool StagedCommunicator::startReduceScatterBlocks(const std::string &axis, const float *all,
                                                   float *mine, int64_t count, int handle,
                                                   std::string &error) {
-  int index = 0, n = 1;
-  host.axisPosition(axis, index, n);
+  int64_t n = axisSize(axis);
   auto &[a, m] = scatters[handle];
   m = Copy{std::vector<float>(size_t(count)), mine};
   return in(a, all, count * n, error) &&
-         host.startReduceScatterBlocks(axis, a.data.data(), m.data.data(), count, handle, error);
+         inner.startReduceScatterBlocks(axis, a.data.data(), m.data.data(), count, handle, error);
 }
 
 bool StagedCommunicator::waitReduceScatter(int handle, std::string &error) {
-  if (!host.waitReduceScatter(handle, error))
-    return false;
-  auto it = scatters.find(handle);
-  if (it == scatters.end())
-    return true;
-  bool ok = out(it->second.second, error);
-  scatters.erase(it);
-  return ok;
+  return inner.waitReduceScatter(handle, error) && finish(scatters, handle, error);
 }
 
 bool StagedCommunicator::allToAllBlocks(const std::string &axis, const float *send, float *recv,
                                         int64_t count, std::string &error) {
-  int index = 0, n = 1;
-  host.axisPosition(axis, index, n);
+  int64_t n = axisSize(axis);
   Copy s, r{std::vector<float>(size_t(count * n)), recv};
   return in(s, send, count * n, error) &&
-         host.allToAllBlocks(axis, s.data.data(), r.data.data(), count, error) && out(r, error);
+         inner.allToAllBlocks(axis, s.data.data(), r.data.data(), count, error) && out(r, error);
 }
 
 bool StagedCommunicator::send(int peer, int tag, const float *data, int64_t count,
@@ -155,16 +152,16 @@ bool StagedCommunicator::send(int peer, int tag, const float *data, int64_t coun
   if (!in(c, data, count, error))
     return false;
   const std::vector<float> &held = sends.emplace_back(std::move(c.data));
-  return host.send(peer, tag, held.data(), count, error);
+  return inner.send(peer, tag, held.data(), count, error);
 }
 
 bool StagedCommunicator::recv(int peer, int tag, float *data, int64_t count, std::string &error) {
   Copy c{std::vector<float>(size_t(count)), data};
-  return host.recv(peer, tag, c.data.data(), count, error) && out(c, error);
+  return inner.recv(peer, tag, c.data.data(), count, error) && out(c, error);
 }
 
 bool StagedCommunicator::flush(std::string &error) {
-  if (!host.flush(error))
+  if (!inner.flush(error))
     return false;
   sends.clear();
   return true;

@@ -49,12 +49,7 @@ bool StepDriver::init(const Plan &p, const Program &prog, int r, std::string &er
 }
 
 bool StepDriver::axis(const std::string &name, int &index, int &size, std::string &error) const {
-  if (!plan->place(name, rank, index, size)) {
-    error = "the runtime runs pp x dp x cp x tp meshes (ep dividing dp); cannot place axis '" +
-            name + "'";
-    return false;
-  }
-  return true;
+  return plan->place(name, rank, index, size, error);
 }
 
 bool StepDriver::runs(Instruction::Kind kind) {

@@ -298,9 +298,9 @@ bool parse(int argc, char **argv, Options &o, std::string &error) {
 }
 
 /// A communicator that counts the time spent in it.
-class Timed final : public Communicator {
+class Timed final : public LayeredCommunicator {
 public:
-  explicit Timed(Communicator &inner) : inner(inner) {}
+  explicit Timed(Communicator &inner) : LayeredCommunicator(inner) {}
   /// Runs `call` (a collective of `inner`), adding its wall time to `seconds`.
   template <typename F> bool timed(F &&call) {
     auto t0 = std::chrono::steady_clock::now();
@@ -308,8 +308,6 @@ public:
     seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     return ok;
   }
-  int rank() const override { return inner.rank(); }
-  int size() const override { return inner.size(); }
   bool allReduce(const std::string &axis, float *data, int64_t count, bool average,
                  std::string &error) override {
     return timed([&] { return inner.allReduce(axis, data, count, average, error); });
@@ -320,9 +318,6 @@ public:
   }
   bool allGather(const std::string &axis, float *data, int64_t count, std::string &error) override {
     return timed([&] { return inner.allGather(axis, data, count, error); });
-  }
-  bool useMesh(int pp, int dp, int cp, int tp, std::string &error) override {
-    return inner.useMesh(pp, dp, cp, tp, error);
   }
   bool allReduceMax(const std::string &axis, float *data, int64_t count,
                     std::string &error) override {
@@ -336,7 +331,6 @@ public:
     // Only the wait is exposed communication; the reduction overlapped.
     return timed([&] { return inner.waitAllReduce(bucket, error); });
   }
-  bool useExpertAxes(int ep, std::string &error) override { return inner.useExpertAxes(ep, error); }
   bool allToAllBlocks(const std::string &axis, const float *send, float *recv, int64_t count,
                       std::string &error) override {
     return timed([&] { return inner.allToAllBlocks(axis, send, recv, count, error); });
@@ -347,9 +341,6 @@ public:
   bool flush(std::string &error) override { return inner.flush(error); }
   bool recv(int peer, int tag, float *data, int64_t count, std::string &error) override {
     return timed([&] { return inner.recv(peer, tag, data, count, error); });
-  }
-  void axisPosition(const std::string &axis, int &index, int &size) const override {
-    inner.axisPosition(axis, index, size);
   }
   bool allGatherBlocks(const std::string &axis, const float *mine, float *all, int64_t count,
                        std::string &error) override {
@@ -376,9 +367,6 @@ public:
     return timed([&] { return inner.reduceScatterBlocks(axis, all, mine, count, error); });
   }
   double seconds = 0;
-
-private:
-  Communicator &inner;
 };
 
 } // namespace

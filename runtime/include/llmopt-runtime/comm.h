@@ -216,6 +216,30 @@ public:
   }
 };
 
+/// A communicator layered over another (host staging, timing, a device
+/// library bootstrapped through it): the ranks, the mesh and the watchdog's
+/// timeout are the inner communicator's; the collectives are the layer's.
+class LayeredCommunicator : public Communicator {
+public:
+  explicit LayeredCommunicator(Communicator &inner) : inner(inner) {}
+  int rank() const override { return inner.rank(); }
+  int size() const override { return inner.size(); }
+  void setTimeout(double seconds) override {
+    Communicator::setTimeout(seconds);
+    inner.setTimeout(seconds);
+  }
+  bool useMesh(int pp, int dp, int cp, int tp, std::string &error) override {
+    return inner.useMesh(pp, dp, cp, tp, error);
+  }
+  bool useExpertAxes(int ep, std::string &error) override { return inner.useExpertAxes(ep, error); }
+  void axisPosition(const std::string &axis, int &index, int &size) const override {
+    inner.axisPosition(axis, index, size);
+  }
+
+protected:
+  Communicator &inner;
+};
+
 /// Ranks as threads of one process sharing a reduction buffer; each
 /// all-reduce is a barrier. Data-parallel only (one axis spanning all ranks).
 class ThreadGroup {

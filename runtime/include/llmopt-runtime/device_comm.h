@@ -33,8 +33,10 @@ std::unique_ptr<Staging> makeCudaStaging(void *stream);
 /// A device communicator whose work is queued on `stream` (a cudaStream_t).
 /// (The host-staged one is a StagedCommunicator over makeCudaStaging: each
 /// of its collectives is complete when it returns.)
-class DeviceCommunicator : public Communicator {
+class DeviceCommunicator : public LayeredCommunicator {
 public:
+  /// Bootstrapped through `host` (its ranks and mesh).
+  explicit DeviceCommunicator(Communicator &host) : LayeredCommunicator(host) {}
   /// Waits for the stream's collectives, at most the watchdog's timeout:
   /// a collective a rank never joins fails with the watchdog's error (and
   /// NCCL's communicators aborted) instead of hanging the step.

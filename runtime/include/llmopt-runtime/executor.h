@@ -151,8 +151,14 @@ private:
   bool usesLossScaling = false;
   /// Temporaries of the fused kernel running (Buffer::Space::Temp).
   std::vector<std::vector<float>> temps;
-  /// 16-bit plans: the buffers of `ins` computed on fp32 copies.
+  /// 16-bit plans: the buffers of `ins` computed on fp32 copies, made and
+  /// rounded back around it.
   std::vector<const Buffer *> wideBuffers(const Instruction &ins) const;
+  void widenBuffers(const std::vector<const Buffer *> &wide);
+  void narrowBuffers(const std::vector<const Buffer *> &wide);
+  /// Those of the data-moving instruction the step driver runs now
+  /// (widen / narrow; such instructions do not nest).
+  std::vector<const Buffer *> widened;
   /// One kernel instruction's call: its buffers and, for a kernel with
   /// `shard`, this rank's position on that axis.
   struct KernelCall {

@@ -188,6 +188,8 @@ struct Plan {
   /// `ep` splits dp: ep index = dp index mod ep, edp index = dp index / ep.
   /// False for an axis the CPU backend cannot place.
   bool place(const std::string &axis, int rank, int &index, int &size) const;
+  /// The same, with `error` naming the axis it cannot place.
+  bool place(const std::string &axis, int rank, int &index, int &size, std::string &error) const;
 };
 
 /// Reads a whole file; false if it cannot be opened.

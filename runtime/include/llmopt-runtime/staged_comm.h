@@ -45,24 +45,11 @@ public:
   bool toDevice(float *device, const float *host, int64_t count, std::string &error) override;
 };
 
-class StagedCommunicator final : public Communicator {
+class StagedCommunicator final : public LayeredCommunicator {
 public:
   /// Collectives of `host` on buffers moved by `staging`; both outlive this.
-  StagedCommunicator(Communicator &host, Staging &staging) : host(host), staging(staging) {}
-
-  int rank() const override { return host.rank(); }
-  int size() const override { return host.size(); }
-  void setTimeout(double seconds) override {
-    Communicator::setTimeout(seconds);
-    host.setTimeout(seconds);
-  }
-  bool useMesh(int pp, int dp, int cp, int tp, std::string &error) override {
-    return host.useMesh(pp, dp, cp, tp, error);
-  }
-  bool useExpertAxes(int ep, std::string &error) override { return host.useExpertAxes(ep, error); }
-  void axisPosition(const std::string &axis, int &index, int &size) const override {
-    host.axisPosition(axis, index, size);
-  }
+  StagedCommunicator(Communicator &host, Staging &staging)
+      : LayeredCommunicator(host), staging(staging) {}
 
   bool allReduce(const std::string &axis, float *data, int64_t count, bool average,
                  std::string &error) override;
@@ -95,7 +82,6 @@ public:
   size_t inFlight() const;
 
 private:
-  Communicator &host;
   Staging &staging;
   /// A device buffer's host copy, to be written back to `device` (null:
   /// nothing to write back) when its collective completes.
@@ -105,11 +91,15 @@ private:
   };
   bool in(Copy &c, const float *device, int64_t count, std::string &error);
   bool out(Copy &c, std::string &error);
+  int64_t axisSize(const std::string &axis) const;
   /// Started collectives' copies, by bucket / event / handle, in start
   /// order; the node-based containers keep each copy where the host
   /// communicator was told it is.
   std::map<int, std::list<Copy>> buckets;
   std::map<int, std::pair<Copy, Copy>> gathers, scatters;
+  /// The started collective `key` of `started` (its input, its output),
+  /// after the host communicator completed it: the output written back.
+  bool finish(std::map<int, std::pair<Copy, Copy>> &started, int key, std::string &error);
   std::list<std::vector<float>> sends;
 };
 
