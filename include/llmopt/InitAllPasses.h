@@ -4,6 +4,7 @@
 #define LLMOPT_INITALLPASSES_H
 
 #include "llmopt/Conversion/Passes.h"
+#include "llmopt/Dialect/Exec/Transforms/Passes.h"
 #include "llmopt/Dialect/LLM/Transforms/Passes.h"
 #include "llmopt/Pipelines/Pipelines.h"
 #include "llmopt/Transforms/Passes.h"
@@ -14,6 +15,7 @@ namespace llmopt {
 /// Our passes and the upstream ones our pipelines use.
 inline void registerAllPasses() {
   llm::registerLLMPasses();
+  exec::registerExecPasses();
   registerLLMOptTransformsPasses();
   registerLLMOptConversionPasses();
   registerPipelines();

@@ -2,6 +2,7 @@
 
 #include "llmopt/Pipelines/Pipelines.h"
 #include "llmopt/Conversion/Passes.h"
+#include "llmopt/Dialect/Exec/Transforms/Passes.h"
 #include "llmopt/Transforms/Passes.h"
 
 #include "mlir/Pass/PassRegistry.h"
@@ -31,9 +32,11 @@ void llmopt::buildLowerToPlanPipeline(OpPassManager &pm, const LowerToPlanOption
   if (o.fuse)
     pm.addPass(createFuseElementwise());
   pm.addPass(createPlanMemory());
-  ConvertLLMToExecOptions convert;
-  convert.bucketBytes = o.bucketBytes;
-  pm.addPass(createConvertLLMToExec(convert));
+  pm.addPass(createConvertLLMToExec());
+  pm.addPass(exec::createExecShardOptimizer());
+  exec::ExecBucketGradientsOptions buckets;
+  buckets.bucketBytes = o.bucketBytes;
+  pm.addPass(exec::createExecBucketGradients(buckets));
   EmitPlanOptions emit;
   emit.dir = o.dir;
   pm.addPass(createEmitPlan(emit));

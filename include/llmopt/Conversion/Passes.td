@@ -20,22 +20,19 @@ def ConvertLLMToExec : Pass<"convert-llm-to-exec", "::mlir::ModuleOp"> {
     context and expert parallelism and ZeRO-1/2/3 follow the partition
     passes' ops and attributes (docs/lowering.md).
 
-    Data-parallel gradients (no ZeRO) are all-reduced in buckets of about
-    `bucket-bytes` as soon as the last micro-batch has added the bucket's
-    last gradient (`exec.bucket_all_reduce`, non-blocking, in the order the
-    backward makes them, as PyTorch DDP does); the step waits for them
-    (`exec.bucket_wait`) before it uses the gradients, so the reduction of
-    early buckets overlaps the rest of the backward. Under ZeRO-2/3 the
-    micro-batches' gradient reduce-scatters go in buckets of about
-    `bucket-bytes` of gradients likewise (`exec.grad_reduce_scatter` with
-    `bucket`, the last member `flush`), within one part of the schedule.
+    The programs are ZeRO-0's with whole gradient accumulators and one
+    blocking data-parallel average in the step: `exec-shard-optimizer`
+    shards them to the plan's ZeRO stage (which `exec.plan` records) and
+    `exec-bucket-gradients` makes the buckets. A GEMM adds its weight
+    gradients into their accumulators itself (`accumulate`) exactly where
+    llm-plan-memory gave them no buffer (`accumulatesWeightGradients`).
+
+    The lowering of each op lives with its op family
+    (lib/Conversion/LLMToExec: Elementwise, Embedding, Norm, Linear,
+    Attention, MoE, Loss, Collectives, Fused), registered by op name in a
+    `LoweringPatternSet`; buffers come from a `BufferAssignment` of the
+    memory plan; the step phase from `lowerStepPhase` (Optimizer.cpp).
   }];
-  let options = [
-    Option<"bucketBytes", "bucket-bytes", "int64_t", /*default=*/"25 << 20",
-           "gradient bytes per data-parallel all-reduce or ZeRO-2/3 reduce-scatter "
-           "bucket (0: one blocking all-reduce in the step; one reduce-scatter per "
-           "gradient)">,
-  ];
   let dependentDialects = ["::llmopt::exec::ExecDialect"];
 }
 

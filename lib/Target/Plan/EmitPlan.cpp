@@ -97,6 +97,17 @@ LogicalResult llmopt::translateExecToPlan(ModuleOp module, std::string &text, in
     return module.emitError() << "exec-to-plan: the module needs exec.program ops and one "
                                  "exec.plan: run convert-llm-to-exec first";
   exec::PlanOp header = headers.front();
+  // The programs run the ZeRO stage the header names: every update of a
+  // sharded optimizer updates a chunk (`shard`), none otherwise.
+  for (exec::ProgramOp program : programs)
+    for (Region *phase : {&program.getMicroBatch(), &program.getStep()})
+      for (exec::KernelOp k : phase->getOps<exec::KernelOp>())
+        if (k.getKernel() == "adamw" && k.getParams().contains("shard") != (header.getZero() > 0))
+          return k.emitError() << "exec-to-plan: exec.plan says ZeRO-" << header.getZero()
+                               << " but program \"" << program.getName() << "\" updates "
+                               << k.getParams().get("param")
+                               << (header.getZero() > 0 ? " whole: run exec-shard-optimizer"
+                                                        : " as a chunk");
   json::Object root;
   root["format"] = "llm-opt-plan";
   root["version"] = 1;
