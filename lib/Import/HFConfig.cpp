@@ -654,7 +654,7 @@ public:
                              InitKind::normal, c.initStd);
     Value logits = LMHeadOp::create(b, loc, act(c.vocab), x, head);
     Value l = CrossEntropyOp::create(b, loc, loss, logits, labels, b.getI64IntegerAttr(-100),
-                                     /*vocab_axis=*/StringAttr(),
+                                     /*vocab_axis=*/SymbolRefAttr(),
                                      /*vocab_size=*/IntegerAttr());
     func::ReturnOp::create(b, loc, l);
     if (reader.failed())

@@ -120,7 +120,7 @@ struct BuildTrainingStepPass : public llmopt::impl::BuildTrainingStepBase<BuildT
     }
     if (lossScale == "dynamic" || (lossScale == "auto" && fp16)) {
       seed->setAttr("llm.loss_scale_seed", b.getUnitAttr());
-      module->setAttr("llm.loss_scale", b.getStringAttr("dynamic"));
+      module->setAttr("llm.loss_scale", LossScalingAttr::get(b.getContext(), LossScaling::dynamic));
     }
     accumulate(loss, seed);
 

@@ -40,12 +40,15 @@ struct PartitionCPPass : public llmopt::impl::PartitionCPBase<PartitionCPPass> {
           << "import a model (llm-opt config.json) or mark the model function with it";
       return signalPassFailure();
     }
-    StringAttr axis = StringAttr::get(module.getContext(), "cp");
     if (comm != "ring" && comm != "all-gather") {
       module.emitError() << "llm-partition-cp: comm must be ring or all-gather, got '" << comm
                          << "'";
       return signalPassFailure();
     }
+    FailureOr<SymbolRefAttr> grid = gridAxis(module, "cp", degree);
+    if (failed(grid))
+      return signalPassFailure();
+    SymbolRefAttr axis = *grid;
     SmallVector<AttentionOp> all;
     forward.walk([&](AttentionOp a) { all.push_back(a); });
     for (AttentionOp a : all) {

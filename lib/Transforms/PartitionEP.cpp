@@ -24,7 +24,7 @@ namespace {
 struct PartitionEPPass : public llmopt::impl::PartitionEPBase<PartitionEPPass> {
   using Base::Base;
 
-  LogicalResult partition(MoEExpertsOp e, int64_t degree, StringAttr axis) {
+  LogicalResult partition(MoEExpertsOp e, int64_t degree, SymbolRefAttr axis) {
     auto in = cast<RankedTensorType>(e.getInput().getType());
     int64_t experts = in.getDimSize(0);
     if (experts % degree != 0)
@@ -43,11 +43,8 @@ struct PartitionEPPass : public llmopt::impl::PartitionEPBase<PartitionEPPass> {
       auto t = cast<RankedTensorType>(w.getType());
       SmallVector<int64_t> shape(t.getShape());
       shape[0] /= degree;
-      p->setAttr("llm.shard",
-                 b.getDictionaryAttr({b.getNamedAttr("axis", axis),
-                                      b.getNamedAttr("dim", b.getI64IntegerAttr(0)),
-                                      b.getNamedAttr("blocks", b.getI64IntegerAttr(1)),
-                                      b.getNamedAttr("parts", b.getI64IntegerAttr(degree))}));
+      p->setAttr("llm.shard", ShardAttr::get(b.getContext(), axisName(axis), /*dim=*/0,
+                                             /*blocks=*/1, /*parts=*/degree, /*whole=*/0));
       w.setType(RankedTensorType::get(shape, t.getElementType()));
     }
     SmallVector<int64_t> local(in.getShape());
@@ -91,9 +88,11 @@ struct PartitionEPPass : public llmopt::impl::PartitionEPBase<PartitionEPPass> {
                          << " but the model has no MoE layers";
       return signalPassFailure();
     }
-    StringAttr axis = StringAttr::get(module.getContext(), "ep");
+    FailureOr<SymbolRefAttr> axis = gridAxis(module, "ep", degree);
+    if (failed(axis))
+      return signalPassFailure();
     for (MoEExpertsOp e : all)
-      if (failed(partition(e, degree, axis)))
+      if (failed(partition(e, degree, *axis)))
         return signalPassFailure();
   }
 };

@@ -41,7 +41,7 @@ void shrinkLast(Value v, int64_t tp) {
 
 struct Partitioner {
   int64_t tp;
-  StringAttr axis;
+  SymbolRefAttr axis;
   bool sp = false;
   bool expertParallel = false;
   llvm::DenseMap<Value, Value> entered; // input -> its tp_copy / sp_gather
@@ -65,13 +65,8 @@ struct Partitioner {
                              << "' (" << size << ") does not split into " << blocks
                              << " block(s) of " << tp << " parts; choose a tp that divides it";
     Builder b(p.getContext());
-    SmallVector<NamedAttribute> shard = {b.getNamedAttr("axis", axis),
-                                         b.getNamedAttr("dim", b.getI64IntegerAttr(dim)),
-                                         b.getNamedAttr("blocks", b.getI64IntegerAttr(blocks)),
-                                         b.getNamedAttr("parts", b.getI64IntegerAttr(tp))};
-    if (padded != size)
-      shard.push_back(b.getNamedAttr("whole", b.getI64IntegerAttr(size)));
-    p->setAttr("llm.shard", b.getDictionaryAttr(shard));
+    p->setAttr("llm.shard", ShardAttr::get(b.getContext(), axisName(axis), dim, blocks, tp,
+                                           padded != size ? size : 0));
     v.setType(withDim(t, dim, padded / tp));
     return success();
   }
@@ -526,7 +521,10 @@ struct PartitionTPPass : public llmopt::impl::PartitionTPBase<PartitionTPPass> {
     }
     Partitioner p;
     p.tp = degree;
-    p.axis = StringAttr::get(module.getContext(), "tp");
+    FailureOr<SymbolRefAttr> axis = gridAxis(module, "tp", degree);
+    if (failed(axis))
+      return signalPassFailure();
+    p.axis = *axis;
     p.sp = seqParallel;
     p.expertParallel = plan && plan.getEp() > 1;
     for (LayerOp layer : llvm::to_vector(forward.getFunctionBody().front().getOps<LayerOp>()))

@@ -41,13 +41,16 @@ struct ShardParamsPass : public llmopt::impl::ShardParamsBase<ShardParamsPass> {
       return signalPassFailure();
     func::FuncOp func = *found;
     OpBuilder b(module.getContext());
-    StringAttr dp = b.getStringAttr("dp"), edp = b.getStringAttr("edp");
+    // Expert weights (expert parallelism) are chunked over the ranks holding
+    // the same experts (edp, dp / ep of them), the rest over dp.
+    FailureOr<SymbolRefAttr> dp = gridAxis(module, "dp", plan.getDp()), edp = dp;
+    if (plan.getEp() > 1)
+      edp = gridAxis(module, "edp", plan.getDp() / plan.getEp());
+    if (failed(dp) || failed(edp))
+      return signalPassFailure();
     for (ParamOp p : llvm::to_vector(func.getBody().front().getOps<ParamOp>())) {
-      // Expert weights (expert parallelism) are chunked over the ranks that
-      // hold the same experts.
-      auto shard = p->getAttrOfType<DictionaryAttr>("llm.shard");
-      auto shardAxis = shard ? shard.getAs<StringAttr>("axis") : StringAttr();
-      StringAttr axis = shardAxis && shardAxis.getValue() == "ep" ? edp : dp;
+      auto shard = p->getAttrOfType<ShardAttr>("llm.shard");
+      SymbolRefAttr axis = shard && shard.getAxis() == "ep" ? *edp : *dp;
       p->setAttr("llm.zero3", b.getUnitAttr());
       for (OpOperand &use : llvm::make_early_inc_range(p.getResult().getUses())) {
         Operation *user = use.getOwner();

@@ -7,13 +7,13 @@
 // its operands.
 // RING: module attributes {llm.cp = 2 : i64}
 // RING-NOT: llm.cp_gather
-// RING: llm.attention %arg0, %arg1, %arg2 heads 2 kv_heads 1 head_dim 4 {{.*}}causal {llm.cp_ring = "cp"} : tensor<?x?x8xf32>, tensor<?x?x4xf32>
+// RING: llm.attention %arg0, %arg1, %arg2 heads 2 kv_heads 1 head_dim 4 {{.*}}causal {llm.cp_ring = @mesh::@cp} : tensor<?x?x8xf32>, tensor<?x?x4xf32>
 // comm=all-gather: the keys and values are gathered whole over the ranks
 // (type encoding {cp_parts = 2}) before the attention reads them.
 // GATHER: module attributes {llm.cp = 2 : i64}
 // GATHER: func.func @forward(%[[Q:.*]]: tensor<?x?x8xf32>, %[[K:.*]]: tensor<?x?x4xf32>, %[[V:.*]]: tensor<?x?x4xf32>)
-// GATHER-NEXT: %[[GK:.*]] = llm.cp_gather %[[K]] axis "cp" : tensor<?x?x4xf32> -> tensor<?x?x4xf32, {cp_parts = 2 : i64}>
-// GATHER-NEXT: %[[GV:.*]] = llm.cp_gather %[[V]] axis "cp" : tensor<?x?x4xf32> -> tensor<?x?x4xf32, {cp_parts = 2 : i64}>
+// GATHER-NEXT: %[[GK:.*]] = llm.cp_gather %[[K]] axis @mesh::@cp : tensor<?x?x4xf32> -> tensor<?x?x4xf32, {cp_parts = 2 : i64}>
+// GATHER-NEXT: %[[GV:.*]] = llm.cp_gather %[[V]] axis @mesh::@cp : tensor<?x?x4xf32> -> tensor<?x?x4xf32, {cp_parts = 2 : i64}>
 // GATHER-NEXT: llm.attention %[[Q]], %[[GK]], %[[GV]] heads 2 kv_heads 1 head_dim 4 {{.*}}: tensor<?x?x8xf32>, tensor<?x?x4xf32, {cp_parts = 2 : i64}>
 // GATHER-NOT: llm.cp_ring
 module {

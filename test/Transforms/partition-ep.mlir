@@ -8,11 +8,11 @@
 // CHECK: llm.param "moe.gate.weight" normal(2.000000e-02) : tensor<4x8xf32>
 // CHECK: %[[W:.*]], %[[I:.*]] = llm.moe_router
 // CHECK-NEXT: %[[D:.*]] = llm.moe_dispatch {{.*}} -> tensor<4x?x8xf32>
-// CHECK-NEXT: %[[W1:.*]] = llm.param "moe.experts.*.fc1.weight" {{.*}}{llm.shard = {axis = "ep", blocks = 1 : i64, dim = 0 : i64, parts = 2 : i64}} : tensor<2x16x8xf32>
-// CHECK-NEXT: %[[W2:.*]] = llm.param "moe.experts.*.fc2.weight" {{.*}}{llm.shard = {axis = "ep", blocks = 1 : i64, dim = 0 : i64, parts = 2 : i64}} : tensor<2x8x16xf32>
-// CHECK-NEXT: %[[S:.*]] = llm.ep_dispatch %[[D]] axis "ep" : tensor<4x?x8xf32> -> tensor<2x?x8xf32, {ep_parts = 2 : i64}>
+// CHECK-NEXT: %[[W1:.*]] = llm.param "moe.experts.*.fc1.weight" {{.*}}{llm.shard = #llm.shard<axis = "ep", dim = 0, blocks = 1, parts = 2>} : tensor<2x16x8xf32>
+// CHECK-NEXT: %[[W2:.*]] = llm.param "moe.experts.*.fc2.weight" {{.*}}{llm.shard = #llm.shard<axis = "ep", dim = 0, blocks = 1, parts = 2>} : tensor<2x8x16xf32>
+// CHECK-NEXT: %[[S:.*]] = llm.ep_dispatch %[[D]] axis @mesh::@ep : tensor<4x?x8xf32> -> tensor<2x?x8xf32, {ep_parts = 2 : i64}>
 // CHECK-NEXT: %[[E:.*]] = llm.moe_experts %[[S]], %[[W1]], %[[W2]] gelu : tensor<2x?x8xf32, {ep_parts = 2 : i64}>, tensor<2x16x8xf32>, tensor<2x8x16xf32>
-// CHECK-NEXT: %[[C:.*]] = llm.ep_combine %[[E]] axis "ep" : tensor<2x?x8xf32, {ep_parts = 2 : i64}> -> tensor<4x?x8xf32>
+// CHECK-NEXT: %[[C:.*]] = llm.ep_combine %[[E]] axis @mesh::@ep : tensor<2x?x8xf32, {ep_parts = 2 : i64}> -> tensor<4x?x8xf32>
 // CHECK-NEXT: llm.moe_combine %[[C]], %[[W]], %[[I]]
 module {
   func.func @forward(%x: tensor<?x?x8xf32>) -> tensor<?x?x8xf32> attributes {llm.forward} {

@@ -5,17 +5,17 @@
 // llm.tp_copy of the input; heads 4 -> 2, KV heads 2 -> 1; o_proj is
 // row-parallel (dim 1) and its partial sums meet in llm.tp_reduce.
 // CHECK-LABEL: func.func @forward
-// CHECK: llm.param "attn.q_proj.weight" {{.*}}{llm.shard = {axis = "tp", blocks = 1 : i64, dim = 0 : i64, parts = 2 : i64}} : tensor<4x8xf32>
-// CHECK-NEXT: %[[IN:.*]] = llm.tp_copy %{{.*}} axis "tp" : tensor<?x?x8xf32>
+// CHECK: llm.param "attn.q_proj.weight" {{.*}}{llm.shard = #llm.shard<axis = "tp", dim = 0, blocks = 1, parts = 2>} : tensor<4x8xf32>
+// CHECK-NEXT: %[[IN:.*]] = llm.tp_copy %{{.*}} axis @mesh::@tp : tensor<?x?x8xf32>
 // CHECK-NEXT: %[[Q:.*]] = llm.linear %[[IN]], %{{.*}} -> tensor<?x?x4xf32>
-// CHECK-NEXT: llm.param "attn.k_proj.weight" {{.*}}dim = 0 : i64{{.*}} : tensor<2x8xf32>
+// CHECK-NEXT: llm.param "attn.k_proj.weight" {{.*}}dim = 0,{{.*}} : tensor<2x8xf32>
 // CHECK-NEXT: %[[K:.*]] = llm.linear %[[IN]], %{{.*}} -> tensor<?x?x2xf32>
-// CHECK-NEXT: llm.param "attn.v_proj.weight" {{.*}}dim = 0 : i64{{.*}} : tensor<2x8xf32>
+// CHECK-NEXT: llm.param "attn.v_proj.weight" {{.*}}dim = 0,{{.*}} : tensor<2x8xf32>
 // CHECK-NEXT: %[[V:.*]] = llm.linear %[[IN]], %{{.*}} -> tensor<?x?x2xf32>
 // CHECK-NEXT: %[[A:.*]] = llm.attention %[[Q]], %[[K]], %[[V]] heads 2 kv_heads 1 head_dim 2 {{.*}} : tensor<?x?x4xf32>, tensor<?x?x2xf32>
-// CHECK-NEXT: llm.param "attn.o_proj.weight" {{.*}}{llm.shard = {axis = "tp", blocks = 1 : i64, dim = 1 : i64, parts = 2 : i64}} : tensor<8x4xf32>
+// CHECK-NEXT: llm.param "attn.o_proj.weight" {{.*}}{llm.shard = #llm.shard<axis = "tp", dim = 1, blocks = 1, parts = 2>} : tensor<8x4xf32>
 // CHECK-NEXT: %[[O:.*]] = llm.linear %[[A]], %{{.*}} : tensor<?x?x4xf32>, tensor<8x4xf32> -> tensor<?x?x8xf32>
-// CHECK-NEXT: %[[R:.*]] = llm.tp_reduce %[[O]] axis "tp" : tensor<?x?x8xf32>
+// CHECK-NEXT: %[[R:.*]] = llm.tp_reduce %[[O]] axis @mesh::@tp : tensor<?x?x8xf32>
 // CHECK-NEXT: llm.add %{{.*}}, %[[R]]
 module {
   func.func @forward(%x: tensor<?x?x8xf32>) -> tensor<?x?x8xf32> attributes {llm.forward} {
@@ -43,15 +43,15 @@ module {
 // on 16 / 2 features; fc2's weight splits by columns and its bias moves to
 // the llm.tp_reduce, which adds it once.
 // CHECK-LABEL: func.func @forward
-// CHECK: llm.param "mlp.fc1.weight" {{.*}}dim = 0 : i64{{.*}} : tensor<8x8xf32>
-// CHECK-NEXT: llm.param "mlp.fc1.bias" zeros {llm.shard = {axis = "tp", blocks = 1 : i64, dim = 0 : i64, parts = 2 : i64}} : tensor<8xf32>
-// CHECK-NEXT: %[[IN:.*]] = llm.tp_copy %{{.*}} axis "tp"
+// CHECK: llm.param "mlp.fc1.weight" {{.*}}dim = 0,{{.*}} : tensor<8x8xf32>
+// CHECK-NEXT: llm.param "mlp.fc1.bias" zeros {llm.shard = #llm.shard<axis = "tp", dim = 0, blocks = 1, parts = 2>} : tensor<8xf32>
+// CHECK-NEXT: %[[IN:.*]] = llm.tp_copy %{{.*}} axis @mesh::@tp
 // CHECK-NEXT: %[[H:.*]] = llm.linear %[[IN]], {{.*}} -> tensor<?x?x8xf32>
 // CHECK-NEXT: %[[G:.*]] = llm.gelu %[[H]] tanh : tensor<?x?x8xf32>
-// CHECK-NEXT: llm.param "mlp.fc2.weight" {{.*}}dim = 1 : i64{{.*}} : tensor<8x8xf32>
+// CHECK-NEXT: llm.param "mlp.fc2.weight" {{.*}}dim = 1,{{.*}} : tensor<8x8xf32>
 // CHECK-NEXT: %[[B:.*]] = llm.param "mlp.fc2.bias" zeros : tensor<8xf32>
 // CHECK-NEXT: %[[O:.*]] = llm.linear %[[G]], %{{[0-9]+}} : tensor<?x?x8xf32>, tensor<8x8xf32> -> tensor<?x?x8xf32>
-// CHECK-NEXT: %[[R:.*]] = llm.tp_reduce %[[O]] bias %[[B]] : tensor<8xf32> axis "tp" : tensor<?x?x8xf32>
+// CHECK-NEXT: %[[R:.*]] = llm.tp_reduce %[[O]] bias %[[B]] : tensor<8xf32> axis @mesh::@tp : tensor<?x?x8xf32>
 // CHECK-NEXT: llm.yield %[[R]]
 module {
   func.func @forward(%x: tensor<?x?x8xf32>) -> tensor<?x?x8xf32> attributes {llm.forward} {

@@ -60,7 +60,7 @@ def BuildTrainingStep : Pass<"llm-build-training-step", "::mlir::ModuleOp"> {
     Dynamic loss scaling (`loss-scale=dynamic`, or `auto` for fp16 models):
     the backward starts from the runtime's current loss scale instead of 1
     (the seed constant carries `llm.loss_scale_seed`), and the module gets
-    `llm.loss_scale = "dynamic"`; the conversion to `exec` unscales the
+    `llm.loss_scale = #llm.loss_scaling<dynamic>`; the conversion to `exec` unscales the
     gradients, skips the update when one is not finite and lets the runtime
     halve or grow the scale (Micikevicius et al. 2018).
 
@@ -102,7 +102,9 @@ def PartitionTP : Pass<"llm-partition-tp", "::mlir::ModuleOp"> {
       features, in equal blocks when a split follows; their input enters
       through `llm.tp_copy` (all-reduce of its gradient);
     - attention keeps `heads/tp` query heads and `kv_heads/tp` KV heads
-      (GQA-aware: both must be divisible by `tp`);
+      (GQA-aware); with fewer KV heads than `tp` (a multiple of them) every
+      rank computes the whole, small K/V projections and keeps its query
+      heads' KV head with `llm.tp_slice`;
     - the linear after attention and the one after the activation are
       row-parallel: their weight keeps `1/tp` of the input features, their
       output is summed by `llm.tp_reduce`, which adds the bias once.
@@ -113,12 +115,14 @@ def PartitionTP : Pass<"llm-partition-tp", "::mlir::ModuleOp"> {
       and the combine's output is reduced.
 
     Norms stay replicated; the token embedding and the LM head (tied or not)
-    are vocabulary-parallel when the vocabulary splits evenly: V/tp rows per
-    rank, lookups of other tokens give zeros and are summed over `tp`, the
-    cross-entropy's softmax spans the ranks. With the plan's `sp`, the residual stream between
+    are vocabulary-parallel: V/tp rows per rank (a vocabulary tp does not
+    divide is padded to the next multiple of tp first, as Megatron pads it,
+    with a remark), lookups of other tokens give zeros and are summed over
+    `tp`, the cross-entropy's softmax spans the ranks and leaves the padding
+    out. With the plan's `sp`, the residual stream between
     the parallel regions is a sequence chunk (`llm.sp_split`, `llm.sp_gather`,
-    `llm.sp_scatter`). Each sharded `llm.param` gets `llm.shard = {axis =
-    "tp", dim, blocks, parts}`: the runtime initializes the whole tensor as
+    `llm.sp_scatter`). Each sharded `llm.param` gets `llm.shard =
+    #llm.shard<axis = "tp", dim, blocks, parts[, whole]>`: the runtime initializes the whole tensor as
     the unpartitioned model would and keeps its part, so the partitioned
     model computes the same function.
   }];
@@ -263,8 +267,11 @@ def SpecializeShapes : Pass<"llm-specialize-shapes", "::mlir::ModuleOp"> {
     values (`tensor<?x?x768xbf16>`) by the micro-batch and sequence length
     (`tensor<4x1024x768xbf16>`), so that buffers get sizes and kernels get
     shapes. The defaults come from the module's `#llm.plan` (micro_batch) and
-    `llm.seq_len`; the options override them. MoE capacity dimensions are
-    left dynamic (they depend on the routing) and make the pass fail.
+    `llm.seq_len`; the options override them. MoE buffers `[experts,
+    capacity, hidden]` get a static capacity from their `llm.moe_dispatch`
+    (ceil(capacity factor x tokens x top_k / experts) rows, or every token
+    of the micro-batch when dropless); other dynamic dimensions are an
+    error.
 
     ```mlir
     // --llm-specialize-shapes="batch=2 seq=8"

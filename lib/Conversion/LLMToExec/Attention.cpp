@@ -19,21 +19,21 @@ template <typename AttnOp> static SmallVector<NamedAttribute> attnParams(AttnOp 
 
 /// Context parallelism's ring attention (`llm.cp_ring`): key / value blocks
 /// travel around the axis' ranks.
-static LogicalResult ringAttention(Lowering &l, Location loc, Direction kind, StringAttr axis,
+static LogicalResult ringAttention(Lowering &l, Location loc, Direction kind, SymbolRefAttr axis,
                                    ValueRange ins, ValueRange outs,
                                    ArrayRef<NamedAttribute> params) {
   FailureOr<ArrayAttr> i = l.buffers.lookup(ins), o = l.buffers.lookup(outs);
   if (failed(i) || failed(o))
     return failure();
-  RingAttentionOp::create(l.ob, loc, DirectionAttr::get(l.b.getContext(), kind), axis, *i, *o,
-                          l.b.getDictionaryAttr(params));
+  RingAttentionOp::create(l.ob, loc, DirectionAttr::get(l.b.getContext(), kind),
+                          l.b.getStringAttr(axisName(axis)), *i, *o, l.b.getDictionaryAttr(params));
   return success();
 }
 
 void llmopt::lowering::populateAttentionLowerings(LoweringPatternSet &set) {
   set.add<AttentionOp>([](AttentionOp a, Lowering &l) {
     SmallVector<Value> ins = {a.getQ(), a.getK(), a.getV()};
-    if (auto ring = a->getAttrOfType<StringAttr>("llm.cp_ring"))
+    if (auto ring = a->getAttrOfType<SymbolRefAttr>("llm.cp_ring"))
       return ringAttention(l, a.getLoc(), Direction::fwd, ring, ins, a.getResult(),
                            attnParams(a, l));
     return l.kernel(a.getLoc(), "attention_fwd", ins, a.getResult(), attnParams(a, l));
@@ -41,7 +41,7 @@ void llmopt::lowering::populateAttentionLowerings(LoweringPatternSet &set) {
   set.add<AttentionGradOp>([](AttentionGradOp g, Lowering &l) {
     SmallVector<Value> ins = {g.getGrad(), g.getQ(), g.getK(), g.getV(), g.getOut()},
                        outs = {g.getQGrad(), g.getKGrad(), g.getVGrad()};
-    if (auto ring = g->getAttrOfType<StringAttr>("llm.cp_ring"))
+    if (auto ring = g->getAttrOfType<SymbolRefAttr>("llm.cp_ring"))
       return ringAttention(l, g.getLoc(), Direction::bwd, ring, ins, outs, attnParams(g, l));
     return l.kernel(g.getLoc(), "attention_bwd", ins, outs, attnParams(g, l));
   });

@@ -14,8 +14,8 @@ using namespace llmopt::exec;
 using namespace llmopt::lowering;
 
 /// A reduction of partial outputs over `axis`, then the bias added once.
-static LogicalResult reduceThenBias(Lowering &l, Location loc, StringRef axis, Value in,
-                                    Value out, Value bias) {
+static LogicalResult reduceThenBias(Lowering &l, Location loc, StringRef axis, Value in, Value out,
+                                    Value bias) {
   if (failed(l.kernel(loc, "copy", in, out)) || failed(l.allReduce(loc, axis, out)))
     return failure();
   if (!bias)
@@ -43,7 +43,7 @@ static LogicalResult lowerZeroGather(ZeroGatherOp g, Lowering &l) {
     event = l.b.getI64IntegerAttr(l.gatherEvents++);
     l.pendingGathers[g.getResult()] = event.getInt();
   }
-  ParamGatherOp::create(l.ob, g.getLoc(), g.getAxisAttr(),
+  ParamGatherOp::create(l.ob, g.getLoc(), l.b.getStringAttr(axisName(g.getAxis())),
                         g.getParam().getDefiningOp<llm::ParamOp>().getNameAttr(), *out, event);
   return success();
 }
@@ -54,43 +54,47 @@ void llmopt::lowering::populateCollectiveLowerings(LoweringPatternSet &set) {
   });
   set.add<TPSliceOp>([](TPSliceOp t, Lowering &l) {
     return l.kernel(t.getLoc(), "tp_slice", t.getInput(), t.getResult(),
-                    {l.b.getNamedAttr("shard", t.getAxisAttr()), l.i64("parts", t.getParts())});
+                    {l.text("shard", axisName(t.getAxis())), l.i64("parts", t.getParts())});
   });
   set.add<TPUnsliceOp>([](TPUnsliceOp t, Lowering &l) {
     return l.kernel(t.getLoc(), "tp_unslice", t.getInput(), t.getResult(),
-                    {l.b.getNamedAttr("shard", t.getAxisAttr()), l.i64("parts", t.getParts())});
+                    {l.text("shard", axisName(t.getAxis())), l.i64("parts", t.getParts())});
   });
   set.add<llm::AllReduceOp>([](llm::AllReduceOp a, Lowering &l) {
-    return reduceThenBias(l, a.getLoc(), a.getAxis(), a.getInput(), a.getResult(), Value());
+    return reduceThenBias(l, a.getLoc(), axisName(a.getAxis()), a.getInput(), a.getResult(),
+                          Value());
   });
   set.add<TPReduceOp>([](TPReduceOp r, Lowering &l) {
-    return reduceThenBias(l, r.getLoc(), r.getAxis(), r.getInput(), r.getResult(), r.getBias());
+    return reduceThenBias(l, r.getLoc(), axisName(r.getAxis()), r.getInput(), r.getResult(),
+                          r.getBias());
   });
   set.add<ZeroGatherOp>(lowerZeroGather);
   set.add<EPDispatchOp>([](EPDispatchOp e, Lowering &l) {
-    return allToAll(l, e.getLoc(), ExpertExchange::dispatch, e.getAxisAttr(), e.getInput(),
-                    e.getResult());
+    return allToAll(l, e.getLoc(), ExpertExchange::dispatch,
+                    l.b.getStringAttr(axisName(e.getAxis())), e.getInput(), e.getResult());
   });
   set.add<EPCombineOp>([](EPCombineOp e, Lowering &l) {
-    return allToAll(l, e.getLoc(), ExpertExchange::combine, e.getAxisAttr(), e.getInput(),
-                    e.getResult());
+    return allToAll(l, e.getLoc(), ExpertExchange::combine,
+                    l.b.getStringAttr(axisName(e.getAxis())), e.getInput(), e.getResult());
   });
   set.add<CPGatherOp>([](CPGatherOp g, Lowering &l) {
-    return l.seq(g.getLoc(), SeqKind::cp_all_gather, g.getAxis(), g.getInput(), g.getResult());
+    return l.seq(g.getLoc(), SeqKind::cp_all_gather, axisName(g.getAxis()), g.getInput(),
+                 g.getResult());
   });
   set.add<CPScatterOp>([](CPScatterOp g, Lowering &l) {
-    return l.seq(g.getLoc(), SeqKind::cp_reduce_scatter, g.getAxis(), g.getInput(),
+    return l.seq(g.getLoc(), SeqKind::cp_reduce_scatter, axisName(g.getAxis()), g.getInput(),
                  g.getResult());
   });
   set.add<SPGatherOp>([](SPGatherOp g, Lowering &l) {
-    return l.seq(g.getLoc(), SeqKind::all_gather, g.getAxis(), g.getInput(), g.getResult());
+    return l.seq(g.getLoc(), SeqKind::all_gather, axisName(g.getAxis()), g.getInput(),
+                 g.getResult());
   });
   set.add<SPSplitOp>([](SPSplitOp g, Lowering &l) {
-    return l.seq(g.getLoc(), SeqKind::split, g.getAxis(), g.getInput(), g.getResult());
+    return l.seq(g.getLoc(), SeqKind::split, axisName(g.getAxis()), g.getInput(), g.getResult());
   });
   set.add<SPScatterOp>([](SPScatterOp r, Lowering &l) -> LogicalResult {
     // The reduce-scatter of partial outputs, then the bias once.
-    if (failed(l.seq(r.getLoc(), SeqKind::reduce_scatter, r.getAxis(), r.getInput(),
+    if (failed(l.seq(r.getLoc(), SeqKind::reduce_scatter, axisName(r.getAxis()), r.getInput(),
                      r.getResult())))
       return failure();
     if (!r.getBias())

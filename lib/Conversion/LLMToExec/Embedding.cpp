@@ -48,8 +48,8 @@ static LogicalResult lowerRotary(RotaryOp r, Lowering &l) {
 /// A vocabulary-parallel embedding learns its rows' range from the axis.
 static SmallVector<NamedAttribute> vocabShard(Operation *op, Lowering &l) {
   SmallVector<NamedAttribute> ps;
-  if (auto axis = op->getAttrOfType<StringAttr>("llm.vocab_axis"))
-    ps.push_back(l.b.getNamedAttr("shard", axis));
+  if (auto axis = op->getAttrOfType<SymbolRefAttr>("llm.vocab_axis"))
+    ps.push_back(l.text("shard", axisName(axis)));
   return ps;
 }
 

@@ -35,7 +35,8 @@ static bool lowerGemmEpilogue(llm::FusedOp f, ArrayAttr ins, ArrayAttr outs, Low
 /// then f32 temporaries), named by a hash of what the generated kernel
 /// depends on (kernels, their wiring and parameters, dtypes).
 static LogicalResult lowerFused(llm::FusedOp f, Lowering &l) {
-  FailureOr<ArrayAttr> ins = l.buffers.lookup(f.getInputs()), outs = l.buffers.lookup(f.getResults());
+  FailureOr<ArrayAttr> ins = l.buffers.lookup(f.getInputs()),
+                       outs = l.buffers.lookup(f.getResults());
   if (failed(ins) || failed(outs))
     return failure();
   if (lowerGemmEpilogue(f, *ins, *outs, l))

@@ -302,7 +302,8 @@ struct ConvertLLMToExecPass : public llmopt::impl::ConvertLLMToExecBase<ConvertL
     step.cp = cp;
     step.ep = ep;
     step.micro = micro;
-    step.lossScaling = module->hasAttr("llm.loss_scale");
+    auto scaling = module->getAttrOfType<LossScalingAttr>("llm.loss_scale");
+    step.lossScaling = scaling && scaling.getValue() == LossScaling::dynamic;
     lowerStepPhase(cv, loc, step);
     return success();
   }
@@ -358,8 +359,16 @@ struct ConvertLLMToExecPass : public llmopt::impl::ConvertLLMToExecBase<ConvertL
           DictionaryAttr());
       if (p.getStd())
         param.setStdAttr(b.getF64FloatAttr(p.getStd()->convertToDouble()));
-      if (auto shard = p->getAttrOfType<DictionaryAttr>("llm.shard"))
-        param.setShardAttr(shard);
+      if (auto shard = p->getAttrOfType<ShardAttr>("llm.shard")) {
+        SmallVector<NamedAttribute> fields = {
+            b.getNamedAttr("axis", b.getStringAttr(shard.getAxis())),
+            b.getNamedAttr("dim", i64(shard.getDim())),
+            b.getNamedAttr("blocks", i64(shard.getBlocks())),
+            b.getNamedAttr("parts", i64(shard.getParts()))};
+        if (shard.getWhole() > 0)
+          fields.push_back(b.getNamedAttr("whole", i64(shard.getWhole())));
+        param.setShardAttr(b.getDictionaryAttr(fields));
+      }
     });
   }
 };

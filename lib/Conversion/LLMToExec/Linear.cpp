@@ -26,9 +26,8 @@ LogicalResult llmopt::lowering::fp8GemmParams(Lowering &l, Operation *op, std::o
       if (auto g = w.getDefiningOp<ZeroGatherOp>())
         w = g.getParam();
       auto p = w.getDefiningOp<ParamOp>();
-      auto shard = p ? p->getAttrOfType<DictionaryAttr>("llm.shard") : DictionaryAttr();
-      auto axis = shard ? shard.getAs<StringAttr>("axis") : StringAttr();
-      return axis && axis.getValue() == "tp";
+      auto shard = p ? p->getAttrOfType<ShardAttr>("llm.shard") : ShardAttr();
+      return shard && shard.getAxis() == "tp";
     };
     if (llvm::any_of(*experts, tpSplit))
       axes.push_back("tp");

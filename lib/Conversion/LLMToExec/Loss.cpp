@@ -35,8 +35,8 @@ struct VocabParallel {
   /// Each rank's log-sum-exp and target logit per row, the log-sum-exps
   /// gathered over the axis.
   void stats(Lowering &l, Location loc, BufAttr logits, BufAttr labels, StringAttr axis) {
-    KernelOp::create(l.ob, loc, l.b.getStringAttr("vp_ce_stats"), l.b.getArrayAttr({logits, labels}),
-                     l.b.getArrayAttr({lse, target}), params);
+    KernelOp::create(l.ob, loc, l.b.getStringAttr("vp_ce_stats"),
+                     l.b.getArrayAttr({logits, labels}), l.b.getArrayAttr({lse, target}), params);
     SeqOp::create(l.ob, loc, SeqKindAttr::get(l.b.getContext(), SeqKind::all_gather), axis,
                   l.b.getArrayAttr({lse}), l.b.getArrayAttr({all}));
   }
@@ -46,16 +46,18 @@ struct VocabParallel {
 void llmopt::lowering::populateLossLowerings(LoweringPatternSet &set) {
   set.add<CrossEntropyOp>([](CrossEntropyOp c, Lowering &l) -> LogicalResult {
     int64_t ignore = c.getIgnoreIndexAttr().getInt();
-    StringAttr axis = c.getVocabAxisAttr();
-    if (!axis)
-      return l.kernel(c.getLoc(), "cross_entropy_fwd", {c.getLogits(), c.getLabels()},
-                      c.getLoss(), {l.i64("ignore_index", ignore)});
+    SymbolRefAttr vocabAxis = c.getVocabAxisAttr();
+    if (!vocabAxis)
+      return l.kernel(c.getLoc(), "cross_entropy_fwd", {c.getLogits(), c.getLabels()}, c.getLoss(),
+                      {l.i64("ignore_index", ignore)});
     // Vocabulary-parallel: local statistics, the target logits summed over
     // the axis, combined into the mean loss.
     FailureOr<BufAttr> logits = l.buffers.lookup(c.getLogits()),
-                       labels = l.buffers.lookup(c.getLabels()), loss = l.buffers.lookup(c.getLoss());
+                       labels = l.buffers.lookup(c.getLabels()),
+                       loss = l.buffers.lookup(c.getLoss());
     if (failed(logits) || failed(labels) || failed(loss))
       return failure();
+    StringAttr axis = l.b.getStringAttr(axisName(vocabAxis));
     VocabParallel vp(l, *logits, axis.getValue(), ignore, c.getVocabSizeAttr());
     vp.stats(l, c.getLoc(), *logits, *labels, axis);
     l.allReduceOn(c.getLoc(), axis.getValue(), ReduceKind::sum, {vp.target});
@@ -65,16 +67,18 @@ void llmopt::lowering::populateLossLowerings(LoweringPatternSet &set) {
   });
   set.add<CrossEntropyGradOp>([](CrossEntropyGradOp g, Lowering &l) -> LogicalResult {
     int64_t ignore = g.getIgnoreIndexAttr().getInt();
-    StringAttr axis = g.getVocabAxisAttr();
-    if (!axis)
+    SymbolRefAttr vocabAxis = g.getVocabAxisAttr();
+    if (!vocabAxis)
       return l.kernel(g.getLoc(), "cross_entropy_bwd",
                       {g.getLogits(), g.getLabels(), g.getLossGrad()}, g.getResult(),
                       {l.i64("ignore_index", ignore)});
     FailureOr<BufAttr> logits = l.buffers.lookup(g.getLogits()),
                        labels = l.buffers.lookup(g.getLabels()),
-                       dloss = l.buffers.lookup(g.getLossGrad()), out = l.buffers.lookup(g.getResult());
+                       dloss = l.buffers.lookup(g.getLossGrad()),
+                       out = l.buffers.lookup(g.getResult());
     if (failed(logits) || failed(labels) || failed(dloss) || failed(out))
       return failure();
+    StringAttr axis = l.b.getStringAttr(axisName(vocabAxis));
     VocabParallel vp(l, *logits, axis.getValue(), ignore, g.getVocabSizeAttr());
     vp.stats(l, g.getLoc(), *logits, *labels, axis);
     KernelOp::create(l.ob, g.getLoc(), l.b.getStringAttr("vp_ce_bwd"),

@@ -100,8 +100,8 @@ void llmopt::lowering::populateLLMToExecLowerings(LoweringPatternSet &set) {
 // Lowering
 //===----------------------------------------------------------------------===//
 
-Lowering::Lowering(func::FuncOp step, const LoweringPatternSet &patterns,
-                   BufferAssignment &buffers, int64_t tp, int64_t cp)
+Lowering::Lowering(func::FuncOp step, const LoweringPatternSet &patterns, BufferAssignment &buffers,
+                   int64_t tp, int64_t cp)
     : b(step.getContext()), ob(step.getContext()), buffers(buffers), tp(tp), cp(cp),
       patterns(patterns) {}
 
@@ -155,8 +155,8 @@ LogicalResult Lowering::kernel(Location loc, StringRef name, ValueRange ins, Val
 
 KernelOp Lowering::kernelOn(Location loc, StringRef name, ArrayRef<Attribute> ins,
                             ArrayRef<Attribute> outs, ArrayRef<NamedAttribute> params) {
-  return KernelOp::create(ob, loc, b.getStringAttr(name), b.getArrayAttr(ins),
-                          b.getArrayAttr(outs), b.getDictionaryAttr(params));
+  return KernelOp::create(ob, loc, b.getStringAttr(name), b.getArrayAttr(ins), b.getArrayAttr(outs),
+                          b.getDictionaryAttr(params));
 }
 
 LogicalResult Lowering::allReduce(Location loc, StringRef axis, Value v) {
@@ -191,10 +191,8 @@ ParamFacts::ParamFacts(func::FuncOp step) {
     stage[p.getName()] = s ? s.getInt() : -2;
     if (p->hasAttr("llm.pp_tied"))
       tied.insert(p.getName());
-    if (auto shard = p->getAttrOfType<DictionaryAttr>("llm.shard")) {
-      auto axis = shard.getAs<StringAttr>("axis");
-      (axis && axis.getValue() == "ep" ? epSharded : tpSharded).insert(p.getName());
-    }
+    if (auto shard = p->getAttrOfType<llm::ShardAttr>("llm.shard"))
+      (shard.getAxis() == "ep" ? epSharded : tpSharded).insert(p.getName());
     if (p->hasAttr("llm.sp_partial"))
       spPartial.insert(p.getName());
   }

@@ -69,9 +69,8 @@ using LowerFn = std::function<mlir::LogicalResult(mlir::Operation *, Lowering &)
 class LoweringPatternSet {
 public:
   template <typename OpTy, typename Fn> LoweringPatternSet &add(Fn fn) {
-    return add(OpTy::getOperationName(), [fn](mlir::Operation *op, Lowering &l) {
-      return fn(mlir::cast<OpTy>(op), l);
-    });
+    return add(OpTy::getOperationName(),
+               [fn](mlir::Operation *op, Lowering &l) { return fn(mlir::cast<OpTy>(op), l); });
   }
   LoweringPatternSet &add(llvm::StringRef opName, LowerFn fn);
   const LowerFn *lookup(mlir::Operation *op) const;
@@ -109,10 +108,11 @@ public:
 
   /// One kernel call: `name` on the buffers of `ins` / `outs`.
   mlir::LogicalResult kernel(mlir::Location loc, llvm::StringRef name, mlir::ValueRange ins,
-                             mlir::ValueRange outs, llvm::ArrayRef<mlir::NamedAttribute> params = {});
+                             mlir::ValueRange outs,
+                             llvm::ArrayRef<mlir::NamedAttribute> params = {});
   /// One kernel call on buffers already placed.
-  exec::KernelOp kernelOn(mlir::Location loc, llvm::StringRef name, llvm::ArrayRef<mlir::Attribute> ins,
-                          llvm::ArrayRef<mlir::Attribute> outs,
+  exec::KernelOp kernelOn(mlir::Location loc, llvm::StringRef name,
+                          llvm::ArrayRef<mlir::Attribute> ins, llvm::ArrayRef<mlir::Attribute> outs,
                           llvm::ArrayRef<mlir::NamedAttribute> params = {});
   mlir::LogicalResult allReduce(mlir::Location loc, llvm::StringRef axis, mlir::Value v);
   void allReduceOn(mlir::Location loc, llvm::StringRef axis, exec::ReduceKind kind,

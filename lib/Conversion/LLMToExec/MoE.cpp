@@ -17,8 +17,7 @@ static LogicalResult lowerRouterGrad(MoERouterGradOp g, Lowering &l) {
   Location loc = g.getLoc();
   SmallVector<NamedAttribute> params = {l.i64("top_k", g.getTopKAttr().getInt()),
                                         l.flag("normalize", g.getNormalize())};
-  SmallVector<Value> ins = {g.getGrad(), g.getInput(), g.getGate(), g.getWeights(),
-                            g.getIndices()};
+  SmallVector<Value> ins = {g.getGrad(), g.getInput(), g.getGate(), g.getWeights(), g.getIndices()};
   std::optional<APFloat> aux = g.getAuxLoss();
   if (aux)
     params.push_back(l.f64("aux_loss", aux->convertToDouble()));
@@ -55,8 +54,7 @@ void llmopt::lowering::populateMoELowerings(LoweringPatternSet &set) {
   });
   set.add<MoERouterGradOp>(lowerRouterGrad);
   set.add<MoEDispatchOp>([](MoEDispatchOp d, Lowering &l) {
-    return l.kernel(d.getLoc(), "moe_dispatch_fwd", {d.getInput(), d.getIndices()},
-                    d.getResult());
+    return l.kernel(d.getLoc(), "moe_dispatch_fwd", {d.getInput(), d.getIndices()}, d.getResult());
   });
   set.add<MoEDispatchGradOp>([](MoEDispatchGradOp d, Lowering &l) {
     return l.kernel(d.getLoc(), "moe_dispatch_bwd", {d.getGrad(), d.getIndices()}, d.getResult());

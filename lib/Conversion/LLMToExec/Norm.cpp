@@ -19,8 +19,8 @@ void llmopt::lowering::populateNormLowerings(LoweringPatternSet &set) {
     SmallVector<Value> outs = {g.getInputGrad(), g.getWeightGrad()};
     if (g.getBiasGrad())
       outs.push_back(g.getBiasGrad());
-    return l.kernel(g.getLoc(), "layer_norm_bwd", {g.getGrad(), g.getInput(), g.getWeight()},
-                    outs, {l.f64("eps", g.getEps().convertToDouble())});
+    return l.kernel(g.getLoc(), "layer_norm_bwd", {g.getGrad(), g.getInput(), g.getWeight()}, outs,
+                    {l.f64("eps", g.getEps().convertToDouble())});
   });
   set.add<RMSNormOp>([](RMSNormOp n, Lowering &l) {
     return l.kernel(n.getLoc(), "rms_norm_fwd", {n.getInput(), n.getWeight()}, n.getResult(),

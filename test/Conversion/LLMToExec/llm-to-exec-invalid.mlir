@@ -147,6 +147,9 @@ module {
 // A ZeRO-3 gather prefetched (llm.prefetch: the compute stream waits for it
 // right before its first reader) that no op reads.
 module {
+  llm.grid @mesh {
+    llm.grid_axis @dp size 2
+  }
   // expected-error @+1 {{convert-llm-to-exec: a prefetched parameter gather has no reader on its stage}}
   func.func @train_step(%x: tensor<1x2x8xf32>, %l: tensor<1x2xi32>) -> (tensor<f32>, tensor<f32>) attributes {llm.arena_bytes = 324 : i64, llm.train_step} {
     %w = llm.param "head" normal(0.02) : tensor<16x8xf32>
@@ -155,7 +158,7 @@ module {
     %one = arith.constant {llm.offsets = array<i64: 320>} dense<1.0> : tensor<f32>
     %dlogits = llm.cross_entropy_grad %logits, %l, %one {llm.offsets = array<i64: 128>} : tensor<1x2x16xf32>, tensor<1x2xi32>, tensor<f32>
     %dx, %dw = llm.lm_head_grad %dlogits, %x, %w {llm.offsets = array<i64: 0, -1>} : tensor<1x2x16xf32>, tensor<1x2x8xf32>, tensor<16x8xf32>
-    %g = llm.zero_gather %w axis "dp" {llm.offsets = array<i64: 0>, llm.prefetch} : tensor<16x8xf32>
+    %g = llm.zero_gather %w axis @mesh::@dp {llm.offsets = array<i64: 0>, llm.prefetch} : tensor<16x8xf32>
     %norm = llm.global_norm %dw {llm.offsets = array<i64: 0>} : tensor<16x8xf32> -> tensor<f32>
     llm.adamw "head", %dw, %norm lr 3.0e-04 betas(0.9, 0.95) eps 1.0e-08 weight_decay 0.1 max_norm 1.0 : tensor<16x8xf32>, tensor<f32>
     return %loss, %norm : tensor<f32>, tensor<f32>

@@ -38,7 +38,8 @@ exec.program "train_step" ranks [0, 1] arena 1024 micro_batches 2 outputs {loss 
 // -----
 
 // Experts go in buckets of their own over edp; a shared pipeline weight
-// (summed over pp_tied in the step first) stays out of the buckets.
+// (summed over pp_tied in the step first; this is stage 0 of 2) stays out of
+// the buckets.
 // CHECK-LABEL: exec.program "train_step"
 // CHECK-NEXT: exec.kernel "linear_bwd"
 // CHECK-NEXT: exec.bucket_all_reduce "dp" avg bucket 0 [#exec.buf<{{.*}}name = "grad:w"{{.*}}>]
@@ -52,9 +53,10 @@ exec.program "train_step" ranks [0, 1] arena 1024 micro_batches 2 outputs {loss 
 // CHECK-NEXT: exec.all_reduce "pp_tied" sum
 // CHECK-NEXT: exec.all_reduce "dp" avg [#exec.buf<{{.*}}name = "grad:b"{{.*}}>, #exec.buf<{{.*}}name = "loss"{{.*}}>]
 // CHECK-NEXT: exec.kernel "scale" {{.*}}name = "grad:e"
-exec.plan {inputs = [], mesh = {cp = 1 : i64, dp = 2 : i64, ep = 1 : i64, pp = 1 : i64, tp = 1 : i64}, world = 2 : i64, zero = 0 : i64}
-exec.param "w" : tensor<4x8xbf16> init normal {std = 2.0e-02 : f64}
-exec.param "b" : tensor<8xbf16> init zeros
+exec.plan {inputs = [], mesh = {cp = 1 : i64, dp = 4 : i64, ep = 2 : i64, pp = 2 : i64, tp = 1 : i64}, world = 8 : i64, zero = 0 : i64}
+exec.param "w" : tensor<4x8xf32> init normal {std = 2.0e-02 : f64}
+exec.param "b" : tensor<8xf32> init zeros
+exec.param "e" : tensor<2x3xf32> init normal {std = 2.0e-02 : f64, shard = {axis = "ep", blocks = 1 : i64, dim = 0 : i64, parts = 2 : i64}}
 exec.program "train_step" ranks [0, 1, 2, 3] arena 1024 micro_batches 1 outputs {loss = #exec.buf<space = accum, offset = 0, name = "loss", shape = [], dtype = f32>} micro_batch {
   exec.kernel "linear_bwd" ins [#exec.buf<space = arena, offset = 448, name = "", shape = [2, 8], dtype = f32>, #exec.buf<space = arena, offset = 384, name = "", shape = [2, 4], dtype = f32>, #exec.buf<space = state, offset = 0, name = "w", shape = [4, 8], dtype = f32>] outs [#exec.buf<space = arena, offset = 384, name = "", shape = [2, 4], dtype = f32>, #exec.buf<space = accum, offset = 0, name = "grad:w", shape = [4, 8], dtype = f32>] {accumulate = true, transposed = false}
   exec.kernel "add" ins [#exec.buf<space = accum, offset = 0, name = "grad:b", shape = [8], dtype = f32>, #exec.buf<space = arena, offset = 256, name = "", shape = [8], dtype = f32>] outs [#exec.buf<space = accum, offset = 0, name = "grad:b", shape = [8], dtype = f32>] {}
@@ -80,8 +82,10 @@ exec.program "train_step" ranks [0, 1, 2, 3] arena 1024 micro_batches 1 outputs 
 // CHECK-NEXT: exec.grad_reduce_scatter "dp" avg {{.*}} into <{{.*}}name = "grad_shard:c"{{.*}}> {bucket = 2 : i64, flush}
 // CHECK-NOT: bucket_
 exec.plan {inputs = [], mesh = {cp = 1 : i64, dp = 4 : i64, ep = 2 : i64, pp = 1 : i64, tp = 1 : i64}, world = 4 : i64, zero = 2 : i64}
-exec.param "w" : tensor<4x8xbf16> init normal {std = 2.0e-02 : f64}
-exec.param "b" : tensor<8xbf16> init zeros
+exec.param "w" : tensor<4x8xf32> init normal {std = 2.0e-02 : f64}
+exec.param "b" : tensor<8xf32> init zeros
+exec.param "e" : tensor<2x3xf32> init normal {std = 2.0e-02 : f64, shard = {axis = "ep", blocks = 1 : i64, dim = 0 : i64, parts = 2 : i64}}
+exec.param "c" : tensor<4xf32> init zeros
 exec.program "train_step" ranks [0, 1, 2, 3] arena 1024 micro_batches 1 outputs {loss = #exec.buf<space = accum, offset = 0, name = "loss", shape = [], dtype = f32>} micro_batch {
   exec.grad_reduce_scatter "dp" avg #exec.buf<space = arena, offset = 64, name = "", shape = [4, 8], dtype = f32> into #exec.buf<space = accum, offset = 0, name = "grad_shard:w", shape = [8], dtype = f32>
   exec.grad_reduce_scatter "edp" avg #exec.buf<space = arena, offset = 320, name = "", shape = [2, 3], dtype = f32> into #exec.buf<space = accum, offset = 0, name = "grad_shard:e", shape = [3], dtype = f32>

@@ -263,7 +263,7 @@ func.func @adamw_negative_weight_decay(%g: tensor<4xf32>, %n: tensor<f32>) {
 // The chunk lacks the {seq_parts = t} encoding.
 func.func @sp_gather_chunk_without_encoding(%c: tensor<2x8x64xf32>) {
   // expected-error @+1 {{expects a whole [b, s, h] tensor and its chunk [b, s/t, h] with encoding {seq_parts = t}, got 'tensor<2x16x64xf32>' and 'tensor<2x8x64xf32>'}}
-  %w = llm.sp_gather %c axis "tp" : tensor<2x8x64xf32> -> tensor<2x16x64xf32>
+  %w = llm.sp_gather %c axis @mesh::@tp : tensor<2x8x64xf32> -> tensor<2x16x64xf32>
   return
 }
 
@@ -271,7 +271,7 @@ func.func @sp_gather_chunk_without_encoding(%c: tensor<2x8x64xf32>) {
 
 func.func @sp_split_sequence(%x: tensor<2x16x64xf32>) {
   // expected-error @+1 {{sequence 16 is not 2 chunks of 6}}
-  %c = llm.sp_split %x axis "tp" : tensor<2x16x64xf32> -> tensor<2x6x64xf32, {seq_parts = 2 : i64}>
+  %c = llm.sp_split %x axis @mesh::@tp : tensor<2x16x64xf32> -> tensor<2x6x64xf32, {seq_parts = 2 : i64}>
   return
 }
 
@@ -283,7 +283,7 @@ func.func @sp_split_sequence(%x: tensor<2x16x64xf32>) {
 
 func.func @tp_slice_parts(%k: tensor<?x?x32xf32>) {
   // expected-error @+1 {{expects 'tensor<?x?x32xf32>' to be 2 parts of 'tensor<?x?x8xf32>'}}
-  %k1 = llm.tp_slice %k axis "tp" parts 2 : tensor<?x?x32xf32> -> tensor<?x?x8xf32>
+  %k1 = llm.tp_slice %k axis @mesh::@tp parts 2 : tensor<?x?x32xf32> -> tensor<?x?x8xf32>
   return
 }
 
@@ -296,7 +296,7 @@ func.func @tp_slice_parts(%k: tensor<?x?x32xf32>) {
 // The whole sequence lacks the {cp_parts = t} encoding.
 func.func @cp_gather_whole_without_encoding(%k: tensor<2x8x32xf32>) {
   // expected-error @+1 {{expects a local [b, s/t, h] tensor and the whole sequence [b, s, h] with encoding {cp_parts = t}, got 'tensor<2x8x32xf32>' and 'tensor<2x16x32xf32>'}}
-  %w = llm.cp_gather %k axis "cp" : tensor<2x8x32xf32> -> tensor<2x16x32xf32>
+  %w = llm.cp_gather %k axis @mesh::@cp : tensor<2x8x32xf32> -> tensor<2x16x32xf32>
   return
 }
 
@@ -317,6 +317,6 @@ func.func @pp_transfer_to_itself(%y: tensor<2x32x64xf32>) {
 // A function argument is no llm.param.
 func.func @zero_gather_not_a_param(%w: tensor<64x64xf32>) {
   // expected-error @+1 {{gathers an llm.param}}
-  %g = llm.zero_gather %w axis "dp" : tensor<64x64xf32>
+  %g = llm.zero_gather %w axis @mesh::@dp : tensor<64x64xf32>
   return
 }

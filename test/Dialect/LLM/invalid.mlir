@@ -1104,7 +1104,7 @@ func.func @cross_entropy_vocab_size_without_axis(%l: tensor<?x?x129xf32>, %t: te
 
 func.func @cross_entropy_vocab_size_not_positive(%l: tensor<?x?x129xf32>, %t: tensor<?x?xi32>) {
   // expected-error @+1 {{vocab_size must be positive, got 0}}
-  %loss = llm.cross_entropy %l, %t {vocab_axis = "tp", vocab_size = 0 : i64} : tensor<?x?x129xf32>, tensor<?x?xi32> -> tensor<f32>
+  %loss = llm.cross_entropy %l, %t {vocab_axis = @mesh::@tp, vocab_size = 0 : i64} : tensor<?x?x129xf32>, tensor<?x?xi32> -> tensor<f32>
   return
 }
 
@@ -1337,15 +1337,77 @@ func.func @moe_combine_zero_experts(%e: tensor<0x?x8xf32>, %p: tensor<?x?x2xf32>
 
 func.func @bad_bias(%x: tensor<?x?x8xf32>, %b: tensor<4xf32>) {
   // expected-error @+1 {{bias 'tensor<4xf32>' must be a vector of the last dimension of 'tensor<?x?x8xf32>'}}
-  %r = llm.tp_reduce %x bias %b : tensor<4xf32> axis "tp" : tensor<?x?x8xf32>
+  %r = llm.tp_reduce %x bias %b : tensor<4xf32> axis @mesh::@tp : tensor<?x?x8xf32>
   return
 }
 
 // -----
 
-func.func @no_axis(%x: tensor<?x?x8xf32>) {
-  // expected-error @+1 {{needs a mesh axis name}}
-  %c = llm.tp_copy %x axis "" : tensor<?x?x8xf32>
+// A parallel op names its axis through the module's grid: an axis no
+// llm.grid declares is refused.
+func.func @undeclared_axis(%x: tensor<?x?x8xf32>) {
+  // expected-error @+1 {{'llm.tp_copy' op names axis @mesh::@tp, which no llm.grid declares (the partition passes declare the axes they split over)}}
+  %c = llm.tp_copy %x axis @mesh::@tp : tensor<?x?x8xf32>
+  return
+}
+
+// -----
+
+llm.grid @mesh {
+  llm.grid_axis @tp size 2
+}
+func.func @misspelt_axis(%x: tensor<?x?x8xf32>) {
+  // expected-error @+1 {{'llm.all_reduce' op names axis @mesh::@pt, which no llm.grid declares}}
+  %c = llm.all_reduce %x axis @mesh::@pt : tensor<?x?x8xf32>
+  return
+}
+
+// -----
+
+func.func @flat_axis(%x: tensor<?x?x8xf32>) {
+  // expected-error @+1 {{names its axis as @grid::@axis, got @tp}}
+  %c = llm.tp_copy %x axis @tp : tensor<?x?x8xf32>
+  return
+}
+
+// -----
+
+llm.grid @mesh {
+  // expected-error @+1 {{'llm.grid_axis' op has 0 ranks; an axis has at least one}}
+  llm.grid_axis @tp size 0
+}
+
+// -----
+
+llm.grid @mesh {
+  // expected-note @+1 {{see existing symbol definition here}}
+  llm.grid_axis @tp size 2
+  // expected-error @+1 {{redefinition of symbol named 'tp'}}
+  llm.grid_axis @tp size 4
+}
+
+// -----
+
+func.func @grid_in_a_function() {
+  // expected-error @+1 {{'llm.grid' op expects parent op 'builtin.module'}}
+  llm.grid @mesh {
+  }
+  return
+}
+
+// -----
+
+func.func @vocab_axis_undeclared(%logits: tensor<1x2x8xf32>, %l: tensor<1x2xi32>) {
+  // expected-error @+1 {{'llm.cross_entropy' op names axis @mesh::@tp, which no llm.grid declares}}
+  %loss = llm.cross_entropy %logits, %l {vocab_axis = @mesh::@tp} : tensor<1x2x8xf32>, tensor<1x2xi32> -> tensor<f32>
+  return
+}
+
+// -----
+
+func.func @cp_ring_not_an_axis(%q: tensor<?x?x256xbf16>) {
+  // expected-error @+1 {{'llm.cp_ring' must be a mesh axis @grid::@axis, got "cp"}}
+  %o = llm.attention %q, %q, %q heads 4 kv_heads 4 head_dim 64 scale 0.125 causal {llm.cp_ring = "cp"} : tensor<?x?x256xbf16>, tensor<?x?x256xbf16>
   return
 }
 
@@ -1361,7 +1423,7 @@ func.func @bad_bias_grad(%g: tensor<?x?x8xf32>) {
 
 func.func @ep_dispatch_share(%d: tensor<8x16x64xf32>) {
   // expected-error @+1 {{expects expert rows [E, C, h] and this rank's share [E/t, t C, h] with encoding {ep_parts = t}}}
-  %s = llm.ep_dispatch %d axis "ep" : tensor<8x16x64xf32> -> tensor<4x32x64xf32>
+  %s = llm.ep_dispatch %d axis @mesh::@ep : tensor<8x16x64xf32> -> tensor<4x32x64xf32>
   return
 }
 
@@ -1369,7 +1431,7 @@ func.func @ep_dispatch_share(%d: tensor<8x16x64xf32>) {
 
 func.func @ep_combine_capacity(%s: tensor<4x16x64xf32, {ep_parts = 2 : i64}>) {
   // expected-error @+1 {{capacity 16 is not 2 x 16}}
-  %c = llm.ep_combine %s axis "ep" : tensor<4x16x64xf32, {ep_parts = 2 : i64}> -> tensor<8x16x64xf32>
+  %c = llm.ep_combine %s axis @mesh::@ep : tensor<4x16x64xf32, {ep_parts = 2 : i64}> -> tensor<8x16x64xf32>
   return
 }
 
@@ -1377,7 +1439,7 @@ func.func @ep_combine_capacity(%s: tensor<4x16x64xf32, {ep_parts = 2 : i64}>) {
 
 func.func @cp_gather_length(%k: tensor<2x8x32xf32>) {
   // expected-error @+1 {{sequence 12 is not 2 x 8}}
-  %w = llm.cp_gather %k axis "cp" : tensor<2x8x32xf32> -> tensor<2x12x32xf32, {cp_parts = 2 : i64}>
+  %w = llm.cp_gather %k axis @mesh::@cp : tensor<2x8x32xf32> -> tensor<2x12x32xf32, {cp_parts = 2 : i64}>
   return
 }
 
@@ -1452,7 +1514,7 @@ func.func @stage_not_an_index() {
 // -----
 
 func.func @shard_malformed() {
-  // expected-error @+1 {{'llm.shard' must be a dictionary {axis: string, dim, blocks, parts: i64[, whole: i64]}, got {axis = "tp", dim = 0 : i64}}}
+  // expected-error @+1 {{'llm.shard' must be an #llm.shard, got {axis = "tp", dim = 0 : i64}}}
   %w = llm.param "w" zeros {llm.shard = {axis = "tp", dim = 0 : i64}} : tensor<4xf32>
   return
 }
@@ -1461,7 +1523,7 @@ func.func @shard_malformed() {
 
 func.func @shard_not_on_a_param(%x: tensor<?x?x4xf32>) -> tensor<?x?x4xf32> {
   // expected-error @+1 {{'llm.shard' belongs on an llm.param}}
-  %y = llm.add %x, %x {llm.shard = {axis = "tp", dim = 0 : i64, blocks = 1 : i64, parts = 2 : i64}} : tensor<?x?x4xf32>
+  %y = llm.add %x, %x {llm.shard = #llm.shard<axis = "tp", dim = 0, blocks = 1, parts = 2>} : tensor<?x?x4xf32>
   return %y : tensor<?x?x4xf32>
 }
 
@@ -1474,8 +1536,39 @@ func.func @module_attribute_on_a_function() attributes {llm.seq_len = 8 : i64} {
 
 // -----
 
-module attributes {llm.loss_scale = "static"} {
-// expected-error @-1 {{'llm.loss_scale' must be "dynamic" (the only loss scaling lowered), got "static"}}
+module attributes {llm.loss_scale = "dynamic"} {
+// expected-error @-1 {{'llm.loss_scale' must be an #llm.loss_scaling (none or dynamic), got "dynamic"}}
+}
+
+// -----
+
+// expected-error @+2 {{expected ::llmopt::llm::LossScaling to be one of: none, dynamic}}
+// expected-error @+1 {{failed to parse LLM_LossScalingAttr parameter 'value'}}
+module attributes {llm.loss_scale = #llm.loss_scaling<static>} {
+}
+
+// -----
+
+func.func @shard_axis() {
+  // expected-error @+1 {{#llm.shard: parameters split over tp or ep, not 'dp'}}
+  %w = llm.param "w" zeros {llm.shard = #llm.shard<axis = "dp", dim = 0, blocks = 1, parts = 2>} : tensor<4xf32>
+  return
+}
+
+// -----
+
+func.func @shard_dim_out_of_rank() {
+  // expected-error @+1 {{'llm.shard' splits dimension 1 of a rank-1 tensor}}
+  %w = llm.param "w" zeros {llm.shard = #llm.shard<axis = "tp", dim = 1, blocks = 1, parts = 2>} : tensor<4xf32>
+  return
+}
+
+// -----
+
+func.func @shard_whole_too_big() {
+  // expected-error @+1 {{'llm.shard' has a whole of 9 rows, more than its 2 parts of 4 hold}}
+  %w = llm.param "w" zeros {llm.shard = #llm.shard<axis = "tp", dim = 0, blocks = 1, parts = 2, whole = 9>} : tensor<4xf32>
+  return
 }
 
 // -----

@@ -1,5 +1,6 @@
 """Keeps the exec part of an IR dump after convert-llm-to-exec: drops the dump's
-header line, the module's attributes and every func.func (the llm functions).
+header line, the module's attributes, every func.func (the llm functions) and
+the llm.grid (the mesh the llm parallel ops name).
 
 usage: exec-to-plan.test.py DUMP.mlir OUT.mlir
 """
@@ -9,8 +10,8 @@ lines = open(sys.argv[1]).read().split("\n")
 start = next(i for i, l in enumerate(lines) if l.startswith("module"))
 out, skipping, funcs = ["module {"], False, 0
 for line in lines[start + 1:]:
-    if line.startswith("  func.func"):
-        skipping, funcs = True, funcs + 1
+    if line.startswith("  func.func") or line.startswith("  llm.grid"):
+        skipping, funcs = True, funcs + line.startswith("  func.func")
         continue
     if skipping:
         if line == "  }":

@@ -73,6 +73,18 @@ struct ShardOptimizerPass : public exec::impl::ExecShardOptimizerBase<ShardOptim
       return program.emitOpError() << "exec-shard-optimizer: a program without its phases";
     Block &micro = program.getMicroBatch().front(), &step = program.getStep().front();
     auto reduceKind = [&](ReduceKind k) { return ReduceKindAttr::get(ctx, k); };
+    // Buckets group the collectives of the sharded form: they come after.
+    WalkResult bucketed = program.walk([&](Operation *op) {
+      auto rs = dyn_cast<GradReduceScatterOp>(op);
+      if (isa<BucketAllReduceOp, BucketWaitOp>(op) || (rs && rs.getBucketAttr())) {
+        op->emitOpError() << "exec-shard-optimizer: the program has gradient buckets already; "
+                             "shard first (exec-shard-optimizer, then exec-bucket-gradients)";
+        return WalkResult::interrupt();
+      }
+      return WalkResult::advance();
+    });
+    if (bucketed.wasInterrupted())
+      return failure();
 
     // The updates, in order: their accumulators, dense or expert.
     SmallVector<KernelOp> updates;
@@ -94,10 +106,9 @@ struct ShardOptimizerPass : public exec::impl::ExecShardOptimizerBase<ShardOptim
       for (Attribute acc : llvm::concat<Attribute>(denseGrads, expertGrads)) {
         auto buf = cast<BufAttr>(acc);
         int64_t d = isExpert(acc) ? dp / ep : dp, n = elements(buf);
-        chunks[acc] = BufAttr::get(
-            ctx, BufferSpace::accum, 0,
-            b.getStringAttr(("grad_shard:" + accumulatedParam(acc)).str()),
-            b.getDenseI64ArrayAttr({(n + d - 1) / d}), b.getF32Type());
+        chunks[acc] = BufAttr::get(ctx, BufferSpace::accum, 0,
+                                   b.getStringAttr(("grad_shard:" + accumulatedParam(acc)).str()),
+                                   b.getDenseI64ArrayAttr({(n + d - 1) / d}), b.getF32Type());
       }
       for (KernelOp k : llvm::make_early_inc_range(micro.getOps<KernelOp>())) {
         if (k.getParams().get("accumulate"))
@@ -107,9 +118,10 @@ struct ShardOptimizerPass : public exec::impl::ExecShardOptimizerBase<ShardOptim
                      << "exec-shard-optimizer: under ZeRO-" << zero
                      << " each gradient is reduce-scattered as it is made, but this kernel adds "
                         "into "
-                     << cast<BufAttr>(out).getName() << " in place; lower with the plan's ZeRO "
-                                                        "stage (llm-plan-memory, "
-                                                        "convert-llm-to-exec)";
+                     << cast<BufAttr>(out).getName()
+                     << " in place; lower with the plan's ZeRO "
+                        "stage (llm-plan-memory, "
+                        "convert-llm-to-exec)";
         if (k.getKernel() != "add" || k.getOuts().size() != 1 || k.getIns().size() != 2 ||
             k.getIns()[0] != k.getOuts()[0] || !chunks.count(k.getOuts()[0]))
           continue;
@@ -181,8 +193,7 @@ struct ShardOptimizerPass : public exec::impl::ExecShardOptimizerBase<ShardOptim
         StringAttr axis = b.getStringAttr(chunkAxis(k));
         KernelOp::create(ob, k.getLoc(), b.getStringAttr("sum_squares"), k.getIns(), k.getOuts(),
                          b.getDictionaryAttr({b.getNamedAttr("shard", axis)}));
-        exec::AllReduceOp::create(ob, k.getLoc(), axis, reduceKind(ReduceKind::sum),
-                                  k.getOuts());
+        exec::AllReduceOp::create(ob, k.getLoc(), axis, reduceKind(ReduceKind::sum), k.getOuts());
         KernelOp::create(ob, k.getLoc(), b.getStringAttr("sqrt"), k.getOuts(), k.getOuts(),
                          b.getDictionaryAttr({}));
         k.erase();

@@ -17,6 +17,16 @@ using namespace llmopt::llm;
 #define GET_ATTRDEF_CLASSES
 #include "llmopt/Dialect/LLM/IR/LLMAttrs.cpp.inc"
 
+LogicalResult ShardAttr::verify(function_ref<InFlightDiagnostic()> emitError, StringRef axis,
+                                int64_t dim, int64_t blocks, int64_t parts, int64_t whole) {
+  if (axis != "tp" && axis != "ep")
+    return emitError() << "#llm.shard: parameters split over tp or ep, not '" << axis << "'";
+  if (dim < 0 || blocks < 1 || parts < 1 || whole < 0)
+    return emitError() << "#llm.shard: dim must be non-negative, blocks and parts positive, "
+                          "whole 0 or positive";
+  return success();
+}
+
 LogicalResult PlanAttr::verify(function_ref<InFlightDiagnostic()> emitError, int64_t dp, int64_t tp,
                                int64_t pp, int64_t vpp, int64_t cp, int64_t ep, BoolAttr sp,
                                int64_t zero, BoolAttr offload, RecomputeLevel recompute,
@@ -81,7 +91,20 @@ LogicalResult PlanAttr::verify(function_ref<InFlightDiagnostic()> emitError, int
 
 namespace {
 /// What a discardable `llm.*` attribute holds.
-enum class AttrKind { Unit, Count, Index, Stage, Text, Counts, Offsets, Flags, Shard, Plan };
+enum class AttrKind {
+  Unit,
+  Count,
+  Index,
+  Stage,
+  Text,
+  Counts,
+  Offsets,
+  Flags,
+  Shard,
+  Plan,
+  LossScaling,
+  Axis
+};
 /// Where it may sit.
 enum class AttrPlace { Module, Function, Param, Op };
 
@@ -104,7 +127,7 @@ constexpr DeclaredAttr kDeclaredAttrs[] = {
     {"llm.micro_batch", AttrKind::Count, AttrPlace::Module},
     {"llm.pp", AttrKind::Count, AttrPlace::Module},
     {"llm.cp", AttrKind::Count, AttrPlace::Module},
-    {"llm.loss_scale", AttrKind::Text, AttrPlace::Module},
+    {"llm.loss_scale", AttrKind::LossScaling, AttrPlace::Module},
     // Functions: the entry points and llm-plan-memory's sizes.
     {"llm.forward", AttrKind::Unit, AttrPlace::Function},
     {"llm.train_step", AttrKind::Unit, AttrPlace::Function},
@@ -127,8 +150,8 @@ constexpr DeclaredAttr kDeclaredAttrs[] = {
     {"llm.pp_tied_sum", AttrKind::Unit, AttrPlace::Op},
     {"llm.loss_scale_seed", AttrKind::Unit, AttrPlace::Op},
     {"llm.prefetch", AttrKind::Unit, AttrPlace::Op},
-    {"llm.vocab_axis", AttrKind::Text, AttrPlace::Op},
-    {"llm.cp_ring", AttrKind::Text, AttrPlace::Op},
+    {"llm.vocab_axis", AttrKind::Axis, AttrPlace::Op},
+    {"llm.cp_ring", AttrKind::Axis, AttrPlace::Op},
     {"llm.offsets", AttrKind::Offsets, AttrPlace::Op},
     {"llm.stashed", AttrKind::Flags, AttrPlace::Op},
 };
@@ -152,9 +175,13 @@ const char *describe(AttrKind k) {
   case AttrKind::Flags:
     return "an array<i1>";
   case AttrKind::Shard:
-    return "a dictionary {axis: string, dim, blocks, parts: i64[, whole: i64]}";
+    return "an #llm.shard";
   case AttrKind::Plan:
     return "an #llm.plan";
+  case AttrKind::LossScaling:
+    return "an #llm.loss_scaling (none or dynamic)";
+  case AttrKind::Axis:
+    return "a mesh axis @grid::@axis";
   }
   return "";
 }
@@ -186,18 +213,16 @@ bool holds(AttrKind kind, Attribute a) {
   }
   case AttrKind::Flags:
     return isa<DenseBoolArrayAttr>(a);
-  case AttrKind::Shard: {
-    auto d = dyn_cast<DictionaryAttr>(a);
-    if (!d || !isa_and_nonnull<StringAttr>(d.get("axis")) || !i64(d.get("dim"), 0) ||
-        !i64(d.get("blocks"), 1) || !i64(d.get("parts"), 1))
-      return false;
-    for (NamedAttribute na : d)
-      if (!llvm::is_contained({"axis", "dim", "blocks", "parts", "whole"}, na.getName()))
-        return false;
-    return !d.get("whole") || i64(d.get("whole"), 1);
-  }
+  case AttrKind::Shard:
+    return isa<ShardAttr>(a);
   case AttrKind::Plan:
     return isa<PlanAttr>(a);
+  case AttrKind::LossScaling:
+    return isa<LossScalingAttr>(a);
+  case AttrKind::Axis: {
+    auto ref = dyn_cast<SymbolRefAttr>(a);
+    return ref && ref.getNestedReferences().size() == 1;
+  }
   }
   return false;
 }
@@ -233,10 +258,16 @@ LogicalResult LLMDialect::verifyOperationAttribute(Operation *op, NamedAttribute
   if (!holds(decl->kind, attr.getValue()))
     return op->emitOpError() << "'" << name << "' must be " << describe(decl->kind) << ", got "
                              << attr.getValue();
-  if (name == "llm.loss_scale" && cast<StringAttr>(attr.getValue()).getValue() != "dynamic")
-    return op->emitOpError() << "'llm.loss_scale' must be \"dynamic\" (the only loss "
-                                "scaling lowered), got "
-                             << attr.getValue();
+  if (auto shard = dyn_cast<ShardAttr>(attr.getValue())) {
+    auto t = cast<RankedTensorType>(cast<ParamOp>(op).getType());
+    if (shard.getDim() >= t.getRank())
+      return op->emitOpError() << "'llm.shard' splits dimension " << shard.getDim() << " of a rank-"
+                               << t.getRank() << " tensor";
+    if (shard.getWhole() > shard.getParts() * t.getDimSize(shard.getDim()))
+      return op->emitOpError() << "'llm.shard' has a whole of " << shard.getWhole()
+                               << " rows, more than its " << shard.getParts() << " parts of "
+                               << t.getDimSize(shard.getDim()) << " hold";
+  }
   if (name == kForwardAttrName || name == kTrainStepAttrName)
     if (Operation *parent = op->getParentOp())
       for (Region &r : parent->getRegions())

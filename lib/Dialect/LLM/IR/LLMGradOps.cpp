@@ -121,6 +121,11 @@ LogicalResult CrossEntropyGradOp::verify() {
   return verifyVocabSize(*this, getVocabAxisAttr(), getVocabSizeAttr());
 }
 
+LogicalResult CrossEntropyGradOp::verifySymbolUses(SymbolTableCollection &symbols) {
+  SymbolRefAttr axis = getVocabAxisAttr();
+  return axis ? verifyGridAxis(*this, axis, symbols) : success();
+}
+
 LogicalResult MoERouterGradOp::verify() {
   if (getGrad().getType() != getWeights().getType() ||
       ty(getIndices()).getShape() != ty(getWeights()).getShape() || ty(getWeights()).getRank() != 3)

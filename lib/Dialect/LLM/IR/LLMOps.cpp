@@ -509,7 +509,8 @@ LogicalResult LMHeadOp::verify() {
   return verifySameElementType(*this, "input", x, "weight", w);
 }
 
-LogicalResult llmopt::llm::verifyVocabSize(Operation *op, StringAttr axis, IntegerAttr vocabSize) {
+LogicalResult llmopt::llm::verifyVocabSize(Operation *op, SymbolRefAttr axis,
+                                           IntegerAttr vocabSize) {
   if (!vocabSize)
     return success();
   int64_t v = vocabSize.getInt();
@@ -533,6 +534,11 @@ LogicalResult CrossEntropyOp::verify() {
       return emitOpError() << "labels " << labels << " do not match the logits' leading dimensions "
                            << logits;
   return verifyVocabSize(*this, getVocabAxisAttr(), getVocabSizeAttr());
+}
+
+LogicalResult CrossEntropyOp::verifySymbolUses(SymbolTableCollection &symbols) {
+  SymbolRefAttr axis = getVocabAxisAttr();
+  return axis ? verifyGridAxis(*this, axis, symbols) : success();
 }
 
 //===----------------------------------------------------------------------===//

@@ -9,11 +9,65 @@ using namespace llmopt::llm;
 
 static RankedTensorType ty(Value v) { return cast<RankedTensorType>(v.getType()); }
 
-static LogicalResult verifyAxis(Operation *op, StringRef axis) {
-  if (axis.empty())
-    return op->emitOpError() << "needs a mesh axis name";
+static LogicalResult verifyAxis(Operation *op, SymbolRefAttr axis) {
+  if (axis.getNestedReferences().size() != 1)
+    return op->emitOpError() << "names its axis as @grid::@axis, got " << axis;
   return success();
 }
+
+LogicalResult llmopt::llm::verifyGridAxis(Operation *op, SymbolRefAttr axis,
+                                          SymbolTableCollection &symbols) {
+  if (!symbols.lookupNearestSymbolFrom<GridAxisOp>(op, axis))
+    return op->emitOpError() << "names axis " << axis
+                             << ", which no llm.grid declares (the partition passes declare the "
+                                "axes they split over)";
+  return success();
+}
+
+FailureOr<SymbolRefAttr> llmopt::llm::gridAxis(ModuleOp module, StringRef name, int64_t size) {
+  MLIRContext *ctx = module.getContext();
+  constexpr llvm::StringLiteral kGrid = "mesh";
+  auto grid = dyn_cast_or_null<GridOp>(SymbolTable::lookupSymbolIn(module, kGrid));
+  if (!grid) {
+    OpBuilder b = OpBuilder::atBlockBegin(module.getBody());
+    grid = GridOp::create(b, module.getLoc(), kGrid);
+    grid.getBody().push_back(new Block());
+  }
+  auto axis = dyn_cast_or_null<GridAxisOp>(SymbolTable::lookupSymbolIn(grid, name));
+  if (axis && axis.getSizeAttr().getInt() != size)
+    return module.emitError() << "the mesh axis '" << name << "' has "
+                              << axis.getSizeAttr().getInt() << " ranks, not " << size;
+  if (!axis) {
+    OpBuilder b = OpBuilder::atBlockEnd(&grid.getBody().front());
+    GridAxisOp::create(b, module.getLoc(), name, size);
+  }
+  return SymbolRefAttr::get(ctx, kGrid, {FlatSymbolRefAttr::get(ctx, name)});
+}
+
+LogicalResult GridAxisOp::verify() {
+  if (getSizeAttr().getInt() < 1)
+    return emitOpError() << "has " << getSizeAttr().getInt() << " ranks; an axis has at least one";
+  return success();
+}
+
+#define LLM_AXIS_USER(Op)                                                                          \
+  LogicalResult Op::verifySymbolUses(SymbolTableCollection &symbols) {                             \
+    return verifyGridAxis(*this, getAxisAttr(), symbols);                                          \
+  }
+LLM_AXIS_USER(TPCopyOp)
+LLM_AXIS_USER(TPReduceOp)
+LLM_AXIS_USER(AllReduceOp)
+LLM_AXIS_USER(SPGatherOp)
+LLM_AXIS_USER(SPScatterOp)
+LLM_AXIS_USER(SPSplitOp)
+LLM_AXIS_USER(TPSliceOp)
+LLM_AXIS_USER(TPUnsliceOp)
+LLM_AXIS_USER(EPDispatchOp)
+LLM_AXIS_USER(EPCombineOp)
+LLM_AXIS_USER(CPGatherOp)
+LLM_AXIS_USER(CPScatterOp)
+LLM_AXIS_USER(ZeroGatherOp)
+#undef LLM_AXIS_USER
 
 /// A bias matches the last dimension and element type of `x`.
 static LogicalResult verifyBias(Operation *op, Value x, Value bias) {

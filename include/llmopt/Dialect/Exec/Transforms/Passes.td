@@ -29,8 +29,9 @@ def ExecShardOptimizer : Pass<"exec-shard-optimizer", "::mlir::ModuleOp"> {
     holding the same experts (`edp`, d = dp / ep), the rest over `dp`.
 
     Refused: a module without `exec.plan`; a program without the step's
-    data-parallel average; one already sharded; under ZeRO-2/3 a gradient a
-    kernel adds in place (`accumulate`: lower with the plan's ZeRO stage).
+    data-parallel average; one already sharded or bucketed (this pass runs
+    before `exec-bucket-gradients`); under ZeRO-2/3 a gradient a kernel adds
+    in place (`accumulate`: lower with the plan's ZeRO stage).
   }];
   let dependentDialects = ["::llmopt::exec::ExecDialect"];
 }

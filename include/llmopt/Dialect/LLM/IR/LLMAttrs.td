@@ -6,6 +6,7 @@
 include "llmopt/Dialect/LLM/IR/LLMBase.td"
 include "mlir/IR/AttrTypeBase.td"
 include "mlir/IR/BuiltinAttributeInterfaces.td"
+include "mlir/IR/EnumAttr.td"
 
 class LLM_Attr<string name, string attrMnemonic, list<Trait> traits = []>
     : AttrDef<LLM_Dialect, name, traits> {
@@ -84,6 +85,47 @@ def LLM_PlanAttr : LLM_Attr<"Plan", "plan"> {
   );
   let assemblyFormat = "`<` struct(params) `>`";
   let genVerifyDecl = 1;
+}
+
+def LLM_ShardAttr : LLM_Attr<"Shard", "shard"> {
+  let summary = "how a parameter is split over a mesh axis";
+  let description = [{
+    The partition passes' decision for one `llm.param` (its `llm.shard`):
+    dimension `dim` of the whole tensor is cut into `blocks` equal blocks
+    (GPT-2's fused q/k/v: 3), each block into `parts` equal parts, and the
+    rank at position r of `axis` keeps part r of every block; the param's
+    type is that part. `whole` (printed only when not 0) is the real size of
+    `dim` where the partitioner padded it to split it (a vocabulary tp does
+    not divide: the padding rows are zeros and never a class).
+
+    ```mlir
+    %w = llm.param "lm_head.weight" normal(0.02) {llm.shard = #llm.shard<axis = "tp", dim = 0, blocks = 1, parts = 2, whole = 257>} : tensor<129x32xf32>
+    ```
+
+    Verified: `axis` is `tp` or `ep`, `dim` non-negative, `blocks` and
+    `parts` positive, `whole` 0 or positive; on its param, `dim` is within
+    the rank and `whole` (when given) at most `parts` x the part's size.
+  }];
+  let parameters = (ins StringRefParameter<"the mesh axis">:$axis, "int64_t":$dim,
+                        "int64_t":$blocks, "int64_t":$parts,
+                        DefaultValuedParameter<"int64_t", "0">:$whole);
+  let assemblyFormat = "`<` struct(params) `>`";
+  let genVerifyDecl = 1;
+}
+
+def LLM_LossScalingAttr : EnumAttr<LLM_Dialect, LLM_LossScaling, "loss_scaling"> {
+  let assemblyFormat = "`<` $value `>`";
+  let summary = "the loss scaling of a training step";
+  let description = [{
+    `llm.loss_scale` on the module, set by `llm-build-training-step`
+    (`loss-scale`: `auto` is dynamic for fp16 models): `dynamic` starts the
+    backward from the runtime's loss scale, unscales the reduced gradients,
+    skips updates with non-finite ones and moves the scale; `none` (or no
+    attribute) trains unscaled.
+    ```mlir
+    module attributes {llm.loss_scale = #llm.loss_scaling<dynamic>} { ... }
+    ```
+  }];
 }
 
 #endif // LLMOPT_DIALECT_LLM_IR_LLMATTRS_TD

@@ -108,6 +108,15 @@ def LLM_Placement : I32EnumAttr<"Placement", "order of the mesh axes over ranks"
   let cppNamespace = "::llmopt::llm";
 }
 
+// Loss scaling of a training step (`llm.loss_scale`, #llm.loss_scaling).
+def LLM_LossScaling : I32EnumAttr<"LossScaling", "loss scaling", [
+    I32EnumAttrCase<"none", 0>,
+    I32EnumAttrCase<"dynamic", 1>,
+  ]> {
+  let cppNamespace = "::llmopt::llm";
+  let genSpecializedAttr = 0;
+}
+
 def LLM_ExpertActivation : I32EnumAttr<"ExpertActivation",
     "activation of the expert MLPs", [
     I32EnumAttrCase<"swiglu", 0>,

@@ -181,6 +181,7 @@ def LLM_LMHeadGradOp : LLM_CostOp<"lm_head_grad", [Pure,
 }
 
 def LLM_CrossEntropyGradOp : LLM_CostOp<"cross_entropy_grad", [Pure,
+    DeclareOpInterfaceMethods<SymbolUserOpInterface>,
     AllTypesMatch<["logits", "result"]>]> {
   let summary = "gradient of the mean cross-entropy with respect to the logits";
   let description = [{
@@ -194,7 +195,7 @@ def LLM_CrossEntropyGradOp : LLM_CostOp<"cross_entropy_grad", [Pure,
   let arguments = (ins LLM_Activation:$logits, LLM_IndexTensor:$labels,
                        LLM_Scalar:$loss_grad,
                        DefaultValuedAttr<I64Attr, "-100">:$ignore_index,
-                       OptionalAttr<StrAttr>:$vocab_axis,
+                       OptionalAttr<SymbolRefAttr>:$vocab_axis,
                        OptionalAttr<I64Attr>:$vocab_size);
   let results = (outs LLM_Activation:$result);
   let assemblyFormat = [{

@@ -11,6 +11,7 @@
 #include "mlir/IR/BuiltinTypes.h"
 #include "mlir/IR/OpDefinition.h"
 #include "mlir/IR/OpImplementation.h"
+#include "mlir/IR/SymbolTable.h"
 #include "mlir/Interfaces/ControlFlowInterfaces.h"
 #include "mlir/Interfaces/SideEffectInterfaces.h"
 
@@ -41,6 +42,21 @@ mlir::FailureOr<E> parseQuotedEnum(mlir::AsmParser &parser,
 #include "llmopt/Dialect/LLM/IR/LLMOps.h.inc"
 
 namespace llmopt::llm {
+/// The module's device mesh (`llm.grid @mesh`) and its axes: the reference
+/// `@mesh::@<name>` to axis `name` of `size` ranks, declared (grid and axis)
+/// where missing; an error at `module` if the grid has the axis with another
+/// size.
+mlir::FailureOr<mlir::SymbolRefAttr> gridAxis(mlir::ModuleOp module, llvm::StringRef name,
+                                              int64_t size);
+/// The axis an axis reference names (`tp` of `@mesh::@tp`).
+inline llvm::StringRef axisName(mlir::SymbolRefAttr axis) {
+  return axis.getLeafReference().getValue();
+}
+/// Checks that `axis` names an axis of the module's grid (the parallel ops'
+/// SymbolUserOpInterface).
+mlir::LogicalResult verifyGridAxis(mlir::Operation *op, mlir::SymbolRefAttr axis,
+                                   mlir::SymbolTableCollection &symbols);
+
 /// Sequence parallelism marks a chunk of the sequence by the tensor type's
 /// encoding `{seq_parts = t}`; 1 for a whole tensor.
 int64_t seqParts(mlir::Type t);
@@ -70,7 +86,7 @@ mlir::FunctionOpInterface findEntryFunction(mlir::ModuleOp module, llvm::StringR
 /// where none is marked, ends with `hint` (what makes the function).
 mlir::FailureOr<mlir::func::FuncOp> entryFunction(mlir::ModuleOp module, llvm::StringRef marker,
                                                   llvm::StringRef pass, llvm::StringRef hint);
-mlir::LogicalResult verifyVocabSize(mlir::Operation *op, mlir::StringAttr axis,
+mlir::LogicalResult verifyVocabSize(mlir::Operation *op, mlir::SymbolRefAttr axis,
                                     mlir::IntegerAttr vocabSize);
 } // namespace llmopt::llm
 

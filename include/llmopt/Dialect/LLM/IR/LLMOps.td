@@ -16,6 +16,7 @@ include "llmopt/Dialect/LLM/IR/LLMAttrs.td"
 include "mlir/Interfaces/SideEffectInterfaces.td"
 include "mlir/Interfaces/ControlFlowInterfaces.td"
 include "mlir/IR/BuiltinAttributes.td"
+include "mlir/IR/SymbolInterfaces.td"
 
 class LLM_CostOp<string mnemonic, list<Trait> traits = []>
     : LLM_Op<mnemonic, !listconcat(traits,
@@ -518,7 +519,8 @@ def LLM_LMHeadOp : LLM_DiffOp<"lm_head", [Pure]> {
   }];
 }
 
-def LLM_CrossEntropyOp : LLM_DiffOp<"cross_entropy", [Pure]> {
+def LLM_CrossEntropyOp : LLM_DiffOp<"cross_entropy", [Pure,
+    DeclareOpInterfaceMethods<SymbolUserOpInterface>]> {
   let summary = "mean token cross-entropy loss";
   let description = [{
     Mean over tokens of `-log softmax(logits)[label]`, skipping labels equal to
@@ -542,7 +544,7 @@ def LLM_CrossEntropyOp : LLM_DiffOp<"cross_entropy", [Pure]> {
   }];
   let arguments = (ins LLM_Activation:$logits, LLM_IndexTensor:$labels,
                        DefaultValuedAttr<I64Attr, "-100">:$ignore_index,
-                       OptionalAttr<StrAttr>:$vocab_axis,
+                       OptionalAttr<SymbolRefAttr>:$vocab_axis,
                        OptionalAttr<I64Attr>:$vocab_size);
   let results = (outs LLM_Scalar:$loss);
   let assemblyFormat = [{
