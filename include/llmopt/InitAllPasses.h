@@ -7,7 +7,7 @@
 #include "llmopt/Dialect/Exec/Transforms/Passes.h"
 #include "llmopt/Dialect/LLM/Transforms/Passes.h"
 #include "llmopt/Pipelines/Pipelines.h"
-#include "llmopt/Transforms/Passes.h"
+#include "llmopt/Target/Passes.h"
 #include "mlir/Transforms/Passes.h"
 
 namespace llmopt {
@@ -16,7 +16,7 @@ namespace llmopt {
 inline void registerAllPasses() {
   llm::registerLLMPasses();
   exec::registerExecPasses();
-  registerLLMOptTransformsPasses();
+  registerLLMOptTargetPasses();
   registerLLMOptConversionPasses();
   registerPipelines();
   mlir::registerCanonicalizerPass();

@@ -3,11 +3,13 @@
 #include "llmopt/Pipelines/Pipelines.h"
 #include "llmopt/Conversion/Passes.h"
 #include "llmopt/Dialect/Exec/Transforms/Passes.h"
-#include "llmopt/Transforms/Passes.h"
+#include "llmopt/Dialect/LLM/Transforms/Passes.h"
+#include "llmopt/Target/Passes.h"
 
 #include "mlir/Pass/PassRegistry.h"
 
 using namespace mlir;
+using namespace llmopt::llm;
 
 void llmopt::buildLowerToPlanPipeline(OpPassManager &pm, const LowerToPlanOptions &o) {
   BuildTrainingStepOptions step;

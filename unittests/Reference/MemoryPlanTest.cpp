@@ -8,8 +8,8 @@
 //===----------------------------------------------------------------------===//
 
 #include "llmopt/Dialect/LLM/IR/LLMOps.h"
+#include "llmopt/Dialect/LLM/Transforms/Passes.h"
 #include "llmopt/Import/HFConfig.h"
-#include "llmopt/Transforms/Passes.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -19,6 +19,7 @@
 
 using namespace mlir;
 using namespace llmopt;
+using namespace llmopt::llm;
 
 namespace {
 

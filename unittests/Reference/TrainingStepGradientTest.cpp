@@ -9,9 +9,9 @@
 //===----------------------------------------------------------------------===//
 
 #include "llmopt/Dialect/LLM/IR/LLMOps.h"
+#include "llmopt/Dialect/LLM/Transforms/Passes.h"
 #include "llmopt/Import/HFConfig.h"
 #include "llmopt/Reference/Interpreter.h"
-#include "llmopt/Transforms/Passes.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -24,6 +24,7 @@
 
 using namespace mlir;
 using namespace llmopt;
+using namespace llmopt::llm;
 using namespace llmopt::reference;
 
 namespace {

@@ -7,7 +7,7 @@
 #include "llmopt/Dialect/LLM/IR/LLMOps.h"
 #include "llmopt/Support/Output.h"
 #include "llmopt/Target/ExecToPlan.h"
-#include "llmopt/Transforms/Passes.h"
+#include "llmopt/Target/Passes.h"
 #include <array>
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
@@ -22,7 +22,7 @@
 
 namespace llmopt {
 #define GEN_PASS_DEF_EMITPLAN
-#include "llmopt/Transforms/Passes.h.inc"
+#include "llmopt/Target/Passes.h.inc"
 } // namespace llmopt
 
 using namespace mlir;

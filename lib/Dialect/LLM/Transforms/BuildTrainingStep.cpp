@@ -1,7 +1,7 @@
 //===- BuildTrainingStep.cpp - forward + backward + AdamW -----------------===//
 
 #include "llmopt/Dialect/LLM/IR/LLMOps.h"
-#include "llmopt/Transforms/Passes.h"
+#include "llmopt/Dialect/LLM/Transforms/Passes.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -13,10 +13,10 @@
 
 #include <functional>
 
-namespace llmopt {
+namespace llmopt::llm {
 #define GEN_PASS_DEF_BUILDTRAININGSTEP
-#include "llmopt/Transforms/Passes.h.inc"
-} // namespace llmopt
+#include "llmopt/Dialect/LLM/Transforms/Passes.h.inc"
+} // namespace llmopt::llm
 
 using namespace mlir;
 using namespace llmopt;
@@ -43,7 +43,8 @@ void inlineLayers(func::FuncOp func) {
   }
 }
 
-struct BuildTrainingStepPass : public llmopt::impl::BuildTrainingStepBase<BuildTrainingStepPass> {
+struct BuildTrainingStepPass
+    : public llmopt::llm::impl::BuildTrainingStepBase<BuildTrainingStepPass> {
   using Base::Base;
 
   void runOnOperation() override {

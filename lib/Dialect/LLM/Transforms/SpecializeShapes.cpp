@@ -1,24 +1,24 @@
 //===- SpecializeShapes.cpp - fix batch and sequence dimensions -----------===//
 
 #include "llmopt/Dialect/LLM/IR/LLMOps.h"
-#include "llmopt/Transforms/Passes.h"
+#include "llmopt/Dialect/LLM/Transforms/Passes.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/BuiltinTypes.h"
 
 #include <cmath>
 
-namespace llmopt {
+namespace llmopt::llm {
 #define GEN_PASS_DEF_SPECIALIZESHAPES
-#include "llmopt/Transforms/Passes.h.inc"
-} // namespace llmopt
+#include "llmopt/Dialect/LLM/Transforms/Passes.h.inc"
+} // namespace llmopt::llm
 
 using namespace mlir;
 using namespace llmopt;
 using namespace llmopt::llm;
 
 namespace {
-struct SpecializeShapesPass : public llmopt::impl::SpecializeShapesBase<SpecializeShapesPass> {
+struct SpecializeShapesPass : public llmopt::llm::impl::SpecializeShapesBase<SpecializeShapesPass> {
   using Base::Base;
 
   /// Rows per expert of the MoE buffers [experts, capacity, hidden]; 0

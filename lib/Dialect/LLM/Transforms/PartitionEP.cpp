@@ -6,22 +6,22 @@
 //===----------------------------------------------------------------------===//
 
 #include "llmopt/Dialect/LLM/IR/LLMOps.h"
-#include "llmopt/Transforms/Passes.h"
+#include "llmopt/Dialect/LLM/Transforms/Passes.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
 
-namespace llmopt {
+namespace llmopt::llm {
 #define GEN_PASS_DEF_PARTITIONEP
-#include "llmopt/Transforms/Passes.h.inc"
-} // namespace llmopt
+#include "llmopt/Dialect/LLM/Transforms/Passes.h.inc"
+} // namespace llmopt::llm
 
 using namespace mlir;
 using namespace llmopt;
 using namespace llmopt::llm;
 
 namespace {
-struct PartitionEPPass : public llmopt::impl::PartitionEPBase<PartitionEPPass> {
+struct PartitionEPPass : public llmopt::llm::impl::PartitionEPBase<PartitionEPPass> {
   using Base::Base;
 
   LogicalResult partition(MoEExpertsOp e, int64_t degree, SymbolRefAttr axis) {

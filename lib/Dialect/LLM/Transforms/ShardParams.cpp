@@ -1,7 +1,7 @@
 //===- ShardParams.cpp - ZeRO-3 parameter gathering ------------------------===//
 
 #include "llmopt/Dialect/LLM/IR/LLMOps.h"
-#include "llmopt/Transforms/Passes.h"
+#include "llmopt/Dialect/LLM/Transforms/Passes.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
@@ -9,17 +9,17 @@
 #include <map>
 #include <tuple>
 
-namespace llmopt {
+namespace llmopt::llm {
 #define GEN_PASS_DEF_SHARDPARAMS
-#include "llmopt/Transforms/Passes.h.inc"
-} // namespace llmopt
+#include "llmopt/Dialect/LLM/Transforms/Passes.h.inc"
+} // namespace llmopt::llm
 
 using namespace mlir;
 using namespace llmopt;
 using namespace llmopt::llm;
 
 namespace {
-struct ShardParamsPass : public llmopt::impl::ShardParamsBase<ShardParamsPass> {
+struct ShardParamsPass : public llmopt::llm::impl::ShardParamsBase<ShardParamsPass> {
   using Base::Base;
 
   void runOnOperation() override {

@@ -8,8 +8,8 @@
 //===----------------------------------------------------------------------===//
 
 #include "llmopt/Dialect/LLM/IR/LLMOps.h"
+#include "llmopt/Dialect/LLM/Transforms/Passes.h"
 #include "llmopt/Support/Output.h"
-#include "llmopt/Transforms/Passes.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
@@ -19,10 +19,10 @@
 #include <algorithm>
 #include <tuple>
 
-namespace llmopt {
+namespace llmopt::llm {
 #define GEN_PASS_DEF_PLANMEMORY
-#include "llmopt/Transforms/Passes.h.inc"
-} // namespace llmopt
+#include "llmopt/Dialect/LLM/Transforms/Passes.h.inc"
+} // namespace llmopt::llm
 
 using namespace mlir;
 using namespace llmopt;
@@ -50,7 +50,7 @@ bool sameArena(const Buffer &a, const Buffer &b) {
   return a.stash == b.stash && (a.stage == b.stage || a.stage == -1 || b.stage == -1);
 }
 
-struct PlanMemoryPass : public llmopt::impl::PlanMemoryBase<PlanMemoryPass> {
+struct PlanMemoryPass : public llmopt::llm::impl::PlanMemoryBase<PlanMemoryPass> {
   using Base::Base;
 
   void runOnOperation() override {

@@ -6,16 +6,16 @@
 //===----------------------------------------------------------------------===//
 
 #include "llmopt/Dialect/LLM/IR/LLMOps.h"
-#include "llmopt/Transforms/Passes.h"
+#include "llmopt/Dialect/LLM/Transforms/Passes.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
 
-namespace llmopt {
+namespace llmopt::llm {
 #define GEN_PASS_DEF_PARTITIONPP
-#include "llmopt/Transforms/Passes.h.inc"
-} // namespace llmopt
+#include "llmopt/Dialect/LLM/Transforms/Passes.h.inc"
+} // namespace llmopt::llm
 
 using namespace mlir;
 using namespace llmopt;
@@ -23,7 +23,7 @@ using namespace llmopt::llm;
 
 namespace {
 
-struct PartitionPPPass : public llmopt::impl::PartitionPPBase<PartitionPPPass> {
+struct PartitionPPPass : public llmopt::llm::impl::PartitionPPBase<PartitionPPPass> {
   void runOnOperation() override {
     ModuleOp module = getOperation();
     auto plan = module->getAttrOfType<PlanAttr>("llm.plan");

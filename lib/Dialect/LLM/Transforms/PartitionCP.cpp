@@ -7,22 +7,22 @@
 //===----------------------------------------------------------------------===//
 
 #include "llmopt/Dialect/LLM/IR/LLMOps.h"
-#include "llmopt/Transforms/Passes.h"
+#include "llmopt/Dialect/LLM/Transforms/Passes.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
 
-namespace llmopt {
+namespace llmopt::llm {
 #define GEN_PASS_DEF_PARTITIONCP
-#include "llmopt/Transforms/Passes.h.inc"
-} // namespace llmopt
+#include "llmopt/Dialect/LLM/Transforms/Passes.h.inc"
+} // namespace llmopt::llm
 
 using namespace mlir;
 using namespace llmopt;
 using namespace llmopt::llm;
 
 namespace {
-struct PartitionCPPass : public llmopt::impl::PartitionCPBase<PartitionCPPass> {
+struct PartitionCPPass : public llmopt::llm::impl::PartitionCPBase<PartitionCPPass> {
   using Base::Base;
 
   void runOnOperation() override {

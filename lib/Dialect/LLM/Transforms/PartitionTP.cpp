@@ -6,7 +6,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "llmopt/Dialect/LLM/IR/LLMOps.h"
-#include "llmopt/Transforms/Passes.h"
+#include "llmopt/Dialect/LLM/Transforms/Passes.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
@@ -14,10 +14,10 @@
 
 #include <functional>
 
-namespace llmopt {
+namespace llmopt::llm {
 #define GEN_PASS_DEF_PARTITIONTP
-#include "llmopt/Transforms/Passes.h.inc"
-} // namespace llmopt
+#include "llmopt/Dialect/LLM/Transforms/Passes.h.inc"
+} // namespace llmopt::llm
 
 using namespace mlir;
 using namespace llmopt;
@@ -500,7 +500,7 @@ LogicalResult sequenceParallel(FunctionOpInterface forward, Partitioner &p) {
   return propagate(top);
 }
 
-struct PartitionTPPass : public llmopt::impl::PartitionTPBase<PartitionTPPass> {
+struct PartitionTPPass : public llmopt::llm::impl::PartitionTPBase<PartitionTPPass> {
   using Base::Base;
 
   void runOnOperation() override {

@@ -7,17 +7,17 @@
 //===----------------------------------------------------------------------===//
 
 #include "llmopt/Dialect/LLM/IR/LLMOps.h"
-#include "llmopt/Transforms/Passes.h"
+#include "llmopt/Dialect/LLM/Transforms/Passes.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/IRMapping.h"
 #include "llvm/ADT/SetVector.h"
 
-namespace llmopt {
+namespace llmopt::llm {
 #define GEN_PASS_DEF_FUSEELEMENTWISE
-#include "llmopt/Transforms/Passes.h.inc"
-} // namespace llmopt
+#include "llmopt/Dialect/LLM/Transforms/Passes.h.inc"
+} // namespace llmopt::llm
 
 using namespace mlir;
 using namespace llmopt;
@@ -47,7 +47,7 @@ bool sameAttr(Operation *a, Operation *b, StringRef name) {
   return a->getAttr(name) == b->getAttr(name);
 }
 
-struct FuseElementwisePass : public llmopt::impl::FuseElementwiseBase<FuseElementwisePass> {
+struct FuseElementwisePass : public llmopt::llm::impl::FuseElementwiseBase<FuseElementwisePass> {
   void fuse(ArrayRef<Operation *> group) {
     llvm::SmallPtrSet<Operation *, 8> members(group.begin(), group.end());
     llvm::SetVector<Value> inputs;
