@@ -151,7 +151,7 @@ bool barrier(Communicator &comm, std::string &error) {
 
 } // namespace
 
-bool saveCheckpoint(const std::string &dir, const CpuExecutor &exe, const Plan &plan,
+bool saveCheckpoint(const std::string &dir, const ParamStore &store, const Plan &plan,
                     Communicator &comm, std::string &error, int64_t keepLast) {
   if (plan.text.empty()) {
     error = "checkpoints need a plan loaded from its directory (loadPlan)";
@@ -159,7 +159,7 @@ bool saveCheckpoint(const std::string &dir, const CpuExecutor &exe, const Plan &
   }
   const std::string &planSha256 = plan.sha256;
   int rank = comm.rank();
-  std::string name = stepName(exe.steps);
+  std::string name = stepName(store.steps);
   std::string partial = dir + "/." + name + ".partial";
   if (rank == 0) {
     if (!makeDir(dir)) {
@@ -197,7 +197,9 @@ bool saveCheckpoint(const std::string &dir, const CpuExecutor &exe, const Plan &
   // This rank's state, in the plan's parameter order, streamed to its file
   // and hashed as it goes (no copy of the state in memory), the digest in a
   // side file for rank 0's manifest.
-  int64_t step = exe.steps, count = int64_t(exe.params.size());
+  int64_t step = store.steps, count = 0;
+  for (const ParamSpec &p : plan.params)
+    count += store.holds(p.name);
   std::string file = "rank-" + std::to_string(rank) + ".bin", path = partial + "/" + file;
   {
     std::ofstream f(path + ".tmp", std::ios::binary | std::ios::trunc);
@@ -210,10 +212,15 @@ bool saveCheckpoint(const std::string &dir, const CpuExecutor &exe, const Plan &
     put(&step, 8);
     put(&count, 8);
     // The parameters this rank holds (a pipeline stage holds its own).
+    // One tensor at a time through the store (param_store.h): a device
+    // store never copies the whole state to host memory.
+    std::string readError;
     for (const ParamSpec &p : plan.params) {
-      if (!exe.params.count(p.name))
+      if (!store.holds(p.name))
         continue;
-      const ParamState &st = exe.params.at(p.name);
+      ParamState st;
+      if (!store.read(p.name, st, readError))
+        break;
       uint32_t len = uint32_t(p.name.size());
       put(&len, 4);
       put(p.name.data(), len);
@@ -224,6 +231,11 @@ bool saveCheckpoint(const std::string &dir, const CpuExecutor &exe, const Plan &
         put(v->data(), v->size() * sizeof(float));
     }
     f.flush();
+    if (!readError.empty()) {
+      f.close();
+      std::remove((path + ".tmp").c_str());
+      return failed(path + ": " + readError);
+    }
     if (!f || (f.close(), !f) || !syncPath(path + ".tmp") ||
         std::rename((path + ".tmp").c_str(), path.c_str()) != 0 ||
         !writeAll(path + ".sha256", hash.hex())) {
@@ -239,9 +251,9 @@ bool saveCheckpoint(const std::string &dir, const CpuExecutor &exe, const Plan &
     std::string manifest =
         "{\n  \"format\": \"llm-opt-checkpoint\",\n  \"version\": 1,\n"
         "  \"step\": " +
-        std::to_string(step) + ",\n  \"loss_scale\": " + exactFloat(exe.lossScale.scale) +
-        ",\n  \"loss_scale_good_steps\": " + std::to_string(exe.lossScale.goodSteps) +
-        ",\n  \"skipped_steps\": " + std::to_string(exe.lossScale.skipped) +
+        std::to_string(step) + ",\n  \"loss_scale\": " + exactFloat(store.lossScale.scale) +
+        ",\n  \"loss_scale_good_steps\": " + std::to_string(store.lossScale.goodSteps) +
+        ",\n  \"skipped_steps\": " + std::to_string(store.lossScale.skipped) +
         ",\n  \"world_size\": " + std::to_string(comm.size()) + ",\n  \"plan_sha256\": \"" +
         planSha256 + "\",\n  \"files\": {";
     for (int r = 0; r < comm.size(); ++r) {
@@ -498,7 +510,7 @@ bool readWholeCheckpoint(const std::string &dir, Plan &plan, int64_t &step,
   return true;
 }
 
-bool loadCheckpoint(const std::string &dir, CpuExecutor &exe, const Plan &plan, int rank,
+bool loadCheckpoint(const std::string &dir, ParamStore &store, const Plan &plan, int rank,
                     int worldSize, std::string &error) {
   Opened o;
   if (!openCheckpoint(dir, o, error))
@@ -507,20 +519,19 @@ bool loadCheckpoint(const std::string &dir, CpuExecutor &exe, const Plan &plan, 
     // The same plan: this rank's file holds exactly its state, which
     // replaces the initialized one (released first, so that the state is
     // in memory once, not twice; a failed load fails the run anyway).
-    for (auto &[name, st] : exe.params)
-      for (std::vector<float> *v : {&st.value, &st.m, &st.v})
-        std::vector<float>().swap(*v);
+    store.release();
     std::map<std::string, Saved> saved;
     if (!readRank(o, rank, plan, saved, error))
       return false;
     for (const ParamSpec &p : plan.params) {
-      if (!exe.params.count(p.name))
+      if (!store.holds(p.name))
         continue;
-      ParamState &st = exe.params[p.name];
       if (!saved.count(p.name)) {
         error = o.stepDir + ": parameter '" + p.name + "' is missing from this rank's file";
         return false;
       }
+      ParamState st;
+      store.layout(p.name, st.shard, st.valueChunked);
       Saved &sv = saved[p.name];
       if (sv.begin != st.shard.begin || sv.end != st.shard.end ||
           sv.valueChunk != st.valueChunked) {
@@ -531,9 +542,13 @@ bool loadCheckpoint(const std::string &dir, CpuExecutor &exe, const Plan &plan, 
       st.value = std::move(sv.value);
       st.m = std::move(sv.m);
       st.v = std::move(sv.v);
+      if (!store.write(p.name, std::move(st), error)) {
+        error = o.stepDir + ": " + error;
+        return false;
+      }
     }
-    exe.steps = o.step;
-    readLossScale(o.manifest, exe.lossScale);
+    store.steps = o.step;
+    readLossScale(o.manifest, store.lossScale);
     return true;
   }
 
@@ -547,7 +562,7 @@ bool loadCheckpoint(const std::string &dir, CpuExecutor &exe, const Plan &plan, 
   for (const WholeTensor &w : tensors)
     byName[w.name] = &w;
   for (const ParamSpec &p : plan.params) {
-    if (!exe.params.count(p.name))
+    if (!store.holds(p.name))
       continue;
     std::vector<int64_t> shape = p.shape;
     if (p.shardDim >= 0)
@@ -560,7 +575,8 @@ bool loadCheckpoint(const std::string &dir, CpuExecutor &exe, const Plan &plan, 
     }
     const WholeTensor &w = *it->second;
     const std::vector<float> *whole[3] = {&w.value, &w.m, &w.v};
-    ParamState &st = exe.params[p.name];
+    ParamState st;
+    store.layout(p.name, st.shard, st.valueChunked);
     std::vector<float> mine[3];
     int part = 0, parts = 1;
     if (p.shardDim >= 0 && !plan.place(p.shardAxis, rank, part, parts)) {
@@ -579,9 +595,11 @@ bool loadCheckpoint(const std::string &dir, CpuExecutor &exe, const Plan &plan, 
       st.value = std::move(mine[0]);
     st.m.assign(mine[1].begin() + st.shard.begin, mine[1].begin() + st.shard.end);
     st.v.assign(mine[2].begin() + st.shard.begin, mine[2].begin() + st.shard.end);
+    if (!store.write(p.name, std::move(st), error))
+      return false;
   }
-  exe.steps = o.step;
-  readLossScale(o.manifest, exe.lossScale);
+  store.steps = o.step;
+  readLossScale(o.manifest, store.lossScale);
   return true;
 }
 

@@ -21,6 +21,44 @@ namespace k = llmopt::kernels::cpu;
 static int64_t rowsOf(const Buffer &b) { return b.elements / b.shape.back(); }
 using kernels::KernelId;
 
+void CpuExecutor::layout(const std::string &name, Chunk &shard, bool &valueChunked) const {
+  const ParamState &st = params.at(name);
+  shard = st.shard;
+  valueChunked = st.valueChunked;
+}
+
+bool CpuExecutor::read(const std::string &name, ParamState &out, std::string &error) const {
+  auto it = params.find(name);
+  if (it == params.end())
+    return (error = "this rank holds no parameter '" + name + "'", false);
+  out = it->second;
+  return true;
+}
+
+bool CpuExecutor::write(const std::string &name, ParamState &&in, std::string &error) {
+  auto it = params.find(name);
+  if (it == params.end())
+    return (error = "this rank holds no parameter '" + name + "'", false);
+  ParamState &st = it->second;
+  int64_t moments = st.shard.end - st.shard.begin, elements = -1;
+  for (const ParamSpec &spec : plan->params)
+    if (spec.name == name)
+      elements = spec.elements;
+  if (in.shard.begin != st.shard.begin || in.shard.end != st.shard.end ||
+      in.valueChunked != st.valueChunked || int64_t(in.m.size()) != moments ||
+      int64_t(in.v.size()) != moments ||
+      int64_t(in.value.size()) != (st.valueChunked ? moments : elements))
+    return (error = "parameter '" + name + "' is laid out otherwise on this rank", false);
+  st = std::move(in);
+  return true;
+}
+
+void CpuExecutor::release() {
+  for (auto &[name, st] : params)
+    for (std::vector<float> *v : {&st.value, &st.m, &st.v})
+      std::vector<float>().swap(*v);
+}
+
 bool CpuExecutor::init(const Plan &p, int rank, uint64_t seed, std::string &error) {
   plan = &p;
   program = p.programFor(rank);

@@ -15,7 +15,8 @@
 #define LLMOPT_RUNTIME_CHECKPOINT_H
 
 #include "llmopt-runtime/comm.h"
-#include "llmopt-runtime/executor.h"
+#include "llmopt-runtime/param_store.h"
+#include "llmopt-runtime/plan.h"
 
 #include <string>
 #include <vector>
@@ -26,13 +27,13 @@ namespace llmopt::runtime {
 /// `plan` must come from loadPlan: its text travels with the checkpoint.
 /// With `keepLast` > 0, only that many newest step directories stay (older
 /// ones are removed after LATEST names the new one).
-bool saveCheckpoint(const std::string &dir, const CpuExecutor &exe, const Plan &plan,
+bool saveCheckpoint(const std::string &dir, const ParamStore &store, const Plan &plan,
                     Communicator &comm, std::string &error, int64_t keepLast = 0);
 
 /// Restores this rank's state from the newest checkpoint in `dir`. A
 /// checkpoint of another plan of the same model (other dp, tp, ZeRO) is
 /// resharded from the plan stored with it.
-bool loadCheckpoint(const std::string &dir, CpuExecutor &exe, const Plan &plan, int rank,
+bool loadCheckpoint(const std::string &dir, ParamStore &store, const Plan &plan, int rank,
                     int worldSize, std::string &error);
 
 /// A parameter as the unpartitioned model holds it, with its AdamW moments.

@@ -16,6 +16,7 @@
 
 #include "llmopt-kernels/cpu.h"
 #include "llmopt-runtime/comm.h"
+#include "llmopt-runtime/param_store.h"
 #include "llmopt-runtime/plan.h"
 #include "llmopt-runtime/step_driver.h"
 
@@ -26,16 +27,6 @@
 #include <vector>
 
 namespace llmopt::runtime {
-
-struct ParamState {
-  std::vector<float> value;
-  /// AdamW moments: the whole parameter, or under ZeRO this rank's chunk
-  /// (elements [shard.begin, shard.end) of `value`).
-  std::vector<float> m, v;
-  Chunk shard;
-  /// ZeRO-3: `value` too holds only this rank's chunk.
-  bool valueChunked = false;
-};
 
 /// An attention instruction's shape (attention_* and cp_ring_attention_*:
 /// `q` and `k` its query and key buffers; parameters heads, kv_heads,
@@ -55,21 +46,9 @@ struct StepResult {
   int64_t deviceBytes = 0;
 };
 
-/// Dynamic loss scaling state (Micikevicius et al. 2018): halve the scale
-/// and skip the update when a gradient overflows, double it after
-/// `kGrowthInterval` clean steps. Checkpointed.
-struct LossScaleState {
-  static constexpr int64_t kGrowthInterval = 2000;
-  float scale = 65536.0f;
-  int64_t goodSteps = 0;
-  /// Steps whose update was skipped (AdamW's bias correction counts the
-  /// others).
-  int64_t skipped = 0;
-  bool lastSkipped = false;
-};
-
-/// The CPU backend: its memory and kernels under the shared step driver.
-class CpuExecutor : private StepBackend {
+/// The CPU backend: its memory and kernels under the shared step driver,
+/// and its parameter store (host memory).
+class CpuExecutor : public ParamStore, private StepBackend {
 public:
   /// Prepares rank `rank` of `plan`: checks the plan is fp32, allocates the
   /// arena, initializes parameters from their specs (seeded, as the
@@ -83,11 +62,17 @@ public:
             std::string &error);
 
   std::map<std::string, ParamState> params;
+
+  // The parameter store (param_store.h) over `params`.
+  bool holds(const std::string &name) const override { return params.count(name) != 0; }
+  void layout(const std::string &name, Chunk &shard, bool &valueChunked) const override;
+  bool read(const std::string &name, ParamState &out, std::string &error) const override;
+  bool write(const std::string &name, ParamState &&in, std::string &error) override;
+  void release() override;
+
   /// False when another backend (CUDA) runs the plan and this executor only
   /// initializes and holds the parameters: no host arena is allocated.
   bool arenasWanted = true;
-  int64_t steps = 0;
-  LossScaleState lossScale;
   /// Micro-batches a pipeline schedule has in flight at most (each with its
   /// own stash, or in older plans without one its own arena).
   size_t arenaSlots() const { return driver.slots(); }

@@ -1,0 +1,206 @@
+//===- ParamStoreTest.cpp - checkpoints through a parameter store ---------===//
+//
+// Checkpoints reach a backend's training state only through ParamStore
+// (param_store.h), one tensor at a time: a store that is not the CPU
+// executor (here a map standing in for a device store) saves and resumes
+// bit-exactly, is read once per tensor in the plan's order, and a failing or
+// differently laid out store fails the checkpoint with its reason and leaves
+// nothing behind.
+//
+//===----------------------------------------------------------------------===//
+
+#include "llmopt-runtime/checkpoint.h"
+#include "llmopt-runtime/executor.h"
+#include "llmopt-runtime/sha256.h"
+
+#include "gtest/gtest.h"
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <string>
+#include <sys/stat.h>
+#include <vector>
+
+using namespace llmopt::runtime;
+
+namespace {
+
+/// One rank, two parameters: `w` gets a gradient of ones, `b` of twos, each
+/// updated by AdamW with global-norm clipping.
+std::string twoParamPlan() {
+  auto buf = [](int offset, const char *shape) {
+    return std::string(R"({"space": "arena", "offset": )") + std::to_string(offset) +
+           R"(, "shape": )" + shape + R"(, "dtype": "f32"})";
+  };
+  std::string gw = buf(16, "[4]"), gb = buf(32, "[3]"), norm = buf(4, "[]");
+  auto adamw = [&](const char *param, const std::string &grad) {
+    return std::string(R"({"kernel": "adamw", "ins": [)") + grad + ", " + norm +
+           R"(], "outs": [], "params": {"param": ")" + param +
+           R"(", "lr": 0.1, "beta1": 0.9, "beta2": 0.95, "eps": 1e-8, "weight_decay": 0.01, "max_norm": 1.0}})";
+  };
+  return std::string(R"({
+  "format": "llm-opt-plan", "version": 1, "world_size": 1,
+  "mesh": {"dp": 1},
+  "inputs": [{"name": "tokens", "shape": [1, 2], "dtype": "i32"},
+             {"name": "labels", "shape": [1, 2], "dtype": "i32"}],
+  "params": [{"name": "w", "shape": [4], "dtype": "f32", "init": "normal", "std": 0.5},
+             {"name": "b", "shape": [3], "dtype": "f32", "init": "ones"}],
+  "programs": [{"name": "train_step", "ranks": [0], "arena_bytes": 48, "num_micro_batches": 1,
+    "outputs": {"loss": )") +
+         buf(0, "[]") + R"(, "grad_norm": )" + norm + R"(},
+    "micro_batch_instructions": [],
+    "step_instructions": [
+      {"kernel": "fill", "ins": [], "outs": [)" +
+         gw + R"(], "params": {"value": 1.0}},
+      {"kernel": "fill", "ins": [], "outs": [)" +
+         gb + R"(], "params": {"value": 2.0}},
+      {"kernel": "global_norm", "ins": [)" +
+         gw + ", " + gb + R"(], "outs": [)" + norm + R"(], "params": {}},
+      )" + adamw("w", gw) +
+         ",\n      " + adamw("b", gb) + R"(
+    ]}]
+})";
+}
+
+/// A directory of this test's own (ctest runs tests in parallel).
+std::string tempDir(const std::string &name) {
+  std::string dir = ::testing::TempDir() + "/llmopt-param-store-" +
+                    ::testing::UnitTest::GetInstance()->current_test_info()->name() + "-" + name;
+  std::system(("rm -rf " + dir + " && mkdir -p " + dir).c_str());
+  return dir;
+}
+
+Plan loadTestPlan() {
+  std::string dir = tempDir("plan"), text = twoParamPlan();
+  std::ofstream(dir + "/plan.json") << text;
+  std::ofstream(dir + "/checksums.sha256") << sha256Hex(text) << "  plan.json\n";
+  Plan plan;
+  std::string error;
+  EXPECT_TRUE(loadPlan(dir, plan, error)) << error;
+  return plan;
+}
+
+bool steps(CpuExecutor &exe, int n) {
+  SingleRank one;
+  for (int i = 0; i < n; ++i) {
+    StepResult r;
+    std::string error;
+    if (!exe.step({{1, 2}}, {{2, 3}}, one, r, error)) {
+      ADD_FAILURE() << error;
+      return false;
+    }
+  }
+  return true;
+}
+
+/// A store that is not the CPU executor (as a device store is not): its own
+/// state, laid out like `like`'s; records the reads and can fail them.
+struct MapStore final : ParamStore {
+  std::map<std::string, ParamState> state;
+  std::vector<std::string> reads;
+  std::string failRead;
+  explicit MapStore(const CpuExecutor &like) {
+    for (const auto &[name, st] : like.params) {
+      ParamState empty;
+      empty.shard = st.shard;
+      empty.valueChunked = st.valueChunked;
+      state[name] = empty;
+    }
+  }
+  bool holds(const std::string &name) const override { return state.count(name) != 0; }
+  void layout(const std::string &name, Chunk &shard, bool &valueChunked) const override {
+    shard = state.at(name).shard;
+    valueChunked = state.at(name).valueChunked;
+  }
+  bool read(const std::string &name, ParamState &out, std::string &error) const override {
+    const_cast<MapStore *>(this)->reads.push_back(name);
+    if (name == failRead)
+      return (error = "the device lost parameter '" + name + "'", false);
+    out = state.at(name);
+    return true;
+  }
+  bool write(const std::string &name, ParamState &&in, std::string &error) override {
+    ParamState &st = state.at(name);
+    if (in.shard.begin != st.shard.begin || in.shard.end != st.shard.end)
+      return (error = "parameter '" + name + "' is laid out otherwise", false);
+    st = std::move(in);
+    return true;
+  }
+};
+
+void expectSameState(const std::map<std::string, ParamState> &a,
+                     const std::map<std::string, ParamState> &b) {
+  ASSERT_EQ(a.size(), b.size());
+  for (const auto &[name, st] : a) {
+    const ParamState &other = b.at(name);
+    EXPECT_EQ(st.value, other.value) << name;
+    EXPECT_EQ(st.m, other.m) << name;
+    EXPECT_EQ(st.v, other.v) << name;
+  }
+}
+
+TEST(ParamStore, CheckpointsStreamThroughAnyStore) {
+  Plan plan = loadTestPlan();
+  CpuExecutor exe;
+  std::string error;
+  ASSERT_TRUE(exe.init(plan, 0, 7, error)) << error;
+  ASSERT_TRUE(steps(exe, 2));
+  exe.lossScale.scale = 1024.0f;
+  exe.lossScale.goodSteps = 5;
+  SingleRank one;
+  std::string first = tempDir("first");
+  ASSERT_TRUE(saveCheckpoint(first, exe, plan, one, error)) << error;
+
+  // Resumed into the other store: the same state, step and loss scale.
+  MapStore device(exe);
+  ASSERT_TRUE(loadCheckpoint(first, device, plan, 0, 1, error)) << error;
+  expectSameState(exe.params, device.state);
+  EXPECT_EQ(device.steps, 2);
+  EXPECT_EQ(device.lossScale.scale, 1024.0f);
+  EXPECT_EQ(device.lossScale.goodSteps, 5);
+
+  // Saved from it: each tensor read once, in the plan's order; resumed into
+  // a fresh CPU executor, training goes on bit-exactly.
+  std::string second = tempDir("second");
+  ASSERT_TRUE(saveCheckpoint(second, device, plan, one, error)) << error;
+  EXPECT_EQ(device.reads, (std::vector<std::string>{"w", "b"}));
+  CpuExecutor resumed;
+  ASSERT_TRUE(resumed.init(plan, 0, 99, error)) << error;
+  ASSERT_TRUE(loadCheckpoint(second, resumed, plan, 0, 1, error)) << error;
+  EXPECT_EQ(resumed.steps, 2);
+  ASSERT_TRUE(steps(exe, 1));
+  ASSERT_TRUE(steps(resumed, 1));
+  expectSameState(exe.params, resumed.params);
+}
+
+TEST(ParamStore, FailuresNameTheirCauseAndLeaveNothing) {
+  Plan plan = loadTestPlan();
+  CpuExecutor exe;
+  std::string error;
+  ASSERT_TRUE(exe.init(plan, 0, 7, error)) << error;
+  ASSERT_TRUE(steps(exe, 1));
+  SingleRank one;
+
+  // A store that cannot give a tensor back: no checkpoint, no partial one.
+  MapStore device(exe);
+  for (auto &[name, st] : exe.params)
+    device.state[name] = st;
+  device.failRead = "b";
+  std::string dir = tempDir("failed");
+  EXPECT_FALSE(saveCheckpoint(dir, device, plan, one, error));
+  EXPECT_NE(error.find("the device lost parameter 'b'"), std::string::npos) << error;
+  struct stat st;
+  EXPECT_NE(::stat((dir + "/LATEST").c_str(), &st), 0);
+  EXPECT_NE(::stat((dir + "/.step-00000001.partial").c_str(), &st), 0);
+  EXPECT_NE(::stat((dir + "/step-00000001").c_str(), &st), 0);
+
+  // A store laid out otherwise than the checkpoint refuses it by name.
+  std::string good = tempDir("good");
+  ASSERT_TRUE(saveCheckpoint(good, exe, plan, one, error)) << error;
+  MapStore other(exe);
+  other.state["w"].shard.end = 2;
+  EXPECT_FALSE(loadCheckpoint(good, other, plan, 0, 1, error));
+  EXPECT_NE(error.find("parameter 'w'"), std::string::npos) << error;
+}
+
+} // namespace
