@@ -14,7 +14,11 @@ struct llmopt_trainer {
   Plan plan;
   CpuExecutor exe;
   SingleRank comm;
+  /// Set by a failed resume, which may have replaced part of the state.
+  std::string broken;
 };
+
+static const char *kBroken = "a resume failed and left the trainer's state incomplete (";
 
 static int fail(char *err, size_t len, const std::string &msg) {
   if (err && len) {
@@ -74,6 +78,8 @@ int llmopt_trainer_step(llmopt_trainer *t, const int32_t *tokens, const int32_t 
                         float *loss, float *grad_norm, char *err, size_t err_len) {
   if (!t || !tokens || !labels)
     return fail(err, err_len, "trainer, tokens and labels must not be NULL");
+  if (!t->broken.empty())
+    return fail(err, err_len, kBroken + t->broken + "); create a new trainer");
   int64_t micro = llmopt_trainer_micro_batches(t), per = llmopt_trainer_tokens_per_micro_batch(t);
   std::vector<std::vector<int32_t>> x(static_cast<size_t>(micro)), y(static_cast<size_t>(micro));
   for (int64_t i = 0; i < micro; ++i) {
@@ -96,6 +102,8 @@ int64_t llmopt_trainer_steps(const llmopt_trainer *t) { return t ? t->exe.steps 
 int llmopt_trainer_save(llmopt_trainer *t, const char *dir, char *err, size_t err_len) {
   if (!t || !dir)
     return fail(err, err_len, "trainer and dir must not be NULL");
+  if (!t->broken.empty())
+    return fail(err, err_len, kBroken + t->broken + "); create a new trainer");
   std::string error;
   if (!saveCheckpoint(dir, t->exe, t->plan, t->comm, error))
     return fail(err, err_len, error);
@@ -106,8 +114,12 @@ int llmopt_trainer_resume(llmopt_trainer *t, const char *dir, char *err, size_t 
   if (!t || !dir)
     return fail(err, err_len, "trainer and dir must not be NULL");
   std::string error;
-  if (!loadCheckpoint(dir, t->exe, t->plan, 0, 1, error))
+  bool changed = false;
+  if (!loadCheckpoint(dir, t->exe, t->plan, 0, 1, error, &changed)) {
+    if (changed)
+      t->broken = error;
     return fail(err, err_len, error);
+  }
   return 0;
 }
 

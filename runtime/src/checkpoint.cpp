@@ -192,7 +192,7 @@ bool saveCheckpoint(const std::string &dir, const ParamStore &store, const Plan 
     return false;
   };
   if (!barrier(comm, error))
-    return false;
+    return failed(error);
 
   // This rank's state, in the plan's parameter order, streamed to its file
   // and hashed as it goes (no copy of the state in memory), the digest in a
@@ -245,7 +245,7 @@ bool saveCheckpoint(const std::string &dir, const ParamStore &store, const Plan 
     }
   }
   if (!barrier(comm, error))
-    return false;
+    return failed(error);
 
   if (rank == 0) {
     std::string manifest =
@@ -511,7 +511,11 @@ bool readWholeCheckpoint(const std::string &dir, Plan &plan, int64_t &step,
 }
 
 bool loadCheckpoint(const std::string &dir, ParamStore &store, const Plan &plan, int rank,
-                    int worldSize, std::string &error) {
+                    int worldSize, std::string &error, bool *changed) {
+  bool ignored = false;
+  if (!changed)
+    changed = &ignored;
+  *changed = false;
   Opened o;
   if (!openCheckpoint(dir, o, error))
     return false;
@@ -519,6 +523,7 @@ bool loadCheckpoint(const std::string &dir, ParamStore &store, const Plan &plan,
     // The same plan: this rank's file holds exactly its state, which
     // replaces the initialized one (released first, so that the state is
     // in memory once, not twice; a failed load fails the run anyway).
+    *changed = true;
     store.release();
     std::map<std::string, Saved> saved;
     if (!readRank(o, rank, plan, saved, error))
@@ -561,6 +566,7 @@ bool loadCheckpoint(const std::string &dir, ParamStore &store, const Plan &plan,
   std::map<std::string, const WholeTensor *> byName;
   for (const WholeTensor &w : tensors)
     byName[w.name] = &w;
+  // Every tensor this rank holds is checked before any is replaced.
   for (const ParamSpec &p : plan.params) {
     if (!store.holds(p.name))
       continue;
@@ -573,7 +579,18 @@ bool loadCheckpoint(const std::string &dir, ParamStore &store, const Plan &plan,
               "' is missing or has another shape: the checkpoint is of another model";
       return false;
     }
-    const WholeTensor &w = *it->second;
+    int part = 0, parts = 1;
+    if (p.shardDim >= 0 && !plan.place(p.shardAxis, rank, part, parts)) {
+      error = "parameter '" + p.name + "' is sharded over axis '" + p.shardAxis +
+              "', which this plan's mesh cannot place";
+      return false;
+    }
+  }
+  *changed = true;
+  for (const ParamSpec &p : plan.params) {
+    if (!store.holds(p.name))
+      continue;
+    const WholeTensor &w = *byName.at(p.name);
     const std::vector<float> *whole[3] = {&w.value, &w.m, &w.v};
     ParamState st;
     store.layout(p.name, st.shard, st.valueChunked);

@@ -40,10 +40,9 @@ bool CpuExecutor::write(const std::string &name, ParamState &&in, std::string &e
   if (it == params.end())
     return (error = "this rank holds no parameter '" + name + "'", false);
   ParamState &st = it->second;
-  int64_t moments = st.shard.end - st.shard.begin, elements = -1;
-  for (const ParamSpec &spec : plan->params)
-    if (spec.name == name)
-      elements = spec.elements;
+  int64_t moments = st.shard.end - st.shard.begin;
+  const ParamSpec *spec = plan->param(name);
+  int64_t elements = spec ? spec->elements : -1;
   if (in.shard.begin != st.shard.begin || in.shard.end != st.shard.end ||
       in.valueChunked != st.valueChunked || int64_t(in.m.size()) != moments ||
       int64_t(in.v.size()) != moments ||

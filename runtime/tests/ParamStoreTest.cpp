@@ -56,8 +56,8 @@ std::string twoParamPlan() {
          gb + R"(], "params": {"value": 2.0}},
       {"kernel": "global_norm", "ins": [)" +
          gw + ", " + gb + R"(], "outs": [)" + norm + R"(], "params": {}},
-      )" + adamw("w", gw) +
-         ",\n      " + adamw("b", gb) + R"(
+      )" +
+         adamw("w", gw) + ",\n      " + adamw("b", gb) + R"(
     ]}]
 })";
 }
@@ -185,6 +185,7 @@ TEST(ParamStore, FailuresNameTheirCauseAndLeaveNothing) {
   MapStore device(exe);
   for (auto &[name, st] : exe.params)
     device.state[name] = st;
+  device.steps = exe.steps;
   device.failRead = "b";
   std::string dir = tempDir("failed");
   EXPECT_FALSE(saveCheckpoint(dir, device, plan, one, error));
@@ -193,14 +194,31 @@ TEST(ParamStore, FailuresNameTheirCauseAndLeaveNothing) {
   EXPECT_NE(::stat((dir + "/LATEST").c_str(), &st), 0);
   EXPECT_NE(::stat((dir + "/.step-00000001.partial").c_str(), &st), 0);
   EXPECT_NE(::stat((dir + "/step-00000001").c_str(), &st), 0);
+  EXPECT_EQ(std::system(("test -z \"$(ls -A " + dir + ")\"").c_str()), 0) << dir << " not empty";
 
   // A store laid out otherwise than the checkpoint refuses it by name.
   std::string good = tempDir("good");
   ASSERT_TRUE(saveCheckpoint(good, exe, plan, one, error)) << error;
   MapStore other(exe);
   other.state["w"].shard.end = 2;
-  EXPECT_FALSE(loadCheckpoint(good, other, plan, 0, 1, error));
+  bool changed = false;
+  EXPECT_FALSE(loadCheckpoint(good, other, plan, 0, 1, error, &changed));
   EXPECT_NE(error.find("parameter 'w'"), std::string::npos) << error;
+  EXPECT_TRUE(changed); // the store's state was released: it is unusable now
+
+  // No checkpoint at all: refused before the state is touched.
+  EXPECT_FALSE(loadCheckpoint(tempDir("empty"), exe, plan, 0, 1, error, &changed));
+  EXPECT_FALSE(changed);
+  EXPECT_FALSE(exe.params.at("w").value.empty());
+
+  // The CPU store itself refuses a tensor of another layout by name.
+  ParamState wrong;
+  ASSERT_TRUE(exe.read("w", wrong, error)) << error;
+  wrong.m.pop_back();
+  EXPECT_FALSE(exe.write("w", std::move(wrong), error));
+  EXPECT_NE(error.find("parameter 'w' is laid out otherwise"), std::string::npos) << error;
+  EXPECT_FALSE(exe.write("nope", ParamState(), error));
+  EXPECT_NE(error.find("no parameter 'nope'"), std::string::npos) << error;
 }
 
 } // namespace

@@ -99,6 +99,8 @@ struct ConvertLLMToExecPass : public llmopt::impl::ConvertLLMToExecBase<ConvertL
 
   void runOnOperation() override {
     ModuleOp module = getOperation();
+    dp = tp = pp = ep = cp = micro = 1;
+    zero = 0;
     auto func = dyn_cast_or_null<func::FuncOp>(
         findEntryFunction(module, LLMDialect::kTrainStepAttrName).getOperation());
     if (!func || !func->hasAttr("llm.arena_bytes")) {

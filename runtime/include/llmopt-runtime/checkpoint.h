@@ -32,9 +32,13 @@ bool saveCheckpoint(const std::string &dir, const ParamStore &store, const Plan 
 
 /// Restores this rank's state from the newest checkpoint in `dir`. A
 /// checkpoint of another plan of the same model (other dp, tp, ZeRO) is
-/// resharded from the plan stored with it.
+/// resharded from the plan stored with it. A checkpoint that cannot be
+/// opened or does not fit the plan is refused before the state is touched;
+/// `changed` (if given) says whether a failure came after the store's state
+/// was released or partly replaced (a file that verifies but does not parse,
+/// a store laid out otherwise), which leaves the store unusable.
 bool loadCheckpoint(const std::string &dir, ParamStore &store, const Plan &plan, int rank,
-                    int worldSize, std::string &error);
+                    int worldSize, std::string &error, bool *changed = nullptr);
 
 /// A parameter as the unpartitioned model holds it, with its AdamW moments.
 struct WholeTensor {

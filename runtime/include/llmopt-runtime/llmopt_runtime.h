@@ -43,7 +43,11 @@ int llmopt_trainer_step(llmopt_trainer *t, const int32_t *tokens, const int32_t 
 int64_t llmopt_trainer_steps(const llmopt_trainer *t);
 
 /* Atomic, checksummed checkpoint into DIR (llm-run's format), and resuming
- * from the newest one in DIR (of this plan, or resharded from another). */
+ * from the newest one in DIR (of this plan, or resharded from another). A
+ * resume refused before the state was touched (no or another model's
+ * checkpoint, a checksum mismatch) leaves the trainer as it was; one that
+ * fails after replacing part of the state leaves a trainer that refuses to
+ * step or save (close it and open another). */
 int llmopt_trainer_save(llmopt_trainer *t, const char *dir, char *err, size_t err_len);
 int llmopt_trainer_resume(llmopt_trainer *t, const char *dir, char *err, size_t err_len);
 

@@ -91,3 +91,13 @@ exec.program "train_step" ranks [0, 1] arena 1024 micro_batches 2 outputs {loss 
   exec.kernel "adamw" ins [#exec.buf<space = accum, offset = 0, name = "grad:w", shape = [4, 8], dtype = f32>, #exec.buf<space = arena, offset = 0, name = "", shape = [], dtype = f32>] outs [] {beta1 = 0.9 : f64, beta2 = 0.95 : f64, eps = 1.0e-08 : f64, lr = 1.0e-03 : f64, max_norm = 1.0 : f64, param = "w", weight_decay = 0.0 : f64}
   exec.kernel "adamw" ins [#exec.buf<space = accum, offset = 0, name = "grad:b", shape = [8], dtype = f32>, #exec.buf<space = arena, offset = 0, name = "", shape = [], dtype = f32>] outs [] {beta1 = 0.9 : f64, beta2 = 0.95 : f64, eps = 1.0e-08 : f64, lr = 1.0e-03 : f64, max_norm = 1.0 : f64, param = "b", weight_decay = 0.0 : f64}
 }
+
+// -----
+
+// An update without its accumulator is refused, not indexed past its end.
+exec.plan {inputs = [], mesh = {cp = 1 : i64, dp = 2 : i64, ep = 1 : i64, pp = 1 : i64, tp = 1 : i64}, world = 2 : i64, zero = 1 : i64}
+exec.program "train_step" ranks [0, 1] arena 64 micro_batches 1 outputs {} micro_batch {
+} step {
+  // expected-error @+1 {{exec-shard-optimizer: an update reads its gradient accumulator and the norm and names its param}}
+  exec.kernel "adamw" ins [] outs [] {param = "w"}
+}

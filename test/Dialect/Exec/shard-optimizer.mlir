@@ -1,4 +1,5 @@
 // RUN: llm-opt %s -split-input-file --exec-shard-optimizer | FileCheck %s
+// RUN: llm-opt %s -split-input-file --exec-shard-optimizer | FileCheck %s --check-prefix=NOWHOLE
 
 // ZeRO-1 over dp 2: the step all-reduces the loss alone and reduce-scatters
 // the gradients; each rank squares (the sum all-reduced), unscales and
@@ -60,7 +61,10 @@ exec.program "train_step" ranks [0, 1] arena 1024 micro_batches 2 outputs {loss 
 // CHECK-NEXT: exec.all_gather "dp" [#exec.buf<space = state, offset = 0, name = "w"
 // CHECK-NEXT: exec.all_gather "edp" [#exec.buf<space = state, offset = 0, name = "e"
 // CHECK-NEXT: {{^ *}}}
-// CHECK-NOT: grad:
+// Under ZeRO-2 no whole accumulator is left anywhere in the program.
+// NOWHOLE-LABEL: exec.program "train_step" ranks [0, 1, 2, 3]
+// NOWHOLE-NOT: name = "grad:
+// NOWHOLE: exec.all_gather "edp"
 exec.plan {inputs = [], mesh = {cp = 1 : i64, dp = 4 : i64, ep = 2 : i64, pp = 1 : i64, tp = 1 : i64}, world = 4 : i64, zero = 2 : i64}
 exec.param "w" : tensor<4x8xf32> init normal {std = 2.0e-02 : f64}
 exec.param "e" : tensor<2x3xf32> init normal {std = 2.0e-02 : f64, shard = {axis = "ep", blocks = 1 : i64, dim = 0 : i64, parts = 2 : i64}}

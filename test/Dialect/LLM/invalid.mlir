@@ -1582,3 +1582,47 @@ module {
     return
   }
 }
+
+// -----
+
+func.func @cp_ring_undeclared(%q: tensor<?x?x256xbf16>) {
+  // expected-error @+1 {{'llm.attention' op names axis @mesh::@cp, which no llm.grid declares}}
+  %o = llm.attention %q, %q, %q heads 4 kv_heads 4 head_dim 64 scale 0.125 causal {llm.cp_ring = @mesh::@cp} : tensor<?x?x256xbf16>, tensor<?x?x256xbf16>
+  return
+}
+
+// -----
+
+func.func @vocab_axis_mark_undeclared(%t: tensor<?x?xi32>, %w: tensor<48x64xbf16>) {
+  // expected-error @+1 {{'llm.embedding' op names axis @mesh::@tp, which no llm.grid declares}}
+  %x = llm.embedding %t, %w {llm.vocab_axis = @mesh::@tp} : tensor<?x?xi32>, tensor<48x64xbf16> -> tensor<?x?x64xbf16>
+  return
+}
+
+// -----
+
+func.func @shard_blocks() {
+  // expected-error @+1 {{'llm.shard' cuts dimension 0 (4) into 3 blocks, which do not divide it}}
+  %w = llm.param "w" zeros {llm.shard = #llm.shard<axis = "tp", dim = 0, blocks = 3, parts = 2>} : tensor<4xf32>
+  return
+}
+
+// -----
+
+func.func @shard_padded_blocks() {
+  // expected-error @+1 {{'llm.shard' pads (whole) a dimension of 2 blocks; only one block is padded}}
+  %w = llm.param "w" zeros {llm.shard = #llm.shard<axis = "tp", dim = 0, blocks = 2, parts = 2, whole = 7>} : tensor<4xf32>
+  return
+}
+
+// -----
+
+// The loss-scale seed without dynamic loss scaling would leave the gradients
+// scaled.
+module attributes {llm.loss_scale = #llm.loss_scaling<none>} {
+  func.func @seed() -> tensor<f32> {
+    // expected-error @+1 {{seeds the backward with the loss scale, but the module's llm.loss_scale is not #llm.loss_scaling<dynamic>: the gradients would stay scaled}}
+    %one = arith.constant {llm.loss_scale_seed} dense<1.0> : tensor<f32>
+    return %one : tensor<f32>
+  }
+}

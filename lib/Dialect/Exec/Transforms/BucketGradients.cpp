@@ -46,14 +46,14 @@ struct BucketGradientsPass : public exec::impl::ExecBucketGradientsBase<BucketGr
     for (ProgramOp program : module.getOps<ProgramOp>()) {
       if (program.getMicroBatch().empty())
         continue;
-      if (!program.getStep().empty())
-        bucketAllReduces(program);
+      if (!program.getStep().empty() && failed(bucketAllReduces(program)))
+        return signalPassFailure();
       bucketReduceScatters(program);
     }
   }
 
   /// Data-parallel all-reduce buckets (no ZeRO).
-  void bucketAllReduces(ProgramOp program) {
+  LogicalResult bucketAllReduces(ProgramOp program) {
     MLIRContext *ctx = program.getContext();
     Builder b(ctx);
     Block &micro = program.getMicroBatch().front(), &step = program.getStep().front();
@@ -62,12 +62,19 @@ struct BucketGradientsPass : public exec::impl::ExecBucketGradientsBase<BucketGr
     exec::AllReduceOp dense, experts;
     DenseSet<Attribute> tied;
     for (exec::AllReduceOp r : step.getOps<exec::AllReduceOp>()) {
-      if (r.getAxis() == "pp_tied")
+      if (r.getAxis() == "pp_tied") {
         tied.insert(r.getBuffers().begin(), r.getBuffers().end());
-      else if (r.getReduce() == ReduceKind::avg && r.getAxis() == "dp" && !dense)
-        dense = r;
-      else if (r.getReduce() == ReduceKind::avg && r.getAxis() == "edp" && !experts)
-        experts = r;
+        continue;
+      }
+      if (r.getReduce() != ReduceKind::avg || (r.getAxis() != "dp" && r.getAxis() != "edp"))
+        continue;
+      exec::AllReduceOp &slot = r.getAxis() == "dp" ? dense : experts;
+      if (slot) {
+        r.emitOpError() << "exec-bucket-gradients: a second " << r.getAxis()
+                        << " average in the step; the unbucketed step has one";
+        return failure();
+      }
+      slot = r;
     }
     DenseMap<Attribute, bool> bucketable; // accumulator -> expert
     for (auto [reduce, expert] : {std::pair{dense, false}, {experts, true}})
@@ -76,7 +83,7 @@ struct BucketGradientsPass : public exec::impl::ExecBucketGradientsBase<BucketGr
           if (isGradAccumulator(a) && !tied.contains(a))
             bucketable[a] = expert;
     if (bucketable.empty())
-      return;
+      return success();
 
     struct OpenBucket {
       SmallVector<Attribute> members;
@@ -148,6 +155,7 @@ struct BucketGradientsPass : public exec::impl::ExecBucketGradientsBase<BucketGr
       else
         reduce.setBuffersAttr(b.getArrayAttr(rest));
     }
+    return success();
   }
 
   /// ZeRO-2/3 reduce-scatter buckets, per axis, within one part of the

@@ -50,6 +50,8 @@ struct ShardOptimizerPass : public exec::impl::ExecShardOptimizerBase<ShardOptim
       return signalPassFailure();
     }
     PlanOp plan = plans.front();
+    experts.clear();
+    paramTypes.clear();
     zero = plan.getZero();
     if (zero == 0)
       return;
@@ -69,8 +71,10 @@ struct ShardOptimizerPass : public exec::impl::ExecShardOptimizerBase<ShardOptim
   LogicalResult shard(ProgramOp program) {
     MLIRContext *ctx = program.getContext();
     Builder b(ctx);
-    if (program.getStep().empty() || program.getMicroBatch().empty())
-      return program.emitOpError() << "exec-shard-optimizer: a program without its phases";
+    // An empty phase parses as a region without a block.
+    for (Region *phase : {&program.getMicroBatch(), &program.getStep()})
+      if (phase->empty())
+        phase->push_back(new Block());
     Block &micro = program.getMicroBatch().front(), &step = program.getStep().front();
     auto reduceKind = [&](ReduceKind k) { return ReduceKindAttr::get(ctx, k); };
     // Buckets group the collectives of the sharded form: they come after.
@@ -94,6 +98,9 @@ struct ShardOptimizerPass : public exec::impl::ExecShardOptimizerBase<ShardOptim
         continue;
       if (k.getParams().contains("shard"))
         return k.emitOpError() << "exec-shard-optimizer: the program is sharded already";
+      if (k.getIns().size() < 2 || !isa<StringAttr>(k.getParams().get("param")))
+        return k.emitOpError() << "exec-shard-optimizer: an update reads its gradient "
+                                  "accumulator and the norm and names its param";
       updates.push_back(k);
       Attribute acc = k.getIns()[0];
       (isExpert(acc) ? expertGrads : denseGrads).push_back(acc);
@@ -138,12 +145,13 @@ struct ShardOptimizerPass : public exec::impl::ExecShardOptimizerBase<ShardOptim
     // the gradients there (ZeRO-2/3 did in the micro-batches).
     exec::AllReduceOp average, expertAverage;
     for (exec::AllReduceOp r : step.getOps<exec::AllReduceOp>()) {
-      if (r.getReduce() != ReduceKind::avg)
+      if (r.getReduce() != ReduceKind::avg || (r.getAxis() != "dp" && r.getAxis() != "edp"))
         continue;
-      if (r.getAxis() == "dp")
-        average = r;
-      else if (r.getAxis() == "edp")
-        expertAverage = r;
+      exec::AllReduceOp &slot = r.getAxis() == "dp" ? average : expertAverage;
+      if (slot)
+        return r.emitOpError() << "exec-shard-optimizer: a second " << r.getAxis()
+                               << " average in the step; the unsharded step has one";
+      slot = r;
     }
     if (!average)
       return program.emitOpError() << "exec-shard-optimizer: the step has no data-parallel "
@@ -154,8 +162,9 @@ struct ShardOptimizerPass : public exec::impl::ExecShardOptimizerBase<ShardOptim
       for (Attribute a : average.getBuffers())
         if (accumulatedParam(a).empty())
           rest.push_back(a);
-      exec::AllReduceOp::create(ob, average.getLoc(), average.getAxisAttr(),
-                                reduceKind(ReduceKind::avg), b.getArrayAttr(rest));
+      if (!rest.empty())
+        exec::AllReduceOp::create(ob, average.getLoc(), average.getAxisAttr(),
+                                  reduceKind(ReduceKind::avg), b.getArrayAttr(rest));
       if (zero < 2 && !denseGrads.empty())
         ReduceScatterOp::create(ob, average.getLoc(), b.getStringAttr("dp"),
                                 reduceKind(ReduceKind::avg), b.getArrayAttr(denseGrads));

@@ -258,11 +258,26 @@ LogicalResult LLMDialect::verifyOperationAttribute(Operation *op, NamedAttribute
   if (!holds(decl->kind, attr.getValue()))
     return op->emitOpError() << "'" << name << "' must be " << describe(decl->kind) << ", got "
                              << attr.getValue();
+  if (name == "llm.loss_scale_seed") {
+    auto module = op->getParentOfType<ModuleOp>();
+    auto scaling = module ? module->getAttrOfType<LossScalingAttr>("llm.loss_scale") : nullptr;
+    if (!scaling || scaling.getValue() != LossScaling::dynamic)
+      return op->emitOpError() << "seeds the backward with the loss scale, but the module's "
+                                  "llm.loss_scale is not #llm.loss_scaling<dynamic>: the "
+                                  "gradients would stay scaled";
+  }
   if (auto shard = dyn_cast<ShardAttr>(attr.getValue())) {
     auto t = cast<RankedTensorType>(cast<ParamOp>(op).getType());
     if (shard.getDim() >= t.getRank())
       return op->emitOpError() << "'llm.shard' splits dimension " << shard.getDim() << " of a rank-"
                                << t.getRank() << " tensor";
+    if (t.getDimSize(shard.getDim()) % shard.getBlocks() != 0)
+      return op->emitOpError() << "'llm.shard' cuts dimension " << shard.getDim() << " ("
+                               << t.getDimSize(shard.getDim()) << ") into " << shard.getBlocks()
+                               << " blocks, which do not divide it";
+    if (shard.getWhole() > 0 && shard.getBlocks() != 1)
+      return op->emitOpError() << "'llm.shard' pads (whole) a dimension of " << shard.getBlocks()
+                               << " blocks; only one block is padded";
     if (shard.getWhole() > shard.getParts() * t.getDimSize(shard.getDim()))
       return op->emitOpError() << "'llm.shard' has a whole of " << shard.getWhole()
                                << " rows, more than its " << shard.getParts() << " parts of "

@@ -27,7 +27,11 @@ LogicalResult llmopt::llm::verifyGridAxis(Operation *op, SymbolRefAttr axis,
 FailureOr<SymbolRefAttr> llmopt::llm::gridAxis(ModuleOp module, StringRef name, int64_t size) {
   MLIRContext *ctx = module.getContext();
   constexpr llvm::StringLiteral kGrid = "mesh";
-  auto grid = dyn_cast_or_null<GridOp>(SymbolTable::lookupSymbolIn(module, kGrid));
+  Operation *existing = SymbolTable::lookupSymbolIn(module, kGrid);
+  auto grid = dyn_cast_or_null<GridOp>(existing);
+  if (existing && !grid)
+    return module.emitError() << "the module has a symbol @" << kGrid
+                              << " that is not its llm.grid; rename it";
   if (!grid) {
     OpBuilder b = OpBuilder::atBlockBegin(module.getBody());
     grid = GridOp::create(b, module.getLoc(), kGrid);
@@ -68,6 +72,26 @@ LLM_AXIS_USER(CPGatherOp)
 LLM_AXIS_USER(CPScatterOp)
 LLM_AXIS_USER(ZeroGatherOp)
 #undef LLM_AXIS_USER
+
+/// The axis marks of the partition passes on ops that are not parallel ops:
+/// `llm.vocab_axis` (vocabulary-parallel embeddings) and `llm.cp_ring`
+/// (ring attention) name an axis of the grid too.
+static LogicalResult verifyAxisMarks(Operation *op, SymbolTableCollection &symbols) {
+  for (StringRef mark : {"llm.vocab_axis", "llm.cp_ring"})
+    if (auto axis = op->getAttrOfType<SymbolRefAttr>(mark))
+      if (failed(verifyGridAxis(op, axis, symbols)))
+        return failure();
+  return success();
+}
+#define LLM_AXIS_MARKS(Op)                                                                         \
+  LogicalResult Op::verifySymbolUses(SymbolTableCollection &symbols) {                             \
+    return verifyAxisMarks(*this, symbols);                                                        \
+  }
+LLM_AXIS_MARKS(EmbeddingOp)
+LLM_AXIS_MARKS(EmbeddingGradOp)
+LLM_AXIS_MARKS(AttentionOp)
+LLM_AXIS_MARKS(AttentionGradOp)
+#undef LLM_AXIS_MARKS
 
 /// A bias matches the last dimension and element type of `x`.
 static LogicalResult verifyBias(Operation *op, Value x, Value bias) {

@@ -27,6 +27,12 @@ struct PartitionCPPass : public llmopt::llm::impl::PartitionCPBase<PartitionCPPa
 
   void runOnOperation() override {
     ModuleOp module = getOperation();
+    // A misspelt option is refused whatever the degree.
+    if (comm != "ring" && comm != "all-gather") {
+      module.emitError() << "llm-partition-cp: comm must be ring or all-gather, got '" << comm
+                         << "'";
+      return signalPassFailure();
+    }
     int64_t degree = cp;
     auto plan = module->getAttrOfType<PlanAttr>("llm.plan");
     if (degree == 0)
@@ -38,11 +44,6 @@ struct PartitionCPPass : public llmopt::llm::impl::PartitionCPBase<PartitionCPPa
       module.emitError()
           << "llm-partition-cp: no function marked 'llm.forward' to partition; "
           << "import a model (llm-opt config.json) or mark the model function with it";
-      return signalPassFailure();
-    }
-    if (comm != "ring" && comm != "all-gather") {
-      module.emitError() << "llm-partition-cp: comm must be ring or all-gather, got '" << comm
-                         << "'";
       return signalPassFailure();
     }
     FailureOr<SymbolRefAttr> grid = gridAxis(module, "cp", degree);

@@ -25,7 +25,7 @@ def LLM_ConcatOp : LLM_CostOp<"concat", [Pure]> {
   let assemblyFormat = "$inputs attr-dict `:` type($inputs) `->` type($result)";
 }
 
-def LLM_EmbeddingGradOp : LLM_CostOp<"embedding_grad", [Pure]> {
+def LLM_EmbeddingGradOp : LLM_CostOp<"embedding_grad", [Pure, DeclareOpInterfaceMethods<SymbolUserOpInterface>]> {
   let summary = "gradient of the embedding table";
   let description = [{
     `dtable[t, :] = sum over positions n with tokens[n] = t of grad[n, :]`.
@@ -113,7 +113,7 @@ def LLM_LinearGradOp : LLM_CostOp<"linear_grad", [Pure,
   }];
 }
 
-def LLM_AttentionGradOp : LLM_CostOp<"attention_grad", [Pure,
+def LLM_AttentionGradOp : LLM_CostOp<"attention_grad", [Pure, DeclareOpInterfaceMethods<SymbolUserOpInterface>,
     AllTypesMatch<["q", "q_grad", "out", "grad"]>,
     AllTypesMatch<["k", "v", "k_grad", "v_grad"]>]> {
   let summary = "gradients of the attention core";

@@ -121,7 +121,7 @@ def LLM_YieldOp : LLM_Op<"yield", [Pure, Terminator, ReturnLike,
 // Embeddings.
 //===----------------------------------------------------------------------===//
 
-def LLM_EmbeddingOp : LLM_DiffOp<"embedding", [Pure]> {
+def LLM_EmbeddingOp : LLM_DiffOp<"embedding", [Pure, DeclareOpInterfaceMethods<SymbolUserOpInterface>]> {
   let summary = "token embedding lookup";
   let description = [{
     Gathers rows of `table` [vocab, hidden] for integer `tokens` [batch, seq].
@@ -295,7 +295,7 @@ def LLM_SplitOp : LLM_DiffOp<"split", [Pure]> {
   }];
 }
 
-def LLM_AttentionOp : LLM_DiffOp<"attention", [Pure,
+def LLM_AttentionOp : LLM_DiffOp<"attention", [Pure, DeclareOpInterfaceMethods<SymbolUserOpInterface>,
     AllTypesMatch<["q", "result"]>, AllTypesMatch<["k", "v"]>]> {
   let summary = "scaled dot-product attention core (MHA, GQA, MQA)";
   let description = [{

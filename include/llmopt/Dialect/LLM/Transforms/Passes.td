@@ -266,7 +266,7 @@ def PartitionEP : Pass<"llm-partition-ep", "::mlir::ModuleOp"> {
     Rewrites the MoE layers of `@forward` for expert parallelism over the
     mesh axis `ep` (GShard, Lepikhin et al. 2020; Megatron-Core's EP): the
     `ep` ranks are data-parallel ranks, each routing its own tokens. Every
-    expert weight keeps `E/ep` experts (`llm.shard = {axis = "ep", dim = 0}`);
+    expert weight keeps `E/ep` experts (`llm.shard = #llm.shard<axis = "ep", dim = 0, blocks = 1, parts = ep>`);
     the dispatched rows go to their experts' ranks through `llm.ep_dispatch`
     (all-to-all) and come back through `llm.ep_combine`. The router and the
     combine stay local.
@@ -369,13 +369,13 @@ def ShardParams : Pass<"llm-shard-params", "::mlir::ModuleOp"> {
 
     ```mlir
     // before: each gather right before its reader
-    %g0 = llm.zero_gather %w0 axis "dp" {llm.layer = 0}
+    %g0 = llm.zero_gather %w0 axis @mesh::@dp {llm.layer = 0}
     %y0 = llm.linear %x, %g0 {llm.layer = 0}
-    %g1 = llm.zero_gather %w1 axis "dp" {llm.layer = 1}
+    %g1 = llm.zero_gather %w1 axis @mesh::@dp {llm.layer = 1}
     %y1 = llm.linear %y0, %g1 {llm.layer = 1}
     // after: layer 1's gather runs while layer 0 computes
-    %g0 = llm.zero_gather %w0 axis "dp" {llm.layer = 0}
-    %g1 = llm.zero_gather %w1 axis "dp" {llm.layer = 1, llm.prefetch}
+    %g0 = llm.zero_gather %w0 axis @mesh::@dp {llm.layer = 0}
+    %g1 = llm.zero_gather %w1 axis @mesh::@dp {llm.layer = 1, llm.prefetch}
     %y0 = llm.linear %x, %g0 {llm.layer = 0}
     %y1 = llm.linear %y0, %g1 {llm.layer = 1}
     ```
