@@ -222,3 +222,28 @@ module attributes {llm.plan = #llm.plan<dp = 1, tp = 2, pp = 1, vpp = 1, cp = 1,
     return %g : tensor<?x?x8xf32>
   }
 }
+
+// -----
+
+// The grid the partition passes declare their axes in is @mesh; another
+// symbol of that name is refused rather than shadowed.
+// expected-error @+1 {{the module has a symbol @mesh that is not its llm.grid; rename it}}
+module {
+  func.func private @mesh()
+  func.func @forward(%x: tensor<?x?x8xf32>) -> tensor<?x?x8xf32> attributes {llm.forward} {
+    return %x : tensor<?x?x8xf32>
+  }
+}
+
+// -----
+
+// A grid with the axis at another size: the plan and the grid disagree.
+// expected-error @+1 {{the mesh axis 'tp' has 4 ranks, not 2}}
+module {
+  llm.grid @mesh {
+    llm.grid_axis @tp size 4
+  }
+  func.func @forward(%x: tensor<?x?x8xf32>) -> tensor<?x?x8xf32> attributes {llm.forward} {
+    return %x : tensor<?x?x8xf32>
+  }
+}
