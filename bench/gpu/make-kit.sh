@@ -51,6 +51,15 @@ for m in gpt2 llama; do
       --llm-lower-to-plan="dir=$kit/plans/tiny-$m-rc-$rc lr=0.003" >/dev/null
   done
 done
+# Issue 16's GPU proof (test/Runtime/cuda-comm.test as a kit part): DP2 as two
+# processes on one GPU through the host-staged communicator, fp32 with small
+# gradient buckets and bf16, against the CPU backend's run of the same plans.
+dp2="stack=llm-run-cpu cluster=dgx-h100 gpus=2 global-batch=4 seq-len=32 fix=dp:2,micro_batch:1"
+"$opt" "$in/byte-llama.json" --hf-dtype=f32 -o /dev/null --llm-auto-parallel="$dp2" \
+  --llm-lower-to-plan="dir=$kit/plans/dp2 lr=0.003 bucket-bytes=8192" >/dev/null
+"$opt" "$in/byte-llama.json" -o /dev/null --llm-auto-parallel="$dp2" \
+  --llm-lower-to-plan="dir=$kit/plans/dp2-bf16 lr=0.003" >/dev/null
+cp "$in/launch_env.py" "$in/compare_metrics.py" "$kit/bin/"
 # Issue 7's measurements: GPT-2 124M B=16 T=1024 and Llama 3.2 1B, bf16.
 lower "$root/examples/models/gpt2-124m.json" "dir=$kit/plans/gpt2-124m batch=16 seq=1024"
 # lr 1e-4: at 3e-4 the 1B model's first steps spike (loss 8.8 -> 14.1 on

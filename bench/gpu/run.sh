@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Runs issue 7's GPU checks and measurements from .gpukit/ (bench/gpu/make-kit.sh)
 # on a machine with an NVIDIA GPU, CUDA 13 and PyTorch, from the repository root:
-#   bench/gpu/run.sh OUT_DIR [kernels] [tiny] [sanitize] [gpt2] [gpt2-torch] [gpt2-compile]
-#                    [gpt2-gemm] [gpt2-graphs] [llama] [llama-torch] [llama-compile]
-#                    [llama-gemm] [gpt2-padded] [bench]
+#   bench/gpu/run.sh OUT_DIR [kernels] [tiny] [comm] [sanitize] [gpt2] [gpt2-torch]
+#                    [gpt2-compile] [gpt2-gemm] [gpt2-graphs] [llama] [llama-torch]
+#                    [llama-compile] [llama-gemm] [gpt2-padded] [bench]
 # Writes OUT_DIR/log.txt and OUT_DIR/results.tgz (metrics, profiles, summaries).
 set -uo pipefail
 out=$(mkdir -p "$1" && cd "$1" && pwd); shift
@@ -105,6 +105,25 @@ if has tiny; then
   echo step-00000002 > ck/LATEST
   run llm-run "$kit/plans/tiny-llama" --data "$kit/data/tiny.bin" --steps 4 --resume ck --metrics resumed.jsonl --device cuda --quiet
   python3 "$cmp" full.jsonl resumed.jsonl --rel 0 --from 3
+fi
+
+if has comm; then
+  # Issue 16: two ranks on one GPU (NCCL refuses that) through the host-staged
+  # communicator, launched torchrun-style over TCP (no MPI there).
+  step "DP2 as two processes on one GPU (--comm staged) vs the CPU backend"
+  two() { run python3 "$kit/bin/launch_env.py" -n 2 --timeout 240 -- llm-run "$@"; }
+  for p in dp2:1e-3 dp2-bf16:2e-2; do
+    n=${p%%:*} tol=${p##*:}
+    two "$kit/plans/$n" --data "$kit/data/tiny.bin" --steps 10 --metrics $n-cpu.jsonl --quiet
+    two "$kit/plans/$n" --data "$kit/data/tiny.bin" --steps 10 --metrics $n-gpu.jsonl --device cuda --comm staged --quiet
+    side $n-cpu.jsonl $n-gpu.jsonl
+    python3 "$cmp" $n-cpu.jsonl $n-gpu.jsonl --rel $tol
+  done
+  step "--comm auto picks the staged path for ranks sharing a GPU (bit-identical)"
+  two "$kit/plans/dp2" --data "$kit/data/tiny.bin" --steps 10 --metrics dp2-auto.jsonl --device cuda --quiet
+  python3 "$cmp" dp2-gpu.jsonl dp2-auto.jsonl --rel 0
+  step "--comm nccl for ranks sharing a GPU: refused by name"
+  two "$kit/plans/dp2" --data "$kit/data/tiny.bin" --steps 1 --device cuda --comm nccl --quiet 2>&1 | tail -3
 fi
 
 if has sanitize; then
