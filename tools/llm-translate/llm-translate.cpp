@@ -2,6 +2,7 @@
 //
 //   llm-translate --import-hf config.json -o model.mlir
 //   llm-translate --exec-to-plan exec.mlir -o plan.json
+//   llm-translate --exec-to-cuda exec.mlir -o kernels.cu
 //
 //===----------------------------------------------------------------------===//
 

@@ -24,7 +24,8 @@ namespace llmopt {
 mlir::LogicalResult translateExecToPlan(mlir::ModuleOp module, std::string &text, int64_t &world,
                                         llvm::SmallVectorImpl<exec::FusedOp> &fusedOps);
 
-/// `llm-translate --exec-to-plan`: an exec module to plan.json's text.
+/// `llm-translate --exec-to-plan` (an exec module to plan.json's text) and
+/// `--exec-to-cuda` (to kernels.cu, the exec.fused ops' CUDA source).
 void registerExecToPlanTranslation();
 
 } // namespace llmopt

@@ -432,4 +432,24 @@ void llmopt::registerExecToPlanTranslation() {
         registry
             .insert<exec::ExecDialect, llm::LLMDialect, func::FuncDialect, arith::ArithDialect>();
       });
+  // The plan directory's kernels.cu: the CUDA source of the exec.fused ops,
+  // as llm-emit-plan writes it.
+  mlir::TranslateFromMLIRRegistration cuda(
+      "exec-to-cuda", "an exec module to its plan's generated kernels (kernels.cu)",
+      [](ModuleOp module, llvm::raw_ostream &os) -> LogicalResult {
+        std::string text;
+        int64_t world = 1;
+        SmallVector<exec::FusedOp> fused;
+        if (failed(translateExecToPlan(module, text, world, fused)))
+          return failure();
+        if (fused.empty())
+          return module.emitError() << "exec-to-cuda: the module has no exec.fused ops, so the "
+                                       "plan has no generated kernels (lowered with fuse=false?)";
+        os << fusedKernelsCudaSource(fused);
+        return success();
+      },
+      [](DialectRegistry &registry) {
+        registry
+            .insert<exec::ExecDialect, llm::LLMDialect, func::FuncDialect, arith::ArithDialect>();
+      });
 }
