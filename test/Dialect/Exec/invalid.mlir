@@ -240,3 +240,22 @@ exec.param "w" : tensor<4xf32> init normal
 
 // expected-error @+1 {{a normal init needs a positive std, and only it}}
 exec.param "w" : tensor<4xf32> init ones {std = 2.0e-02 : f64}
+
+// -----
+
+// With an exec.plan, the programs' axes are its mesh's (or edp, pp_tied).
+exec.plan {inputs = [], mesh = {cp = 1 : i64, dp = 2 : i64, ep = 1 : i64, pp = 1 : i64, tp = 1 : i64}, world = 2 : i64, zero = 0 : i64}
+exec.program "p" ranks [0, 1] arena 64 micro_batches 1 outputs {} micro_batch {
+  // expected-error @+1 {{names mesh axis 'xp', which exec.plan's mesh does not have (dp, tp, pp, cp, ep, or the derived edp and pp_tied)}}
+  exec.all_reduce "xp" sum [#exec.buf<space = arena, offset = 0, name = "", shape = [4], dtype = f32>]
+} step {
+}
+
+// -----
+
+exec.plan {inputs = [], mesh = {cp = 1 : i64, dp = 2 : i64, ep = 1 : i64, pp = 1 : i64, tp = 2 : i64}, world = 4 : i64, zero = 0 : i64}
+exec.program "p" ranks [0, 1, 2, 3] arena 64 micro_batches 1 outputs {} micro_batch {
+  // expected-error @+1 {{names mesh axis 'cq', which exec.plan's mesh does not have}}
+  exec.kernel "fill" ins [] outs [#exec.buf<space = arena, offset = 0, name = "", shape = [4], dtype = f32>] {value = 1.0 : f64, amax_axis = "tp,cq"}
+} step {
+}

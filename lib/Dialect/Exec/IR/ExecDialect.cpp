@@ -291,7 +291,35 @@ LogicalResult PlanOp::verify() {
                          << " is not pp x dp x cp x tp = " << size[0] * size[1] * size[2] * size[3];
   if (getZero() < 0 || getZero() > 3)
     return emitOpError() << "zero must be 0, 1, 2 or 3, got " << getZero();
-  return success();
+  // The programs' collectives and axis parameters name axes of this mesh or
+  // the groups the runtime derives from it (edp: the ranks holding the same
+  // experts; pp_tied: the stages sharing a weight).
+  auto known = [&](StringRef axis) {
+    return llvm::is_contained({"dp", "tp", "pp", "cp", "ep", "edp", "pp_tied"}, axis);
+  };
+  Operation *module = (*this)->getParentOp();
+  if (!module)
+    return success();
+  WalkResult r = module->walk([&](Operation *op) {
+    if (!op->getParentOfType<ProgramOp>())
+      return WalkResult::advance();
+    SmallVector<StringRef> axes;
+    if (auto a = op->getAttrOfType<StringAttr>("axis"))
+      axes.push_back(a.getValue());
+    if (auto k = dyn_cast<KernelOp>(op))
+      for (StringRef key : {"shard", "cp", "amax_axis"})
+        if (auto a = k.getParams().getAs<StringAttr>(key))
+          a.getValue().split(axes, ',');
+    for (StringRef axis : axes)
+      if (!known(axis)) {
+        op->emitOpError() << "names mesh axis '" << axis
+                          << "', which exec.plan's mesh does not have (dp, tp, pp, cp, ep, or "
+                             "the derived edp and pp_tied)";
+        return WalkResult::interrupt();
+      }
+    return WalkResult::advance();
+  });
+  return failure(r.wasInterrupted());
 }
 
 LogicalResult ParamOp::verify() {
