@@ -200,13 +200,10 @@ public:
   }
   bool allGatherBlocks(const std::string &axis, const float *mine, float *all, int64_t count,
                        std::string &error) override {
-    ncclComm_t c = nullptr;
-    if (!comm(axis, c, error))
-      return false;
-    if (!c)
-      return copy(all, mine, count, error);
-    return nccl.ok(nccl.allGather(mine, all, size_t(count), ncclFloat32, c, stream),
-                   "ncclAllGather", error);
+    return onAxis(axis, all, mine, count, error, [&](ncclComm_t c) {
+      return nccl.ok(nccl.allGather(mine, all, size_t(count), ncclFloat32, c, stream),
+                     "ncclAllGather", error);
+    });
   }
   bool startAllGatherBlocks(const std::string &axis, const float *mine, float *all, int64_t count,
                             int, std::string &error) override {
@@ -215,13 +212,10 @@ public:
   bool waitAllGather(int, std::string &) override { return true; }
   bool reduceScatterBlocks(const std::string &axis, const float *all, float *mine, int64_t count,
                            std::string &error) override {
-    ncclComm_t c = nullptr;
-    if (!comm(axis, c, error))
-      return false;
-    if (!c)
-      return copy(mine, all, count, error);
-    return nccl.ok(nccl.reduceScatter(all, mine, size_t(count), ncclFloat32, ncclSum, c, stream),
-                   "ncclReduceScatter", error);
+    return onAxis(axis, mine, all, count, error, [&](ncclComm_t c) {
+      return nccl.ok(nccl.reduceScatter(all, mine, size_t(count), ncclFloat32, ncclSum, c, stream),
+                     "ncclReduceScatter", error);
+    });
   }
   bool startReduceScatterBlocks(const std::string &axis, const float *all, float *mine,
                                 int64_t count, int, std::string &error) override {
@@ -230,21 +224,20 @@ public:
   bool waitReduceScatter(int, std::string &) override { return true; }
   bool allToAllBlocks(const std::string &axis, const float *send, float *recv, int64_t count,
                       std::string &error) override {
-    ncclComm_t c = nullptr;
-    if (!comm(axis, c, error))
-      return false;
-    if (!c)
-      return copy(recv, send, count, error);
-    int index = 0, n = 1;
-    axisPosition(axis, index, n);
-    return grouped(error, [&] {
-      bool ok = true;
-      for (int r = 0; r < n && ok; ++r)
-        ok = nccl.ok(nccl.send(send + int64_t(r) * count, size_t(count), ncclFloat32, r, c, stream),
-                     "ncclSend", error) &&
-             nccl.ok(nccl.recv(recv + int64_t(r) * count, size_t(count), ncclFloat32, r, c, stream),
-                     "ncclRecv", error);
-      return ok;
+    return onAxis(axis, recv, send, count, error, [&](ncclComm_t c) {
+      int index = 0, n = 1;
+      axisPosition(axis, index, n);
+      return grouped(error, [&] {
+        bool ok = true;
+        for (int r = 0; r < n && ok; ++r)
+          ok = nccl.ok(
+                   nccl.send(send + int64_t(r) * count, size_t(count), ncclFloat32, r, c, stream),
+                   "ncclSend", error) &&
+               nccl.ok(
+                   nccl.recv(recv + int64_t(r) * count, size_t(count), ncclFloat32, r, c, stream),
+                   "ncclRecv", error);
+        return ok;
+      });
     });
   }
   // Pipeline transfers over the "pp" communicator: world rank `peer` is
@@ -382,6 +375,16 @@ private:
       return false;
     return !c || nccl.ok(nccl.allReduce(in, out, size_t(count), ncclFloat32, op, c, stream),
                          "ncclAllReduce", error);
+  }
+  /// A block collective over `axis`: `run` on its communicator, or over an
+  /// axis of one rank the copy of `from` to `to` it comes down to.
+  template <typename Run>
+  bool onAxis(const std::string &axis, float *to, const float *from, int64_t count,
+              std::string &error, Run run) {
+    ncclComm_t c = nullptr;
+    if (!comm(axis, c, error))
+      return false;
+    return c ? run(c) : copy(to, from, count, error);
   }
   bool copy(float *to, const float *from, int64_t count, std::string &error) {
     if (to == from || cudaMemcpyAsync(to, from, size_t(count) * 4, cudaMemcpyDeviceToDevice,

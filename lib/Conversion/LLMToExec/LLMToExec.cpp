@@ -30,11 +30,6 @@ using namespace llmopt::lowering;
 
 namespace {
 
-int64_t stageOf(Operation *op) {
-  auto a = op->getAttrOfType<IntegerAttr>("llm.stage");
-  return a ? a.getInt() : -2;
-}
-
 /// A pipeline stage's schedule and the (micro-batch, chunk, backward) order
 /// of its parts: interleaved stages hold several model chunks each and need
 /// whole groups of pp micro-batches (Narayanan et al. 2021), else they run

@@ -185,10 +185,14 @@ LogicalResult Lowering::seq(Location loc, SeqKind kind, StringRef axis, Value in
 // ParamFacts
 //===----------------------------------------------------------------------===//
 
+int64_t llmopt::lowering::stageOf(Operation *op) {
+  auto a = op->getAttrOfType<IntegerAttr>("llm.stage");
+  return a ? a.getInt() : -2;
+}
+
 ParamFacts::ParamFacts(func::FuncOp step) {
   for (llm::ParamOp p : step.getBody().front().getOps<llm::ParamOp>()) {
-    auto s = p->getAttrOfType<IntegerAttr>("llm.stage");
-    stage[p.getName()] = s ? s.getInt() : -2;
+    stage[p.getName()] = stageOf(p);
     if (p->hasAttr("llm.pp_tied"))
       tied.insert(p.getName());
     if (auto shard = p->getAttrOfType<llm::ShardAttr>("llm.shard"))

@@ -167,6 +167,10 @@ mlir::LogicalResult fp8GemmParams(Lowering &l, mlir::Operation *op, std::optiona
                                   llvm::SmallVectorImpl<mlir::NamedAttribute> &params,
                                   std::optional<mlir::ValueRange> experts = std::nullopt);
 
+/// The pipeline stage `op` was placed on (`llm.stage`); -2 without a
+/// pipeline.
+int64_t stageOf(mlir::Operation *op);
+
 /// What the partition passes decided for each parameter: its pipeline stage
 /// (-2: no pipeline), shared by the first and the last stage (`tied`), a TP
 /// part (its squares sum over tp in the norm), an expert part (ep), applied

@@ -417,39 +417,34 @@ struct EmitPlanPass : public llmopt::impl::EmitPlanBase<EmitPlanPass> {
 } // namespace
 
 void llmopt::registerExecToPlanTranslation() {
-  mlir::TranslateFromMLIRRegistration reg(
-      "exec-to-plan", "an exec module to its plan file's plan.json",
-      [](ModuleOp module, llvm::raw_ostream &os) -> LogicalResult {
-        std::string text;
-        int64_t world = 1;
-        SmallVector<exec::FusedOp> fused;
-        if (failed(translateExecToPlan(module, text, world, fused)))
-          return failure();
+  // Both read an exec module (with the llm functions it may still hold) and
+  // write what llm-emit-plan writes: plan.json, or kernels.cu (the CUDA
+  // source of the exec.fused ops).
+  auto dialects = [](DialectRegistry &registry) {
+    registry.insert<exec::ExecDialect, llm::LLMDialect, func::FuncDialect, arith::ArithDialect>();
+  };
+  auto translation = [](bool cuda) {
+    return [cuda](ModuleOp module, llvm::raw_ostream &os) -> LogicalResult {
+      std::string text;
+      int64_t world = 1;
+      SmallVector<exec::FusedOp> fused;
+      if (failed(translateExecToPlan(module, text, world, fused)))
+        return failure();
+      if (!cuda) {
         os << text;
         return success();
-      },
-      [](DialectRegistry &registry) {
-        registry
-            .insert<exec::ExecDialect, llm::LLMDialect, func::FuncDialect, arith::ArithDialect>();
-      });
-  // The plan directory's kernels.cu: the CUDA source of the exec.fused ops,
-  // as llm-emit-plan writes it.
-  mlir::TranslateFromMLIRRegistration cuda(
-      "exec-to-cuda", "an exec module to its plan's generated kernels (kernels.cu)",
-      [](ModuleOp module, llvm::raw_ostream &os) -> LogicalResult {
-        std::string text;
-        int64_t world = 1;
-        SmallVector<exec::FusedOp> fused;
-        if (failed(translateExecToPlan(module, text, world, fused)))
-          return failure();
-        if (fused.empty())
-          return module.emitError() << "exec-to-cuda: the module has no exec.fused ops, so the "
-                                       "plan has no generated kernels (lowered with fuse=false?)";
-        os << fusedKernelsCudaSource(fused);
-        return success();
-      },
-      [](DialectRegistry &registry) {
-        registry
-            .insert<exec::ExecDialect, llm::LLMDialect, func::FuncDialect, arith::ArithDialect>();
-      });
+      }
+      if (fused.empty())
+        return module.emitError() << "exec-to-cuda: the module has no exec.fused ops, so the "
+                                     "plan has no generated kernels (lowered with fuse=false?)";
+      os << fusedKernelsCudaSource(fused);
+      return success();
+    };
+  };
+  mlir::TranslateFromMLIRRegistration plan(
+      "exec-to-plan", "an exec module to its plan file's plan.json", translation(false), dialects);
+  mlir::TranslateFromMLIRRegistration cuda("exec-to-cuda",
+                                           "an exec module to its plan's generated kernels "
+                                           "(kernels.cu)",
+                                           translation(true), dialects);
 }

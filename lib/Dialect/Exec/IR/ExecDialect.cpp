@@ -176,15 +176,9 @@ LogicalResult GradReduceScatterOp::verify() {
   BufAttr acc = getAccum();
   if (acc.getSpace() != BufferSpace::accum || !acc.getName().getValue().starts_with("grad_shard:"))
     return emitOpError() << "accumulates into an accum buffer named grad_shard:<param>";
-  auto elements = [](BufAttr b) {
-    int64_t n = 1;
-    for (int64_t d : b.getShape().asArrayRef())
-      n *= d;
-    return n;
-  };
-  if (elements(acc) > elements(getInput()))
-    return emitOpError() << "accumulator of " << elements(acc)
-                         << " elements is larger than the gradient (" << elements(getInput())
+  if (acc.getNumElements() > getInput().getNumElements())
+    return emitOpError() << "accumulator of " << acc.getNumElements()
+                         << " elements is larger than the gradient (" << getInput().getNumElements()
                          << ")";
   return verifyBufs(*this, ArrayAttr::get(getContext(), {getInput(), acc}), "buffers");
 }

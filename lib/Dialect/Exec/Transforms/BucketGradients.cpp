@@ -22,13 +22,8 @@ bool isGradAccumulator(Attribute a) {
          buf.getName().getValue().starts_with("grad:");
 }
 
-/// fp32 bytes of a buffer's elements.
-int64_t fp32Bytes(BufAttr buf) {
-  int64_t n = 4;
-  for (int64_t d : buf.getShape().asArrayRef())
-    n *= d;
-  return n;
-}
+/// fp32 bytes of a buffer's elements (the reductions run in fp32).
+int64_t fp32Bytes(BufAttr buf) { return 4 * buf.getNumElements(); }
 
 struct BucketGradientsPass : public exec::impl::ExecBucketGradientsBase<BucketGradientsPass> {
   using Base::Base;

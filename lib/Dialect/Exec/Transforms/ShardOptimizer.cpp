@@ -26,13 +26,6 @@ StringRef accumulatedParam(Attribute a) {
   return name.consume_front("grad:") ? name : StringRef();
 }
 
-int64_t elements(BufAttr buf) {
-  int64_t n = 1;
-  for (int64_t d : buf.getShape().asArrayRef())
-    n *= d;
-  return n;
-}
-
 struct ShardOptimizerPass : public exec::impl::ExecShardOptimizerBase<ShardOptimizerPass> {
   int64_t zero = 0, dp = 1, ep = 1;
   llvm::StringSet<> experts;
@@ -112,7 +105,7 @@ struct ShardOptimizerPass : public exec::impl::ExecShardOptimizerBase<ShardOptim
     if (zero >= 2) {
       for (Attribute acc : llvm::concat<Attribute>(denseGrads, expertGrads)) {
         auto buf = cast<BufAttr>(acc);
-        int64_t d = isExpert(acc) ? dp / ep : dp, n = elements(buf);
+        int64_t d = isExpert(acc) ? dp / ep : dp, n = buf.getNumElements();
         chunks[acc] = BufAttr::get(ctx, BufferSpace::accum, 0,
                                    b.getStringAttr(("grad_shard:" + accumulatedParam(acc)).str()),
                                    b.getDenseI64ArrayAttr({(n + d - 1) / d}), b.getF32Type());
