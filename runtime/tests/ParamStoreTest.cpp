@@ -11,6 +11,7 @@
 
 #include "llmopt-runtime/checkpoint.h"
 #include "llmopt-runtime/executor.h"
+#include "llmopt-runtime/llmopt_runtime.h"
 #include "llmopt-runtime/sha256.h"
 
 #include "gtest/gtest.h"
@@ -70,10 +71,15 @@ std::string tempDir(const std::string &name) {
   return dir;
 }
 
-Plan loadTestPlan() {
+std::string writeTestPlan() {
   std::string dir = tempDir("plan"), text = twoParamPlan();
   std::ofstream(dir + "/plan.json") << text;
   std::ofstream(dir + "/checksums.sha256") << sha256Hex(text) << "  plan.json\n";
+  return dir;
+}
+
+Plan loadTestPlan() {
+  std::string dir = writeTestPlan();
   Plan plan;
   std::string error;
   EXPECT_TRUE(loadPlan(dir, plan, error)) << error;
@@ -219,6 +225,21 @@ TEST(ParamStore, FailuresNameTheirCauseAndLeaveNothing) {
   EXPECT_NE(error.find("parameter 'w' is laid out otherwise"), std::string::npos) << error;
   EXPECT_FALSE(exe.write("nope", ParamState(), error));
   EXPECT_NE(error.find("no parameter 'nope'"), std::string::npos) << error;
+}
+
+/// The C interface: a resume refused before the state is touched leaves the
+/// trainer usable.
+TEST(ParamStore, RefusedResumeLeavesTheTrainerUsable) {
+  char err[512] = {0};
+  llmopt_trainer *t = llmopt_trainer_open(writeTestPlan().c_str(), 7, err, sizeof err);
+  ASSERT_NE(t, nullptr) << err;
+  EXPECT_NE(llmopt_trainer_resume(t, tempDir("nothing").c_str(), err, sizeof err), 0);
+  EXPECT_EQ(std::string(err).find("resume failed"), std::string::npos) << err;
+  int32_t tokens[2] = {1, 2}, labels[2] = {2, 3};
+  float loss = 0, norm = 0;
+  EXPECT_EQ(llmopt_trainer_step(t, tokens, labels, &loss, &norm, err, sizeof err), 0) << err;
+  EXPECT_EQ(llmopt_trainer_steps(t), 1);
+  llmopt_trainer_close(t);
 }
 
 } // namespace
