@@ -12,7 +12,7 @@ build=${1:-$root/build}
 kit=$root/.gpukit
 rm -rf "$kit" && mkdir -p "$kit/bin" "$kit/lib" "$kit/plans" "$kit/data"
 cp "$build"/bin/{llm-run,llm-data,llm-ckpt} "$build/kernels/tests/LLMOptKernelCUDATests" \
-  "$build/bench/llm-opt-bench-gpu-kernels" "$kit/bin/"
+  "$build/runtime/tests/LLMOptRuntimeTests" "$build/bench/llm-opt-bench-gpu-kernels" "$kit/bin/"
 # Shared libraries other than glibc's and CUDA's (OpenMPI and what it loads).
 for b in "$kit"/bin/*; do
   ldd "$b" | awk '/=> \// {print $3}'

@@ -54,6 +54,8 @@ ldd "$kit/bin/llm-run" | grep -E "not found|cublas|cudart|cudnn|nvrtc"
 if has kernels; then
   step "kernel unit tests against the CPU references"
   run "$kit/bin/LLMOptKernelCUDATests" --gtest_color=no 2>&1 | grep -v -E "^\[ RUN|^\[-+\]|^$" | head -120
+  step "the runtime's CUDA tests (the CUDA executor as the parameter store)"
+  run "$kit/bin/LLMOptRuntimeTests" --gtest_color=no --gtest_filter='*Cuda*' 2>&1 | grep -v -E "^\[ RUN|^\[-+\]|^$" | head -60
 fi
 
 if has bench; then
@@ -105,6 +107,16 @@ if has tiny; then
   echo step-00000002 > ck/LATEST
   run llm-run "$kit/plans/tiny-llama" --data "$kit/data/tiny.bin" --steps 4 --resume ck --metrics resumed.jsonl --device cuda --quiet
   python3 "$cmp" full.jsonl resumed.jsonl --rel 0 --from 3
+  step "resume on the GPU, bf16 (the working copy remade from the resumed masters)"
+  run llm-run "$kit/plans/tiny-bf16" --data "$kit/data/tiny.bin" --steps 4 --metrics full-bf16.jsonl --device cuda --checkpoint-dir ck-bf16 --checkpoint-every 2 --quiet
+  echo step-00000002 > ck-bf16/LATEST
+  run llm-run "$kit/plans/tiny-bf16" --data "$kit/data/tiny.bin" --steps 4 --resume ck-bf16 --metrics resumed-bf16.jsonl --device cuda --quiet
+  python3 "$cmp" full-bf16.jsonl resumed-bf16.jsonl --rel 0 --from 3
+  step "a CPU checkpoint resumed on the GPU, against the CPU's own steps 3-4"
+  run llm-run "$kit/plans/tiny-llama" --data "$kit/data/tiny.bin" --steps 2 --checkpoint-dir ck-cpu --quiet
+  run llm-run "$kit/plans/tiny-llama" --data "$kit/data/tiny.bin" --steps 4 --resume ck-cpu --metrics cpu-to-gpu.jsonl --device cuda --quiet
+  python3 "$cmp" tiny-llama-cpu.jsonl cpu-to-gpu.jsonl --rel 1e-3 --from 3
+  rm -rf ck-bf16 ck-cpu
 fi
 
 if has comm; then

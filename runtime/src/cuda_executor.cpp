@@ -120,7 +120,7 @@ struct CudaExecutor::State {
   std::map<const Instruction *, int> adamwLeaders; // index into adamwRuns
   std::set<const Instruction *> adamwFollowers;
   void groupAdamW(const Program &prog);
-  bool runAdamW(AdamWRun &run, const Instruction &ins, CpuExecutor &host, std::string &error);
+  bool runAdamW(AdamWRun &run, const Instruction &ins, std::string &error);
 
   /// The norms' row statistics (mean and 1/std, or 1/rms) by input buffer,
   /// kind and epsilon (fresh, like the attention's, when written in the
@@ -184,6 +184,8 @@ struct CudaExecutor::State {
   /// launches follow) instead of switching features off for good.
   bool capturing = false;
   int64_t stepsRun = 0;
+  /// The optimizer step running, from 1 (AdamW's bias corrections).
+  int64_t step = 1;
   /// The micro-batch running (bucketed all-reduces wait for the last).
   int64_t microBatch = 0;
   /// The collectives' communicator on device memory (plans of more than
@@ -204,8 +206,7 @@ struct CudaExecutor::State {
   }
   /// Runs `list` captured into `exec` (captured first when it is null);
   /// false with nothing run when the capture does not work.
-  bool replay(const std::vector<Instruction> &list, cudaGraphExec_t &exec, CpuExecutor &host,
-              std::string &error) {
+  bool replay(const std::vector<Instruction> &list, cudaGraphExec_t &exec, std::string &error) {
     if (!exec) {
       if (cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal) != cudaSuccess) {
         cudaGetLastError();
@@ -231,7 +232,7 @@ struct CudaExecutor::State {
       capturing = true;
       bool ran = true;
       for (const Instruction &ins : list)
-        if (!(ran = run(ins, host, error)))
+        if (!(ran = run(ins, error)))
           break;
       cudaError_t e = guard.end();
       if (ran && e == cudaSuccess && g)
@@ -360,7 +361,6 @@ struct CudaExecutor::State {
   struct KernelCall {
     const Instruction &ins;
     const std::vector<Buffer> &in, &out;
-    CpuExecutor &host;
     std::string &error;
     cudaStream_t s;
   };
@@ -399,9 +399,9 @@ struct CudaExecutor::State {
   template <typename T> bool kernelMoEExpertCounts(const KernelCall &call);
   template <typename T> bool kernelMoEDispatchCombine(const KernelCall &call);
   template <typename T> bool kernelMoEExperts(const KernelCall &call);
-  template <typename T> bool kernel(const Instruction &ins, CpuExecutor &host, std::string &error);
+  template <typename T> bool kernel(const Instruction &ins, std::string &error);
   template <typename T> bool fp8Linear(const Instruction &ins, std::string &error);
-  bool run(const Instruction &ins, CpuExecutor &host, std::string &error) {
+  bool run(const Instruction &ins, std::string &error) {
     if (ins.kind != Instruction::Kind::Kernel)
       return collective(ins, error);
     // (An output in place of an input is read first: what was kept for the
@@ -411,7 +411,7 @@ struct CudaExecutor::State {
             return i.space == b.space && i.offset == b.offset && i.name == b.name;
           }))
         overwritten(b);
-    return bf16 ? kernel<cu::bf16>(ins, host, error) : kernel<float>(ins, host, error);
+    return bf16 ? kernel<cu::bf16>(ins, error) : kernel<float>(ins, error);
   }
   /// Statistics kept for what `b` held (a norm's input, logits, an
   /// attention output) are stale once an instruction writes `b` (a fused
@@ -504,8 +504,7 @@ void CudaExecutor::State::groupAdamW(const Program &prog) {
   flush();
 }
 
-bool CudaExecutor::State::runAdamW(AdamWRun &run, const Instruction &ins, CpuExecutor &host,
-                                   std::string &error) {
+bool CudaExecutor::State::runAdamW(AdamWRun &run, const Instruction &ins, std::string &error) {
   if (!run.built) {
     std::vector<cu::AdamWTensor> tensors;
     std::vector<int64_t> counts;
@@ -553,7 +552,7 @@ bool CudaExecutor::State::runAdamW(AdamWRun &run, const Instruction &ins, CpuExe
   else if (!check(cudaMemcpy(&norm, ptr(ins.ins[1]), 4, cudaMemcpyDeviceToHost), "adamw", error))
     return false;
   a.gradScale = maxNorm > 0 ? float(std::min(1.0, maxNorm / (double(norm) + 1e-6))) : 1.0f;
-  a.step = host.steps + 1;
+  a.step = step;
   return check(
       cu::adamwMulti(tensors, chunks, run.chunkCount, a, nullptr, maxNorm, nullptr, stream),
       "adamw", error);
@@ -656,12 +655,12 @@ bool CudaExecutor::State::fp8Linear(const Instruction &ins, std::string &error) 
 }
 
 template <typename T>
-bool CudaExecutor::State::kernel(const Instruction &ins, CpuExecutor &host, std::string &error) {
+bool CudaExecutor::State::kernel(const Instruction &ins, std::string &error) {
   KernelFn f = kernelTable<T>()[size_t(ins.kernel->id)];
   if (!f)
     return (error = std::string("the CUDA backend does not run '") + ins.kernel->name + "' yet",
             false);
-  return (this->*f)(KernelCall{ins, ins.ins, ins.outs, host, error, stream});
+  return (this->*f)(KernelCall{ins, ins.ins, ins.outs, error, stream});
 }
 
 template <typename T>
@@ -715,14 +714,14 @@ CudaExecutor::State::kernelTable() {
 }
 
 template <typename T> bool CudaExecutor::State::kernelEmbeddingFwd(const KernelCall &call) {
-  auto &[ins, in, out, host, error, s] = call;
+  auto &[ins, in, out, error, s] = call;
   auto ok = [&](cudaError_t e) { return check(e, ins.kernel->name, error); };
   return ok(cu::embeddingForward(at<int32_t>(in[0]), at<T>(in[1]), at<T>(out[0]), in[0].elements,
                                  in[1].shape[1], s));
 }
 
 template <typename T> bool CudaExecutor::State::kernelEmbeddingBwd(const KernelCall &call) {
-  auto &[ins, in, out, host, error, s] = call;
+  auto &[ins, in, out, error, s] = call;
   auto ok = [&](cudaError_t e) { return check(e, ins.kernel->name, error); };
   // The step's tokens: each token's rows summed in position order
   // (bit-identical from run to run); other token buffers: atomics.
@@ -743,14 +742,14 @@ template <typename T> bool CudaExecutor::State::kernelEmbeddingBwd(const KernelC
 }
 
 template <typename T> bool CudaExecutor::State::kernelPositionEmbeddingFwd(const KernelCall &call) {
-  auto &[ins, in, out, host, error, s] = call;
+  auto &[ins, in, out, error, s] = call;
   auto ok = [&](cudaError_t e) { return check(e, ins.kernel->name, error); };
   return ok(cu::positionEmbeddingForward(at<T>(in[0]), at<T>(in[1]), at<T>(out[0]), in[0].shape[0],
                                          in[0].shape[1], in[0].shape[2], nullptr, s));
 }
 
 template <typename T> bool CudaExecutor::State::kernelPositionEmbeddingBwd(const KernelCall &call) {
-  auto &[ins, in, out, host, error, s] = call;
+  auto &[ins, in, out, error, s] = call;
   auto ok = [&](cudaError_t e) { return check(e, ins.kernel->name, error); };
   float *g = gradTarget(out[0], 0, error);
   return g &&
@@ -760,7 +759,7 @@ template <typename T> bool CudaExecutor::State::kernelPositionEmbeddingBwd(const
 }
 
 template <typename T> bool CudaExecutor::State::kernelNorm(const KernelCall &call) {
-  auto &[ins, in, out, host, error, s] = call;
+  auto &[ins, in, out, error, s] = call;
   auto ok = [&](cudaError_t e) { return check(e, ins.kernel->name, error); };
   int64_t n = rowsOf(in[0]), c = lastDim(in[0]);
   float eps = float(ins.args.eps);
@@ -775,7 +774,7 @@ template <typename T> bool CudaExecutor::State::kernelNorm(const KernelCall &cal
 }
 
 template <typename T> bool CudaExecutor::State::kernelNormBwd(const KernelCall &call) {
-  auto &[ins, in, out, host, error, s] = call;
+  auto &[ins, in, out, error, s] = call;
   auto ok = [&](cudaError_t e) { return check(e, ins.kernel->name, error); };
   // The statistics the forward of this micro-batch kept for this input,
   // else the forward again (the plan does not keep them).
@@ -811,7 +810,7 @@ template <typename T> bool CudaExecutor::State::kernelNormBwd(const KernelCall &
 }
 
 template <typename T> bool CudaExecutor::State::kernelLinearFwd(const KernelCall &call) {
-  auto &[ins, in, out, host, error, s] = call;
+  auto &[ins, in, out, error, s] = call;
   if (!ins.args.fp8.empty())
     return fp8Linear<T>(ins, error);
   const Buffer &x = in[0], &w = in[1];
@@ -834,7 +833,7 @@ template <typename T> bool CudaExecutor::State::kernelLinearFwd(const KernelCall
 }
 
 template <typename T> bool CudaExecutor::State::kernelLinearBwd(const KernelCall &call) {
-  auto &[ins, in, out, host, error, s] = call;
+  auto &[ins, in, out, error, s] = call;
   auto ok = [&](cudaError_t e) { return check(e, ins.kernel->name, error); };
   if (!ins.args.fp8.empty())
     return fp8Linear<T>(ins, error);
@@ -866,7 +865,7 @@ template <typename T> bool CudaExecutor::State::kernelLinearBwd(const KernelCall
 }
 
 template <typename T> bool CudaExecutor::State::kernelSplitConcat(const KernelCall &call) {
-  auto &[ins, in, out, host, error, s] = call;
+  auto &[ins, in, out, error, s] = call;
   auto ok = [&](cudaError_t e) { return check(e, ins.kernel->name, error); };
   bool split = ins.kernel->id == KernelId::Split;
   const Buffer &whole = split ? in[0] : out[0];
@@ -881,7 +880,7 @@ template <typename T> bool CudaExecutor::State::kernelSplitConcat(const KernelCa
 }
 
 template <typename T> bool CudaExecutor::State::kernelRotary(const KernelCall &call) {
-  auto &[ins, in, out, host, error, s] = call;
+  auto &[ins, in, out, error, s] = call;
   auto ok = [&](cudaError_t e) { return check(e, ins.kernel->name, error); };
   const float *cs = rotaryTable(ins, in[0].shape[1], error);
   if (!cs)
@@ -895,7 +894,7 @@ template <typename T> bool CudaExecutor::State::kernelRotary(const KernelCall &c
 }
 
 template <typename T> bool CudaExecutor::State::kernelAttention(const KernelCall &call) {
-  auto &[ins, in, out, host, error, s] = call;
+  auto &[ins, in, out, error, s] = call;
   bool fwd = ins.kernel->id == KernelId::AttentionFwd;
   const Buffer &q = in[fwd ? 0 : 1];
   kernels::cpu::AttentionShape a = attentionShape(ins, q, in[fwd ? 1 : 2]);
@@ -966,33 +965,33 @@ template <typename T> bool CudaExecutor::State::kernelAttention(const KernelCall
 }
 
 template <typename T> bool CudaExecutor::State::kernelGeluFwd(const KernelCall &call) {
-  auto &[ins, in, out, host, error, s] = call;
+  auto &[ins, in, out, error, s] = call;
   auto ok = [&](cudaError_t e) { return check(e, ins.kernel->name, error); };
   return ok(cu::geluForward(at<T>(in[0]), at<T>(out[0]), in[0].elements, ins.args.tanh, s));
 }
 
 template <typename T> bool CudaExecutor::State::kernelGeluBwd(const KernelCall &call) {
-  auto &[ins, in, out, host, error, s] = call;
+  auto &[ins, in, out, error, s] = call;
   auto ok = [&](cudaError_t e) { return check(e, ins.kernel->name, error); };
   return ok(cu::geluBackward(at<T>(in[0]), at<T>(in[1]), at<T>(out[0]), in[1].elements,
                              ins.args.tanh, s));
 }
 
 template <typename T> bool CudaExecutor::State::kernelSwiGLUFwd(const KernelCall &call) {
-  auto &[ins, in, out, host, error, s] = call;
+  auto &[ins, in, out, error, s] = call;
   auto ok = [&](cudaError_t e) { return check(e, ins.kernel->name, error); };
   return ok(cu::swigluForward(at<T>(in[0]), at<T>(in[1]), at<T>(out[0]), in[0].elements, s));
 }
 
 template <typename T> bool CudaExecutor::State::kernelSwiGLUBwd(const KernelCall &call) {
-  auto &[ins, in, out, host, error, s] = call;
+  auto &[ins, in, out, error, s] = call;
   auto ok = [&](cudaError_t e) { return check(e, ins.kernel->name, error); };
   return ok(cu::swigluBackward(at<T>(in[0]), at<T>(in[1]), at<T>(in[2]), at<T>(out[0]),
                                at<T>(out[1]), in[1].elements, s));
 }
 
 template <typename T> bool CudaExecutor::State::kernelAdd(const KernelCall &call) {
-  auto &[ins, in, out, host, error, s] = call;
+  auto &[ins, in, out, error, s] = call;
   auto ok = [&](cudaError_t e) { return check(e, ins.kernel->name, error); };
   // Activations (one dtype), or a gradient added into its fp32 accumulator.
   // (Inside a fused body of a bf16 plan everything is an fp32 copy: T is
@@ -1012,7 +1011,7 @@ template <typename T> bool CudaExecutor::State::kernelAdd(const KernelCall &call
 }
 
 template <typename T> bool CudaExecutor::State::kernelCopy(const KernelCall &call) {
-  auto &[ins, in, out, host, error, s] = call;
+  auto &[ins, in, out, error, s] = call;
   auto ok = [&](cudaError_t e) { return check(e, ins.kernel->name, error); };
   if (in[0].dtype != out[0].dtype) {
     error = "copy between dtypes";
@@ -1025,7 +1024,7 @@ template <typename T> bool CudaExecutor::State::kernelCopy(const KernelCall &cal
 }
 
 template <typename T> bool CudaExecutor::State::kernelScale(const KernelCall &call) {
-  auto &[ins, in, out, host, error, s] = call;
+  auto &[ins, in, out, error, s] = call;
   auto ok = [&](cudaError_t e) { return check(e, ins.kernel->name, error); };
   return out[0].dtype == DType::F32 ? ok(cu::scale(at<float>(in[0]), at<float>(out[0]),
                                                    out[0].elements, float(ins.args.factor), s))
@@ -1034,7 +1033,7 @@ template <typename T> bool CudaExecutor::State::kernelScale(const KernelCall &ca
 }
 
 template <typename T> bool CudaExecutor::State::kernelFill(const KernelCall &call) {
-  auto &[ins, in, out, host, error, s] = call;
+  auto &[ins, in, out, error, s] = call;
   auto ok = [&](cudaError_t e) { return check(e, ins.kernel->name, error); };
   return out[0].dtype == DType::F32
              ? ok(cu::fill(at<float>(out[0]), out[0].elements, float(ins.args.value), s))
@@ -1042,14 +1041,14 @@ template <typename T> bool CudaExecutor::State::kernelFill(const KernelCall &cal
 }
 
 template <typename T> bool CudaExecutor::State::kernelBiasAdd(const KernelCall &call) {
-  auto &[ins, in, out, host, error, s] = call;
+  auto &[ins, in, out, error, s] = call;
   auto ok = [&](cudaError_t e) { return check(e, ins.kernel->name, error); };
   return ok(
       cu::biasAdd(at<T>(in[0]), at<T>(in[1]), at<T>(out[0]), out[0].elements, in[1].elements, s));
 }
 
 template <typename T> bool CudaExecutor::State::kernelSumRows(const KernelCall &call) {
-  auto &[ins, in, out, host, error, s] = call;
+  auto &[ins, in, out, error, s] = call;
   auto ok = [&](cudaError_t e) { return check(e, ins.kernel->name, error); };
   float *g = gradTarget(out[0], 0, error);
   int64_t rows = in[0].elements / out[0].elements;
@@ -1059,7 +1058,7 @@ template <typename T> bool CudaExecutor::State::kernelSumRows(const KernelCall &
 }
 
 template <typename T> bool CudaExecutor::State::kernelCrossEntropyFwd(const KernelCall &call) {
-  auto &[ins, in, out, host, error, s] = call;
+  auto &[ins, in, out, error, s] = call;
   auto ok = [&](cudaError_t e) { return check(e, ins.kernel->name, error); };
   // The rows' log-sum-exps kept by logits buffer for the backward of the
   // same micro-batch (one read of the logits fewer).
@@ -1078,7 +1077,7 @@ template <typename T> bool CudaExecutor::State::kernelCrossEntropyFwd(const Kern
 }
 
 template <typename T> bool CudaExecutor::State::kernelCrossEntropyBwd(const KernelCall &call) {
-  auto &[ins, in, out, host, error, s] = call;
+  auto &[ins, in, out, error, s] = call;
   auto ok = [&](cudaError_t e) { return check(e, ins.kernel->name, error); };
   auto *scale = static_cast<float *>(tmp(1, 16, error));
   auto kept = ceLses.find({int(in[0].space), in[0].offset, in[0].name});
@@ -1096,7 +1095,7 @@ template <typename T> bool CudaExecutor::State::kernelCrossEntropyBwd(const Kern
 }
 
 template <typename T> bool CudaExecutor::State::kernelGlobalNorm(const KernelCall &call) {
-  auto &[ins, in, out, host, error, s] = call;
+  auto &[ins, in, out, error, s] = call;
   auto ok = [&](cudaError_t e) { return check(e, ins.kernel->name, error); };
   // Every accumulator's squares into one fp64 sum (as the CPU).
   auto *dsum = static_cast<double *>(tmp(1, 8, error));
@@ -1116,12 +1115,12 @@ template <typename T> bool CudaExecutor::State::kernelGlobalNorm(const KernelCal
 }
 
 template <typename T> bool CudaExecutor::State::kernelAdamW(const KernelCall &call) {
-  auto &[ins, in, out, host, error, s] = call;
+  auto &[ins, in, out, error, s] = call;
   auto ok = [&](cudaError_t e) { return check(e, ins.kernel->name, error); };
   if (adamwFollowers.count(&ins))
     return true; // updated by its run's first instruction
   if (auto it = adamwLeaders.find(&ins); it != adamwLeaders.end())
-    return runAdamW(adamwRuns[size_t(it->second)], ins, host, error);
+    return runAdamW(adamwRuns[size_t(it->second)], ins, error);
   Param &p = params.at(ins.args.param);
   if (graphs) {
     cu::AdamWArgs a{float(ins.args.lr),
@@ -1147,13 +1146,13 @@ template <typename T> bool CudaExecutor::State::kernelAdamW(const KernelCall &ca
                   float(ins.args.eps),
                   float(ins.args.weight_decay),
                   maxNorm > 0 ? float(std::min(1.0, maxNorm / (double(norm) + 1e-6))) : 1.0f,
-                  host.steps + 1};
+                  step};
   return ok(cu::adamw(p.master.as<float>(), at<float>(in[0]), p.m.as<float>(), p.v.as<float>(),
                       p.working.as<cu::bf16>(), p.n, a, s));
 }
 
 template <typename T> bool CudaExecutor::State::kernelFused(const KernelCall &call) {
-  auto &[ins, in, out, host, error, s] = call;
+  auto &[ins, in, out, error, s] = call;
   auto ok = [&](cudaError_t e) { return check(e, ins.kernel->name, error); };
   // The generated kernel: one launch over the raw buffers (it converts
   // loads and stores itself and keeps its temporaries in shared memory).
@@ -1215,7 +1214,7 @@ template <typename T> bool CudaExecutor::State::kernelFused(const KernelCall &ca
   // CPU backend and the generated kernel do.
   bool done = true;
   for (const Instruction &sub : ins.body) {
-    if (!(done = kernel<float>(sub, host, error)))
+    if (!(done = kernel<float>(sub, error)))
       break;
     for (size_t i = 0; done && i < wide.size(); ++i)
       for (const Buffer &o : sub.outs)
@@ -1234,7 +1233,7 @@ template <typename T> bool CudaExecutor::State::kernelFused(const KernelCall &ca
 }
 
 template <typename T> bool CudaExecutor::State::kernelMoERouter(const KernelCall &call) {
-  auto &[ins, in, out, host, error, s] = call;
+  auto &[ins, in, out, error, s] = call;
   bool fwd = ins.kernel->id == KernelId::MoERouterFwd;
   if (!fwd && in.size() != 5 && in.size() != 6)
     return (error = "moe_router_bwd takes 5 inputs, or 6 with the sequence's expert counts", false);
@@ -1269,7 +1268,7 @@ template <typename T> bool CudaExecutor::State::kernelMoERouter(const KernelCall
 }
 
 template <typename T> bool CudaExecutor::State::kernelMoEExpertCounts(const KernelCall &call) {
-  auto &[ins, in, out, host, error, s] = call;
+  auto &[ins, in, out, error, s] = call;
   auto ok = [&](cudaError_t e) { return check(e, ins.kernel->name, error); };
   int64_t topK = int64_t(ins.args.top_k);
   if (topK < 1 || in[0].elements % topK != 0 || out[0].dtype != DType::F32)
@@ -1279,7 +1278,7 @@ template <typename T> bool CudaExecutor::State::kernelMoEExpertCounts(const Kern
 }
 
 template <typename T> bool CudaExecutor::State::kernelMoEDispatchCombine(const KernelCall &call) {
-  auto &[ins, in, out, host, error, s] = call;
+  auto &[ins, in, out, error, s] = call;
   auto ok = [&](cudaError_t e) { return check(e, ins.kernel->name, error); };
   // Tokens [n, hidden], routes [n, top_k], expert rows [experts, capacity,
   // hidden]; slots recomputed from the routes by each kernel.
@@ -1328,7 +1327,7 @@ template <typename T> bool CudaExecutor::State::kernelMoEDispatchCombine(const K
 }
 
 template <typename T> bool CudaExecutor::State::kernelMoEExperts(const KernelCall &call) {
-  auto &[ins, in, out, host, error, s] = call;
+  auto &[ins, in, out, error, s] = call;
   bool fwd = ins.kernel->id == KernelId::MoEExpertsFwd;
   const Buffer &x = in[fwd ? 0 : 1];
   size_t first = fwd ? 1 : 2, count = ins.args.swiglu ? 3 : 2;
@@ -1624,47 +1623,89 @@ bool CudaExecutor::init(const Plan &plan, int rank, uint64_t seed, std::string &
     s->gemm->loadAlgorithms(s->algorithmCache);
     s->savedAlgorithms = s->gemm->cachedAlgorithms();
   }
-  return syncToDevice(error);
+  // The parameters on the device, each host copy freed once uploaded: the
+  // GPU holds the only copy of the training state from here on.
+  for (auto &[name, st] : host.params) {
+    if (!write(name, std::move(st), error))
+      return false;
+    st = ParamState();
+  }
+  host.release();
+  steps = 0;
+  lossScale = LossScaleState();
+  return true;
 }
 
-bool CudaExecutor::syncToDevice(std::string &error) {
-  for (auto &[name, p] : s->params) {
-    const ParamState &st = host.params.at(name);
-    if (cudaMemcpy(p.master.p, st.value.data(), size_t(p.n) * 4, cudaMemcpyHostToDevice) !=
-            cudaSuccess ||
-        cudaMemcpy(p.m.p, st.m.data(), size_t(p.n) * 4, cudaMemcpyHostToDevice) != cudaSuccess ||
-        cudaMemcpy(p.v.p, st.v.data(), size_t(p.n) * 4, cudaMemcpyHostToDevice) != cudaSuccess)
-      return (error = "cannot upload parameter '" + name + "'", false);
-    if (p.working.p &&
-        cu::fromFloat(p.master.as<float>(), p.working.as<cu::bf16>(), p.n, nullptr) != cudaSuccess)
-      return (error = "cannot make the bf16 copy of '" + name + "'", false);
-  }
+bool CudaExecutor::idle(std::string &error) const {
   return cudaDeviceSynchronize() == cudaSuccess ||
-         (error = "CUDA error while uploading the parameters", false);
+         (error = std::string("CUDA error before the parameters are read or written: ") +
+                  cudaGetErrorString(cudaGetLastError()),
+          false);
 }
 
-bool CudaExecutor::syncToHost(std::string &error) {
-  if (s->stream && cudaStreamSynchronize(s->stream) != cudaSuccess)
-    return (error = "CUDA error before a checkpoint", false);
-  for (auto &[name, p] : s->params) {
-    ParamState &st = host.params.at(name);
-    if (cudaMemcpy(st.value.data(), p.master.p, size_t(p.n) * 4, cudaMemcpyDeviceToHost) !=
-            cudaSuccess ||
-        cudaMemcpy(st.m.data(), p.m.p, size_t(p.n) * 4, cudaMemcpyDeviceToHost) != cudaSuccess ||
-        cudaMemcpy(st.v.data(), p.v.p, size_t(p.n) * 4, cudaMemcpyDeviceToHost) != cudaSuccess)
-      return (error = "cannot download parameter '" + name + "'", false);
-  }
+bool CudaExecutor::holds(const std::string &name) const { return s->params.count(name) != 0; }
+
+void CudaExecutor::layout(const std::string &name, Chunk &shard, bool &valueChunked) const {
+  shard = {0, s->params.at(name).n};
+  valueChunked = false;
+}
+
+bool CudaExecutor::read(const std::string &name, ParamState &out, std::string &error) const {
+  auto it = s->params.find(name);
+  if (it == s->params.end())
+    return (error = "this rank holds no parameter '" + name + "'", false);
+  const State::Param &p = it->second;
+  if (!idle(error))
+    return false;
+  size_t n = size_t(p.n);
+  out.shard = {0, p.n};
+  out.valueChunked = false;
+  out.value.resize(n);
+  out.m.resize(n);
+  out.v.resize(n);
+  if (cudaMemcpy(out.value.data(), p.master.p, n * 4, cudaMemcpyDeviceToHost) != cudaSuccess ||
+      cudaMemcpy(out.m.data(), p.m.p, n * 4, cudaMemcpyDeviceToHost) != cudaSuccess ||
+      cudaMemcpy(out.v.data(), p.v.p, n * 4, cudaMemcpyDeviceToHost) != cudaSuccess)
+    return (error = "cannot read parameter '" + name + "' from the GPU: " +
+                    cudaGetErrorString(cudaGetLastError()),
+            false);
+  return true;
+}
+
+bool CudaExecutor::write(const std::string &name, ParamState &&in, std::string &error) {
+  auto it = s->params.find(name);
+  if (it == s->params.end())
+    return (error = "this rank holds no parameter '" + name + "'", false);
+  State::Param &p = it->second;
+  if (in.shard.begin != 0 || in.shard.end != p.n || in.valueChunked ||
+      int64_t(in.value.size()) != p.n || int64_t(in.m.size()) != p.n ||
+      int64_t(in.v.size()) != p.n)
+    return (error = "parameter '" + name + "' is laid out otherwise on this rank", false);
+  if (!idle(error))
+    return false;
+  size_t n = size_t(p.n);
+  if (cudaMemcpy(p.master.p, in.value.data(), n * 4, cudaMemcpyHostToDevice) != cudaSuccess ||
+      cudaMemcpy(p.m.p, in.m.data(), n * 4, cudaMemcpyHostToDevice) != cudaSuccess ||
+      cudaMemcpy(p.v.p, in.v.data(), n * 4, cudaMemcpyHostToDevice) != cudaSuccess)
+    return (error = "cannot write parameter '" + name + "' to the GPU: " +
+                    cudaGetErrorString(cudaGetLastError()),
+            false);
+  // bf16 plans compute with a rounded copy of the master.
+  if (p.working.p &&
+      (cu::fromFloat(p.master.as<float>(), p.working.as<cu::bf16>(), p.n, nullptr) != cudaSuccess ||
+       cudaDeviceSynchronize() != cudaSuccess))
+    return (error = "cannot make the bf16 copy of '" + name + "'", false);
   return true;
 }
 
 bool CudaExecutor::runTimed(const Instruction &ins, std::string &error) {
   if (!host.profiling || ins.kind != Instruction::Kind::Kernel || !ins.kernel)
-    return s->run(ins, host, error);
+    return s->run(ins, error);
   std::pair<cudaEvent_t, cudaEvent_t> ev{nullptr, nullptr};
   if (cudaEventCreate(&ev.first) != cudaSuccess || cudaEventCreate(&ev.second) != cudaSuccess ||
       cudaEventRecord(ev.first, s->stream) != cudaSuccess)
     return (error = "cannot record CUDA events for --profile", false);
-  bool ok = s->run(ins, host, error);
+  bool ok = s->run(ins, error);
   cudaEventRecord(ev.second, s->stream);
   s->events.emplace_back(&ins, ev);
   return ok;
@@ -1688,7 +1729,7 @@ bool CudaExecutor::step(const std::vector<std::vector<int32_t>> &tok,
   bool graph = s->graphs && s->useCaptures && !host.profiling && s->stepsRun >= 1;
   auto runList = [&](const std::vector<Instruction> &list, cudaGraphExec_t &exec) {
     if (graph) {
-      if (s->replay(list, exec, host, error))
+      if (s->replay(list, exec, error))
         return true;
       if (!error.empty())
         return false;
@@ -1709,6 +1750,7 @@ bool CudaExecutor::step(const std::vector<std::vector<int32_t>> &tok,
     return true;
   };
   s->hostNorms.clear();
+  s->step = steps + 1;
   for (size_t m = 0; m < tok.size(); ++m) {
     s->microBatch = int64_t(m);
     if (plan.inputs.size() < 2 || int64_t(tok[m].size()) != plan.inputs[0].elements ||
@@ -1743,7 +1785,7 @@ bool CudaExecutor::step(const std::vector<std::vector<int32_t>> &tok,
       return false;
   }
   if (s->graphs) {
-    int64_t t = host.steps + 1; // AdamW's bias corrections read it on the device
+    int64_t t = s->step; // AdamW's bias corrections read it on the device
     if (cudaMemcpyAsync(s->stepCounter.p, &t, 8, cudaMemcpyHostToDevice, st) != cudaSuccess)
       return (error = "cannot upload the step number", false);
   }
@@ -1779,7 +1821,7 @@ bool CudaExecutor::step(const std::vector<std::vector<int32_t>> &tok,
   size_t freeBytes = 0, totalBytes = 0;
   if (cudaMemGetInfo(&freeBytes, &totalBytes) == cudaSuccess)
     result.deviceBytes = int64_t(totalBytes - freeBytes);
-  ++host.steps;
+  ++steps;
   ++s->stepsRun;
   // New GEMM shapes' algorithms for the next run (a cache: failures only
   // cost the heuristic again).

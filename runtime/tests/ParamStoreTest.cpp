@@ -5,16 +5,21 @@
 // executor (here a map standing in for a device store) saves and resumes
 // bit-exactly, is read once per tensor in the plan's order, and a failing or
 // differently laid out store fails the checkpoint with its reason and leaves
-// nothing behind.
+// nothing behind. With a GPU: the CUDA executor is such a store, its state
+// on the device only.
 //
 //===----------------------------------------------------------------------===//
 
 #include "llmopt-runtime/checkpoint.h"
+#ifdef LLMOPT_HAVE_CUDA
+#include "llmopt-runtime/cuda_executor.h"
+#endif
 #include "llmopt-runtime/executor.h"
 #include "llmopt-runtime/llmopt_runtime.h"
 #include "llmopt-runtime/sha256.h"
 
 #include "gtest/gtest.h"
+#include <cmath>
 #include <cstdlib>
 #include <fstream>
 #include <map>
@@ -241,5 +246,68 @@ TEST(ParamStore, RefusedResumeLeavesTheTrainerUsable) {
   EXPECT_EQ(llmopt_trainer_steps(t), 1);
   llmopt_trainer_close(t);
 }
+
+#ifdef LLMOPT_HAVE_CUDA
+/// The CUDA backend's store, on a GPU (skipped without one): the state it
+/// initializes is the CPU backend's; after two steps on the GPU it equals
+/// the CPU's two steps; saved from the device and resumed into a fresh
+/// executor it is the same bits, and both go on identically.
+TEST(ParamStore, CudaExecutorSavesAndResumesFromTheDevice) {
+  if (!CudaExecutor::available())
+    GTEST_SKIP() << "no CUDA device";
+  Plan plan = loadTestPlan();
+  std::string error;
+  CpuExecutor cpu;
+  ASSERT_TRUE(cpu.init(plan, 0, 7, error)) << error;
+  CudaExecutor gpu;
+  ASSERT_TRUE(gpu.init(plan, 0, 7, error)) << error;
+  EXPECT_TRUE(gpu.host.params.at("w").value.empty()); // no host copy kept
+  auto readAll = [&](const ParamStore &store) {
+    std::map<std::string, ParamState> all;
+    for (const char *name : {"w", "b"}) {
+      EXPECT_TRUE(store.holds(name)) << name;
+      EXPECT_TRUE(store.read(name, all[name], error)) << error;
+    }
+    return all;
+  };
+  expectSameState(cpu.params, readAll(gpu));
+
+  auto gpuSteps = [&](CudaExecutor &exe, int n) {
+    for (int i = 0; i < n; ++i) {
+      StepResult r;
+      if (!exe.step({{1, 2}}, {{2, 3}}, r, error))
+        return false;
+    }
+    return true;
+  };
+  ASSERT_TRUE(gpuSteps(gpu, 2)) << error;
+  ASSERT_TRUE(steps(cpu, 2));
+  EXPECT_EQ(gpu.steps, 2);
+  std::map<std::string, ParamState> after = readAll(gpu);
+  for (const auto &[name, st] : cpu.params)
+    for (size_t i = 0; i < st.value.size(); ++i)
+      EXPECT_NEAR(after[name].value[i], st.value[i], 1e-6f + 1e-5f * std::fabs(st.value[i]))
+          << name << "[" << i << "]";
+
+  SingleRank one;
+  std::string dir = tempDir("gpu");
+  ASSERT_TRUE(saveCheckpoint(dir, gpu, plan, one, error)) << error;
+  CudaExecutor resumed;
+  ASSERT_TRUE(resumed.init(plan, 0, 99, error)) << error;
+  ASSERT_TRUE(loadCheckpoint(dir, resumed, plan, 0, 1, error)) << error;
+  EXPECT_EQ(resumed.steps, 2);
+  expectSameState(after, readAll(resumed));
+  ASSERT_TRUE(gpuSteps(gpu, 1)) << error;
+  ASSERT_TRUE(gpuSteps(resumed, 1)) << error;
+  expectSameState(readAll(gpu), readAll(resumed));
+
+  // A tensor of another layout is refused by name, the state untouched.
+  ParamState wrong = readAll(gpu)["w"];
+  wrong.m.pop_back();
+  EXPECT_FALSE(gpu.write("w", std::move(wrong), error));
+  EXPECT_NE(error.find("parameter 'w' is laid out otherwise"), std::string::npos) << error;
+  expectSameState(readAll(gpu), readAll(resumed));
+}
+#endif
 
 } // namespace

@@ -522,8 +522,10 @@ static int run(int argc, char **argv) {
     return fail("the data holds token " + std::to_string(data.maxToken()) +
                 ", outside the model's vocabulary of " + std::to_string(vocab));
 
-    // The CUDA backend keeps the parameters on the GPU; its host executor
-    // holds their copy for checkpoints (synchronized around them).
+  // The backend's parameter store: the CPU executor's host memory, or the
+  // GPU's (checkpoints read and write it one tensor at a time). `exe` is
+  // the CPU executor: the one that runs the plan, or the one that
+  // initializes the CUDA backend's parameters and collects its profile.
 #ifdef LLMOPT_HAVE_CUDA
   std::unique_ptr<CudaExecutor> gpu;
   if (o.device == "cuda") {
@@ -535,26 +537,22 @@ static int run(int argc, char **argv) {
   }
   CpuExecutor cpuExe;
   CpuExecutor &exe = gpu ? gpu->host : cpuExe;
+  ParamStore &store = gpu ? static_cast<ParamStore &>(*gpu) : cpuExe;
   // --steps 0 writes the initial weights only: no activations are needed.
   cpuExe.arenasWanted = o.steps > 0;
   if (gpu ? !gpu->init(plan, rank, o.seed, error) : !exe.init(plan, rank, o.seed, error))
     return fail(error);
-  auto toHost = [&](std::string &err) { return !gpu || gpu->syncToHost(err); };
 #else
   if (o.device == "cuda")
     return fail("this llm-run was built without CUDA (no nvcc at build time)");
   CpuExecutor exe;
+  ParamStore &store = exe;
   exe.arenasWanted = o.steps > 0; // --steps 0: the initial weights only
   if (!exe.init(plan, rank, o.seed, error))
     return fail(error);
-  auto toHost = [](std::string &) { return true; };
 #endif
-  if (!o.resume.empty() && !loadCheckpoint(o.resume, exe, plan, rank, world, error))
+  if (!o.resume.empty() && !loadCheckpoint(o.resume, store, plan, rank, world, error))
     return fail(error);
-#ifdef LLMOPT_HAVE_CUDA
-  if (gpu && !o.resume.empty() && !gpu->syncToDevice(error))
-    return fail(error);
-#endif
 
   std::FILE *metrics = nullptr;
   if (rank == 0 && !o.metrics.empty()) {
@@ -574,20 +572,24 @@ static int run(int argc, char **argv) {
   // fp32 value, gradient accumulator (a chunk under ZeRO-2/3) and AdamW
   // moments (a chunk under ZeRO).
   for (const ParamSpec &p : plan.params)
-    if (exe.params.count(p.name))
-      stateBytes += exe.gradientBytes(p.name) + int64_t(exe.params.at(p.name).value.size()) * 4 +
-                    exe.params.at(p.name).shard.size() * 8;
+    if (store.holds(p.name)) {
+      Chunk shard;
+      bool chunked = false;
+      store.layout(p.name, shard, chunked);
+      stateBytes +=
+          exe.gradientBytes(p.name) + (chunked ? shard.size() : p.elements) * 4 + shard.size() * 8;
+    }
   int64_t memory = exe.activationBytes() + stateBytes;
   bool tty = isatty(2) && !o.quiet;
   const char *failRank = std::getenv("LLMOPT_TEST_FAIL_RANK");
   const char *failStep = std::getenv("LLMOPT_TEST_FAIL_STEP");
 
-  const int64_t startStep = exe.steps;
+  const int64_t startStep = store.steps;
   Timed timed(*comm);
   int64_t micro = plan.programFor(rank)->numMicroBatches;
   std::vector<std::vector<int32_t>> x(static_cast<size_t>(micro)), y(static_cast<size_t>(micro));
-  while (exe.steps < o.steps) {
-    int64_t step = exe.steps;
+  while (store.steps < o.steps) {
+    int64_t step = store.steps;
     if (failRank && failStep && std::atoi(failRank) == rank && std::atoll(failStep) == step + 1) {
       // A rank that dies without a word (LLMOPT_TEST_FAIL_MODE=kill): the
       // launcher must end the others.
@@ -625,7 +627,7 @@ static int run(int argc, char **argv) {
         }
     }
     // Per-kernel times from the second step on (the first warms up).
-    exe.profiling = !o.profile.empty() && (exe.steps > startStep || o.steps - startStep == 1);
+    exe.profiling = !o.profile.empty() && (store.steps > startStep || o.steps - startStep == 1);
     timed.seconds = 0;
     auto t0 = std::chrono::steady_clock::now();
     StepResult r;
@@ -655,7 +657,7 @@ static int run(int argc, char **argv) {
                    "{\"step\": %lld, \"loss\": %s, \"grad_norm\": %s, \"tokens_per_s\": %.6g, "
                    "\"step_time_s\": %.6g, \"peak_memory_bytes\": %lld, "
                    "\"exposed_comm_share\": %.6g",
-                   static_cast<long long>(exe.steps), num(r.loss).c_str(), num(r.gradNorm).c_str(),
+                   static_cast<long long>(store.steps), num(r.loss).c_str(), num(r.gradNorm).c_str(),
                    tokensPerS, dt, static_cast<long long>(memory),
                    dt > 0 ? timed.seconds / dt : 0.0);
       if (r.lossScaling)
@@ -674,19 +676,19 @@ static int run(int argc, char **argv) {
     }
     if (rank == 0 && !o.quiet)
       std::fprintf(stderr, "%sstep %lld/%lld  loss %.4f  grad norm %.3f  %.0f tok/s%s",
-                   tty ? "\r" : "", static_cast<long long>(exe.steps),
+                   tty ? "\r" : "", static_cast<long long>(store.steps),
                    static_cast<long long>(o.steps), r.loss, r.gradNorm, tokensPerS,
                    tty ? "" : "\n");
     // A non-finite loss or gradient norm is a run gone wrong, not a step
     // to train on (dynamic loss scaling skips such steps itself): stop
     // before anything is saved from it.
     if ((!std::isfinite(r.loss) || !std::isfinite(r.gradNorm)) && !(r.lossScaling && r.skipped))
-      return fail("step " + std::to_string(exe.steps) + ": the loss is " + std::to_string(r.loss) +
+      return fail("step " + std::to_string(store.steps) + ": the loss is " + std::to_string(r.loss) +
                   " and the gradient norm " + std::to_string(r.gradNorm) +
                   "; training stopped, nothing saved from this step (check the data, the "
                   "initialization and the learning rate, or train with loss scaling)");
-    if (!o.checkpointDir.empty() && o.checkpointEvery > 0 && exe.steps % o.checkpointEvery == 0 &&
-        (!toHost(error) || !saveCheckpoint(o.checkpointDir, exe, plan, *comm, error, o.keepLast)))
+    if (!o.checkpointDir.empty() && o.checkpointEvery > 0 && store.steps % o.checkpointEvery == 0 &&
+        !saveCheckpoint(o.checkpointDir, store, plan, *comm, error, o.keepLast))
       return fail("checkpoint: " + error);
   }
   if (tty && rank == 0)
@@ -695,10 +697,10 @@ static int run(int argc, char **argv) {
   // finished run can be extended later. --steps 0 saves the initial (or
   // resumed) weights: to start another framework from, or resharded to this
   // run's plan.
-  bool ran = exe.steps > startStep;
-  bool savedLast = ran && o.checkpointEvery > 0 && exe.steps % o.checkpointEvery == 0;
+  bool ran = store.steps > startStep;
+  bool savedLast = ran && o.checkpointEvery > 0 && store.steps % o.checkpointEvery == 0;
   if (!o.checkpointDir.empty() && ((ran && !savedLast) || o.steps == 0) &&
-      (!toHost(error) || !saveCheckpoint(o.checkpointDir, exe, plan, *comm, error, o.keepLast)))
+      !saveCheckpoint(o.checkpointDir, store, plan, *comm, error, o.keepLast))
     return fail("checkpoint: " + error);
   if (metrics)
     std::fclose(metrics);

@@ -11,9 +11,11 @@
 // fp16 plans) so that a run never silently differs from the CPU backend.
 //
 // Parameters are initialized exactly as the CPU backend does (it creates
-// them) and kept on the device as fp32 masters, AdamW moments and, for bf16
-// plans, a bf16 working copy; `syncToHost` / `syncToDevice` move them for
-// checkpoints. Built only where the CUDA toolkit is (LLMOPT_HAVE_CUDA).
+// them) and then live on the device only, as fp32 masters, AdamW moments
+// and, for bf16 plans, a bf16 working copy: the executor is the rank's
+// parameter store (param_store.h), so checkpoints read and write them one
+// tensor at a time through host memory and no host copy of the training
+// state is kept. Built only where the CUDA toolkit is (LLMOPT_HAVE_CUDA).
 //
 //===----------------------------------------------------------------------===//
 
@@ -22,6 +24,7 @@
 
 #include "llmopt-runtime/comm.h"
 #include "llmopt-runtime/executor.h"
+#include "llmopt-runtime/param_store.h"
 
 #include <memory>
 #include <string>
@@ -29,7 +32,7 @@
 
 namespace llmopt::runtime {
 
-class CudaExecutor {
+class CudaExecutor : public ParamStore {
 public:
   CudaExecutor();
   ~CudaExecutor();
@@ -41,18 +44,23 @@ public:
 
   /// Checks that the plan is one this backend runs, initializes the
   /// parameters (through `host`, the CPU backend, so both start from the
-  /// same values) and uploads them.
+  /// same values), uploads them and frees the host copy.
   bool init(const Plan &plan, int rank, uint64_t seed, std::string &error);
   bool step(const std::vector<std::vector<int32_t>> &tokens,
             const std::vector<std::vector<int32_t>> &labels, StepResult &result,
             std::string &error);
-  /// Parameters and moments to `host.params` (before a checkpoint) and back
-  /// (after a resume loaded them there).
-  bool syncToHost(std::string &error);
-  bool syncToDevice(std::string &error);
 
-  /// The CPU executor that initialized the parameters and holds their host
-  /// copy (and step count) for checkpoints.
+  // The parameter store (param_store.h) on the device: each read or write
+  // waits for the GPU's work and copies one tensor's value and moments
+  // (writes also refresh a bf16 plan's working copy).
+  bool holds(const std::string &name) const override;
+  void layout(const std::string &name, Chunk &shard, bool &valueChunked) const override;
+  bool read(const std::string &name, ParamState &out, std::string &error) const override;
+  bool write(const std::string &name, ParamState &&in, std::string &error) override;
+
+  /// The CPU executor that initializes the parameters (its copy of them is
+  /// freed once they are on the device) and collects `--profile`'s kernel
+  /// times (`profiling`, `record`).
   CpuExecutor host;
   /// The plan's directory (set before init): its kernels.cu is compiled
   /// for this GPU and its fused kernels launched (fused_library.h).
@@ -70,6 +78,8 @@ public:
   bool stepsWanted = true;
 
 private:
+  /// Waits for the device's work (before the state is read or written).
+  bool idle(std::string &error) const;
   /// One instruction; under `host.profiling` between two CUDA events.
   bool runTimed(const Instruction &ins, std::string &error);
   struct State;
