@@ -654,8 +654,7 @@ bool CudaExecutor::State::fp8Linear(const Instruction &ins, std::string &error) 
          gradDone(out[2], db, error);
 }
 
-template <typename T>
-bool CudaExecutor::State::kernel(const Instruction &ins, std::string &error) {
+template <typename T> bool CudaExecutor::State::kernel(const Instruction &ins, std::string &error) {
   KernelFn f = kernelTable<T>()[size_t(ins.kernel->id)];
   if (!f)
     return (error = std::string("the CUDA backend does not run '") + ins.kernel->name + "' yet",
@@ -1666,8 +1665,8 @@ bool CudaExecutor::read(const std::string &name, ParamState &out, std::string &e
   if (cudaMemcpy(out.value.data(), p.master.p, n * 4, cudaMemcpyDeviceToHost) != cudaSuccess ||
       cudaMemcpy(out.m.data(), p.m.p, n * 4, cudaMemcpyDeviceToHost) != cudaSuccess ||
       cudaMemcpy(out.v.data(), p.v.p, n * 4, cudaMemcpyDeviceToHost) != cudaSuccess)
-    return (error = "cannot read parameter '" + name + "' from the GPU: " +
-                    cudaGetErrorString(cudaGetLastError()),
+    return (error = "cannot read parameter '" + name +
+                    "' from the GPU: " + cudaGetErrorString(cudaGetLastError()),
             false);
   return true;
 }
@@ -1678,8 +1677,7 @@ bool CudaExecutor::write(const std::string &name, ParamState &&in, std::string &
     return (error = "this rank holds no parameter '" + name + "'", false);
   State::Param &p = it->second;
   if (in.shard.begin != 0 || in.shard.end != p.n || in.valueChunked ||
-      int64_t(in.value.size()) != p.n || int64_t(in.m.size()) != p.n ||
-      int64_t(in.v.size()) != p.n)
+      int64_t(in.value.size()) != p.n || int64_t(in.m.size()) != p.n || int64_t(in.v.size()) != p.n)
     return (error = "parameter '" + name + "' is laid out otherwise on this rank", false);
   if (!idle(error))
     return false;
@@ -1687,8 +1685,8 @@ bool CudaExecutor::write(const std::string &name, ParamState &&in, std::string &
   if (cudaMemcpy(p.master.p, in.value.data(), n * 4, cudaMemcpyHostToDevice) != cudaSuccess ||
       cudaMemcpy(p.m.p, in.m.data(), n * 4, cudaMemcpyHostToDevice) != cudaSuccess ||
       cudaMemcpy(p.v.p, in.v.data(), n * 4, cudaMemcpyHostToDevice) != cudaSuccess)
-    return (error = "cannot write parameter '" + name + "' to the GPU: " +
-                    cudaGetErrorString(cudaGetLastError()),
+    return (error = "cannot write parameter '" + name +
+                    "' to the GPU: " + cudaGetErrorString(cudaGetLastError()),
             false);
   // bf16 plans compute with a rounded copy of the master.
   if (p.working.p &&

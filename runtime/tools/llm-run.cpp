@@ -522,10 +522,10 @@ static int run(int argc, char **argv) {
     return fail("the data holds token " + std::to_string(data.maxToken()) +
                 ", outside the model's vocabulary of " + std::to_string(vocab));
 
-  // The backend's parameter store: the CPU executor's host memory, or the
-  // GPU's (checkpoints read and write it one tensor at a time). `exe` is
-  // the CPU executor: the one that runs the plan, or the one that
-  // initializes the CUDA backend's parameters and collects its profile.
+    // The backend's parameter store: the CPU executor's host memory, or the
+    // GPU's (checkpoints read and write it one tensor at a time). `exe` is
+    // the CPU executor: the one that runs the plan, or the one that
+    // initializes the CUDA backend's parameters and collects its profile.
 #ifdef LLMOPT_HAVE_CUDA
   std::unique_ptr<CudaExecutor> gpu;
   if (o.device == "cuda") {
@@ -657,8 +657,8 @@ static int run(int argc, char **argv) {
                    "{\"step\": %lld, \"loss\": %s, \"grad_norm\": %s, \"tokens_per_s\": %.6g, "
                    "\"step_time_s\": %.6g, \"peak_memory_bytes\": %lld, "
                    "\"exposed_comm_share\": %.6g",
-                   static_cast<long long>(store.steps), num(r.loss).c_str(), num(r.gradNorm).c_str(),
-                   tokensPerS, dt, static_cast<long long>(memory),
+                   static_cast<long long>(store.steps), num(r.loss).c_str(),
+                   num(r.gradNorm).c_str(), tokensPerS, dt, static_cast<long long>(memory),
                    dt > 0 ? timed.seconds / dt : 0.0);
       if (r.lossScaling)
         std::fprintf(metrics, ", \"loss_scale\": %.9g, \"skipped\": %s", r.lossScale,
@@ -683,8 +683,8 @@ static int run(int argc, char **argv) {
     // to train on (dynamic loss scaling skips such steps itself): stop
     // before anything is saved from it.
     if ((!std::isfinite(r.loss) || !std::isfinite(r.gradNorm)) && !(r.lossScaling && r.skipped))
-      return fail("step " + std::to_string(store.steps) + ": the loss is " + std::to_string(r.loss) +
-                  " and the gradient norm " + std::to_string(r.gradNorm) +
+      return fail("step " + std::to_string(store.steps) + ": the loss is " +
+                  std::to_string(r.loss) + " and the gradient norm " + std::to_string(r.gradNorm) +
                   "; training stopped, nothing saved from this step (check the data, the "
                   "initialization and the learning rate, or train with loss scaling)");
     if (!o.checkpointDir.empty() && o.checkpointEvery > 0 && store.steps % o.checkpointEvery == 0 &&
