@@ -59,6 +59,16 @@ dp2="stack=llm-run-cpu cluster=dgx-h100 gpus=2 global-batch=4 seq-len=32 fix=dp:
   --llm-lower-to-plan="dir=$kit/plans/dp2 lr=0.003 bucket-bytes=8192" >/dev/null
 "$opt" "$in/byte-llama.json" -o /dev/null --llm-auto-parallel="$dp2" \
   --llm-lower-to-plan="dir=$kit/plans/dp2-bf16 lr=0.003" >/dev/null
+# ZeRO-1/2/3 over the same two ranks (the step driver's reduce-scatters,
+# gathers and prefetched parameter gathers on device memory), two
+# micro-batches, small buckets, fp32 and bf16.
+for z in 1 2 3; do
+  zp="stack=llm-run-cpu cluster=dgx-h100 gpus=2 global-batch=4 seq-len=32 fix=dp:2,micro_batch:2,zero:$z"
+  "$opt" "$in/byte-llama.json" --hf-dtype=f32 -o /dev/null --llm-auto-parallel="$zp" \
+    --llm-lower-to-plan="dir=$kit/plans/zero$z lr=0.003 bucket-bytes=8192" >/dev/null
+  "$opt" "$in/byte-llama.json" -o /dev/null --llm-auto-parallel="$zp" \
+    --llm-lower-to-plan="dir=$kit/plans/zero$z-bf16 lr=0.003" >/dev/null
+done
 cp "$in/launch_env.py" "$in/compare_metrics.py" "$kit/bin/"
 # Issue 7's measurements: GPT-2 124M B=16 T=1024 and Llama 3.2 1B, bf16.
 lower "$root/examples/models/gpt2-124m.json" "dir=$kit/plans/gpt2-124m batch=16 seq=1024"

@@ -124,7 +124,8 @@ if has comm; then
   # communicator, launched torchrun-style over TCP (no MPI there).
   step "DP2 as two processes on one GPU (--comm staged) vs the CPU backend"
   two() { run python3 "$kit/bin/launch_env.py" -n 2 --timeout 240 -- llm-run "$@"; }
-  for p in dp2:1e-3 dp2-bf16:2e-2; do
+  for p in dp2:1e-3 dp2-bf16:2e-2 zero1:1e-3 zero1-bf16:2e-2 zero2:1e-3 zero2-bf16:2e-2 \
+    zero3:1e-3 zero3-bf16:2e-2; do
     n=${p%%:*} tol=${p##*:}
     two "$kit/plans/$n" --data "$kit/data/tiny.bin" --steps 10 --metrics $n-cpu.jsonl --quiet
     two "$kit/plans/$n" --data "$kit/data/tiny.bin" --steps 10 --metrics $n-gpu.jsonl --device cuda --comm staged --quiet
@@ -134,6 +135,14 @@ if has comm; then
   step "--comm auto picks the staged path for ranks sharing a GPU (bit-identical)"
   two "$kit/plans/dp2" --data "$kit/data/tiny.bin" --steps 10 --metrics dp2-auto.jsonl --device cuda --quiet
   python3 "$cmp" dp2-gpu.jsonl dp2-auto.jsonl --rel 0
+  step "ZeRO-2 on two GPU ranks: checkpoint at step 2, resumed (bit-exact), and resumed by the CPU backend"
+  two "$kit/plans/zero2" --data "$kit/data/tiny.bin" --steps 4 --metrics z2-full.jsonl --device cuda --comm staged --checkpoint-dir ck-z2 --checkpoint-every 2 --quiet
+  echo step-00000002 > ck-z2/LATEST
+  two "$kit/plans/zero2" --data "$kit/data/tiny.bin" --steps 4 --resume ck-z2 --metrics z2-resumed.jsonl --device cuda --comm staged --quiet
+  python3 "$cmp" z2-full.jsonl z2-resumed.jsonl --rel 0 --from 3
+  two "$kit/plans/zero2" --data "$kit/data/tiny.bin" --steps 4 --resume ck-z2 --metrics z2-cpu-resumed.jsonl --quiet
+  python3 "$cmp" z2-full.jsonl z2-cpu-resumed.jsonl --rel 1e-3 --from 3
+  rm -rf ck-z2
   step "--comm nccl for ranks sharing a GPU: refused by name"
   two "$kit/plans/dp2" --data "$kit/data/tiny.bin" --steps 1 --device cuda --comm nccl --quiet 2>&1 | tail -3
 fi

@@ -34,8 +34,9 @@ template <typename T> __global__ void toFloatKernel(const T *x, float *y, int64_
 template <typename T> __global__ void fromFloatKernel(const float *x, T *y, int64_t n) {
   GRID_STRIDE(i, n) st(y + i, x[i]);
 }
-template <typename T> __global__ void addIntoKernel(float *acc, const T *x, int64_t n) {
-  GRID_STRIDE(i, n) acc[i] += ld(x + i);
+template <typename T>
+__global__ void addIntoKernel(float *acc, const T *x, int64_t n, float scale) {
+  GRID_STRIDE(i, n) acc[i] += ld(x + i) * scale;
 }
 template <typename T> __global__ void fillKernel(T *y, int64_t n, float v) {
   GRID_STRIDE(i, n) st(y + i, v);
@@ -389,8 +390,8 @@ size_t sumRowsScratchBytes(int64_t rows, int64_t c) {
     fromFloatKernel<<<gridFor(n), kThreads, 0, s>>>(x, y, n);                                      \
     return cudaGetLastError();                                                                     \
   }                                                                                                \
-  cudaError_t addInto(float *acc, const T *x, int64_t n, cudaStream_t s) {                         \
-    addIntoKernel<<<gridFor(n), kThreads, 0, s>>>(acc, x, n);                                      \
+  cudaError_t addInto(float *acc, const T *x, int64_t n, cudaStream_t s, float scale) {            \
+    addIntoKernel<<<gridFor(n), kThreads, 0, s>>>(acc, x, n, scale);                               \
     return cudaGetLastError();                                                                     \
   }                                                                                                \
   cudaError_t add(const T *a, const T *b, T *y, int64_t n, cudaStream_t s) {                       \

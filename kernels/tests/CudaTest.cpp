@@ -764,6 +764,16 @@ TEST(Cuda, SmallKernels) {
   for (size_t i = 0; i < want.size(); ++i)
     want[i] = a[i] * 0.5f;
   expectClose(dY.host(), want, 1e-6, "scale");
+  // acc += scale x (the step driver's ZeRO gradient chunks), and plain +=.
+  Dev<float> dAcc(b);
+  ASSERT_EQ(gpu::addInto(dAcc.p, dA.p, rows * c, nullptr, 0.25f), cudaSuccess);
+  for (size_t i = 0; i < want.size(); ++i)
+    want[i] = b[i] + a[i] * 0.25f;
+  expectClose(dAcc.host(), want, 1e-6, "add_into scaled");
+  ASSERT_EQ(gpu::addInto(dAcc.p, dA.p, rows * c, nullptr), cudaSuccess);
+  for (size_t i = 0; i < want.size(); ++i)
+    want[i] += a[i];
+  expectClose(dAcc.host(), want, 1e-6, "add_into");
   ASSERT_EQ(gpu::biasAdd(dA.p, dBias.p, dY.p, rows * c, c, nullptr), cudaSuccess);
   for (size_t i = 0; i < want.size(); ++i)
     want[i] = a[i] + bias[i % c];

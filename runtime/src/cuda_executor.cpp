@@ -56,6 +56,7 @@ int64_t rowsOf(const Buffer &b) { return lastDim(b) ? b.elements / lastDim(b) : 
 struct CudaExecutor::State {
   const Plan *plan = nullptr;
   const Program *program = nullptr;
+  int rank = 0;
   bool bf16 = false;
   DevBuf arena, tokens, labels;
   /// The micro-batch's token positions grouped by token
@@ -63,9 +64,16 @@ struct CudaExecutor::State {
   std::vector<int32_t> tokenOrder;
   DevBuf tokenOrderDev;
   bool orderTokens = false;
+  /// A parameter as this rank holds it: the fp32 master of its value (the
+  /// whole, or under ZeRO-3 this rank's chunk: `n` elements), AdamW's
+  /// moments for `shard` (the whole without ZeRO) and, in bf16 plans, the
+  /// bf16 working copy of the whole value (none under ZeRO-3, whose kernels
+  /// read the gathered copy).
   struct Param {
-    DevBuf master, m, v, working; // working: bf16 plans only
+    DevBuf master, m, v, working;
     int64_t n = 0;
+    Chunk shard;
+    bool valueChunked = false;
   };
   std::map<std::string, Param> params;
   std::map<std::string, std::unique_ptr<DevBuf>> accum;
@@ -178,35 +186,46 @@ struct CudaExecutor::State {
   }();
   cudaStream_t stream = nullptr;
   DevBuf stepCounter;
-  cudaGraphExec_t microGraph = nullptr, stepGraph = nullptr;
+  /// The captured graphs, by the first instruction of the run of kernels
+  /// they replay (StepBackend::computeRun).
+  std::map<const Instruction *, cudaGraphExec_t> graphExecs;
   bool useCaptures = true;
+  void dropGraphs() {
+    for (auto &[first, g] : graphExecs)
+      if (g)
+        cudaGraphExecDestroy(g);
+    graphExecs.clear();
+  }
   /// A capture is being recorded: failures then fail the capture (plain
   /// launches follow) instead of switching features off for good.
   bool capturing = false;
   int64_t stepsRun = 0;
   /// The optimizer step running, from 1 (AdamW's bias corrections).
   int64_t step = 1;
-  /// The micro-batch running (bucketed all-reduces wait for the last).
-  int64_t microBatch = 0;
   /// The collectives' communicator on device memory (plans of more than
   /// one rank): NCCL, or the launcher's host communicator staged through
   /// host copies (ranks sharing a GPU, no NCCL). On the instructions'
   /// stream: collectives in plan order, not yet overlapped with compute.
+  /// The step driver runs the data-moving instructions through it.
   std::unique_ptr<DeviceCommunicator> nccl;
   std::unique_ptr<Staging> staging;
   std::unique_ptr<StagedCommunicator> staged;
   Communicator *dev = nullptr;
-  bool collective(const Instruction &ins, std::string &error);
+  /// The step driver's instruction running: fp32 copies of its bf16
+  /// buffers (StepBackend::widen), by buffer.
+  std::map<const Buffer *, float *> wide;
+  std::vector<std::unique_ptr<DevBuf>> wideBufs;
+  /// The micro-batch whose tokens and labels are on the device.
+  const std::vector<int32_t> *uploaded = nullptr;
   ~State() {
-    for (cudaGraphExec_t g : {microGraph, stepGraph})
-      if (g)
-        cudaGraphExecDestroy(g);
+    dropGraphs();
     if (stream)
       cudaStreamDestroy(stream);
   }
-  /// Runs `list` captured into `exec` (captured first when it is null);
-  /// false with nothing run when the capture does not work.
-  bool replay(const std::vector<Instruction> &list, cudaGraphExec_t &exec, std::string &error) {
+  /// Runs instructions [first, first + count) captured into `exec`
+  /// (captured first when it is null); false with nothing run when the
+  /// capture does not work.
+  bool replay(const Instruction *first, size_t count, cudaGraphExec_t &exec, std::string &error) {
     if (!exec) {
       if (cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal) != cudaSuccess) {
         cudaGetLastError();
@@ -231,9 +250,8 @@ struct CudaExecutor::State {
       } guard{*this, g};
       capturing = true;
       bool ran = true;
-      for (const Instruction &ins : list)
-        if (!(ran = run(ins, error)))
-          break;
+      for (size_t i = 0; i < count && ran; ++i)
+        ran = run(first[i], error);
       cudaError_t e = guard.end();
       if (ran && e == cudaSuccess && g)
         e = cudaGraphInstantiate(&exec, g, 0);
@@ -393,6 +411,8 @@ struct CudaExecutor::State {
   template <typename T> bool kernelCrossEntropyFwd(const KernelCall &call);
   template <typename T> bool kernelCrossEntropyBwd(const KernelCall &call);
   template <typename T> bool kernelGlobalNorm(const KernelCall &call);
+  template <typename T> bool kernelSumSquares(const KernelCall &call);
+  template <typename T> bool kernelSqrt(const KernelCall &call);
   template <typename T> bool kernelAdamW(const KernelCall &call);
   template <typename T> bool kernelFused(const KernelCall &call);
   template <typename T> bool kernelMoERouter(const KernelCall &call);
@@ -403,7 +423,7 @@ struct CudaExecutor::State {
   template <typename T> bool fp8Linear(const Instruction &ins, std::string &error);
   bool run(const Instruction &ins, std::string &error) {
     if (ins.kind != Instruction::Kind::Kernel)
-      return collective(ins, error);
+      return (error = "the CUDA backend does not run this instruction's kind yet", false);
     // (An output in place of an input is read first: what was kept for the
     // input still serves this instruction.)
     for (const Buffer &b : ins.outs)
@@ -429,46 +449,6 @@ struct CudaExecutor::State {
       lseFresh.erase(it->second->as<float>());
   }
 };
-
-bool CudaExecutor::State::collective(const Instruction &ins, std::string &error) {
-  using K = Instruction::Kind;
-  if (!dev)
-    return (error = "a collective in a plan of one rank", false);
-  bool average = ins.reduce == "avg";
-  switch (ins.kind) {
-  case K::BucketAllReduce:
-  case K::AllReduce: {
-    // Gradients are complete only after the step's last micro-batch.
-    if (ins.kind == K::BucketAllReduce && microBatch + 1 < program->numMicroBatches)
-      return true;
-    for (const Buffer &b : ins.buffers) {
-      if (b.dtype == DType::F32) {
-        if (ins.kind == K::BucketAllReduce
-                ? !dev->startAllReduce(ins.axis, at<float>(b), b.elements, average, ins.bucket,
-                                       error)
-                : !dev->allReduce(ins.axis, at<float>(b), b.elements, average, error))
-          return false;
-        continue;
-      }
-      // bf16: reduced in fp32 and rounded once, as the CPU backend does.
-      float *wide = static_cast<float *>(tmp(8, size_t(b.elements) * 4, error));
-      if (!wide ||
-          !check(cu::toFloat(at<cu::bf16>(b), wide, b.elements, stream), "all-reduce widen",
-                 error) ||
-          !dev->allReduce(ins.axis, wide, b.elements, average, error) ||
-          !check(cu::fromFloat(wide, at<cu::bf16>(b), b.elements, stream), "all-reduce narrow",
-                 error))
-        return false;
-    }
-    return true;
-  }
-  case K::BucketWait:
-    return dev->waitAllReduce(ins.bucket, error);
-  default:
-    error = "the CUDA backend does not run this collective yet";
-    return false;
-  }
-}
 
 void CudaExecutor::State::groupAdamW(const Program &prog) {
   const char *e = std::getenv("LLMOPT_CUDA_MULTI_ADAMW");
@@ -696,6 +676,8 @@ CudaExecutor::State::kernelTable() {
     t[size_t(KernelId::CrossEntropyFwd)] = &State::kernelCrossEntropyFwd<T>;
     t[size_t(KernelId::CrossEntropyBwd)] = &State::kernelCrossEntropyBwd<T>;
     t[size_t(KernelId::GlobalNorm)] = &State::kernelGlobalNorm<T>;
+    t[size_t(KernelId::SumSquares)] = &State::kernelSumSquares<T>;
+    t[size_t(KernelId::Sqrt)] = &State::kernelSqrt<T>;
     t[size_t(KernelId::AdamW)] = &State::kernelAdamW<T>;
     t[size_t(KernelId::Fused)] = &State::kernelFused<T>;
     t[size_t(KernelId::MoERouterFwd)] = &State::kernelMoERouter<T>;
@@ -1120,7 +1102,22 @@ template <typename T> bool CudaExecutor::State::kernelAdamW(const KernelCall &ca
     return true; // updated by its run's first instruction
   if (auto it = adamwLeaders.find(&ins); it != adamwLeaders.end())
     return runAdamW(adamwRuns[size_t(it->second)], ins, error);
+  // The update of this rank's chunk (ZeRO; the whole otherwise): its
+  // moments, its part of the master (all of a ZeRO-3 chunk) and of the
+  // working copy, and its part of the gradient (all of a ZeRO-2/3
+  // gradient chunk), as the CPU backend.
   Param &p = params.at(ins.args.param);
+  bool chunkGrad = isGradShard(in[0]);
+  int64_t count = p.shard.size();
+  if (in[0].dtype != DType::F32 ||
+      (chunkGrad ? count > in[0].elements : p.shard.end > in[0].elements) ||
+      (p.valueChunked ? p.n != count : p.shard.end > p.n))
+    return (error =
+                "adamw of '" + ins.args.param + "': gradient or moments do not match the parameter",
+            false);
+  float *value = p.master.as<float>() + (p.valueChunked ? 0 : p.shard.begin);
+  const float *grad = at<float>(in[0]) + (chunkGrad ? 0 : p.shard.begin);
+  cu::bf16 *working = p.working.p ? p.working.as<cu::bf16>() + p.shard.begin : nullptr;
   if (graphs) {
     cu::AdamWArgs a{float(ins.args.lr),
                     float(ins.args.beta1),
@@ -1129,9 +1126,8 @@ template <typename T> bool CudaExecutor::State::kernelAdamW(const KernelCall &ca
                     float(ins.args.weight_decay),
                     1.0f,
                     0};
-    return ok(cu::adamwDevice(p.master.as<float>(), at<float>(in[0]), p.m.as<float>(),
-                              p.v.as<float>(), p.working.as<cu::bf16>(), p.n, a, at<float>(in[1]),
-                              ins.args.max_norm, stepCounter.as<int64_t>(), s));
+    return ok(cu::adamwDevice(value, grad, p.m.as<float>(), p.v.as<float>(), working, count, a,
+                              at<float>(in[1]), ins.args.max_norm, stepCounter.as<int64_t>(), s));
   }
   float norm = 0;
   if (auto it = hostNorms.find(ptr(in[1])); it != hostNorms.end())
@@ -1146,8 +1142,54 @@ template <typename T> bool CudaExecutor::State::kernelAdamW(const KernelCall &ca
                   float(ins.args.weight_decay),
                   maxNorm > 0 ? float(std::min(1.0, maxNorm / (double(norm) + 1e-6))) : 1.0f,
                   step};
-  return ok(cu::adamw(p.master.as<float>(), at<float>(in[0]), p.m.as<float>(), p.v.as<float>(),
-                      p.working.as<cu::bf16>(), p.n, a, s));
+  return ok(cu::adamw(value, grad, p.m.as<float>(), p.v.as<float>(), working, count, a, s));
+}
+
+/// ZeRO's gradient norm in two parts: each rank's sum of squares over its
+/// chunks (fp64 on the device, rounded to fp32 as the CPU backend does),
+/// all-reduced by the plan, then its square root.
+template <typename T> bool CudaExecutor::State::kernelSumSquares(const KernelCall &call) {
+  auto &[ins, in, out, error, s] = call;
+  auto ok = [&](cudaError_t e) { return check(e, ins.kernel->name, error); };
+  int index = 0, size = 1;
+  if (!ins.args.shard.empty() && !plan->place(ins.args.shard, rank, index, size, error))
+    return false;
+  auto *dsum = static_cast<double *>(tmp(1, 8, error));
+  if (!dsum || !ok(cudaMemsetAsync(dsum, 0, 8, s)))
+    return false;
+  for (const Buffer &b : in) {
+    if (b.dtype != DType::F32)
+      return (error = "sum_squares of a buffer that is not fp32", false);
+    Chunk c = isGradShard(b) ? Chunk{0, b.elements} : shardChunk(b.elements, size, index);
+    if (c.size() > 0 && !ok(cu::sumSquaresAccumulate(at<float>(b) + c.begin, c.size(), dsum, s)))
+      return false;
+  }
+  double sum = 0;
+  if (!ok(cudaMemcpyAsync(&sum, dsum, 8, cudaMemcpyDeviceToHost, s)) ||
+      !ok(cudaStreamSynchronize(s)))
+    return false;
+  float f = float(sum);
+  return ok(cudaMemcpyAsync(ptr(out[0]), &f, 4, cudaMemcpyHostToDevice, s)) &&
+         ok(cudaStreamSynchronize(s));
+}
+
+template <typename T> bool CudaExecutor::State::kernelSqrt(const KernelCall &call) {
+  auto &[ins, in, out, error, s] = call;
+  auto ok = [&](cudaError_t e) { return check(e, ins.kernel->name, error); };
+  if (in[0].dtype != DType::F32 || out[0].dtype != DType::F32 || in[0].elements != out[0].elements)
+    return (error = "sqrt of a buffer that is not fp32, or into one of another size", false);
+  // A scalar (the gradient norm) in practice: through the host, where
+  // AdamW's clipping then finds it.
+  std::vector<float> x(size_t(in[0].elements));
+  if (!ok(cudaMemcpyAsync(x.data(), ptr(in[0]), x.size() * 4, cudaMemcpyDeviceToHost, s)) ||
+      !ok(cudaStreamSynchronize(s)))
+    return false;
+  for (float &v : x)
+    v = std::sqrt(std::max(0.0f, v));
+  if (x.size() == 1)
+    hostNorms[ptr(out[0])] = x[0];
+  return ok(cudaMemcpyAsync(ptr(out[0]), x.data(), x.size() * 4, cudaMemcpyHostToDevice, s)) &&
+         ok(cudaStreamSynchronize(s));
 }
 
 template <typename T> bool CudaExecutor::State::kernelFused(const KernelCall &call) {
@@ -1422,19 +1464,21 @@ bool CudaExecutor::init(const Plan &plan, int rank, uint64_t seed, std::string &
   int capability = major * 10 + minor;
   std::function<bool(const Instruction &)> supported = [&](const Instruction &ins) {
     if (ins.kind != Instruction::Kind::Kernel) {
-      // Data-parallel gradient all-reduces (plain or bucketed) so far.
-      using K = Instruction::Kind;
-      if (ins.kind == K::AllReduce || ins.kind == K::BucketAllReduce || ins.kind == K::BucketWait) {
-        for (const Buffer &b : ins.buffers)
-          if (b.dtype != DType::F32 && b.dtype != DType::BF16)
-            return (error = "the CUDA backend all-reduces fp32 and bf16 buffers only", false);
-        if (ins.kind != K::BucketWait)
+      // What the step driver moves: data parallelism's all-reduces (plain
+      // or bucketed) and ZeRO's reduce-scatters and gathers; the pipeline's
+      // transfers wait for the stages' arenas (refused above).
+      if (StepDriver::runs(ins.kind)) {
+        for (const std::vector<Buffer> *list : {&ins.ins, &ins.outs, &ins.buffers})
+          for (const Buffer &b : *list)
+            if (b.dtype != DType::F32 && b.dtype != DType::BF16)
+              return (error = "the CUDA backend moves fp32 and bf16 buffers only", false);
+        if (!ins.axis.empty())
           axes.insert(ins.axis);
         return true;
       }
-      error = "the CUDA backend runs data-parallel all-reduces only so far (no reduce-scatter, "
-              "all-gather, pipeline sends or expert all-to-alls: ZeRO, tensor, pipeline and "
-              "expert parallelism run on the CPU backend)";
+      error = "the CUDA backend does not run sequence- or context-parallel gathers, ring "
+              "attention or expert all-to-alls yet (tensor, context and expert parallelism run "
+              "on the CPU backend)";
       return false;
     }
     if (!State::kernelTable<float>()[size_t(ins.kernel->id)]) {
@@ -1461,7 +1505,11 @@ bool CudaExecutor::init(const Plan &plan, int rank, uint64_t seed, std::string &
         return false;
       }
     }
-    if ((!ins.args.fp8.empty() && !fp8Linear) || !ins.args.shard.empty() || !ins.args.cp.empty()) {
+    // ZeRO's sharded update and norm run here; other sharded kernels are
+    // tensor parallelism's.
+    bool zeroShard = ins.kernel->id == KernelId::AdamW || ins.kernel->id == KernelId::SumSquares;
+    if ((!ins.args.fp8.empty() && !fp8Linear) || (!ins.args.shard.empty() && !zeroShard) ||
+        !ins.args.cp.empty()) {
       error = std::string(ins.kernel->name) +
               ": fp8 (other than linears whose amax no other rank shares), sharded and "
               "context-parallel kernels are not run by the CUDA backend yet";
@@ -1498,7 +1546,10 @@ bool CudaExecutor::init(const Plan &plan, int rank, uint64_t seed, std::string &
     return false;
   s->plan = &plan;
   s->program = program;
+  s->rank = rank;
   s->bf16 = anyBf16;
+  if (!driver.init(plan, *program, rank, error))
+    return false;
   if (plan.worldSize != 1) {
     // NCCL where each rank has its GPU (--comm auto or nccl), the launcher's
     // communicator through host copies where ranks share one or NCCL is
@@ -1535,13 +1586,17 @@ bool CudaExecutor::init(const Plan &plan, int rank, uint64_t seed, std::string &
   for (int i = 0; i < 2 && i < int(plan.inputs.size()); ++i)
     if (!(i ? s->labels : s->tokens).reserve(size_t(plan.inputs[size_t(i)].elements) * 4))
       return (error = "cannot allocate the step inputs", false);
+  // Each parameter laid out as the CPU backend holds it on this rank
+  // (ZeRO's chunks included).
   for (const auto &[name, st] : host.params) {
     State::Param &p = s->params[name];
     p.n = int64_t(st.value.size());
-    if (st.valueChunked || int64_t(st.m.size()) != p.n)
-      return (error = "parameter '" + name + "' is sharded: not a single-GPU plan", false);
-    if (!p.master.reserve(size_t(p.n) * 4) || !p.m.reserve(size_t(p.n) * 4) ||
-        !p.v.reserve(size_t(p.n) * 4) || (anyBf16 && !p.working.reserve(size_t(p.n) * 2)))
+    p.shard = st.shard;
+    p.valueChunked = st.valueChunked;
+    size_t moments = size_t(std::max<int64_t>(p.shard.size(), 1)) * 4;
+    if (!p.master.reserve(size_t(std::max<int64_t>(p.n, 1)) * 4) || !p.m.reserve(moments) ||
+        !p.v.reserve(moments) ||
+        (anyBf16 && !p.valueChunked && !p.working.reserve(size_t(p.n) * 2)))
       return (error = "out of GPU memory for parameter '" + name + "'", false);
   }
   // Accumulators, sized by their largest use.
@@ -1645,8 +1700,9 @@ bool CudaExecutor::idle(std::string &error) const {
 bool CudaExecutor::holds(const std::string &name) const { return s->params.count(name) != 0; }
 
 void CudaExecutor::layout(const std::string &name, Chunk &shard, bool &valueChunked) const {
-  shard = {0, s->params.at(name).n};
-  valueChunked = false;
+  const State::Param &p = s->params.at(name);
+  shard = p.shard;
+  valueChunked = p.valueChunked;
 }
 
 bool CudaExecutor::read(const std::string &name, ParamState &out, std::string &error) const {
@@ -1656,15 +1712,15 @@ bool CudaExecutor::read(const std::string &name, ParamState &out, std::string &e
   const State::Param &p = it->second;
   if (!idle(error))
     return false;
-  size_t n = size_t(p.n);
-  out.shard = {0, p.n};
-  out.valueChunked = false;
+  size_t n = size_t(p.n), moments = size_t(p.shard.size());
+  out.shard = p.shard;
+  out.valueChunked = p.valueChunked;
   out.value.resize(n);
-  out.m.resize(n);
-  out.v.resize(n);
+  out.m.resize(moments);
+  out.v.resize(moments);
   if (cudaMemcpy(out.value.data(), p.master.p, n * 4, cudaMemcpyDeviceToHost) != cudaSuccess ||
-      cudaMemcpy(out.m.data(), p.m.p, n * 4, cudaMemcpyDeviceToHost) != cudaSuccess ||
-      cudaMemcpy(out.v.data(), p.v.p, n * 4, cudaMemcpyDeviceToHost) != cudaSuccess)
+      cudaMemcpy(out.m.data(), p.m.p, moments * 4, cudaMemcpyDeviceToHost) != cudaSuccess ||
+      cudaMemcpy(out.v.data(), p.v.p, moments * 4, cudaMemcpyDeviceToHost) != cudaSuccess)
     return (error = "cannot read parameter '" + name +
                     "' from the GPU: " + cudaGetErrorString(cudaGetLastError()),
             false);
@@ -1676,15 +1732,17 @@ bool CudaExecutor::write(const std::string &name, ParamState &&in, std::string &
   if (it == s->params.end())
     return (error = "this rank holds no parameter '" + name + "'", false);
   State::Param &p = it->second;
-  if (in.shard.begin != 0 || in.shard.end != p.n || in.valueChunked ||
-      int64_t(in.value.size()) != p.n || int64_t(in.m.size()) != p.n || int64_t(in.v.size()) != p.n)
+  int64_t moments = p.shard.size();
+  if (in.shard.begin != p.shard.begin || in.shard.end != p.shard.end ||
+      in.valueChunked != p.valueChunked || int64_t(in.value.size()) != p.n ||
+      int64_t(in.m.size()) != moments || int64_t(in.v.size()) != moments)
     return (error = "parameter '" + name + "' is laid out otherwise on this rank", false);
   if (!idle(error))
     return false;
-  size_t n = size_t(p.n);
-  if (cudaMemcpy(p.master.p, in.value.data(), n * 4, cudaMemcpyHostToDevice) != cudaSuccess ||
-      cudaMemcpy(p.m.p, in.m.data(), n * 4, cudaMemcpyHostToDevice) != cudaSuccess ||
-      cudaMemcpy(p.v.p, in.v.data(), n * 4, cudaMemcpyHostToDevice) != cudaSuccess)
+  if (cudaMemcpy(p.master.p, in.value.data(), size_t(p.n) * 4, cudaMemcpyHostToDevice) !=
+          cudaSuccess ||
+      cudaMemcpy(p.m.p, in.m.data(), size_t(moments) * 4, cudaMemcpyHostToDevice) != cudaSuccess ||
+      cudaMemcpy(p.v.p, in.v.data(), size_t(moments) * 4, cudaMemcpyHostToDevice) != cudaSuccess)
     return (error = "cannot write parameter '" + name +
                     "' to the GPU: " + cudaGetErrorString(cudaGetLastError()),
             false);
@@ -1709,85 +1767,193 @@ bool CudaExecutor::runTimed(const Instruction &ins, std::string &error) {
   return ok;
 }
 
+// The step driver's backend (step_driver.h): device memory on the
+// instructions' stream.
+
+float *CudaExecutor::data(const Buffer &b) {
+  if (auto it = s->wide.find(&b); it != s->wide.end())
+    return it->second;
+  if (b.space == Buffer::Space::State)
+    return s->params.at(b.name).master.as<float>();
+  return b.dtype == DType::F32 ? s->at<float>(b) : nullptr;
+}
+
+bool CudaExecutor::store(const Buffer &b, const float *values, std::string &error) {
+  if (b.space == Buffer::Space::State)
+    return (error = "the step driver wrote parameter '" + b.name + "' outside AdamW", false);
+  if (b.dtype == DType::F32)
+    return s->check(cudaMemcpyAsync(s->ptr(b), values, size_t(b.elements) * 4,
+                                    cudaMemcpyDeviceToDevice, s->stream),
+                    "store", error);
+  return s->check(cu::fromFloat(values, s->at<cu::bf16>(b), b.elements, s->stream), "store", error);
+}
+
+bool CudaExecutor::paramValue(const std::string &name, const float *&value, int64_t &count,
+                              std::string &error) {
+  auto it = s->params.find(name);
+  if (it == s->params.end())
+    return (error = "parameter '" + name + "' is not held by this rank", false);
+  value = it->second.master.as<float>();
+  count = it->second.n;
+  return true;
+}
+
+bool CudaExecutor::allocate(int64_t n, BackendFloats &out, std::string &error) {
+  // From the stream's memory pool, freed in stream order after the
+  // collectives that use it.
+  void *p = nullptr;
+  size_t bytes = size_t(std::max<int64_t>(n, 1)) * 4;
+  cudaStream_t st = s->stream;
+  if (cudaMallocAsync(&p, bytes, st) != cudaSuccess) {
+    cudaGetLastError();
+    return (error = "out of GPU memory for " + std::to_string(bytes) +
+                    " bytes of a collective's buffers",
+            false);
+  }
+  out = {static_cast<float *>(p), n,
+         std::shared_ptr<void>(p, [st](void *q) { cudaFreeAsync(q, st); })};
+  return s->check(cudaMemsetAsync(p, 0, bytes, st), "allocate", error);
+}
+
+bool CudaExecutor::copy(float *dst, const float *src, int64_t n, std::string &error) {
+  return s->check(cudaMemcpyAsync(dst, src, size_t(n) * 4, cudaMemcpyDeviceToDevice, s->stream),
+                  "copy", error);
+}
+
+bool CudaExecutor::addScaled(float *dst, const float *src, float scale, int64_t n,
+                             std::string &error) {
+  return s->check(cu::addInto(dst, src, n, s->stream, scale), "add_scaled", error);
+}
+
+bool CudaExecutor::clearAccumulators(std::string &error) {
+  for (auto &[name, b] : s->accum)
+    if (cudaMemsetAsync(b->p, 0, b->bytes, s->stream) != cudaSuccess)
+      return (error = "cannot clear the accumulators", false);
+  return true;
+}
+
+bool CudaExecutor::select(const std::vector<int32_t> &tok, const std::vector<int32_t> &lab,
+                          size_t slot, std::string &error) {
+  if (slot != 0)
+    return (error = "the CUDA backend does not run pipeline schedules yet", false);
+  if (s->uploaded == &tok)
+    return true;
+  s->uploaded = &tok;
+  cudaStream_t st = s->stream;
+  // In stream order: after the previous micro-batch has read its inputs.
+  if (s->orderTokens) {
+    s->tokenOrder = cu::embeddingOrder(tok.data(), int64_t(tok.size()));
+    // Its largest size (n positions, n groups and chunks at most) at
+    // once: a captured graph keeps the pointer.
+    if (!s->tokenOrderDev.reserve((3 * tok.size() + 4) * 4) ||
+        cudaMemcpyAsync(s->tokenOrderDev.p, s->tokenOrder.data(), s->tokenOrder.size() * 4,
+                        cudaMemcpyHostToDevice, st) != cudaSuccess)
+      return (error = "cannot upload the micro-batch's token order", false);
+  }
+  if (cudaMemcpyAsync(s->tokens.p, tok.data(), tok.size() * 4, cudaMemcpyHostToDevice, st) !=
+          cudaSuccess ||
+      cudaMemcpyAsync(s->labels.p, lab.data(), lab.size() * 4, cudaMemcpyHostToDevice, st) !=
+          cudaSuccess)
+    return (error = "cannot upload the micro-batch", false);
+  s->lseFresh.clear();
+  return true;
+}
+
+bool CudaExecutor::widen(const Instruction &ins, std::string &error) {
+  size_t used = 0;
+  for (const std::vector<Buffer> *list : {&ins.ins, &ins.outs, &ins.buffers})
+    for (const Buffer &b : *list) {
+      if (b.dtype == DType::F32 || b.space == Buffer::Space::State)
+        continue; // fp32 already; parameters: their fp32 masters
+      if (b.dtype != DType::BF16)
+        return (error = "the CUDA backend moves fp32 and bf16 buffers only", false);
+      if (s->wideBufs.size() <= used)
+        s->wideBufs.push_back(std::make_unique<DevBuf>());
+      DevBuf &w = *s->wideBufs[used++];
+      if (!w.reserve(size_t(b.elements) * 4))
+        return (error = "out of GPU memory for an fp32 copy of a bf16 buffer", false);
+      if (!s->check(cu::toFloat(s->at<cu::bf16>(b), w.as<float>(), b.elements, s->stream), "widen",
+                    error))
+        return false;
+      s->wide[&b] = w.as<float>();
+    }
+  return true;
+}
+
+bool CudaExecutor::narrow(const Instruction &ins, std::string &error) {
+  bool ok = true;
+  for (auto &[b, w] : s->wide)
+    ok = ok &&
+         s->check(cu::fromFloat(w, s->at<cu::bf16>(*b), b->elements, s->stream), "narrow", error);
+  s->wide.clear();
+  // A gathered parameter (ZeRO-1/2 moves the masters): its bf16 working
+  // copy made again.
+  if (ins.kind == Instruction::Kind::AllGather)
+    for (const Buffer &b : ins.buffers)
+      if (b.space == Buffer::Space::State)
+        if (State::Param &p = s->params.at(b.name); p.working.p)
+          ok = ok && s->check(cu::fromFloat(p.master.as<float>(), p.working.as<cu::bf16>(), p.n,
+                                            s->stream),
+                              "narrow", error);
+  return ok;
+}
+
+bool CudaExecutor::compute(const Instruction &ins, Communicator &, std::string &error) {
+  return runTimed(ins, error);
+}
+
+bool CudaExecutor::computeRun(const Instruction *first, size_t count, Communicator &comm,
+                              std::string &error) {
+  // From the second step on (when every scratch buffer has its size) each
+  // run of kernels replays as a captured CUDA graph, if LLMOPT_CUDA_GRAPHS=1.
+  if (s->graphs && s->useCaptures && !host.profiling && s->stepsRun >= 1) {
+    if (s->replay(first, count, s->graphExecs[first], error))
+      return true;
+    if (!error.empty())
+      return false;
+    // The capture did not work: plain launches from now on.
+    s->useCaptures = false;
+    s->dropGraphs();
+    std::fprintf(stderr, "llm-run: the step could not be captured as a CUDA graph; "
+                         "launching its kernels one by one\n");
+  }
+  return StepBackend::computeRun(first, count, comm, error);
+}
+
 bool CudaExecutor::step(const std::vector<std::vector<int32_t>> &tok,
                         const std::vector<std::vector<int32_t>> &lab, StepResult &result,
                         std::string &error) {
   const Program &prog = *s->program;
-  const Plan &plan = *s->plan;
   if (int64_t(tok.size()) != prog.numMicroBatches || tok.size() != lab.size())
     return (error =
                 "the plan runs " + std::to_string(prog.numMicroBatches) + " micro-batches per step",
             false);
-  cudaStream_t st = s->stream;
-  for (auto &[name, b] : s->accum)
-    if (cudaMemsetAsync(b->p, 0, b->bytes, st) != cudaSuccess)
-      return (error = "cannot clear the accumulators", false);
-  // From the second step on (when every scratch buffer has its size) the
-  // instruction lists run as captured CUDA graphs, if LLMOPT_CUDA_GRAPHS=1.
-  bool graph = s->graphs && s->useCaptures && !host.profiling && s->stepsRun >= 1;
-  auto runList = [&](const std::vector<Instruction> &list, cudaGraphExec_t &exec) {
-    if (graph) {
-      if (s->replay(list, exec, error))
-        return true;
-      if (!error.empty())
-        return false;
-      // The capture did not work: plain launches from now on.
-      s->useCaptures = false;
-      graph = false;
-      for (cudaGraphExec_t *g : {&s->microGraph, &s->stepGraph})
-        if (*g) {
-          cudaGraphExecDestroy(*g);
-          *g = nullptr;
-        }
-      std::fprintf(stderr, "llm-run: the step could not be captured as a CUDA graph; "
-                           "launching its kernels one by one\n");
-    }
-    for (const Instruction &ins : list)
-      if (!runTimed(ins, error))
-        return false;
-    return true;
-  };
-  s->hostNorms.clear();
-  s->step = steps + 1;
+  // Every micro-batch checked before any runs: the kernels index tables by
+  // token and the logits by label.
   for (size_t m = 0; m < tok.size(); ++m) {
-    s->microBatch = int64_t(m);
-    if (plan.inputs.size() < 2 || int64_t(tok[m].size()) != plan.inputs[0].elements ||
-        int64_t(lab[m].size()) != plan.inputs[1].elements)
-      return (error = "a micro-batch does not match the plan's inputs", false);
     for (int32_t t : tok[m])
       if (t < 0 || (s->vocab > 0 && t >= s->vocab))
         return (error = "a token id is outside the vocabulary of " + std::to_string(s->vocab),
                 false);
-    // The loss kernels index the logits by label.
     for (int32_t l : lab[m])
       if (l != s->ignoreIndex && (l < 0 || (s->classes > 0 && l >= s->classes)))
         return (error = "a label is outside the vocabulary of " + std::to_string(s->classes),
                 false);
-    // In stream order: after the previous micro-batch has read its inputs.
-    if (s->orderTokens) {
-      s->tokenOrder = cu::embeddingOrder(tok[m].data(), int64_t(tok[m].size()));
-      // Its largest size (n positions, n groups and chunks at most) at
-      // once: a captured graph keeps the pointer.
-      if (!s->tokenOrderDev.reserve((3 * tok[m].size() + 4) * 4) ||
-          cudaMemcpyAsync(s->tokenOrderDev.p, s->tokenOrder.data(), s->tokenOrder.size() * 4,
-                          cudaMemcpyHostToDevice, st) != cudaSuccess)
-        return (error = "cannot upload the micro-batch's token order", false);
-    }
-    if (cudaMemcpyAsync(s->tokens.p, tok[m].data(), tok[m].size() * 4, cudaMemcpyHostToDevice,
-                        st) != cudaSuccess ||
-        cudaMemcpyAsync(s->labels.p, lab[m].data(), lab[m].size() * 4, cudaMemcpyHostToDevice,
-                        st) != cudaSuccess)
-      return (error = "cannot upload the micro-batch", false);
-    s->lseFresh.clear();
-    if (!runList(prog.microBatch, s->microGraph))
-      return false;
   }
+  s->hostNorms.clear();
+  s->step = steps + 1;
+  s->uploaded = nullptr;
   if (s->graphs) {
     int64_t t = s->step; // AdamW's bias corrections read it on the device
-    if (cudaMemcpyAsync(s->stepCounter.p, &t, 8, cudaMemcpyHostToDevice, st) != cudaSuccess)
+    if (cudaMemcpyAsync(s->stepCounter.p, &t, 8, cudaMemcpyHostToDevice, s->stream) !=
+            cudaSuccess ||
+        cudaStreamSynchronize(s->stream) != cudaSuccess)
       return (error = "cannot upload the step number", false);
   }
-  if (!runList(prog.step, s->stepGraph))
+  // The micro-batches, the step phase and the collectives: the step
+  // driver's, on this backend's memory.
+  SingleRank alone;
+  if (!driver.step(*this, tok, lab, s->dev ? *s->dev : static_cast<Communicator &>(alone), error))
     return false;
   // NCCL's collectives under the watchdog (a rank that never joins one
   // fails the step instead of hanging it).

@@ -592,14 +592,16 @@ std::vector<const Buffer *> CpuExecutor::wideBuffers(const Instruction &ins) con
   return wide;
 }
 
-void CpuExecutor::widen(const Instruction &ins) {
+bool CpuExecutor::widen(const Instruction &ins, std::string &) {
   widened = wideBuffers(ins);
   widenBuffers(widened);
+  return true;
 }
 
-void CpuExecutor::narrow(const Instruction &) {
+bool CpuExecutor::narrow(const Instruction &, std::string &) {
   narrowBuffers(widened);
   widened.clear();
+  return true;
 }
 
 void CpuExecutor::widenBuffers(const std::vector<const Buffer *> &wide) {
@@ -662,28 +664,35 @@ bool CpuExecutor::paramValue(const std::string &name, const float *&value, int64
   return true;
 }
 
-BackendFloats CpuExecutor::allocate(int64_t n) {
+bool CpuExecutor::allocate(int64_t n, BackendFloats &out, std::string &) {
   auto v = std::make_shared<std::vector<float>>(size_t(n), 0.0f);
-  return {v->data(), n, v};
+  out = {v->data(), n, v};
+  return true;
 }
 
-void CpuExecutor::copy(float *dst, const float *src, int64_t n) { std::copy_n(src, n, dst); }
+bool CpuExecutor::copy(float *dst, const float *src, int64_t n, std::string &) {
+  std::copy_n(src, n, dst);
+  return true;
+}
 
-void CpuExecutor::addScaled(float *dst, const float *src, float scale, int64_t n) {
+bool CpuExecutor::addScaled(float *dst, const float *src, float scale, int64_t n, std::string &) {
   for (int64_t i = 0; i < n; ++i)
     dst[i] += src[i] * scale;
+  return true;
 }
 
-void CpuExecutor::clearAccumulators() {
+bool CpuExecutor::clearAccumulators(std::string &) {
   for (auto &[name, a] : accum)
     std::fill(a.begin(), a.end(), 0.0f);
+  return true;
 }
 
-void CpuExecutor::select(const std::vector<int32_t> &tok, const std::vector<int32_t> &lab,
-                         size_t s) {
+bool CpuExecutor::select(const std::vector<int32_t> &tok, const std::vector<int32_t> &lab, size_t s,
+                         std::string &) {
   tokens = &tok;
   labels = &lab;
   slot = s;
+  return true;
 }
 
 void CpuExecutor::record(const Instruction &ins, double seconds) {
@@ -709,14 +718,15 @@ uint16_t *CpuExecutor::storage16(const Buffer &b) {
   return reinterpret_cast<uint16_t *>(reinterpret_cast<char *>(mem.data()) + b.offset);
 }
 
-void CpuExecutor::store(const Buffer &b, const float *values) {
+bool CpuExecutor::store(const Buffer &b, const float *values, std::string &) {
   if (!sixteenBit(b)) {
     std::copy_n(values, b.elements, data(b));
-    return;
+    return true;
   }
   uint16_t *raw = storage16(b);
   for (int64_t i = 0; i < b.elements; ++i)
     raw[i] = toStorage(b.dtype, values[i]);
+  return true;
 }
 
 bool CpuExecutor::runWide(const Instruction &ins, Communicator &comm, std::string &error) {

@@ -102,7 +102,8 @@ bool StepDriver::step(StepBackend &backend, const std::vector<std::vector<int32_
   }
   if (!drain(comm, error))
     return false;
-  backend.clearAccumulators();
+  if (!backend.clearAccumulators(error))
+    return false;
   for (size_t i = 0; i < tok.size(); ++i) {
     if (plan->inputs.size() < 2 || int64_t(tok[i].size()) != plan->inputs[0].elements ||
         int64_t(lab[i].size()) != plan->inputs[1].elements) {
@@ -135,11 +136,11 @@ bool StepDriver::step(StepBackend &backend, const std::vector<std::vector<int32_
   // Chunk c's forward (or backward) part of micro-batch m in arena slot `slot`.
   auto runPart = [&](int64_t m, int64_t c, bool backward, size_t slot) {
     microBatch = m;
-    backend.select(tok[size_t(m)], lab[size_t(m)], slot);
+    if (!backend.select(tok[size_t(m)], lab[size_t(m)], slot, error))
+      return false;
     for (auto [begin, end] : ranges[size_t(2 * c + (backward ? 1 : 0))])
-      for (size_t k = begin; k < end; ++k)
-        if (!run(backend, program->microBatch[k], comm, error))
-          return false;
+      if (!runRange(backend, program->microBatch, begin, end, comm, error))
+        return false;
     return true;
   };
   int64_t micro = program->numMicroBatches;
@@ -174,23 +175,46 @@ bool StepDriver::step(StepBackend &backend, const std::vector<std::vector<int32_
         freeSlots.push_back(size_t(own));
     }
   }
-  backend.select(tok.front(), lab.front(), 0);
-  if (!finishScatters(backend, comm, error))
+  if (!backend.select(tok.front(), lab.front(), 0, error) ||
+      !finishScatters(backend, comm, error) ||
+      !runRange(backend, program->step, 0, program->step.size(), comm, error))
     return false;
-  for (const Instruction &ins : program->step)
-    if (!run(backend, ins, comm, error))
-      return false;
   return comm.flush(error);
+}
+
+bool StepDriver::runRange(StepBackend &backend, const std::vector<Instruction> &list, size_t begin,
+                          size_t end, Communicator &comm, std::string &error) {
+  for (size_t k = begin; k < end;) {
+    if (runs(list[k].kind)) {
+      if (!run(backend, list[k], comm, error))
+        return false;
+      ++k;
+      continue;
+    }
+    size_t j = k;
+    while (j < end && !runs(list[j].kind))
+      ++j;
+    if (!backend.computeRun(&list[k], j - k, comm, error))
+      return false;
+    k = j;
+  }
+  return true;
 }
 
 bool StepDriver::run(StepBackend &backend, const Instruction &ins, Communicator &comm,
                      std::string &error) {
   if (!runs(ins.kind))
     return backend.compute(ins, comm, error);
-  backend.widen(ins);
+  if (!backend.widen(ins, error))
+    return false;
   bool ok = move(backend, ins, comm, error);
-  backend.narrow(ins);
-  return ok;
+  // Rounded back (and the copies released) whatever happened; the first
+  // error is the one reported.
+  std::string narrowError;
+  bool back = backend.narrow(ins, narrowError);
+  if (ok && !back)
+    error = narrowError;
+  return ok && back;
 }
 
 bool StepDriver::finishScatter(StepBackend &backend, const std::string &accum, Communicator &comm,
@@ -205,7 +229,8 @@ bool StepDriver::finishScatter(StepBackend &backend, const std::string &accum, C
   // The accumulators looked up now (not when the scatter started).
   int64_t at = 0;
   for (const Buffer &b : p.accums) {
-    backend.addScaled(backend.data(b), p.mine.p + at, p.scale, b.elements);
+    if (!backend.addScaled(backend.data(b), p.mine.p + at, p.scale, b.elements, error))
+      return false;
     at += b.elements;
     scatterOf.erase(b.name);
   }
@@ -285,16 +310,13 @@ bool StepDriver::move(StepBackend &backend, const Instruction &ins, Communicator
       return false;
     }
     PendingGather g;
-    g.mine = backend.allocate(c);
-    g.all = backend.allocate(c * size);
     g.out = out;
-    backend.copy(g.mine.p, value, count);
-    if (ins.event < 0) {
-      if (!comm.allGatherBlocks(ins.axis, g.mine.p, g.all.p, c, error))
-        return false;
-      backend.copy(backend.data(out), g.all.p, n);
-      return true;
-    }
+    if (!backend.allocate(c, g.mine, error) || !backend.allocate(c * size, g.all, error) ||
+        !backend.copy(g.mine.p, value, count, error))
+      return false;
+    if (ins.event < 0)
+      return comm.allGatherBlocks(ins.axis, g.mine.p, g.all.p, c, error) &&
+             backend.copy(backend.data(out), g.all.p, n, error);
     // A prefetch: the buffers stay where they are until the wait.
     PendingGather &pending = gathers[ins.event] = std::move(g);
     return comm.startAllGatherBlocks(ins.axis, pending.mine.p, pending.all.p, c, ins.event, error);
@@ -308,9 +330,9 @@ bool StepDriver::move(StepBackend &backend, const Instruction &ins, Communicator
     if (!comm.waitAllGather(ins.event, error))
       return false;
     // Written now (in the buffer's dtype), not through the instruction's copy.
-    backend.store(it->second.out, it->second.all.p);
+    bool stored = backend.store(it->second.out, it->second.all.p, error);
     gathers.erase(it);
-    return true;
+    return stored;
   }
   case K::GradReduceScatter: {
     // The gradient zero-padded to d chunks and reduced over the axis, started
@@ -327,12 +349,15 @@ bool StepDriver::move(StepBackend &backend, const Instruction &ins, Communicator
       return false;
     int64_t c = acc.elements;
     float scale = ins.reduce == "avg" ? 1.0f / float(size) : 1.0f;
-    BackendFloats padded = backend.allocate(c * size);
-    backend.copy(padded.p, backend.data(g), g.elements);
+    BackendFloats padded;
+    if (!backend.allocate(c * size, padded, error) ||
+        !backend.copy(padded.p, backend.data(g), g.elements, error))
+      return false;
     if (ins.bucket < 0) {
       PendingScatter p;
       p.all = std::move(padded);
-      p.mine = backend.allocate(c);
+      if (!backend.allocate(c, p.mine, error))
+        return false;
       p.accums = {acc};
       p.scale = scale;
       return startScatter(backend, std::move(p), ins.axis, comm, error);
@@ -349,13 +374,14 @@ bool StepDriver::move(StepBackend &backend, const Instruction &ins, Communicator
     int64_t total = 0;
     for (const Buffer &m : b.accums)
       total += m.elements;
-    p.all = backend.allocate(total * size);
-    p.mine = backend.allocate(total);
+    if (!backend.allocate(total * size, p.all, error) || !backend.allocate(total, p.mine, error))
+      return false;
     float *out = p.all.p;
     for (int r = 0; r < size; ++r)
       for (size_t m = 0; m < b.accums.size(); ++m) {
         int64_t cm = b.accums[m].elements;
-        backend.copy(out, b.pieces[m].p + r * cm, cm);
+        if (!backend.copy(out, b.pieces[m].p + r * cm, cm, error))
+          return false;
         out += cm;
       }
     p.accums = std::move(b.accums);

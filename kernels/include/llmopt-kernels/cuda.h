@@ -209,7 +209,8 @@ LLMOPT_CUDA_FOR_TYPES(LLMOPT_CUDA_DECLARE_MOE)
 LLMOPT_CUDA_FOR_TYPES(LLMOPT_CUDA_DECLARE_FP8)
 #undef LLMOPT_CUDA_DECLARE_FP8
 
-/// The plan's small kernels (elementwise.cu). `columns` copies columns
+/// The plan's small kernels (elementwise.cu). addInto adds x, times
+/// `scale`, into the fp32 `acc`; `columns` copies columns
 /// [offset, offset + size) of x [rows, c] into y [rows, size] (`gather`) or
 /// back (split / concat); sumRows writes the fp32 column sums (bias
 /// gradients; sumRowsInto adds them), deterministically, on a block per 32
@@ -227,7 +228,7 @@ LLMOPT_CUDA_FOR_TYPES(LLMOPT_CUDA_DECLARE_FP8)
 #define LLMOPT_CUDA_DECLARE_SMALL(T)                                                               \
   cudaError_t toFloat(const T *x, float *y, int64_t n, cudaStream_t stream);                       \
   cudaError_t fromFloat(const float *x, T *y, int64_t n, cudaStream_t stream);                     \
-  cudaError_t addInto(float *acc, const T *x, int64_t n, cudaStream_t stream);                     \
+  cudaError_t addInto(float *acc, const T *x, int64_t n, cudaStream_t stream, float scale = 1.0f); \
   cudaError_t add(const T *a, const T *b, T *y, int64_t n, cudaStream_t stream);                   \
   cudaError_t scale(const T *x, T *y, int64_t n, float factor, cudaStream_t stream);               \
   cudaError_t fill(T *y, int64_t n, float value, cudaStream_t stream);                             \

@@ -1,7 +1,9 @@
 //===- cuda_executor.h - running a plan on one GPU -------------------*- C++ -*-===//
 //
 // The CUDA backend: one rank's program on one GPU with the kernels of
-// kernels/cuda, cuBLASLt and cuDNN. It takes fp32 and bf16 plans of dense
+// kernels/cuda, cuBLASLt and cuDNN, under the step driver every backend
+// shares (step_driver.h: the micro-batch loop and the data-moving
+// instructions). It takes fp32 and bf16 plans of dense
 // models (embeddings, norms, linears, attention, GeLU / SwiGLU, rotary,
 // cross-entropy, the generated fused kernels, AdamW with global-norm
 // clipping), data-parallel ones through all-reduces on device memory (NCCL,
@@ -25,6 +27,7 @@
 #include "llmopt-runtime/comm.h"
 #include "llmopt-runtime/executor.h"
 #include "llmopt-runtime/param_store.h"
+#include "llmopt-runtime/step_driver.h"
 
 #include <memory>
 #include <string>
@@ -32,7 +35,7 @@
 
 namespace llmopt::runtime {
 
-class CudaExecutor : public ParamStore {
+class CudaExecutor : public ParamStore, private StepBackend {
 public:
   CudaExecutor();
   ~CudaExecutor();
@@ -82,8 +85,30 @@ private:
   bool idle(std::string &error) const;
   /// One instruction; under `host.profiling` between two CUDA events.
   bool runTimed(const Instruction &ins, std::string &error);
+
+  // The step driver's backend (StepBackend): device memory, the kernels,
+  // and runs of kernels as captured CUDA graphs (LLMOPT_CUDA_GRAPHS=1).
+  float *data(const Buffer &b) override;
+  bool store(const Buffer &b, const float *values, std::string &error) override;
+  bool paramValue(const std::string &name, const float *&value, int64_t &count,
+                  std::string &error) override;
+  bool allocate(int64_t n, BackendFloats &out, std::string &error) override;
+  bool copy(float *dst, const float *src, int64_t n, std::string &error) override;
+  bool addScaled(float *dst, const float *src, float scale, int64_t n, std::string &error) override;
+  bool clearAccumulators(std::string &error) override;
+  bool select(const std::vector<int32_t> &tokens, const std::vector<int32_t> &labels, size_t slot,
+              std::string &error) override;
+  bool widen(const Instruction &ins, std::string &error) override;
+  bool narrow(const Instruction &ins, std::string &error) override;
+  bool compute(const Instruction &ins, Communicator &comm, std::string &error) override;
+  bool computeRun(const Instruction *first, size_t count, Communicator &comm,
+                  std::string &error) override;
+
   struct State;
   std::unique_ptr<State> s;
+  /// The micro-batch loop and the data-moving instructions (declared after
+  /// `s`: the buffers it holds are freed on `s`'s stream).
+  StepDriver driver;
 };
 
 } // namespace llmopt::runtime

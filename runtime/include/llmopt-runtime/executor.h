@@ -117,17 +117,17 @@ private:
 
   // The step driver's backend (StepBackend).
   float *data(const Buffer &b) override;
-  void store(const Buffer &b, const float *values) override;
+  bool store(const Buffer &b, const float *values, std::string &error) override;
   bool paramValue(const std::string &name, const float *&value, int64_t &count,
                   std::string &error) override;
-  BackendFloats allocate(int64_t n) override;
-  void copy(float *dst, const float *src, int64_t n) override;
-  void addScaled(float *dst, const float *src, float scale, int64_t n) override;
-  void clearAccumulators() override;
-  void select(const std::vector<int32_t> &tokens, const std::vector<int32_t> &labels,
-              size_t slot) override;
-  void widen(const Instruction &ins) override;
-  void narrow(const Instruction &ins) override;
+  bool allocate(int64_t n, BackendFloats &out, std::string &error) override;
+  bool copy(float *dst, const float *src, int64_t n, std::string &error) override;
+  bool addScaled(float *dst, const float *src, float scale, int64_t n, std::string &error) override;
+  bool clearAccumulators(std::string &error) override;
+  bool select(const std::vector<int32_t> &tokens, const std::vector<int32_t> &labels, size_t slot,
+              std::string &error) override;
+  bool widen(const Instruction &ins, std::string &error) override;
+  bool narrow(const Instruction &ins, std::string &error) override;
   bool compute(const Instruction &ins, Communicator &comm, std::string &error) override;
 
   const int32_t *ids(const Buffer &b, std::string &error);

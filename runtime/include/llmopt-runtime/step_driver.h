@@ -40,36 +40,49 @@ struct BackendFloats {
   std::shared_ptr<void> owner;
 };
 
-/// What the step driver needs from a backend.
+/// What the step driver needs from a backend. What can fail on a device
+/// (an allocation, a copy, an upload) returns false with `error` set.
 class StepBackend {
 public:
   virtual ~StepBackend() = default;
   /// Buffer `b` as fp32 in the backend's memory, for the instruction
-  /// running (a 16-bit buffer: the wide copy `widen` made for it).
+  /// running (a 16-bit buffer: the wide copy `widen` made for it; a
+  /// parameter: its fp32 master).
   virtual float *data(const Buffer &b) = 0;
   /// Writes `values` (fp32, backend memory) into `b` in its dtype, outside
   /// any instruction's wide copies.
-  virtual void store(const Buffer &b, const float *values) = 0;
+  virtual bool store(const Buffer &b, const float *values, std::string &error) = 0;
   /// Parameter `name` as this rank holds it: whole, or its ZeRO-3 chunk.
   virtual bool paramValue(const std::string &name, const float *&value, int64_t &count,
                           std::string &error) = 0;
   /// `n` zeroed floats.
-  virtual BackendFloats allocate(int64_t n) = 0;
-  virtual void copy(float *dst, const float *src, int64_t n) = 0;
+  virtual bool allocate(int64_t n, BackendFloats &out, std::string &error) = 0;
+  virtual bool copy(float *dst, const float *src, int64_t n, std::string &error) = 0;
   /// dst += scale x src.
-  virtual void addScaled(float *dst, const float *src, float scale, int64_t n) = 0;
+  virtual bool addScaled(float *dst, const float *src, float scale, int64_t n,
+                         std::string &error) = 0;
   /// Zeroes every gradient accumulator (a step starts).
-  virtual void clearAccumulators() = 0;
+  virtual bool clearAccumulators(std::string &error) = 0;
   /// The micro-batch the next instructions belong to: its inputs, and the
   /// arena slot it has (pipeline stages keep one per micro-batch in flight).
-  virtual void select(const std::vector<int32_t> &tokens, const std::vector<int32_t> &labels,
-                      size_t slot) = 0;
+  virtual bool select(const std::vector<int32_t> &tokens, const std::vector<int32_t> &labels,
+                      size_t slot, std::string &error) = 0;
   /// Wide (fp32) copies of the 16-bit buffers of a data-moving instruction
   /// the driver runs, and their results rounded back after it.
-  virtual void widen(const Instruction &ins) = 0;
-  virtual void narrow(const Instruction &ins) = 0;
+  virtual bool widen(const Instruction &ins, std::string &error) = 0;
+  virtual bool narrow(const Instruction &ins, std::string &error) = 0;
   /// Everything else: kernels, and the collectives inside computations.
   virtual bool compute(const Instruction &ins, Communicator &comm, std::string &error) = 0;
+  /// `count` consecutive instructions from `first`, none of them one the
+  /// driver runs: one by one through `compute`, unless the backend runs
+  /// them otherwise (the CUDA backend: as one captured CUDA graph).
+  virtual bool computeRun(const Instruction *first, size_t count, Communicator &comm,
+                          std::string &error) {
+    for (size_t i = 0; i < count; ++i)
+      if (!compute(first[i], comm, error))
+        return false;
+    return true;
+  }
 };
 
 class StepDriver {
@@ -100,6 +113,10 @@ private:
 
   bool axis(const std::string &name, int &index, int &size, std::string &error) const;
   bool run(StepBackend &backend, const Instruction &ins, Communicator &comm, std::string &error);
+  /// Instructions [begin, end) of `list`: the driver's own one by one, the
+  /// runs of others between them through the backend's computeRun.
+  bool runRange(StepBackend &backend, const std::vector<Instruction> &list, size_t begin,
+                size_t end, Communicator &comm, std::string &error);
   bool move(StepBackend &backend, const Instruction &ins, Communicator &comm, std::string &error);
   /// Completes everything still in flight and forgets it (before a step).
   bool drain(Communicator &comm, std::string &error);
