@@ -69,6 +69,20 @@ for z in 1 2 3; do
   "$opt" "$in/byte-llama.json" -o /dev/null --llm-auto-parallel="$zp" \
     --llm-lower-to-plan="dir=$kit/plans/zero$z-bf16 lr=0.003" >/dev/null
 done
+# Pipeline stages on the GPU (two processes; four for GPT-2's DP2 x PP2 with
+# ZeRO-1 and tied embeddings): 1F1B fp32 and bf16, GPipe, interleaved.
+pp="stack=llm-run-cpu cluster=dgx-h100 global-batch=4 seq-len=32"
+"$opt" "$in/byte-llama.json" --hf-dtype=f32 -o /dev/null --llm-auto-parallel="$pp gpus=2 fix=dp:1,pp:2,micro_batch:1" \
+  --llm-lower-to-plan="dir=$kit/plans/pp2 lr=0.003" >/dev/null
+"$opt" "$in/byte-llama.json" -o /dev/null --llm-auto-parallel="$pp gpus=2 fix=dp:1,pp:2,micro_batch:1" \
+  --llm-lower-to-plan="dir=$kit/plans/pp2-bf16 lr=0.003" >/dev/null
+"$opt" "$in/byte-llama.json" --hf-dtype=f32 -o /dev/null --llm-auto-parallel="$pp gpus=2 fix=dp:1,pp:2,micro_batch:1,schedule:gpipe" \
+  --llm-lower-to-plan="dir=$kit/plans/pp2-gpipe lr=0.003" >/dev/null
+sed 's/"num_hidden_layers": 2/"num_hidden_layers": 4/' "$in/byte-llama.json" >"$kit/byte-llama-l4.json"
+"$opt" "$kit/byte-llama-l4.json" --hf-dtype=f32 -o /dev/null --llm-auto-parallel="$pp gpus=2 fix=dp:1,pp:2,vpp:2,micro_batch:1" \
+  --llm-lower-to-plan="dir=$kit/plans/vpp lr=0.003" >/dev/null
+"$opt" "$in/byte-gpt2.json" --hf-dtype=f32 -o /dev/null --llm-auto-parallel="$pp gpus=4 fix=dp:2,pp:2,zero:1,micro_batch:1" \
+  --llm-lower-to-plan="dir=$kit/plans/gpt2-pp lr=0.003" >/dev/null
 cp "$in/launch_env.py" "$in/compare_metrics.py" "$kit/bin/"
 # Issue 7's measurements: GPT-2 124M B=16 T=1024 and Llama 3.2 1B, bf16.
 lower "$root/examples/models/gpt2-124m.json" "dir=$kit/plans/gpt2-124m batch=16 seq=1024"

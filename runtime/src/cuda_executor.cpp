@@ -58,7 +58,19 @@ struct CudaExecutor::State {
   const Program *program = nullptr;
   int rank = 0;
   bool bf16 = false;
-  DevBuf arena, tokens, labels;
+  /// The arena and, in plans with one, the stash, one per micro-batch in
+  /// flight on a pipeline stage (the stash where there is one, else the
+  /// arena), as the CPU backend; `slot` is the one instructions address.
+  std::vector<std::unique_ptr<DevBuf>> arenas, stashes;
+  size_t slot = 0;
+  DevBuf tokens, labels;
+  /// The key of what is kept for buffer `b` (norm and attention statistics,
+  /// expert loads): its place, the micro-batch slot included.
+  int spaceKey(const Buffer &b) const {
+    bool slotted =
+        b.space == Buffer::Space::Stash || (b.space == Buffer::Space::Arena && arenas.size() > 1);
+    return int(b.space) + (slotted ? 256 * int(slot + 1) : 0);
+  }
   /// The micro-batch's token positions grouped by token
   /// (cu::embeddingOrder), for a deterministic embedding backward.
   std::vector<int32_t> tokenOrder;
@@ -135,7 +147,7 @@ struct CudaExecutor::State {
   /// running micro-batch).
   std::map<std::tuple<int, int64_t, std::string, bool, float>, std::unique_ptr<DevBuf>> norms;
   float *normStats(const Buffer &x, bool rms, float eps, int64_t rows, std::string &error) {
-    auto &kept = norms[{int(x.space), x.offset, x.name, rms, eps}];
+    auto &kept = norms[{spaceKey(x), x.offset, x.name, rms, eps}];
     if (!kept)
       kept = std::make_unique<DevBuf>();
     if (!kept->reserve(size_t(rows) * 8)) {
@@ -302,14 +314,18 @@ struct CudaExecutor::State {
 
   void *ptr(const Buffer &b) {
     if (!shadows.empty())
-      if (auto it = shadows.find({int(b.space), b.offset, b.name}); it != shadows.end())
+      if (auto it = shadows.find({spaceKey(b), b.offset, b.name}); it != shadows.end())
         return it->second;
     return raw(b);
   }
   void *raw(const Buffer &b) {
     switch (b.space) {
     case Buffer::Space::Arena:
-      return static_cast<char *>(arena.p) + b.offset;
+      return arenas.empty()
+                 ? nullptr
+                 : static_cast<char *>(arenas[arenas.size() == 1 ? 0 : slot]->p) + b.offset;
+    case Buffer::Space::Stash:
+      return slot < stashes.size() ? static_cast<char *>(stashes[slot]->p) + b.offset : nullptr;
     case Buffer::Space::Input:
       return b.offset == 0 ? tokens.p : labels.p;
     case Buffer::Space::State: {
@@ -437,13 +453,13 @@ struct CudaExecutor::State {
   /// attention output) are stale once an instruction writes `b` (a fused
   /// kernel's norm keeps none, recomputation rewrites buffers).
   void overwritten(const Buffer &b) {
-    auto key = std::make_tuple(int(b.space), b.offset, b.name);
+    auto key = std::make_tuple(spaceKey(b), b.offset, b.name);
     expertRows.erase(key);
     for (auto *kept : {&lses, &ceLses})
       if (auto it = kept->find(key); it != kept->end())
         lseFresh.erase(it->second->as<float>());
-    for (auto it = norms.lower_bound({int(b.space), b.offset, b.name, false, -INFINITY});
-         it != norms.end() && std::get<0>(it->first) == int(b.space) &&
+    for (auto it = norms.lower_bound({spaceKey(b), b.offset, b.name, false, -INFINITY});
+         it != norms.end() && std::get<0>(it->first) == spaceKey(b) &&
          std::get<1>(it->first) == b.offset && std::get<2>(it->first) == b.name;
          ++it)
       lseFresh.erase(it->second->as<float>());
@@ -885,7 +901,7 @@ template <typename T> bool CudaExecutor::State::kernelAttention(const KernelCall
   // output the last forward into that buffer wrote, and its statistics.
   size_t lseBytes = size_t(d.batch * d.heads * d.seq) * 4;
   const Buffer &o = fwd ? out[0] : in[4];
-  auto &kept = lses[{int(o.space), o.offset, o.name}];
+  auto &kept = lses[{spaceKey(o), o.offset, o.name}];
   if (!kept)
     kept = std::make_unique<DevBuf>();
   if (!kept->reserve(lseBytes)) {
@@ -1044,7 +1060,7 @@ template <typename T> bool CudaExecutor::State::kernelCrossEntropyFwd(const Kern
   // The rows' log-sum-exps kept by logits buffer for the backward of the
   // same micro-batch (one read of the logits fewer).
   auto *rowLoss = static_cast<float *>(tmp(1, size_t(rowsOf(in[0])) * 4, error));
-  auto &kept = ceLses[{int(in[0].space), in[0].offset, in[0].name}];
+  auto &kept = ceLses[{spaceKey(in[0]), in[0].offset, in[0].name}];
   if (!kept)
     kept = std::make_unique<DevBuf>();
   if (!rowLoss || !kept->reserve(size_t(rowsOf(in[0])) * 4))
@@ -1061,7 +1077,7 @@ template <typename T> bool CudaExecutor::State::kernelCrossEntropyBwd(const Kern
   auto &[ins, in, out, error, s] = call;
   auto ok = [&](cudaError_t e) { return check(e, ins.kernel->name, error); };
   auto *scale = static_cast<float *>(tmp(1, 16, error));
-  auto kept = ceLses.find({int(in[0].space), in[0].offset, in[0].name});
+  auto kept = ceLses.find({spaceKey(in[0]), in[0].offset, in[0].name});
   const float *lse = kept != ceLses.end() && lseFresh.count(kept->second->as<float>())
                          ? kept->second->as<float>()
                          : nullptr;
@@ -1249,7 +1265,7 @@ template <typename T> bool CudaExecutor::State::kernelFused(const KernelCall &ca
         !ok(cu::toFloat(static_cast<const cu::bf16 *>(raw(b)), shadowBufs[i]->as<float>(),
                         b.elements, s)))
       return error.empty() ? (error = "out of GPU memory for a fused kernel", false) : false;
-    shadows[{int(b.space), b.offset, b.name}] = shadowBufs[i]->p;
+    shadows[{spaceKey(b), b.offset, b.name}] = shadowBufs[i]->p;
   }
   // Each body kernel's 16-bit outputs rounded as they are written, as the
   // CPU backend and the generated kernel do.
@@ -1363,7 +1379,7 @@ template <typename T> bool CudaExecutor::State::kernelMoEDispatchCombine(const K
   // Rounded up to 64 rows (zero in, zero out): fewer distinct GEMM shapes
   // for cuBLASLt's heuristic and algorithm cache.
   int64_t busiest = (std::max<int64_t>(1, int64_t(most)) + 63) / 64 * 64;
-  expertRows[{int(rows.space), rows.offset, rows.name}] = std::min(capacity, busiest);
+  expertRows[{spaceKey(rows), rows.offset, rows.name}] = std::min(capacity, busiest);
   return true;
 }
 
@@ -1377,7 +1393,7 @@ template <typename T> bool CudaExecutor::State::kernelMoEExperts(const KernelCal
                     std::to_string(count) + " weights",
             false);
   cu::MoEExpertDims d{x.shape[0], x.shape[1], x.shape[2], in[first].shape[1], ins.args.swiglu};
-  if (auto it = expertRows.find({int(x.space), x.offset, x.name}); it != expertRows.end())
+  if (auto it = expertRows.find({spaceKey(x), x.offset, x.name}); it != expertRows.end())
     d.rows = it->second;
   void *scratch = tmp(9, cu::moeExpertsScratchBytes(d, sizeof(T)), error);
   if (!scratch)
@@ -1452,8 +1468,6 @@ bool CudaExecutor::init(const Plan &plan, int rank, uint64_t seed, std::string &
   const Program *program = plan.programFor(rank);
   if (!program)
     return (error = "no program for rank " + std::to_string(rank), false);
-  if (program->backwardStart >= 0 || program->stashBytes > 0)
-    return (error = "the CUDA backend does not run pipeline schedules yet", false);
   // What this backend runs, checked before anything is allocated.
   bool anyBf16 = false;
   std::set<std::string> axes; // of the collectives (NCCL communicators)
@@ -1465,8 +1479,8 @@ bool CudaExecutor::init(const Plan &plan, int rank, uint64_t seed, std::string &
   std::function<bool(const Instruction &)> supported = [&](const Instruction &ins) {
     if (ins.kind != Instruction::Kind::Kernel) {
       // What the step driver moves: data parallelism's all-reduces (plain
-      // or bucketed) and ZeRO's reduce-scatters and gathers; the pipeline's
-      // transfers wait for the stages' arenas (refused above).
+      // or bucketed), ZeRO's reduce-scatters and gathers, and the pipeline
+      // stages' sends and receives.
       if (StepDriver::runs(ins.kind)) {
         for (const std::vector<Buffer> *list : {&ins.ins, &ins.outs, &ins.buffers})
           for (const Buffer &b : *list)
@@ -1556,7 +1570,7 @@ bool CudaExecutor::init(const Plan &plan, int rank, uint64_t seed, std::string &
     // missing (auto) or where asked (--comm staged). Every rank names the
     // same axes: the mesh's, in one order.
     std::vector<std::string> meshAxes;
-    for (const char *axis : {"dp", "cp", "tp", "pp", "ep", "edp"})
+    for (const char *axis : {"dp", "cp", "tp", "pp", "pp_tied", "ep", "edp"})
       if (plan.axisSize(axis) > 1 || axes.count(axis))
         meshAxes.push_back(axis);
     std::string why;
@@ -1579,9 +1593,20 @@ bool CudaExecutor::init(const Plan &plan, int rank, uint64_t seed, std::string &
   // default stream.
   if (!axes.empty() || plan.worldSize != 1)
     s->graphs = false;
-  if (stepsWanted && !s->arena.reserve(size_t(program->arenaBytes))) {
-    error = "cannot allocate the " + std::to_string(program->arenaBytes) + "-byte arena";
-    return false;
+  // One arena, or on a pipeline stage one stash (older plans: one arena)
+  // per micro-batch in flight.
+  size_t slots = driver.slots();
+  size_t arenaCount = program->stashBytes > 0 ? 1 : slots;
+  size_t stashCount = program->stashBytes > 0 ? slots : 0;
+  for (size_t i = 0; stepsWanted && i < arenaCount + stashCount; ++i) {
+    auto b = std::make_unique<DevBuf>();
+    size_t bytes = size_t(i < arenaCount ? program->arenaBytes : program->stashBytes);
+    if (!b->reserve(std::max<size_t>(bytes, 4)))
+      return (error = "cannot allocate the " + std::to_string(bytes) + "-byte " +
+                      (i < arenaCount ? "arena" : "stash") + " of micro-batch slot " +
+                      std::to_string(i < arenaCount ? i : i - arenaCount) + " on the GPU",
+              false);
+    (i < arenaCount ? s->arenas : s->stashes).push_back(std::move(b));
   }
   for (int i = 0; i < 2 && i < int(plan.inputs.size()); ++i)
     if (!(i ? s->labels : s->tokens).reserve(size_t(plan.inputs[size_t(i)].elements) * 4))
@@ -1620,7 +1645,10 @@ bool CudaExecutor::init(const Plan &plan, int rank, uint64_t seed, std::string &
   for (const std::vector<Instruction> *list : {&program->microBatch, &program->step})
     for (const Instruction &ins : *list)
       note(ins);
-  s->padLogits(*program, anyBf16 ? CUDA_R_16BF : CUDA_R_32F);
+  // (Padded logits keep one buffer for the LM head's micro-batch: not with
+  // several in flight.)
+  if (driver.slots() == 1)
+    s->padLogits(*program, anyBf16 ? CUDA_R_16BF : CUDA_R_32F);
   s->groupAdamW(*program);
   for (const auto &[name, n] : sizes) {
     auto b = std::make_unique<DevBuf>();
@@ -1834,8 +1862,12 @@ bool CudaExecutor::clearAccumulators(std::string &error) {
 
 bool CudaExecutor::select(const std::vector<int32_t> &tok, const std::vector<int32_t> &lab,
                           size_t slot, std::string &error) {
-  if (slot != 0)
-    return (error = "the CUDA backend does not run pipeline schedules yet", false);
+  if ((slot >= s->arenas.size() && s->arenas.size() > 1) ||
+      (!s->stashes.empty() && slot >= s->stashes.size()))
+    return (error = "micro-batch slot " + std::to_string(slot) + " beyond the stage's " +
+                    std::to_string(driver.slots()),
+            false);
+  s->slot = slot;
   if (s->uploaded == &tok)
     return true;
   s->uploaded = &tok;

@@ -245,22 +245,40 @@ public:
   // A send is held and issued in one NCCL group with this rank's next
   // receive (two stages that each send, then receive, would otherwise wait
   // on each other's stream), or before any other collective, or at flush.
+  // What it sends is copied when it is held (in stream order): the kernels
+  // queued before it is issued may reuse the buffer (the first stage's
+  // next forward, a 16-bit buffer's wide copy).
   bool send(int peer, int tag, const float *data, int64_t count, std::string &error) override {
     ncclComm_t c = nullptr;
     int stage = 0;
     if (!pipelinePeer(peer, c, stage, error))
       return false;
-    held.push_back({data, count, stage, c});
+    void *copy = nullptr;
+    size_t bytes = size_t(std::max<int64_t>(count, 1)) * 4;
+    if (cudaMallocAsync(&copy, bytes, stream) != cudaSuccess) {
+      cudaGetLastError();
+      return (error = "out of GPU memory for a held pipeline send", false);
+    }
+    cudaStream_t st = stream;
+    std::shared_ptr<void> owner(copy, [st](void *q) { cudaFreeAsync(q, st); });
+    if (cudaMemcpyAsync(copy, data, size_t(count) * 4, cudaMemcpyDeviceToDevice, stream) !=
+        cudaSuccess)
+      return (error = "cannot copy a pipeline send on the GPU", false);
+    held.push_back({std::move(owner), count, stage, c});
     return true;
   }
   bool recv(int peer, int tag, float *data, int64_t count, std::string &error) override {
     ncclComm_t c = nullptr;
     int stage = 0;
-    return pipelinePeer(peer, c, stage, error) && grouped(error, [&] {
-             return issueHeld(error) &&
-                    nccl.ok(nccl.recv(data, size_t(count), ncclFloat32, stage, c, stream),
-                            "ncclRecv", error);
-           });
+    if (!pipelinePeer(peer, c, stage, error))
+      return false;
+    bool ok = grouped(error, [&] {
+      return issueHeld(error) &&
+             nccl.ok(nccl.recv(data, size_t(count), ncclFloat32, stage, c, stream), "ncclRecv",
+                     error);
+    });
+    held.clear(); // freed in stream order, after the group's kernels
+    return ok;
   }
   bool flush(std::string &error) override { return sendHeld(error); }
 
@@ -298,25 +316,30 @@ private:
   bool aborted = false;
   /// Sends not issued yet (send()).
   struct HeldSend {
-    const float *data;
+    std::shared_ptr<void> data; // its copy, freed on the stream
     int64_t count;
     int stage;
     ncclComm_t comm;
   };
   std::vector<HeldSend> held;
-  /// Issues the held sends (inside the caller's NCCL group).
+  /// Issues the held sends (inside the caller's NCCL group, which clears
+  /// them once it has ended: only then are NCCL's kernels on the stream).
   bool issueHeld(std::string &error) {
     bool ok = true;
     for (const HeldSend &h : held)
-      ok = ok && nccl.ok(nccl.send(h.data, size_t(h.count), ncclFloat32, h.stage, h.comm, stream),
+      ok = ok && nccl.ok(nccl.send(static_cast<const float *>(h.data.get()), size_t(h.count),
+                                   ncclFloat32, h.stage, h.comm, stream),
                          "ncclSend", error);
-    held.clear();
     return ok;
   }
   /// Issues the held sends in a group of their own (before another
   /// collective, or at flush).
   bool sendHeld(std::string &error) {
-    return held.empty() || grouped(error, [&] { return issueHeld(error); });
+    if (held.empty())
+      return true;
+    bool ok = grouped(error, [&] { return issueHeld(error); });
+    held.clear();
+    return ok;
   }
   /// `issue` (NCCL calls) inside one NCCL group; the group is closed even
   /// when a call fails.
