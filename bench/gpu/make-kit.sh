@@ -83,6 +83,19 @@ sed 's/"num_hidden_layers": 2/"num_hidden_layers": 4/' "$in/byte-llama.json" >"$
   --llm-lower-to-plan="dir=$kit/plans/vpp lr=0.003" >/dev/null
 "$opt" "$in/byte-gpt2.json" --hf-dtype=f32 -o /dev/null --llm-auto-parallel="$pp gpus=4 fix=dp:2,pp:2,zero:1,micro_batch:1" \
   --llm-lower-to-plan="dir=$kit/plans/gpt2-pp lr=0.003" >/dev/null
+# Tensor parallelism (vocabulary-parallel embedding and loss), with sequence
+# parallelism in bf16, and GPT-2 DP2 x TP2 (tied embeddings, four processes).
+"$opt" "$in/byte-llama.json" --hf-dtype=f32 -o /dev/null --llm-auto-parallel="$pp gpus=2 fix=dp:1,tp:2,micro_batch:4" \
+  --llm-lower-to-plan="dir=$kit/plans/tp2 lr=0.003" >/dev/null
+"$opt" "$in/byte-llama.json" -o /dev/null --llm-auto-parallel="$pp gpus=2 fix=dp:1,tp:2,sp:1,micro_batch:4" \
+  --llm-lower-to-plan="dir=$kit/plans/tp2-sp-bf16 lr=0.003" >/dev/null
+"$opt" "$in/byte-gpt2.json" --hf-dtype=f32 -o /dev/null --llm-auto-parallel="$pp gpus=4 fix=dp:2,tp:2,micro_batch:2" \
+  --llm-lower-to-plan="dir=$kit/plans/gpt2-dp2tp2 lr=0.003" >/dev/null
+# Expert parallelism: Mixtral DP2 x EP2 (the experts' all-to-alls), fp32 and bf16.
+"$opt" "$in/byte-mixtral.json" --hf-dtype=f32 -o /dev/null --llm-auto-parallel="$pp gpus=2 fix=dp:2,ep:2,micro_batch:1" \
+  --llm-lower-to-plan="dir=$kit/plans/ep2 lr=0.003" >/dev/null
+"$opt" "$in/byte-mixtral.json" -o /dev/null --llm-auto-parallel="$pp gpus=2 fix=dp:2,ep:2,micro_batch:1" \
+  --llm-lower-to-plan="dir=$kit/plans/ep2-bf16 lr=0.003" >/dev/null
 cp "$in/launch_env.py" "$in/compare_metrics.py" "$kit/bin/"
 # Issue 7's measurements: GPT-2 124M B=16 T=1024 and Llama 3.2 1B, bf16.
 lower "$root/examples/models/gpt2-124m.json" "dir=$kit/plans/gpt2-124m batch=16 seq=1024"

@@ -36,7 +36,8 @@ template <typename T> __global__ void fromFloatKernel(const float *x, T *y, int6
 }
 template <typename T>
 __global__ void addIntoKernel(float *acc, const T *x, int64_t n, float scale) {
-  GRID_STRIDE(i, n) acc[i] += ld(x + i) * scale;
+  // The product rounded apart (no fused multiply-add): as the CPU backend.
+  GRID_STRIDE(i, n) acc[i] += __fmul_rn(ld(x + i), scale);
 }
 template <typename T> __global__ void fillKernel(T *y, int64_t n, float v) {
   GRID_STRIDE(i, n) st(y + i, v);

@@ -286,6 +286,16 @@ __global__ void embeddingFwdKernel(const int32_t *tok, const T *table, T *out, i
                                    int64_t h) {
   GRID_STRIDE(i, n * h) out[i] = table[int64_t(tok[i / h]) * h + i % h];
 }
+/// A vocabulary-parallel part: rows [offset, offset + part) of the table;
+/// other tokens' rows are zero.
+template <typename T>
+__global__ void embeddingFwdPartKernel(const int32_t *tok, const T *table, T *out, int64_t n,
+                                       int64_t h, int64_t offset, int64_t part) {
+  GRID_STRIDE(i, n * h) {
+    int64_t t = int64_t(tok[i / h]) - offset;
+    st(out + i, t >= 0 && t < part ? ld(table + t * h + i % h) : 0.0f);
+  }
+}
 template <typename T>
 __global__ void embeddingBwdKernel(const int32_t *tok, const T *d, float *dt, int64_t n,
                                    int64_t h) {
@@ -312,14 +322,24 @@ __global__ void embeddingChunksKernel(const int32_t *order, const T *d, float *p
       partial[c * h + j] = sum;
     }
 }
+/// With `Part`, the table is the vocabulary part [offset, offset + part):
+/// the other tokens' groups are left out.
+template <bool Part>
 __global__ void embeddingGroupsKernel(const int32_t *tok, const int32_t *order,
-                                      const float *partial, float *dt, int64_t n, int64_t h) {
+                                      const float *partial, float *dt, int64_t n, int64_t h,
+                                      int64_t offset, int64_t part) {
   const int32_t *groups = order + n;
   int64_t count = groups[0];
   const int32_t *firstChunk = groups + 1;
   const int32_t *chunkStarts = groups + 1 + count + 1 + 1;
   for (int64_t g = blockIdx.x; g < count; g += gridDim.x) {
-    int64_t row = int64_t(tok[order[chunkStarts[firstChunk[g]]]]) * h;
+    int64_t token = int64_t(tok[order[chunkStarts[firstChunk[g]]]]);
+    if constexpr (Part) {
+      token -= offset;
+      if (token < 0 || token >= part)
+        continue;
+    }
+    int64_t row = token * h;
     for (int64_t j = threadIdx.x; j < h; j += blockDim.x) {
       float sum = 0;
       for (int32_t c = firstChunk[g]; c < firstChunk[g + 1]; ++c)
@@ -769,7 +789,24 @@ static void *sumsScratch(void *scratch, int64_t n, int64_t c) {
       return cudaSuccess;                                                                          \
     unsigned blocks = unsigned(std::min<int64_t>(n, 2048));                                        \
     embeddingChunksKernel<<<blocks, kThreads, 0, s>>>(order, d, scratch, n, h);                    \
-    embeddingGroupsKernel<<<blocks, kThreads, 0, s>>>(tok, order, scratch, dt, n, h);              \
+    embeddingGroupsKernel<false><<<blocks, kThreads, 0, s>>>(tok, order, scratch, dt, n, h, 0, 0); \
+    return cudaGetLastError();                                                                     \
+  }                                                                                                \
+  cudaError_t embeddingForwardPart(const int32_t *tok, const T *table, T *out, int64_t n,          \
+                                   int64_t h, int64_t offset, int64_t part, cudaStream_t s) {      \
+    embeddingFwdPartKernel<<<gridFor(n *h), kThreads, 0, s>>>(tok, table, out, n, h, offset,       \
+                                                              part);                               \
+    return cudaGetLastError();                                                                     \
+  }                                                                                                \
+  cudaError_t embeddingBackwardOrderedPart(const int32_t *tok, const int32_t *order, const T *d,   \
+                                           float *dt, int64_t n, int64_t h, float *scratch,        \
+                                           int64_t offset, int64_t part, cudaStream_t s) {         \
+    if (n == 0)                                                                                    \
+      return cudaSuccess;                                                                          \
+    unsigned blocks = unsigned(std::min<int64_t>(n, 2048));                                        \
+    embeddingChunksKernel<<<blocks, kThreads, 0, s>>>(order, d, scratch, n, h);                    \
+    embeddingGroupsKernel<true>                                                                    \
+        <<<blocks, kThreads, 0, s>>>(tok, order, scratch, dt, n, h, offset, part);                 \
     return cudaGetLastError();                                                                     \
   }                                                                                                \
   cudaError_t embeddingBackward(const int32_t *tok, const T *d, float *dt, int64_t n, int64_t h,   \

@@ -242,6 +242,25 @@ TEST(Cuda, EmbeddingAndRotary) {
     expectClose(dDt.host(), want, 1e-5, "embedding dtable (in token order)");
   }
 
+  // A vocabulary-parallel part (tensor parallelism): rows [4, 8) of the
+  // table; the other tokens' rows are zero forward and left out backward.
+  {
+    const int64_t offset = 4, part = 4;
+    std::vector<float> partTable(table.begin() + offset * h, table.begin() + (offset + part) * h);
+    std::vector<float> pOut(n * h), pDt(part * h, 0.0f);
+    cpu::embeddingForwardPart(tok.data(), partTable.data(), pOut.data(), n, offset, part, h);
+    cpu::embeddingBackwardPart(tok.data(), g.data(), pDt.data(), n, offset, part, h);
+    Dev<float> dPart(partTable), dPOut(n * h), dPDt(part * h);
+    Dev<int32_t> dOrder(order);
+    ASSERT_EQ(gpu::embeddingForwardPart(dTok.p, dPart.p, dPOut.p, n, h, offset, part, nullptr),
+              cudaSuccess);
+    ASSERT_EQ(gpu::embeddingBackwardOrderedPart(dTok.p, dOrder.p, dG.p, dPDt.p, n, h, scratch.p,
+                                                offset, part, nullptr),
+              cudaSuccess);
+    expectClose(dPOut.host(), pOut, 0, "embedding part");
+    expectClose(dPDt.host(), pDt, 1e-5, "embedding part dtable (in token order)");
+  }
+
   // Rotary with theta 10000 and no scaling: inverse frequencies theta^(-2i/d).
   auto x = randomVec(2 * seq * heads * hd, 15);
   std::vector<double> inv = cpu::ropeInverseFrequencies(hd, 10000.0f, cpu::RopeScaling{});

@@ -51,6 +51,44 @@ using DevBuf = cu::DeviceBuffer;
 int64_t lastDim(const Buffer &b) { return b.shape.empty() ? 1 : b.shape.back(); }
 int64_t rowsOf(const Buffer &b) { return lastDim(b) ? b.elements / lastDim(b) : 0; }
 
+/// A world of one on device memory: reductions leave the data as it is,
+/// block collectives copy this rank's block, in the stream's order.
+class DeviceAlone final : public Communicator {
+public:
+  explicit DeviceAlone(cudaStream_t stream) : stream(stream) {}
+  int rank() const override { return 0; }
+  int size() const override { return 1; }
+  bool allReduce(const std::string &, float *, int64_t, bool, std::string &) override {
+    return true;
+  }
+  bool allReduceMax(const std::string &, float *, int64_t, std::string &) override { return true; }
+  bool reduceScatter(const std::string &, float *, int64_t, bool, std::string &) override {
+    return true;
+  }
+  bool allGather(const std::string &, float *, int64_t, std::string &) override { return true; }
+  bool allGatherBlocks(const std::string &, const float *mine, float *all, int64_t count,
+                       std::string &error) override {
+    return copy(all, mine, count, error);
+  }
+  bool reduceScatterBlocks(const std::string &, const float *all, float *mine, int64_t count,
+                           std::string &error) override {
+    return copy(mine, all, count, error);
+  }
+  bool allToAllBlocks(const std::string &, const float *send, float *recv, int64_t count,
+                      std::string &error) override {
+    return copy(recv, send, count, error);
+  }
+
+private:
+  cudaStream_t stream;
+  bool copy(float *to, const float *from, int64_t count, std::string &error) {
+    return to == from ||
+           cudaMemcpyAsync(to, from, size_t(count) * 4, cudaMemcpyDeviceToDevice, stream) ==
+               cudaSuccess ||
+           (error = "cannot copy a collective's buffer on the GPU", false);
+  }
+};
+
 } // namespace
 
 struct CudaExecutor::State {
@@ -223,6 +261,13 @@ struct CudaExecutor::State {
   std::unique_ptr<Staging> staging;
   std::unique_ptr<StagedCommunicator> staged;
   Communicator *dev = nullptr;
+  /// A plan of one rank: its collectives on device memory, each a copy at
+  /// most (the host SingleRank's defaults would touch device pointers).
+  std::unique_ptr<Communicator> alone;
+  /// Before the host reads what the step computed (a norm): NCCL's queued
+  /// collectives waited for under the watchdog, so that a rank that died
+  /// fails the step instead of hanging this one in a copy.
+  bool drainDevice(std::string &error) { return !nccl || nccl->synchronize(error); }
   /// The step driver's instruction running: fp32 copies of its bf16
   /// buffers (StepBackend::widen), by buffer.
   std::map<const Buffer *, float *> wide;
@@ -428,6 +473,18 @@ struct CudaExecutor::State {
   template <typename T> bool kernelCrossEntropyBwd(const KernelCall &call);
   template <typename T> bool kernelGlobalNorm(const KernelCall &call);
   template <typename T> bool kernelSumSquares(const KernelCall &call);
+  template <typename T> bool kernelVPCEStats(const KernelCall &call);
+  template <typename T> bool kernelVPCELoss(const KernelCall &call);
+  template <typename T> bool kernelVPCEBwd(const KernelCall &call);
+  /// Sequence and context parallelism's gathers, reduce-scatters and splits
+  /// of [batch, seq, hidden] activations over an axis (on fp32 buffers).
+  bool seqCollective(const Instruction &ins, const float *in, float *out, Communicator &comm,
+                     std::string &error);
+  /// Expert parallelism's all-to-alls: the expert rows [E][C][h] to their
+  /// ranks (dispatch: each rank's local experts' rows from every rank,
+  /// [E / parts][parts][C][h]) and back (combine), on fp32 buffers.
+  bool expertCollective(const Instruction &ins, const float *in, float *out, Communicator &comm,
+                        std::string &error);
   template <typename T> bool kernelSqrt(const KernelCall &call);
   template <typename T> bool kernelAdamW(const KernelCall &call);
   template <typename T> bool kernelFused(const KernelCall &call);
@@ -545,7 +602,8 @@ bool CudaExecutor::State::runAdamW(AdamWRun &run, const Instruction &ins, std::s
   float norm = 0;
   if (auto it = hostNorms.find(ptr(ins.ins[1])); it != hostNorms.end())
     norm = it->second;
-  else if (!check(cudaMemcpy(&norm, ptr(ins.ins[1]), 4, cudaMemcpyDeviceToHost), "adamw", error))
+  else if (!drainDevice(error) ||
+           !check(cudaMemcpy(&norm, ptr(ins.ins[1]), 4, cudaMemcpyDeviceToHost), "adamw", error))
     return false;
   a.gradScale = maxNorm > 0 ? float(std::min(1.0, maxNorm / (double(norm) + 1e-6))) : 1.0f;
   a.step = step;
@@ -693,6 +751,9 @@ CudaExecutor::State::kernelTable() {
     t[size_t(KernelId::CrossEntropyBwd)] = &State::kernelCrossEntropyBwd<T>;
     t[size_t(KernelId::GlobalNorm)] = &State::kernelGlobalNorm<T>;
     t[size_t(KernelId::SumSquares)] = &State::kernelSumSquares<T>;
+    t[size_t(KernelId::VPCEStats)] = &State::kernelVPCEStats<T>;
+    t[size_t(KernelId::VPCELoss)] = &State::kernelVPCELoss<T>;
+    t[size_t(KernelId::VPCEBwd)] = &State::kernelVPCEBwd<T>;
     t[size_t(KernelId::Sqrt)] = &State::kernelSqrt<T>;
     t[size_t(KernelId::AdamW)] = &State::kernelAdamW<T>;
     t[size_t(KernelId::Fused)] = &State::kernelFused<T>;
@@ -713,6 +774,15 @@ CudaExecutor::State::kernelTable() {
 template <typename T> bool CudaExecutor::State::kernelEmbeddingFwd(const KernelCall &call) {
   auto &[ins, in, out, error, s] = call;
   auto ok = [&](cudaError_t e) { return check(e, ins.kernel->name, error); };
+  if (!ins.args.shard.empty()) {
+    // Vocabulary-parallel: this rank's rows [index * part, (index + 1) * part).
+    int index = 0, parts = 1;
+    if (!plan->place(ins.args.shard, rank, index, parts, error))
+      return false;
+    int64_t part = in[1].shape[0];
+    return ok(cu::embeddingForwardPart(at<int32_t>(in[0]), at<T>(in[1]), at<T>(out[0]),
+                                       in[0].elements, in[1].shape[1], index * part, part, s));
+  }
   return ok(cu::embeddingForward(at<int32_t>(in[0]), at<T>(in[1]), at<T>(out[0]), in[0].elements,
                                  in[1].shape[1], s));
 }
@@ -731,6 +801,18 @@ template <typename T> bool CudaExecutor::State::kernelEmbeddingBwd(const KernelC
   auto *partial = ordered ? static_cast<float *>(tmp(8, size_t(n * h) * 4, error)) : nullptr;
   if (ordered && !partial)
     return false;
+  if (!ins.args.shard.empty()) {
+    // Vocabulary-parallel: only this rank's rows, in position order.
+    int index = 0, parts = 1;
+    if (!plan->place(ins.args.shard, rank, index, parts, error))
+      return false;
+    if (!ordered)
+      return (error = "a vocabulary-parallel embedding_bwd of tokens other than the step's", false);
+    int64_t part = out[0].shape[0];
+    return ok(cu::embeddingBackwardOrderedPart(tok, tokenOrderDev.as<int32_t>(), at<T>(in[1]), g, n,
+                                               h, partial, index * part, part, s)) &&
+           gradDone(out[0], g, error);
+  }
   return ok(ordered ? cu::embeddingBackwardOrdered(tok, tokenOrderDev.as<int32_t>(), at<T>(in[1]),
                                                    g, n, h, partial, s)
                     : cu::embeddingBackward(tok, at<T>(in[1]), g, in[0].elements, out[0].shape[1],
@@ -1104,7 +1186,7 @@ template <typename T> bool CudaExecutor::State::kernelGlobalNorm(const KernelCal
   if (graphs) // on the device: nothing of a step may wait for the host
     return ok(cu::sqrtOfSum(dsum, at<float>(out[0]), s));
   double sum = 0;
-  if (!ok(cudaMemcpy(&sum, dsum, 8, cudaMemcpyDeviceToHost)))
+  if (!drainDevice(error) || !ok(cudaMemcpy(&sum, dsum, 8, cudaMemcpyDeviceToHost)))
     return false;
   float norm = float(std::sqrt(sum));
   hostNorms[ptr(out[0])] = norm;
@@ -1148,7 +1230,7 @@ template <typename T> bool CudaExecutor::State::kernelAdamW(const KernelCall &ca
   float norm = 0;
   if (auto it = hostNorms.find(ptr(in[1])); it != hostNorms.end())
     norm = it->second;
-  else if (!ok(cudaMemcpy(&norm, ptr(in[1]), 4, cudaMemcpyDeviceToHost)))
+  else if (!drainDevice(error) || !ok(cudaMemcpy(&norm, ptr(in[1]), 4, cudaMemcpyDeviceToHost)))
     return false;
   double maxNorm = ins.args.max_norm;
   cu::AdamWArgs a{float(ins.args.lr),
@@ -1181,12 +1263,147 @@ template <typename T> bool CudaExecutor::State::kernelSumSquares(const KernelCal
       return false;
   }
   double sum = 0;
-  if (!ok(cudaMemcpyAsync(&sum, dsum, 8, cudaMemcpyDeviceToHost, s)) ||
+  if (!drainDevice(error) || !ok(cudaMemcpyAsync(&sum, dsum, 8, cudaMemcpyDeviceToHost, s)) ||
       !ok(cudaStreamSynchronize(s)))
     return false;
   float f = float(sum);
   return ok(cudaMemcpyAsync(ptr(out[0]), &f, 4, cudaMemcpyHostToDevice, s)) &&
          ok(cudaStreamSynchronize(s));
+}
+
+/// The vocabulary-parallel cross-entropy (tensor parallelism's LM head):
+/// each rank's log-sum-exp and target logit over its part, gathered over
+/// the axis by the plan, then the loss and each part's gradient.
+template <typename T> bool CudaExecutor::State::kernelVPCEStats(const KernelCall &call) {
+  auto &[ins, in, out, error, s] = call;
+  auto ok = [&](cudaError_t e) { return check(e, ins.kernel->name, error); };
+  int index = 0, parts = 1;
+  if (!plan->place(ins.args.shard, rank, index, parts, error))
+    return false;
+  int64_t part = in[0].shape.back(), rows = in[0].elements / part;
+  return ok(cu::vpCrossEntropyStats(at<T>(in[0]), at<int32_t>(in[1]), at<float>(out[0]),
+                                    at<float>(out[1]), rows, part, index * part,
+                                    int64_t(ins.args.ignore_index), s));
+}
+
+template <typename T> bool CudaExecutor::State::kernelVPCELoss(const KernelCall &call) {
+  auto &[ins, in, out, error, s] = call;
+  auto ok = [&](cudaError_t e) { return check(e, ins.kernel->name, error); };
+  int64_t rows = in[1].elements, parts = rows ? in[0].elements / rows : 1;
+  return ok(cu::vpCrossEntropyLoss(at<float>(in[0]), at<float>(in[1]), at<int32_t>(in[2]),
+                                   at<float>(out[0]), rows, parts, int64_t(ins.args.ignore_index),
+                                   s));
+}
+
+template <typename T> bool CudaExecutor::State::kernelVPCEBwd(const KernelCall &call) {
+  auto &[ins, in, out, error, s] = call;
+  auto ok = [&](cudaError_t e) { return check(e, ins.kernel->name, error); };
+  int index = 0, parts = 1;
+  if (!plan->place(ins.args.shard, rank, index, parts, error))
+    return false;
+  int64_t part = in[0].shape.back(), rows = in[0].elements / part;
+  int64_t gathered = rows ? in[2].elements / rows : 1;
+  auto *counted = static_cast<unsigned long long *>(tmp(24, 8, error));
+  return counted &&
+         ok(cu::vpCrossEntropyBackward(at<T>(in[0]), at<int32_t>(in[1]), at<float>(in[2]),
+                                       at<float>(in[3]), at<T>(out[0]), rows, part, gathered,
+                                       index * part, int64_t(ins.args.ignore_index), counted, s));
+}
+
+bool CudaExecutor::State::seqCollective(const Instruction &ins, const float *in, float *out,
+                                        Communicator &comm, std::string &error) {
+  using K = Instruction::Kind;
+  int index = 0, parts = 1;
+  if (!plan->place(ins.axis, rank, index, parts, error))
+    return false;
+  bool gathers = ins.kind == K::SeqAllGather || ins.kind == K::CPAllGather;
+  bool balanced = ins.kind == K::CPAllGather || ins.kind == K::CPReduceScatter;
+  const Buffer &whole = gathers ? ins.outs[0] : ins.ins[0],
+               &chunk = gathers ? ins.ins[0] : ins.outs[0];
+  if (whole.shape.size() != 3 || chunk.shape.size() != 3)
+    return (error = "a sequence collective of buffers that are not [batch, seq, hidden]", false);
+  int64_t batch = whole.shape[0], c = chunk.shape[1], h = whole.shape[2], seq = whole.shape[1];
+  int64_t block = batch * c * h;
+  // Rank r's rows between its block [batch][c][h] and the position-ordered
+  // whole [batch][seq][h]: row i at position r c + i, or (context
+  // parallelism's balanced halves) the first half at r c / 2 + i, the
+  // second at (2 parts - 1 - r) c / 2 + i - c / 2.
+  auto rows = [&](int64_t r, float *blk, float *wh, bool toWhole) {
+    int64_t half = balanced ? c / 2 : c;
+    struct Piece {
+      int64_t first, count, position;
+    };
+    std::vector<Piece> pieces = {{0, half, r * half}};
+    if (balanced)
+      pieces.push_back({half, c - half, (2 * parts - 1 - r) * half});
+    for (const Piece &p : pieces) {
+      if (p.count == 0)
+        continue;
+      float *b = blk + p.first * h, *w = wh + p.position * h;
+      size_t width = size_t(p.count * h) * 4, bp = size_t(c * h) * 4, wp = size_t(seq * h) * 4;
+      cudaError_t e = toWhole ? cudaMemcpy2DAsync(w, wp, b, bp, width, size_t(batch),
+                                                  cudaMemcpyDeviceToDevice, stream)
+                              : cudaMemcpy2DAsync(b, bp, w, wp, width, size_t(batch),
+                                                  cudaMemcpyDeviceToDevice, stream);
+      if (!check(e, "sequence collective", error))
+        return false;
+    }
+    return true;
+  };
+  if (ins.kind == K::SeqSplit)
+    return rows(index, out, const_cast<float *>(in), /*toWhole=*/false);
+  auto *blocks = static_cast<float *>(tmp(25, size_t(block * parts) * 4, error));
+  if (!blocks)
+    return false;
+  if (gathers) {
+    if (!comm.allGatherBlocks(ins.axis, in, blocks, block, error))
+      return false;
+    for (int64_t r = 0; r < parts; ++r)
+      if (!rows(r, blocks + r * block, out, /*toWhole=*/true))
+        return false;
+    return true;
+  }
+  for (int64_t r = 0; r < parts; ++r)
+    if (!rows(r, blocks + r * block, const_cast<float *>(in), /*toWhole=*/false))
+      return false;
+  return comm.reduceScatterBlocks(ins.axis, blocks, out, block, error);
+}
+
+bool CudaExecutor::State::expertCollective(const Instruction &ins, const float *in, float *out,
+                                           Communicator &comm, std::string &error) {
+  int index = 0, parts = 1;
+  if (!plan->place(ins.axis, rank, index, parts, error))
+    return false;
+  bool dispatch = ins.kind == Instruction::Kind::EPDispatch;
+  const Buffer &rows = dispatch ? ins.ins[0] : ins.outs[0],
+               &share = dispatch ? ins.outs[0] : ins.ins[0];
+  if (rows.shape.size() != 3)
+    return (error = "an expert all-to-all of rows that are not [experts, capacity, hidden]", false);
+  // Block j [E / parts][C][h] goes to / comes from rank j; in the share,
+  // rank i's rows of local expert e are at (e parts + i) C h.
+  int64_t local = share.shape[0], ch = rows.shape[1] * rows.shape[2];
+  int64_t block = local * ch;
+  auto *blocks =
+      static_cast<float *>(tmp(26, size_t(std::max<int64_t>(block * parts, 1)) * 4, error));
+  if (!blocks)
+    return false;
+  size_t width = size_t(ch) * 4, strided = size_t(parts * ch) * 4;
+  if (dispatch) {
+    if (!comm.allToAllBlocks(ins.axis, in, blocks, block, error))
+      return false;
+    for (int64_t i = 0; i < parts; ++i)
+      if (!check(cudaMemcpy2DAsync(out + i * ch, strided, blocks + i * block, width, width,
+                                   size_t(local), cudaMemcpyDeviceToDevice, stream),
+                 "ep_dispatch", error))
+        return false;
+    return true;
+  }
+  for (int64_t i = 0; i < parts; ++i)
+    if (!check(cudaMemcpy2DAsync(blocks + i * block, width, in + i * ch, strided, width,
+                                 size_t(local), cudaMemcpyDeviceToDevice, stream),
+               "ep_combine", error))
+      return false;
+  return comm.allToAllBlocks(ins.axis, blocks, out, block, error);
 }
 
 template <typename T> bool CudaExecutor::State::kernelSqrt(const KernelCall &call) {
@@ -1197,7 +1414,8 @@ template <typename T> bool CudaExecutor::State::kernelSqrt(const KernelCall &cal
   // A scalar (the gradient norm) in practice: through the host, where
   // AdamW's clipping then finds it.
   std::vector<float> x(size_t(in[0].elements));
-  if (!ok(cudaMemcpyAsync(x.data(), ptr(in[0]), x.size() * 4, cudaMemcpyDeviceToHost, s)) ||
+  if (!drainDevice(error) ||
+      !ok(cudaMemcpyAsync(x.data(), ptr(in[0]), x.size() * 4, cudaMemcpyDeviceToHost, s)) ||
       !ok(cudaStreamSynchronize(s)))
     return false;
   for (float &v : x)
@@ -1490,8 +1708,29 @@ bool CudaExecutor::init(const Plan &plan, int rank, uint64_t seed, std::string &
           axes.insert(ins.axis);
         return true;
       }
-      error = "the CUDA backend does not run sequence- or context-parallel gathers, ring "
-              "attention or expert all-to-alls yet (tensor, context and expert parallelism run "
+      using K = Instruction::Kind;
+      if (ins.kind == K::SeqAllGather || ins.kind == K::SeqReduceScatter ||
+          ins.kind == K::SeqSplit || ins.kind == K::CPAllGather || ins.kind == K::CPReduceScatter) {
+        for (const std::vector<Buffer> *list : {&ins.ins, &ins.outs})
+          if (list->size() != 1 || list->front().shape.size() != 3 ||
+              (list->front().dtype != DType::F32 && list->front().dtype != DType::BF16))
+            return (error = "the CUDA backend gathers one fp32 or bf16 [batch, seq, hidden] "
+                            "buffer per sequence collective",
+                    false);
+        axes.insert(ins.axis);
+        return true;
+      }
+      if (ins.kind == K::EPDispatch || ins.kind == K::EPCombine) {
+        for (const std::vector<Buffer> *list : {&ins.ins, &ins.outs})
+          if (list->size() != 1 ||
+              (list->front().dtype != DType::F32 && list->front().dtype != DType::BF16))
+            return (error = "the CUDA backend moves one fp32 or bf16 buffer per expert "
+                            "all-to-all",
+                    false);
+        axes.insert(ins.axis);
+        return true;
+      }
+      error = "the CUDA backend does not run context parallelism's ring attention yet (it runs "
               "on the CPU backend)";
       return false;
     }
@@ -1519,14 +1758,24 @@ bool CudaExecutor::init(const Plan &plan, int rank, uint64_t seed, std::string &
         return false;
       }
     }
-    // ZeRO's sharded update and norm run here; other sharded kernels are
-    // tensor parallelism's.
-    bool zeroShard = ins.kernel->id == KernelId::AdamW || ins.kernel->id == KernelId::SumSquares;
-    if ((!ins.args.fp8.empty() && !fp8Linear) || (!ins.args.shard.empty() && !zeroShard) ||
+    // Sharded kernels: ZeRO's update and norm, tensor parallelism's
+    // vocabulary-parallel embedding and cross-entropy (of a vocabulary that
+    // is not padded).
+    KernelId id = ins.kernel->id;
+    bool sharded = id == KernelId::AdamW || id == KernelId::SumSquares ||
+                   id == KernelId::EmbeddingFwd || id == KernelId::EmbeddingBwd ||
+                   id == KernelId::VPCEStats || id == KernelId::VPCEBwd;
+    if ((!ins.args.fp8.empty() && !fp8Linear) || (!ins.args.shard.empty() && !sharded) ||
         !ins.args.cp.empty()) {
       error = std::string(ins.kernel->name) +
-              ": fp8 (other than linears whose amax no other rank shares), sharded and "
-              "context-parallel kernels are not run by the CUDA backend yet";
+              ": fp8 (other than linears whose amax no other rank shares), sharded (other than "
+              "ZeRO's and the vocabulary-parallel embedding and loss) and context-parallel "
+              "kernels are not run by the CUDA backend yet";
+      return false;
+    }
+    if ((id == KernelId::VPCEStats || id == KernelId::VPCEBwd) && ins.args.classes >= 0) {
+      error = std::string(ins.kernel->name) +
+              ": a padded vocabulary under tensor parallelism is not run by the CUDA backend yet";
       return false;
     }
     if (ins.kernel->id == KernelId::AdamW && ins.ins.size() > 2) {
@@ -1558,6 +1807,26 @@ bool CudaExecutor::init(const Plan &plan, int rank, uint64_t seed, std::string &
   host.arenasWanted = false;
   if (!host.init(plan, rank, seed, error))
     return false;
+  // A parameter of which this rank holds a chunk (ZeRO-3) reaches kernels
+  // only through its gathered copy: it has no working copy to read.
+  std::function<bool(const Instruction &)> chunkRead = [&](const Instruction &ins) {
+    for (const std::vector<Buffer> *list : {&ins.ins, &ins.outs})
+      for (const Buffer &b : *list)
+        if (b.space == Buffer::Space::State && ins.kind == Instruction::Kind::Kernel)
+          if (auto it = host.params.find(b.name);
+              it != host.params.end() && it->second.valueChunked)
+            return (error = std::string(ins.kernel->name) + " reads parameter '" + b.name +
+                            "', of which this rank holds a ZeRO-3 chunk, not its gathered copy",
+                    true);
+    for (const Instruction &sub : ins.body)
+      if (chunkRead(sub))
+        return true;
+    return false;
+  };
+  for (const std::vector<Instruction> *list : {&program->microBatch, &program->step})
+    for (const Instruction &ins : *list)
+      if (chunkRead(ins))
+        return false;
   s->plan = &plan;
   s->program = program;
   s->rank = rank;
@@ -1633,8 +1902,12 @@ bool CudaExecutor::init(const Plan &plan, int rank, uint64_t seed, std::string &
           sizes[b.name] = std::max(sizes[b.name], b.elements);
     for (const Instruction &sub : ins.body)
       note(sub);
-    if (ins.kernel && ins.kernel->id == KernelId::EmbeddingFwd && ins.ins.size() > 1)
-      s->vocab = ins.ins[1].shape[0];
+    if (ins.kernel && ins.kernel->id == KernelId::EmbeddingFwd && ins.ins.size() > 1) {
+      int index = 0, parts = 1;
+      if (!ins.args.shard.empty())
+        plan.place(ins.args.shard, rank, index, parts);
+      s->vocab = ins.ins[1].shape[0] * parts;
+    }
     if (ins.kernel && ins.kernel->id == KernelId::EmbeddingBwd)
       s->orderTokens = true;
     if (ins.kernel && ins.kernel->id == KernelId::CrossEntropyFwd && !ins.ins.empty()) {
@@ -1704,6 +1977,14 @@ bool CudaExecutor::init(const Plan &plan, int rank, uint64_t seed, std::string &
                         std::to_string(cu::cublasLtVersion()) + ".bin";
     s->gemm->loadAlgorithms(s->algorithmCache);
     s->savedAlgorithms = s->gemm->cachedAlgorithms();
+  }
+  s->alone = std::make_unique<DeviceAlone>(s->stream);
+  // The collectives' scratch (StepBackend::allocate) from the stream's
+  // memory pool, kept there between steps rather than given back to the
+  // driver at each synchronization.
+  if (cudaMemPool_t pool = nullptr; cudaDeviceGetDefaultMemPool(&pool, device) == cudaSuccess) {
+    uint64_t keep = UINT64_MAX;
+    cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep);
   }
   // The parameters on the device, each host copy freed once uploaded: the
   // GPU holds the only copy of the training state from here on.
@@ -1892,21 +2173,28 @@ bool CudaExecutor::select(const std::vector<int32_t> &tok, const std::vector<int
 }
 
 bool CudaExecutor::widen(const Instruction &ins, std::string &error) {
+  // On a failure nothing stays widened (the driver does not narrow then).
+  auto fail = [&](std::string why) {
+    s->wide.clear();
+    error = std::move(why);
+    return false;
+  };
   size_t used = 0;
   for (const std::vector<Buffer> *list : {&ins.ins, &ins.outs, &ins.buffers})
     for (const Buffer &b : *list) {
       if (b.dtype == DType::F32 || b.space == Buffer::Space::State)
         continue; // fp32 already; parameters: their fp32 masters
       if (b.dtype != DType::BF16)
-        return (error = "the CUDA backend moves fp32 and bf16 buffers only", false);
+        return fail("the CUDA backend moves fp32 and bf16 buffers only");
       if (s->wideBufs.size() <= used)
         s->wideBufs.push_back(std::make_unique<DevBuf>());
       DevBuf &w = *s->wideBufs[used++];
       if (!w.reserve(size_t(b.elements) * 4))
-        return (error = "out of GPU memory for an fp32 copy of a bf16 buffer", false);
+        return fail("out of GPU memory for an fp32 copy of a bf16 buffer");
+      std::string why;
       if (!s->check(cu::toFloat(s->at<cu::bf16>(b), w.as<float>(), b.elements, s->stream), "widen",
-                    error))
-        return false;
+                    why))
+        return fail(why);
       s->wide[&b] = w.as<float>();
     }
   return true;
@@ -1930,8 +2218,31 @@ bool CudaExecutor::narrow(const Instruction &ins, std::string &error) {
   return ok;
 }
 
-bool CudaExecutor::compute(const Instruction &ins, Communicator &, std::string &error) {
-  return runTimed(ins, error);
+bool CudaExecutor::compute(const Instruction &ins, Communicator &comm, std::string &error) {
+  using K = Instruction::Kind;
+  switch (ins.kind) {
+  case K::SeqAllGather:
+  case K::SeqReduceScatter:
+  case K::SeqSplit:
+  case K::CPAllGather:
+  case K::CPReduceScatter:
+  case K::EPDispatch:
+  case K::EPCombine: {
+    // On fp32 copies of 16-bit buffers, as the data the driver moves.
+    if (!widen(ins, error))
+      return false;
+    bool expert = ins.kind == K::EPDispatch || ins.kind == K::EPCombine;
+    bool ok = expert ? s->expertCollective(ins, data(ins.ins[0]), data(ins.outs[0]), comm, error)
+                     : s->seqCollective(ins, data(ins.ins[0]), data(ins.outs[0]), comm, error);
+    std::string narrowError;
+    bool back = narrow(ins, narrowError);
+    if (ok && !back)
+      error = narrowError;
+    return ok && back;
+  }
+  default:
+    return runTimed(ins, error);
+  }
 }
 
 bool CudaExecutor::computeRun(const Instruction *first, size_t count, Communicator &comm,
@@ -1973,7 +2284,7 @@ bool CudaExecutor::step(const std::vector<std::vector<int32_t>> &tok,
                 false);
   }
   s->hostNorms.clear();
-  s->step = steps + 1;
+  s->step = steps + 1 - lossScale.skipped; // AdamW's count, as the CPU backend's
   s->uploaded = nullptr;
   if (s->graphs) {
     int64_t t = s->step; // AdamW's bias corrections read it on the device
@@ -1984,8 +2295,7 @@ bool CudaExecutor::step(const std::vector<std::vector<int32_t>> &tok,
   }
   // The micro-batches, the step phase and the collectives: the step
   // driver's, on this backend's memory.
-  SingleRank alone;
-  if (!driver.step(*this, tok, lab, s->dev ? *s->dev : static_cast<Communicator &>(alone), error))
+  if (!driver.step(*this, tok, lab, s->dev ? *s->dev : *s->alone, error))
     return false;
   // NCCL's collectives under the watchdog (a rank that never joins one
   // fails the step instead of hanging it).

@@ -857,6 +857,15 @@ bool parsePlan(const json::Value &root, Plan &plan, std::string &error) {
           for (const Buffer &b : ins.buffers)
             if (b.space == Buffer::Space::Input)
               return c.fail(iw + ".buffers", "a collective must not write a step input");
+          // A bucket's reduction arrives in its buffers when the bucket is
+          // waited on: 16-bit buffers, reduced through fp32 copies rounded
+          // back at once, would not get it.
+          if (ins.kind == Instruction::Kind::BucketAllReduce)
+            for (const Buffer &b : ins.buffers)
+              if (b.dtype != DType::F32)
+                return c.fail(iw + ".buffers",
+                              "a bucketed all-reduce reduces fp32 buffers (gradient "
+                              "accumulators) only");
           // pp_tied: the first and last pipeline stage (a shared weight).
           if (!plan.hasAxis(ins.axis))
             return c.fail(iw + ".axis", "no mesh axis '" + ins.axis + "'");

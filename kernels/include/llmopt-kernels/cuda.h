@@ -66,6 +66,14 @@ bool deviceAvailable();
                                        cudaStream_t stream);                                       \
   cudaError_t embeddingBackward(const int32_t *tokens, const T *dout, float *dtable, int64_t n,    \
                                 int64_t hidden, cudaStream_t stream);                              \
+  /* A vocabulary-parallel part, rows [offset, offset + part) of the table: other tokens' */       \
+  /* rows are zero (forward) or left out (backward, in position order as above) */                 \
+  cudaError_t embeddingForwardPart(const int32_t *tokens, const T *table, T *out, int64_t n,       \
+                                   int64_t hidden, int64_t offset, int64_t part,                   \
+                                   cudaStream_t stream);                                           \
+  cudaError_t embeddingBackwardOrderedPart(                                                        \
+      const int32_t *tokens, const int32_t *order, const T *dout, float *dtable, int64_t n,        \
+      int64_t hidden, float *scratch, int64_t offset, int64_t part, cudaStream_t stream);          \
   /* cosSin: rotaryTable's [seq, headDim / 2] (cos, sin) pairs on the device */                    \
   cudaError_t rotary(const T *x, T *out, int64_t batch, int64_t seq, int64_t heads,                \
                      int64_t headDim, const float *cosSin, bool inverse, cudaStream_t stream);     \
