@@ -476,6 +476,22 @@ struct CudaExecutor::State {
   template <typename T> bool kernelVPCEStats(const KernelCall &call);
   template <typename T> bool kernelVPCELoss(const KernelCall &call);
   template <typename T> bool kernelVPCEBwd(const KernelCall &call);
+  /// A strided copy of `height` rows of `width` bytes on the stream: one
+  /// cudaMemcpy2DAsync, or row by row where a pitch is past what it takes.
+  bool copyRows(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
+                size_t height, std::string &error) {
+    cudaError_t e = cudaSuccess;
+    if (dpitch <= size_t(INT32_MAX) && spitch <= size_t(INT32_MAX)) {
+      e = cudaMemcpy2DAsync(dst, dpitch, src, spitch, width, height, cudaMemcpyDeviceToDevice,
+                            stream);
+    } else {
+      for (size_t r = 0; r < height && e == cudaSuccess; ++r)
+        e = cudaMemcpyAsync(static_cast<char *>(dst) + r * dpitch,
+                            static_cast<const char *>(src) + r * spitch, width,
+                            cudaMemcpyDeviceToDevice, stream);
+    }
+    return check(e, "strided copy", error);
+  }
   /// Sequence and context parallelism's gathers, reduce-scatters and splits
   /// of [batch, seq, hidden] activations over an axis (on fp32 buffers).
   bool seqCollective(const Instruction &ins, const float *in, float *out, Communicator &comm,
@@ -1304,7 +1320,9 @@ template <typename T> bool CudaExecutor::State::kernelVPCEBwd(const KernelCall &
   int64_t part = in[0].shape.back(), rows = in[0].elements / part;
   int64_t gathered = rows ? in[2].elements / rows : 1;
   auto *counted = static_cast<unsigned long long *>(tmp(24, 8, error));
-  return counted &&
+  // (It counts the rows on the host: NCCL's collectives first, under the
+  // watchdog.)
+  return counted && drainDevice(error) &&
          ok(cu::vpCrossEntropyBackward(at<T>(in[0]), at<int32_t>(in[1]), at<float>(in[2]),
                                        at<float>(in[3]), at<T>(out[0]), rows, part, gathered,
                                        index * part, int64_t(ins.args.ignore_index), counted, s));
@@ -1341,11 +1359,8 @@ bool CudaExecutor::State::seqCollective(const Instruction &ins, const float *in,
         continue;
       float *b = blk + p.first * h, *w = wh + p.position * h;
       size_t width = size_t(p.count * h) * 4, bp = size_t(c * h) * 4, wp = size_t(seq * h) * 4;
-      cudaError_t e = toWhole ? cudaMemcpy2DAsync(w, wp, b, bp, width, size_t(batch),
-                                                  cudaMemcpyDeviceToDevice, stream)
-                              : cudaMemcpy2DAsync(b, bp, w, wp, width, size_t(batch),
-                                                  cudaMemcpyDeviceToDevice, stream);
-      if (!check(e, "sequence collective", error))
+      if (!(toWhole ? copyRows(w, wp, b, bp, width, size_t(batch), error)
+                    : copyRows(b, bp, w, wp, width, size_t(batch), error)))
         return false;
     }
     return true;
@@ -1392,16 +1407,12 @@ bool CudaExecutor::State::expertCollective(const Instruction &ins, const float *
     if (!comm.allToAllBlocks(ins.axis, in, blocks, block, error))
       return false;
     for (int64_t i = 0; i < parts; ++i)
-      if (!check(cudaMemcpy2DAsync(out + i * ch, strided, blocks + i * block, width, width,
-                                   size_t(local), cudaMemcpyDeviceToDevice, stream),
-                 "ep_dispatch", error))
+      if (!copyRows(out + i * ch, strided, blocks + i * block, width, width, size_t(local), error))
         return false;
     return true;
   }
   for (int64_t i = 0; i < parts; ++i)
-    if (!check(cudaMemcpy2DAsync(blocks + i * block, width, in + i * ch, strided, width,
-                                 size_t(local), cudaMemcpyDeviceToDevice, stream),
-               "ep_combine", error))
+    if (!copyRows(blocks + i * block, width, in + i * ch, strided, width, size_t(local), error))
       return false;
   return comm.allToAllBlocks(ins.axis, blocks, out, block, error);
 }
@@ -1570,6 +1581,10 @@ template <typename T> bool CudaExecutor::State::kernelMoEDispatchCombine(const K
     return false;
   const int32_t *idx = at<int32_t>(routes);
   bool valid = true;
+  // (The slots' computation waits for the stream: NCCL's collectives first,
+  // under the watchdog.)
+  if (!drainDevice(error))
+    return false;
   cudaError_t e = id == KernelId::MoEDispatchFwd
                       ? cu::moeDispatchForward(at<T>(in[0]), idx, at<T>(out[0]), n, hidden, topK,
                                                experts, capacity, slots, bad, s, valid)
@@ -1717,15 +1732,27 @@ bool CudaExecutor::init(const Plan &plan, int rank, uint64_t seed, std::string &
             return (error = "the CUDA backend gathers one fp32 or bf16 [batch, seq, hidden] "
                             "buffer per sequence collective",
                     false);
+        // The whole holds every rank's rows: parts x the chunk's.
+        bool gathers = ins.kind == K::SeqAllGather || ins.kind == K::CPAllGather;
+        const Buffer &whole = gathers ? ins.outs[0] : ins.ins[0],
+                     &chunk = gathers ? ins.ins[0] : ins.outs[0];
+        int index = 0, parts = 1;
+        if (!plan.place(ins.axis, rank, index, parts, error))
+          return false;
+        if (whole.shape[0] != chunk.shape[0] || whole.shape[2] != chunk.shape[2] ||
+            whole.shape[1] != chunk.shape[1] * parts)
+          return (error = "a sequence collective over '" + ins.axis + "' whose whole is not " +
+                          std::to_string(parts) + " chunks",
+                  false);
         axes.insert(ins.axis);
         return true;
       }
       if (ins.kind == K::EPDispatch || ins.kind == K::EPCombine) {
         for (const std::vector<Buffer> *list : {&ins.ins, &ins.outs})
-          if (list->size() != 1 ||
+          if (list->size() != 1 || list->front().shape.size() != 3 ||
               (list->front().dtype != DType::F32 && list->front().dtype != DType::BF16))
-            return (error = "the CUDA backend moves one fp32 or bf16 buffer per expert "
-                            "all-to-all",
+            return (error = "the CUDA backend moves one fp32 or bf16 [experts, capacity, "
+                            "hidden] buffer per expert all-to-all",
                     false);
         axes.insert(ins.axis);
         return true;
@@ -1771,6 +1798,12 @@ bool CudaExecutor::init(const Plan &plan, int rank, uint64_t seed, std::string &
               ": fp8 (other than linears whose amax no other rank shares), sharded (other than "
               "ZeRO's and the vocabulary-parallel embedding and loss) and context-parallel "
               "kernels are not run by the CUDA backend yet";
+      return false;
+    }
+    if (id == KernelId::EmbeddingBwd && !ins.args.shard.empty() &&
+        (ins.ins[0].space != Buffer::Space::Input || ins.ins[0].offset != 0)) {
+      error = "a vocabulary-parallel embedding_bwd of tokens other than the step's is not run by "
+              "the CUDA backend";
       return false;
     }
     if ((id == KernelId::VPCEStats || id == KernelId::VPCEBwd) && ins.args.classes >= 0) {
@@ -1979,13 +2012,6 @@ bool CudaExecutor::init(const Plan &plan, int rank, uint64_t seed, std::string &
     s->savedAlgorithms = s->gemm->cachedAlgorithms();
   }
   s->alone = std::make_unique<DeviceAlone>(s->stream);
-  // The collectives' scratch (StepBackend::allocate) from the stream's
-  // memory pool, kept there between steps rather than given back to the
-  // driver at each synchronization.
-  if (cudaMemPool_t pool = nullptr; cudaDeviceGetDefaultMemPool(&pool, device) == cudaSuccess) {
-    uint64_t keep = UINT64_MAX;
-    cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep);
-  }
   // The parameters on the device, each host copy freed once uploaded: the
   // GPU holds the only copy of the training state from here on.
   for (auto &[name, st] : host.params) {
