@@ -111,4 +111,29 @@ lower "$root/examples/models/llama3.2-1b.json" "dir=$kit/plans/llama-1b batch=8 
   'docs/*.md' 'lib/*/*.cpp' 'runtime/src/*.cpp' 'kernels/cpu/*.cpp' | head -c 1200000) >"$kit/data/text.txt"
 "$build/bin/llm-data" bytes "$kit/data/text.txt" "$kit/data/text.bin"
 rm "$kit/data/text.txt"
+# The CPU backend's runs of the tiny and comm parts' plans, the references
+# the GPU runs are compared with, made here so that a lent GPU's minutes go
+# to the GPU runs (bench/gpu/run.sh takes them from expected/ where there).
+mkdir -p "$kit/expected"
+ref() { # plan ranks
+  if [ "$2" = 1 ]; then
+    "$build/bin/llm-run" "$kit/plans/$1" --data "$kit/data/tiny.bin" --steps 10 \
+      --metrics "$kit/expected/$1.jsonl" --quiet
+  else
+    PATH="$build/bin:$PATH" python3 "$in/launch_env.py" -n "$2" --timeout 300 -- llm-run \
+      "$kit/plans/$1" --data "$kit/data/tiny.bin" --steps 10 --metrics "$kit/expected/$1.jsonl" --quiet
+  fi
+}
+for n in tiny-gpt2 tiny-llama tiny-bf16 tiny-gpt2-bf16 tiny-gpt2-rc-full tiny-gpt2-rc-selective \
+  tiny-llama-rc-full tiny-llama-rc-selective tiny-v261 tiny-v261-bf16 tiny-moe tiny-moe-bf16 \
+  tiny-fp8 tiny-fp8-gpt2; do
+  ref $n 1
+done
+for n in dp2 dp2-bf16 zero1 zero1-bf16 zero2 zero2-bf16 zero3 zero3-bf16 pp2 pp2-bf16 pp2-gpipe vpp \
+  tp2 tp2-sp-bf16 ep2 ep2-bf16; do
+  ref $n 2
+done
+for n in gpt2-pp gpt2-dp2tp2; do
+  ref $n 4
+done
 du -sh "$kit"
