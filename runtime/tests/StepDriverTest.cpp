@@ -163,9 +163,9 @@ TEST(StepDriver, RunsOfKernelsGoToTheBackendAtOnce) {
          {"select 0", "run micro[0] x1", "compute micro[0]", "widen micro[1]", "narrow micro[1]",
           "run micro[2] x2", "compute micro[2]", "compute micro[3]", "select 0"})
       want.push_back(c);
-  for (const char *c : {"select 0", "run step[0] x1", "compute step[0]", "widen step[1]",
-                        "narrow step[1]", "run step[2] x3", "compute step[2]", "compute step[3]",
-                        "compute step[4]"})
+  for (const char *c :
+       {"select 0", "run step[0] x1", "compute step[0]", "widen step[1]", "narrow step[1]",
+        "run step[2] x3", "compute step[2]", "compute step[3]", "compute step[4]"})
     want.push_back(c);
   EXPECT_EQ(d.backend.calls, want);
 }
