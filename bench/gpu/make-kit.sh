@@ -96,6 +96,14 @@ sed 's/"num_hidden_layers": 2/"num_hidden_layers": 4/' "$in/byte-llama.json" >"$
   --llm-lower-to-plan="dir=$kit/plans/ep2 lr=0.003" >/dev/null
 "$opt" "$in/byte-mixtral.json" -o /dev/null --llm-auto-parallel="$pp gpus=2 fix=dp:2,ep:2,micro_batch:1" \
   --llm-lower-to-plan="dir=$kit/plans/ep2-bf16 lr=0.003" >/dev/null
+# Context parallelism: ring attention (Llama fp32 and bf16), the learned
+# position embedding at the chunks' positions (GPT-2).
+"$opt" "$in/byte-llama.json" --hf-dtype=f32 -o /dev/null --llm-auto-parallel="$pp gpus=2 fix=dp:1,cp:2,micro_batch:2" \
+  --llm-lower-to-plan="dir=$kit/plans/cp2 lr=0.003" >/dev/null
+"$opt" "$in/byte-llama.json" -o /dev/null --llm-auto-parallel="$pp gpus=2 fix=dp:1,cp:2,micro_batch:2" \
+  --llm-lower-to-plan="dir=$kit/plans/cp2-bf16 lr=0.003" >/dev/null
+"$opt" "$in/byte-gpt2.json" --hf-dtype=f32 -o /dev/null --llm-auto-parallel="$pp gpus=2 fix=dp:1,cp:2,micro_batch:2" \
+  --llm-lower-to-plan="dir=$kit/plans/gpt2-cp2 lr=0.003" >/dev/null
 cp "$in/launch_env.py" "$in/compare_metrics.py" "$kit/bin/"
 # Issue 7's measurements: GPT-2 124M B=16 T=1024 and Llama 3.2 1B, bf16.
 lower "$root/examples/models/gpt2-124m.json" "dir=$kit/plans/gpt2-124m batch=16 seq=1024"
@@ -130,7 +138,7 @@ for n in tiny-gpt2 tiny-llama tiny-bf16 tiny-gpt2-bf16 tiny-gpt2-rc-full tiny-gp
   ref $n 1
 done
 for n in dp2 dp2-bf16 zero1 zero1-bf16 zero2 zero2-bf16 zero3 zero3-bf16 pp2 pp2-bf16 pp2-gpipe vpp \
-  tp2 tp2-sp-bf16 ep2 ep2-bf16; do
+  tp2 tp2-sp-bf16 ep2 ep2-bf16 cp2 cp2-bf16 gpt2-cp2; do
   ref $n 2
 done
 for n in gpt2-pp gpt2-dp2tp2; do

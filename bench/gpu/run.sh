@@ -145,10 +145,10 @@ if has comm; then
   step "--comm auto picks the staged path for ranks sharing a GPU (bit-identical)"
   two "$kit/plans/dp2" --data "$kit/data/tiny.bin" --steps 10 --metrics dp2-auto.jsonl --device cuda --quiet
   python3 "$cmp" dp2-gpu.jsonl dp2-auto.jsonl --rel 0
-  step "pipeline stages, tensor and expert parallelism as processes on one GPU (--comm staged) vs the CPU backend"
+  step "pipeline stages, tensor, expert and context parallelism as processes on one GPU (--comm staged) vs the CPU backend"
   four() { run python3 "$kit/bin/launch_env.py" -n 4 --timeout 240 -- llm-run "$@"; }
   for p in pp2:1e-3 pp2-bf16:2e-2 pp2-gpipe:1e-3 vpp:1e-3 gpt2-pp:1e-3 tp2:1e-3 tp2-sp-bf16:2e-2 \
-    gpt2-dp2tp2:1e-3 ep2:1e-3 ep2-bf16:2e-2; do
+    gpt2-dp2tp2:1e-3 ep2:1e-3 ep2-bf16:2e-2 cp2:1e-3 cp2-bf16:2e-2 gpt2-cp2:1e-3; do
     n=${p%%:*} tol=${p##*:} launch=two
     case $n in gpt2-pp | gpt2-dp2tp2) launch=four ;; esac
     cpu $n $launch "$kit/plans/$n" --data "$kit/data/tiny.bin" --steps 10 --metrics $n-cpu.jsonl --quiet

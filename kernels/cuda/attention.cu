@@ -3,7 +3,8 @@
 // The CPU reference's algorithm on the GPU (scores against every visible
 // key, log-sum-exp, weighted values; backward from the saved log-sum-exp),
 // one thread per (batch, head, query): correct for every mask the plans use
-// and slow. The CUDA backend's speed needs a flash-style kernel (or cuDNN's
+// (context parallelism's positions included: the CUDA backend's ring
+// attention runs on it) and slow. The CUDA backend's speed needs a flash-style kernel (or cuDNN's
 // fused SDPA); this one is what those are tested against on the device.
 //
 //===----------------------------------------------------------------------===//
@@ -17,17 +18,27 @@ constexpr int kMaxHeadDim = 256;
 
 struct Rows {
   AttentionDims d;
+  __device__ int64_t keyCount() const { return d.kvSeq > 0 ? d.kvSeq : d.seq; }
   __device__ int64_t q(int64_t b, int64_t s, int64_t h) const {
     return ((b * d.seq + s) * d.heads + h) * d.headDim;
   }
   __device__ int64_t kv(int64_t b, int64_t s, int64_t h) const {
-    return ((b * d.seq + s) * d.kvHeads + h) * d.headDim;
+    return ((b * keyCount() + s) * d.kvHeads + h) * d.headDim;
   }
+  /// The keys query i may see, by its position among them (with the keys'
+  /// own positions: all of them, filtered by `visible`).
   __device__ void keys(int64_t i, int64_t &first, int64_t &last) const {
+    int64_t pos = d.qPos ? d.qPos[i] : i;
     first = 0;
-    last = d.causal ? i : d.seq - 1;
-    if (d.causal && d.window > 0 && i - d.window + 1 > 0)
-      first = i - d.window + 1;
+    last = d.causal && !d.kPos ? pos : keyCount() - 1;
+    if (d.causal && d.window > 0 && !d.kPos && pos - d.window + 1 > 0)
+      first = pos - d.window + 1;
+  }
+  __device__ bool visible(int64_t i, int64_t j) const {
+    if (!d.kPos || !d.causal)
+      return true;
+    int64_t qp = d.qPos ? d.qPos[i] : i, kp = d.kPos[j];
+    return kp <= qp && (d.window <= 0 || kp > qp - d.window);
   }
 };
 
@@ -48,6 +59,8 @@ __global__ void attnFwdKernel(const T *q, const T *k, const T *v, T *out, float 
     acc[c] = 0;
   float m = -INFINITY, sum = 0;
   for (int64_t j = first; j <= last; ++j) {
+    if (!ix.visible(i, j))
+      continue;
     const T *kj = k + ix.kv(b, j, kvh), *vj = v + ix.kv(b, j, kvh);
     float s = 0;
     for (int64_t c = 0; c < d.headDim; ++c)
@@ -85,6 +98,8 @@ __global__ void attnBwdKernel(const T *dout, const T *q, const T *k, const T *v,
   int64_t first, last;
   ix.keys(i, first, last);
   for (int64_t j = first; j <= last; ++j) {
+    if (!ix.visible(i, j))
+      continue;
     const T *kj = k + ix.kv(b, j, kvh), *vj = v + ix.kv(b, j, kvh);
     float s = 0, dp = 0;
     for (int64_t c = 0; c < d.headDim; ++c) {
@@ -102,6 +117,23 @@ __global__ void attnBwdKernel(const T *dout, const T *q, const T *k, const T *v,
   T *dqo = dq + ix.q(b, i, h);
   for (int64_t c = 0; c < d.headDim; ++c)
     st(dqo + c, dqi[c]);
+}
+
+__global__ void mergeKernel(float *out, float *lse, const float *ob, const float *lb,
+                            AttentionDims d) {
+  int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (t >= d.batch * d.heads * d.seq)
+    return;
+  int64_t i = t % d.seq, h = (t / d.seq) % d.heads, b = t / (d.seq * d.heads);
+  float l0 = lse[t], l1 = lb[t];
+  if (l1 == -INFINITY)
+    return;
+  float m = fmaxf(l0, l1), l = m + logf(expf(l0 - m) + expf(l1 - m));
+  float wa = expf(l0 - l), wb = expf(l1 - l);
+  int64_t o = ((b * d.seq + i) * d.heads + h) * d.headDim;
+  for (int64_t c = 0; c < d.headDim; ++c)
+    out[o + c] = out[o + c] * wa + ob[o + c] * wb;
+  lse[t] = l;
 }
 
 template <typename T> __global__ void castKernel(const float *x, T *y, int64_t n) {
@@ -127,7 +159,7 @@ unsigned blocksFor(int64_t n) { return unsigned((n + 127) / 128 > 0 ? (n + 127) 
                                 const AttentionDims &d, cudaStream_t s) {                          \
     if (d.headDim > kMaxHeadDim || d.heads % d.kvHeads)                                            \
       return cudaErrorInvalidValue;                                                                \
-    int64_t kvCount = d.batch * d.seq * d.kvHeads * d.headDim;                                     \
+    int64_t kvCount = d.batch * (d.kvSeq > 0 ? d.kvSeq : d.seq) * d.kvHeads * d.headDim;           \
     float *dk32 = scratch, *dv32 = scratch + kvCount;                                              \
     if (cudaError_t e = cudaMemsetAsync(scratch, 0, 2 * kvCount * sizeof(float), s))               \
       return e;                                                                                    \
@@ -139,5 +171,11 @@ unsigned blocksFor(int64_t n) { return unsigned((n + 127) / 128 > 0 ? (n + 127) 
   }
 LLMOPT_CUDA_FOR_TYPES(LLMOPT_CUDA_DEFINE_ATTENTION)
 #undef LLMOPT_CUDA_DEFINE_ATTENTION
+
+cudaError_t attentionMerge(float *out, float *lse, const float *ob, const float *lb,
+                           const AttentionDims &d, cudaStream_t s) {
+  mergeKernel<<<blocksFor(d.batch * d.heads * d.seq), 128, 0, s>>>(out, lse, ob, lb, d);
+  return cudaGetLastError();
+}
 
 } // namespace llmopt::kernels::cuda

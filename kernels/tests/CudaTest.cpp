@@ -675,6 +675,69 @@ namespace {
 // The tensor-core attention against the CPU reference: GQA, a sliding
 // window, no mask, and a sequence long enough for several chunks of
 // (batch, head) pairs' scores; fp32 within 1e-4, bf16 storage within 3e-2.
+/// Context parallelism on the baseline kernels: a rank's queries at
+/// positions {0, 1, 6, 7} of 8 against two blocks of keys (its own and the
+/// other rank's, {2, 3, 4, 5}) merged by log-sum-exp equal the CPU's
+/// attention of those queries over the whole sequence; the backward of each
+/// block with the merged statistics sums to the whole backward's.
+TEST(Cuda, AttentionRingBlocks) {
+  NEED_GPU();
+  const int64_t local = 4, whole = 8, heads = 2, kvHeads = 1, hd = 8;
+  std::vector<int32_t> mine = {0, 1, 6, 7}, other = {2, 3, 4, 5};
+  auto q = randomVec(local * heads * hd, 80), g = randomVec(local * heads * hd, 81);
+  auto kw = randomVec(whole * kvHeads * hd, 82), vw = randomVec(whole * kvHeads * hd, 83);
+  // The whole reference: queries at their positions, keys in position order.
+  cpu::AttentionShape a;
+  a.batch = 1, a.seq = local, a.heads = heads, a.kvHeads = kvHeads, a.headDim = hd;
+  a.scale = 0.3f, a.causal = true, a.kvSeq = whole, a.qPos = mine.data();
+  std::vector<float> out(q.size()), lse(local * heads), dq(q.size()), dk(kw.size()), dv(vw.size());
+  cpu::attentionForward(q.data(), kw.data(), vw.data(), out.data(), lse.data(), a);
+  cpu::attentionBackward(g.data(), q.data(), kw.data(), vw.data(), out.data(), lse.data(),
+                         dq.data(), dk.data(), dv.data(), a);
+  // Each block: its keys' rows of the whole.
+  auto rowsOf = [&](const std::vector<float> &w, const std::vector<int32_t> &pos) {
+    std::vector<float> r;
+    for (int32_t p : pos)
+      r.insert(r.end(), w.begin() + p * kvHeads * hd, w.begin() + (p + 1) * kvHeads * hd);
+    return r;
+  };
+  gpu::AttentionDims d{1, local, heads, kvHeads, hd, 0.3f, true, 0};
+  Dev<int32_t> dMine(mine), dOther(other);
+  d.qPos = dMine.p;
+  Dev<float> dQ(q), dG(g), dOut(std::vector<float>(q.size(), 0.0f)),
+      dLse(std::vector<float>(lse.size(), -INFINITY)), ob(q.size()), lb(lse.size());
+  std::vector<float> sumDq(q.size(), 0.0f), gotDk(kw.size(), 0.0f), gotDv(vw.size(), 0.0f);
+  const std::vector<int32_t> *blocks[] = {&mine, &other};
+  for (const std::vector<int32_t> *pos : blocks) {
+    Dev<float> dK(rowsOf(kw, *pos)), dV(rowsOf(vw, *pos));
+    d.kPos = pos == &mine ? dMine.p : dOther.p;
+    ASSERT_EQ(gpu::attentionForward(dQ.p, dK.p, dV.p, ob.p, lb.p, d, nullptr), cudaSuccess);
+    ASSERT_EQ(gpu::attentionMerge(dOut.p, dLse.p, ob.p, lb.p, d, nullptr), cudaSuccess);
+  }
+  expectClose(dOut.host(), out, 1e-4, "ring attention out");
+  expectClose(dLse.host(), lse, 1e-4, "ring attention lse");
+  for (const std::vector<int32_t> *pos : blocks) {
+    Dev<float> dK(rowsOf(kw, *pos)), dV(rowsOf(vw, *pos)), bq(q.size()),
+        bk(pos->size() * kvHeads * hd), bv(pos->size() * kvHeads * hd),
+        scratch(2 * pos->size() * kvHeads * hd);
+    d.kPos = pos == &mine ? dMine.p : dOther.p;
+    ASSERT_EQ(gpu::attentionBackward(dG.p, dQ.p, dK.p, dV.p, dOut.p, dLse.p, bq.p, bk.p, bv.p,
+                                     scratch.p, d, nullptr),
+              cudaSuccess);
+    std::vector<float> hq = bq.host(), hk = bk.host(), hv = bv.host();
+    for (size_t i = 0; i < hq.size(); ++i)
+      sumDq[i] += hq[i];
+    for (size_t j = 0; j < pos->size(); ++j)
+      for (int64_t c = 0; c < kvHeads * hd; ++c) {
+        gotDk[(*pos)[j] * kvHeads * hd + c] = hk[j * kvHeads * hd + c];
+        gotDv[(*pos)[j] * kvHeads * hd + c] = hv[j * kvHeads * hd + c];
+      }
+  }
+  expectClose(sumDq, dq, 1e-4, "ring attention dq");
+  expectClose(gotDk, dk, 1e-4, "ring attention dk");
+  expectClose(gotDv, dv, 1e-4, "ring attention dv");
+}
+
 TEST(Cuda, AttentionGemm) {
   NEED_GPU();
   std::string error;

@@ -128,10 +128,47 @@ struct CudaExecutor::State {
   std::map<std::string, Param> params;
   std::map<std::string, std::unique_ptr<DevBuf>> accum;
   std::vector<std::unique_ptr<DevBuf>> temps, scratch;
-  /// Rotary (cos, sin) tables by head_dim, theta, scaling and sequence.
-  std::map<std::tuple<int64_t, double, double, double, double, double, double, int64_t>,
+  /// Rotary (cos, sin) tables by head_dim, theta, scaling, sequence and,
+  /// under context parallelism, this rank's place on the cp axis (index,
+  /// parts: its rows at their positions in the whole sequence).
+  std::map<std::tuple<int64_t, double, double, double, double, double, double, int64_t, int, int>,
            std::unique_ptr<DevBuf>>
       ropes;
+  /// Context parallelism: the positions of each rank's `local` rows on an
+  /// axis (its chunks r and 2 parts - 1 - r of the sequence), [parts][local]
+  /// on the device, by axis and local length.
+  std::map<std::pair<std::string, int64_t>, std::unique_ptr<DevBuf>> cpPos;
+  /// The positions of rank `which`'s rows on `axis` (-1: this rank's).
+  const int32_t *cpPositions(const std::string &axis, int64_t local, int which,
+                             std::string &error) {
+    int index = 0, parts = 1;
+    if (!plan->place(axis, rank, index, parts, error))
+      return nullptr;
+    if (local % 2 != 0) {
+      error = "a context-parallel sequence chunk of " + std::to_string(local) +
+              " positions does not halve";
+      return nullptr;
+    }
+    auto &buf = cpPos[{axis, local}];
+    if (!buf) {
+      std::vector<int32_t> all(size_t(parts * local));
+      int64_t half = local / 2;
+      for (int64_t r = 0; r < parts; ++r)
+        for (int64_t i = 0; i < local; ++i)
+          all[size_t(r * local + i)] =
+              int32_t(i < half ? r * half + i : (2 * parts - 1 - r) * half + (i - half));
+      buf = std::make_unique<DevBuf>();
+      if (!buf->reserve(all.size() * 4) ||
+          cudaMemcpyAsync(buf->p, all.data(), all.size() * 4, cudaMemcpyHostToDevice, stream) !=
+              cudaSuccess ||
+          cudaStreamSynchronize(stream) != cudaSuccess) {
+        buf.reset();
+        error = "cannot upload the context-parallel positions";
+        return nullptr;
+      }
+    }
+    return buf->as<int32_t>() + (which < 0 ? index : which) * local;
+  }
   std::unique_ptr<cu::Gemm> gemm;
   std::map<const void *, float> hostNorms; // global norms just computed, by device pointer
   /// Dispatched expert rows: the busiest expert's load (rows past it are
@@ -416,14 +453,34 @@ struct CudaExecutor::State {
     int64_t hd = int64_t(ins.args.head_dim);
     kernels::cpu::RopeScaling sc = ins.args.ropeScaling();
     double theta = ins.args.theta;
+    int index = 0, parts = 1;
+    if (!ins.args.cp.empty() && !plan->place(ins.args.cp, rank, index, parts, error))
+      return nullptr;
     auto key = std::make_tuple(hd, theta, double(sc.factor), double(sc.lowFreqFactor),
                                double(sc.highFreqFactor), double(sc.originalMaxPositions),
-                               double(sc.linearFactor), seq);
+                               double(sc.linearFactor), seq, index, parts);
     auto it = ropes.find(key);
     if (it != ropes.end())
       return it->second->as<float>();
-    std::vector<float> t =
-        cu::rotaryTable(kernels::cpu::ropeInverseFrequencies(hd, float(theta), sc), seq);
+    std::vector<double> inv = kernels::cpu::ropeInverseFrequencies(hd, float(theta), sc);
+    std::vector<float> t = cu::rotaryTable(inv, seq * parts);
+    if (parts > 1) {
+      // This rank's rows at their positions: chunks index and 2 parts - 1 -
+      // index of the whole sequence.
+      if (seq % 2 != 0) {
+        error = "a context-parallel sequence chunk of " + std::to_string(seq) +
+                " positions does not halve";
+        return nullptr;
+      }
+      size_t row = t.size() / size_t(seq * parts);
+      std::vector<float> local(size_t(seq) * row);
+      int64_t half = seq / 2;
+      for (int64_t i = 0; i < seq; ++i) {
+        int64_t pos = i < half ? index * half + i : (2 * parts - 1 - index) * half + (i - half);
+        std::copy_n(t.begin() + pos * int64_t(row), row, local.begin() + i * int64_t(row));
+      }
+      t = std::move(local);
+    }
     auto buf = std::make_unique<DevBuf>();
     // In stream order (the rotary kernels run on `stream`).
     if (!buf->reserve(t.size() * 4) ||
@@ -496,6 +553,13 @@ struct CudaExecutor::State {
   /// of [batch, seq, hidden] activations over an axis (on fp32 buffers).
   bool seqCollective(const Instruction &ins, const float *in, float *out, Communicator &comm,
                      std::string &error);
+  /// Context parallelism's ring attention (fp32 buffers `in`, `out`: the
+  /// instruction's, in order): the key / value blocks travel the ring,
+  /// each block's attention merged by log-sum-exp; the backward recomputes
+  /// the forward, then sends each block with its gradients, complete when
+  /// it is home. On the baseline attention kernels (positions).
+  bool ringAttention(const Instruction &ins, const std::vector<float *> &in,
+                     const std::vector<float *> &out, Communicator &comm, std::string &error);
   /// Expert parallelism's all-to-alls: the expert rows [E][C][h] to their
   /// ranks (dispatch: each rank's local experts' rows from every rank,
   /// [E / parts][parts][C][h]) and back (combine), on fp32 buffers.
@@ -839,17 +903,24 @@ template <typename T> bool CudaExecutor::State::kernelEmbeddingBwd(const KernelC
 template <typename T> bool CudaExecutor::State::kernelPositionEmbeddingFwd(const KernelCall &call) {
   auto &[ins, in, out, error, s] = call;
   auto ok = [&](cudaError_t e) { return check(e, ins.kernel->name, error); };
+  // Context parallelism: this rank's rows at their positions.
+  const int32_t *pos = nullptr;
+  if (!ins.args.cp.empty() && !(pos = cpPositions(ins.args.cp, in[0].shape[1], -1, error)))
+    return false;
   return ok(cu::positionEmbeddingForward(at<T>(in[0]), at<T>(in[1]), at<T>(out[0]), in[0].shape[0],
-                                         in[0].shape[1], in[0].shape[2], nullptr, s));
+                                         in[0].shape[1], in[0].shape[2], pos, s));
 }
 
 template <typename T> bool CudaExecutor::State::kernelPositionEmbeddingBwd(const KernelCall &call) {
   auto &[ins, in, out, error, s] = call;
   auto ok = [&](cudaError_t e) { return check(e, ins.kernel->name, error); };
+  const int32_t *pos = nullptr;
+  if (!ins.args.cp.empty() && !(pos = cpPositions(ins.args.cp, in[0].shape[1], -1, error)))
+    return false;
   float *g = gradTarget(out[0], 0, error);
   return g &&
          ok(cu::positionEmbeddingBackward(at<T>(in[0]), g, in[0].shape[0], in[0].shape[1],
-                                          in[0].shape[2], nullptr, s)) &&
+                                          in[0].shape[2], pos, s)) &&
          gradDone(out[0], g, error);
 }
 
@@ -1384,6 +1455,93 @@ bool CudaExecutor::State::seqCollective(const Instruction &ins, const float *in,
   return comm.reduceScatterBlocks(ins.axis, blocks, out, block, error);
 }
 
+bool CudaExecutor::State::ringAttention(const Instruction &ins, const std::vector<float *> &in,
+                                        const std::vector<float *> &out, Communicator &comm,
+                                        std::string &error) {
+  int index = 0, parts = 1, tpIndex = 0, tpSize = 1;
+  if (!plan->place(ins.axis, rank, index, parts, error) ||
+      !plan->place("tp", rank, tpIndex, tpSize, error))
+    return false;
+  bool bwd = ins.kind == Instruction::Kind::CPRingAttentionBwd;
+  const Buffer &q = ins.ins[bwd ? 1 : 0], &kb = ins.ins[bwd ? 2 : 1];
+  kernels::cpu::AttentionShape a = attentionShape(ins, q, kb);
+  cu::AttentionDims d{a.batch, a.seq, a.heads, a.kvHeads, a.headDim, a.scale, a.causal, a.window};
+  if (!(d.qPos = cpPositions(ins.axis, a.seq, -1, error)))
+    return false;
+  // Neighbours on the ring: cp is the axis just above tp in the rank layout.
+  int next = rank + (((index + 1) % parts) - index) * tpSize;
+  int prev = rank + (((index + parts - 1) % parts) - index) * tpSize;
+  const int kRingTag = 32000;
+  int64_t kvCount = kb.elements, rows = a.batch * a.heads * a.seq, qn = q.elements;
+  auto scratch = [&](size_t slot, int64_t floats) {
+    return static_cast<float *>(tmp(slot, size_t(std::max<int64_t>(floats, 1)) * 4, error));
+  };
+  // The travelling blocks (keys, values and, backward, their gradients),
+  // a block's partial output and statistics, and the merged ones.
+  float *blk[4] = {scratch(40, kvCount), scratch(41, kvCount), scratch(42, kvCount),
+                   scratch(43, kvCount)};
+  float *ob = scratch(44, qn), *lb = scratch(45, rows), *o = scratch(46, qn),
+        *l = scratch(47, rows);
+  if (!blk[0] || !blk[1] || !blk[2] || !blk[3] || !ob || !lb || !o || !l)
+    return false;
+  auto ok = [&](cudaError_t e) { return check(e, "ring attention", error); };
+  auto copy = [&](float *to, const float *from, int64_t n) {
+    return ok(cudaMemcpyAsync(to, from, size_t(n) * 4, cudaMemcpyDeviceToDevice, stream));
+  };
+  auto sendOn = [&](int first, int count) {
+    for (int i = first; i < first + count; ++i)
+      if (!comm.send(next, kRingTag, blk[i], kvCount, error))
+        return false;
+    return true;
+  };
+  auto receive = [&](int count) {
+    for (int i = 0; i < count; ++i)
+      if (!comm.recv(prev, kRingTag, blk[i], kvCount, error))
+        return false;
+    return true;
+  };
+  const float *qd = in[bwd ? 1 : 0], *keys = in[bwd ? 2 : 1], *values = in[bwd ? 3 : 2];
+  // Forward (the backward's too): every block once, merged.
+  if (!copy(blk[0], keys, kvCount) || !copy(blk[1], values, kvCount) ||
+      !ok(cudaMemsetAsync(o, 0, size_t(qn) * 4, stream)) ||
+      !ok(cu::fill(l, rows, -INFINITY, stream)))
+    return false;
+  for (int i = 0; i < parts; ++i) {
+    if (i + 1 < parts && !sendOn(0, 2))
+      return false;
+    if (!(d.kPos = cpPositions(ins.axis, a.seq, (index - i + parts) % parts, error)) ||
+        !ok(cu::attentionForward(qd, blk[0], blk[1], ob, lb, d, stream)) ||
+        !ok(cu::attentionMerge(o, l, ob, lb, d, stream)))
+      return false;
+    if (i + 1 < parts && !receive(2))
+      return false;
+  }
+  if (!bwd)
+    return copy(out[0], o, qn);
+  // Backward with the whole log-sum-exp: each block's key / value gradients
+  // travel with it and are complete when it is home again.
+  float *dq = scratch(48, qn), *dqb = scratch(49, qn), *dkb = scratch(50, kvCount),
+        *dvb = scratch(51, kvCount), *work = scratch(52, 2 * kvCount);
+  if (!dq || !dqb || !dkb || !dvb || !work || !copy(blk[0], keys, kvCount) ||
+      !copy(blk[1], values, kvCount) ||
+      !ok(cudaMemsetAsync(blk[2], 0, size_t(kvCount) * 4, stream)) ||
+      !ok(cudaMemsetAsync(blk[3], 0, size_t(kvCount) * 4, stream)) ||
+      !ok(cudaMemsetAsync(dq, 0, size_t(qn) * 4, stream)))
+    return false;
+  for (int i = 0; i < parts; ++i) {
+    // Keys and values travel on before the computation, their gradients
+    // after it (this rank adds its part first).
+    if (!sendOn(0, 2) ||
+        !(d.kPos = cpPositions(ins.axis, a.seq, (index - i + parts) % parts, error)) ||
+        !ok(cu::attentionBackward(in[0], qd, blk[0], blk[1], o, l, dqb, dkb, dvb, work, d,
+                                  stream)) ||
+        !ok(cu::addInto(dq, dqb, qn, stream)) || !ok(cu::addInto(blk[2], dkb, kvCount, stream)) ||
+        !ok(cu::addInto(blk[3], dvb, kvCount, stream)) || !sendOn(2, 2) || !receive(4))
+      return false;
+  }
+  return copy(out[0], dq, qn) && copy(out[1], blk[2], kvCount) && copy(out[2], blk[3], kvCount);
+}
+
 bool CudaExecutor::State::expertCollective(const Instruction &ins, const float *in, float *out,
                                            Communicator &comm, std::string &error) {
   int index = 0, parts = 1;
@@ -1668,6 +1826,7 @@ bool CudaExecutor::init(const Plan &plan, int rank, uint64_t seed, std::string &
   // Ranks per node, and whether each has a GPU of its own (NCCL) or some
   // share one (host-staged collectives).
   bool sharedGpu = false;
+  std::string sharedWhy;
   if (plan.worldSize != 1) {
     if (!comm)
       return (error = "a plan of " + std::to_string(plan.worldSize) +
@@ -1691,18 +1850,18 @@ bool CudaExecutor::init(const Plan &plan, int rank, uint64_t seed, std::string &
         cudaSetDevice(local % devices) != cudaSuccess)
       return (error = "cannot select a GPU for local rank " + std::to_string(local), false);
     sharedGpu = localSize > devices;
-    if (commMode == "nccl" && sharedGpu)
-      return (error = std::to_string(localSize) + " ranks share this node's " +
-                      std::to_string(devices) +
-                      " GPU(s) and NCCL refuses two ranks on one device: run with --comm "
-                      "staged (or auto)",
-              false);
+    if (sharedGpu)
+      sharedWhy = std::to_string(localSize) + " ranks share this node's " +
+                  std::to_string(devices) +
+                  " GPU(s) and NCCL refuses two ranks on one device: run with --comm staged (or "
+                  "auto)";
   }
   const Program *program = plan.programFor(rank);
   if (!program)
     return (error = "no program for rank " + std::to_string(rank), false);
   // What this backend runs, checked before anything is allocated.
   bool anyBf16 = false;
+  bool ring = false;          // ring attention's transfers (not on NCCL yet)
   std::set<std::string> axes; // of the collectives (NCCL communicators)
   int current = 0, major = 0, minor = 0;
   cudaGetDevice(&current);
@@ -1757,8 +1916,19 @@ bool CudaExecutor::init(const Plan &plan, int rank, uint64_t seed, std::string &
         axes.insert(ins.axis);
         return true;
       }
-      error = "the CUDA backend does not run context parallelism's ring attention yet (it runs "
-              "on the CPU backend)";
+      if (ins.kind == K::CPRingAttentionFwd || ins.kind == K::CPRingAttentionBwd) {
+        // On the baseline attention kernels (positions), head_dim <= 256.
+        for (const std::vector<Buffer> *list : {&ins.ins, &ins.outs})
+          for (const Buffer &b : *list)
+            if (b.dtype != DType::F32 && b.dtype != DType::BF16)
+              return (error = "the CUDA backend's ring attention takes fp32 and bf16 buffers",
+                      false);
+        if (ins.args.head_dim > 256)
+          return (error = "the CUDA backend's ring attention takes head_dim up to 256", false);
+        ring = true;
+        return true; // point-to-point on the ring: no communicator of its own
+      }
+      error = "the CUDA backend does not run this instruction kind";
       return false;
     }
     if (!State::kernelTable<float>()[size_t(ins.kernel->id)]) {
@@ -1792,12 +1962,16 @@ bool CudaExecutor::init(const Plan &plan, int rank, uint64_t seed, std::string &
     bool sharded = id == KernelId::AdamW || id == KernelId::SumSquares ||
                    id == KernelId::EmbeddingFwd || id == KernelId::EmbeddingBwd ||
                    id == KernelId::VPCEStats || id == KernelId::VPCEBwd;
+    // Context parallelism's positions: the rotary and learned position
+    // embeddings (attention under it is the ring's, not a kernel).
+    bool positioned = id == KernelId::Rotary || id == KernelId::PositionEmbeddingFwd ||
+                      id == KernelId::PositionEmbeddingBwd;
     if ((!ins.args.fp8.empty() && !fp8Linear) || (!ins.args.shard.empty() && !sharded) ||
-        !ins.args.cp.empty()) {
+        (!ins.args.cp.empty() && !positioned)) {
       error = std::string(ins.kernel->name) +
               ": fp8 (other than linears whose amax no other rank shares), sharded (other than "
               "ZeRO's and the vocabulary-parallel embedding and loss) and context-parallel "
-              "kernels are not run by the CUDA backend yet";
+              "kernels (other than the position embeddings) are not run by the CUDA backend yet";
       return false;
     }
     if (id == KernelId::EmbeddingBwd && !ins.args.shard.empty() &&
@@ -1876,7 +2050,18 @@ bool CudaExecutor::init(const Plan &plan, int rank, uint64_t seed, std::string &
       if (plan.axisSize(axis) > 1 || axes.count(axis))
         meshAxes.push_back(axis);
     std::string why;
-    if (commMode != "staged" && !sharedGpu)
+    // Ring attention sends to its neighbours on the cp axis, which the NCCL
+    // communicator's point-to-point (the pipeline's, over pp) does not
+    // carry yet: staged.
+    if (ring && commMode == "nccl")
+      return (error = "context parallelism's ring attention does not run over NCCL yet: run with "
+                      "--comm staged (or auto)",
+              false);
+    if (commMode == "nccl" && sharedGpu)
+      return (error = sharedWhy, false);
+    if (ring)
+      why = "ring attention's transfers are not on NCCL yet";
+    if (commMode != "staged" && !sharedGpu && !ring)
       s->nccl = makeNcclCommunicator(*comm, meshAxes, s->stream, why);
     if (s->nccl) {
       s->dev = s->nccl.get();
@@ -2252,6 +2437,22 @@ bool CudaExecutor::compute(const Instruction &ins, Communicator &comm, std::stri
   case K::SeqSplit:
   case K::CPAllGather:
   case K::CPReduceScatter:
+  case K::CPRingAttentionFwd:
+  case K::CPRingAttentionBwd: {
+    if (!widen(ins, error))
+      return false;
+    std::vector<float *> in, out;
+    for (const Buffer &b : ins.ins)
+      in.push_back(data(b));
+    for (const Buffer &b : ins.outs)
+      out.push_back(data(b));
+    bool ok = s->ringAttention(ins, in, out, comm, error);
+    std::string narrowError;
+    bool back = narrow(ins, narrowError);
+    if (ok && !back)
+      error = narrowError;
+    return ok && back;
+  }
   case K::EPDispatch:
   case K::EPCombine: {
     // On fp32 copies of 16-bit buffers, as the data the driver moves.

@@ -114,6 +114,14 @@ struct AttentionDims {
   float scale = 1;
   bool causal = true;
   int64_t window = 0;
+  /// Context parallelism, in the baseline kernels only (the tensor-core and
+  /// cuDNN paths take none of it): keys and values of kvSeq positions (0:
+  /// seq), query i at position qPos[i] among them (null: i), and for a
+  /// ring's block the keys' own positions kPos (null: 0..kvSeq-1), device
+  /// arrays. A query that sees no key gets log-sum-exp -inf and a zero
+  /// output, as the CPU reference.
+  int64_t kvSeq = 0;
+  const int32_t *qPos = nullptr, *kPos = nullptr;
 };
 #define LLMOPT_CUDA_DECLARE_ATTENTION(T)                                                           \
   cudaError_t attentionForward(const T *q, const T *k, const T *v, T *out, float *lse,             \
@@ -123,6 +131,12 @@ struct AttentionDims {
                                 const AttentionDims &d, cudaStream_t stream);
 LLMOPT_CUDA_FOR_TYPES(LLMOPT_CUDA_DECLARE_ATTENTION)
 #undef LLMOPT_CUDA_DECLARE_ATTENTION
+/// Ring attention's merge of a block's partial result (`ob`, `lb`) into the
+/// running one (`out`, `lse`, fp32, [batch, seq, heads, headDim] and
+/// [batch, heads, seq]) by log-sum-exp; rows the block does not see (lb
+/// -inf) keep theirs.
+cudaError_t attentionMerge(float *out, float *lse, const float *ob, const float *lb,
+                           const AttentionDims &d, cudaStream_t stream);
 
 /// Attention on the tensor cores (attention_gemm.cu): packed heads,
 /// S = scale Q K^T and O = P V as strided batched cuBLASLt products, the

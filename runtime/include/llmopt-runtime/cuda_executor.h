@@ -8,9 +8,9 @@
 // cross-entropy, the router and experts, the generated fused kernels,
 // AdamW with global-norm clipping), fp8 linears whose amax no other rank
 // shares, data parallelism, ZeRO-1/2/3, pipeline stages, tensor (with
-// sequence) and expert parallelism through collectives on device memory
-// (NCCL, or host-staged where ranks share a GPU: device_comm.h), and refuses
-// the rest by name (context parallelism's ring attention, fp16 and loss
+// sequence), expert and context parallelism through collectives on device
+// memory (NCCL, or host-staged where ranks share a GPU: device_comm.h; ring
+// attention staged only), and refuses the rest by name (fp16 and loss
 // scaling) so that a run never silently differs from the CPU backend. Everything but the
 // one-GPU dense path was written without a GPU to run it.
 //
