@@ -672,9 +672,6 @@ TEST(Cuda, AttentionBaseline) {
 } // namespace
 
 namespace {
-// The tensor-core attention against the CPU reference: GQA, a sliding
-// window, no mask, and a sequence long enough for several chunks of
-// (batch, head) pairs' scores; fp32 within 1e-4, bf16 storage within 3e-2.
 /// Context parallelism on the baseline kernels: a rank's queries at
 /// positions {0, 1, 6, 7} of 8 against two blocks of keys (its own and the
 /// other rank's, {2, 3, 4, 5}) merged by log-sum-exp equal the CPU's
@@ -738,6 +735,9 @@ TEST(Cuda, AttentionRingBlocks) {
   expectClose(gotDv, dv, 1e-4, "ring attention dv");
 }
 
+// The tensor-core attention against the CPU reference: GQA, a sliding
+// window, no mask, and a sequence long enough for several chunks of
+// (batch, head) pairs' scores; fp32 within 1e-4, bf16 storage within 3e-2.
 TEST(Cuda, AttentionGemm) {
   NEED_GPU();
   std::string error;

@@ -1925,6 +1925,12 @@ bool CudaExecutor::init(const Plan &plan, int rank, uint64_t seed, std::string &
                       false);
         if (ins.args.head_dim > 256)
           return (error = "the CUDA backend's ring attention takes head_dim up to 256", false);
+        const Buffer &q = ins.ins[ins.kind == K::CPRingAttentionBwd ? 1 : 0];
+        if (ins.args.kv_heads <= 0 || int64_t(ins.args.heads) % int64_t(ins.args.kv_heads) ||
+            q.shape.size() < 2 || q.shape[1] % 2)
+          return (error = "ring attention of heads that are not a multiple of its kv heads, or of "
+                          "a sequence chunk that does not halve",
+                  false);
         ring = true;
         return true; // point-to-point on the ring: no communicator of its own
       }
@@ -1968,10 +1974,12 @@ bool CudaExecutor::init(const Plan &plan, int rank, uint64_t seed, std::string &
                       id == KernelId::PositionEmbeddingBwd;
     if ((!ins.args.fp8.empty() && !fp8Linear) || (!ins.args.shard.empty() && !sharded) ||
         (!ins.args.cp.empty() && !positioned)) {
-      error = std::string(ins.kernel->name) +
-              ": fp8 (other than linears whose amax no other rank shares), sharded (other than "
-              "ZeRO's and the vocabulary-parallel embedding and loss) and context-parallel "
-              "kernels (other than the position embeddings) are not run by the CUDA backend yet";
+      error =
+          std::string(ins.kernel->name) +
+          ": fp8 (other than linears whose amax no other rank shares), sharded (other than "
+          "ZeRO's and the vocabulary-parallel embedding and loss) and context-parallel "
+          "kernels (other than the rotary and position embeddings) are not run by the CUDA backend "
+          "yet";
       return false;
     }
     if (id == KernelId::EmbeddingBwd && !ins.args.shard.empty() &&
@@ -2431,45 +2439,35 @@ bool CudaExecutor::narrow(const Instruction &ins, std::string &error) {
 
 bool CudaExecutor::compute(const Instruction &ins, Communicator &comm, std::string &error) {
   using K = Instruction::Kind;
-  switch (ins.kind) {
-  case K::SeqAllGather:
-  case K::SeqReduceScatter:
-  case K::SeqSplit:
-  case K::CPAllGather:
-  case K::CPReduceScatter:
-  case K::CPRingAttentionFwd:
-  case K::CPRingAttentionBwd: {
-    if (!widen(ins, error))
-      return false;
+  // The collectives inside a computation, on fp32 copies of 16-bit
+  // buffers (as the data the driver moves).
+  bool sequence = ins.kind == K::SeqAllGather || ins.kind == K::SeqReduceScatter ||
+                  ins.kind == K::SeqSplit || ins.kind == K::CPAllGather ||
+                  ins.kind == K::CPReduceScatter;
+  bool experts = ins.kind == K::EPDispatch || ins.kind == K::EPCombine;
+  bool ring = ins.kind == K::CPRingAttentionFwd || ins.kind == K::CPRingAttentionBwd;
+  if (!sequence && !experts && !ring)
+    return runTimed(ins, error);
+  if (!widen(ins, error))
+    return false;
+  bool ok = false;
+  if (ring) {
     std::vector<float *> in, out;
     for (const Buffer &b : ins.ins)
       in.push_back(data(b));
     for (const Buffer &b : ins.outs)
       out.push_back(data(b));
-    bool ok = s->ringAttention(ins, in, out, comm, error);
-    std::string narrowError;
-    bool back = narrow(ins, narrowError);
-    if (ok && !back)
-      error = narrowError;
-    return ok && back;
+    ok = s->ringAttention(ins, in, out, comm, error);
+  } else if (experts) {
+    ok = s->expertCollective(ins, data(ins.ins[0]), data(ins.outs[0]), comm, error);
+  } else {
+    ok = s->seqCollective(ins, data(ins.ins[0]), data(ins.outs[0]), comm, error);
   }
-  case K::EPDispatch:
-  case K::EPCombine: {
-    // On fp32 copies of 16-bit buffers, as the data the driver moves.
-    if (!widen(ins, error))
-      return false;
-    bool expert = ins.kind == K::EPDispatch || ins.kind == K::EPCombine;
-    bool ok = expert ? s->expertCollective(ins, data(ins.ins[0]), data(ins.outs[0]), comm, error)
-                     : s->seqCollective(ins, data(ins.ins[0]), data(ins.outs[0]), comm, error);
-    std::string narrowError;
-    bool back = narrow(ins, narrowError);
-    if (ok && !back)
-      error = narrowError;
-    return ok && back;
-  }
-  default:
-    return runTimed(ins, error);
-  }
+  std::string narrowError;
+  bool back = narrow(ins, narrowError);
+  if (ok && !back)
+    error = narrowError;
+  return ok && back;
 }
 
 bool CudaExecutor::computeRun(const Instruction *first, size_t count, Communicator &comm,
