@@ -1868,6 +1868,12 @@ bool CudaExecutor::init(const Plan &plan, int rank, uint64_t seed, std::string &
   cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, current);
   cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, current);
   int capability = major * 10 + minor;
+  // The kernels are built for sm_80 and sm_90a (with their PTX for newer
+  // GPUs): an older GPU cannot run them, nor bf16 tensor cores.
+  if (capability < 80)
+    return (error = "GPU " + std::to_string(current) + " is sm_" + std::to_string(capability) +
+                    "; the CUDA backend's kernels need sm_80 or newer (A100, H100 and later)",
+            false);
   std::function<bool(const Instruction &)> supported = [&](const Instruction &ins) {
     if (ins.kind != Instruction::Kind::Kernel) {
       // What the step driver moves: data parallelism's all-reduces (plain
