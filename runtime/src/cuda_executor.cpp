@@ -370,7 +370,6 @@ struct CudaExecutor::State {
   /// --profile: events around each kernel instruction of the step.
   std::vector<std::pair<const Instruction *, std::pair<cudaEvent_t, cudaEvent_t>>> events;
   int64_t vocab = 0, classes = 0, ignoreIndex = -100;
-  const std::vector<std::vector<int32_t>> *tok = nullptr, *lab = nullptr;
 
   /// Scratch buffer `i` of at least `bytes`.
   void *tmp(size_t i, size_t bytes, std::string &error) {
@@ -1650,8 +1649,10 @@ template <typename T> bool CudaExecutor::State::kernelFused(const KernelCall &ca
     const Buffer &b = *wide[i];
     if (!shadowBufs[i]->reserve(size_t(b.elements) * 4) ||
         !ok(cu::toFloat(static_cast<const cu::bf16 *>(raw(b)), shadowBufs[i]->as<float>(),
-                        b.elements, s)))
+                        b.elements, s))) {
+      shadows.clear(); // nothing may read through copies that were not made
       return error.empty() ? (error = "out of GPU memory for a fused kernel", false) : false;
+    }
     shadows[{spaceKey(b), b.offset, b.name}] = shadowBufs[i]->p;
   }
   // Each body kernel's 16-bit outputs rounded as they are written, as the
@@ -1739,10 +1740,6 @@ template <typename T> bool CudaExecutor::State::kernelMoEDispatchCombine(const K
     return false;
   const int32_t *idx = at<int32_t>(routes);
   bool valid = true;
-  // (The slots' computation waits for the stream: NCCL's collectives first,
-  // under the watchdog.)
-  if (!drainDevice(error))
-    return false;
   cudaError_t e = id == KernelId::MoEDispatchFwd
                       ? cu::moeDispatchForward(at<T>(in[0]), idx, at<T>(out[0]), n, hidden, topK,
                                                experts, capacity, slots, bad, s, valid)
@@ -1759,10 +1756,12 @@ template <typename T> bool CudaExecutor::State::kernelMoEDispatchCombine(const K
     return false;
   if (id != KernelId::MoEDispatchFwd || graphs)
     return true;
-  // The busiest expert's load: the experts compute that many rows.
+  // The busiest expert's load: the experts compute that many rows (read
+  // on the host: NCCL's collectives waited for first, under the watchdog).
   auto *counts = static_cast<float *>(tmp(23, size_t(experts) * 4, error));
   std::vector<float> load(static_cast<size_t>(experts));
   if (!counts || !ok(cu::moeExpertCounts(idx, counts, n, experts, topK, s)) ||
+      !drainDevice(error) ||
       !ok(cudaMemcpyAsync(load.data(), counts, size_t(experts) * 4, cudaMemcpyDeviceToHost, s)) ||
       !ok(cudaStreamSynchronize(s)))
     return false;
@@ -2313,6 +2312,7 @@ float *CudaExecutor::data(const Buffer &b) {
 }
 
 bool CudaExecutor::store(const Buffer &b, const float *values, std::string &error) {
+  s->overwritten(b);
   if (b.space == Buffer::Space::State)
     return (error = "the step driver wrote parameter '" + b.name + "' outside AdamW", false);
   if (b.dtype == DType::F32)
@@ -2426,6 +2426,11 @@ bool CudaExecutor::widen(const Instruction &ins, std::string &error) {
 }
 
 bool CudaExecutor::narrow(const Instruction &ins, std::string &error) {
+  // What a data-moving instruction or a collective wrote: the statistics
+  // kept for those buffers are stale.
+  for (const std::vector<Buffer> *list : {&ins.outs, &ins.buffers})
+    for (const Buffer &b : *list)
+      s->overwritten(b);
   bool ok = true;
   for (auto &[b, w] : s->wide)
     ok = ok &&
@@ -2514,6 +2519,12 @@ bool CudaExecutor::step(const std::vector<std::vector<int32_t>> &tok,
         return (error = "a label is outside the vocabulary of " + std::to_string(s->classes),
                 false);
   }
+  // Events of a step that failed before reading them.
+  for (auto &[ins, ev] : s->events) {
+    cudaEventDestroy(ev.first);
+    cudaEventDestroy(ev.second);
+  }
+  s->events.clear();
   s->hostNorms.clear();
   s->step = steps + 1 - lossScale.skipped; // AdamW's count, as the CPU backend's
   s->uploaded = nullptr;
