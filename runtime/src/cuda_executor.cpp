@@ -12,6 +12,7 @@
 #include "llmopt-runtime/cuda_executor.h"
 #include "llmopt-runtime/device_comm.h"
 #include "llmopt-runtime/fused_library.h"
+#include "llmopt-runtime/layouts.h"
 #include "llmopt-runtime/padded_logits.h"
 
 #include "llmopt-kernels/cuda.h"
@@ -152,11 +153,9 @@ struct CudaExecutor::State {
     auto &buf = cpPos[{axis, local}];
     if (!buf) {
       std::vector<int32_t> all(size_t(parts * local));
-      int64_t half = local / 2;
       for (int64_t r = 0; r < parts; ++r)
         for (int64_t i = 0; i < local; ++i)
-          all[size_t(r * local + i)] =
-              int32_t(i < half ? r * half + i : (2 * parts - 1 - r) * half + (i - half));
+          all[size_t(r * local + i)] = int32_t(wholeRow(true, r, i, local, parts));
       buf = std::make_unique<DevBuf>();
       if (!buf->reserve(all.size() * 4) ||
           cudaMemcpyAsync(buf->p, all.data(), all.size() * 4, cudaMemcpyHostToDevice, stream) !=
@@ -473,9 +472,8 @@ struct CudaExecutor::State {
       }
       size_t row = t.size() / size_t(seq * parts);
       std::vector<float> local(size_t(seq) * row);
-      int64_t half = seq / 2;
       for (int64_t i = 0; i < seq; ++i) {
-        int64_t pos = i < half ? index * half + i : (2 * parts - 1 - index) * half + (i - half);
+        int64_t pos = wholeRow(true, index, i, seq, parts);
         std::copy_n(t.begin() + pos * int64_t(row), row, local.begin() + i * int64_t(row));
       }
       t = std::move(local);
@@ -1410,33 +1408,21 @@ bool CudaExecutor::State::seqCollective(const Instruction &ins, const float *in,
                &chunk = gathers ? ins.ins[0] : ins.outs[0];
   if (whole.shape.size() != 3 || chunk.shape.size() != 3)
     return (error = "a sequence collective of buffers that are not [batch, seq, hidden]", false);
-  int64_t batch = whole.shape[0], c = chunk.shape[1], h = whole.shape[2], seq = whole.shape[1];
+  int64_t batch = whole.shape[0], c = chunk.shape[1], h = whole.shape[2];
   int64_t block = batch * c * h;
-  // Rank r's rows between its block [batch][c][h] and the position-ordered
-  // whole [batch][seq][h]: row i at position r c + i, or (context
-  // parallelism's balanced halves) the first half at r c / 2 + i, the
-  // second at (2 parts - 1 - r) c / 2 + i - c / 2.
-  auto rows = [&](int64_t r, float *blk, float *wh, bool toWhole) {
-    int64_t half = balanced ? c / 2 : c;
-    struct Piece {
-      int64_t first, count, position;
-    };
-    std::vector<Piece> pieces = {{0, half, r * half}};
-    if (balanced)
-      pieces.push_back({half, c - half, (2 * parts - 1 - r) * half});
-    for (const Piece &p : pieces) {
-      if (p.count == 0)
-        continue;
-      float *b = blk + p.first * h, *w = wh + p.position * h;
-      size_t width = size_t(p.count * h) * 4, bp = size_t(c * h) * 4, wp = size_t(seq * h) * 4;
-      if (!(toWhole ? copyRows(w, wp, b, bp, width, size_t(batch), error)
-                    : copyRows(b, bp, w, wp, width, size_t(batch), error)))
+  // Rank r's rows between its block and the whole: the CPU backend's
+  // layouts (layouts.h), one strided copy each.
+  auto rows = [&](int64_t r, float *blk, const float *wh, float *whOut, bool toWhole) {
+    for (const StridedCopy &p : sequenceCopies(r, parts, batch, c, h, balanced, toWhole))
+      if (!(toWhole ? copyRows(whOut + p.dst, size_t(p.dstPitch) * 4, blk + p.src,
+                               size_t(p.srcPitch) * 4, size_t(p.width) * 4, size_t(p.rows), error)
+                    : copyRows(blk + p.dst, size_t(p.dstPitch) * 4, wh + p.src,
+                               size_t(p.srcPitch) * 4, size_t(p.width) * 4, size_t(p.rows), error)))
         return false;
-    }
     return true;
   };
   if (ins.kind == K::SeqSplit)
-    return rows(index, out, const_cast<float *>(in), /*toWhole=*/false);
+    return rows(index, out, in, nullptr, /*toWhole=*/false);
   auto *blocks = static_cast<float *>(tmp(25, size_t(block * parts) * 4, error));
   if (!blocks)
     return false;
@@ -1444,12 +1430,12 @@ bool CudaExecutor::State::seqCollective(const Instruction &ins, const float *in,
     if (!comm.allGatherBlocks(ins.axis, in, blocks, block, error))
       return false;
     for (int64_t r = 0; r < parts; ++r)
-      if (!rows(r, blocks + r * block, out, /*toWhole=*/true))
+      if (!rows(r, blocks + r * block, nullptr, out, /*toWhole=*/true))
         return false;
     return true;
   }
   for (int64_t r = 0; r < parts; ++r)
-    if (!rows(r, blocks + r * block, const_cast<float *>(in), /*toWhole=*/false))
+    if (!rows(r, blocks + r * block, in, nullptr, /*toWhole=*/false))
       return false;
   return comm.reduceScatterBlocks(ins.axis, blocks, out, block, error);
 }
@@ -1559,18 +1545,19 @@ bool CudaExecutor::State::expertCollective(const Instruction &ins, const float *
       static_cast<float *>(tmp(26, size_t(std::max<int64_t>(block * parts, 1)) * 4, error));
   if (!blocks)
     return false;
-  size_t width = size_t(ch) * 4, strided = size_t(parts * ch) * 4;
-  if (dispatch) {
-    if (!comm.allToAllBlocks(ins.axis, in, blocks, block, error))
-      return false;
-    for (int64_t i = 0; i < parts; ++i)
-      if (!copyRows(out + i * ch, strided, blocks + i * block, width, width, size_t(local), error))
+  // The CPU backend's layouts (layouts.h), one strided copy each.
+  auto move = [&](float *to, const float *from, bool toShare) {
+    for (const StridedCopy &p : expertCopies(parts, local, ch, toShare))
+      if (!copyRows(to + p.dst, size_t(p.dstPitch) * 4, from + p.src, size_t(p.srcPitch) * 4,
+                    size_t(p.width) * 4, size_t(p.rows), error))
         return false;
     return true;
-  }
-  for (int64_t i = 0; i < parts; ++i)
-    if (!copyRows(blocks + i * block, width, in + i * ch, strided, width, size_t(local), error))
-      return false;
+  };
+  if (dispatch)
+    return comm.allToAllBlocks(ins.axis, in, blocks, block, error) &&
+           move(out, blocks, /*toShare=*/true);
+  if (!move(blocks, in, /*toShare=*/false))
+    return false;
   return comm.allToAllBlocks(ins.axis, blocks, out, block, error);
 }
 

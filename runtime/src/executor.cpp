@@ -2,6 +2,7 @@
 
 #include "llmopt-runtime/executor.h"
 #include "llmopt-runtime/kernel_registry.h"
+#include "llmopt-runtime/layouts.h"
 #include "llmopt-runtime/shard.h"
 
 #include "llmopt-kernels/cpu.h"
@@ -199,14 +200,10 @@ bool CpuExecutor::runExperts(const Instruction &ins, Communicator &comm, std::st
   if (dispatch) {
     if (!comm.allToAllBlocks(ins.axis, in, blocks.data(), block, error))
       return false;
-    for (int64_t i = 0; i < parts; ++i)
-      for (int64_t e = 0; e < local; ++e)
-        std::copy_n(blocks.data() + i * block + e * c * h, c * h, out + (e * parts + i) * c * h);
+    runCopies(out, blocks.data(), expertCopies(parts, local, c * h, /*toShare=*/true));
     return true;
   }
-  for (int64_t i = 0; i < parts; ++i)
-    for (int64_t e = 0; e < local; ++e)
-      std::copy_n(in + (e * parts + i) * c * h, c * h, blocks.data() + i * block + e * c * h);
+  runCopies(blocks.data(), in, expertCopies(parts, local, c * h, /*toShare=*/false));
   return comm.allToAllBlocks(ins.axis, blocks.data(), out, block, error);
 }
 
@@ -226,13 +223,6 @@ static double gatheredLogSumExp(const float *all, int64_t rows, int64_t parts, i
 /// `local` rows out of `parts` ranks: contiguous (sequence parallelism), or
 /// chunks r and 2 parts - 1 - r of half a chunk each (context parallelism's
 /// causal load balancing).
-static int64_t wholeRow(bool balanced, int64_t r, int64_t i, int64_t local, int64_t parts) {
-  if (!balanced)
-    return r * local + i;
-  int64_t half = local / 2;
-  return i < half ? r * half + i : (2 * parts - 1 - r) * half + (i - half);
-}
-
 bool CpuExecutor::runSeq(const Instruction &ins, Communicator &comm, std::string &error) {
   int index = 0, parts = 1;
   if (!axis(ins.axis, index, parts, error))
@@ -243,18 +233,22 @@ bool CpuExecutor::runSeq(const Instruction &ins, Communicator &comm, std::string
       ins.kind == Instruction::Kind::CPAllGather || ins.kind == Instruction::Kind::CPReduceScatter;
   const Buffer &whole = gathers ? ins.outs[0] : ins.ins[0],
                &chunk = gathers ? ins.ins[0] : ins.outs[0];
-  int64_t batch = whole.shape[0], c = chunk.shape[1], h = whole.shape[2], s = whole.shape[1];
+  int64_t batch = whole.shape[0], c = chunk.shape[1], h = whole.shape[2];
+  if (whole.shape[1] != c * parts) {
+    error = "a sequence collective over '" + ins.axis + "' whose whole is not " +
+            std::to_string(parts) + " chunks";
+    return false;
+  }
   int64_t block = batch * c * h;
   const float *in = data(ins.ins[0]);
   float *out = data(ins.outs[0]);
-  // Rank-major blocks [parts][batch][c][h] <-> the position-ordered [batch][s][h].
-  auto rowOf = [&](int64_t r, int64_t bi, int64_t i) {
-    return (bi * s + wholeRow(balanced, r, i, c, parts)) * h;
+  // Rank-major blocks [parts][batch][c][h] <-> the position-ordered whole
+  // (layouts.h, as every backend moves them).
+  auto copies = [&](int64_t r, bool toWhole) {
+    return sequenceCopies(r, parts, batch, c, h, balanced, toWhole);
   };
   if (ins.kind == Instruction::Kind::SeqSplit) {
-    for (int64_t bi = 0; bi < batch; ++bi)
-      for (int64_t i = 0; i < c; ++i)
-        std::copy_n(in + rowOf(index, bi, i), h, out + (bi * c + i) * h);
+    runCopies(out, in, copies(index, false));
     return true;
   }
   std::vector<float> blocks(size_t(block * parts));
@@ -262,15 +256,11 @@ bool CpuExecutor::runSeq(const Instruction &ins, Communicator &comm, std::string
     if (!comm.allGatherBlocks(ins.axis, in, blocks.data(), block, error))
       return false;
     for (int64_t r = 0; r < parts; ++r)
-      for (int64_t bi = 0; bi < batch; ++bi)
-        for (int64_t i = 0; i < c; ++i)
-          std::copy_n(blocks.data() + r * block + (bi * c + i) * h, h, out + rowOf(r, bi, i));
+      runCopies(out, blocks.data() + r * block, copies(r, true));
     return true;
   }
   for (int64_t r = 0; r < parts; ++r)
-    for (int64_t bi = 0; bi < batch; ++bi)
-      for (int64_t i = 0; i < c; ++i)
-        std::copy_n(in + rowOf(r, bi, i), h, blocks.data() + r * block + (bi * c + i) * h);
+    runCopies(blocks.data() + r * block, in, copies(r, false));
   return comm.reduceScatterBlocks(ins.axis, blocks.data(), out, block, error);
 }
 

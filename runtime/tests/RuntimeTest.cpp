@@ -3,6 +3,7 @@
 #include "llmopt-runtime/executor.h"
 #include "llmopt-runtime/json.h"
 #include "llmopt-runtime/kernel_registry.h"
+#include "llmopt-runtime/layouts.h"
 #include "llmopt-runtime/plan.h"
 #include "llmopt-runtime/schedule.h"
 #include "llmopt-runtime/sha256.h"
@@ -76,6 +77,61 @@ TEST(Schedule, EveryPassOnceInAValidOrder) {
   Kind k;
   EXPECT_TRUE(parse("interleaved", k) && k == Kind::Interleaved);
   EXPECT_FALSE(parse("zero-bubble", k));
+}
+
+/// The layouts every backend moves a collective's blocks with: each rank's
+/// rows land once in the whole (the ranks' places are a permutation of the
+/// sequence; context parallelism's rank r holds chunks r and 2 parts - 1 -
+/// r), a block goes to the whole and back unchanged, and the experts'
+/// share holds rank i's rows of expert e at (e parts + i).
+TEST(Layouts, SequenceAndExpertBlocks) {
+  for (bool balanced : {false, true})
+    for (int64_t parts : {1, 2, 3, 4}) {
+      const int64_t batch = 2, c = 6, h = 3, seq = parts * c;
+      std::vector<float> whole(size_t(batch * seq * h));
+      for (size_t i = 0; i < whole.size(); ++i)
+        whole[i] = float(i);
+      std::vector<int> seen(size_t(seq), 0);
+      std::vector<float> back(whole.size(), -1.0f);
+      for (int64_t r = 0; r < parts; ++r) {
+        std::vector<float> block(size_t(batch * c * h), -1.0f);
+        runCopies(block.data(), whole.data(),
+                  sequenceCopies(r, parts, batch, c, h, balanced, false));
+        for (int64_t b = 0; b < batch; ++b)
+          for (int64_t i = 0; i < c; ++i) {
+            // The position this row came from (its first element's value).
+            float v = block[size_t((b * c + i) * h)];
+            int64_t pos = int64_t(v) / h - b * seq;
+            ASSERT_GE(pos, 0);
+            ASSERT_LT(pos, seq);
+            if (b == 0)
+              ++seen[size_t(pos)];
+            int64_t chunk = pos / (balanced ? c / 2 : c);
+            if (balanced)
+              EXPECT_TRUE(chunk == r || chunk == 2 * parts - 1 - r) << r << " " << pos;
+            else
+              EXPECT_EQ(chunk, r);
+            for (int64_t k = 0; k < h; ++k)
+              EXPECT_EQ(block[size_t((b * c + i) * h + k)], whole[size_t((b * seq + pos) * h + k)]);
+          }
+        runCopies(back.data(), block.data(), sequenceCopies(r, parts, batch, c, h, balanced, true));
+      }
+      for (int n : seen)
+        EXPECT_EQ(n, 1);
+      EXPECT_EQ(back, whole);
+    }
+  const int64_t parts = 3, local = 2, ch = 5;
+  std::vector<float> blocks(size_t(parts * local * ch)), share(blocks.size()), again(blocks.size());
+  for (size_t i = 0; i < blocks.size(); ++i)
+    blocks[i] = float(i);
+  runCopies(share.data(), blocks.data(), expertCopies(parts, local, ch, true));
+  for (int64_t i = 0; i < parts; ++i)
+    for (int64_t e = 0; e < local; ++e)
+      for (int64_t k = 0; k < ch; ++k)
+        EXPECT_EQ(share[size_t((e * parts + i) * ch + k)],
+                  blocks[size_t((i * local + e) * ch + k)]);
+  runCopies(again.data(), share.data(), expertCopies(parts, local, ch, false));
+  EXPECT_EQ(again, blocks);
 }
 
 TEST(Executor, SixteenBitConversions) {
