@@ -546,22 +546,10 @@ struct CudaExecutor::State {
     }
     return check(e, "strided copy", error);
   }
-  /// Sequence and context parallelism's gathers, reduce-scatters and splits
-  /// of [batch, seq, hidden] activations over an axis (on fp32 buffers).
-  bool seqCollective(const Instruction &ins, const float *in, float *out, Communicator &comm,
-                     std::string &error);
-  /// Context parallelism's ring attention (fp32 buffers `in`, `out`: the
-  /// instruction's, in order): the key / value blocks travel the ring,
-  /// each block's attention merged by log-sum-exp; the backward recomputes
-  /// the forward, then sends each block with its gradients, complete when
-  /// it is home. On the baseline attention kernels (positions).
-  bool ringAttention(const Instruction &ins, const std::vector<float *> &in,
-                     const std::vector<float *> &out, Communicator &comm, std::string &error);
-  /// Expert parallelism's all-to-alls: the expert rows [E][C][h] to their
-  /// ranks (dispatch: each rank's local experts' rows from every rank,
-  /// [E / parts][parts][C][h]) and back (combine), on fp32 buffers.
-  bool expertCollective(const Instruction &ins, const float *in, float *out, Communicator &comm,
-                        std::string &error);
+  /// Ring attention's dimensions and positions for instruction `ins`
+  /// (a cp_ring_attention_*) against the keys of the ring's rank
+  /// `keysRank`, on the baseline kernels.
+  bool ringDims(const Instruction &ins, int keysRank, cu::AttentionDims &d, std::string &error);
   template <typename T> bool kernelSqrt(const KernelCall &call);
   template <typename T> bool kernelAdamW(const KernelCall &call);
   template <typename T> bool kernelFused(const KernelCall &call);
@@ -1396,169 +1384,13 @@ template <typename T> bool CudaExecutor::State::kernelVPCEBwd(const KernelCall &
                                        index * part, int64_t(ins.args.ignore_index), counted, s));
 }
 
-bool CudaExecutor::State::seqCollective(const Instruction &ins, const float *in, float *out,
-                                        Communicator &comm, std::string &error) {
-  using K = Instruction::Kind;
-  int index = 0, parts = 1;
-  if (!plan->place(ins.axis, rank, index, parts, error))
-    return false;
-  bool gathers = ins.kind == K::SeqAllGather || ins.kind == K::CPAllGather;
-  bool balanced = ins.kind == K::CPAllGather || ins.kind == K::CPReduceScatter;
-  const Buffer &whole = gathers ? ins.outs[0] : ins.ins[0],
-               &chunk = gathers ? ins.ins[0] : ins.outs[0];
-  if (whole.shape.size() != 3 || chunk.shape.size() != 3)
-    return (error = "a sequence collective of buffers that are not [batch, seq, hidden]", false);
-  int64_t batch = whole.shape[0], c = chunk.shape[1], h = whole.shape[2];
-  int64_t block = batch * c * h;
-  // Rank r's rows between its block and the whole: the CPU backend's
-  // layouts (layouts.h), one strided copy each.
-  auto rows = [&](int64_t r, float *blk, const float *wh, float *whOut, bool toWhole) {
-    for (const StridedCopy &p : sequenceCopies(r, parts, batch, c, h, balanced, toWhole))
-      if (!(toWhole ? copyRows(whOut + p.dst, size_t(p.dstPitch) * 4, blk + p.src,
-                               size_t(p.srcPitch) * 4, size_t(p.width) * 4, size_t(p.rows), error)
-                    : copyRows(blk + p.dst, size_t(p.dstPitch) * 4, wh + p.src,
-                               size_t(p.srcPitch) * 4, size_t(p.width) * 4, size_t(p.rows), error)))
-        return false;
-    return true;
-  };
-  if (ins.kind == K::SeqSplit)
-    return rows(index, out, in, nullptr, /*toWhole=*/false);
-  auto *blocks = static_cast<float *>(tmp(25, size_t(block * parts) * 4, error));
-  if (!blocks)
-    return false;
-  if (gathers) {
-    if (!comm.allGatherBlocks(ins.axis, in, blocks, block, error))
-      return false;
-    for (int64_t r = 0; r < parts; ++r)
-      if (!rows(r, blocks + r * block, nullptr, out, /*toWhole=*/true))
-        return false;
-    return true;
-  }
-  for (int64_t r = 0; r < parts; ++r)
-    if (!rows(r, blocks + r * block, in, nullptr, /*toWhole=*/false))
-      return false;
-  return comm.reduceScatterBlocks(ins.axis, blocks, out, block, error);
-}
-
-bool CudaExecutor::State::ringAttention(const Instruction &ins, const std::vector<float *> &in,
-                                        const std::vector<float *> &out, Communicator &comm,
-                                        std::string &error) {
-  int index = 0, parts = 1, tpIndex = 0, tpSize = 1;
-  if (!plan->place(ins.axis, rank, index, parts, error) ||
-      !plan->place("tp", rank, tpIndex, tpSize, error))
-    return false;
+bool CudaExecutor::State::ringDims(const Instruction &ins, int keysRank, cu::AttentionDims &d,
+                                   std::string &error) {
   bool bwd = ins.kind == Instruction::Kind::CPRingAttentionBwd;
-  const Buffer &q = ins.ins[bwd ? 1 : 0], &kb = ins.ins[bwd ? 2 : 1];
-  kernels::cpu::AttentionShape a = attentionShape(ins, q, kb);
-  cu::AttentionDims d{a.batch, a.seq, a.heads, a.kvHeads, a.headDim, a.scale, a.causal, a.window};
-  if (!(d.qPos = cpPositions(ins.axis, a.seq, -1, error)))
-    return false;
-  // Neighbours on the ring: cp is the axis just above tp in the rank layout.
-  int next = rank + (((index + 1) % parts) - index) * tpSize;
-  int prev = rank + (((index + parts - 1) % parts) - index) * tpSize;
-  const int kRingTag = 32000;
-  int64_t kvCount = kb.elements, rows = a.batch * a.heads * a.seq, qn = q.elements;
-  auto scratch = [&](size_t slot, int64_t floats) {
-    return static_cast<float *>(tmp(slot, size_t(std::max<int64_t>(floats, 1)) * 4, error));
-  };
-  // The travelling blocks (keys, values and, backward, their gradients),
-  // a block's partial output and statistics, and the merged ones.
-  float *blk[4] = {scratch(40, kvCount), scratch(41, kvCount), scratch(42, kvCount),
-                   scratch(43, kvCount)};
-  float *ob = scratch(44, qn), *lb = scratch(45, rows), *o = scratch(46, qn),
-        *l = scratch(47, rows);
-  if (!blk[0] || !blk[1] || !blk[2] || !blk[3] || !ob || !lb || !o || !l)
-    return false;
-  auto ok = [&](cudaError_t e) { return check(e, "ring attention", error); };
-  auto copy = [&](float *to, const float *from, int64_t n) {
-    return ok(cudaMemcpyAsync(to, from, size_t(n) * 4, cudaMemcpyDeviceToDevice, stream));
-  };
-  auto sendOn = [&](int first, int count) {
-    for (int i = first; i < first + count; ++i)
-      if (!comm.send(next, kRingTag, blk[i], kvCount, error))
-        return false;
-    return true;
-  };
-  auto receive = [&](int count) {
-    for (int i = 0; i < count; ++i)
-      if (!comm.recv(prev, kRingTag, blk[i], kvCount, error))
-        return false;
-    return true;
-  };
-  const float *qd = in[bwd ? 1 : 0], *keys = in[bwd ? 2 : 1], *values = in[bwd ? 3 : 2];
-  // Forward (the backward's too): every block once, merged.
-  if (!copy(blk[0], keys, kvCount) || !copy(blk[1], values, kvCount) ||
-      !ok(cudaMemsetAsync(o, 0, size_t(qn) * 4, stream)) ||
-      !ok(cu::fill(l, rows, -INFINITY, stream)))
-    return false;
-  for (int i = 0; i < parts; ++i) {
-    if (i + 1 < parts && !sendOn(0, 2))
-      return false;
-    if (!(d.kPos = cpPositions(ins.axis, a.seq, (index - i + parts) % parts, error)) ||
-        !ok(cu::attentionForward(qd, blk[0], blk[1], ob, lb, d, stream)) ||
-        !ok(cu::attentionMerge(o, l, ob, lb, d, stream)))
-      return false;
-    if (i + 1 < parts && !receive(2))
-      return false;
-  }
-  if (!bwd)
-    return copy(out[0], o, qn);
-  // Backward with the whole log-sum-exp: each block's key / value gradients
-  // travel with it and are complete when it is home again.
-  float *dq = scratch(48, qn), *dqb = scratch(49, qn), *dkb = scratch(50, kvCount),
-        *dvb = scratch(51, kvCount), *work = scratch(52, 2 * kvCount);
-  if (!dq || !dqb || !dkb || !dvb || !work || !copy(blk[0], keys, kvCount) ||
-      !copy(blk[1], values, kvCount) ||
-      !ok(cudaMemsetAsync(blk[2], 0, size_t(kvCount) * 4, stream)) ||
-      !ok(cudaMemsetAsync(blk[3], 0, size_t(kvCount) * 4, stream)) ||
-      !ok(cudaMemsetAsync(dq, 0, size_t(qn) * 4, stream)))
-    return false;
-  for (int i = 0; i < parts; ++i) {
-    // Keys and values travel on before the computation, their gradients
-    // after it (this rank adds its part first).
-    if (!sendOn(0, 2) ||
-        !(d.kPos = cpPositions(ins.axis, a.seq, (index - i + parts) % parts, error)) ||
-        !ok(cu::attentionBackward(in[0], qd, blk[0], blk[1], o, l, dqb, dkb, dvb, work, d,
-                                  stream)) ||
-        !ok(cu::addInto(dq, dqb, qn, stream)) || !ok(cu::addInto(blk[2], dkb, kvCount, stream)) ||
-        !ok(cu::addInto(blk[3], dvb, kvCount, stream)) || !sendOn(2, 2) || !receive(4))
-      return false;
-  }
-  return copy(out[0], dq, qn) && copy(out[1], blk[2], kvCount) && copy(out[2], blk[3], kvCount);
-}
-
-bool CudaExecutor::State::expertCollective(const Instruction &ins, const float *in, float *out,
-                                           Communicator &comm, std::string &error) {
-  int index = 0, parts = 1;
-  if (!plan->place(ins.axis, rank, index, parts, error))
-    return false;
-  bool dispatch = ins.kind == Instruction::Kind::EPDispatch;
-  const Buffer &rows = dispatch ? ins.ins[0] : ins.outs[0],
-               &share = dispatch ? ins.outs[0] : ins.ins[0];
-  if (rows.shape.size() != 3)
-    return (error = "an expert all-to-all of rows that are not [experts, capacity, hidden]", false);
-  // Block j [E / parts][C][h] goes to / comes from rank j; in the share,
-  // rank i's rows of local expert e are at (e parts + i) C h.
-  int64_t local = share.shape[0], ch = rows.shape[1] * rows.shape[2];
-  int64_t block = local * ch;
-  auto *blocks =
-      static_cast<float *>(tmp(26, size_t(std::max<int64_t>(block * parts, 1)) * 4, error));
-  if (!blocks)
-    return false;
-  // The CPU backend's layouts (layouts.h), one strided copy each.
-  auto move = [&](float *to, const float *from, bool toShare) {
-    for (const StridedCopy &p : expertCopies(parts, local, ch, toShare))
-      if (!copyRows(to + p.dst, size_t(p.dstPitch) * 4, from + p.src, size_t(p.srcPitch) * 4,
-                    size_t(p.width) * 4, size_t(p.rows), error))
-        return false;
-    return true;
-  };
-  if (dispatch)
-    return comm.allToAllBlocks(ins.axis, in, blocks, block, error) &&
-           move(out, blocks, /*toShare=*/true);
-  if (!move(blocks, in, /*toShare=*/false))
-    return false;
-  return comm.allToAllBlocks(ins.axis, blocks, out, block, error);
+  kernels::cpu::AttentionShape a = attentionShape(ins, ins.ins[bwd ? 1 : 0], ins.ins[bwd ? 2 : 1]);
+  d = cu::AttentionDims{a.batch, a.seq, a.heads, a.kvHeads, a.headDim, a.scale, a.causal, a.window};
+  return (d.qPos = cpPositions(ins.axis, a.seq, -1, error)) &&
+         (d.kPos = cpPositions(ins.axis, a.seq, keysRank, error));
 }
 
 template <typename T> bool CudaExecutor::State::kernelSqrt(const KernelCall &call) {
@@ -1862,18 +1694,8 @@ bool CudaExecutor::init(const Plan &plan, int rank, uint64_t seed, std::string &
             false);
   std::function<bool(const Instruction &)> supported = [&](const Instruction &ins) {
     if (ins.kind != Instruction::Kind::Kernel) {
-      // What the step driver moves: data parallelism's all-reduces (plain
-      // or bucketed), ZeRO's reduce-scatters and gathers, and the pipeline
-      // stages' sends and receives.
-      if (StepDriver::runs(ins.kind)) {
-        for (const std::vector<Buffer> *list : {&ins.ins, &ins.outs, &ins.buffers})
-          for (const Buffer &b : *list)
-            if (b.dtype != DType::F32 && b.dtype != DType::BF16)
-              return (error = "the CUDA backend moves fp32 and bf16 buffers only", false);
-        if (!ins.axis.empty())
-          axes.insert(ins.axis);
-        return true;
-      }
+      // What the step driver runs, with what this backend's memory and
+      // kernels take: the collectives inside computations first.
       using K = Instruction::Kind;
       if (ins.kind == K::SeqAllGather || ins.kind == K::SeqReduceScatter ||
           ins.kind == K::SeqSplit || ins.kind == K::CPAllGather || ins.kind == K::CPReduceScatter) {
@@ -1925,6 +1747,18 @@ bool CudaExecutor::init(const Plan &plan, int rank, uint64_t seed, std::string &
                   false);
         ring = true;
         return true; // point-to-point on the ring: no communicator of its own
+      }
+      // The rest of what the step driver runs: data parallelism's
+      // all-reduces, ZeRO's reduce-scatters and gathers, the pipeline's
+      // transfers.
+      if (StepDriver::runs(ins.kind)) {
+        for (const std::vector<Buffer> *list : {&ins.ins, &ins.outs, &ins.buffers})
+          for (const Buffer &b : *list)
+            if (b.dtype != DType::F32 && b.dtype != DType::BF16)
+              return (error = "the CUDA backend moves fp32 and bf16 buffers only", false);
+        if (!ins.axis.empty())
+          axes.insert(ins.axis);
+        return true;
       }
       error = "the CUDA backend does not run this instruction kind";
       return false;
@@ -2435,37 +2269,47 @@ bool CudaExecutor::narrow(const Instruction &ins, std::string &error) {
   return ok;
 }
 
-bool CudaExecutor::compute(const Instruction &ins, Communicator &comm, std::string &error) {
-  using K = Instruction::Kind;
-  // The collectives inside a computation, on fp32 copies of 16-bit
-  // buffers (as the data the driver moves).
-  bool sequence = ins.kind == K::SeqAllGather || ins.kind == K::SeqReduceScatter ||
-                  ins.kind == K::SeqSplit || ins.kind == K::CPAllGather ||
-                  ins.kind == K::CPReduceScatter;
-  bool experts = ins.kind == K::EPDispatch || ins.kind == K::EPCombine;
-  bool ring = ins.kind == K::CPRingAttentionFwd || ins.kind == K::CPRingAttentionBwd;
-  if (!sequence && !experts && !ring)
-    return runTimed(ins, error);
-  if (!widen(ins, error))
+bool CudaExecutor::compute(const Instruction &ins, Communicator &, std::string &error) {
+  return runTimed(ins, error);
+}
+
+bool CudaExecutor::fill(float *dst, float value, int64_t n, std::string &error) {
+  return s->check(cu::fill(dst, n, value, s->stream), "fill", error);
+}
+
+bool CudaExecutor::copyStrided(float *dst, const float *src, const StridedCopy &c,
+                               std::string &error) {
+  return s->copyRows(dst + c.dst, size_t(c.dstPitch) * 4, src + c.src, size_t(c.srcPitch) * 4,
+                     size_t(c.width) * 4, size_t(c.rows), error);
+}
+
+bool CudaExecutor::ringForward(const Instruction &ins, const float *q, const float *k,
+                               const float *v, int keysRank, float *out, float *lse,
+                               std::string &error) {
+  cu::AttentionDims d;
+  return s->ringDims(ins, keysRank, d, error) &&
+         s->check(cu::attentionForward(q, k, v, out, lse, d, s->stream), "ring attention", error);
+}
+
+bool CudaExecutor::ringMerge(const Instruction &ins, float *out, float *lse, const float *ob,
+                             const float *lb, std::string &error) {
+  cu::AttentionDims d;
+  return s->ringDims(ins, 0, d, error) &&
+         s->check(cu::attentionMerge(out, lse, ob, lb, d, s->stream), "ring attention", error);
+}
+
+bool CudaExecutor::ringBackward(const Instruction &ins, const float *dout, const float *q,
+                                const float *k, const float *v, const float *out, const float *lse,
+                                int keysRank, float *dq, float *dk, float *dv, std::string &error) {
+  cu::AttentionDims d;
+  if (!s->ringDims(ins, keysRank, d, error))
     return false;
-  bool ok = false;
-  if (ring) {
-    std::vector<float *> in, out;
-    for (const Buffer &b : ins.ins)
-      in.push_back(data(b));
-    for (const Buffer &b : ins.outs)
-      out.push_back(data(b));
-    ok = s->ringAttention(ins, in, out, comm, error);
-  } else if (experts) {
-    ok = s->expertCollective(ins, data(ins.ins[0]), data(ins.outs[0]), comm, error);
-  } else {
-    ok = s->seqCollective(ins, data(ins.ins[0]), data(ins.outs[0]), comm, error);
-  }
-  std::string narrowError;
-  bool back = narrow(ins, narrowError);
-  if (ok && !back)
-    error = narrowError;
-  return ok && back;
+  // The baseline backward's fp32 key and value gradients.
+  auto *work = static_cast<float *>(
+      s->tmp(40, size_t(std::max<int64_t>(2 * ins.ins[2].elements, 1)) * 4, error));
+  return work &&
+         s->check(cu::attentionBackward(dout, q, k, v, out, lse, dq, dk, dv, work, d, s->stream),
+                  "ring attention", error);
 }
 
 bool CudaExecutor::computeRun(const Instruction *first, size_t count, Communicator &comm,

@@ -182,31 +182,6 @@ bool CpuExecutor::axis(const std::string &name, int &index, int &size, std::stri
   return plan->place(name, rank, index, size, error);
 }
 
-bool CpuExecutor::runExperts(const Instruction &ins, Communicator &comm, std::string &error) {
-  int index = 0, parts = 1;
-  if (!axis(ins.axis, index, parts, error))
-    return false;
-  bool dispatch = ins.kind == Instruction::Kind::EPDispatch;
-  const Buffer &rows = dispatch ? ins.ins[0] : ins.outs[0],
-               &share = dispatch ? ins.outs[0] : ins.ins[0];
-  // Blocks [parts][E/t][C][h]: block j goes to / comes from rank j. The share
-  // is [E/t][t][C][h] (rank i's rows at [i C, (i+1) C)); the expert rows
-  // [E][C][h] are already block-major.
-  int64_t local = share.shape[0], c = rows.shape[1], h = rows.shape[2];
-  int64_t block = local * c * h;
-  std::vector<float> blocks(size_t(block * parts));
-  const float *in = data(ins.ins[0]);
-  float *out = data(ins.outs[0]);
-  if (dispatch) {
-    if (!comm.allToAllBlocks(ins.axis, in, blocks.data(), block, error))
-      return false;
-    runCopies(out, blocks.data(), expertCopies(parts, local, c * h, /*toShare=*/true));
-    return true;
-  }
-  runCopies(blocks.data(), in, expertCopies(parts, local, c * h, /*toShare=*/false));
-  return comm.allToAllBlocks(ins.axis, blocks.data(), out, block, error);
-}
-
 /// Row `r`'s log-sum-exp over the whole vocabulary from the vocabulary
 /// parts' log-sum-exps, gathered rank-major ([parts][rows]).
 static double gatheredLogSumExp(const float *all, int64_t rows, int64_t parts, int64_t r) {
@@ -219,154 +194,77 @@ static double gatheredLogSumExp(const float *all, int64_t rows, int64_t parts, i
   return mx + std::log(sum);
 }
 
-/// Position in the whole sequence of row `i` of rank `r`'s local chunk of
-/// `local` rows out of `parts` ranks: contiguous (sequence parallelism), or
-/// chunks r and 2 parts - 1 - r of half a chunk each (context parallelism's
-/// causal load balancing).
-bool CpuExecutor::runSeq(const Instruction &ins, Communicator &comm, std::string &error) {
+// Ring attention's block computations (the step driver runs the ring).
+namespace {
+/// The positions of rank r's `local` rows on a context-parallel axis.
+std::vector<int32_t> ringPositions(int64_t r, int64_t local, int64_t parts) {
+  std::vector<int32_t> p(static_cast<size_t>(local));
+  for (int64_t i = 0; i < local; ++i)
+    p[size_t(i)] = int32_t(wholeRow(true, r, i, local, parts));
+  return p;
+}
+} // namespace
+
+bool CpuExecutor::ringForward(const Instruction &ins, const float *q, const float *k,
+                              const float *v, int keysRank, float *out, float *lse,
+                              std::string &error) {
   int index = 0, parts = 1;
   if (!axis(ins.axis, index, parts, error))
     return false;
-  bool gathers =
-      ins.kind == Instruction::Kind::SeqAllGather || ins.kind == Instruction::Kind::CPAllGather;
-  bool balanced =
-      ins.kind == Instruction::Kind::CPAllGather || ins.kind == Instruction::Kind::CPReduceScatter;
-  const Buffer &whole = gathers ? ins.outs[0] : ins.ins[0],
-               &chunk = gathers ? ins.ins[0] : ins.outs[0];
-  int64_t batch = whole.shape[0], c = chunk.shape[1], h = whole.shape[2];
-  if (whole.shape[1] != c * parts) {
-    error = "a sequence collective over '" + ins.axis + "' whose whole is not " +
-            std::to_string(parts) + " chunks";
-    return false;
-  }
-  int64_t block = batch * c * h;
-  const float *in = data(ins.ins[0]);
-  float *out = data(ins.outs[0]);
-  // Rank-major blocks [parts][batch][c][h] <-> the position-ordered whole
-  // (layouts.h, as every backend moves them).
-  auto copies = [&](int64_t r, bool toWhole) {
-    return sequenceCopies(r, parts, batch, c, h, balanced, toWhole);
-  };
-  if (ins.kind == Instruction::Kind::SeqSplit) {
-    runCopies(out, in, copies(index, false));
-    return true;
-  }
-  std::vector<float> blocks(size_t(block * parts));
-  if (gathers) {
-    if (!comm.allGatherBlocks(ins.axis, in, blocks.data(), block, error))
-      return false;
-    for (int64_t r = 0; r < parts; ++r)
-      runCopies(out, blocks.data() + r * block, copies(r, true));
-    return true;
-  }
-  for (int64_t r = 0; r < parts; ++r)
-    runCopies(blocks.data() + r * block, in, copies(r, false));
-  return comm.reduceScatterBlocks(ins.axis, blocks.data(), out, block, error);
+  bool bwd = ins.kind == Instruction::Kind::CPRingAttentionBwd;
+  k::AttentionShape a = attentionShape(ins, ins.ins[bwd ? 1 : 0], ins.ins[bwd ? 2 : 1]);
+  std::vector<int32_t> qPos = ringPositions(index, a.seq, parts),
+                       kPos = ringPositions(keysRank, a.seq, parts);
+  a.qPos = qPos.data();
+  a.kPos = kPos.data();
+  k::attentionForward(q, k, v, out, lse, a);
+  return true;
 }
 
-bool CpuExecutor::runRingAttention(const Instruction &ins, Communicator &comm, std::string &error) {
-  int index = 0, parts = 1, tpIndex = 0, tpSize = 1;
-  if (!axis(ins.axis, index, parts, error) || !axis("tp", tpIndex, tpSize, error))
-    return false;
+bool CpuExecutor::ringMerge(const Instruction &ins, float *out, float *lse, const float *ob,
+                            const float *lb, std::string &) {
   bool bwd = ins.kind == Instruction::Kind::CPRingAttentionBwd;
-  const Buffer &q = ins.ins[bwd ? 1 : 0], &kb = ins.ins[bwd ? 2 : 1];
-  k::AttentionShape a = attentionShape(ins, q, kb);
-  // Positions of rank r's rows: chunks r and 2 parts - 1 - r.
-  auto positions = [&](int r) {
-    std::vector<int32_t> p(size_t(a.seq));
-    for (int64_t i = 0; i < a.seq; ++i)
-      p[size_t(i)] = int32_t(wholeRow(true, r, i, a.seq, parts));
-    return p;
-  };
-  std::vector<int32_t> qPos = positions(index);
+  k::AttentionShape a = attentionShape(ins, ins.ins[bwd ? 1 : 0], ins.ins[bwd ? 2 : 1]);
+  for (int64_t b = 0; b < a.batch; ++b)
+    for (int64_t h = 0; h < a.heads; ++h)
+      for (int64_t s = 0; s < a.seq; ++s) {
+        size_t r = size_t((b * a.heads + h) * a.seq + s);
+        if (lb[r] == -INFINITY)
+          continue;
+        float m = std::max(lse[r], lb[r]);
+        float l = m + std::log(std::exp(lse[r] - m) + std::exp(lb[r] - m));
+        float wa = std::exp(lse[r] - l), wb = std::exp(lb[r] - l);
+        int64_t o = ((b * a.seq + s) * a.heads + h) * a.headDim;
+        for (int64_t d = 0; d < a.headDim; ++d)
+          out[size_t(o + d)] = out[size_t(o + d)] * wa + ob[size_t(o + d)] * wb;
+        lse[r] = l;
+      }
+  return true;
+}
+
+bool CpuExecutor::ringBackward(const Instruction &ins, const float *dout, const float *q,
+                               const float *k, const float *v, const float *out, const float *lse,
+                               int keysRank, float *dq, float *dk, float *dv, std::string &error) {
+  int index = 0, parts = 1;
+  if (!axis(ins.axis, index, parts, error))
+    return false;
+  k::AttentionShape a = attentionShape(ins, ins.ins[1], ins.ins[2]);
+  std::vector<int32_t> qPos = ringPositions(index, a.seq, parts),
+                       kPos = ringPositions(keysRank, a.seq, parts);
   a.qPos = qPos.data();
-  // Neighbours on the ring: cp is the axis just above tp in the rank layout.
-  int next = rank + (((index + 1) % parts) - index) * tpSize;
-  int prev = rank + (((index + parts - 1) % parts) - index) * tpSize;
-  const int kRingTag = 32000;
-  int64_t kvCount = kb.elements, rows = a.batch * a.heads * a.seq;
-  // Sends copy their data and do not block, so a block goes to the next rank
-  // before this rank computes on it: the transfer overlaps the computation,
-  // and the previous rank's block is received (into the same buffer) after.
-  auto sendOn = [&](std::vector<float> *const *blocks, size_t n) {
-    for (size_t i = 0; i < n; ++i)
-      if (!comm.send(next, kRingTag, blocks[i]->data(), int64_t(blocks[i]->size()), error))
-        return false;
-    return true;
-  };
-  auto receive = [&](std::vector<std::vector<float>> &blocks) {
-    for (std::vector<float> &blk : blocks)
-      if (!comm.recv(prev, kRingTag, blk.data(), int64_t(blk.size()), error))
-        return false;
-    return true;
-  };
-  // Forward: every block once, partial results merged by log-sum-exp.
-  std::vector<float> out(size_t(q.elements), 0.0f), lse(size_t(rows), -INFINITY);
-  {
-    std::vector<std::vector<float>> kv = {
-        std::vector<float>(data(kb), data(kb) + kvCount),
-        std::vector<float>(data(ins.ins[bwd ? 3 : 2]), data(ins.ins[bwd ? 3 : 2]) + kvCount)};
-    std::vector<float> ob(static_cast<size_t>(q.elements)), lb(static_cast<size_t>(rows));
-    std::vector<float> *kvs[] = {&kv[0], &kv[1]};
-    for (int i = 0; i < parts; ++i) {
-      if (i + 1 < parts && !sendOn(kvs, 2))
-        return false;
-      std::vector<int32_t> kPos = positions((index - i + parts) % parts);
-      a.kPos = kPos.data();
-      k::attentionForward(data(q), kv[0].data(), kv[1].data(), ob.data(), lb.data(), a);
-      for (int64_t b = 0; b < a.batch; ++b)
-        for (int64_t h = 0; h < a.heads; ++h)
-          for (int64_t s = 0; s < a.seq; ++s) {
-            size_t r = size_t((b * a.heads + h) * a.seq + s);
-            if (lb[r] == -INFINITY)
-              continue;
-            float m = std::max(lse[r], lb[r]);
-            float l = m + std::log(std::exp(lse[r] - m) + std::exp(lb[r] - m));
-            float wa = std::exp(lse[r] - l), wb = std::exp(lb[r] - l);
-            int64_t o = ((b * a.seq + s) * a.heads + h) * a.headDim;
-            for (int64_t d = 0; d < a.headDim; ++d)
-              out[size_t(o + d)] = out[size_t(o + d)] * wa + ob[size_t(o + d)] * wb;
-            lse[r] = l;
-          }
-      if (i + 1 < parts && !receive(kv))
-        return false;
-    }
-  }
-  if (!bwd) {
-    std::copy(out.begin(), out.end(), data(ins.outs[0]));
-    return true;
-  }
-  // Backward with the whole log-sum-exp: each block's key / value gradients
-  // travel with it and are complete when it is home again.
-  std::vector<std::vector<float>> blk = {
-      std::vector<float>(data(kb), data(kb) + kvCount),
-      std::vector<float>(data(ins.ins[3]), data(ins.ins[3]) + kvCount),
-      std::vector<float>(size_t(kvCount), 0.0f), std::vector<float>(size_t(kvCount), 0.0f)};
-  std::vector<float> dq(static_cast<size_t>(q.elements), 0.0f),
-      dqb(static_cast<size_t>(q.elements)), dkb(static_cast<size_t>(kvCount)),
-      dvb(static_cast<size_t>(kvCount));
-  std::vector<float> *keysValues[] = {&blk[0], &blk[1]}, *grads[] = {&blk[2], &blk[3]};
-  for (int i = 0; i < parts; ++i) {
-    // Keys and values travel on before the computation, their gradients
-    // after it (this rank adds its part first).
-    if (!sendOn(keysValues, 2))
-      return false;
-    std::vector<int32_t> kPos = positions((index - i + parts) % parts);
-    a.kPos = kPos.data();
-    k::attentionBackward(data(ins.ins[0]), data(q), blk[0].data(), blk[1].data(), out.data(),
-                         lse.data(), dqb.data(), dkb.data(), dvb.data(), a);
-    for (size_t j = 0; j < dq.size(); ++j)
-      dq[j] += dqb[j];
-    for (int64_t j = 0; j < kvCount; ++j) {
-      blk[2][size_t(j)] += dkb[size_t(j)];
-      blk[3][size_t(j)] += dvb[size_t(j)];
-    }
-    if (!sendOn(grads, 2) || !receive(blk))
-      return false;
-  }
-  std::copy(dq.begin(), dq.end(), data(ins.outs[0]));
-  std::copy(blk[2].begin(), blk[2].end(), data(ins.outs[1]));
-  std::copy(blk[3].begin(), blk[3].end(), data(ins.outs[2]));
+  a.kPos = kPos.data();
+  k::attentionBackward(dout, q, k, v, out, lse, dq, dk, dv, a);
+  return true;
+}
+
+bool CpuExecutor::fill(float *dst, float value, int64_t n, std::string &) {
+  std::fill_n(dst, n, value);
+  return true;
+}
+
+bool CpuExecutor::copyStrided(float *dst, const float *src, const StridedCopy &copy,
+                              std::string &) {
+  runCopies(dst, src, {copy});
   return true;
 }
 
@@ -720,22 +618,7 @@ bool CpuExecutor::store(const Buffer &b, const float *values, std::string &) {
 }
 
 bool CpuExecutor::runWide(const Instruction &ins, Communicator &comm, std::string &error) {
-  switch (ins.kind) {
-  case Instruction::Kind::SeqAllGather:
-  case Instruction::Kind::SeqReduceScatter:
-  case Instruction::Kind::SeqSplit:
-  case Instruction::Kind::CPAllGather:
-  case Instruction::Kind::CPReduceScatter:
-    return runSeq(ins, comm, error);
-  case Instruction::Kind::EPDispatch:
-  case Instruction::Kind::EPCombine:
-    return runExperts(ins, comm, error);
-  case Instruction::Kind::CPRingAttentionFwd:
-  case Instruction::Kind::CPRingAttentionBwd:
-    return runRingAttention(ins, comm, error);
-  case Instruction::Kind::Kernel:
-    break;
-  default:
+  if (ins.kind != Instruction::Kind::Kernel) {
     // The data-moving instructions are the step driver's (StepDriver::runs).
     error = "a data-moving instruction reached the CPU kernels";
     return false;

@@ -5,6 +5,7 @@
 #include "llmopt-runtime/schedule.h"
 
 #include <algorithm>
+#include <cmath>
 
 namespace llmopt::runtime {
 
@@ -65,6 +66,15 @@ bool StepDriver::runs(Instruction::Kind kind) {
   case K::GradReduceScatter:
   case K::Send:
   case K::Recv:
+  case K::SeqAllGather:
+  case K::SeqReduceScatter:
+  case K::SeqSplit:
+  case K::CPAllGather:
+  case K::CPReduceScatter:
+  case K::EPDispatch:
+  case K::EPCombine:
+  case K::CPRingAttentionFwd:
+  case K::CPRingAttentionBwd:
     return true;
   default:
     return false;
@@ -400,10 +410,192 @@ bool StepDriver::move(StepBackend &backend, const Instruction &ins, Communicator
     return ins.kind == K::Send ? comm.send(peer, ins.tag, backend.data(b), b.elements, error)
                                : comm.recv(peer, ins.tag, backend.data(b), b.elements, error);
   }
+  case K::SeqAllGather:
+  case K::SeqReduceScatter:
+  case K::SeqSplit:
+  case K::CPAllGather:
+  case K::CPReduceScatter:
+    return sequence(backend, ins, comm, error);
+  case K::EPDispatch:
+  case K::EPCombine:
+    return experts(backend, ins, comm, error);
+  case K::CPRingAttentionFwd:
+  case K::CPRingAttentionBwd:
+    return ringAttention(backend, ins, comm, error);
   default:
     error = "the step driver does not move data for this instruction";
     return false;
   }
+}
+
+bool StepDriver::sequence(StepBackend &backend, const Instruction &ins, Communicator &comm,
+                          std::string &error) {
+  using K = Instruction::Kind;
+  int index = 0, parts = 1;
+  if (!axis(ins.axis, index, parts, error))
+    return false;
+  bool gathers = ins.kind == K::SeqAllGather || ins.kind == K::CPAllGather;
+  bool balanced = ins.kind == K::CPAllGather || ins.kind == K::CPReduceScatter;
+  const Buffer &whole = gathers ? ins.outs[0] : ins.ins[0],
+               &chunk = gathers ? ins.ins[0] : ins.outs[0];
+  if (whole.shape.size() != 3 || chunk.shape.size() != 3 ||
+      whole.shape[1] != chunk.shape[1] * parts) {
+    error = "a sequence collective over '" + ins.axis + "' whose whole is not " +
+            std::to_string(parts) + " chunks of [batch, seq, hidden]";
+    return false;
+  }
+  int64_t batch = whole.shape[0], c = chunk.shape[1], h = whole.shape[2];
+  int64_t block = batch * c * h;
+  const float *in = backend.data(ins.ins[0]);
+  float *out = backend.data(ins.outs[0]);
+  // Rank-major blocks [parts][batch][c][h] <-> the position-ordered whole.
+  auto place = [&](int64_t r, float *dst, const float *src, bool toWhole) {
+    for (const StridedCopy &copy : sequenceCopies(r, parts, batch, c, h, balanced, toWhole))
+      if (!backend.copyStrided(dst, src, copy, error))
+        return false;
+    return true;
+  };
+  if (ins.kind == K::SeqSplit)
+    return place(index, out, in, /*toWhole=*/false);
+  BackendFloats blocks;
+  if (!backend.allocate(block * parts, blocks, error))
+    return false;
+  if (gathers) {
+    if (!comm.allGatherBlocks(ins.axis, in, blocks.p, block, error))
+      return false;
+    for (int64_t r = 0; r < parts; ++r)
+      if (!place(r, out, blocks.p + r * block, /*toWhole=*/true))
+        return false;
+    return true;
+  }
+  for (int64_t r = 0; r < parts; ++r)
+    if (!place(r, blocks.p + r * block, in, /*toWhole=*/false))
+      return false;
+  return comm.reduceScatterBlocks(ins.axis, blocks.p, out, block, error);
+}
+
+bool StepDriver::experts(StepBackend &backend, const Instruction &ins, Communicator &comm,
+                         std::string &error) {
+  int index = 0, parts = 1;
+  if (!axis(ins.axis, index, parts, error))
+    return false;
+  bool dispatch = ins.kind == Instruction::Kind::EPDispatch;
+  const Buffer &rows = dispatch ? ins.ins[0] : ins.outs[0],
+               &share = dispatch ? ins.outs[0] : ins.ins[0];
+  if (rows.shape.size() != 3 || share.shape.empty()) {
+    error = "an expert all-to-all of rows that are not [experts, capacity, hidden]";
+    return false;
+  }
+  // Blocks [parts][E / parts][C][h]: block j goes to / comes from rank j.
+  int64_t local = share.shape[0], ch = rows.shape[1] * rows.shape[2];
+  int64_t block = local * ch;
+  const float *in = backend.data(ins.ins[0]);
+  float *out = backend.data(ins.outs[0]);
+  BackendFloats blocks;
+  if (!backend.allocate(block * parts, blocks, error))
+    return false;
+  auto move = [&](float *dst, const float *src, bool toShare) {
+    for (const StridedCopy &copy : expertCopies(parts, local, ch, toShare))
+      if (!backend.copyStrided(dst, src, copy, error))
+        return false;
+    return true;
+  };
+  if (dispatch)
+    return comm.allToAllBlocks(ins.axis, in, blocks.p, block, error) &&
+           move(out, blocks.p, /*toShare=*/true);
+  return move(blocks.p, in, /*toShare=*/false) &&
+         comm.allToAllBlocks(ins.axis, blocks.p, out, block, error);
+}
+
+bool StepDriver::ringAttention(StepBackend &backend, const Instruction &ins, Communicator &comm,
+                               std::string &error) {
+  int index = 0, parts = 1, tpIndex = 0, tpSize = 1;
+  if (!axis(ins.axis, index, parts, error) || !axis("tp", tpIndex, tpSize, error))
+    return false;
+  bool bwd = ins.kind == Instruction::Kind::CPRingAttentionBwd;
+  const Buffer &q = ins.ins[bwd ? 1 : 0], &keys = ins.ins[bwd ? 2 : 1],
+               &values = ins.ins[bwd ? 3 : 2];
+  int64_t heads = int64_t(ins.args.heads);
+  if (q.shape.size() != 3 || heads <= 0) {
+    error = "ring attention of queries that are not [batch, seq, heads x head_dim]";
+    return false;
+  }
+  int64_t kvCount = keys.elements, qCount = q.elements, rows = q.shape[0] * q.shape[1] * heads;
+  // Neighbours on the ring: cp is the axis just above tp in the rank layout.
+  int next = rank + (((index + 1) % parts) - index) * tpSize;
+  int prev = rank + (((index + parts - 1) % parts) - index) * tpSize;
+  const int kRingTag = 32000;
+  // The travelling blocks (keys, values and, backward, their gradients),
+  // a block's partial output and statistics, and the merged ones.
+  BackendFloats blk[4], blockOut, blockLse, out, lse;
+  for (BackendFloats *b : {&blk[0], &blk[1], &blk[2], &blk[3]})
+    if (!backend.allocate(kvCount, *b, error))
+      return false;
+  if (!backend.allocate(qCount, blockOut, error) || !backend.allocate(rows, blockLse, error) ||
+      !backend.allocate(qCount, out, error) || !backend.allocate(rows, lse, error))
+    return false;
+  // Sends copy their data and do not block, so a block goes to the next rank
+  // before this rank computes on it: the transfer overlaps the computation,
+  // and the previous rank's block is received (into the same buffer) after.
+  auto sendOn = [&](int first, int count) {
+    for (int i = first; i < first + count; ++i)
+      if (!comm.send(next, kRingTag, blk[i].p, kvCount, error))
+        return false;
+    return true;
+  };
+  auto receive = [&](int count) {
+    for (int i = 0; i < count; ++i)
+      if (!comm.recv(prev, kRingTag, blk[i].p, kvCount, error))
+        return false;
+    return true;
+  };
+  const float *qData = backend.data(q), *keysData = backend.data(keys),
+              *valuesData = backend.data(values);
+  // Forward (the backward's too): every block once, partial results merged
+  // by log-sum-exp.
+  if (!backend.copy(blk[0].p, keysData, kvCount, error) ||
+      !backend.copy(blk[1].p, valuesData, kvCount, error) ||
+      !backend.fill(lse.p, -INFINITY, rows, error))
+    return false;
+  for (int i = 0; i < parts; ++i) {
+    if (i + 1 < parts && !sendOn(0, 2))
+      return false;
+    if (!backend.ringForward(ins, qData, blk[0].p, blk[1].p, (index - i + parts) % parts,
+                             blockOut.p, blockLse.p, error) ||
+        !backend.ringMerge(ins, out.p, lse.p, blockOut.p, blockLse.p, error))
+      return false;
+    if (i + 1 < parts && !receive(2))
+      return false;
+  }
+  if (!bwd)
+    return backend.copy(backend.data(ins.outs[0]), out.p, qCount, error);
+  // Backward with the whole log-sum-exp: each block's key / value gradients
+  // travel with it and are complete when it is home again.
+  BackendFloats dq, dqBlock, dkBlock, dvBlock;
+  if (!backend.allocate(qCount, dq, error) || !backend.allocate(qCount, dqBlock, error) ||
+      !backend.allocate(kvCount, dkBlock, error) || !backend.allocate(kvCount, dvBlock, error) ||
+      !backend.copy(blk[0].p, keysData, kvCount, error) ||
+      !backend.copy(blk[1].p, valuesData, kvCount, error) ||
+      !backend.fill(blk[2].p, 0.0f, kvCount, error) ||
+      !backend.fill(blk[3].p, 0.0f, kvCount, error))
+    return false;
+  const float *dout = backend.data(ins.ins[0]);
+  for (int i = 0; i < parts; ++i) {
+    // Keys and values travel on before the computation, their gradients
+    // after it (this rank adds its part first).
+    if (!sendOn(0, 2) ||
+        !backend.ringBackward(ins, dout, qData, blk[0].p, blk[1].p, out.p, lse.p,
+                              (index - i + parts) % parts, dqBlock.p, dkBlock.p, dvBlock.p,
+                              error) ||
+        !backend.addScaled(dq.p, dqBlock.p, 1.0f, qCount, error) ||
+        !backend.addScaled(blk[2].p, dkBlock.p, 1.0f, kvCount, error) ||
+        !backend.addScaled(blk[3].p, dvBlock.p, 1.0f, kvCount, error) || !sendOn(2, 2) ||
+        !receive(4))
+      return false;
+  }
+  return backend.copy(backend.data(ins.outs[0]), dq.p, qCount, error) &&
+         backend.copy(backend.data(ins.outs[1]), blk[2].p, kvCount, error) &&
+         backend.copy(backend.data(ins.outs[2]), blk[3].p, kvCount, error);
 }
 
 } // namespace llmopt::runtime

@@ -99,6 +99,23 @@ struct Recorder final : StepBackend {
   bool addScaled(float *, const float *, float, int64_t, std::string &error) override {
     return fail("addScaled", error);
   }
+  bool fill(float *, float, int64_t, std::string &error) override { return fail("fill", error); }
+  bool copyStrided(float *, const float *, const StridedCopy &, std::string &error) override {
+    return fail("copyStrided", error);
+  }
+  bool ringForward(const Instruction &, const float *, const float *, const float *, int, float *,
+                   float *, std::string &error) override {
+    return fail("ringForward", error);
+  }
+  bool ringMerge(const Instruction &, float *, float *, const float *, const float *,
+                 std::string &error) override {
+    return fail("ringMerge", error);
+  }
+  bool ringBackward(const Instruction &, const float *, const float *, const float *, const float *,
+                    const float *, const float *, int, float *, float *, float *,
+                    std::string &error) override {
+    return fail("ringBackward", error);
+  }
   bool clearAccumulators(std::string &error) override { return fail("clear", error); }
   bool select(const std::vector<int32_t> &, const std::vector<int32_t> &, size_t slot,
               std::string &error) override {

@@ -97,6 +97,16 @@ private:
   bool allocate(int64_t n, BackendFloats &out, std::string &error) override;
   bool copy(float *dst, const float *src, int64_t n, std::string &error) override;
   bool addScaled(float *dst, const float *src, float scale, int64_t n, std::string &error) override;
+  bool fill(float *dst, float value, int64_t n, std::string &error) override;
+  bool copyStrided(float *dst, const float *src, const StridedCopy &copy,
+                   std::string &error) override;
+  bool ringForward(const Instruction &ins, const float *q, const float *k, const float *v,
+                   int keysRank, float *out, float *lse, std::string &error) override;
+  bool ringMerge(const Instruction &ins, float *out, float *lse, const float *blockOut,
+                 const float *blockLse, std::string &error) override;
+  bool ringBackward(const Instruction &ins, const float *dout, const float *q, const float *k,
+                    const float *v, const float *out, const float *lse, int keysRank, float *dq,
+                    float *dk, float *dv, std::string &error) override;
   bool clearAccumulators(std::string &error) override;
   bool select(const std::vector<int32_t> &tokens, const std::vector<int32_t> &labels, size_t slot,
               std::string &error) override;

@@ -123,6 +123,16 @@ private:
   bool allocate(int64_t n, BackendFloats &out, std::string &error) override;
   bool copy(float *dst, const float *src, int64_t n, std::string &error) override;
   bool addScaled(float *dst, const float *src, float scale, int64_t n, std::string &error) override;
+  bool fill(float *dst, float value, int64_t n, std::string &error) override;
+  bool copyStrided(float *dst, const float *src, const StridedCopy &copy,
+                   std::string &error) override;
+  bool ringForward(const Instruction &ins, const float *q, const float *k, const float *v,
+                   int keysRank, float *out, float *lse, std::string &error) override;
+  bool ringMerge(const Instruction &ins, float *out, float *lse, const float *blockOut,
+                 const float *blockLse, std::string &error) override;
+  bool ringBackward(const Instruction &ins, const float *dout, const float *q, const float *k,
+                    const float *v, const float *out, const float *lse, int keysRank, float *dq,
+                    float *dk, float *dv, std::string &error) override;
   bool clearAccumulators(std::string &error) override;
   bool select(const std::vector<int32_t> &tokens, const std::vector<int32_t> &labels, size_t slot,
               std::string &error) override;
@@ -222,9 +232,6 @@ private:
   bool fp8Inputs(const Instruction &ins,
                  std::initializer_list<std::pair<const Buffer *, kernels::cpu::Fp8>> operands,
                  std::vector<std::vector<float>> &rounded, Communicator &comm, std::string &error);
-  bool runExperts(const Instruction &ins, Communicator &comm, std::string &error);
-  bool runRingAttention(const Instruction &ins, Communicator &comm, std::string &error);
-  bool runSeq(const Instruction &ins, Communicator &comm, std::string &error);
   /// Under context parallelism (a `cp` kernel parameter): the positions of
   /// this rank's `local` rows in the whole sequence; empty otherwise.
   bool cpPositions(const Instruction &ins, int64_t local, std::vector<int32_t> &positions,

@@ -10,11 +10,16 @@
 // accumulator's next use and before the step phase), reduce-scatters and
 // all-gathers of ZeRO-1, and the pipeline's sends and receives.
 //
+// It also runs the collectives inside a computation: sequence and context
+// parallelism's gathers, reduce-scatters and splits, the experts'
+// all-to-alls (their layouts: layouts.h) and context parallelism's ring
+// attention (the blocks' journey round the ring, their merge and their
+// gradients' way home).
+//
 // A backend gives it memory (its own: host for the CPU, device for CUDA,
 // which the communicator it is handed works on), a few memory operations and
-// everything that computes: the kernels, and the collectives inside a
-// computation (sequence and context parallelism's gathers, ring attention,
-// the experts' all-to-alls).
+// everything that computes: the kernels, and ring attention's three block
+// computations.
 //
 //===----------------------------------------------------------------------===//
 
@@ -22,6 +27,7 @@
 #define LLMOPT_RUNTIME_STEP_DRIVER_H
 
 #include "llmopt-runtime/comm.h"
+#include "llmopt-runtime/layouts.h"
 #include "llmopt-runtime/plan.h"
 
 #include <map>
@@ -61,17 +67,35 @@ public:
   /// dst += scale x src.
   virtual bool addScaled(float *dst, const float *src, float scale, int64_t n,
                          std::string &error) = 0;
+  /// `n` floats set to `value`.
+  virtual bool fill(float *dst, float value, int64_t n, std::string &error) = 0;
+  /// A strided copy (layouts.h) from src's to dst's floats.
+  virtual bool copyStrided(float *dst, const float *src, const StridedCopy &copy,
+                           std::string &error) = 0;
+  /// Ring attention's blocks (`ins` a cp_ring_attention_*, fp32 buffers of
+  /// its shapes): this rank's queries `q` against the keys and values of
+  /// the ring's rank `keysRank` (its chunks' positions) into the block's
+  /// output and log-sum-exp; a block merged into the running output and
+  /// log-sum-exp by log-sum-exp; and a block's backward from the whole
+  /// output and log-sum-exp (dq, dk, dv written, not added).
+  virtual bool ringForward(const Instruction &ins, const float *q, const float *k, const float *v,
+                           int keysRank, float *out, float *lse, std::string &error) = 0;
+  virtual bool ringMerge(const Instruction &ins, float *out, float *lse, const float *blockOut,
+                         const float *blockLse, std::string &error) = 0;
+  virtual bool ringBackward(const Instruction &ins, const float *dout, const float *q,
+                            const float *k, const float *v, const float *out, const float *lse,
+                            int keysRank, float *dq, float *dk, float *dv, std::string &error) = 0;
   /// Zeroes every gradient accumulator (a step starts).
   virtual bool clearAccumulators(std::string &error) = 0;
   /// The micro-batch the next instructions belong to: its inputs, and the
   /// arena slot it has (pipeline stages keep one per micro-batch in flight).
   virtual bool select(const std::vector<int32_t> &tokens, const std::vector<int32_t> &labels,
                       size_t slot, std::string &error) = 0;
-  /// Wide (fp32) copies of the 16-bit buffers of a data-moving instruction
-  /// the driver runs, and their results rounded back after it.
+  /// Wide (fp32) copies of the 16-bit buffers of an instruction the driver
+  /// runs, and their results rounded back after it.
   virtual bool widen(const Instruction &ins, std::string &error) = 0;
   virtual bool narrow(const Instruction &ins, std::string &error) = 0;
-  /// Everything else: kernels, and the collectives inside computations.
+  /// Everything else: the kernels.
   virtual bool compute(const Instruction &ins, Communicator &comm, std::string &error) = 0;
   /// `count` consecutive instructions from `first`, none of them one the
   /// driver runs: one by one through `compute`, unless the backend runs
@@ -118,6 +142,13 @@ private:
   bool runRange(StepBackend &backend, const std::vector<Instruction> &list, size_t begin,
                 size_t end, Communicator &comm, std::string &error);
   bool move(StepBackend &backend, const Instruction &ins, Communicator &comm, std::string &error);
+  /// The collectives inside a computation (see above).
+  bool sequence(StepBackend &backend, const Instruction &ins, Communicator &comm,
+                std::string &error);
+  bool experts(StepBackend &backend, const Instruction &ins, Communicator &comm,
+               std::string &error);
+  bool ringAttention(StepBackend &backend, const Instruction &ins, Communicator &comm,
+                     std::string &error);
   /// Completes everything still in flight and forgets it (before a step).
   bool drain(Communicator &comm, std::string &error);
 
