@@ -1741,7 +1741,7 @@ bool CudaExecutor::init(const Plan &plan, int rank, uint64_t seed, std::string &
           return (error = "the CUDA backend's ring attention takes head_dim up to 256", false);
         const Buffer &q = ins.ins[ins.kind == K::CPRingAttentionBwd ? 1 : 0];
         if (ins.args.kv_heads <= 0 || int64_t(ins.args.heads) % int64_t(ins.args.kv_heads) ||
-            q.shape.size() < 2 || q.shape[1] % 2)
+            q.shape.size() != 3 || q.shape[1] % 2)
           return (error = "ring attention of heads that are not a multiple of its kv heads, or of "
                           "a sequence chunk that does not halve",
                   false);
@@ -2031,6 +2031,15 @@ bool CudaExecutor::init(const Plan &plan, int rank, uint64_t seed, std::string &
     s->savedAlgorithms = s->gemm->cachedAlgorithms();
   }
   s->alone = std::make_unique<DeviceAlone>(s->stream);
+  // The step driver's scratch (StepBackend::allocate: collectives' blocks,
+  // ring attention's) comes from the stream's memory pool many times a
+  // step: up to 1 GiB of it stays in the pool between uses rather than
+  // going back to the driver at each synchronization (more would starve
+  // what cudaMalloc and the libraries allocate).
+  if (cudaMemPool_t pool = nullptr; cudaDeviceGetDefaultMemPool(&pool, device) == cudaSuccess) {
+    uint64_t keep = uint64_t(1) << 30;
+    cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep);
+  }
   // The parameters on the device, each host copy freed once uploaded: the
   // GPU holds the only copy of the training state from here on.
   for (auto &[name, st] : host.params) {

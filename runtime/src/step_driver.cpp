@@ -482,12 +482,14 @@ bool StepDriver::experts(StepBackend &backend, const Instruction &ins, Communica
   bool dispatch = ins.kind == Instruction::Kind::EPDispatch;
   const Buffer &rows = dispatch ? ins.ins[0] : ins.outs[0],
                &share = dispatch ? ins.outs[0] : ins.ins[0];
-  if (rows.shape.size() != 3 || share.shape.empty()) {
-    error = "an expert all-to-all of rows that are not [experts, capacity, hidden]";
+  // Blocks [parts][E / parts][C][h]: block j goes to / comes from rank j.
+  int64_t local = share.shape.empty() ? 0 : share.shape[0];
+  if (rows.shape.size() != 3 || rows.shape[0] != local * parts || share.elements != rows.elements) {
+    error = "an expert all-to-all over '" + ins.axis + "' whose rows are not [" +
+            std::to_string(parts) + " x the share's experts, capacity, hidden]";
     return false;
   }
-  // Blocks [parts][E / parts][C][h]: block j goes to / comes from rank j.
-  int64_t local = share.shape[0], ch = rows.shape[1] * rows.shape[2];
+  int64_t ch = rows.shape[1] * rows.shape[2];
   int64_t block = local * ch;
   const float *in = backend.data(ins.ins[0]);
   float *out = backend.data(ins.outs[0]);
@@ -528,8 +530,8 @@ bool StepDriver::ringAttention(StepBackend &backend, const Instruction &ins, Com
   // The travelling blocks (keys, values and, backward, their gradients),
   // a block's partial output and statistics, and the merged ones.
   BackendFloats blk[4], blockOut, blockLse, out, lse;
-  for (BackendFloats *b : {&blk[0], &blk[1], &blk[2], &blk[3]})
-    if (!backend.allocate(kvCount, *b, error))
+  for (int i = 0; i < (bwd ? 4 : 2); ++i)
+    if (!backend.allocate(kvCount, blk[i], error))
       return false;
   if (!backend.allocate(qCount, blockOut, error) || !backend.allocate(rows, blockLse, error) ||
       !backend.allocate(qCount, out, error) || !backend.allocate(rows, lse, error))
@@ -575,10 +577,8 @@ bool StepDriver::ringAttention(StepBackend &backend, const Instruction &ins, Com
   if (!backend.allocate(qCount, dq, error) || !backend.allocate(qCount, dqBlock, error) ||
       !backend.allocate(kvCount, dkBlock, error) || !backend.allocate(kvCount, dvBlock, error) ||
       !backend.copy(blk[0].p, keysData, kvCount, error) ||
-      !backend.copy(blk[1].p, valuesData, kvCount, error) ||
-      !backend.fill(blk[2].p, 0.0f, kvCount, error) ||
-      !backend.fill(blk[3].p, 0.0f, kvCount, error))
-    return false;
+      !backend.copy(blk[1].p, valuesData, kvCount, error))
+    return false; // (the gradient blocks start at zero: allocate zeroes)
   const float *dout = backend.data(ins.ins[0]);
   for (int i = 0; i < parts; ++i) {
     // Keys and values travel on before the computation, their gradients
