@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
 # Runs issue 7's GPU checks and measurements from .gpukit/ (bench/gpu/make-kit.sh)
 # on a machine with an NVIDIA GPU, CUDA 13 and PyTorch, from the repository root:
-#   bench/gpu/run.sh OUT_DIR [kernels] [tiny] [comm] [sanitize] [gpt2] [gpt2-torch]
+#   bench/gpu/run.sh OUT_DIR [smoke] [kernels] [tiny] [comm] [sanitize] [gpt2] [gpt2-torch]
 #                    [gpt2-compile] [gpt2-gemm] [gpt2-graphs] [llama] [llama-torch]
 #                    [llama-compile] [llama-gemm] [gpt2-padded] [bench]
 # Writes OUT_DIR/log.txt and OUT_DIR/results.tgz (metrics, profiles, summaries).
+# `smoke` first where device minutes are few: in about a minute, two steps
+# of each path written without a GPU (the one-GPU step driver and device
+# store, DP2, ZeRO-3, PP2, TP2+SP, EP2, CP2 staged), each against the CPU's
+# first step, so that a failure shows before the long parts run.
 set -uo pipefail
 out=$(mkdir -p "$1" && cd "$1" && pwd); shift
 parts=" ${*:-kernels tiny gpt2 gpt2-torch} "
@@ -60,6 +64,21 @@ cd "$work"
 step "machine"; date -u; nvidia-smi -L; nvidia-smi --query-gpu=driver_version,clocks.max.sm --format=csv
 echo "cublasLt: $cublas"; echo "cuDNN: ${cudnn:-none}"; python3 -c 'import torch; print("torch", torch.__version__)'
 ldd "$kit/bin/llm-run" | grep -E "not found|cublas|cudart|cudnn|nvrtc"
+
+if has smoke; then
+  step "smoke: two steps of each path written without a GPU, against the CPU backend's"
+  for p in tiny-llama:1 tiny-bf16:1 dp2:2 zero3:2 pp2:2 tp2-sp-bf16:2 ep2:2 cp2:2; do
+    n=${p%%:*} ranks=${p##*:}
+    if [ "$ranks" = 1 ]; then
+      TMO=60 run llm-run "$kit/plans/$n" --data "$kit/data/tiny.bin" --steps 2 --metrics $n-smoke.jsonl --device cuda --quiet
+    else
+      TMO=60 run python3 "$kit/bin/launch_env.py" -n $ranks --timeout 50 -- llm-run "$kit/plans/$n" --data "$kit/data/tiny.bin" --steps 2 --metrics $n-smoke.jsonl --device cuda --comm staged --quiet
+    fi
+    tol=1e-3
+    case $n in *bf16*) tol=2e-2 ;; esac
+    [ -f "$kit/expected/$n.jsonl" ] && python3 "$cmp" "$kit/expected/$n.jsonl" $n-smoke.jsonl --rel $tol --to 2
+  done
+fi
 
 if has kernels; then
   step "kernel unit tests against the CPU references"
