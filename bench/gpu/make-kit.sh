@@ -54,56 +54,47 @@ done
 # Issue 16's GPU proof (test/Runtime/cuda-comm.test as a kit part): DP2 as two
 # processes on one GPU through the host-staged communicator, fp32 with small
 # gradient buckets and bf16, against the CPU backend's run of the same plans.
-dp2="stack=llm-run-cpu cluster=dgx-h100 gpus=2 global-batch=4 seq-len=32 fix=dp:2,micro_batch:1"
-"$opt" "$in/byte-llama.json" --hf-dtype=f32 -o /dev/null --llm-auto-parallel="$dp2" \
-  --llm-lower-to-plan="dir=$kit/plans/dp2 lr=0.003 bucket-bytes=8192" >/dev/null
-"$opt" "$in/byte-llama.json" -o /dev/null --llm-auto-parallel="$dp2" \
-  --llm-lower-to-plan="dir=$kit/plans/dp2-bf16 lr=0.003" >/dev/null
+# dist NAME MODEL GPUS FIX [DTYPE] [LOWER OPTIONS]: MODEL's plan for GPUS
+# ranks of the CPU stack with FIX, global batch 4 of 32 tokens (DTYPE f32:
+# fp32, else the model's bf16).
+dist() {
+  local dtype=
+  [ "${5:-}" = f32 ] && dtype=--hf-dtype=f32
+  "$opt" "$2" $dtype -o /dev/null \
+    --llm-auto-parallel="stack=llm-run-cpu cluster=dgx-h100 gpus=$3 global-batch=4 seq-len=32 fix=$4" \
+    --llm-lower-to-plan="dir=$kit/plans/$1 lr=0.003 ${6:-}" >/dev/null
+}
+llama=$in/byte-llama.json gpt2=$in/byte-gpt2.json mixtral=$in/byte-mixtral.json
+dist dp2 "$llama" 2 dp:2,micro_batch:1 f32 bucket-bytes=8192
+dist dp2-bf16 "$llama" 2 dp:2,micro_batch:1
 # ZeRO-1/2/3 over the same two ranks (the step driver's reduce-scatters,
 # gathers and prefetched parameter gathers on device memory), two
 # micro-batches, small buckets, fp32 and bf16.
 for z in 1 2 3; do
-  zp="stack=llm-run-cpu cluster=dgx-h100 gpus=2 global-batch=4 seq-len=32 fix=dp:2,micro_batch:2,zero:$z"
-  "$opt" "$in/byte-llama.json" --hf-dtype=f32 -o /dev/null --llm-auto-parallel="$zp" \
-    --llm-lower-to-plan="dir=$kit/plans/zero$z lr=0.003 bucket-bytes=8192" >/dev/null
-  "$opt" "$in/byte-llama.json" -o /dev/null --llm-auto-parallel="$zp" \
-    --llm-lower-to-plan="dir=$kit/plans/zero$z-bf16 lr=0.003" >/dev/null
+  dist zero$z "$llama" 2 dp:2,micro_batch:2,zero:$z f32 bucket-bytes=8192
+  dist zero$z-bf16 "$llama" 2 dp:2,micro_batch:2,zero:$z
 done
 # Pipeline stages on the GPU (two processes; four for GPT-2's DP2 x PP2 with
 # ZeRO-1 and tied embeddings): 1F1B fp32 and bf16, GPipe, interleaved.
-pp="stack=llm-run-cpu cluster=dgx-h100 global-batch=4 seq-len=32"
-"$opt" "$in/byte-llama.json" --hf-dtype=f32 -o /dev/null --llm-auto-parallel="$pp gpus=2 fix=dp:1,pp:2,micro_batch:1" \
-  --llm-lower-to-plan="dir=$kit/plans/pp2 lr=0.003" >/dev/null
-"$opt" "$in/byte-llama.json" -o /dev/null --llm-auto-parallel="$pp gpus=2 fix=dp:1,pp:2,micro_batch:1" \
-  --llm-lower-to-plan="dir=$kit/plans/pp2-bf16 lr=0.003" >/dev/null
-"$opt" "$in/byte-llama.json" --hf-dtype=f32 -o /dev/null --llm-auto-parallel="$pp gpus=2 fix=dp:1,pp:2,micro_batch:1,schedule:gpipe" \
-  --llm-lower-to-plan="dir=$kit/plans/pp2-gpipe lr=0.003" >/dev/null
-sed 's/"num_hidden_layers": 2/"num_hidden_layers": 4/' "$in/byte-llama.json" >"$kit/byte-llama-l4.json"
-"$opt" "$kit/byte-llama-l4.json" --hf-dtype=f32 -o /dev/null --llm-auto-parallel="$pp gpus=2 fix=dp:1,pp:2,vpp:2,micro_batch:1" \
-  --llm-lower-to-plan="dir=$kit/plans/vpp lr=0.003" >/dev/null
-"$opt" "$in/byte-gpt2.json" --hf-dtype=f32 -o /dev/null --llm-auto-parallel="$pp gpus=4 fix=dp:2,pp:2,zero:1,micro_batch:1" \
-  --llm-lower-to-plan="dir=$kit/plans/gpt2-pp lr=0.003" >/dev/null
+dist pp2 "$llama" 2 dp:1,pp:2,micro_batch:1 f32
+dist pp2-bf16 "$llama" 2 dp:1,pp:2,micro_batch:1
+dist pp2-gpipe "$llama" 2 dp:1,pp:2,micro_batch:1,schedule:gpipe f32
+sed 's/"num_hidden_layers": 2/"num_hidden_layers": 4/' "$llama" >"$kit/byte-llama-l4.json"
+dist vpp "$kit/byte-llama-l4.json" 2 dp:1,pp:2,vpp:2,micro_batch:1 f32
+dist gpt2-pp "$gpt2" 4 dp:2,pp:2,zero:1,micro_batch:1 f32
 # Tensor parallelism (vocabulary-parallel embedding and loss), with sequence
 # parallelism in bf16, and GPT-2 DP2 x TP2 (tied embeddings, four processes).
-"$opt" "$in/byte-llama.json" --hf-dtype=f32 -o /dev/null --llm-auto-parallel="$pp gpus=2 fix=dp:1,tp:2,micro_batch:4" \
-  --llm-lower-to-plan="dir=$kit/plans/tp2 lr=0.003" >/dev/null
-"$opt" "$in/byte-llama.json" -o /dev/null --llm-auto-parallel="$pp gpus=2 fix=dp:1,tp:2,sp:1,micro_batch:4" \
-  --llm-lower-to-plan="dir=$kit/plans/tp2-sp-bf16 lr=0.003" >/dev/null
-"$opt" "$in/byte-gpt2.json" --hf-dtype=f32 -o /dev/null --llm-auto-parallel="$pp gpus=4 fix=dp:2,tp:2,micro_batch:2" \
-  --llm-lower-to-plan="dir=$kit/plans/gpt2-dp2tp2 lr=0.003" >/dev/null
+dist tp2 "$llama" 2 dp:1,tp:2,micro_batch:4 f32
+dist tp2-sp-bf16 "$llama" 2 dp:1,tp:2,sp:1,micro_batch:4
+dist gpt2-dp2tp2 "$gpt2" 4 dp:2,tp:2,micro_batch:2 f32
 # Expert parallelism: Mixtral DP2 x EP2 (the experts' all-to-alls), fp32 and bf16.
-"$opt" "$in/byte-mixtral.json" --hf-dtype=f32 -o /dev/null --llm-auto-parallel="$pp gpus=2 fix=dp:2,ep:2,micro_batch:1" \
-  --llm-lower-to-plan="dir=$kit/plans/ep2 lr=0.003" >/dev/null
-"$opt" "$in/byte-mixtral.json" -o /dev/null --llm-auto-parallel="$pp gpus=2 fix=dp:2,ep:2,micro_batch:1" \
-  --llm-lower-to-plan="dir=$kit/plans/ep2-bf16 lr=0.003" >/dev/null
+dist ep2 "$mixtral" 2 dp:2,ep:2,micro_batch:1 f32
+dist ep2-bf16 "$mixtral" 2 dp:2,ep:2,micro_batch:1
 # Context parallelism: ring attention (Llama fp32 and bf16), the learned
 # position embedding at the chunks' positions (GPT-2).
-"$opt" "$in/byte-llama.json" --hf-dtype=f32 -o /dev/null --llm-auto-parallel="$pp gpus=2 fix=dp:1,cp:2,micro_batch:2" \
-  --llm-lower-to-plan="dir=$kit/plans/cp2 lr=0.003" >/dev/null
-"$opt" "$in/byte-llama.json" -o /dev/null --llm-auto-parallel="$pp gpus=2 fix=dp:1,cp:2,micro_batch:2" \
-  --llm-lower-to-plan="dir=$kit/plans/cp2-bf16 lr=0.003" >/dev/null
-"$opt" "$in/byte-gpt2.json" --hf-dtype=f32 -o /dev/null --llm-auto-parallel="$pp gpus=2 fix=dp:1,cp:2,micro_batch:2" \
-  --llm-lower-to-plan="dir=$kit/plans/gpt2-cp2 lr=0.003" >/dev/null
+dist cp2 "$llama" 2 dp:1,cp:2,micro_batch:2 f32
+dist cp2-bf16 "$llama" 2 dp:1,cp:2,micro_batch:2
+dist gpt2-cp2 "$gpt2" 2 dp:1,cp:2,micro_batch:2 f32
 cp "$in/launch_env.py" "$in/compare_metrics.py" "$kit/bin/"
 # Issue 7's measurements: GPT-2 124M B=16 T=1024 and Llama 3.2 1B, bf16.
 lower "$root/examples/models/gpt2-124m.json" "dir=$kit/plans/gpt2-124m batch=16 seq=1024"
