@@ -95,6 +95,10 @@ dist ep2-bf16 "$mixtral" 2 dp:2,ep:2,micro_batch:1
 dist cp2 "$llama" 2 dp:1,cp:2,micro_batch:2 f32
 dist cp2-bf16 "$llama" 2 dp:1,cp:2,micro_batch:2
 dist gpt2-cp2 "$gpt2" 2 dp:1,cp:2,micro_batch:2 f32
+# Combinations: CP2 x TP2 (four processes), DP2 x TP2 x PP2 with sequence
+# parallelism and ZeRO-1 (eight).
+dist cp2tp2 "$llama" 4 dp:1,cp:2,tp:2,micro_batch:2 f32
+dist 3d "$llama" 8 dp:2,tp:2,pp:2,sp:1,zero:1,micro_batch:1 f32
 cp "$in/launch_env.py" "$in/compare_metrics.py" "$kit/bin/"
 # Issue 7's measurements: GPT-2 124M B=16 T=1024 and Llama 3.2 1B, bf16.
 lower "$root/examples/models/gpt2-124m.json" "dir=$kit/plans/gpt2-124m batch=16 seq=1024"
@@ -132,7 +136,8 @@ for n in dp2 dp2-bf16 zero1 zero1-bf16 zero2 zero2-bf16 zero3 zero3-bf16 pp2 pp2
   tp2 tp2-sp-bf16 ep2 ep2-bf16 cp2 cp2-bf16 gpt2-cp2; do
   ref $n 2
 done
-for n in gpt2-pp gpt2-dp2tp2; do
+for n in gpt2-pp gpt2-dp2tp2 cp2tp2; do
   ref $n 4
 done
+ref 3d 8
 du -sh "$kit"
