@@ -99,6 +99,13 @@ dist gpt2-cp2 "$gpt2" 2 dp:1,cp:2,micro_batch:2 f32
 # parallelism and ZeRO-1 (eight).
 dist cp2tp2 "$llama" 4 dp:1,cp:2,tp:2,micro_batch:2 f32
 dist 3d "$llama" 8 dp:2,tp:2,pp:2,sp:1,zero:1,micro_batch:1 f32
+# fp8 linears under TP2 (each operand's amax the maximum over tp), on a
+# Llama wide enough for fp8 GEMMs' multiples of 16 once split.
+sed 's/"hidden_size": 32/"hidden_size": 64/; s/"intermediate_size": 48/"intermediate_size": 128/' \
+  "$llama" >"$kit/byte-llama-wide.json"
+"$opt" "$kit/byte-llama-wide.json" --hf-dtype=f32 -o /dev/null \
+  --llm-auto-parallel="stack=llm-run-cpu cluster=dgx-h100 gpus=2 global-batch=4 seq-len=32 fp8=true fix=dp:1,tp:2,micro_batch:4" \
+  --llm-lower-to-plan="dir=$kit/plans/tp2-fp8 lr=0.003" >/dev/null
 cp "$in/launch_env.py" "$in/compare_metrics.py" "$kit/bin/"
 # Issue 7's measurements: GPT-2 124M B=16 T=1024 and Llama 3.2 1B, bf16.
 lower "$root/examples/models/gpt2-124m.json" "dir=$kit/plans/gpt2-124m batch=16 seq=1024"
@@ -133,7 +140,7 @@ for n in tiny-gpt2 tiny-llama tiny-bf16 tiny-gpt2-bf16 tiny-gpt2-rc-full tiny-gp
   ref $n 1
 done
 for n in dp2 dp2-bf16 zero1 zero1-bf16 zero2 zero2-bf16 zero3 zero3-bf16 pp2 pp2-bf16 pp2-gpipe vpp \
-  tp2 tp2-sp-bf16 ep2 ep2-bf16 cp2 cp2-bf16 gpt2-cp2; do
+  tp2 tp2-sp-bf16 ep2 ep2-bf16 cp2 cp2-bf16 gpt2-cp2 tp2-fp8; do
   ref $n 2
 done
 for n in gpt2-pp gpt2-dp2tp2 cp2tp2; do

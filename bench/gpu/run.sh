@@ -169,7 +169,7 @@ if has comm; then
   eight() { run python3 "$kit/bin/launch_env.py" -n 8 --timeout 240 -- llm-run "$@"; }
   for p in pp2:1e-3 pp2-bf16:2e-2 pp2-gpipe:1e-3 vpp:1e-3 gpt2-pp:1e-3 tp2:1e-3 tp2-sp-bf16:2e-2 \
     gpt2-dp2tp2:1e-3 ep2:1e-3 ep2-bf16:2e-2 cp2:1e-3 cp2-bf16:2e-2 gpt2-cp2:1e-3 cp2tp2:1e-3 \
-    3d:1e-3; do
+    3d:1e-3 tp2-fp8:2e-2; do
     n=${p%%:*} tol=${p##*:} launch=two
     case $n in gpt2-pp | gpt2-dp2tp2 | cp2tp2) launch=four ;; 3d) launch=eight ;; esac
     cpu $n $launch "$kit/plans/$n" --data "$kit/data/tiny.bin" --steps 10 --metrics $n-cpu.jsonl --quiet

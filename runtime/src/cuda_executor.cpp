@@ -300,6 +300,9 @@ struct CudaExecutor::State {
   /// A plan of one rank: its collectives on device memory, each a copy at
   /// most (the host SingleRank's defaults would touch device pointers).
   std::unique_ptr<Communicator> alone;
+  /// The communicator of the instruction running (a kernel's amax over
+  /// ranks: fp8 under tensor parallelism), set by compute().
+  Communicator *kernelComm = nullptr;
   /// Before the host reads what the step computed (a norm): NCCL's queued
   /// collectives waited for under the watchdog, so that a rank that died
   /// fails the step instead of hanging this one in a copy.
@@ -716,12 +719,30 @@ bool CudaExecutor::State::fp8Linear(const Instruction &ins, std::string &error) 
   int64_t n = rowsOf(x), inF = tr ? w.shape[0] : w.shape[1], outF = tr ? w.shape[1] : w.shape[0];
   cudaDataType_t type = bf16 ? CUDA_R_16BF : CUDA_R_32F;
   // The weight quantized as [rows, cols] of its storage, plain or transposed.
-  auto quantizeWeight = [&](bool transpose, uint8_t *q, float *amax, float *scale) {
+  // `reduced`: with the amax already in `amax` (the ranks' maximum).
+  auto quantizeWeight = [&](bool transpose, uint8_t *q, float *amax, float *scale, bool reduced) {
     int64_t rows = w.shape[0], cols = w.shape[1];
-    return ok(
-        transpose
-            ? cu::quantizeFp8Transposed(at<T>(w), rows, cols, false, q, amax, scale, nullptr, s)
-            : cu::quantizeFp8(at<T>(w), rows * cols, false, q, amax, scale, nullptr, s));
+    const float *given = reduced ? amax : nullptr;
+    return ok(transpose
+                  ? cu::quantizeFp8Transposed(at<T>(w), rows, cols, false, q, amax, scale, given, s)
+                  : cu::quantizeFp8(at<T>(w), rows * cols, false, q, amax, scale, given, s));
+  };
+  // A tensor split over `amax_axis` (tensor parallelism) scales by the whole
+  // tensor's largest magnitude: each operand's amax the maximum over those
+  // axes' ranks, as the CPU backend; then the operands quantized again.
+  const std::string &axes = ins.args.amax_axis;
+  auto reduceAmax = [&](std::initializer_list<float *> amaxes) {
+    if (!kernelComm)
+      return (error = std::string(ins.kernel->name) + ": an amax over ranks without a communicator",
+              false);
+    for (size_t at = 0; at < axes.size();) {
+      size_t end = std::min(axes.find(',', at), axes.size());
+      for (float *a : amaxes)
+        if (!kernelComm->allReduceMax(axes.substr(at, end - at), a, 1, error))
+          return false;
+      at = end + 1;
+    }
+    return true;
   };
   // Each operand's amax and scale 16 bytes apart (cuBLASLt refused scale
   // pointers 4 bytes apart on an H100: kernels/tests/CudaTest.cpp): operand
@@ -734,8 +755,13 @@ bool CudaExecutor::State::fp8Linear(const Instruction &ins, std::string &error) 
     return false;
   if (fwd) {
     uint8_t *xq = bytes(16, n * inF), *wq = bytes(17, outF * inF);
-    if (!xq || !wq || !ok(cu::quantizeFp8(at<T>(x), n * inF, false, xq, f, f + 4, nullptr, s)) ||
-        !quantizeWeight(tr, wq, f + 8, f + 12) || // [out, in]
+    auto quantize = [&](bool reduced) {
+      return ok(cu::quantizeFp8(at<T>(x), n * inF, false, xq, f, f + 4, reduced ? f : nullptr,
+                                s)) &&
+             quantizeWeight(tr, wq, f + 8, f + 12, reduced); // [out, in]
+    };
+    if (!xq || !wq || !quantize(false) ||
+        (!axes.empty() && (!reduceAmax({f, f + 8}) || !quantize(true))) ||
         !gemm->fp8Product(xq, false, wq, false, f + 4, f + 12, at<T>(out[0]), n, inF, outF, type,
                           0.0f, s, error))
       return false;
@@ -745,11 +771,16 @@ bool CudaExecutor::State::fp8Linear(const Instruction &ins, std::string &error) 
   const Buffer &dy = in[0];
   uint8_t *dyq = bytes(18, n * outF), *dyqT = bytes(19, n * outF), *xqT = bytes(20, n * inF),
           *wqT = bytes(21, outF * inF);
-  if (!dyq || !dyqT || !xqT || !wqT ||
-      !ok(cu::quantizeFp8(at<T>(dy), n * outF, true, dyq, f, f + 4, nullptr, s)) ||
-      !ok(cu::quantizeFp8Transposed(at<T>(dy), n, outF, true, dyqT, f, f + 4, f, s)) ||
-      !ok(cu::quantizeFp8Transposed(at<T>(x), n, inF, false, xqT, f + 8, f + 12, nullptr, s)) ||
-      !quantizeWeight(!tr, wqT, f + 16, f + 20)) // [in, out]
+  auto quantize = [&](bool reduced) {
+    return ok(cu::quantizeFp8(at<T>(dy), n * outF, true, dyq, f, f + 4, reduced ? f : nullptr,
+                              s)) &&
+           ok(cu::quantizeFp8Transposed(at<T>(dy), n, outF, true, dyqT, f, f + 4, f, s)) &&
+           ok(cu::quantizeFp8Transposed(at<T>(x), n, inF, false, xqT, f + 8, f + 12,
+                                        reduced ? f + 8 : nullptr, s)) &&
+           quantizeWeight(!tr, wqT, f + 16, f + 20, reduced); // [in, out]
+  };
+  if (!dyq || !dyqT || !xqT || !wqT || !quantize(false) ||
+      (!axes.empty() && (!reduceAmax({f, f + 8, f + 16}) || !quantize(true))))
     return false;
   // dx [n, in] = dy [n, out] (W^T [in, out])^T.
   if (!gemm->fp8Product(dyq, true, wqT, false, f + 4, f + 20, at<T>(out[0]), n, outF, inF, type,
@@ -1768,9 +1799,14 @@ bool CudaExecutor::init(const Plan &plan, int rank, uint64_t seed, std::string &
       return false;
     }
     bool fwd = ins.kernel->id == KernelId::LinearFwd;
-    bool fp8Linear = (fwd || ins.kernel->id == KernelId::LinearBwd) && ins.args.amax_axis.empty() &&
-                     ins.args.epilogue.empty() && !ins.args.accumulate &&
-                     ins.args.fp8 == (fwd ? "e4m3" : "hybrid");
+    bool fp8Linear = (fwd || ins.kernel->id == KernelId::LinearBwd) && ins.args.epilogue.empty() &&
+                     !ins.args.accumulate && ins.args.fp8 == (fwd ? "e4m3" : "hybrid");
+    // An amax over ranks (tensor parallelism): its axes' communicators.
+    for (size_t at = 0; fp8Linear && at < ins.args.amax_axis.size();) {
+      size_t end = std::min(ins.args.amax_axis.find(',', at), ins.args.amax_axis.size());
+      axes.insert(ins.args.amax_axis.substr(at, end - at));
+      at = end + 1;
+    }
     if (fp8Linear) {
       // cuBLASLt's fp8 products (sm_89 / sm_90) take dimensions of 16-byte
       // multiples: the tokens (the weight gradient's k) and both features.
@@ -1802,7 +1838,7 @@ bool CudaExecutor::init(const Plan &plan, int rank, uint64_t seed, std::string &
         (!ins.args.cp.empty() && !positioned)) {
       error =
           std::string(ins.kernel->name) +
-          ": fp8 (other than linears whose amax no other rank shares), sharded (other than "
+          ": fp8 (other than linears), sharded (other than "
           "ZeRO's and the vocabulary-parallel embedding and loss) and context-parallel "
           "kernels (other than the rotary and position embeddings) are not run by the CUDA backend "
           "yet";
@@ -2278,8 +2314,11 @@ bool CudaExecutor::narrow(const Instruction &ins, std::string &error) {
   return ok;
 }
 
-bool CudaExecutor::compute(const Instruction &ins, Communicator &, std::string &error) {
-  return runTimed(ins, error);
+bool CudaExecutor::compute(const Instruction &ins, Communicator &comm, std::string &error) {
+  s->kernelComm = &comm;
+  bool ok = runTimed(ins, error);
+  s->kernelComm = nullptr;
+  return ok;
 }
 
 bool CudaExecutor::fill(float *dst, float value, int64_t n, std::string &error) {

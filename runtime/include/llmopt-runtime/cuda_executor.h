@@ -6,8 +6,8 @@
 // instructions). It takes fp32 and bf16 plans of dense and MoE models
 // (embeddings, norms, linears, attention, GeLU / SwiGLU, rotary,
 // cross-entropy, the router and experts, the generated fused kernels,
-// AdamW with global-norm clipping), fp8 linears whose amax no other rank
-// shares, data parallelism, ZeRO-1/2/3, pipeline stages, tensor (with
+// AdamW with global-norm clipping), fp8 linears (an amax over tensor-
+// parallel ranks too), data parallelism, ZeRO-1/2/3, pipeline stages, tensor (with
 // sequence), expert and context parallelism through collectives on device
 // memory (NCCL, or host-staged where ranks share a GPU: device_comm.h; ring
 // attention staged only), and refuses the rest by name (fp16 and loss
