@@ -1710,7 +1710,6 @@ bool CudaExecutor::init(const Plan &plan, int rank, uint64_t seed, std::string &
     return (error = "no program for rank " + std::to_string(rank), false);
   // What this backend runs, checked before anything is allocated.
   bool anyBf16 = false;
-  bool ring = false;          // ring attention's transfers (not on NCCL yet)
   std::set<std::string> axes; // of the collectives (NCCL communicators)
   int current = 0, major = 0, minor = 0;
   cudaGetDevice(&current);
@@ -1776,8 +1775,8 @@ bool CudaExecutor::init(const Plan &plan, int rank, uint64_t seed, std::string &
           return (error = "ring attention of heads that are not a multiple of its kv heads, or of "
                           "a sequence chunk that does not halve",
                   false);
-        ring = true;
-        return true; // point-to-point on the ring: no communicator of its own
+        axes.insert(ins.axis); // the ring's steps: grouped sends and receives on it
+        return true;
       }
       // The rest of what the step driver runs: data parallelism's
       // all-reduces, ZeRO's reduce-scatters and gathers, the pipeline's
@@ -1920,18 +1919,9 @@ bool CudaExecutor::init(const Plan &plan, int rank, uint64_t seed, std::string &
       if (plan.axisSize(axis) > 1 || axes.count(axis))
         meshAxes.push_back(axis);
     std::string why;
-    // Ring attention sends to its neighbours on the cp axis, which the NCCL
-    // communicator's point-to-point (the pipeline's, over pp) does not
-    // carry yet: staged.
-    if (ring && commMode == "nccl")
-      return (error = "context parallelism's ring attention does not run over NCCL yet: run with "
-                      "--comm staged (or auto)",
-              false);
     if (commMode == "nccl" && sharedGpu)
       return (error = sharedWhy, false);
-    if (ring)
-      why = "ring attention's transfers are not on NCCL yet";
-    if (commMode != "staged" && !sharedGpu && !ring)
+    if (commMode != "staged" && !sharedGpu)
       s->nccl = makeNcclCommunicator(*comm, meshAxes, s->stream, why);
     if (s->nccl) {
       s->dev = s->nccl.get();

@@ -281,6 +281,26 @@ public:
     return ok;
   }
   bool flush(std::string &error) override { return sendHeld(error); }
+  // A ring's step on `axis`'s communicator: the send and the receive in one
+  // group (every rank of the ring sends and receives at once: no rank waits
+  // for a receive its neighbour posts later).
+  bool shift(const std::string &axis, int shift, int, int, int, const float *send, float *recv,
+             int64_t count, std::string &error) override {
+    ncclComm_t c = nullptr;
+    if (!comm(axis, c, error))
+      return false;
+    if (!c)
+      return copy(recv, send, count, error); // an axis of one rank
+    int index = 0, n = 1;
+    axisPosition(axis, index, n);
+    int to = ((index + shift) % n + n) % n, from = ((index - shift) % n + n) % n;
+    return grouped(error, [&] {
+      return nccl.ok(nccl.send(send, size_t(count), ncclFloat32, to, c, stream), "ncclSend",
+                     error) &&
+             nccl.ok(nccl.recv(recv, size_t(count), ncclFloat32, from, c, stream), "ncclRecv",
+                     error);
+    });
+  }
 
   bool synchronize(std::string &error) override {
     auto t0 = std::chrono::steady_clock::now();

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 
 namespace llmopt::runtime {
 
@@ -527,47 +528,47 @@ bool StepDriver::ringAttention(StepBackend &backend, const Instruction &ins, Com
   int next = rank + (((index + 1) % parts) - index) * tpSize;
   int prev = rank + (((index + parts - 1) % parts) - index) * tpSize;
   const int kRingTag = 32000;
-  // The travelling blocks (keys, values and, backward, their gradients),
-  // a block's partial output and statistics, and the merged ones.
-  BackendFloats blk[4], blockOut, blockLse, out, lse;
-  for (int i = 0; i < (bwd ? 4 : 2); ++i)
-    if (!backend.allocate(kvCount, blk[i], error))
+  // The blocks that travel (keys, values and, backward, their gradients):
+  // the one this rank computes with and the one arriving from the previous
+  // rank meanwhile; a block's partial output and statistics; the merged
+  // ones.
+  int travelling = bwd ? 4 : 2;
+  BackendFloats blk[4], arriving[4], blockOut, blockLse, out, lse;
+  for (int i = 0; i < travelling; ++i)
+    if (!backend.allocate(kvCount, blk[i], error) || !backend.allocate(kvCount, arriving[i], error))
       return false;
   if (!backend.allocate(qCount, blockOut, error) || !backend.allocate(rows, blockLse, error) ||
       !backend.allocate(qCount, out, error) || !backend.allocate(rows, lse, error))
     return false;
-  // Sends copy their data and do not block, so a block goes to the next rank
-  // before this rank computes on it: the transfer overlaps the computation,
-  // and the previous rank's block is received (into the same buffer) after.
-  auto sendOn = [&](int first, int count) {
+  // Blocks [first, first + count) go to the next rank while the previous
+  // rank's arrive (one ring step), then take their place.
+  auto pass = [&](int first, int count) {
     for (int i = first; i < first + count; ++i)
-      if (!comm.send(next, kRingTag, blk[i].p, kvCount, error))
+      if (!comm.shift(ins.axis, 1, next, prev, kRingTag, blk[i].p, arriving[i].p, kvCount, error))
         return false;
     return true;
   };
-  auto receive = [&](int count) {
-    for (int i = 0; i < count; ++i)
-      if (!comm.recv(prev, kRingTag, blk[i].p, kvCount, error))
-        return false;
-    return true;
+  auto arrive = [&](int first, int count) {
+    for (int i = first; i < first + count; ++i)
+      std::swap(blk[i], arriving[i]);
   };
   const float *qData = backend.data(q), *keysData = backend.data(keys),
               *valuesData = backend.data(values);
   // Forward (the backward's too): every block once, partial results merged
-  // by log-sum-exp.
+  // by log-sum-exp; each block moves on before this rank computes with it.
   if (!backend.copy(blk[0].p, keysData, kvCount, error) ||
       !backend.copy(blk[1].p, valuesData, kvCount, error) ||
       !backend.fill(lse.p, -INFINITY, rows, error))
     return false;
   for (int i = 0; i < parts; ++i) {
-    if (i + 1 < parts && !sendOn(0, 2))
+    if (i + 1 < parts && !pass(0, 2))
       return false;
     if (!backend.ringForward(ins, qData, blk[0].p, blk[1].p, (index - i + parts) % parts,
                              blockOut.p, blockLse.p, error) ||
         !backend.ringMerge(ins, out.p, lse.p, blockOut.p, blockLse.p, error))
       return false;
-    if (i + 1 < parts && !receive(2))
-      return false;
+    if (i + 1 < parts)
+      arrive(0, 2);
   }
   if (!bwd)
     return backend.copy(backend.data(ins.outs[0]), out.p, qCount, error);
@@ -581,17 +582,17 @@ bool StepDriver::ringAttention(StepBackend &backend, const Instruction &ins, Com
     return false; // (the gradient blocks start at zero: allocate zeroes)
   const float *dout = backend.data(ins.ins[0]);
   for (int i = 0; i < parts; ++i) {
-    // Keys and values travel on before the computation, their gradients
+    // Keys and values move on before the computation, their gradients
     // after it (this rank adds its part first).
-    if (!sendOn(0, 2) ||
+    if (!pass(0, 2) ||
         !backend.ringBackward(ins, dout, qData, blk[0].p, blk[1].p, out.p, lse.p,
                               (index - i + parts) % parts, dqBlock.p, dkBlock.p, dvBlock.p,
                               error) ||
         !backend.addScaled(dq.p, dqBlock.p, 1.0f, qCount, error) ||
         !backend.addScaled(blk[2].p, dkBlock.p, 1.0f, kvCount, error) ||
-        !backend.addScaled(blk[3].p, dvBlock.p, 1.0f, kvCount, error) || !sendOn(2, 2) ||
-        !receive(4))
+        !backend.addScaled(blk[3].p, dvBlock.p, 1.0f, kvCount, error) || !pass(2, 2))
       return false;
+    arrive(0, 4);
   }
   return backend.copy(backend.data(ins.outs[0]), dq.p, qCount, error) &&
          backend.copy(backend.data(ins.outs[1]), blk[2].p, kvCount, error) &&

@@ -103,6 +103,15 @@ public:
     error = "this communicator has no point-to-point transfers (use MPI)";
     return false;
   }
+  /// A ring's step on `axis`: sends `count` floats to world rank `to`, the
+  /// rank `shift` places ahead on the axis, and receives as many from world
+  /// rank `from`, as far behind (context parallelism's ring attention). By
+  /// default a send and a receive with `tag`; a device communicator
+  /// exchanges both at once (NCCL: one group, which no ring deadlocks).
+  virtual bool shift(const std::string &axis, int shift, int to, int from, int tag,
+                     const float *send, float *recv, int64_t count, std::string &error) {
+    return this->send(to, tag, send, count, error) && this->recv(from, tag, recv, count, error);
+  }
   /// Completes every send still in flight (sends may return before the peer
   /// has received: pipeline schedules need that to avoid deadlock).
   virtual bool flush(std::string &error) { return true; }

@@ -3,16 +3,17 @@
 // The CUDA backend: one rank's program on one GPU with the kernels of
 // kernels/cuda, cuBLASLt and cuDNN, under the step driver every backend
 // shares (step_driver.h: the micro-batch loop and the data-moving
-// instructions). It takes fp32 and bf16 plans of dense and MoE models
-// (embeddings, norms, linears, attention, GeLU / SwiGLU, rotary,
-// cross-entropy, the router and experts, the generated fused kernels,
-// AdamW with global-norm clipping), fp8 linears (an amax over tensor-
-// parallel ranks too), data parallelism, ZeRO-1/2/3, pipeline stages, tensor (with
-// sequence), expert and context parallelism through collectives on device
-// memory (NCCL, or host-staged where ranks share a GPU: device_comm.h; ring
-// attention staged only), and refuses the rest by name (fp16 and loss
-// scaling) so that a run never silently differs from the CPU backend. Everything but the
-// one-GPU dense path was written without a GPU to run it.
+// instructions, collectives inside computations included). It takes fp32
+// and bf16 plans of dense and MoE models (embeddings, norms, linears,
+// attention, GeLU / SwiGLU, rotary, cross-entropy, the router and experts,
+// the generated fused kernels, AdamW with global-norm clipping), fp8
+// linears (an amax over tensor-parallel ranks too), data parallelism,
+// ZeRO-1/2/3, pipeline stages, tensor (with sequence), expert and context
+// parallelism through collectives on device memory (NCCL, or host-staged
+// where ranks share a GPU: device_comm.h), and refuses the rest by name
+// (fp8 experts, fp16 and loss scaling) so that a run never silently differs
+// from the CPU backend. Everything but the one-GPU dense path was written
+// without a GPU to run it.
 //
 // Parameters are initialized exactly as the CPU backend does (it creates
 // them) and then live on the device only, as fp32 masters, AdamW moments
