@@ -731,15 +731,16 @@ bool CudaExecutor::State::fp8Linear(const Instruction &ins, std::string &error) 
   // tensor's largest magnitude: each operand's amax the maximum over those
   // axes' ranks, as the CPU backend; then the operands quantized again.
   const std::string &axes = ins.args.amax_axis;
-  auto reduceAmax = [&](std::initializer_list<float *> amaxes) {
+  // (The operands' amaxes 8 floats apart: one all-reduce of the span takes
+  // their scales along, which the second quantization rewrites.)
+  auto reduceAmax = [&](int operands) {
     if (!kernelComm)
       return (error = std::string(ins.kernel->name) + ": an amax over ranks without a communicator",
               false);
     for (size_t at = 0; at < axes.size();) {
       size_t end = std::min(axes.find(',', at), axes.size());
-      for (float *a : amaxes)
-        if (!kernelComm->allReduceMax(axes.substr(at, end - at), a, 1, error))
-          return false;
+      if (!kernelComm->allReduceMax(axes.substr(at, end - at), f, 8 * (operands - 1) + 1, error))
+        return false;
       at = end + 1;
     }
     return true;
@@ -760,8 +761,7 @@ bool CudaExecutor::State::fp8Linear(const Instruction &ins, std::string &error) 
                                 s)) &&
              quantizeWeight(tr, wq, f + 8, f + 12, reduced); // [out, in]
     };
-    if (!xq || !wq || !quantize(false) ||
-        (!axes.empty() && (!reduceAmax({f, f + 8}) || !quantize(true))) ||
+    if (!xq || !wq || !quantize(false) || (!axes.empty() && (!reduceAmax(2) || !quantize(true))) ||
         !gemm->fp8Product(xq, false, wq, false, f + 4, f + 12, at<T>(out[0]), n, inF, outF, type,
                           0.0f, s, error))
       return false;
@@ -780,7 +780,7 @@ bool CudaExecutor::State::fp8Linear(const Instruction &ins, std::string &error) 
            quantizeWeight(!tr, wqT, f + 16, f + 20, reduced); // [in, out]
   };
   if (!dyq || !dyqT || !xqT || !wqT || !quantize(false) ||
-      (!axes.empty() && (!reduceAmax({f, f + 8, f + 16}) || !quantize(true))))
+      (!axes.empty() && (!reduceAmax(3) || !quantize(true))))
     return false;
   // dx [n, in] = dy [n, out] (W^T [in, out])^T.
   if (!gemm->fp8Product(dyq, true, wqT, false, f + 4, f + 20, at<T>(out[0]), n, outF, inF, type,
