@@ -733,13 +733,14 @@ bool CudaExecutor::State::fp8Linear(const Instruction &ins, std::string &error) 
   const std::string &axes = ins.args.amax_axis;
   // (The operands' amaxes 8 floats apart: one all-reduce of the span takes
   // their scales along, which the second quantization rewrites.)
-  auto reduceAmax = [&](int operands) {
+  auto reduceAmax = [&](float *amaxes, int operands) {
     if (!kernelComm)
       return (error = std::string(ins.kernel->name) + ": an amax over ranks without a communicator",
               false);
     for (size_t at = 0; at < axes.size();) {
       size_t end = std::min(axes.find(',', at), axes.size());
-      if (!kernelComm->allReduceMax(axes.substr(at, end - at), f, 8 * (operands - 1) + 1, error))
+      if (!kernelComm->allReduceMax(axes.substr(at, end - at), amaxes, 8 * (operands - 1) + 1,
+                                    error))
         return false;
       at = end + 1;
     }
@@ -761,7 +762,8 @@ bool CudaExecutor::State::fp8Linear(const Instruction &ins, std::string &error) 
                                 s)) &&
              quantizeWeight(tr, wq, f + 8, f + 12, reduced); // [out, in]
     };
-    if (!xq || !wq || !quantize(false) || (!axes.empty() && (!reduceAmax(2) || !quantize(true))) ||
+    if (!xq || !wq || !quantize(false) ||
+        (!axes.empty() && (!reduceAmax(f, 2) || !quantize(true))) ||
         !gemm->fp8Product(xq, false, wq, false, f + 4, f + 12, at<T>(out[0]), n, inF, outF, type,
                           0.0f, s, error))
       return false;
@@ -780,7 +782,7 @@ bool CudaExecutor::State::fp8Linear(const Instruction &ins, std::string &error) 
            quantizeWeight(!tr, wqT, f + 16, f + 20, reduced); // [in, out]
   };
   if (!dyq || !dyqT || !xqT || !wqT || !quantize(false) ||
-      (!axes.empty() && (!reduceAmax(3) || !quantize(true))))
+      (!axes.empty() && (!reduceAmax(f, 3) || !quantize(true))))
     return false;
   // dx [n, in] = dy [n, out] (W^T [in, out])^T.
   if (!gemm->fp8Product(dyq, true, wqT, false, f + 4, f + 20, at<T>(out[0]), n, outF, inF, type,
