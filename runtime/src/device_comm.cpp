@@ -283,9 +283,9 @@ public:
   bool flush(std::string &error) override { return sendHeld(error); }
   // A ring's step on `axis`'s communicator: the send and the receive in one
   // group (every rank of the ring sends and receives at once: no rank waits
-  // for a receive its neighbour posts later).
-  bool shift(const std::string &axis, int shift, int, int, int, const float *send, float *recv,
-             int64_t count, std::string &error) override {
+  // for a receive its neighbour posts later), complete in stream order.
+  bool startShift(const std::string &axis, int shift, int, int, int, const float *send, float *recv,
+                  int64_t count, std::string &error) override {
     ncclComm_t c = nullptr;
     if (!comm(axis, c, error))
       return false;
@@ -300,6 +300,10 @@ public:
              nccl.ok(nccl.recv(recv, size_t(count), ncclFloat32, from, c, stream), "ncclRecv",
                      error);
     });
+  }
+  bool finishShift(const std::string &, int, int, int, int, const float *, float *, int64_t,
+                   std::string &) override {
+    return true;
   }
 
   bool synchronize(std::string &error) override {

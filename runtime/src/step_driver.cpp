@@ -540,17 +540,24 @@ bool StepDriver::ringAttention(StepBackend &backend, const Instruction &ins, Com
   if (!backend.allocate(qCount, blockOut, error) || !backend.allocate(rows, blockLse, error) ||
       !backend.allocate(qCount, out, error) || !backend.allocate(rows, lse, error))
     return false;
-  // Blocks [first, first + count) go to the next rank while the previous
-  // rank's arrive (one ring step), then take their place.
+  // Blocks [first, first + count) start for the next rank while the
+  // previous rank's start arriving (one ring step: the transfer overlaps
+  // the computation between), then arrive and take their place.
   auto pass = [&](int first, int count) {
     for (int i = first; i < first + count; ++i)
-      if (!comm.shift(ins.axis, 1, next, prev, kRingTag, blk[i].p, arriving[i].p, kvCount, error))
+      if (!comm.startShift(ins.axis, 1, next, prev, kRingTag, blk[i].p, arriving[i].p, kvCount,
+                           error))
         return false;
     return true;
   };
   auto arrive = [&](int first, int count) {
-    for (int i = first; i < first + count; ++i)
+    for (int i = first; i < first + count; ++i) {
+      if (!comm.finishShift(ins.axis, 1, next, prev, kRingTag, blk[i].p, arriving[i].p, kvCount,
+                            error))
+        return false;
       std::swap(blk[i], arriving[i]);
+    }
+    return true;
   };
   const float *qData = backend.data(q), *keysData = backend.data(keys),
               *valuesData = backend.data(values);
@@ -567,8 +574,8 @@ bool StepDriver::ringAttention(StepBackend &backend, const Instruction &ins, Com
                              blockOut.p, blockLse.p, error) ||
         !backend.ringMerge(ins, out.p, lse.p, blockOut.p, blockLse.p, error))
       return false;
-    if (i + 1 < parts)
-      arrive(0, 2);
+    if (i + 1 < parts && !arrive(0, 2))
+      return false;
   }
   if (!bwd)
     return backend.copy(backend.data(ins.outs[0]), out.p, qCount, error);
@@ -590,9 +597,9 @@ bool StepDriver::ringAttention(StepBackend &backend, const Instruction &ins, Com
                               error) ||
         !backend.addScaled(dq.p, dqBlock.p, 1.0f, qCount, error) ||
         !backend.addScaled(blk[2].p, dkBlock.p, 1.0f, kvCount, error) ||
-        !backend.addScaled(blk[3].p, dvBlock.p, 1.0f, kvCount, error) || !pass(2, 2))
+        !backend.addScaled(blk[3].p, dvBlock.p, 1.0f, kvCount, error) || !pass(2, 2) ||
+        !arrive(0, 4))
       return false;
-    arrive(0, 4);
   }
   return backend.copy(backend.data(ins.outs[0]), dq.p, qCount, error) &&
          backend.copy(backend.data(ins.outs[1]), blk[2].p, kvCount, error) &&

@@ -103,14 +103,21 @@ public:
     error = "this communicator has no point-to-point transfers (use MPI)";
     return false;
   }
-  /// A ring's step on `axis`: sends `count` floats to world rank `to`, the
-  /// rank `shift` places ahead on the axis, and receives as many from world
-  /// rank `from`, as far behind (context parallelism's ring attention). By
-  /// default a send and a receive with `tag`; a device communicator
-  /// exchanges both at once (NCCL: one group, which no ring deadlocks).
-  virtual bool shift(const std::string &axis, int shift, int to, int from, int tag,
-                     const float *send, float *recv, int64_t count, std::string &error) {
-    return this->send(to, tag, send, count, error) && this->recv(from, tag, recv, count, error);
+  /// A ring's step on `axis` (context parallelism's ring attention): sends
+  /// `count` floats to world rank `to`, the rank `shift` places ahead on the
+  /// axis, and receives as many from world rank `from`, as far behind, in
+  /// two halves so that the transfer overlaps a computation: after
+  /// startShift `send` may be reused; after finishShift (called in the
+  /// order of the starts) `recv` holds the data. By default the send, then
+  /// at finish the receive, with `tag`; NCCL exchanges both in one group at
+  /// the start (no ring deadlocks) and finishes in stream order.
+  virtual bool startShift(const std::string &axis, int shift, int to, int from, int tag,
+                          const float *send, float *recv, int64_t count, std::string &error) {
+    return this->send(to, tag, send, count, error);
+  }
+  virtual bool finishShift(const std::string &axis, int shift, int to, int from, int tag,
+                           const float *send, float *recv, int64_t count, std::string &error) {
+    return this->recv(from, tag, recv, count, error);
   }
   /// Completes every send still in flight (sends may return before the peer
   /// has received: pipeline schedules need that to avoid deadlock).
