@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <fstream>
+#include <functional>
 #include <set>
 #include <sstream>
 
@@ -871,6 +872,22 @@ bool parsePlan(const json::Value &root, Plan &plan, std::string &error) {
             return c.fail(iw + ".axis", "no mesh axis '" + ins.axis + "'");
         } else {
           return c.fail(iw, "is neither a kernel nor a collective");
+        }
+        // The step phase runs once, after every micro-batch: no micro-batch's
+        // tokens or labels are its to read.
+        if (&list == &prog.step) {
+          std::function<bool(const Instruction &)> readsInput = [&](const Instruction &i) {
+            for (const std::vector<Buffer> *bufs : {&i.ins, &i.outs, &i.buffers})
+              for (const Buffer &b : *bufs)
+                if (b.space == Buffer::Space::Input)
+                  return true;
+            for (const Instruction &sub : i.body)
+              if (readsInput(sub))
+                return true;
+            return false;
+          };
+          if (readsInput(ins))
+            return c.fail(iw, "a step instruction reads a micro-batch input (tokens or labels)");
         }
         list.push_back(std::move(ins));
       }

@@ -186,8 +186,9 @@ bool StepDriver::step(StepBackend &backend, const std::vector<std::vector<int32_
         freeSlots.push_back(size_t(own));
     }
   }
-  if (!backend.select(tok.front(), lab.front(), 0, error) ||
-      !finishScatters(backend, comm, error) ||
+  // The step phase in slot 0; it reads no micro-batch input, so the last
+  // micro-batch's stay (a backend that uploads them need not again).
+  if (!backend.select(tok.back(), lab.back(), 0, error) || !finishScatters(backend, comm, error) ||
       !runRange(backend, program->step, 0, program->step.size(), comm, error))
     return false;
   return comm.flush(error);
