@@ -530,6 +530,19 @@ struct CudaExecutor::State {
   template <typename T> bool kernelCrossEntropyBwd(const KernelCall &call);
   template <typename T> bool kernelGlobalNorm(const KernelCall &call);
   template <typename T> bool kernelSumSquares(const KernelCall &call);
+  /// A vocabulary-parallel kernel's logits [.., part]: their rows, the part
+  /// and its offset in the vocabulary (this rank's index on `shard` times
+  /// the part).
+  bool vocabPart(const Instruction &ins, const Buffer &logits, int64_t &rows, int64_t &part,
+                 int64_t &offset, std::string &error) {
+    int index = 0, parts = 1;
+    if (!plan->place(ins.args.shard, rank, index, parts, error))
+      return false;
+    part = logits.shape.back();
+    rows = part ? logits.elements / part : 0;
+    offset = index * part;
+    return true;
+  }
   template <typename T> bool kernelVPCEStats(const KernelCall &call);
   template <typename T> bool kernelVPCELoss(const KernelCall &call);
   template <typename T> bool kernelVPCEBwd(const KernelCall &call);
@@ -1382,12 +1395,10 @@ template <typename T> bool CudaExecutor::State::kernelSumSquares(const KernelCal
 template <typename T> bool CudaExecutor::State::kernelVPCEStats(const KernelCall &call) {
   auto &[ins, in, out, error, s] = call;
   auto ok = [&](cudaError_t e) { return check(e, ins.kernel->name, error); };
-  int index = 0, parts = 1;
-  if (!plan->place(ins.args.shard, rank, index, parts, error))
-    return false;
-  int64_t part = in[0].shape.back(), rows = in[0].elements / part;
-  return ok(cu::vpCrossEntropyStats(at<T>(in[0]), at<int32_t>(in[1]), at<float>(out[0]),
-                                    at<float>(out[1]), rows, part, index * part,
+  int64_t rows = 0, part = 0, offset = 0;
+  return vocabPart(ins, in[0], rows, part, offset, error) &&
+         ok(cu::vpCrossEntropyStats(at<T>(in[0]), at<int32_t>(in[1]), at<float>(out[0]),
+                                    at<float>(out[1]), rows, part, offset,
                                     int64_t(ins.args.ignore_index), s));
 }
 
@@ -1403,10 +1414,9 @@ template <typename T> bool CudaExecutor::State::kernelVPCELoss(const KernelCall 
 template <typename T> bool CudaExecutor::State::kernelVPCEBwd(const KernelCall &call) {
   auto &[ins, in, out, error, s] = call;
   auto ok = [&](cudaError_t e) { return check(e, ins.kernel->name, error); };
-  int index = 0, parts = 1;
-  if (!plan->place(ins.args.shard, rank, index, parts, error))
+  int64_t rows = 0, part = 0, offset = 0;
+  if (!vocabPart(ins, in[0], rows, part, offset, error))
     return false;
-  int64_t part = in[0].shape.back(), rows = in[0].elements / part;
   int64_t gathered = rows ? in[2].elements / rows : 1;
   auto *counted = static_cast<unsigned long long *>(tmp(24, 8, error));
   // (It counts the rows on the host: NCCL's collectives first, under the
@@ -1414,7 +1424,7 @@ template <typename T> bool CudaExecutor::State::kernelVPCEBwd(const KernelCall &
   return counted && drainDevice(error) &&
          ok(cu::vpCrossEntropyBackward(at<T>(in[0]), at<int32_t>(in[1]), at<float>(in[2]),
                                        at<float>(in[3]), at<T>(out[0]), rows, part, gathered,
-                                       index * part, int64_t(ins.args.ignore_index), counted, s));
+                                       offset, int64_t(ins.args.ignore_index), counted, s));
 }
 
 bool CudaExecutor::State::ringDims(const Instruction &ins, int keysRank, cu::AttentionDims &d,

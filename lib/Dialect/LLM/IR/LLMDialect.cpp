@@ -316,6 +316,14 @@ FunctionOpInterface llmopt::llm::findEntryFunction(ModuleOp module, StringRef ma
   return {};
 }
 
+FunctionOpInterface llmopt::llm::forwardToPartition(ModuleOp module, StringRef pass) {
+  FunctionOpInterface forward = findEntryFunction(module, LLMDialect::kForwardAttrName);
+  if (!forward)
+    module.emitError() << pass << ": no function marked 'llm.forward' to partition; "
+                       << "import a model (llm-opt config.json) or mark the model function with it";
+  return forward;
+}
+
 FailureOr<func::FuncOp> llmopt::llm::entryFunction(ModuleOp module, StringRef marker,
                                                    StringRef pass, StringRef hint) {
   FunctionOpInterface f = findEntryFunction(module, marker);

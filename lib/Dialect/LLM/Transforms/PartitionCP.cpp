@@ -39,13 +39,9 @@ struct PartitionCPPass : public llmopt::llm::impl::PartitionCPBase<PartitionCPPa
       degree = plan ? plan.getCp() : 1;
     if (degree <= 1)
       return;
-    FunctionOpInterface forward = findEntryFunction(module, LLMDialect::kForwardAttrName);
-    if (!forward) {
-      module.emitError()
-          << "llm-partition-cp: no function marked 'llm.forward' to partition; "
-          << "import a model (llm-opt config.json) or mark the model function with it";
+    FunctionOpInterface forward = forwardToPartition(module, "llm-partition-cp");
+    if (!forward)
       return signalPassFailure();
-    }
     FailureOr<SymbolRefAttr> grid = gridAxis(module, "cp", degree);
     if (failed(grid))
       return signalPassFailure();

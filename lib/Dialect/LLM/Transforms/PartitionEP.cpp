@@ -74,13 +74,9 @@ struct PartitionEPPass : public llmopt::llm::impl::PartitionEPBase<PartitionEPPa
                          << plan.getDp() << " (expert-parallel ranks are data-parallel ranks)";
       return signalPassFailure();
     }
-    FunctionOpInterface forward = findEntryFunction(module, LLMDialect::kForwardAttrName);
-    if (!forward) {
-      module.emitError()
-          << "llm-partition-ep: no function marked 'llm.forward' to partition; "
-          << "import a model (llm-opt config.json) or mark the model function with it";
+    FunctionOpInterface forward = forwardToPartition(module, "llm-partition-ep");
+    if (!forward)
       return signalPassFailure();
-    }
     SmallVector<MoEExpertsOp> all;
     forward.walk([&](MoEExpertsOp e) { all.push_back(e); });
     if (all.empty()) {

@@ -512,13 +512,9 @@ struct PartitionTPPass : public llmopt::llm::impl::PartitionTPBase<PartitionTPPa
     if (degree <= 1)
       return;
     bool seqParallel = plan && plan.getSp() && plan.getSp().getValue();
-    FunctionOpInterface forward = findEntryFunction(module, LLMDialect::kForwardAttrName);
-    if (!forward) {
-      module.emitError()
-          << "llm-partition-tp: no function marked 'llm.forward' to partition; "
-          << "import a model (llm-opt config.json) or mark the model function with it";
+    FunctionOpInterface forward = forwardToPartition(module, "llm-partition-tp");
+    if (!forward)
       return signalPassFailure();
-    }
     Partitioner p;
     p.tp = degree;
     FailureOr<SymbolRefAttr> axis = gridAxis(module, "tp", degree);

@@ -86,6 +86,9 @@ mlir::FunctionOpInterface findEntryFunction(mlir::ModuleOp module, llvm::StringR
 /// where none is marked, ends with `hint` (what makes the function).
 mlir::FailureOr<mlir::func::FuncOp> entryFunction(mlir::ModuleOp module, llvm::StringRef marker,
                                                   llvm::StringRef pass, llvm::StringRef hint);
+/// The function a partition pass (`pass`) rewrites: the one marked
+/// llm.forward, or null after an error naming the pass and how to make one.
+mlir::FunctionOpInterface forwardToPartition(mlir::ModuleOp module, llvm::StringRef pass);
 mlir::LogicalResult verifyVocabSize(mlir::Operation *op, mlir::SymbolRefAttr axis,
                                     mlir::IntegerAttr vocabSize);
 } // namespace llmopt::llm
