@@ -4,11 +4,15 @@
 # binaries built here, the shared libraries they need beyond CUDA's, the
 # plans (lowered here by llm-opt) and the token shards. bench/gpu/run.sh then
 # runs there from the repository root:
-#   bench/gpu/make-kit.sh [BUILD_DIR]     # here, after ./scripts/test.sh
+#   bench/gpu/make-kit.sh [BUILD_DIR [OLD_BUILD_DIR]]   # here, after ./scripts/test.sh
 #   bench/gpu/run.sh OUT_DIR [PART...]    # there
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 build=${1:-$root/build}
+# An older build's llm-opt and llm-run (a checkout of an earlier revision,
+# built with `ninja llm-opt llm-run`): run.sh's `speed` part times its plans
+# beside this build's on the same GPU.
+old=${2:-}
 kit=$root/.gpukit
 rm -rf "$kit" && mkdir -p "$kit/bin" "$kit/lib" "$kit/plans" "$kit/data"
 cp "$build"/bin/{llm-run,llm-data,llm-ckpt} "$build/kernels/tests/LLMOptKernelCUDATests" \
@@ -112,6 +116,14 @@ lower "$root/examples/models/gpt2-124m.json" "dir=$kit/plans/gpt2-124m batch=16 
 # lr 1e-4: at 3e-4 the 1B model's first steps spike (loss 8.8 -> 14.1 on
 # the H100, in PyTorch too), which makes two implementations' runs diverge.
 lower "$root/examples/models/llama3.2-1b.json" "dir=$kit/plans/llama-1b batch=8 seq=2048 lr=1e-4"
+if [ -n "$old" ]; then
+  mkdir -p "$kit/old/bin" "$kit/old/plans"
+  cp "$old/bin/llm-run" "$kit/old/bin/"
+  "$old/bin/llm-opt" "$root/examples/models/gpt2-124m.json" -o /dev/null \
+    --llm-lower-to-plan="dir=$kit/old/plans/gpt2-124m batch=16 seq=1024"
+  "$old/bin/llm-opt" "$root/examples/models/llama3.2-1b.json" -o /dev/null \
+    --llm-lower-to-plan="dir=$kit/old/plans/llama-1b batch=8 seq=2048 lr=1e-4"
+fi
 "$build/bin/llm-data" bytes "$root/examples/data/tiny.txt" "$kit/data/tiny.bin"
 # About 1 MB of text (this repository's docs and sources) as byte tokens:
 # more than 20 steps of 16 x 1024 tokens without wrapping.

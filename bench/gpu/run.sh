@@ -3,7 +3,7 @@
 # on a machine with an NVIDIA GPU, CUDA 13 and PyTorch, from the repository root:
 #   bench/gpu/run.sh OUT_DIR [smoke] [kernels] [tiny] [comm] [sanitize] [gpt2] [gpt2-torch]
 #                    [gpt2-compile] [gpt2-gemm] [gpt2-graphs] [llama] [llama-torch]
-#                    [llama-compile] [llama-gemm] [gpt2-padded] [bench]
+#                    [llama-compile] [llama-gemm] [gpt2-padded] [bench] [speed]
 # Writes OUT_DIR/log.txt and OUT_DIR/results.tgz (metrics, profiles, summaries).
 # `smoke` first where device minutes are few: in about a minute, two steps
 # of each path written without a GPU (the one-GPU step driver and device
@@ -29,7 +29,9 @@ trap 'finish' EXIT
 cublas=$(find /usr/local /opt /usr/lib -name 'libcublasLt.so.13*' 2>/dev/null | head -1)
 cudnn=$(python3 -c 'import glob, os, nvidia.cudnn as c; print(os.path.join(list(c.__path__)[0], "lib"))' 2>/dev/null ||
   dirname "$(find /usr/local /opt /usr/lib -name 'libcudnn_engines_precompiled.so.9*' 2>/dev/null | head -1)")
-export LD_LIBRARY_PATH=${cudnn:+$cudnn:}$kit/lib:$(dirname "${cublas:-/usr/local/cuda/lib64/x}"):/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
+# NVRTC (the generated kernels' compiler): the toolkit's, else PyTorch's wheel.
+nvrtc=$(find /usr/local/cuda*/lib64 /usr/local /opt -name 'libnvrtc.so.13*' 2>/dev/null | head -1)
+export LD_LIBRARY_PATH=${cudnn:+$cudnn:}$kit/lib:$(dirname "${cublas:-/usr/local/cuda/lib64/x}"):${nvrtc:+$(dirname "$nvrtc"):}/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 export PATH=$kit/bin:$PATH PYTHONUNBUFFERED=1
 cmp=$root/test/Runtime/Inputs/compare_metrics.py
 ref=$root/bench/gpu/torch_reference.py
@@ -60,9 +62,18 @@ for p in json.load(open(sys.argv[1]))["programs"]:
     for i in p["step_instructions"]:
         if i.get("kernel") == "adamw":
             print(i["params"]["lr"]); sys.exit()' "$1/plan.json"; }
+# After two launches that ran out of time (timeout's 124, launch_env.py's
+# 2), the rest of a list is skipped so that a hang does not spend the
+# lease's minutes. LAUNCH_TMO: the seconds each comm launch may take.
+hangs=0
+hung() {
+  case $1 in 2 | 124) hangs=$((hangs + 1)) ;; esac
+  [ $hangs -ge 2 ] && echo "two launches ran out of time: the rest of this list skipped"
+  [ $hangs -ge 2 ]
+}
 cd "$work"
 step "machine"; date -u; nvidia-smi -L; nvidia-smi --query-gpu=driver_version,clocks.max.sm --format=csv
-echo "cublasLt: $cublas"; echo "cuDNN: ${cudnn:-none}"; python3 -c 'import torch; print("torch", torch.__version__)'
+echo "cublasLt: $cublas"; echo "cuDNN: ${cudnn:-none}"; echo "NVRTC: ${nvrtc:-none}"; python3 -c 'import torch; print("torch", torch.__version__)'
 ldd "$kit/bin/llm-run" | grep -E "not found|cublas|cudart|cudnn|nvrtc"
 
 if has smoke; then
@@ -70,10 +81,11 @@ if has smoke; then
   for p in tiny-llama:1 tiny-bf16:1 dp2:2 zero3:2 pp2:2 tp2-sp-bf16:2 ep2:2 cp2:2; do
     n=${p%%:*} ranks=${p##*:}
     if [ "$ranks" = 1 ]; then
-      TMO=60 run llm-run "$kit/plans/$n" --data "$kit/data/tiny.bin" --steps 2 --metrics $n-smoke.jsonl --device cuda --quiet
+      TMO=40 run llm-run "$kit/plans/$n" --data "$kit/data/tiny.bin" --steps 2 --metrics $n-smoke.jsonl --device cuda --quiet
     else
-      TMO=60 run python3 "$kit/bin/launch_env.py" -n $ranks --timeout 50 -- llm-run "$kit/plans/$n" --data "$kit/data/tiny.bin" --steps 2 --metrics $n-smoke.jsonl --device cuda --comm staged --quiet
+      TMO=40 run python3 "$kit/bin/launch_env.py" -n $ranks --timeout 30 -- llm-run "$kit/plans/$n" --data "$kit/data/tiny.bin" --steps 2 --metrics $n-smoke.jsonl --device cuda --comm staged --quiet
     fi
+    hung $? && break
     tol=1e-3
     case $n in *bf16*) tol=2e-2 ;; esac
     [ -f "$kit/expected/$n.jsonl" ] && python3 "$cmp" "$kit/expected/$n.jsonl" $n-smoke.jsonl --rel $tol --to 2
@@ -152,12 +164,14 @@ if has comm; then
   # Issue 16: two ranks on one GPU (NCCL refuses that) through the host-staged
   # communicator, launched torchrun-style over TCP (no MPI there).
   step "DP2 as two processes on one GPU (--comm staged) vs the CPU backend"
-  two() { run python3 "$kit/bin/launch_env.py" -n 2 --timeout 240 -- llm-run "$@"; }
-  for p in dp2:1e-3 dp2-bf16:2e-2 zero1:1e-3 zero1-bf16:2e-2 zero2:1e-3 zero2-bf16:2e-2 \
-    zero3:1e-3 zero3-bf16:2e-2; do
+  hangs=0
+  two() { run python3 "$kit/bin/launch_env.py" -n 2 --timeout "${LAUNCH_TMO:-240}" -- llm-run "$@"; }
+  for p in dp2:1e-5 dp2-bf16:2e-2 zero1:1e-5 zero1-bf16:2e-2 zero2:1e-5 zero2-bf16:2e-2 \
+    zero3:1e-5 zero3-bf16:2e-2; do
     n=${p%%:*} tol=${p##*:}
     cpu $n two "$kit/plans/$n" --data "$kit/data/tiny.bin" --steps 10 --metrics $n-cpu.jsonl --quiet
     two "$kit/plans/$n" --data "$kit/data/tiny.bin" --steps 10 --metrics $n-gpu.jsonl --device cuda --comm staged --quiet
+    hung $? && break
     side $n-cpu.jsonl $n-gpu.jsonl
     python3 "$cmp" $n-cpu.jsonl $n-gpu.jsonl --rel $tol
   done
@@ -165,15 +179,16 @@ if has comm; then
   two "$kit/plans/dp2" --data "$kit/data/tiny.bin" --steps 10 --metrics dp2-auto.jsonl --device cuda --quiet
   python3 "$cmp" dp2-gpu.jsonl dp2-auto.jsonl --rel 0
   step "pipeline stages, tensor, expert and context parallelism as processes on one GPU (--comm staged) vs the CPU backend"
-  four() { run python3 "$kit/bin/launch_env.py" -n 4 --timeout 240 -- llm-run "$@"; }
-  eight() { run python3 "$kit/bin/launch_env.py" -n 8 --timeout 240 -- llm-run "$@"; }
-  for p in pp2:1e-3 pp2-bf16:2e-2 pp2-gpipe:1e-3 vpp:1e-3 gpt2-pp:1e-3 tp2:1e-3 tp2-sp-bf16:2e-2 \
-    gpt2-dp2tp2:1e-3 ep2:1e-3 ep2-bf16:2e-2 cp2:1e-3 cp2-bf16:2e-2 gpt2-cp2:1e-3 cp2tp2:1e-3 \
-    3d:1e-3 tp2-fp8:2e-2; do
+  four() { run python3 "$kit/bin/launch_env.py" -n 4 --timeout "${LAUNCH_TMO:-240}" -- llm-run "$@"; }
+  eight() { run python3 "$kit/bin/launch_env.py" -n 8 --timeout "${LAUNCH_TMO:-240}" -- llm-run "$@"; }
+  for p in pp2:1e-5 pp2-bf16:2e-2 pp2-gpipe:1e-5 vpp:1e-5 gpt2-pp:1e-5 tp2:1e-5 tp2-sp-bf16:2e-2 \
+    gpt2-dp2tp2:1e-5 ep2:1e-5 ep2-bf16:2e-2 cp2:1e-5 cp2-bf16:2e-2 gpt2-cp2:1e-5 cp2tp2:1e-5 \
+    3d:1e-5 tp2-fp8:2e-2; do
     n=${p%%:*} tol=${p##*:} launch=two
     case $n in gpt2-pp | gpt2-dp2tp2 | cp2tp2) launch=four ;; 3d) launch=eight ;; esac
     cpu $n $launch "$kit/plans/$n" --data "$kit/data/tiny.bin" --steps 10 --metrics $n-cpu.jsonl --quiet
     $launch "$kit/plans/$n" --data "$kit/data/tiny.bin" --steps 10 --metrics $n-gpu.jsonl --device cuda --comm staged --quiet
+    hung $? && break
     side $n-cpu.jsonl $n-gpu.jsonl
     python3 "$cmp" $n-cpu.jsonl $n-gpu.jsonl --rel $tol
   done
@@ -278,6 +293,32 @@ if r:
         statistics.median(x.get("mfu", 0) for x in r)))
 PY
 }
+# `speed`: 20 steps of GPT-2 124M and Llama 3.2 1B with this llm-run and,
+# where the kit has one (make-kit.sh BUILD_DIR OLD_BUILD_DIR), an older
+# llm-run on its own plans, alternately on the same GPU (item 7 of issue 16:
+# nothing slower).
+speedrun() { # TAG BINARY PLAN
+  TMO=${OURS_TMO:-240} run "$2" "$3" --data "$kit/data/text.bin" --steps 20 --metrics speed-$1.jsonl \
+    --device cuda --peak-tflops 989 --quiet
+  python3 - speed-$1.jsonl $1 <<'PY'
+import json, statistics, sys
+r = [json.loads(l) for l in open(sys.argv[1])][5:]
+if r:
+    print("%s: median step %.4f s, %.0f tok/s, MFU %.3f, device memory %.2f GB, loss at step 20 %.4f" % (
+        sys.argv[2], statistics.median(x["step_time_s"] for x in r),
+        statistics.median(x["tokens_per_s"] for x in r), statistics.median(x.get("mfu", 0) for x in r),
+        max(x.get("device_memory_bytes", 0) for x in r) / 1e9, r[-1]["loss"]))
+PY
+}
+if has speed; then
+  for n in gpt2-124m llama-1b; do
+    step "$n: 20 steps, this llm-run and the kit's older one, twice each, alternately"
+    for i in 1 2; do
+      speedrun $n-new$i llm-run "$kit/plans/$n"
+      [ -x "$kit/old/bin/llm-run" ] && speedrun $n-old$i "$kit/old/bin/llm-run" "$kit/old/plans/$n"
+    done
+  done
+fi
 has gpt2 && bench gpt2-124m 20
 has gpt2-gemm && gemmbench gpt2-124m
 if has gpt2-graphs; then
