@@ -50,6 +50,11 @@ if nvcc:
     config.available_features.add("nvcc")
     config.substitutions.append(("%nvcc", nvcc))
 
+# llm-run built with the CUDA backend (its load-time checks run without a
+# GPU: llm-run --check-cuda).
+if getattr(config, "llmopt_have_cuda", False):
+    config.available_features.add("cuda-build")
+
 # The CUDA backend runs where a GPU is (and llm-run was built with CUDA).
 import subprocess
 try:

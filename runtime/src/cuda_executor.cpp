@@ -1679,60 +1679,17 @@ CudaExecutor::~CudaExecutor() = default;
 
 bool CudaExecutor::available() { return cu::deviceAvailable(); }
 
-bool CudaExecutor::init(const Plan &plan, int rank, uint64_t seed, std::string &error) {
-  if (!available()) {
-    error = "no CUDA device";
-    return false;
-  }
-  // Ranks per node, and whether each has a GPU of its own (NCCL) or some
-  // share one (host-staged collectives).
-  bool sharedGpu = false;
-  std::string sharedWhy;
-  if (plan.worldSize != 1) {
-    if (!comm)
-      return (error = "a plan of " + std::to_string(plan.worldSize) +
-                      " ranks needs the launcher's communicator",
-              false);
-    // A GPU per rank of the node: the launcher's local rank (OpenMPI, Slurm,
-    // torchrun), else the rank, modulo the node's GPUs.
-    int devices = 0, local = rank, localSize = plan.worldSize;
-    for (const char *v : {"OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID", "LOCAL_RANK"})
-      if (const char *e = std::getenv(v)) {
-        local = std::atoi(e);
-        break;
-      }
-    for (const char *v :
-         {"OMPI_COMM_WORLD_LOCAL_SIZE", "SLURM_NTASKS_PER_NODE", "LOCAL_WORLD_SIZE"})
-      if (const char *e = std::getenv(v)) {
-        localSize = std::max(1, std::atoi(e));
-        break;
-      }
-    if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0 ||
-        cudaSetDevice(local % devices) != cudaSuccess)
-      return (error = "cannot select a GPU for local rank " + std::to_string(local), false);
-    sharedGpu = localSize > devices;
-    if (sharedGpu)
-      sharedWhy = std::to_string(localSize) + " ranks share this node's " +
-                  std::to_string(devices) +
-                  " GPU(s) and NCCL refuses two ranks on one device: run with --comm staged (or "
-                  "auto)";
-  }
+bool CudaExecutor::supports(const Plan &plan, int rank, int capability, std::set<std::string> &axes,
+                            bool &bf16, std::string &error) {
   const Program *program = plan.programFor(rank);
   if (!program)
     return (error = "no program for rank " + std::to_string(rank), false);
-  // What this backend runs, checked before anything is allocated.
   bool anyBf16 = false;
-  std::set<std::string> axes; // of the collectives (NCCL communicators)
-  int current = 0, major = 0, minor = 0;
-  cudaGetDevice(&current);
-  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, current);
-  cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, current);
-  int capability = major * 10 + minor;
   // The kernels are built for sm_80 and sm_90a (with their PTX for newer
   // GPUs): an older GPU cannot run them, nor bf16 tensor cores.
   if (capability < 80)
-    return (error = "GPU " + std::to_string(current) + " is sm_" + std::to_string(capability) +
-                    "; the CUDA backend's kernels need sm_80 or newer (A100, H100 and later)",
+    return (error = "an sm_" + std::to_string(capability) +
+                    " GPU: the CUDA backend's kernels need sm_80 or newer (A100, H100 and later)",
             false);
   std::function<bool(const Instruction &)> supported = [&](const Instruction &ins) {
     if (ins.kind != Instruction::Kind::Kernel) {
@@ -1890,6 +1847,60 @@ bool CudaExecutor::init(const Plan &plan, int rank, uint64_t seed, std::string &
   for (const ParamSpec &p : plan.params)
     if ((anyBf16 && p.dtype != DType::BF16) || (!anyBf16 && p.dtype != DType::F32))
       return (error = "parameter '" + p.name + "' is not in the plan's activation dtype", false);
+  bf16 = anyBf16;
+  return true;
+}
+
+bool CudaExecutor::init(const Plan &plan, int rank, uint64_t seed, std::string &error) {
+  if (!available()) {
+    error = "no CUDA device";
+    return false;
+  }
+  // Ranks per node, and whether each has a GPU of its own (NCCL) or some
+  // share one (host-staged collectives).
+  bool sharedGpu = false;
+  std::string sharedWhy;
+  if (plan.worldSize != 1) {
+    if (!comm)
+      return (error = "a plan of " + std::to_string(plan.worldSize) +
+                      " ranks needs the launcher's communicator",
+              false);
+    // A GPU per rank of the node: the launcher's local rank (OpenMPI, Slurm,
+    // torchrun), else the rank, modulo the node's GPUs.
+    int devices = 0, local = rank, localSize = plan.worldSize;
+    for (const char *v : {"OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID", "LOCAL_RANK"})
+      if (const char *e = std::getenv(v)) {
+        local = std::atoi(e);
+        break;
+      }
+    for (const char *v :
+         {"OMPI_COMM_WORLD_LOCAL_SIZE", "SLURM_NTASKS_PER_NODE", "LOCAL_WORLD_SIZE"})
+      if (const char *e = std::getenv(v)) {
+        localSize = std::max(1, std::atoi(e));
+        break;
+      }
+    if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0 ||
+        cudaSetDevice(local % devices) != cudaSuccess)
+      return (error = "cannot select a GPU for local rank " + std::to_string(local), false);
+    sharedGpu = localSize > devices;
+    if (sharedGpu)
+      sharedWhy = std::to_string(localSize) + " ranks share this node's " +
+                  std::to_string(devices) +
+                  " GPU(s) and NCCL refuses two ranks on one device: run with --comm staged (or "
+                  "auto)";
+  }
+  const Program *program = plan.programFor(rank);
+  if (!program)
+    return (error = "no program for rank " + std::to_string(rank), false);
+  // What this backend runs, checked before anything is allocated.
+  bool anyBf16 = false;
+  std::set<std::string> axes; // of the collectives (NCCL communicators)
+  int current = 0, major = 0, minor = 0;
+  cudaGetDevice(&current);
+  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, current);
+  cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, current);
+  if (!supports(plan, rank, major * 10 + minor, axes, anyBf16, error))
+    return (error = "GPU " + std::to_string(current) + ": " + error, false);
 
   // Parameters as the CPU backend makes them, then on the device.
   host.arenasWanted = false;

@@ -46,6 +46,7 @@ namespace {
 
 struct Options {
   std::string plan, metrics, checkpointDir, resume, profile, device = "cpu", compileFused;
+  int checkCuda = 0; // --check-cuda SM: the compute capability (90 for sm_90)
   /// Start over in a checkpoint directory that already holds a run.
   bool overwrite = false;
   std::vector<std::string> data;
@@ -144,7 +145,9 @@ int usage(const char *msg) {
                "[--device cpu|cuda] [--comm auto|nccl|staged] [--collective-timeout SECONDS] "
                "[--quiet]\n"
                "       llm-run PLAN_DIR --compile-fused SM   (build the plan's fused kernels "
-               "for sm_SM ahead of a job)\n",
+               "for sm_SM ahead of a job)\n"
+               "       llm-run PLAN_DIR --check-cuda SM      (whether the CUDA backend runs "
+               "every rank's program on an sm_SM GPU; no GPU needed)\n",
                msg);
   return 2;
 }
@@ -207,6 +210,18 @@ bool parse(int argc, char **argv, Options &o, std::string &error) {
       if (!v)
         return false;
       o.compileFused = v;
+    } else if (a == "--check-cuda") {
+      const char *v = value("--check-cuda");
+      if (!v)
+        return false;
+      char *end = nullptr;
+      long sm = std::strtol(v, &end, 10);
+      if (end == v || *end || sm < 10 || sm > 1000) {
+        error = "--check-cuda takes a compute capability such as 80 or 90, got '" + std::string(v) +
+                "'";
+        return false;
+      }
+      o.checkCuda = int(sm);
     } else if (a == "--device") {
       const char *v = value("--device");
       if (!v)
@@ -283,7 +298,7 @@ bool parse(int argc, char **argv, Options &o, std::string &error) {
   }
   if (o.plan.empty())
     error = "no plan directory";
-  else if (!o.compileFused.empty())
+  else if (!o.compileFused.empty() || o.checkCuda)
     return true;
   else if (o.steps < 0 || (o.steps == 0 && o.checkpointDir.empty()))
     error = "--steps N is required (--steps 0 with --checkpoint-dir writes the initial "
@@ -386,6 +401,35 @@ static int run(int argc, char **argv) {
   }
   if (o.comm == "nccl" && o.device != "cuda")
     return usage("--comm nccl needs --device cuda (NCCL runs on GPU memory)");
+
+  if (o.checkCuda) {
+    // What the CUDA backend would refuse when it loads each rank's program,
+    // found without a GPU (a job's plan checked before it is queued).
+    Plan plan;
+    if (!loadPlan(o.plan, plan, error)) {
+      std::fprintf(stderr, "llm-run: error: %s\n", error.c_str());
+      return 1;
+    }
+#ifdef LLMOPT_HAVE_CUDA
+    for (int r = 0; r < int(plan.worldSize); ++r) {
+      std::set<std::string> axes;
+      bool bf16 = false;
+      if (!CudaExecutor::supports(plan, r, o.checkCuda, axes, bf16, error)) {
+        std::fprintf(stderr, "llm-run: error: rank %d: %s\n", r, error.c_str());
+        return 1;
+      }
+      std::string over;
+      for (const std::string &a : axes)
+        over += (over.empty() ? "" : ", ") + a;
+      std::printf("rank %d: runs on sm_%d (%s%s%s)\n", r, o.checkCuda, bf16 ? "bf16" : "fp32",
+                  over.empty() ? "" : "; collectives over ", over.c_str());
+    }
+    return 0;
+#else
+    std::fprintf(stderr, "llm-run: error: this llm-run was built without CUDA\n");
+    return 1;
+#endif
+  }
 
   if (!o.compileFused.empty()) {
     // The plan's kernels.cu compiled into the kernel cache (every fused

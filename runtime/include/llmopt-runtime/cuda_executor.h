@@ -33,6 +33,7 @@
 #include "llmopt-runtime/step_driver.h"
 
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -47,6 +48,14 @@ public:
 
   /// Whether a CUDA device is present.
   static bool available();
+
+  /// Whether this backend runs rank `rank`'s program of `plan` on a GPU of
+  /// compute capability `capability` (80 for sm_80): every instruction,
+  /// dtype and shape it would refuse at init, checked without a GPU. Fills
+  /// `axes` with the mesh axes its collectives use and `bf16` with whether
+  /// it computes in bf16; else false with `error` naming what it refuses.
+  static bool supports(const Plan &plan, int rank, int capability, std::set<std::string> &axes,
+                       bool &bf16, std::string &error);
 
   /// Checks that the plan is one this backend runs, initializes the
   /// parameters (through `host`, the CPU backend, so both start from the
