@@ -231,6 +231,12 @@ static RejectReason stackRules(const ModelDesc &model, const JobSpec &job, const
   };
   if (c.tp > 1 && !k.tensorParallel)
     return refuse([&] { return std::string("runs no tensor parallelism (tp must be 1)"); });
+  if (c.tp > 1 && k.tensorParallelUnpaddedVocab && model.vocab % c.tp)
+    return refuse([&] {
+      return std::string(llvm::formatv("runs tensor parallelism only where tp divides the "
+                                       "vocabulary ({0} rows do not split {1} ways; it pads none)",
+                                       model.vocab, c.tp));
+    });
   if (c.sp && !k.sequenceParallel)
     return refuse(
         [&] { return std::string("runs no Megatron-style sequence parallelism (sp must be 0)"); });

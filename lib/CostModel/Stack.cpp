@@ -251,6 +251,8 @@ bool readProfile(const json::Object &root, StackProfile &s, std::string &error) 
          (!caps->get("context_parallel_shards_parameters") ||
           c.boolean("context_parallel_shards_parameters", k.contextParallelShardsParameters)) &&
          (!caps->get("vocab_padding") || c.integer("vocab_padding", k.vocabPadding, -1, 1 << 20)) &&
+         (!caps->get("tensor_parallel_unpadded_vocab") ||
+          c.boolean("tensor_parallel_unpadded_vocab", k.tensorParallelUnpaddedVocab)) &&
          c.strings("pipeline_schedules", k.schedules, {"1f1b", "interleaved-1f1b", "gpipe"}) &&
          c.boolean("uneven_stages", k.unevenStages) &&
          c.boolean("uneven_interleaving", k.unevenInterleaving) &&

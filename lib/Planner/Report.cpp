@@ -263,7 +263,10 @@ void llmopt::planner::printTable(llvm::raw_ostream &os, const ModelDesc &model,
   os << "stack " << st.name << (st.variant.empty() ? "" : ":" + st.variant) << ": " << st.title
      << " (" << st.versions << "); profile "
      << (st.maxCalibratedMfuBf16 > 0
-             ? llvm::formatv("fitted on published runs reaching {0:p} MFU at most",
+             // A fit with no error on published rows is of the stack's own
+             // measured runs (llm-run's kernel profile).
+             ? llvm::formatv("fitted on {0} runs reaching {1:p} MFU at most",
+                             st.calibratedMaxError > 0 ? "published" : "its own measured",
                              st.maxCalibratedMfuBf16)
                    .str()
              : std::string("not fitted on published runs"))

@@ -62,6 +62,10 @@ struct StackCapabilities {
   /// (DTensor's uneven shards); -1 keeps it whole on every rank unless tp
   /// divides it. llm-run's lowering pads to a multiple of tp (1).
   int vocabPadding = 0;
+  /// Tensor parallelism only where tp divides the vocabulary: the stack
+  /// runs no padded vocabulary (llm-run's CUDA backend, whose
+  /// vocabulary-parallel loss has no padding rows yet).
+  bool tensorParallelUnpaddedVocab = false;
   /// Pipeline schedules by name ("1f1b", "interleaved-1f1b", "gpipe"); empty:
   /// no pipeline parallelism.
   std::vector<std::string> schedules = {"1f1b", "interleaved-1f1b", "gpipe"};
