@@ -61,5 +61,8 @@ try:
     gpus = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=20)
     if gpus.returncode == 0 and "GPU" in gpus.stdout:
         config.available_features.add("cuda-device")
+        # Two GPUs or more: NCCL between them (cuda-nccl.test).
+        if sum(line.startswith("GPU ") for line in gpus.stdout.splitlines()) >= 2:
+            config.available_features.add("cuda-multi-device")
 except (OSError, subprocess.SubprocessError):
     pass

@@ -3,7 +3,7 @@
 # on a machine with an NVIDIA GPU, CUDA 13 and PyTorch, from the repository root:
 #   bench/gpu/run.sh OUT_DIR [smoke] [kernels] [tiny] [comm] [sanitize] [gpt2] [gpt2-torch]
 #                    [gpt2-compile] [gpt2-gemm] [gpt2-graphs] [llama] [llama-torch]
-#                    [llama-compile] [llama-gemm] [gpt2-padded] [bench] [speed]
+#                    [llama-compile] [llama-gemm] [gpt2-padded] [bench] [speed] [nccl]
 # Writes OUT_DIR/log.txt and OUT_DIR/results.tgz (metrics, profiles, summaries).
 # `smoke` first where device minutes are few: in about a minute, two steps
 # of each path written without a GPU (the one-GPU step driver and device
@@ -29,9 +29,11 @@ trap 'finish' EXIT
 cublas=$(find /usr/local /opt /usr/lib -name 'libcublasLt.so.13*' 2>/dev/null | head -1)
 cudnn=$(python3 -c 'import glob, os, nvidia.cudnn as c; print(os.path.join(list(c.__path__)[0], "lib"))' 2>/dev/null ||
   dirname "$(find /usr/local /opt /usr/lib -name 'libcudnn_engines_precompiled.so.9*' 2>/dev/null | head -1)")
-# NVRTC (the generated kernels' compiler): the toolkit's, else PyTorch's wheel.
+# NVRTC (the generated kernels' compiler): the toolkit's, else PyTorch's
+# wheel; NCCL (loaded by llm-run for --comm nccl): PyTorch's wheel's.
 nvrtc=$(find /usr/local/cuda*/lib64 /usr/local /opt -name 'libnvrtc.so.13*' 2>/dev/null | head -1)
-export LD_LIBRARY_PATH=${cudnn:+$cudnn:}$kit/lib:$(dirname "${cublas:-/usr/local/cuda/lib64/x}"):${nvrtc:+$(dirname "$nvrtc"):}/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
+nccl=$(find /usr/local /opt /usr/lib -name 'libnccl.so.2*' 2>/dev/null | head -1)
+export LD_LIBRARY_PATH=${cudnn:+$cudnn:}$kit/lib:$(dirname "${cublas:-/usr/local/cuda/lib64/x}"):${nvrtc:+$(dirname "$nvrtc"):}${nccl:+$(dirname "$nccl"):}/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 export PATH=$kit/bin:$PATH PYTHONUNBUFFERED=1
 cmp=$root/test/Runtime/Inputs/compare_metrics.py
 ref=$root/bench/gpu/torch_reference.py
@@ -73,7 +75,7 @@ hung() {
 }
 cd "$work"
 step "machine"; date -u; nvidia-smi -L; nvidia-smi --query-gpu=driver_version,clocks.max.sm --format=csv
-echo "cublasLt: $cublas"; echo "cuDNN: ${cudnn:-none}"; echo "NVRTC: ${nvrtc:-none}"; python3 -c 'import torch; print("torch", torch.__version__)'
+echo "cublasLt: $cublas"; echo "cuDNN: ${cudnn:-none}"; echo "NVRTC: ${nvrtc:-none}"; echo "NCCL: ${nccl:-none}"; python3 -c 'import torch; print("torch", torch.__version__)'
 ldd "$kit/bin/llm-run" | grep -E "not found|cublas|cudart|cudnn|nvrtc"
 
 if has smoke; then
@@ -202,6 +204,37 @@ if has comm; then
   rm -rf ck-z2
   step "--comm nccl for ranks sharing a GPU: refused by name"
   two "$kit/plans/dp2" --data "$kit/data/tiny.bin" --steps 1 --device cuda --comm nccl --quiet 2>&1 | tail -3
+fi
+
+if has nccl; then
+  # Issue 16 (test/Runtime/cuda-nccl.test as a kit part): NCCL between GPUs,
+  # a GPU per rank, launched torchrun-style (the NCCL id over the TCP store).
+  gpus=$(nvidia-smi -L | grep -c '^GPU')
+  if [ "$gpus" -lt 2 ]; then
+    step "NCCL between GPUs: this machine has $gpus GPU, skipped"
+  else
+    step "NCCL between GPUs ($gpus GPUs, --comm nccl) vs the CPU backend"
+    hangs=0
+    for p in dp2:2:1e-5 zero3:2:1e-5 zero3-bf16:2:2e-2 pp2:2:1e-5 pp2-gpipe:2:1e-5 vpp:2:1e-5 \
+      tp2:2:1e-5 tp2-sp-bf16:2:2e-2 ep2:2:1e-5 ep2-bf16:2:2e-2 cp2:2:1e-5 cp2-bf16:2:2e-2 \
+      tp2-fp8:2:2e-2 gpt2-pp:4:1e-5 gpt2-dp2tp2:4:1e-5 cp2tp2:4:1e-5 3d:8:1e-5; do
+      IFS=: read -r n ranks tol <<<"$p"
+      [ "$ranks" -gt "$gpus" ] && { echo "$n: $ranks ranks, skipped"; continue; }
+      run python3 "$kit/bin/launch_env.py" -n $ranks --timeout "${LAUNCH_TMO:-240}" -- llm-run "$kit/plans/$n" \
+        --data "$kit/data/tiny.bin" --steps 10 --metrics $n-nccl.jsonl --device cuda --comm nccl --quiet
+      hung $? && break
+      python3 "$cmp" "$kit/expected/$n.jsonl" $n-nccl.jsonl --rel $tol
+    done
+    step "--comm auto picks NCCL where each rank has a GPU (bit-identical)"
+    run python3 "$kit/bin/launch_env.py" -n 2 --timeout "${LAUNCH_TMO:-240}" -- llm-run "$kit/plans/dp2" \
+      --data "$kit/data/tiny.bin" --steps 10 --metrics dp2-nccl-auto.jsonl --device cuda --quiet
+    python3 "$cmp" dp2-nccl.jsonl dp2-nccl-auto.jsonl --rel 0
+    step "the watchdog over NCCL: rank 1 stops at step 3, rank 0 names it within 2 s"
+    TMO=60 run python3 "$kit/bin/launch_env.py" -n 2 --timeout 40 --grace 5 \
+      --env 1:LLMOPT_TEST_FAIL_RANK=1 --env 1:LLMOPT_TEST_FAIL_STEP=3 --env 1:LLMOPT_TEST_FAIL_MODE=hang \
+      -- llm-run "$kit/plans/dp2" --data "$kit/data/tiny.bin" --steps 10 --device cuda --comm nccl \
+      --collective-timeout 2 --quiet 2>&1 | tail -4
+  fi
 fi
 
 if has sanitize; then
