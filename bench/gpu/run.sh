@@ -80,7 +80,7 @@ ldd "$kit/bin/llm-run" | grep -E "not found|cublas|cudart|cudnn|nvrtc"
 
 if has smoke; then
   step "smoke: two steps of each path written without a GPU, against the CPU backend's"
-  for p in tiny-llama:1 tiny-bf16:1 dp2:2 zero3:2 pp2:2 tp2-sp-bf16:2 ep2:2 cp2:2; do
+  for p in tiny-llama:1 tiny-bf16:1 dp2:2 zero3:2 pp2:2 tp2-sp-bf16:2 tp2-padded:2 ep2:2 cp2:2; do
     n=${p%%:*} ranks=${p##*:}
     if [ "$ranks" = 1 ]; then
       TMO=40 run llm-run "$kit/plans/$n" --data "$kit/data/tiny.bin" --steps 2 --metrics $n-smoke.jsonl --device cuda --quiet
@@ -183,7 +183,7 @@ if has comm; then
   step "pipeline stages, tensor, expert and context parallelism as processes on one GPU (--comm staged) vs the CPU backend"
   four() { run python3 "$kit/bin/launch_env.py" -n 4 --timeout "${LAUNCH_TMO:-240}" -- llm-run "$@"; }
   eight() { run python3 "$kit/bin/launch_env.py" -n 8 --timeout "${LAUNCH_TMO:-240}" -- llm-run "$@"; }
-  for p in pp2:1e-5 pp2-bf16:2e-2 pp2-gpipe:1e-5 vpp:1e-5 gpt2-pp:1e-5 tp2:1e-5 tp2-sp-bf16:2e-2 \
+  for p in pp2:1e-5 pp2-bf16:2e-2 pp2-gpipe:1e-5 vpp:1e-5 gpt2-pp:1e-5 tp2:1e-5 tp2-sp-bf16:2e-2 tp2-padded:1e-5 \
     gpt2-dp2tp2:1e-5 ep2:1e-5 ep2-bf16:2e-2 cp2:1e-5 cp2-bf16:2e-2 gpt2-cp2:1e-5 cp2tp2:1e-5 \
     3d:1e-5 tp2-fp8:2e-2; do
     n=${p%%:*} tol=${p##*:} launch=two
@@ -216,7 +216,7 @@ if has nccl; then
     step "NCCL between GPUs ($gpus GPUs, --comm nccl) vs the CPU backend"
     hangs=0
     for p in dp2:2:1e-5 zero3:2:1e-5 zero3-bf16:2:2e-2 pp2:2:1e-5 pp2-gpipe:2:1e-5 vpp:2:1e-5 \
-      tp2:2:1e-5 tp2-sp-bf16:2:2e-2 ep2:2:1e-5 ep2-bf16:2:2e-2 cp2:2:1e-5 cp2-bf16:2:2e-2 \
+      tp2:2:1e-5 tp2-sp-bf16:2:2e-2 tp2-padded:2:1e-5 ep2:2:1e-5 ep2-bf16:2:2e-2 cp2:2:1e-5 cp2-bf16:2:2e-2 \
       tp2-fp8:2:2e-2 gpt2-pp:4:1e-5 gpt2-dp2tp2:4:1e-5 cp2tp2:4:1e-5 3d:8:1e-5; do
       IFS=: read -r n ranks tol <<<"$p"
       [ "$ranks" -gt "$gpus" ] && { echo "$n: $ranks ranks, skipped"; continue; }

@@ -211,11 +211,13 @@ __global__ void finishSquaresKernel(const double *sum, float *out, bool root) {
 /// target's logit when the label falls in the part.
 template <typename T>
 __global__ void vpStatsKernel(const T *z, const int32_t *labels, float *lse, float *target,
-                              int64_t part, int64_t offset, int64_t ignore) {
+                              int64_t part, int64_t real, int64_t offset, int64_t ignore) {
   __shared__ float red[32];
   int64_t r = blockIdx.x;
   const T *row = z + r * part;
-  float logSumExp = rowLogSumExp(row, part, red);
+  // Only the part's first `real` entries are the vocabulary's (the rest
+  // pads it); a part of padding alone has log-sum-exp -inf.
+  float logSumExp = real > 0 ? rowLogSumExp(row, real, red) : -INFINITY;
   if (threadIdx.x == 0) {
     lse[r] = logSumExp;
     int64_t l = labels[r];
@@ -246,11 +248,11 @@ __global__ void vpLossKernel(const float *all, const float *target, const int32_
 }
 template <typename T>
 __global__ void vpBwdKernel(const T *z, const int32_t *labels, const float *all, const float *dloss,
-                            T *g, int64_t rows, int64_t part, int64_t parts, int64_t offset,
-                            int64_t ignore, int64_t counted) {
+                            T *g, int64_t rows, int64_t part, int64_t real, int64_t parts,
+                            int64_t offset, int64_t ignore, int64_t counted) {
   GRID_STRIDE(i, rows * part) {
     int64_t r = i / part, j = i % part;
-    if (labels[r] == ignore || counted == 0) {
+    if (labels[r] == ignore || counted == 0 || j >= real) { // padding: no gradient
       st(g + i, 0.0f);
       continue;
     }
@@ -434,17 +436,17 @@ size_t sumRowsScratchBytes(int64_t rows, int64_t c) {
     return cudaGetLastError();                                                                     \
   }                                                                                                \
   cudaError_t vpCrossEntropyStats(const T *z, const int32_t *labels, float *lse, float *target,    \
-                                  int64_t rows, int64_t part, int64_t offset, int64_t ignore,      \
-                                  cudaStream_t s) {                                                \
+                                  int64_t rows, int64_t part, int64_t real, int64_t offset,        \
+                                  int64_t ignore, cudaStream_t s) {                                \
     if (rows == 0)                                                                                 \
       return cudaSuccess;                                                                          \
-    vpStatsKernel<<<unsigned(rows), kThreads, 0, s>>>(z, labels, lse, target, part, offset,        \
+    vpStatsKernel<<<unsigned(rows), kThreads, 0, s>>>(z, labels, lse, target, part, real, offset,  \
                                                       ignore);                                     \
     return cudaGetLastError();                                                                     \
   }                                                                                                \
   cudaError_t vpCrossEntropyBackward(const T *z, const int32_t *labels, const float *all,          \
                                      const float *dloss, T *g, int64_t rows, int64_t part,         \
-                                     int64_t parts, int64_t offset, int64_t ignore,                \
+                                     int64_t real, int64_t parts, int64_t offset, int64_t ignore,  \
                                      unsigned long long *scratch, cudaStream_t s) {                \
     if (cudaError_t e = cudaMemsetAsync(scratch, 0, sizeof(*scratch), s); e != cudaSuccess)        \
       return e;                                                                                    \
@@ -456,8 +458,8 @@ size_t sumRowsScratchBytes(int64_t rows, int64_t c) {
       return e;                                                                                    \
     if (cudaError_t e = cudaStreamSynchronize(s); e != cudaSuccess)                                \
       return e;                                                                                    \
-    vpBwdKernel<<<gridFor(rows *part), kThreads, 0, s>>>(z, labels, all, dloss, g, rows, part,     \
-                                                         parts, offset, ignore, int64_t(counted)); \
+    vpBwdKernel<<<gridFor(rows *part), kThreads, 0, s>>>(                                          \
+        z, labels, all, dloss, g, rows, part, real, parts, offset, ignore, int64_t(counted));      \
     return cudaGetLastError();                                                                     \
   }                                                                                                \
   static cudaError_t dispatch(const T *x, const int32_t *idx, T *rows, T *dx, int64_t tokens,      \

@@ -938,15 +938,69 @@ TEST(Cuda, VocabularyParallelCrossEntropyOfOnePartIsCrossEntropy) {
   Dev<float> dZ(z), lse(rows), target(rows), dLoss(1), one(std::vector<float>{1.0f}), dG(z.size());
   Dev<int32_t> dL(labels);
   Dev<unsigned long long> scratch(1);
-  ASSERT_EQ(gpu::vpCrossEntropyStats(dZ.p, dL.p, lse.p, target.p, rows, vocab, 0, -100, nullptr),
-            cudaSuccess);
+  ASSERT_EQ(
+      gpu::vpCrossEntropyStats(dZ.p, dL.p, lse.p, target.p, rows, vocab, vocab, 0, -100, nullptr),
+      cudaSuccess);
   ASSERT_EQ(gpu::vpCrossEntropyLoss(lse.p, target.p, dL.p, dLoss.p, rows, 1, -100, nullptr),
             cudaSuccess);
-  ASSERT_EQ(gpu::vpCrossEntropyBackward(dZ.p, dL.p, lse.p, one.p, dG.p, rows, vocab, 1, 0, -100,
-                                        scratch.p, nullptr),
+  ASSERT_EQ(gpu::vpCrossEntropyBackward(dZ.p, dL.p, lse.p, one.p, dG.p, rows, vocab, vocab, 1, 0,
+                                        -100, scratch.p, nullptr),
             cudaSuccess);
   EXPECT_NEAR(dLoss.host()[0], loss, 1e-4);
   expectClose(dG.host(), dz, 1e-5, "vp ce grad");
+}
+
+// A padded vocabulary over two parts (37 entries padded to 2 x 19: the
+// second part's last entry is padding) equals the cross-entropy of the 37:
+// the padding is left out of the log-sum-exps and gets no gradient.
+TEST(Cuda, VocabularyParallelCrossEntropyLeavesPaddingOut) {
+  NEED_GPU();
+  const int64_t rows = 4, vocab = 37, part = 19;
+  auto z = randomVec(rows * vocab, 71);
+  std::vector<int32_t> labels = {36, 18, 19, -100};
+  float loss = 0;
+  int64_t counted = 0;
+  ASSERT_TRUE(
+      cpu::crossEntropyForward(z.data(), labels.data(), rows, vocab, -100, &loss, &counted));
+  std::vector<float> dz(z.size());
+  cpu::crossEntropyBackward(z.data(), labels.data(), 1.0f, counted, dz.data(), rows, vocab, -100);
+  // Each part's logits, the padding entry set to a value that would
+  // dominate were it counted.
+  std::vector<std::vector<float>> parts(2, std::vector<float>(rows * part, 50.0f));
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t v = 0; v < vocab; ++v)
+      parts[v / part][r * part + v % part] = z[r * vocab + v];
+  Dev<int32_t> dL(labels);
+  Dev<float> all(2 * rows), target(2 * rows), dLoss(1), one(std::vector<float>{1.0f});
+  Dev<unsigned long long> scratch(1);
+  Dev<float> dZ0(parts[0]), dZ1(parts[1]), dG0(rows * part), dG1(rows * part);
+  Dev<float> *dZ[2] = {&dZ0, &dZ1}, *dG[2] = {&dG0, &dG1};
+  for (int64_t p = 0; p < 2; ++p) {
+    int64_t real = std::min(part, vocab - p * part);
+    ASSERT_EQ(gpu::vpCrossEntropyStats(dZ[p]->p, dL.p, all.p + p * rows, target.p + p * rows, rows,
+                                       part, real, p * part, -100, nullptr),
+              cudaSuccess);
+  }
+  // The targets summed over the parts (the plan's all-reduce), then the
+  // loss from the gathered log-sum-exps.
+  std::vector<float> t = target.host(), sum(rows);
+  for (int64_t r = 0; r < rows; ++r)
+    sum[r] = t[r] + t[rows + r];
+  Dev<float> dSum(sum);
+  ASSERT_EQ(gpu::vpCrossEntropyLoss(all.p, dSum.p, dL.p, dLoss.p, rows, 2, -100, nullptr),
+            cudaSuccess);
+  EXPECT_NEAR(dLoss.host()[0], loss, 1e-4);
+  for (int64_t p = 0; p < 2; ++p) {
+    int64_t real = std::min(part, vocab - p * part);
+    ASSERT_EQ(gpu::vpCrossEntropyBackward(dZ[p]->p, dL.p, all.p, one.p, dG[p]->p, rows, part, real,
+                                          2, p * part, -100, scratch.p, nullptr),
+              cudaSuccess);
+    std::vector<float> g = dG[p]->host(), want(rows * part, 0.0f);
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t j = 0; j < real; ++j)
+        want[r * part + j] = dz[r * vocab + p * part + j];
+    expectClose(g, want, 1e-5, "padded vp ce grad");
+  }
 }
 
 TEST(Cuda, MoEDispatchAndCombine) {

@@ -533,14 +533,19 @@ struct CudaExecutor::State {
   /// A vocabulary-parallel kernel's logits [.., part]: their rows, the part
   /// and its offset in the vocabulary (this rank's index on `shard` times
   /// the part).
+  /// This rank's vocabulary part of the logits: rows, entries per row, the
+  /// first entry's index, and how many of the entries are the vocabulary's
+  /// (`real`: all but a padded vocabulary's padding, as the CPU backend).
   bool vocabPart(const Instruction &ins, const Buffer &logits, int64_t &rows, int64_t &part,
-                 int64_t &offset, std::string &error) {
+                 int64_t &offset, int64_t &real, std::string &error) {
     int index = 0, parts = 1;
     if (!plan->place(ins.args.shard, rank, index, parts, error))
       return false;
     part = logits.shape.back();
     rows = part ? logits.elements / part : 0;
     offset = index * part;
+    int64_t classes = int64_t(ins.args.classes);
+    real = classes < 0 ? part : std::clamp<int64_t>(classes - offset, 0, part);
     return true;
   }
   template <typename T> bool kernelVPCEStats(const KernelCall &call);
@@ -1395,10 +1400,10 @@ template <typename T> bool CudaExecutor::State::kernelSumSquares(const KernelCal
 template <typename T> bool CudaExecutor::State::kernelVPCEStats(const KernelCall &call) {
   auto &[ins, in, out, error, s] = call;
   auto ok = [&](cudaError_t e) { return check(e, ins.kernel->name, error); };
-  int64_t rows = 0, part = 0, offset = 0;
-  return vocabPart(ins, in[0], rows, part, offset, error) &&
+  int64_t rows = 0, part = 0, offset = 0, real = 0;
+  return vocabPart(ins, in[0], rows, part, offset, real, error) &&
          ok(cu::vpCrossEntropyStats(at<T>(in[0]), at<int32_t>(in[1]), at<float>(out[0]),
-                                    at<float>(out[1]), rows, part, offset,
+                                    at<float>(out[1]), rows, part, real, offset,
                                     int64_t(ins.args.ignore_index), s));
 }
 
@@ -1414,8 +1419,8 @@ template <typename T> bool CudaExecutor::State::kernelVPCELoss(const KernelCall 
 template <typename T> bool CudaExecutor::State::kernelVPCEBwd(const KernelCall &call) {
   auto &[ins, in, out, error, s] = call;
   auto ok = [&](cudaError_t e) { return check(e, ins.kernel->name, error); };
-  int64_t rows = 0, part = 0, offset = 0;
-  if (!vocabPart(ins, in[0], rows, part, offset, error))
+  int64_t rows = 0, part = 0, offset = 0, real = 0;
+  if (!vocabPart(ins, in[0], rows, part, offset, real, error))
     return false;
   int64_t gathered = rows ? in[2].elements / rows : 1;
   auto *counted = static_cast<unsigned long long *>(tmp(24, 8, error));
@@ -1423,7 +1428,7 @@ template <typename T> bool CudaExecutor::State::kernelVPCEBwd(const KernelCall &
   // watchdog.)
   return counted && drainDevice(error) &&
          ok(cu::vpCrossEntropyBackward(at<T>(in[0]), at<int32_t>(in[1]), at<float>(in[2]),
-                                       at<float>(in[3]), at<T>(out[0]), rows, part, gathered,
+                                       at<float>(in[3]), at<T>(out[0]), rows, part, real, gathered,
                                        offset, int64_t(ins.args.ignore_index), counted, s));
 }
 
@@ -1792,8 +1797,8 @@ bool CudaExecutor::supports(const Plan &plan, int rank, int capability, std::set
       }
     }
     // Sharded kernels: ZeRO's update and norm, tensor parallelism's
-    // vocabulary-parallel embedding and cross-entropy (of a vocabulary that
-    // is not padded).
+    // vocabulary-parallel embedding and cross-entropy (a padded
+    // vocabulary's padding left out, as on the CPU).
     KernelId id = ins.kernel->id;
     bool sharded = id == KernelId::AdamW || id == KernelId::SumSquares ||
                    id == KernelId::EmbeddingFwd || id == KernelId::EmbeddingBwd ||
@@ -1816,11 +1821,6 @@ bool CudaExecutor::supports(const Plan &plan, int rank, int capability, std::set
         (ins.ins[0].space != Buffer::Space::Input || ins.ins[0].offset != 0)) {
       error = "a vocabulary-parallel embedding_bwd of tokens other than the step's is not run by "
               "the CUDA backend";
-      return false;
-    }
-    if ((id == KernelId::VPCEStats || id == KernelId::VPCEBwd) && ins.args.classes >= 0) {
-      error = std::string(ins.kernel->name) +
-              ": a padded vocabulary under tensor parallelism is not run by the CUDA backend yet";
       return false;
     }
     if (ins.kernel->id == KernelId::AdamW && ins.ins.size() > 2) {

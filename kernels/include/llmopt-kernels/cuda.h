@@ -241,12 +241,13 @@ LLMOPT_CUDA_FOR_TYPES(LLMOPT_CUDA_DECLARE_FP8)
 /// `scratch` of normBackwardScratchBytes, sums its weight and bias
 /// gradients that way instead of with atomics); the vocabulary-parallel cross-entropy runs stats
 /// (per row: this part's log-sum-exp and target logit), then, after the all-gather of the
-/// log-sum-exps into `all` [parts, rows], loss and backward; MoE dispatch (backward: sum a token's
-/// copies) and combine (hidden before top_k in dispatch's arguments, as the CPU reference) assign
-/// each expert's slots in token order (`slots`: tokens x top_k int64 scratch, `bad`: one int), `ok`
-/// false when an index is not an expert; with `bad` null nothing is checked (no copy to the host,
-/// so that CUDA graphs can capture the step: for indices from the router) and a choice of an index
-/// outside the experts is dropped.
+/// log-sum-exps into `all` [parts, rows], loss and backward, over the part's first `real`
+/// entries (a padded vocabulary: the rest are padding, with no gradient); MoE dispatch (backward:
+/// sum a token's copies) and combine (hidden before top_k in dispatch's arguments, as the CPU
+/// reference) assign each expert's slots in token order (`slots`: tokens x top_k int64 scratch,
+/// `bad`: one int), `ok` false when an index is not an expert; with `bad` null nothing is checked
+/// (no copy to the host, so that CUDA graphs can capture the step: for indices from the router) and
+/// a choice of an index outside the experts is dropped.
 #define LLMOPT_CUDA_DECLARE_SMALL(T)                                                               \
   cudaError_t toFloat(const T *x, float *y, int64_t n, cudaStream_t stream);                       \
   cudaError_t fromFloat(const float *x, T *y, int64_t n, cudaStream_t stream);                     \
@@ -268,12 +269,12 @@ LLMOPT_CUDA_FOR_TYPES(LLMOPT_CUDA_DECLARE_FP8)
                                         int64_t hidden, const int32_t *positions,                  \
                                         cudaStream_t stream);                                      \
   cudaError_t vpCrossEntropyStats(const T *logits, const int32_t *labels, float *lse,              \
-                                  float *target, int64_t rows, int64_t part, int64_t offset,       \
-                                  int64_t ignoreIndex, cudaStream_t stream);                       \
-  cudaError_t vpCrossEntropyBackward(const T *logits, const int32_t *labels, const float *all,     \
-                                     const float *dloss, T *dlogits, int64_t rows, int64_t part,   \
-                                     int64_t parts, int64_t offset, int64_t ignoreIndex,           \
-                                     unsigned long long *scratch, cudaStream_t stream);            \
+                                  float *target, int64_t rows, int64_t part, int64_t real,         \
+                                  int64_t offset, int64_t ignoreIndex, cudaStream_t stream);       \
+  cudaError_t vpCrossEntropyBackward(                                                              \
+      const T *logits, const int32_t *labels, const float *all, const float *dloss, T *dlogits,    \
+      int64_t rows, int64_t part, int64_t real, int64_t parts, int64_t offset,                     \
+      int64_t ignoreIndex, unsigned long long *scratch, cudaStream_t stream);                      \
   cudaError_t moeDispatchForward(const T *x, const int32_t *indices, T *rows, int64_t tokens,      \
                                  int64_t hidden, int64_t topK, int64_t experts, int64_t capacity,  \
                                  int64_t *slots, int *bad, cudaStream_t stream, bool &ok);         \
