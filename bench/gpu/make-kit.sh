@@ -105,6 +105,14 @@ dist gpt2-cp2 "$gpt2" 2 dp:1,cp:2,micro_batch:2 f32
 # parallelism and ZeRO-1 (eight).
 dist cp2tp2 "$llama" 4 dp:1,cp:2,tp:2,micro_batch:2 f32
 dist 3d "$llama" 8 dp:2,tp:2,pp:2,sp:1,zero:1,micro_batch:1 f32
+# Combinations the llm-run stack does not offer until they pass on a GPU:
+# ZeRO-2 and ZeRO-3 with pipeline stages, MoE layers under TP + SP, stages
+# of uneven depth (3 layers over 2 stages).
+dist gpt2-pp-zero2 "$gpt2" 4 dp:2,pp:2,zero:2,micro_batch:1 f32
+dist pp-zero3 "$llama" 4 dp:2,pp:2,zero:3,micro_batch:1 f32
+dist moe-tp2 "$mixtral" 2 dp:1,tp:2,sp:1,micro_batch:4 f32
+sed 's/"num_hidden_layers": 2/"num_hidden_layers": 3/' "$llama" >"$kit/byte-llama-l3.json"
+dist pp-uneven "$kit/byte-llama-l3.json" 2 dp:1,pp:2,micro_batch:1 f32
 # fp8 linears under TP2 (each operand's amax the maximum over tp), on a
 # Llama wide enough for fp8 GEMMs' multiples of 16 once split.
 sed 's/"hidden_size": 32/"hidden_size": 64/; s/"intermediate_size": 48/"intermediate_size": 128/' \
@@ -154,10 +162,10 @@ for n in tiny-gpt2 tiny-llama tiny-bf16 tiny-gpt2-bf16 tiny-gpt2-rc-full tiny-gp
   ref $n 1
 done
 for n in dp2 dp2-bf16 zero1 zero1-bf16 zero2 zero2-bf16 zero3 zero3-bf16 pp2 pp2-bf16 pp2-gpipe vpp \
-  tp2 tp2-sp-bf16 tp2-padded ep2 ep2-bf16 cp2 cp2-bf16 gpt2-cp2 tp2-fp8; do
+  tp2 tp2-sp-bf16 tp2-padded ep2 ep2-bf16 cp2 cp2-bf16 gpt2-cp2 tp2-fp8 moe-tp2 pp-uneven; do
   ref $n 2
 done
-for n in gpt2-pp gpt2-dp2tp2 cp2tp2; do
+for n in gpt2-pp gpt2-dp2tp2 cp2tp2 gpt2-pp-zero2 pp-zero3; do
   ref $n 4
 done
 ref 3d 8
