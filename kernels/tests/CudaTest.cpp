@@ -12,6 +12,7 @@
 
 #include "RandomVec.h"
 #include "gtest/gtest.h"
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstdio>
@@ -951,8 +952,9 @@ TEST(Cuda, VocabularyParallelCrossEntropyOfOnePartIsCrossEntropy) {
 }
 
 // A padded vocabulary over two parts (37 entries padded to 2 x 19: the
-// second part's last entry is padding) equals the cross-entropy of the 37:
-// the padding is left out of the log-sum-exps and gets no gradient.
+// second part's last entry is padding) and over three (3 x 19: the third
+// part is all padding, its log-sum-exp -inf) equals the cross-entropy of
+// the 37: the padding is left out of the log-sum-exps and gets no gradient.
 TEST(Cuda, VocabularyParallelCrossEntropyLeavesPaddingOut) {
   NEED_GPU();
   const int64_t rows = 4, vocab = 37, part = 19;
@@ -964,42 +966,50 @@ TEST(Cuda, VocabularyParallelCrossEntropyLeavesPaddingOut) {
       cpu::crossEntropyForward(z.data(), labels.data(), rows, vocab, -100, &loss, &counted));
   std::vector<float> dz(z.size());
   cpu::crossEntropyBackward(z.data(), labels.data(), 1.0f, counted, dz.data(), rows, vocab, -100);
-  // Each part's logits, the padding entry set to a value that would
-  // dominate were it counted.
-  std::vector<std::vector<float>> parts(2, std::vector<float>(rows * part, 50.0f));
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t v = 0; v < vocab; ++v)
-      parts[v / part][r * part + v % part] = z[r * vocab + v];
   Dev<int32_t> dL(labels);
-  Dev<float> all(2 * rows), target(2 * rows), dLoss(1), one(std::vector<float>{1.0f});
+  Dev<float> dLoss(1), one(std::vector<float>{1.0f});
   Dev<unsigned long long> scratch(1);
-  Dev<float> dZ0(parts[0]), dZ1(parts[1]), dG0(rows * part), dG1(rows * part);
-  Dev<float> *dZ[2] = {&dZ0, &dZ1}, *dG[2] = {&dG0, &dG1};
-  for (int64_t p = 0; p < 2; ++p) {
-    int64_t real = std::min(part, vocab - p * part);
-    ASSERT_EQ(gpu::vpCrossEntropyStats(dZ[p]->p, dL.p, all.p + p * rows, target.p + p * rows, rows,
-                                       part, real, p * part, -100, nullptr),
+  for (int64_t parts : {2, 3}) {
+    SCOPED_TRACE(std::to_string(parts) + " parts");
+    // The plan's layout: the log-sum-exps gathered into [parts, rows], the
+    // targets summed over the parts (its all-reduce). Each part's padding
+    // is a logit that would dominate were it counted.
+    Dev<float> all(parts * rows), target(parts * rows);
+    std::vector<std::unique_ptr<Dev<float>>> dZ, dG;
+    for (int64_t p = 0; p < parts; ++p) {
+      std::vector<float> logits(rows * part, 50.0f);
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t j = 0; j < part && p * part + j < vocab; ++j)
+          logits[r * part + j] = z[r * vocab + p * part + j];
+      dZ.push_back(std::make_unique<Dev<float>>(logits));
+      dG.push_back(std::make_unique<Dev<float>>(rows * part));
+      int64_t real = std::clamp<int64_t>(vocab - p * part, 0, part);
+      ASSERT_EQ(gpu::vpCrossEntropyStats(dZ[p]->p, dL.p, all.p + p * rows, target.p + p * rows,
+                                         rows, part, real, p * part, -100, nullptr),
+                cudaSuccess);
+    }
+    std::vector<float> t = target.host(), sum(rows, 0.0f), lse = all.host();
+    for (int64_t p = 0; p < parts; ++p)
+      for (int64_t r = 0; r < rows; ++r)
+        sum[r] += t[p * rows + r];
+    if (parts == 3)
+      for (int64_t r = 0; r < rows; ++r)
+        EXPECT_TRUE(std::isinf(lse[2 * rows + r]) && lse[2 * rows + r] < 0);
+    Dev<float> dSum(sum);
+    ASSERT_EQ(gpu::vpCrossEntropyLoss(all.p, dSum.p, dL.p, dLoss.p, rows, parts, -100, nullptr),
               cudaSuccess);
-  }
-  // The targets summed over the parts (the plan's all-reduce), then the
-  // loss from the gathered log-sum-exps.
-  std::vector<float> t = target.host(), sum(rows);
-  for (int64_t r = 0; r < rows; ++r)
-    sum[r] = t[r] + t[rows + r];
-  Dev<float> dSum(sum);
-  ASSERT_EQ(gpu::vpCrossEntropyLoss(all.p, dSum.p, dL.p, dLoss.p, rows, 2, -100, nullptr),
-            cudaSuccess);
-  EXPECT_NEAR(dLoss.host()[0], loss, 1e-4);
-  for (int64_t p = 0; p < 2; ++p) {
-    int64_t real = std::min(part, vocab - p * part);
-    ASSERT_EQ(gpu::vpCrossEntropyBackward(dZ[p]->p, dL.p, all.p, one.p, dG[p]->p, rows, part, real,
-                                          2, p * part, -100, scratch.p, nullptr),
-              cudaSuccess);
-    std::vector<float> g = dG[p]->host(), want(rows * part, 0.0f);
-    for (int64_t r = 0; r < rows; ++r)
-      for (int64_t j = 0; j < real; ++j)
-        want[r * part + j] = dz[r * vocab + p * part + j];
-    expectClose(g, want, 1e-5, "padded vp ce grad");
+    EXPECT_NEAR(dLoss.host()[0], loss, 1e-4);
+    for (int64_t p = 0; p < parts; ++p) {
+      int64_t real = std::clamp<int64_t>(vocab - p * part, 0, part);
+      ASSERT_EQ(gpu::vpCrossEntropyBackward(dZ[p]->p, dL.p, all.p, one.p, dG[p]->p, rows, part,
+                                            real, parts, p * part, -100, scratch.p, nullptr),
+                cudaSuccess);
+      std::vector<float> want(rows * part, 0.0f);
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t j = 0; j < real; ++j)
+          want[r * part + j] = dz[r * vocab + p * part + j];
+      expectClose(dG[p]->host(), want, 1e-5, "padded vp ce grad");
+    }
   }
 }
 

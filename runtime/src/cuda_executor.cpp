@@ -530,9 +530,6 @@ struct CudaExecutor::State {
   template <typename T> bool kernelCrossEntropyBwd(const KernelCall &call);
   template <typename T> bool kernelGlobalNorm(const KernelCall &call);
   template <typename T> bool kernelSumSquares(const KernelCall &call);
-  /// A vocabulary-parallel kernel's logits [.., part]: their rows, the part
-  /// and its offset in the vocabulary (this rank's index on `shard` times
-  /// the part).
   /// This rank's vocabulary part of the logits: rows, entries per row, the
   /// first entry's index, and how many of the entries are the vocabulary's
   /// (`real`: all but a padded vocabulary's padding, as the CPU backend).
@@ -2013,6 +2010,14 @@ bool CudaExecutor::init(const Plan &plan, int rank, uint64_t seed, std::string &
       s->orderTokens = true;
     if (ins.kernel && ins.kernel->id == KernelId::CrossEntropyFwd && !ins.ins.empty()) {
       s->classes = lastDim(ins.ins[0]);
+      s->ignoreIndex = int64_t(ins.args.ignore_index);
+    }
+    // The vocabulary-parallel loss: the labels index the whole vocabulary
+    // (a padded one's real entries), and its ignore index is the plan's.
+    if (ins.kernel && ins.kernel->id == KernelId::VPCEStats && !ins.ins.empty()) {
+      int index = 0, parts = 1;
+      plan.place(ins.args.shard, rank, index, parts);
+      s->classes = ins.args.classes >= 0 ? int64_t(ins.args.classes) : lastDim(ins.ins[0]) * parts;
       s->ignoreIndex = int64_t(ins.args.ignore_index);
     }
   };

@@ -50,8 +50,10 @@ public:
   static bool available();
 
   /// Whether this backend runs rank `rank`'s program of `plan` on a GPU of
-  /// compute capability `capability` (80 for sm_80): every instruction,
-  /// dtype and shape it would refuse at init, checked without a GPU. Fills
+  /// compute capability `capability` (80 for sm_80): the instructions,
+  /// dtypes and shapes init checks, without a GPU (init also refuses, with
+  /// the parameters laid out, a kernel that reads a ZeRO-3 chunk instead of
+  /// its gathered copy, and a communicator that cannot form). Fills
   /// `axes` with the mesh axes its collectives use and `bf16` with whether
   /// it computes in bf16; else false with `error` naming what it refuses.
   static bool supports(const Plan &plan, int rank, int capability, std::set<std::string> &axes,
