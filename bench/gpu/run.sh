@@ -298,14 +298,15 @@ except Exception:
     sys.exit(0)
 agg = {}
 for k in p["kernels"]:
-    a = agg.setdefault(k["kernel"], [0.0, 0, 0.0])
-    a[0] += k["seconds"]; a[1] += k["calls"]; a[2] += k["flops"]
+    a = agg.setdefault(k["kernel"], [0.0, 0, 0.0, 0.0])
+    a[0] += k["seconds"]; a[1] += k["calls"]; a[2] += k["flops"]; a[3] += k.get("host_seconds", 0)
 steps = 2  # the profile covers steps 2 and 3 of the short run
 total = sum(a[0] for a in agg.values()) / steps
-print("profile (%s): %.4f s in kernels per step" % (p["device"], total))
-for n, (s, c, f) in sorted(agg.items(), key=lambda x: -x[1][0]):
-    print("  %-26s %8.2f ms %5d calls %7.1f TFLOP/s" % (n, s * 1e3 / steps, c // steps,
-                                                       f / s / 1e12 if s else 0))
+hosted = sum(a[3] for a in agg.values()) / steps
+print("profile (%s): %.4f s in kernels per step, %.4f s of the host's launches" % (p["device"], total, hosted))
+for n, (s, c, f, h) in sorted(agg.items(), key=lambda x: -x[1][0]):
+    print("  %-26s %8.2f ms %5d calls %7.1f TFLOP/s, host %7.3f ms" % (n, s * 1e3 / steps, c // steps,
+                                                       f / s / 1e12 if s else 0, h * 1e3 / steps))
 print("by shape (top 8):")
 for k in sorted(p["kernels"], key=lambda k: -k["seconds"])[:8]:
     print("  %-16s %-28s %8.2f ms %7.1f TFLOP/s" % (k["kernel"], k["dims"], k["seconds"] * 1e3 / steps,
@@ -351,6 +352,23 @@ if has speed; then
       speedrun $n-new$i llm-run "$kit/plans/$n"
       [ -x "$kit/old/bin/llm-run" ] && speedrun $n-old$i "$kit/old/bin/llm-run" "$kit/old/plans/$n"
     done
+    # Where the host's launches outrun the GPU's kernels (--profile's
+    # host_seconds against seconds, per kernel): the GPU waits there.
+    TMO=120 run llm-run "$kit/plans/$n" --data "$kit/data/text.bin" --steps 3 --device cuda --quiet \
+      --profile speed-$n-profile.json
+    python3 - speed-$n-profile.json <<'PY'
+import json, sys
+p = json.load(open(sys.argv[1]))
+agg = {}
+for k in p["kernels"]:
+    a = agg.setdefault(k["kernel"], [0.0, 0.0, 0])
+    a[0] += k["seconds"] / 2; a[1] += k.get("host_seconds", 0) / 2; a[2] += k["calls"] // 2
+print("per step: GPU %.2f ms in kernels, host %.2f ms issuing them" % (
+    sum(a[0] for a in agg.values()) * 1e3, sum(a[1] for a in agg.values()) * 1e3))
+for n, (g, h, c) in sorted(agg.items(), key=lambda x: -x[1][1]):
+    print("  %-22s %5d calls  GPU %8.3f ms  host %7.3f ms (%.1f us a call)" % (n, c, g * 1e3, h * 1e3,
+                                                                            h * 1e6 / c if c else 0))
+PY
   done
 fi
 has gpt2 && bench gpt2-124m 20

@@ -29,6 +29,7 @@
 #include <algorithm>
 #include <array>
 #include <cctype>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -369,8 +370,14 @@ struct CudaExecutor::State {
   /// cuBLASLt's algorithm cache file and its entries when last written.
   std::string algorithmCache;
   size_t savedAlgorithms = 0;
-  /// --profile: events around each kernel instruction of the step.
-  std::vector<std::pair<const Instruction *, std::pair<cudaEvent_t, cudaEvent_t>>> events;
+  /// --profile: events around each kernel instruction of the step, and the
+  /// host's time issuing it (its launches).
+  struct Timed {
+    const Instruction *ins;
+    cudaEvent_t begin, end;
+    double hostSeconds;
+  };
+  std::vector<Timed> events;
   int64_t vocab = 0, classes = 0, ignoreIndex = -100;
 
   /// Scratch buffer `i` of at least `bytes`.
@@ -2174,13 +2181,15 @@ bool CudaExecutor::write(const std::string &name, ParamState &&in, std::string &
 bool CudaExecutor::runTimed(const Instruction &ins, std::string &error) {
   if (!host.profiling || ins.kind != Instruction::Kind::Kernel || !ins.kernel)
     return s->run(ins, error);
-  std::pair<cudaEvent_t, cudaEvent_t> ev{nullptr, nullptr};
-  if (cudaEventCreate(&ev.first) != cudaSuccess || cudaEventCreate(&ev.second) != cudaSuccess ||
-      cudaEventRecord(ev.first, s->stream) != cudaSuccess)
+  State::Timed t{&ins, nullptr, nullptr, 0};
+  if (cudaEventCreate(&t.begin) != cudaSuccess || cudaEventCreate(&t.end) != cudaSuccess ||
+      cudaEventRecord(t.begin, s->stream) != cudaSuccess)
     return (error = "cannot record CUDA events for --profile", false);
+  auto t0 = std::chrono::steady_clock::now();
   bool ok = s->run(ins, error);
-  cudaEventRecord(ev.second, s->stream);
-  s->events.emplace_back(&ins, ev);
+  t.hostSeconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  cudaEventRecord(t.end, s->stream);
+  s->events.push_back(t);
   return ok;
 }
 
@@ -2417,9 +2426,9 @@ bool CudaExecutor::step(const std::vector<std::vector<int32_t>> &tok,
                 false);
   }
   // Events of a step that failed before reading them.
-  for (auto &[ins, ev] : s->events) {
-    cudaEventDestroy(ev.first);
-    cudaEventDestroy(ev.second);
+  for (const State::Timed &t : s->events) {
+    cudaEventDestroy(t.begin);
+    cudaEventDestroy(t.end);
   }
   s->events.clear();
   s->hostNorms.clear();
@@ -2446,13 +2455,14 @@ bool CudaExecutor::step(const std::vector<std::vector<int32_t>> &tok,
     return (error =
                 std::string("CUDA error in the step: ") + cudaGetErrorString(cudaGetLastError()),
             false);
-  // --profile: each kernel instruction's time between its two events.
-  for (auto &[ins, ev] : s->events) {
+  // --profile: each kernel instruction's time between its two events, and
+  // the host's issuing it.
+  for (const State::Timed &t : s->events) {
     float ms = 0;
-    if (cudaEventElapsedTime(&ms, ev.first, ev.second) == cudaSuccess)
-      host.record(*ins, double(ms) * 1e-3);
-    cudaEventDestroy(ev.first);
-    cudaEventDestroy(ev.second);
+    if (cudaEventElapsedTime(&ms, t.begin, t.end) == cudaSuccess)
+      host.record(*t.ins, double(ms) * 1e-3, t.hostSeconds);
+    cudaEventDestroy(t.begin);
+    cudaEventDestroy(t.end);
   }
   s->events.clear();
   float out[2] = {0, 0};

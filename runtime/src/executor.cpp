@@ -529,7 +529,8 @@ bool CpuExecutor::compute(const Instruction &ins, Communicator &comm, std::strin
     // The kernel alone (a 16-bit one's copies are not timed).
     auto t0 = std::chrono::steady_clock::now();
     bool ok = runWide(ins, comm, error);
-    record(ins, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    record(ins, s, s);
     return ok;
   }
   if (wide.empty())
@@ -583,7 +584,7 @@ bool CpuExecutor::select(const std::vector<int32_t> &tok, const std::vector<int3
   return true;
 }
 
-void CpuExecutor::record(const Instruction &ins, double seconds) {
+void CpuExecutor::record(const Instruction &ins, double seconds, double hostSeconds) {
   std::vector<int64_t> dims;
   double flops = 0, bytes = 0;
   for (const std::vector<Buffer> *list : {&ins.ins, &ins.outs})
@@ -596,6 +597,7 @@ void CpuExecutor::record(const Instruction &ins, double seconds) {
   p.dims = dims;
   p.calls += 1;
   p.seconds += seconds;
+  p.hostSeconds += hostSeconds;
   p.flops += flops;
   p.bytes += bytes;
 }

@@ -119,8 +119,9 @@ bool writeProfile(const std::string &path, const std::string &planDir, const Cpu
     for (int64_t d : p.dims)
       dims += (dims.empty() ? "" : ", ") + std::to_string(d);
     std::snprintf(buf, sizeof(buf),
-                  "\"calls\": %lld, \"seconds\": %.9g, \"flops\": %.9g, \"bytes\": %.9g}",
-                  static_cast<long long>(p.calls), p.seconds, p.flops, p.bytes);
+                  "\"calls\": %lld, \"seconds\": %.9g, \"host_seconds\": %.9g, \"flops\": %.9g, "
+                  "\"bytes\": %.9g}",
+                  static_cast<long long>(p.calls), p.seconds, p.hostSeconds, p.flops, p.bytes);
     out += std::string(first ? "\n  " : ",\n  ") + "{\"kernel\": \"" + p.kernel +
            "\", \"dims\": [" + dims + "], " + buf;
     first = false;

@@ -80,18 +80,21 @@ public:
   int64_t activationBytes() const;
   /// Per-kernel timing (`--profile`): kernel instructions of the same kind
   /// and shape, their calls, wall time, FLOPs (GEMMs, attention) and bytes
-  /// read and written; collected while `profiling` is set.
+  /// read and written, and the host's time issuing them (the CUDA backend:
+  /// its launches, against the GPU's `seconds`; the CPU backend: the same
+  /// as `seconds`); collected while `profiling` is set.
   struct KernelProfile {
     std::string kernel;
     std::vector<int64_t> dims; // GEMM [rows, in, out]; attention [b, heads, sq, sk, d]
     int64_t calls = 0;
-    double seconds = 0, flops = 0, bytes = 0;
+    double seconds = 0, flops = 0, bytes = 0, hostSeconds = 0;
   };
   bool profiling = false;
   std::map<std::pair<std::string, std::vector<int64_t>>, KernelProfile> profile;
-  /// Adds one call of `ins` taking `seconds` to `profile` (the CUDA backend
-  /// times its instructions with events).
-  void record(const Instruction &ins, double seconds);
+  /// Adds one call of `ins` taking `seconds` to `profile`, `hostSeconds` of
+  /// them on the host (the CUDA backend times its instructions with events
+  /// and its launches with the host's clock).
+  void record(const Instruction &ins, double seconds, double hostSeconds);
   /// Bytes of `param`'s gradient accumulator on this rank (whole, or its
   /// ZeRO-2/3 chunk; 0 when this rank has none).
   int64_t gradientBytes(const std::string &param) const;
