@@ -1,7 +1,9 @@
 //===- device_comm.cpp - communicators on GPU memory ----------------------===//
 //
 // Written without a GPU to run it on (compiled for every build with the CUDA
-// toolkit); test/Runtime/cuda-comm.test runs it where one is lent.
+// toolkit). The host-staged path ran on an H200 on 2026-11-26 (the GPU kit's
+// `comm` part, test/Runtime/cuda-comm.test); NCCL needs two GPUs
+// (test/Runtime/cuda-nccl.test, the kit's `nccl` part) and has not run.
 //
 //===----------------------------------------------------------------------===//
 
@@ -103,6 +105,21 @@ struct NcclApi {
   }
 };
 
+/// A started collective's kind and handle (its wait names them); handle -1:
+/// a blocking collective, waited for at once.
+enum class Kind { AllReduce, AllGather, ReduceScatter };
+struct Later {
+  Kind kind = Kind::AllReduce;
+  int handle = -1;
+};
+
+// NCCL's kernels run on a stream of their own (`side`), in the order this
+// rank issues them (every rank issues in the plan's order, so no two of a
+// communicator's collectives can cross), each after the compute stream's
+// work so far (an event). The compute stream waits for a collective where
+// the plan does: at once for a blocking one, at its wait for a started one
+// (gradient buckets, ZeRO's prefetched gathers and reduce-scatters), so
+// those overlap the kernels in between.
 class NcclCommunicator final : public DeviceCommunicator {
 public:
   NcclCommunicator(Communicator &host, cudaStream_t stream)
@@ -111,6 +128,14 @@ public:
     for (auto &[axis, c] : comms)
       if (c)
         (aborted ? nccl.commAbort : nccl.commDestroy)(c);
+    for (auto &[key, e] : pending)
+      cudaEventDestroy(e);
+    for (cudaEvent_t e : spare)
+      cudaEventDestroy(e);
+    if (ready)
+      cudaEventDestroy(ready);
+    if (side)
+      cudaStreamDestroy(side);
   }
 
   /// Sets up a communicator per axis. Every rank ends with the same
@@ -120,6 +145,14 @@ public:
   bool connect(const std::vector<std::string> &axes, std::string &error) {
     std::string why;
     bool loaded = nccl.load(why);
+    // (Non-blocking: the legacy default stream, the compute stream without
+    // CUDA graphs, does not wait for it, nor it for that stream.)
+    if (loaded && (cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking) != cudaSuccess ||
+                   cudaEventCreateWithFlags(&ready, cudaEventDisableTiming) != cudaSuccess)) {
+      loaded = false;
+      why = "cannot create the stream for NCCL's collectives: " +
+            std::string(cudaGetErrorString(cudaGetLastError()));
+    }
     if (!agree(loaded, error))
       return false;
     if (anyFailed) {
@@ -176,13 +209,15 @@ public:
                     std::string &error) override {
     return reduce(axis, data, data, count, ncclMax, error);
   }
-  // Non-blocking collectives are queued on the stream: waiting is stream
-  // order (every later kernel runs after them).
-  bool startAllReduce(const std::string &axis, float *data, int64_t count, bool average, int,
+  // Started collectives: the compute stream waits for them at their wait.
+  bool startAllReduce(const std::string &axis, float *data, int64_t count, bool average, int bucket,
                       std::string &error) override {
-    return allReduce(axis, data, count, average, error);
+    return reduce(axis, data, data, count, average ? ncclAvg : ncclSum, error,
+                  Later{Kind::AllReduce, bucket});
   }
-  bool waitAllReduce(int, std::string &) override { return true; }
+  bool waitAllReduce(int bucket, std::string &error) override {
+    return waitFor({Kind::AllReduce, bucket}, error);
+  }
   bool reduceScatter(const std::string &axis, float *data, int64_t count, bool average,
                      std::string &error) override {
     // The contract allows a superset: chunks of ceil(n / size) are not
@@ -200,43 +235,43 @@ public:
   }
   bool allGatherBlocks(const std::string &axis, const float *mine, float *all, int64_t count,
                        std::string &error) override {
-    return onAxis(axis, all, mine, count, error, [&](ncclComm_t c) {
-      return nccl.ok(nccl.allGather(mine, all, size_t(count), ncclFloat32, c, stream),
-                     "ncclAllGather", error);
-    });
+    return gatherBlocks(axis, mine, all, count, error, {});
   }
   bool startAllGatherBlocks(const std::string &axis, const float *mine, float *all, int64_t count,
-                            int, std::string &error) override {
-    return allGatherBlocks(axis, mine, all, count, error);
+                            int event, std::string &error) override {
+    return gatherBlocks(axis, mine, all, count, error, Later{Kind::AllGather, event});
   }
-  bool waitAllGather(int, std::string &) override { return true; }
+  bool waitAllGather(int event, std::string &error) override {
+    return waitFor({Kind::AllGather, event}, error);
+  }
   bool reduceScatterBlocks(const std::string &axis, const float *all, float *mine, int64_t count,
                            std::string &error) override {
-    return onAxis(axis, mine, all, count, error, [&](ncclComm_t c) {
-      return nccl.ok(nccl.reduceScatter(all, mine, size_t(count), ncclFloat32, ncclSum, c, stream),
-                     "ncclReduceScatter", error);
-    });
+    return scatterBlocks(axis, all, mine, count, error, {});
   }
   bool startReduceScatterBlocks(const std::string &axis, const float *all, float *mine,
-                                int64_t count, int, std::string &error) override {
-    return reduceScatterBlocks(axis, all, mine, count, error);
+                                int64_t count, int handle, std::string &error) override {
+    return scatterBlocks(axis, all, mine, count, error, Later{Kind::ReduceScatter, handle});
   }
-  bool waitReduceScatter(int, std::string &) override { return true; }
+  bool waitReduceScatter(int handle, std::string &error) override {
+    return waitFor({Kind::ReduceScatter, handle}, error);
+  }
   bool allToAllBlocks(const std::string &axis, const float *send, float *recv, int64_t count,
                       std::string &error) override {
     return onAxis(axis, recv, send, count, error, [&](ncclComm_t c) {
       int index = 0, n = 1;
       axisPosition(axis, index, n);
-      return grouped(error, [&] {
-        bool ok = true;
-        for (int r = 0; r < n && ok; ++r)
-          ok = nccl.ok(
-                   nccl.send(send + int64_t(r) * count, size_t(count), ncclFloat32, r, c, stream),
-                   "ncclSend", error) &&
-               nccl.ok(
-                   nccl.recv(recv + int64_t(r) * count, size_t(count), ncclFloat32, r, c, stream),
-                   "ncclRecv", error);
-        return ok;
+      return onSide(error, {}, [&] {
+        return grouped(error, [&] {
+          bool ok = true;
+          for (int r = 0; r < n && ok; ++r)
+            ok = nccl.ok(
+                     nccl.send(send + int64_t(r) * count, size_t(count), ncclFloat32, r, c, side),
+                     "ncclSend", error) &&
+                 nccl.ok(
+                     nccl.recv(recv + int64_t(r) * count, size_t(count), ncclFloat32, r, c, side),
+                     "ncclRecv", error);
+          return ok;
+        });
       });
     });
   }
@@ -272,12 +307,14 @@ public:
     int stage = 0;
     if (!pipelinePeer(peer, c, stage, error))
       return false;
-    bool ok = grouped(error, [&] {
-      return issueHeld(error) &&
-             nccl.ok(nccl.recv(data, size_t(count), ncclFloat32, stage, c, stream), "ncclRecv",
-                     error);
+    bool ok = onSide(error, {}, [&] {
+      return grouped(error, [&] {
+        return issueHeld(error) &&
+               nccl.ok(nccl.recv(data, size_t(count), ncclFloat32, stage, c, side), "ncclRecv",
+                       error);
+      });
     });
-    held.clear(); // freed in stream order, after the group's kernels
+    held.clear(); // freed on the compute stream, after it waited for the group
     return ok;
   }
   bool flush(std::string &error) override { return sendHeld(error); }
@@ -294,11 +331,13 @@ public:
     int index = 0, n = 1;
     axisPosition(axis, index, n);
     int to = ((index + shift) % n + n) % n, from = ((index - shift) % n + n) % n;
-    return grouped(error, [&] {
-      return nccl.ok(nccl.send(send, size_t(count), ncclFloat32, to, c, stream), "ncclSend",
-                     error) &&
-             nccl.ok(nccl.recv(recv, size_t(count), ncclFloat32, from, c, stream), "ncclRecv",
-                     error);
+    return onSide(error, {}, [&] {
+      return grouped(error, [&] {
+        return nccl.ok(nccl.send(send, size_t(count), ncclFloat32, to, c, side), "ncclSend",
+                       error) &&
+               nccl.ok(nccl.recv(recv, size_t(count), ncclFloat32, from, c, side), "ncclRecv",
+                       error);
+      });
     });
   }
   bool finishShift(const std::string &, int, int, int, int, const float *, float *, int64_t,
@@ -309,7 +348,10 @@ public:
   bool synchronize(std::string &error) override {
     auto t0 = std::chrono::steady_clock::now();
     for (;;) {
-      cudaError_t q = cudaStreamQuery(stream);
+      // NCCL's stream, then the compute stream (which waits on it).
+      cudaError_t q = side ? cudaStreamQuery(side) : cudaSuccess;
+      if (q == cudaSuccess)
+        q = cudaStreamQuery(stream);
       if (q == cudaSuccess)
         return true;
       if (q != cudaErrorNotReady)
@@ -335,6 +377,13 @@ public:
 
 private:
   cudaStream_t stream;
+  /// NCCL's stream, and the event that orders it after the compute stream.
+  cudaStream_t side = nullptr;
+  cudaEvent_t ready = nullptr;
+  /// Started collectives the compute stream has not waited for yet, by
+  /// kind and handle; spare events for the next ones.
+  std::map<std::pair<Kind, int>, cudaEvent_t> pending;
+  std::vector<cudaEvent_t> spare;
   NcclApi nccl;
   std::map<std::string, ncclComm_t> comms;
   bool aborted = false;
@@ -352,7 +401,7 @@ private:
     bool ok = true;
     for (const HeldSend &h : held)
       ok = ok && nccl.ok(nccl.send(static_cast<const float *>(h.data.get()), size_t(h.count),
-                                   ncclFloat32, h.stage, h.comm, stream),
+                                   ncclFloat32, h.stage, h.comm, side),
                          "ncclSend", error);
     return ok;
   }
@@ -361,7 +410,7 @@ private:
   bool sendHeld(std::string &error) {
     if (held.empty())
       return true;
-    bool ok = grouped(error, [&] { return issueHeld(error); });
+    bool ok = onSide(error, {}, [&] { return grouped(error, [&] { return issueHeld(error); }); });
     held.clear();
     return ok;
   }
@@ -415,13 +464,80 @@ private:
     error = "no NCCL communicator for mesh axis '" + axis + "' (not set up at load)";
     return false;
   }
+  /// `issue` (NCCL calls on `side`) after the compute stream's work so
+  /// far; the compute stream then waits for it, at once or (`later` with a
+  /// handle) at waitFor.
+  template <typename F> bool onSide(std::string &error, Later later, F &&issue) {
+    if (cudaEventRecord(ready, stream) != cudaSuccess ||
+        cudaStreamWaitEvent(side, ready, 0) != cudaSuccess)
+      return (error = "cannot order NCCL's stream after the kernels", false);
+    if (!issue())
+      return false;
+    cudaEvent_t done = nullptr;
+    if (!spare.empty()) {
+      done = spare.back();
+      spare.pop_back();
+    } else if (cudaEventCreateWithFlags(&done, cudaEventDisableTiming) != cudaSuccess) {
+      return (error = "cannot create an event for a collective", false);
+    }
+    if (cudaEventRecord(done, side) != cudaSuccess) {
+      spare.push_back(done);
+      return (error = "cannot record a collective's end", false);
+    }
+    if (later.handle < 0) {
+      spare.push_back(done);
+      return cudaStreamWaitEvent(stream, done, 0) == cudaSuccess ||
+             (error = "cannot order the kernels after a collective", false);
+    }
+    auto key = std::make_pair(later.kind, later.handle);
+    if (auto it = pending.find(key); it != pending.end()) {
+      // (A handle started again before its wait: both are waited for.)
+      if (cudaStreamWaitEvent(stream, it->second, 0) != cudaSuccess)
+        return (error = "cannot order the kernels after a collective", false);
+      spare.push_back(it->second);
+      pending.erase(it);
+    }
+    pending[key] = done;
+    return true;
+  }
+  /// The compute stream waits for a started collective (one never started,
+  /// or over an axis of one rank, has nothing to wait for).
+  bool waitFor(std::pair<Kind, int> key, std::string &error) {
+    auto it = pending.find(key);
+    if (it == pending.end())
+      return true;
+    bool ok = cudaStreamWaitEvent(stream, it->second, 0) == cudaSuccess;
+    spare.push_back(it->second);
+    pending.erase(it);
+    return ok || (error = "cannot order the kernels after a collective", false);
+  }
   bool reduce(const std::string &axis, const float *in, float *out, int64_t count, ncclRedOp_t op,
-              std::string &error) {
+              std::string &error, Later later = {}) {
     ncclComm_t c = nullptr;
     if (!comm(axis, c, error))
       return false;
-    return !c || nccl.ok(nccl.allReduce(in, out, size_t(count), ncclFloat32, op, c, stream),
-                         "ncclAllReduce", error);
+    return !c || onSide(error, later, [&] {
+      return nccl.ok(nccl.allReduce(in, out, size_t(count), ncclFloat32, op, c, side),
+                     "ncclAllReduce", error);
+    });
+  }
+  bool gatherBlocks(const std::string &axis, const float *mine, float *all, int64_t count,
+                    std::string &error, Later later) {
+    return onAxis(axis, all, mine, count, error, [&](ncclComm_t c) {
+      return onSide(error, later, [&] {
+        return nccl.ok(nccl.allGather(mine, all, size_t(count), ncclFloat32, c, side),
+                       "ncclAllGather", error);
+      });
+    });
+  }
+  bool scatterBlocks(const std::string &axis, const float *all, float *mine, int64_t count,
+                     std::string &error, Later later) {
+    return onAxis(axis, mine, all, count, error, [&](ncclComm_t c) {
+      return onSide(error, later, [&] {
+        return nccl.ok(nccl.reduceScatter(all, mine, size_t(count), ncclFloat32, ncclSum, c, side),
+                       "ncclReduceScatter", error);
+      });
+    });
   }
   /// A block collective over `axis`: `run` on its communicator, or over an
   /// axis of one rank the copy of `from` to `to` it comes down to.
