@@ -291,9 +291,11 @@ struct CudaExecutor::State {
   int64_t step = 1;
   /// The collectives' communicator on device memory (plans of more than
   /// one rank): NCCL, or the launcher's host communicator staged through
-  /// host copies (ranks sharing a GPU, no NCCL). On the instructions'
-  /// stream: collectives in plan order, not yet overlapped with compute.
-  /// The step driver runs the data-moving instructions through it.
+  /// host copies (ranks sharing a GPU, no NCCL; page-locked copies). NCCL
+  /// runs on a stream of its own that the instructions' stream waits for
+  /// where the plan waits; the staged copies are in the instructions'
+  /// stream's order. The step driver runs the data-moving instructions
+  /// through it.
   std::unique_ptr<DeviceCommunicator> nccl;
   std::unique_ptr<Staging> staging;
   std::unique_ptr<StagedCommunicator> staged;

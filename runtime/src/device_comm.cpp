@@ -18,7 +18,9 @@
 #include <dlfcn.h>
 
 #include <chrono>
+#include <cstring>
 #include <map>
+#include <set>
 #include <thread>
 #include <type_traits>
 
@@ -29,6 +31,33 @@ namespace {
 class CudaStaging final : public Staging {
 public:
   explicit CudaStaging(cudaStream_t stream) : stream(stream) {}
+  ~CudaStaging() override {
+    for (auto &[count, p] : pool)
+      cudaFreeHost(p);
+  }
+  // Page-locked host memory (the copies are DMA, with no bounce through
+  // pageable memory), kept for reuse: a step asks for the same sizes again,
+  // and pinning is slow. Ordinary memory where none can be pinned.
+  float *allocHost(size_t count) override {
+    float *p = nullptr;
+    if (auto it = pool.find(count); it != pool.end()) {
+      p = it->second;
+      pool.erase(it);
+    } else if (cudaMallocHost(reinterpret_cast<void **>(&p), count * sizeof(float)) !=
+               cudaSuccess) {
+      cudaGetLastError();
+      return Staging::allocHost(count);
+    }
+    pinned.insert(p);
+    std::memset(p, 0, count * sizeof(float));
+    return p;
+  }
+  void freeHost(float *p, size_t count) override {
+    if (pinned.erase(p))
+      pool.emplace(count, p);
+    else
+      Staging::freeHost(p, count);
+  }
   bool toHost(float *host, const float *device, int64_t count, std::string &error) override {
     return copy(host, device, count, cudaMemcpyDeviceToHost, error);
   }
@@ -38,6 +67,9 @@ public:
 
 private:
   cudaStream_t stream;
+  /// Pinned buffers free for reuse (by size), and those handed out.
+  std::multimap<size_t, float *> pool;
+  std::set<float *> pinned;
   bool copy(float *to, const float *from, int64_t count, cudaMemcpyKind kind, std::string &error) {
     // In stream order, and complete on return: the host side is read or
     // reused right after.

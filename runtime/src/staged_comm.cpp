@@ -3,8 +3,28 @@
 #include "llmopt-runtime/staged_comm.h"
 
 #include <algorithm>
+#include <cstring>
+#include <new>
 
 namespace llmopt::runtime {
+
+float *Staging::allocHost(size_t count) { return new (std::nothrow) float[count](); }
+
+void Staging::freeHost(float *p, size_t) { delete[] p; }
+
+HostBuffer::HostBuffer(Staging &s, size_t count) {
+  if (count == 0)
+    return;
+  if ((p = s.allocHost(count))) {
+    staging = &s;
+    n = count;
+  }
+}
+
+HostBuffer::~HostBuffer() {
+  if (p)
+    staging->freeHost(p, n);
+}
 
 bool HostStaging::toHost(float *host, const float *device, int64_t count, std::string &) {
   std::copy_n(device, count, host);
@@ -16,9 +36,19 @@ bool HostStaging::toDevice(float *device, const float *host, int64_t count, std:
   return true;
 }
 
+bool StagedCommunicator::hold(Copy &c, float *device, int64_t count, std::string &error) {
+  c.data = HostBuffer(staging, size_t(count));
+  c.device = device;
+  if (count > 0 && !c.data.data())
+    return (error = "out of host memory for " + std::to_string(count * 4) +
+                    " bytes of a staged collective",
+            false);
+  return true;
+}
+
 bool StagedCommunicator::in(Copy &c, const float *device, int64_t count, std::string &error) {
-  c.data.resize(size_t(count));
-  return count == 0 || staging.toHost(c.data.data(), device, count, error);
+  return hold(c, c.device, count, error) &&
+         (count == 0 || staging.toHost(c.data.data(), device, count, error));
 }
 
 bool StagedCommunicator::out(Copy &c, std::string &error) {
@@ -94,8 +124,8 @@ bool StagedCommunicator::allGather(const std::string &axis, float *data, int64_t
 bool StagedCommunicator::allGatherBlocks(const std::string &axis, const float *mine, float *all,
                                          int64_t count, std::string &error) {
   int64_t n = axisSize(axis);
-  Copy m, a{std::vector<float>(size_t(count * n)), all};
-  return in(m, mine, count, error) &&
+  Copy m, a;
+  return hold(a, all, count * n, error) && in(m, mine, count, error) &&
          inner.allGatherBlocks(axis, m.data.data(), a.data.data(), count, error) && out(a, error);
 }
 
@@ -104,8 +134,7 @@ bool StagedCommunicator::startAllGatherBlocks(const std::string &axis, const flo
                                               std::string &error) {
   int64_t n = axisSize(axis);
   auto &[m, a] = gathers[event];
-  a = Copy{std::vector<float>(size_t(count * n)), all};
-  return in(m, mine, count, error) &&
+  return hold(a, all, count * n, error) && in(m, mine, count, error) &&
          inner.startAllGatherBlocks(axis, m.data.data(), a.data.data(), count, event, error);
 }
 
@@ -116,8 +145,8 @@ bool StagedCommunicator::waitAllGather(int event, std::string &error) {
 bool StagedCommunicator::reduceScatterBlocks(const std::string &axis, const float *all, float *mine,
                                              int64_t count, std::string &error) {
   int64_t n = axisSize(axis);
-  Copy a, m{std::vector<float>(size_t(count)), mine};
-  return in(a, all, count * n, error) &&
+  Copy a, m;
+  return hold(m, mine, count, error) && in(a, all, count * n, error) &&
          inner.reduceScatterBlocks(axis, a.data.data(), m.data.data(), count, error) &&
          out(m, error);
 }
@@ -127,8 +156,7 @@ bool StagedCommunicator::startReduceScatterBlocks(const std::string &axis, const
                                                   std::string &error) {
   int64_t n = axisSize(axis);
   auto &[a, m] = scatters[handle];
-  m = Copy{std::vector<float>(size_t(count)), mine};
-  return in(a, all, count * n, error) &&
+  return hold(m, mine, count, error) && in(a, all, count * n, error) &&
          inner.startReduceScatterBlocks(axis, a.data.data(), m.data.data(), count, handle, error);
 }
 
@@ -139,8 +167,8 @@ bool StagedCommunicator::waitReduceScatter(int handle, std::string &error) {
 bool StagedCommunicator::allToAllBlocks(const std::string &axis, const float *send, float *recv,
                                         int64_t count, std::string &error) {
   int64_t n = axisSize(axis);
-  Copy s, r{std::vector<float>(size_t(count * n)), recv};
-  return in(s, send, count * n, error) &&
+  Copy s, r;
+  return hold(r, recv, count * n, error) && in(s, send, count * n, error) &&
          inner.allToAllBlocks(axis, s.data.data(), r.data.data(), count, error) && out(r, error);
 }
 
@@ -151,13 +179,14 @@ bool StagedCommunicator::send(int peer, int tag, const float *data, int64_t coun
   Copy c;
   if (!in(c, data, count, error))
     return false;
-  const std::vector<float> &held = sends.emplace_back(std::move(c.data));
+  const HostBuffer &held = sends.emplace_back(std::move(c.data));
   return inner.send(peer, tag, held.data(), count, error);
 }
 
 bool StagedCommunicator::recv(int peer, int tag, float *data, int64_t count, std::string &error) {
-  Copy c{std::vector<float>(size_t(count)), data};
-  return inner.recv(peer, tag, c.data.data(), count, error) && out(c, error);
+  Copy c;
+  return hold(c, data, count, error) && inner.recv(peer, tag, c.data.data(), count, error) &&
+         out(c, error);
 }
 
 bool StagedCommunicator::flush(std::string &error) {

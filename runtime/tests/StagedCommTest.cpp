@@ -11,6 +11,7 @@
 
 #include "gtest/gtest.h"
 
+#include <map>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -37,24 +38,48 @@ struct FakeDevice {
   }
 };
 
-/// Copies that count themselves (and can fail).
+/// Copies that count themselves (and can fail), on host memory the staging
+/// hands out itself (as the CUDA staging's page-locked buffers).
 class CountingStaging final : public Staging {
 public:
   explicit CountingStaging(FakeDevice &dev) : dev(dev) {}
   int toHostCalls = 0, toDeviceCalls = 0;
-  bool fail = false;
+  bool fail = false, failAlloc = false;
+  /// Host buffers handed out and not given back.
+  std::map<const float *, size_t> live;
+  float *allocHost(size_t count) override {
+    if (failAlloc)
+      return nullptr;
+    float *p = Staging::allocHost(count);
+    live[p] = count;
+    return p;
+  }
+  void freeHost(float *p, size_t count) override {
+    auto it = live.find(p);
+    EXPECT_TRUE(it != live.end() && it->second == count);
+    live.erase(p);
+    Staging::freeHost(p, count);
+  }
+  bool ours(const float *host, int64_t count) const {
+    for (auto [p, n] : live)
+      if (host >= p && host + count <= p + n)
+        return true;
+    return false;
+  }
   bool toHost(float *host, const float *device, int64_t count, std::string &error) override {
     ++toHostCalls;
     if (fail)
       return (error = "injected staging failure", false);
     EXPECT_TRUE(dev.holds(device));
     EXPECT_FALSE(dev.holds(host));
+    EXPECT_TRUE(ours(host, count));
     std::copy_n(device, count, host);
     return true;
   }
   bool toDevice(float *device, const float *host, int64_t count, std::string &error) override {
     ++toDeviceCalls;
     EXPECT_TRUE(dev.holds(device));
+    EXPECT_TRUE(ours(host, count));
     std::copy_n(host, count, device);
     return true;
   }
@@ -125,9 +150,13 @@ template <typename F> void onTwoRanks(F body) {
     threads.emplace_back([&, r] {
       CheckedHost host(group.member(r), dev);
       CountingStaging staging(dev);
-      StagedCommunicator staged(host, staging);
-      body(r, staged, dev, staging);
-      EXPECT_EQ(staged.inFlight(), 0u);
+      {
+        StagedCommunicator staged(host, staging);
+        body(r, staged, dev, staging);
+        EXPECT_EQ(staged.inFlight(), 0u);
+      }
+      // Every host copy came from the staging and went back to it.
+      EXPECT_TRUE(staging.live.empty());
     });
   for (std::thread &t : threads)
     t.join();
@@ -244,5 +273,15 @@ TEST(StagedComm, StagingFailuresAreReported) {
   EXPECT_FALSE(c.send(1, 0, buf.data(), 2, error));
   EXPECT_NE(error.find("point-to-point"), std::string::npos) << error;
   ASSERT_TRUE(c.flush(error));
+  EXPECT_EQ(c.inFlight(), 0u);
+  EXPECT_TRUE(staging.live.empty());
+  // No host memory for a copy: refused by name, nothing held or copied.
+  staging.failAlloc = true;
+  int copies = staging.toHostCalls;
+  EXPECT_FALSE(c.allReduce("dp", buf.data(), 2, false, error));
+  EXPECT_EQ(error, "out of host memory for 8 bytes of a staged collective");
+  EXPECT_FALSE(c.startAllReduce("dp", buf.data(), 2, false, /*bucket=*/0, error));
+  EXPECT_EQ(staging.toHostCalls, copies);
+  ASSERT_TRUE(c.waitAllReduce(0, error));
   EXPECT_EQ(c.inFlight(), 0u);
 }

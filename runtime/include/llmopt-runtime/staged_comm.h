@@ -21,6 +21,7 @@
 #include <list>
 #include <map>
 #include <memory>
+#include <utility>
 
 namespace llmopt::runtime {
 
@@ -28,6 +29,13 @@ namespace llmopt::runtime {
 class Staging {
 public:
   virtual ~Staging() = default;
+  /// Host memory for `count` floats that the copies below move to and from
+  /// (zeroed; null when there is none): page-locked where they move GPU
+  /// memory, so that a copy is one DMA with no bounce through pageable
+  /// memory. The default is ordinary memory.
+  virtual float *allocHost(size_t count);
+  /// Gives back what allocHost returned (`count` as asked).
+  virtual void freeHost(float *p, size_t count);
   /// `count` floats from `device` into `host`, complete when it returns
   /// (after the work the backend queued before it).
   virtual bool toHost(float *host, const float *device, int64_t count, std::string &error) = 0;
@@ -43,6 +51,36 @@ class HostStaging final : public Staging {
 public:
   bool toHost(float *host, const float *device, int64_t count, std::string &error) override;
   bool toDevice(float *device, const float *host, int64_t count, std::string &error) override;
+};
+
+/// A staged copy's host memory, from a Staging (move-only).
+class HostBuffer {
+public:
+  HostBuffer() = default;
+  /// `count` zeroed floats from `staging` (data() null when it has none).
+  HostBuffer(Staging &staging, size_t count);
+  HostBuffer(HostBuffer &&other) noexcept { swap(other); }
+  HostBuffer &operator=(HostBuffer &&other) noexcept {
+    HostBuffer moved(std::move(other));
+    swap(moved);
+    return *this;
+  }
+  HostBuffer(const HostBuffer &) = delete;
+  HostBuffer &operator=(const HostBuffer &) = delete;
+  ~HostBuffer();
+  float *data() const { return p; }
+  size_t size() const { return n; }
+  bool empty() const { return n == 0; }
+
+private:
+  Staging *staging = nullptr;
+  float *p = nullptr;
+  size_t n = 0;
+  void swap(HostBuffer &other) noexcept {
+    std::swap(staging, other.staging);
+    std::swap(p, other.p);
+    std::swap(n, other.n);
+  }
 };
 
 class StagedCommunicator final : public LayeredCommunicator {
@@ -86,9 +124,12 @@ private:
   /// A device buffer's host copy, to be written back to `device` (null:
   /// nothing to write back) when its collective completes.
   struct Copy {
-    std::vector<float> data;
+    HostBuffer data;
     float *device = nullptr;
   };
+  /// `count` floats of host memory for `c` (writing back to `device`),
+  /// false with `error` set when there is none.
+  bool hold(Copy &c, float *device, int64_t count, std::string &error);
   bool in(Copy &c, const float *device, int64_t count, std::string &error);
   bool out(Copy &c, std::string &error);
   int64_t axisSize(const std::string &axis) const;
@@ -100,7 +141,7 @@ private:
   /// The started collective `key` of `started` (its input, its output),
   /// after the host communicator completed it: the output written back.
   bool finish(std::map<int, std::pair<Copy, Copy>> &started, int key, std::string &error);
-  std::list<std::vector<float>> sends;
+  std::list<HostBuffer> sends;
 };
 
 } // namespace llmopt::runtime
