@@ -318,6 +318,11 @@ static RejectReason stackRules(const ModelDesc &model, const JobSpec &job, const
     });
   if (job.fp8 && !k.fp8)
     return refuse([&] { return std::string("runs no fp8 GEMMs"); });
+  if (job.fp8 && k.fp8DenseOnly && model.hasMoE())
+    return refuse([&] {
+      return std::string("runs fp8 GEMMs in dense layers only (its experts have no fp8 kernels): "
+                         "plan this MoE model without fp8");
+    });
   return RejectReason::None;
 }
 

@@ -253,6 +253,7 @@ bool readProfile(const json::Object &root, StackProfile &s, std::string &error) 
          (!caps->get("vocab_padding") || c.integer("vocab_padding", k.vocabPadding, -1, 1 << 20)) &&
          (!caps->get("tensor_parallel_unpadded_vocab") ||
           c.boolean("tensor_parallel_unpadded_vocab", k.tensorParallelUnpaddedVocab)) &&
+         (!caps->get("fp8_dense_only") || c.boolean("fp8_dense_only", k.fp8DenseOnly)) &&
          c.strings("pipeline_schedules", k.schedules, {"1f1b", "interleaved-1f1b", "gpipe"}) &&
          c.boolean("uneven_stages", k.unevenStages) &&
          c.boolean("uneven_interleaving", k.unevenInterleaving) &&

@@ -125,15 +125,18 @@ bool Constraints::parse(const std::string &text, Constraints &out, std::string &
 
 bool llmopt::planner::checkConstraints(const Constraints &fx, const ModelDesc &model,
                                        const JobSpec &job, std::string &error) {
-  // The fixed values on an otherwise plain configuration: every stack runs
-  // tp 1, pp 1, ZeRO-0 and no recomputation, so a refusal names a fixed one.
-  auto get = [&](const char *key, int dflt) {
-    auto it = fx.ints.find(key);
-    return it == fx.ints.end() ? dflt : int(it->second);
-  };
-  // The configuration under stack `st`: ZeRO left open takes the stack's
-  // first stage (its first with hybrid sharding when shard is fixed).
-  auto configFor = [&](const StackProfile &st) {
+  // The fixed values on an otherwise plain configuration (tp 1, pp 1, the
+  // stack's first ZeRO stage, no recomputation): a refusal names a fixed
+  // one, unless the plain configuration itself is refused (the job: fp8 on
+  // a stack without it).
+  const Constraints none;
+  auto configFor = [&](const StackProfile &st, const Constraints &fx) {
+    auto get = [&](const char *key, int dflt) {
+      auto it = fx.ints.find(key);
+      return it == fx.ints.end() ? dflt : int(it->second);
+    };
+    // ZeRO left open takes the stack's first stage (its first with hybrid
+    // sharding when shard is fixed).
     ParallelConfig c;
     c.tp = get("tp", 1);
     c.pp = get("pp", 1);
@@ -162,10 +165,11 @@ bool llmopt::planner::checkConstraints(const Constraints &fx, const ModelDesc &m
     return c;
   };
   const StackProfile &st = job.stack;
-  ParallelConfig c = configFor(st);
   std::string detail;
-  if (checkStackRules(model, job, c, detail) == RejectReason::None)
+  bool jobRefused = checkStackRules(model, job, configFor(st, none), detail) != RejectReason::None;
+  if (!jobRefused && checkStackRules(model, job, configFor(st, fx), detail) == RejectReason::None)
     return true;
+  const Constraints &asked = jobRefused ? none : fx;
   std::vector<std::string> others;
   for (const std::string &n : stackNames()) {
     if (n == st.name)
@@ -173,12 +177,13 @@ bool llmopt::planner::checkConstraints(const Constraints &fx, const ModelDesc &m
     JobSpec other = job;
     std::string e;
     if (getStackProfile(n, other.stack, e) &&
-        checkStackRules(model, other, configFor(other.stack), e) == RejectReason::None)
+        checkStackRules(model, other, configFor(other.stack, asked), e) == RejectReason::None)
       others.push_back(n);
   }
-  error = "fix: " + detail +
-          (others.empty() ? std::string("; change fix=")
-                          : "; change fix=, or plan for a stack that runs it: stack=" +
+  std::string change = jobRefused ? "change the job" : "change fix=";
+  error = std::string(jobRefused ? "" : "fix: ") + detail +
+          (others.empty() ? "; " + change
+                          : "; " + change + ", or plan for a stack that runs it: stack=" +
                                 llvm::join(others, " or stack="));
   return false;
 }

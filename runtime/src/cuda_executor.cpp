@@ -309,7 +309,10 @@ struct CudaExecutor::State {
   /// Before the host reads what the step computed (a norm): NCCL's queued
   /// collectives waited for under the watchdog, so that a rank that died
   /// fails the step instead of hanging this one in a copy.
-  bool drainDevice(std::string &error) { return !nccl || nccl->synchronize(error); }
+  /// Before the host reads what the GPU computed: the compute stream's work
+  /// (under NCCL's watchdog), collectives started and not waited for
+  /// still overlapping.
+  bool drainDevice(std::string &error) { return !nccl || nccl->synchronize(error, false); }
   /// The step driver's instruction running: fp32 copies of its bf16
   /// buffers (StepBackend::widen), by buffer.
   std::map<const Buffer *, float *> wide;
@@ -2451,7 +2454,7 @@ bool CudaExecutor::step(const std::vector<std::vector<int32_t>> &tok,
   // fails the step instead of hanging it).
   if (s->dev && !s->dev->flush(error))
     return false;
-  if (s->nccl && !s->nccl->synchronize(error))
+  if (s->nccl && !s->nccl->synchronize(error, /*all=*/true))
     return false;
   if (cudaDeviceSynchronize() != cudaSuccess)
     return (error =

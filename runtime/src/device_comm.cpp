@@ -178,8 +178,13 @@ public:
     std::string why;
     bool loaded = nccl.load(why);
     // (Non-blocking: the legacy default stream, the compute stream without
-    // CUDA graphs, does not wait for it, nor it for that stream.)
-    if (loaded && (cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking) != cudaSuccess ||
+    // CUDA graphs, does not wait for it, nor it for that stream. At the
+    // highest priority: NCCL's kernels get multiprocessors while GEMMs fill
+    // the GPU.)
+    int leastPriority = 0, greatestPriority = 0;
+    cudaDeviceGetStreamPriorityRange(&leastPriority, &greatestPriority);
+    if (loaded && (cudaStreamCreateWithPriority(&side, cudaStreamNonBlocking, greatestPriority) !=
+                       cudaSuccess ||
                    cudaEventCreateWithFlags(&ready, cudaEventDisableTiming) != cudaSuccess)) {
       loaded = false;
       why = "cannot create the stream for NCCL's collectives: " +
@@ -377,11 +382,15 @@ public:
     return true;
   }
 
-  bool synchronize(std::string &error) override {
+  bool synchronize(std::string &error, bool all) override {
     auto t0 = std::chrono::steady_clock::now();
     for (;;) {
-      // NCCL's stream, then the compute stream (which waits on it).
-      cudaError_t q = side ? cudaStreamQuery(side) : cudaSuccess;
+      // The compute stream: it waits for every collective the plan has
+      // waited for, so the host may read what it computed; the started ones
+      // not waited for yet go on overlapping (a peer that never joins them
+      // stops the compute stream at their wait, and the watchdog here),
+      // unless `all` asks for them too (the end of a step).
+      cudaError_t q = all && side ? cudaStreamQuery(side) : cudaSuccess;
       if (q == cudaSuccess)
         q = cudaStreamQuery(stream);
       if (q == cudaSuccess)
@@ -462,6 +471,7 @@ private:
       if (c)
         nccl.commAbort(c);
     comms.clear();
+    held.clear(); // (their communicators are gone)
     aborted = true;
   }
   /// Whether any rank failed (`anyFailed`), from this rank's `ok`: a flag
@@ -503,31 +513,41 @@ private:
     if (cudaEventRecord(ready, stream) != cudaSuccess ||
         cudaStreamWaitEvent(side, ready, 0) != cudaSuccess)
       return (error = "cannot order NCCL's stream after the kernels", false);
-    if (!issue())
-      return false;
+    // Whatever `issue` enqueued (all of it, or part of a group that failed)
+    // is ordered before the compute stream's later work, and so before the
+    // frees of its buffers there: at once where it failed.
+    bool issued = issue();
     cudaEvent_t done = nullptr;
     if (!spare.empty()) {
       done = spare.back();
       spare.pop_back();
     } else if (cudaEventCreateWithFlags(&done, cudaEventDisableTiming) != cudaSuccess) {
-      return (error = "cannot create an event for a collective", false);
+      done = nullptr;
     }
-    if (cudaEventRecord(done, side) != cudaSuccess) {
-      spare.push_back(done);
-      return (error = "cannot record a collective's end", false);
+    if (!done || cudaEventRecord(done, side) != cudaSuccess) {
+      if (done)
+        spare.push_back(done);
+      // No event to wait on: the compute stream waits for all of NCCL's.
+      cudaStreamSynchronize(side);
+      if (issued)
+        error = "cannot record a collective's end";
+      return false;
     }
-    if (later.handle < 0) {
+    if (later.handle < 0 || !issued) {
       spare.push_back(done);
-      return cudaStreamWaitEvent(stream, done, 0) == cudaSuccess ||
-             (error = "cannot order the kernels after a collective", false);
+      bool waited = cudaStreamWaitEvent(stream, done, 0) == cudaSuccess;
+      if (issued && !waited)
+        error = "cannot order the kernels after a collective";
+      return issued && waited;
     }
     auto key = std::make_pair(later.kind, later.handle);
     if (auto it = pending.find(key); it != pending.end()) {
-      // (A handle started again before its wait: both are waited for.)
-      if (cudaStreamWaitEvent(stream, it->second, 0) != cudaSuccess)
-        return (error = "cannot order the kernels after a collective", false);
+      // A handle started again before its wait (a gradient bucket's
+      // members): `side` runs in issue order, so the newest end implies
+      // the earlier ones; one wait covers them all.
       spare.push_back(it->second);
-      pending.erase(it);
+      it->second = done;
+      return true;
     }
     pending[key] = done;
     return true;

@@ -66,6 +66,9 @@ struct StackCapabilities {
   /// runs no padded vocabulary (llm-run's CUDA backend, whose
   /// vocabulary-parallel loss has no padding rows yet).
   bool tensorParallelUnpaddedVocab = false;
+  /// fp8 GEMMs in dense layers only: an MoE model's job cannot be fp8
+  /// (llm-run's CUDA backend has no fp8 expert kernels).
+  bool fp8DenseOnly = false;
   /// Pipeline schedules by name ("1f1b", "interleaved-1f1b", "gpipe"); empty:
   /// no pipeline parallelism.
   std::vector<std::string> schedules = {"1f1b", "interleaved-1f1b", "gpipe"};

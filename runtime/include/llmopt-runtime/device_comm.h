@@ -37,10 +37,11 @@ class DeviceCommunicator : public LayeredCommunicator {
 public:
   /// Bootstrapped through `host` (its ranks and mesh).
   explicit DeviceCommunicator(Communicator &host) : LayeredCommunicator(host) {}
-  /// Waits for the stream's collectives, at most the watchdog's timeout:
-  /// a collective a rank never joins fails with the watchdog's error (and
-  /// NCCL's communicators aborted) instead of hanging the step.
-  virtual bool synchronize(std::string &error) = 0;
+  /// Waits for the compute stream (and with `all` for every collective,
+  /// also those started and not waited for), at most the watchdog's
+  /// timeout: a collective a rank never joins fails with the watchdog's
+  /// error (and NCCL's communicators aborted) instead of hanging the step.
+  virtual bool synchronize(std::string &error, bool all) = 0;
 };
 
 /// NCCL communicators for the mesh axes `axes` (every rank names the same
