@@ -154,7 +154,12 @@ bool llmopt::planner::checkConstraints(const Constraints &fx, const ModelDesc &m
     c.sp = fx.sp.value_or(c.tp > 1 && st.caps.sequenceParallel);
     c.offloadOptimizer = fx.offload.value_or(false);
     c.recompute = fx.recompute.value_or(Recompute::None);
-    if ((!fx.recompute && !st.hasRecompute("none")) || c.recomputeLayers > 0)
+    // Left open on a stack that always recomputes: full where it has it,
+    // else selective (a profile's own list may hold either).
+    if (!fx.recompute && !st.hasRecompute("none"))
+      c.recompute = st.hasRecompute("full") || !st.hasRecompute("selective") ? Recompute::Full
+                                                                             : Recompute::Selective;
+    if (c.recomputeLayers > 0)
       c.recompute = Recompute::Full;
     c.schedule = fx.schedule.value_or(c.vpp > 1  ? Schedule::Interleaved
                                       : c.pp > 1 ? Schedule::OneFOneB
@@ -166,20 +171,33 @@ bool llmopt::planner::checkConstraints(const Constraints &fx, const ModelDesc &m
   };
   const StackProfile &st = job.stack;
   std::string detail;
-  bool jobRefused = checkStackRules(model, job, configFor(st, none), detail) != RejectReason::None;
-  if (!jobRefused && checkStackRules(model, job, configFor(st, fx), detail) == RejectReason::None)
+  if (checkStackRules(model, job, configFor(st, fx), detail) == RejectReason::None)
     return true;
-  const Constraints &asked = jobRefused ? none : fx;
-  std::vector<std::string> others;
-  for (const std::string &n : stackNames()) {
-    if (n == st.name)
-      continue;
-    JobSpec other = job;
-    std::string e;
-    if (getStackProfile(n, other.stack, e) &&
-        checkStackRules(model, other, configFor(other.stack, asked), e) == RejectReason::None)
-      others.push_back(n);
-  }
+  // Refused: the job's rule where the plain configuration is refused too
+  // (fp8 on a stack without it), else a fixed value's.
+  std::string jobDetail;
+  bool jobRefused =
+      checkStackRules(model, job, configFor(st, none), jobDetail) != RejectReason::None;
+  if (jobRefused)
+    detail = jobDetail;
+  // The stacks that run it with the fixed values (else, for the job's rule,
+  // plainly).
+  auto runners = [&](const Constraints &asked) {
+    std::vector<std::string> names;
+    for (const std::string &n : stackNames()) {
+      if (n == st.name)
+        continue;
+      JobSpec other = job;
+      std::string e;
+      if (getStackProfile(n, other.stack, e) &&
+          checkStackRules(model, other, configFor(other.stack, asked), e) == RejectReason::None)
+        names.push_back(n);
+    }
+    return names;
+  };
+  std::vector<std::string> others = runners(fx);
+  if (others.empty() && jobRefused)
+    others = runners(none);
   std::string change = jobRefused ? "change the job" : "change fix=";
   error = std::string(jobRefused ? "" : "fix: ") + detail +
           (others.empty() ? "; " + change

@@ -1962,6 +1962,7 @@ bool CudaExecutor::init(const Plan &plan, int rank, uint64_t seed, std::string &
     } else {
       if (commMode == "auto" && !why.empty() && rank == 0)
         std::fprintf(stderr, "llm-run: collectives staged through host memory (%s)\n", why.c_str());
+      s->staged.reset(); // (before the staging its copies come from)
       s->staging = makeCudaStaging(s->stream);
       s->staged = std::make_unique<StagedCommunicator>(*comm, *s->staging);
       s->dev = s->staged.get();

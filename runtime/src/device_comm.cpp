@@ -32,13 +32,20 @@ class CudaStaging final : public Staging {
 public:
   explicit CudaStaging(cudaStream_t stream) : stream(stream) {}
   ~CudaStaging() override {
+    // (Every host copy is given back before the staging goes: a staged
+    // communicator never outlives its staging. One that was not is freed.)
     for (auto &[count, p] : pool)
+      cudaFreeHost(p);
+    for (float *p : pinned)
       cudaFreeHost(p);
   }
   // Page-locked host memory (the copies are DMA, with no bounce through
   // pageable memory), kept for reuse: a step asks for the same sizes again,
   // and pinning is slow. Ordinary memory where none can be pinned.
+  // (Called from the staged communicator's thread only, as its copies are.)
   float *allocHost(size_t count) override {
+    if (count == 0)
+      return Staging::allocHost(count);
     float *p = nullptr;
     if (auto it = pool.find(count); it != pool.end()) {
       p = it->second;
@@ -53,10 +60,13 @@ public:
     return p;
   }
   void freeHost(float *p, size_t count) override {
-    if (pinned.erase(p))
+    if (!pinned.erase(p))
+      return Staging::freeHost(p, count);
+    try {
       pool.emplace(count, p);
-    else
-      Staging::freeHost(p, count);
+    } catch (...) { // (no memory to keep it: give it back)
+      cudaFreeHost(p);
+    }
   }
   bool toHost(float *host, const float *device, int64_t count, std::string &error) override {
     return copy(host, device, count, cudaMemcpyDeviceToHost, error);
