@@ -113,6 +113,14 @@ dist pp-zero3 "$llama" 4 dp:2,pp:2,zero:3,micro_batch:1 f32
 dist moe-tp2 "$mixtral" 2 dp:1,tp:2,sp:1,micro_batch:4 f32
 sed 's/"num_hidden_layers": 2/"num_hidden_layers": 3/' "$llama" >"$kit/byte-llama-l3.json"
 dist pp-uneven "$kit/byte-llama-l3.json" 2 dp:1,pp:2,micro_batch:1 f32
+# More cells of test/Runtime/plan-matrix.test's matrix: GPT-2 ZeRO-3 and
+# four layers interleaved (the tied head on the first and last stage),
+# Mixtral over pipeline stages and over context parallelism.
+dist gpt2-zero3 "$gpt2" 2 dp:2,micro_batch:2,zero:3 f32
+sed 's/"n_layer": 2/"n_layer": 4/' "$gpt2" >"$kit/byte-gpt2-l4.json"
+dist gpt2-vpp "$kit/byte-gpt2-l4.json" 2 dp:1,pp:2,vpp:2,micro_batch:1 f32
+dist moe-pp2 "$mixtral" 2 dp:1,pp:2,micro_batch:1 f32
+dist moe-cp2 "$mixtral" 2 dp:1,cp:2,micro_batch:2 f32
 # fp8 linears under TP2 (each operand's amax the maximum over tp), on a
 # Llama wide enough for fp8 GEMMs' multiples of 16 once split.
 sed 's/"hidden_size": 32/"hidden_size": 64/; s/"intermediate_size": 48/"intermediate_size": 128/' \
@@ -162,7 +170,8 @@ for n in tiny-gpt2 tiny-llama tiny-bf16 tiny-gpt2-bf16 tiny-gpt2-rc-full tiny-gp
   ref $n 1
 done
 for n in dp2 dp2-bf16 zero1 zero1-bf16 zero2 zero2-bf16 zero3 zero3-bf16 pp2 pp2-bf16 pp2-gpipe vpp \
-  tp2 tp2-sp-bf16 tp2-padded ep2 ep2-bf16 cp2 cp2-bf16 gpt2-cp2 tp2-fp8 moe-tp2 pp-uneven; do
+  tp2 tp2-sp-bf16 tp2-padded ep2 ep2-bf16 cp2 cp2-bf16 gpt2-cp2 tp2-fp8 moe-tp2 pp-uneven \
+  gpt2-zero3 gpt2-vpp moe-pp2 moe-cp2; do
   ref $n 2
 done
 for n in gpt2-pp gpt2-dp2tp2 cp2tp2 gpt2-pp-zero2 pp-zero3; do

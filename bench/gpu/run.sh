@@ -185,7 +185,8 @@ if has comm; then
   eight() { run python3 "$kit/bin/launch_env.py" -n 8 --timeout "${LAUNCH_TMO:-240}" -- llm-run "$@"; }
   for p in pp2:1e-5 pp2-bf16:2e-2 pp2-gpipe:1e-5 vpp:1e-5 gpt2-pp:1e-5 tp2:1e-5 tp2-sp-bf16:2e-2 tp2-padded:1e-5 \
     gpt2-dp2tp2:1e-5 ep2:1e-5 ep2-bf16:2e-2 cp2:1e-5 cp2-bf16:2e-2 gpt2-cp2:1e-5 cp2tp2:1e-5 \
-    3d:1e-5 tp2-fp8:2e-2 gpt2-pp-zero2:1e-5 pp-zero3:1e-5 moe-tp2:1e-5 pp-uneven:1e-5; do
+    3d:1e-5 tp2-fp8:2e-2 gpt2-pp-zero2:1e-5 pp-zero3:1e-5 moe-tp2:1e-5 pp-uneven:1e-5 \
+    gpt2-zero3:1e-5 gpt2-vpp:1e-5 moe-pp2:1e-5 moe-cp2:1e-5; do
     n=${p%%:*} tol=${p##*:} launch=two
     case $n in gpt2-pp | gpt2-dp2tp2 | cp2tp2 | gpt2-pp-zero2 | pp-zero3) launch=four ;; 3d) launch=eight ;; esac
     cpu $n $launch "$kit/plans/$n" --data "$kit/data/tiny.bin" --steps 10 --metrics $n-cpu.jsonl --quiet
@@ -217,7 +218,8 @@ if has nccl; then
     hangs=0
     for p in dp2:2:1e-5 zero3:2:1e-5 zero3-bf16:2:2e-2 pp2:2:1e-5 pp2-gpipe:2:1e-5 vpp:2:1e-5 \
       tp2:2:1e-5 tp2-sp-bf16:2:2e-2 tp2-padded:2:1e-5 ep2:2:1e-5 ep2-bf16:2:2e-2 cp2:2:1e-5 cp2-bf16:2:2e-2 \
-      tp2-fp8:2:2e-2 moe-tp2:2:1e-5 pp-uneven:2:1e-5 gpt2-pp:4:1e-5 gpt2-dp2tp2:4:1e-5 cp2tp2:4:1e-5 \
+      tp2-fp8:2:2e-2 moe-tp2:2:1e-5 pp-uneven:2:1e-5 gpt2-zero3:2:1e-5 gpt2-vpp:2:1e-5 moe-pp2:2:1e-5 \
+      moe-cp2:2:1e-5 gpt2-pp:4:1e-5 gpt2-dp2tp2:4:1e-5 cp2tp2:4:1e-5 \
       gpt2-pp-zero2:4:1e-5 pp-zero3:4:1e-5 3d:8:1e-5; do
       IFS=: read -r n ranks tol <<<"$p"
       [ "$ranks" -gt "$gpus" ] && { echo "$n: $ranks ranks, skipped"; continue; }
