@@ -9,6 +9,12 @@
 # of each path written without a GPU (the one-GPU step driver and device
 # store, DP2, ZeRO-3, PP2, TP2+SP, EP2, CP2 staged), each against the CPU's
 # first step, so that a failure shows before the long parts run.
+# On an H200 on 2026-11-26 (the kit of that day, from a warm machine):
+# smoke + comm 3 min, speed + kernels 2.5 min, tiny 35 s, sanitize +
+# gpt2-compile + llama-compile 2 min. With 15 device minutes, one call of
+#   LAUNCH_TMO=30 bench/gpu/run.sh OUT smoke comm speed kernels tiny
+# (parts run in this script's order, not the command line's) leaves room
+# for one more; add `nccl` on a machine with two GPUs or more.
 set -uo pipefail
 out=$(mkdir -p "$1" && cd "$1" && pwd); shift
 parts=" ${*:-kernels tiny gpt2 gpt2-torch} "
