@@ -11,6 +11,7 @@
 
 #include "llmopt-runtime/llmopt_runtime.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -20,7 +21,21 @@ int main(int argc, char **argv) {
     fprintf(stderr, "usage: llm-c-api-demo PLAN_DIR SHARD.bin STEPS [CKPT_DIR]\n");
     return 2;
   }
-  llmopt_trainer *t = llmopt_trainer_open(argv[1], 42, err, sizeof err);
+  /* llm-run's default seed, moved as llm-run's is by the test suite's
+   * second-seed run (LLMOPT_TEST_SEED). */
+  unsigned long long seed = 42;
+  const char *env = getenv("LLMOPT_TEST_SEED");
+  if (env) {
+    char *end = NULL;
+    errno = 0;
+    seed = strtoull(env, &end, 10);
+    if (!*env || *end || errno == ERANGE) {
+      fprintf(stderr,
+              "llm-c-api-demo: error: LLMOPT_TEST_SEED='%s' must be a non-negative integer\n", env);
+      return 2;
+    }
+  }
+  llmopt_trainer *t = llmopt_trainer_open(argv[1], seed, err, sizeof err);
   if (!t) {
     fprintf(stderr, "llm-c-api-demo: error: %s\n", err);
     return 1;
