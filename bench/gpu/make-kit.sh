@@ -11,7 +11,11 @@ root=$(cd "$(dirname "$0")/../.." && pwd)
 build=${1:-$root/build}
 # An older build's llm-opt and llm-run (a checkout of an earlier revision,
 # built with `ninja llm-opt llm-run`): run.sh's `speed` part times its plans
-# beside this build's on the same GPU.
+# beside this build's on the same GPU. The checkout needs this one's cuDNN
+# frontend headers (else its bf16 attention is the GEMM path, about half the
+# speed): `git worktree add /tmp/old REV; mkdir /tmp/old/.deps; ln -s
+# $root/.deps/cudnn-frontend /tmp/old/.deps/`, then configure as
+# scripts/common.sh does.
 old=${2:-}
 kit=$root/.gpukit
 rm -rf "$kit" && mkdir -p "$kit/bin" "$kit/lib" "$kit/plans" "$kit/data"
