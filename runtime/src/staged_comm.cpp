@@ -90,8 +90,14 @@ bool StagedCommunicator::startAllReduce(const std::string &axis, float *data, in
                                         bool average, int bucket, std::string &error) {
   std::list<Copy> &held = buckets[bucket];
   Copy &c = held.emplace_back(Copy{{}, data});
-  return in(c, data, count, error) &&
-         inner.startAllReduce(axis, c.data.data(), count, average, bucket, error);
+  if (!in(c, data, count, error)) {
+    // Not started: nothing of it is held.
+    held.pop_back();
+    if (held.empty())
+      buckets.erase(bucket);
+    return false;
+  }
+  return inner.startAllReduce(axis, c.data.data(), count, average, bucket, error);
 }
 
 bool StagedCommunicator::waitAllReduce(int bucket, std::string &error) {
@@ -134,8 +140,11 @@ bool StagedCommunicator::startAllGatherBlocks(const std::string &axis, const flo
                                               std::string &error) {
   int64_t n = axisSize(axis);
   auto &[m, a] = gathers[event];
-  return hold(a, all, count * n, error) && in(m, mine, count, error) &&
-         inner.startAllGatherBlocks(axis, m.data.data(), a.data.data(), count, event, error);
+  if (!hold(a, all, count * n, error) || !in(m, mine, count, error)) {
+    gathers.erase(event); // not started: nothing of it is held
+    return false;
+  }
+  return inner.startAllGatherBlocks(axis, m.data.data(), a.data.data(), count, event, error);
 }
 
 bool StagedCommunicator::waitAllGather(int event, std::string &error) {
@@ -156,8 +165,11 @@ bool StagedCommunicator::startReduceScatterBlocks(const std::string &axis, const
                                                   std::string &error) {
   int64_t n = axisSize(axis);
   auto &[a, m] = scatters[handle];
-  return hold(m, mine, count, error) && in(a, all, count * n, error) &&
-         inner.startReduceScatterBlocks(axis, a.data.data(), m.data.data(), count, handle, error);
+  if (!hold(m, mine, count, error) || !in(a, all, count * n, error)) {
+    scatters.erase(handle); // not started: nothing of it is held
+    return false;
+  }
+  return inner.startReduceScatterBlocks(axis, a.data.data(), m.data.data(), count, handle, error);
 }
 
 bool StagedCommunicator::waitReduceScatter(int handle, std::string &error) {

@@ -282,6 +282,17 @@ TEST(StagedComm, StagingFailuresAreReported) {
   EXPECT_EQ(error, "out of host memory for 8 bytes of a staged collective");
   EXPECT_FALSE(c.startAllReduce("dp", buf.data(), 2, false, /*bucket=*/0, error));
   EXPECT_EQ(staging.toHostCalls, copies);
-  ASSERT_TRUE(c.waitAllReduce(0, error));
+  // A started collective that could not start holds nothing.
   EXPECT_EQ(c.inFlight(), 0u);
+  std::vector<float> all(2);
+  dev.alloc(all);
+  EXPECT_FALSE(c.startAllGatherBlocks("dp", buf.data(), all.data(), 2, /*event=*/0, error));
+  EXPECT_FALSE(c.startReduceScatterBlocks("dp", buf.data(), all.data(), 2, /*handle=*/0, error));
+  EXPECT_EQ(c.inFlight(), 0u);
+  staging.failAlloc = false;
+  staging.fail = true;
+  EXPECT_FALSE(c.startAllReduce("dp", buf.data(), 2, false, /*bucket=*/0, error));
+  EXPECT_EQ(error, "injected staging failure");
+  EXPECT_EQ(c.inFlight(), 0u);
+  EXPECT_TRUE(staging.live.empty());
 }
