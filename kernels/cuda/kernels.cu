@@ -348,6 +348,20 @@ __global__ void embeddingGroupsKernel(const int32_t *tok, const int32_t *order,
     }
   }
 }
+/// The ordered backward's two launches (the whole table, or with `Part`
+/// its vocabulary part [offset, offset + part)).
+template <bool Part, typename T>
+cudaError_t embeddingBackwardInOrder(const int32_t *tok, const int32_t *order, const T *d,
+                                     float *dt, int64_t n, int64_t h, float *scratch,
+                                     int64_t offset, int64_t part, cudaStream_t s) {
+  if (n == 0)
+    return cudaSuccess;
+  unsigned blocks = unsigned(std::min<int64_t>(n, 2048));
+  embeddingChunksKernel<<<blocks, kThreads, 0, s>>>(order, d, scratch, n, h);
+  embeddingGroupsKernel<Part>
+      <<<blocks, kThreads, 0, s>>>(tok, order, scratch, dt, n, h, offset, part);
+  return cudaGetLastError();
+}
 /// Index type I: int32_t where the work fits (64-bit divisions made the
 /// kernel several times slower than its memory traffic).
 template <typename T, typename I>
@@ -785,12 +799,7 @@ static void *sumsScratch(void *scratch, int64_t n, int64_t c) {
   cudaError_t embeddingBackwardOrdered(const int32_t *tok, const int32_t *order, const T *d,       \
                                        float *dt, int64_t n, int64_t h, float *scratch,            \
                                        cudaStream_t s) {                                           \
-    if (n == 0)                                                                                    \
-      return cudaSuccess;                                                                          \
-    unsigned blocks = unsigned(std::min<int64_t>(n, 2048));                                        \
-    embeddingChunksKernel<<<blocks, kThreads, 0, s>>>(order, d, scratch, n, h);                    \
-    embeddingGroupsKernel<false><<<blocks, kThreads, 0, s>>>(tok, order, scratch, dt, n, h, 0, 0); \
-    return cudaGetLastError();                                                                     \
+    return embeddingBackwardInOrder<false>(tok, order, d, dt, n, h, scratch, 0, 0, s);             \
   }                                                                                                \
   cudaError_t embeddingForwardPart(const int32_t *tok, const T *table, T *out, int64_t n,          \
                                    int64_t h, int64_t offset, int64_t part, cudaStream_t s) {      \
@@ -801,13 +810,7 @@ static void *sumsScratch(void *scratch, int64_t n, int64_t c) {
   cudaError_t embeddingBackwardOrderedPart(const int32_t *tok, const int32_t *order, const T *d,   \
                                            float *dt, int64_t n, int64_t h, float *scratch,        \
                                            int64_t offset, int64_t part, cudaStream_t s) {         \
-    if (n == 0)                                                                                    \
-      return cudaSuccess;                                                                          \
-    unsigned blocks = unsigned(std::min<int64_t>(n, 2048));                                        \
-    embeddingChunksKernel<<<blocks, kThreads, 0, s>>>(order, d, scratch, n, h);                    \
-    embeddingGroupsKernel<true>                                                                    \
-        <<<blocks, kThreads, 0, s>>>(tok, order, scratch, dt, n, h, offset, part);                 \
-    return cudaGetLastError();                                                                     \
+    return embeddingBackwardInOrder<true>(tok, order, d, dt, n, h, scratch, offset, part, s);      \
   }                                                                                                \
   cudaError_t embeddingBackward(const int32_t *tok, const T *d, float *dt, int64_t n, int64_t h,   \
                                 cudaStream_t s) {                                                  \

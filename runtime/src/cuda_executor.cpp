@@ -146,17 +146,15 @@ struct CudaExecutor::State {
     int index = 0, parts = 1;
     if (!plan->place(axis, rank, index, parts, error))
       return nullptr;
-    if (local % 2 != 0) {
-      error = "a context-parallel sequence chunk of " + std::to_string(local) +
-              " positions does not halve";
+    if (!contextChunkHalves(local, error))
       return nullptr;
-    }
     auto &buf = cpPos[{axis, local}];
     if (!buf) {
-      std::vector<int32_t> all(size_t(parts * local));
-      for (int64_t r = 0; r < parts; ++r)
-        for (int64_t i = 0; i < local; ++i)
-          all[size_t(r * local + i)] = int32_t(wholeRow(true, r, i, local, parts));
+      std::vector<int32_t> all;
+      for (int64_t r = 0; r < parts; ++r) {
+        std::vector<int32_t> rows = contextPositions(r, local, parts);
+        all.insert(all.end(), rows.begin(), rows.end());
+      }
       buf = std::make_unique<DevBuf>();
       if (!buf->reserve(all.size() * 4) ||
           cudaMemcpyAsync(buf->p, all.data(), all.size() * 4, cudaMemcpyHostToDevice, stream) !=
@@ -306,9 +304,6 @@ struct CudaExecutor::State {
   /// The communicator of the instruction running (a kernel's amax over
   /// ranks: fp8 under tensor parallelism), set by compute().
   Communicator *kernelComm = nullptr;
-  /// Before the host reads what the step computed (a norm): NCCL's queued
-  /// collectives waited for under the watchdog, so that a rank that died
-  /// fails the step instead of hanging this one in a copy.
   /// Before the host reads what the GPU computed: the compute stream's work
   /// (under NCCL's watchdog), collectives started and not waited for
   /// still overlapping.
@@ -480,17 +475,14 @@ struct CudaExecutor::State {
     if (parts > 1) {
       // This rank's rows at their positions: chunks index and 2 parts - 1 -
       // index of the whole sequence.
-      if (seq % 2 != 0) {
-        error = "a context-parallel sequence chunk of " + std::to_string(seq) +
-                " positions does not halve";
+      if (!contextChunkHalves(seq, error))
         return nullptr;
-      }
       size_t row = t.size() / size_t(seq * parts);
+      std::vector<int32_t> positions = contextPositions(index, seq, parts);
       std::vector<float> local(size_t(seq) * row);
-      for (int64_t i = 0; i < seq; ++i) {
-        int64_t pos = wholeRow(true, index, i, seq, parts);
-        std::copy_n(t.begin() + pos * int64_t(row), row, local.begin() + i * int64_t(row));
-      }
+      for (int64_t i = 0; i < seq; ++i)
+        std::copy_n(t.begin() + positions[size_t(i)] * int64_t(row), row,
+                    local.begin() + i * int64_t(row));
       t = std::move(local);
     }
     auto buf = std::make_unique<DevBuf>();
@@ -764,13 +756,9 @@ bool CudaExecutor::State::fp8Linear(const Instruction &ins, std::string &error) 
     if (!kernelComm)
       return (error = std::string(ins.kernel->name) + ": an amax over ranks without a communicator",
               false);
-    for (size_t at = 0; at < axes.size();) {
-      size_t end = std::min(axes.find(',', at), axes.size());
-      if (!kernelComm->allReduceMax(axes.substr(at, end - at), amaxes, 8 * (operands - 1) + 1,
-                                    error))
+    for (const std::string &axis : ins.args.amaxAxes())
+      if (!kernelComm->allReduceMax(axis, amaxes, 8 * (operands - 1) + 1, error))
         return false;
-      at = end + 1;
-    }
     return true;
   };
   // Each operand's amax and scale 16 bytes apart (cuBLASLt refused scale
@@ -1705,6 +1693,15 @@ bool CudaExecutor::supports(const Plan &plan, int rank, int capability, std::set
     return (error = "an sm_" + std::to_string(capability) +
                     " GPU: the CUDA backend's kernels need sm_80 or newer (A100, H100 and later)",
             false);
+  // A collective inside a computation moves one fp32 or bf16 buffer of
+  // three dimensions in and one out.
+  auto oneBlockEach = [](const Instruction &ins) {
+    for (const std::vector<Buffer> *list : {&ins.ins, &ins.outs})
+      if (list->size() != 1 || list->front().shape.size() != 3 ||
+          (list->front().dtype != DType::F32 && list->front().dtype != DType::BF16))
+        return false;
+    return true;
+  };
   std::function<bool(const Instruction &)> supported = [&](const Instruction &ins) {
     if (ins.kind != Instruction::Kind::Kernel) {
       // What the step driver runs, with what this backend's memory and
@@ -1712,12 +1709,10 @@ bool CudaExecutor::supports(const Plan &plan, int rank, int capability, std::set
       using K = Instruction::Kind;
       if (ins.kind == K::SeqAllGather || ins.kind == K::SeqReduceScatter ||
           ins.kind == K::SeqSplit || ins.kind == K::CPAllGather || ins.kind == K::CPReduceScatter) {
-        for (const std::vector<Buffer> *list : {&ins.ins, &ins.outs})
-          if (list->size() != 1 || list->front().shape.size() != 3 ||
-              (list->front().dtype != DType::F32 && list->front().dtype != DType::BF16))
-            return (error = "the CUDA backend gathers one fp32 or bf16 [batch, seq, hidden] "
-                            "buffer per sequence collective",
-                    false);
+        if (!oneBlockEach(ins))
+          return (error = "the CUDA backend gathers one fp32 or bf16 [batch, seq, hidden] "
+                          "buffer per sequence collective",
+                  false);
         // The whole holds every rank's rows: parts x the chunk's.
         bool gathers = ins.kind == K::SeqAllGather || ins.kind == K::CPAllGather;
         const Buffer &whole = gathers ? ins.outs[0] : ins.ins[0],
@@ -1734,12 +1729,10 @@ bool CudaExecutor::supports(const Plan &plan, int rank, int capability, std::set
         return true;
       }
       if (ins.kind == K::EPDispatch || ins.kind == K::EPCombine) {
-        for (const std::vector<Buffer> *list : {&ins.ins, &ins.outs})
-          if (list->size() != 1 || list->front().shape.size() != 3 ||
-              (list->front().dtype != DType::F32 && list->front().dtype != DType::BF16))
-            return (error = "the CUDA backend moves one fp32 or bf16 [experts, capacity, "
-                            "hidden] buffer per expert all-to-all",
-                    false);
+        if (!oneBlockEach(ins))
+          return (error = "the CUDA backend moves one fp32 or bf16 [experts, capacity, hidden] "
+                          "buffer per expert all-to-all",
+                  false);
         axes.insert(ins.axis);
         return true;
       }
@@ -1784,11 +1777,9 @@ bool CudaExecutor::supports(const Plan &plan, int rank, int capability, std::set
     bool fp8Linear = (fwd || ins.kernel->id == KernelId::LinearBwd) && ins.args.epilogue.empty() &&
                      !ins.args.accumulate && ins.args.fp8 == (fwd ? "e4m3" : "hybrid");
     // An amax over ranks (tensor parallelism): its axes' communicators.
-    for (size_t at = 0; fp8Linear && at < ins.args.amax_axis.size();) {
-      size_t end = std::min(ins.args.amax_axis.find(',', at), ins.args.amax_axis.size());
-      axes.insert(ins.args.amax_axis.substr(at, end - at));
-      at = end + 1;
-    }
+    if (fp8Linear)
+      for (const std::string &axis : ins.args.amaxAxes())
+        axes.insert(axis);
     if (fp8Linear) {
       // cuBLASLt's fp8 products (sm_89 / sm_90) take dimensions of 16-byte
       // multiples: the tokens (the weight gradient's k) and both features.
@@ -1898,10 +1889,8 @@ bool CudaExecutor::init(const Plan &plan, int rank, uint64_t seed, std::string &
                   " GPU(s) and NCCL refuses two ranks on one device: run with --comm staged (or "
                   "auto)";
   }
-  const Program *program = plan.programFor(rank);
-  if (!program)
-    return (error = "no program for rank " + std::to_string(rank), false);
-  // What this backend runs, checked before anything is allocated.
+  // What this backend runs (supports names a rank without a program),
+  // checked before anything is allocated.
   bool anyBf16 = false;
   std::set<std::string> axes; // of the collectives (NCCL communicators)
   int current = 0, major = 0, minor = 0;
@@ -1910,6 +1899,7 @@ bool CudaExecutor::init(const Plan &plan, int rank, uint64_t seed, std::string &
   cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, current);
   if (!supports(plan, rank, major * 10 + minor, axes, anyBf16, error))
     return (error = "GPU " + std::to_string(current) + ": " + error, false);
+  const Program *program = plan.programFor(rank);
 
   // Parameters as the CPU backend makes them, then on the device.
   host.arenasWanted = false;

@@ -195,15 +195,6 @@ static double gatheredLogSumExp(const float *all, int64_t rows, int64_t parts, i
 }
 
 // Ring attention's block computations (the step driver runs the ring).
-namespace {
-/// The positions of rank r's `local` rows on a context-parallel axis.
-std::vector<int32_t> ringPositions(int64_t r, int64_t local, int64_t parts) {
-  std::vector<int32_t> p(static_cast<size_t>(local));
-  for (int64_t i = 0; i < local; ++i)
-    p[size_t(i)] = int32_t(wholeRow(true, r, i, local, parts));
-  return p;
-}
-} // namespace
 
 bool CpuExecutor::ringForward(const Instruction &ins, const float *q, const float *k,
                               const float *v, int keysRank, float *out, float *lse,
@@ -213,8 +204,8 @@ bool CpuExecutor::ringForward(const Instruction &ins, const float *q, const floa
     return false;
   bool bwd = ins.kind == Instruction::Kind::CPRingAttentionBwd;
   k::AttentionShape a = attentionShape(ins, ins.ins[bwd ? 1 : 0], ins.ins[bwd ? 2 : 1]);
-  std::vector<int32_t> qPos = ringPositions(index, a.seq, parts),
-                       kPos = ringPositions(keysRank, a.seq, parts);
+  std::vector<int32_t> qPos = contextPositions(index, a.seq, parts),
+                       kPos = contextPositions(keysRank, a.seq, parts);
   a.qPos = qPos.data();
   a.kPos = kPos.data();
   k::attentionForward(q, k, v, out, lse, a);
@@ -249,8 +240,8 @@ bool CpuExecutor::ringBackward(const Instruction &ins, const float *dout, const 
   if (!axis(ins.axis, index, parts, error))
     return false;
   k::AttentionShape a = attentionShape(ins, ins.ins[1], ins.ins[2]);
-  std::vector<int32_t> qPos = ringPositions(index, a.seq, parts),
-                       kPos = ringPositions(keysRank, a.seq, parts);
+  std::vector<int32_t> qPos = contextPositions(index, a.seq, parts),
+                       kPos = contextPositions(keysRank, a.seq, parts);
   a.qPos = qPos.data();
   a.kPos = kPos.data();
   k::attentionBackward(dout, q, k, v, out, lse, dq, dk, dv, a);
@@ -277,13 +268,9 @@ bool CpuExecutor::cpPositions(const Instruction &ins, int64_t local,
   int index = 0, parts = 1;
   if (!axis(cpAxis, index, parts, error))
     return false;
-  if (local % 2 != 0) {
-    error = "a context-parallel sequence chunk of " + std::to_string(local) +
-            " positions does not halve";
+  if (!contextChunkHalves(local, error))
     return false;
-  }
-  for (int64_t i = 0; i < local; ++i)
-    positions.push_back(int32_t(wholeRow(true, index, i, local, parts)));
+  positions = contextPositions(index, local, parts);
   return true;
 }
 
@@ -330,15 +317,13 @@ int64_t CpuExecutor::activationBytes() const {
   return bytes;
 }
 
-/// `x` made the maximum over each of the comma-separated mesh axes `axes`.
-static bool allReduceMaxOver(Communicator &comm, const std::string &axes, float *x, int64_t n,
-                             std::string &error) {
-  for (size_t at = 0; at < axes.size();) {
-    size_t end = std::min(axes.find(',', at), axes.size());
-    if (!comm.allReduceMax(axes.substr(at, end - at), x, n, error))
+/// `x` made the maximum over each of the mesh axes `axes`
+/// (KernelArgs::amaxAxes).
+static bool allReduceMaxOver(Communicator &comm, const std::vector<std::string> &axes, float *x,
+                             int64_t n, std::string &error) {
+  for (const std::string &axis : axes)
+    if (!comm.allReduceMax(axis, x, n, error))
       return false;
-    at = end + 1;
-  }
   return true;
 }
 
@@ -358,7 +343,7 @@ bool CpuExecutor::fp8Inputs(const Instruction &ins,
   std::vector<float> amax;
   for (const auto &[b, format] : operands)
     amax.push_back(k::absMax(data(*b), b->elements));
-  if (!allReduceMaxOver(comm, ins.args.amax_axis, amax.data(), int64_t(amax.size()), error))
+  if (!allReduceMaxOver(comm, ins.args.amaxAxes(), amax.data(), int64_t(amax.size()), error))
     return false;
   size_t i = 0;
   for (const auto &[b, format] : operands) {
@@ -1250,7 +1235,8 @@ bool CpuExecutor::kernelMoEExperts(const KernelCall &call) {
   // fp8: activations per row, each expert's weights per tensor; where the
   // ffn is split (`amax_axis`), the weights' and the hidden rows' amaxes
   // are the maxima over its ranks.
-  std::string recipe = ins.args.fp8, axes = ins.args.amax_axis;
+  std::string recipe = ins.args.fp8;
+  std::vector<std::string> axes = ins.args.amaxAxes();
   if (!recipe.empty() && recipe != (fwd ? "e4m3" : "hybrid")) {
     error = std::string(ins.kernel->name) + ": fp8 recipe '" + recipe + "' (want " +
             (fwd ? "e4m3" : "hybrid") + ")";
@@ -1260,7 +1246,7 @@ bool CpuExecutor::kernelMoEExperts(const KernelCall &call) {
   std::vector<float> weightAmax;
   struct RowAmax {
     Communicator &comm;
-    const std::string &axes;
+    const std::vector<std::string> &axes;
     std::string &error;
   } rows{comm, axes, error};
   if (sh.fp8 && !axes.empty()) {

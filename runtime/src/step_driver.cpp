@@ -430,6 +430,15 @@ bool StepDriver::move(StepBackend &backend, const Instruction &ins, Communicator
   }
 }
 
+/// The strided copies `copies` (layouts.h) from src to dst on `backend`.
+static bool copyAll(StepBackend &backend, float *dst, const float *src,
+                    const std::vector<StridedCopy> &copies, std::string &error) {
+  for (const StridedCopy &copy : copies)
+    if (!backend.copyStrided(dst, src, copy, error))
+      return false;
+  return true;
+}
+
 bool StepDriver::sequence(StepBackend &backend, const Instruction &ins, Communicator &comm,
                           std::string &error) {
   using K = Instruction::Kind;
@@ -452,10 +461,8 @@ bool StepDriver::sequence(StepBackend &backend, const Instruction &ins, Communic
   float *out = backend.data(ins.outs[0]);
   // Rank-major blocks [parts][batch][c][h] <-> the position-ordered whole.
   auto place = [&](int64_t r, float *dst, const float *src, bool toWhole) {
-    for (const StridedCopy &copy : sequenceCopies(r, parts, batch, c, h, balanced, toWhole))
-      if (!backend.copyStrided(dst, src, copy, error))
-        return false;
-    return true;
+    return copyAll(backend, dst, src, sequenceCopies(r, parts, batch, c, h, balanced, toWhole),
+                   error);
   };
   if (ins.kind == K::SeqSplit)
     return place(index, out, in, /*toWhole=*/false);
@@ -499,10 +506,7 @@ bool StepDriver::experts(StepBackend &backend, const Instruction &ins, Communica
   if (!backend.allocate(block * parts, blocks, error))
     return false;
   auto move = [&](float *dst, const float *src, bool toShare) {
-    for (const StridedCopy &copy : expertCopies(parts, local, ch, toShare))
-      if (!backend.copyStrided(dst, src, copy, error))
-        return false;
-    return true;
+    return copyAll(backend, dst, src, expertCopies(parts, local, ch, toShare), error);
   };
   if (dispatch)
     return comm.allToAllBlocks(ins.axis, in, blocks.p, block, error) &&

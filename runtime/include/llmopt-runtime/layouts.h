@@ -23,6 +23,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 namespace llmopt::runtime {
@@ -40,6 +41,26 @@ inline int64_t wholeRow(bool balanced, int64_t r, int64_t i, int64_t local, int6
     return r * local + i;
   int64_t half = local / 2;
   return i < half ? r * half + i : (2 * parts - 1 - r) * half + (i - half);
+}
+
+/// Whether a context-parallel chunk of `local` positions splits into its two
+/// halves; false with `error` set otherwise.
+inline bool contextChunkHalves(int64_t local, std::string &error) {
+  if (local % 2 == 0)
+    return true;
+  error =
+      "a context-parallel sequence chunk of " + std::to_string(local) + " positions does not halve";
+  return false;
+}
+
+/// The positions in the whole sequence of context-parallel rank r's `local`
+/// rows (its balanced halves), as the attention, rotary and position
+/// kernels take them.
+inline std::vector<int32_t> contextPositions(int64_t r, int64_t local, int64_t parts) {
+  std::vector<int32_t> positions(static_cast<size_t>(std::max<int64_t>(local, 0)));
+  for (int64_t i = 0; i < local; ++i)
+    positions[static_cast<size_t>(i)] = int32_t(wholeRow(true, r, i, local, parts));
+  return positions;
 }
 
 /// Rank r's rows between its block [batch][c][h] and the whole [batch][parts
