@@ -253,6 +253,19 @@ if has sanitize; then
   done
 fi
 
+# medians FILE LABEL: a run's medians over steps 6 on (the first five warm
+# up) and its last loss.
+medians() {
+  python3 - "$1" "$2" <<'PY'
+import json, statistics, sys
+r = [json.loads(l) for l in open(sys.argv[1])][5:]
+if r:
+    print("%s: median step %.4f s, %.0f tok/s, MFU %.3f, device memory %.2f GB, loss at step %d %.4f" % (
+        sys.argv[2], statistics.median(x["step_time_s"] for x in r),
+        statistics.median(x["tokens_per_s"] for x in r), statistics.median(x.get("mfu", 0) for x in r),
+        max(x.get("device_memory_bytes", 0) for x in r) / 1e9, r[-1]["step"], r[-1]["loss"]))
+PY
+}
 bench() { # NAME STEPS
   local n=$1 steps=$2 plan=$kit/plans/$1
   step "$n: llm-opt on the GPU, $steps steps"
@@ -292,16 +305,11 @@ torchcompile() { # NAME CONFIG BATCH SEQ STEPS
     --lr "$(lr "$kit/plans/$n")" $w --compile --summary $n-torch-compile.json --flops-per-token $f --warmup 8
 }
 ours() {
-  python3 - $1-ours.jsonl $1-profile.json <<'PY'
-import json, statistics, sys
-r = [json.loads(l) for l in open(sys.argv[1])][5:]
-if r:
-    print("llm-opt: median step %.4f s, %.0f tok/s, MFU %.3f, device memory %.2f GB" % (
-        statistics.median(x["step_time_s"] for x in r), statistics.median(x["tokens_per_s"] for x in r),
-        statistics.median(x.get("mfu", 0) for x in r),
-        max(x.get("device_memory_bytes", 0) for x in r) / 1e9))
+  medians $1-ours.jsonl llm-opt
+  python3 - $1-profile.json <<'PY'
+import json, sys
 try:
-    p = json.load(open(sys.argv[2]))
+    p = json.load(open(sys.argv[1]))
 except Exception:
     sys.exit(0)
 agg = {}
@@ -327,14 +335,7 @@ gemmbench() { # NAME: the same plan with the GEMM attention instead of cuDNN's
   LLMOPT_CUDA_ATTENTION=gemm TMO=${OURS_TMO:-240} run llm-run "$kit/plans/$n" --data "$kit/data/text.bin" \
     --steps 20 --metrics $n-gemm.jsonl --device cuda --peak-tflops 989
   [ -f $n-ours.jsonl ] && side $n-ours.jsonl $n-gemm.jsonl && python3 "$cmp" $n-ours.jsonl $n-gemm.jsonl --rel 2e-2 --keys loss
-  python3 - $n-gemm.jsonl <<'PY'
-import json, statistics, sys
-r = [json.loads(l) for l in open(sys.argv[1])][5:]
-if r:
-    print("llm-opt + GEMM attention: median step %.4f s, %.0f tok/s, MFU %.3f" % (
-        statistics.median(x["step_time_s"] for x in r), statistics.median(x["tokens_per_s"] for x in r),
-        statistics.median(x.get("mfu", 0) for x in r)))
-PY
+  medians $n-gemm.jsonl "llm-opt + GEMM attention"
 }
 # `speed`: 20 steps of GPT-2 124M and Llama 3.2 1B with this llm-run and,
 # where the kit has one (make-kit.sh BUILD_DIR OLD_BUILD_DIR), an older
@@ -343,15 +344,7 @@ PY
 speedrun() { # TAG BINARY PLAN
   TMO=${OURS_TMO:-240} run "$2" "$3" --data "$kit/data/text.bin" --steps 20 --metrics speed-$1.jsonl \
     --device cuda --peak-tflops 989 --quiet
-  python3 - speed-$1.jsonl $1 <<'PY'
-import json, statistics, sys
-r = [json.loads(l) for l in open(sys.argv[1])][5:]
-if r:
-    print("%s: median step %.4f s, %.0f tok/s, MFU %.3f, device memory %.2f GB, loss at step 20 %.4f" % (
-        sys.argv[2], statistics.median(x["step_time_s"] for x in r),
-        statistics.median(x["tokens_per_s"] for x in r), statistics.median(x.get("mfu", 0) for x in r),
-        max(x.get("device_memory_bytes", 0) for x in r) / 1e9, r[-1]["loss"]))
-PY
+  medians speed-$1.jsonl $1
 }
 if has speed; then
   for n in gpt2-124m llama-1b; do
@@ -386,13 +379,7 @@ if has gpt2-graphs; then
   LLMOPT_CUDA_GRAPHS=1 TMO=240 run llm-run "$kit/plans/gpt2-124m" --data "$kit/data/text.bin" \
     --steps 20 --metrics gpt2-124m-graphs.jsonl --device cuda --peak-tflops 989
   [ -f gpt2-124m-ours.jsonl ] && python3 "$cmp" gpt2-124m-ours.jsonl gpt2-124m-graphs.jsonl --rel 1e-2 --keys loss
-  python3 - gpt2-124m-graphs.jsonl <<'PY'
-import json, statistics, sys
-r = [json.loads(l) for l in open(sys.argv[1])][5:]
-if r:
-    print("llm-opt + CUDA graphs: median step %.4f s, %.0f tok/s" % (
-        statistics.median(x["step_time_s"] for x in r), statistics.median(x["tokens_per_s"] for x in r)))
-PY
+  medians gpt2-124m-graphs.jsonl "llm-opt + CUDA graphs"
 fi
 if has gpt2-padded; then
   step "gpt2-124m: the LM head's logits in padded rows (LLMOPT_CUDA_PAD_LOGITS=1)"
