@@ -201,6 +201,35 @@ __global__ void sumSquaresKernel(const float *x, int64_t n, double *out) {
     squaresDone = 0;
   }
 }
+/// One chunk's sum of squares per block (sumSquaresChunks' first launch):
+/// a fixed tree over the block's threads, so that the same chunks give the
+/// same sums.
+__global__ void chunkSquaresKernel(const SquaresChunk *chunks, double *partials) {
+  __shared__ double red[kThreads];
+  const SquaresChunk c = chunks[blockIdx.x];
+  double s = 0;
+  int64_t words = reinterpret_cast<uintptr_t>(c.x) % 16 == 0 ? c.n / 4 : 0;
+  for (int64_t w = threadIdx.x; w < words; w += blockDim.x) {
+    float4 q = reinterpret_cast<const float4 *>(c.x)[w];
+    s += double(q.x) * double(q.x) + double(q.y) * double(q.y) + double(q.z) * double(q.z) +
+         double(q.w) * double(q.w);
+  }
+  for (int64_t i = words * 4 + threadIdx.x; i < c.n; i += blockDim.x)
+    s += double(c.x[i]) * double(c.x[i]);
+  s = blockTreeSum(s, red);
+  if (threadIdx.x == 0)
+    partials[blockIdx.x] = s;
+}
+/// *sum += the partials in chunk order (a fixed tree: one block).
+__global__ void addPartialsKernel(const double *partials, int64_t count, double *sum) {
+  __shared__ double red[kThreads];
+  double t = 0;
+  for (int64_t b = threadIdx.x; b < count; b += blockDim.x)
+    t += partials[b];
+  t = blockTreeSum(t, red);
+  if (threadIdx.x == 0)
+    *sum += t;
+}
 __global__ void finishSquaresKernel(const double *sum, float *out, bool root) {
   *out = root ? float(sqrt(*sum)) : float(*sum);
 }
@@ -543,6 +572,24 @@ cudaError_t sqrtOfSum(const double *sum, float *out, cudaStream_t s) {
 cudaError_t sumSquaresAccumulate(const float *x, int64_t n, double *sum, cudaStream_t s) {
   if (n > 0)
     sumSquaresKernel<<<reduceGrid(n), kThreads, 0, s>>>(x, n, sum);
+  return cudaGetLastError();
+}
+
+std::vector<SquaresChunk> squaresChunks(const std::vector<const float *> &arrays,
+                                        const std::vector<int64_t> &counts) {
+  std::vector<SquaresChunk> chunks;
+  for (size_t a = 0; a < arrays.size() && a < counts.size(); ++a)
+    for (int64_t b = 0; b < counts[a]; b += kSquaresChunk)
+      chunks.push_back({arrays[a] + b, std::min(counts[a] - b, kSquaresChunk)});
+  return chunks;
+}
+
+cudaError_t sumSquaresChunks(const SquaresChunk *chunks, int64_t count, double *partials,
+                             double *sum, cudaStream_t s) {
+  if (count == 0)
+    return cudaSuccess;
+  chunkSquaresKernel<<<unsigned(count), kThreads, 0, s>>>(chunks, partials);
+  addPartialsKernel<<<1, kThreads, 0, s>>>(partials, count, sum);
   return cudaGetLastError();
 }
 

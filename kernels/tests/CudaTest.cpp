@@ -925,6 +925,41 @@ TEST(Cuda, SmallKernels) {
   EXPECT_NEAR(dNorm.host()[0], std::sqrt(cpu::sumOfSquares(a.data(), rows * c)), 1e-4);
 }
 
+TEST(Cuda, ChunkedSumOfSquaresIsExactAndDeterministic) {
+  NEED_GPU();
+  // Arrays of odd sizes, one off the 16-byte grid and one empty, over
+  // several chunks: added to what the sum held, in fp64 as the CPU.
+  const std::vector<int64_t> counts = {3, gpu::kSquaresChunk, 0, 2 * gpu::kSquaresChunk + 17, 1001};
+  int64_t total = 1;
+  for (int64_t n : counts)
+    total += n;
+  auto x = randomVec(size_t(total), 91, 3.0f);
+  Dev<float> dX(x);
+  std::vector<const float *> arrays;
+  double want = 0.25;
+  int64_t at = 1; // the first array off the 16-byte grid
+  for (int64_t n : counts) {
+    arrays.push_back(dX.p + at);
+    for (int64_t i = 0; i < n; ++i)
+      want += double(x[size_t(at + i)]) * double(x[size_t(at + i)]);
+    at += n;
+  }
+  auto chunks = gpu::squaresChunks(arrays, counts);
+  Dev<gpu::SquaresChunk> dChunks(chunks);
+  Dev<double> partials(chunks.size()), sum(std::vector<double>{0.25}),
+      again(std::vector<double>{0.25});
+  ASSERT_EQ(gpu::sumSquaresChunks(dChunks.p, int64_t(chunks.size()), partials.p, sum.p, nullptr),
+            cudaSuccess);
+  ASSERT_EQ(gpu::sumSquaresChunks(dChunks.p, int64_t(chunks.size()), partials.p, again.p, nullptr),
+            cudaSuccess);
+  double got = sum.host()[0];
+  EXPECT_NEAR(got, want, 1e-12 * want);
+  EXPECT_EQ(got, again.host()[0]); // the same bits
+  // No chunks: the sum as it was.
+  ASSERT_EQ(gpu::sumSquaresChunks(dChunks.p, 0, partials.p, again.p, nullptr), cudaSuccess);
+  EXPECT_EQ(again.host()[0], got);
+}
+
 /// The CPU reference's cross-entropy of `z` [rows, vocab] (mean over the
 /// counted rows; ignore index -100): its loss and gradient.
 void referenceCrossEntropy(const std::vector<float> &z, const std::vector<int32_t> &labels,
@@ -997,9 +1032,10 @@ TEST(Cuda, VocabularyParallelCrossEntropyLeavesPaddingOut) {
     for (int64_t p = 0; p < parts; ++p)
       for (int64_t r = 0; r < rows; ++r)
         sum[r] += t[p * rows + r];
-    if (parts == 3)
+    if (parts == 3) {
       for (int64_t r = 0; r < rows; ++r)
         EXPECT_TRUE(std::isinf(lse[2 * rows + r]) && lse[2 * rows + r] < 0);
+    }
     Dev<float> dSum(sum);
     ASSERT_EQ(gpu::vpCrossEntropyLoss(all.p, dSum.p, dL.p, dLoss.p, rows, parts, -100, nullptr),
               cudaSuccess);
@@ -1255,6 +1291,16 @@ TEST(CudaHost, PaddedSizesAndScratch) {
             std::make_tuple(1, int64_t(0), int64_t(3)));
   EXPECT_EQ(std::make_tuple(chunks[3].tensor, chunks[3].begin, chunks[3].end),
             std::make_tuple(3, int64_t(0), gpu::kAdamWChunk));
+  // Sums of squares: chunks of at most kSquaresChunk of each array, in
+  // array order, none for an empty array.
+  std::vector<float> buf(8);
+  auto sq = gpu::squaresChunks({buf.data(), buf.data() + 1, buf.data() + 2},
+                               {gpu::kSquaresChunk + 3, 0, 5});
+  ASSERT_EQ(sq.size(), 3u);
+  EXPECT_EQ(std::make_tuple(sq[0].x, sq[0].n), std::make_tuple(buf.data(), gpu::kSquaresChunk));
+  EXPECT_EQ(std::make_tuple(sq[1].x, sq[1].n),
+            std::make_tuple(buf.data() + gpu::kSquaresChunk, int64_t(3)));
+  EXPECT_EQ(std::make_tuple(sq[2].x, sq[2].n), std::make_tuple(buf.data() + 2, int64_t(5)));
   // The router's scratch: fp32 logits and 16-bit logit gradients in rows of
   // 8 (E = 6), and E counts, each part 256-byte aligned.
   EXPECT_EQ(gpu::moeRouterScratchBytes({37, 24, 6, 2, false}, 2), size_t(1280 + 768 + 256));

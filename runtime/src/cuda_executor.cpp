@@ -209,6 +209,18 @@ struct CudaExecutor::State {
     int64_t chunkCount = 0;
     bool built = false;
   };
+  /// The arrays of a global_norm or sum_squares instruction as chunks on
+  /// the device (cu::sumSquaresChunks), made at its first run and again
+  /// when an array moved.
+  struct SquaresTable {
+    std::vector<const float *> arrays;
+    std::vector<int64_t> counts;
+    DevBuf chunks, partials;
+    int64_t count = 0;
+  };
+  std::map<const Instruction *, SquaresTable> squaresTables;
+  bool squaresInto(const Instruction &ins, std::vector<const float *> arrays,
+                   std::vector<int64_t> counts, double *dsum, std::string &error);
   std::deque<AdamWRun> adamwRuns;                  // (DevBuf does not move)
   std::map<const Instruction *, int> adamwLeaders; // index into adamwRuns
   std::set<const Instruction *> adamwFollowers;
@@ -1300,9 +1312,14 @@ template <typename T> bool CudaExecutor::State::kernelGlobalNorm(const KernelCal
   auto *dsum = static_cast<double *>(tmp(1, 8, error));
   if (!dsum || !ok(cudaMemsetAsync(dsum, 0, 8, s)))
     return false;
-  for (size_t i = 0; i < in.size(); ++i)
-    if (!ok(cu::sumSquaresAccumulate(at<float>(in[i]), in[i].elements, dsum, s)))
-      return false;
+  std::vector<const float *> arrays;
+  std::vector<int64_t> counts;
+  for (const Buffer &b : in) {
+    arrays.push_back(at<float>(b));
+    counts.push_back(b.elements);
+  }
+  if (!squaresInto(ins, std::move(arrays), std::move(counts), dsum, error))
+    return false;
   if (graphs) // on the device: nothing of a step may wait for the host
     return ok(cu::sqrtOfSum(dsum, at<float>(out[0]), s));
   double sum = 0;
@@ -1363,6 +1380,44 @@ template <typename T> bool CudaExecutor::State::kernelAdamW(const KernelCall &ca
   return ok(cu::adamw(value, grad, p.m.as<float>(), p.v.as<float>(), working, count, a, s));
 }
 
+bool CudaExecutor::State::squaresInto(const Instruction &ins, std::vector<const float *> arrays,
+                                      std::vector<int64_t> counts, double *dsum,
+                                      std::string &error) {
+  // Two launches for all the arrays (a global norm of GPT-2 124M's 148
+  // gradients took 148 launches, each with its blocks' partials added by
+  // its last block).
+  SquaresTable &t = squaresTables[&ins];
+  if (t.arrays != arrays || t.counts != counts) {
+    if (capturing) {
+      // A capture cannot wait for the upload: one launch per array.
+      for (size_t i = 0; i < arrays.size(); ++i)
+        if (!check(cu::sumSquaresAccumulate(arrays[i], counts[i], dsum, stream), ins.kernel->name,
+                   error))
+          return false;
+      return true;
+    }
+    std::vector<cu::SquaresChunk> chunks = cu::squaresChunks(arrays, counts);
+    size_t cb = chunks.size() * sizeof(cu::SquaresChunk);
+    t.arrays.clear(); // (made again on a failure)
+    // On the instructions' stream, waited for: the host vector is this
+    // function's.
+    if (!t.chunks.reserve(std::max<size_t>(cb, 1)) ||
+        !t.partials.reserve(std::max<size_t>(chunks.size(), 1) * sizeof(double)) ||
+        (cb && cudaMemcpyAsync(t.chunks.p, chunks.data(), cb, cudaMemcpyHostToDevice, stream) !=
+                   cudaSuccess) ||
+        cudaStreamSynchronize(stream) != cudaSuccess)
+      return (error = std::string(ins.kernel->name) +
+                      ": out of GPU memory for the sums of squares' chunks",
+              false);
+    t.count = int64_t(chunks.size());
+    t.arrays = std::move(arrays);
+    t.counts = std::move(counts);
+  }
+  return check(cu::sumSquaresChunks(t.chunks.as<cu::SquaresChunk>(), t.count,
+                                    t.partials.as<double>(), dsum, stream),
+               ins.kernel->name, error);
+}
+
 /// ZeRO's gradient norm in two parts: each rank's sum of squares over its
 /// chunks (fp64 on the device, rounded to fp32 as the CPU backend does),
 /// all-reduced by the plan, then its square root.
@@ -1375,13 +1430,17 @@ template <typename T> bool CudaExecutor::State::kernelSumSquares(const KernelCal
   auto *dsum = static_cast<double *>(tmp(1, 8, error));
   if (!dsum || !ok(cudaMemsetAsync(dsum, 0, 8, s)))
     return false;
+  std::vector<const float *> arrays;
+  std::vector<int64_t> counts;
   for (const Buffer &b : in) {
     if (b.dtype != DType::F32)
       return (error = "sum_squares of a buffer that is not fp32", false);
     Chunk c = isGradShard(b) ? Chunk{0, b.elements} : shardChunk(b.elements, size, index);
-    if (c.size() > 0 && !ok(cu::sumSquaresAccumulate(at<float>(b) + c.begin, c.size(), dsum, s)))
-      return false;
+    arrays.push_back(at<float>(b) + c.begin);
+    counts.push_back(c.size());
   }
+  if (!squaresInto(ins, std::move(arrays), std::move(counts), dsum, error))
+    return false;
   double sum = 0;
   if (!drainDevice(error) || !ok(cudaMemcpyAsync(&sum, dsum, 8, cudaMemcpyDeviceToHost, s)) ||
       !ok(cudaStreamSynchronize(s)))

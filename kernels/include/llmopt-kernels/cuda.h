@@ -302,6 +302,22 @@ cudaError_t sumSquares(const float *x, int64_t n, double *scratch, float *out, b
                        cudaStream_t stream);
 /// Adds the sum of squares of x to *sum (fp64, on the device).
 cudaError_t sumSquaresAccumulate(const float *x, int64_t n, double *sum, cudaStream_t stream);
+/// The sum of squares of many fp32 arrays (a global norm's gradients) added
+/// to *sum (fp64, on the device) in two launches instead of one per array: a
+/// block per chunk (squaresChunks cuts each array, in order, into chunks of
+/// at most kSquaresChunk elements) writes its sum to partials[chunk], then
+/// one block adds the partials in chunk order. No atomics: the same chunks
+/// give the same bits. `chunks` and `partials` (`count` doubles) are device
+/// arrays.
+struct SquaresChunk {
+  const float *x;
+  int64_t n;
+};
+constexpr int64_t kSquaresChunk = 65536;
+std::vector<SquaresChunk> squaresChunks(const std::vector<const float *> &arrays,
+                                        const std::vector<int64_t> &counts);
+cudaError_t sumSquaresChunks(const SquaresChunk *chunks, int64_t count, double *partials,
+                             double *sum, cudaStream_t stream);
 cudaError_t vpCrossEntropyLoss(const float *all, const float *target, const int32_t *labels,
                                float *loss, int64_t rows, int64_t parts, int64_t ignoreIndex,
                                cudaStream_t stream);
