@@ -109,9 +109,10 @@ dist gpt2-cp2 "$gpt2" 2 dp:1,cp:2,micro_batch:2 f32
 # parallelism and ZeRO-1 (eight).
 dist cp2tp2 "$llama" 4 dp:1,cp:2,tp:2,micro_batch:2 f32
 dist 3d "$llama" 8 dp:2,tp:2,pp:2,sp:1,zero:1,micro_batch:1 f32
-# Combinations the llm-run stack does not offer until they pass on a GPU:
-# ZeRO-2 and ZeRO-3 with pipeline stages, MoE layers under TP + SP, stages
-# of uneven depth (3 layers over 2 stages).
+# Combinations first run on a GPU on 2026-11-26 (second lease; the llm-run
+# stack offers ZeRO-2/3 with PP since): ZeRO-2 and ZeRO-3 with pipeline
+# stages, MoE layers under TP + SP, stages of uneven depth (3 layers over 2
+# stages).
 dist gpt2-pp-zero2 "$gpt2" 4 dp:2,pp:2,zero:2,micro_batch:1 f32
 dist pp-zero3 "$llama" 4 dp:2,pp:2,zero:3,micro_batch:1 f32
 dist moe-tp2 "$mixtral" 2 dp:1,tp:2,sp:1,micro_batch:4 f32
