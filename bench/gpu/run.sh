@@ -3,7 +3,7 @@
 # on a machine with an NVIDIA GPU, CUDA 13 and PyTorch, from the repository root:
 #   bench/gpu/run.sh OUT_DIR [smoke] [kernels] [tiny] [comm] [sanitize] [gpt2] [gpt2-torch]
 #                    [gpt2-compile] [gpt2-gemm] [gpt2-graphs] [llama] [llama-torch]
-#                    [llama-compile] [llama-gemm] [gpt2-padded] [bench] [speed] [nccl]
+#                    [llama-compile] [llama-gemm] [gpt2-padded] [bench] [speed] [optin] [nccl]
 # Writes OUT_DIR/log.txt and OUT_DIR/results.tgz (metrics, profiles, summaries).
 # `smoke` first where device minutes are few: in about a minute, two steps
 # of each path written without a GPU (the one-GPU step driver and device
@@ -129,19 +129,19 @@ if has tiny; then
     side $n-cpu.jsonl $n-gemm.jsonl
     python3 "$cmp" $n-cpu.jsonl $n-gemm.jsonl --rel 2e-2
   done
-  step "the LM head's logits in padded rows (LLMOPT_CUDA_PAD_LOGITS=1) vs the CPU backend"
+  step "the LM head's logits copied out of padded rows (LLMOPT_CUDA_PAD_LOGITS=0) vs the CPU backend"
   for p in tiny-v261:1e-3 tiny-v261-bf16:2e-2; do
     n=${p%%:*} tol=${p##*:}
-    LLMOPT_CUDA_PAD_LOGITS=1 run llm-run "$kit/plans/$n" --data "$kit/data/tiny.bin" --steps 10 --metrics $n-padded.jsonl --device cuda --quiet
+    LLMOPT_CUDA_PAD_LOGITS=0 run llm-run "$kit/plans/$n" --data "$kit/data/tiny.bin" --steps 10 --metrics $n-padded.jsonl --device cuda --quiet
     python3 "$cmp" $n-cpu.jsonl $n-padded.jsonl --rel $tol
   done
-  step "multi-tensor AdamW (LLMOPT_CUDA_MULTI_ADAMW=1) vs one launch per tensor: bit-identical, also under graphs"
+  step "one AdamW launch per tensor (LLMOPT_CUDA_MULTI_ADAMW=0) vs the multi-tensor default: bit-identical, also under graphs"
   for n in tiny-llama tiny-bf16 tiny-moe-bf16; do
-    LLMOPT_CUDA_MULTI_ADAMW=1 run llm-run "$kit/plans/$n" --data "$kit/data/tiny.bin" --steps 10 --metrics $n-multi.jsonl --device cuda --quiet
-    python3 "$cmp" $n-gpu.jsonl $n-multi.jsonl --rel 0
-    LLMOPT_CUDA_MULTI_ADAMW=1 LLMOPT_CUDA_GRAPHS=1 run llm-run "$kit/plans/$n" --data "$kit/data/tiny.bin" --steps 10 --metrics $n-multi-graphs.jsonl --device cuda --quiet
-    LLMOPT_CUDA_GRAPHS=1 run llm-run "$kit/plans/$n" --data "$kit/data/tiny.bin" --steps 10 --metrics $n-graphs-only.jsonl --device cuda --quiet
-    python3 "$cmp" $n-graphs-only.jsonl $n-multi-graphs.jsonl --rel 0
+    LLMOPT_CUDA_MULTI_ADAMW=0 run llm-run "$kit/plans/$n" --data "$kit/data/tiny.bin" --steps 10 --metrics $n-single.jsonl --device cuda --quiet
+    python3 "$cmp" $n-gpu.jsonl $n-single.jsonl --rel 0
+    LLMOPT_CUDA_MULTI_ADAMW=0 LLMOPT_CUDA_GRAPHS=1 run llm-run "$kit/plans/$n" --data "$kit/data/tiny.bin" --steps 10 --metrics $n-single-graphs.jsonl --device cuda --quiet
+    LLMOPT_CUDA_GRAPHS=1 run llm-run "$kit/plans/$n" --data "$kit/data/tiny.bin" --steps 10 --metrics $n-multi-graphs.jsonl --device cuda --quiet
+    python3 "$cmp" $n-multi-graphs.jsonl $n-single-graphs.jsonl --rel 0
   done
   step "CUDA graphs (LLMOPT_CUDA_GRAPHS=1) vs the CPU backend"
   for p in tiny-llama:1e-3 tiny-bf16:2e-2 tiny-llama-rc-full:1e-3 tiny-moe-bf16:2e-2; do
@@ -251,6 +251,13 @@ if has sanitize; then
   for n in tiny-gpt2 tiny-bf16 tiny-moe-bf16; do
     TMO=200 run compute-sanitizer --tool memcheck --print-limit 20 llm-run "$kit/plans/$n" --data "$kit/data/tiny.bin" --steps 2 --device cuda --quiet 2>&1 | tail -40
   done
+  # Staged ranks (the page-locked staging pool, ZeRO's chunked sums of
+  # squares, the padded vocabulary-parallel loss), each rank under memcheck.
+  for n in zero3 tp2-padded; do
+    TMO=200 run python3 "$kit/bin/launch_env.py" -n 2 --timeout 180 -- compute-sanitizer --tool memcheck \
+      --print-limit 20 llm-run "$kit/plans/$n" --data "$kit/data/tiny.bin" --steps 2 --device cuda \
+      --comm staged --quiet 2>&1 | tail -40
+  done
 fi
 
 # medians FILE LABEL: a run's medians over steps 6 on (the first five warm
@@ -341,10 +348,12 @@ gemmbench() { # NAME: the same plan with the GEMM attention instead of cuDNN's
 # where the kit has one (make-kit.sh BUILD_DIR OLD_BUILD_DIR), an older
 # llm-run on its own plans, alternately on the same GPU (item 7 of issue 16:
 # nothing slower).
-speedrun() { # TAG BINARY PLAN
-  TMO=${OURS_TMO:-240} run "$2" "$3" --data "$kit/data/text.bin" --steps 20 --metrics speed-$1.jsonl \
+speedrun() { # TAG COMMAND... PLAN
+  local tag=$1
+  shift
+  TMO=${OURS_TMO:-240} run "$@" --data "$kit/data/text.bin" --steps 20 --metrics speed-$tag.jsonl \
     --device cuda --peak-tflops 989 --quiet
-  medians speed-$1.jsonl $1
+  medians speed-$tag.jsonl $tag
 }
 if has speed; then
   for n in gpt2-124m llama-1b; do
@@ -372,6 +381,25 @@ for n, (g, h, c) in sorted(agg.items(), key=lambda x: -x[1][1]):
 PY
   done
 fi
+# The switchable paths (issue 19: default where they win): the defaults
+# against each path switched alone, alternately, twice (Llama: the defaults
+# and CUDA graphs; its vocabulary needs no padding).
+# On 2026-11-26 this measured padded logits and multi-tensor AdamW, then
+# opt-in, and made them the default.
+if has optin; then
+  for n in gpt2-124m llama-1b; do
+    step "$n: 20 steps, the defaults and the switchable paths, alternately"
+    cfgs="default LLMOPT_CUDA_MULTI_ADAMW=0 LLMOPT_CUDA_PAD_LOGITS=0 LLMOPT_CUDA_GRAPHS=1"
+    [ $n = llama-1b ] && cfgs="default LLMOPT_CUDA_GRAPHS=1"
+    for i in 1 2; do
+      for c in $cfgs; do
+        env=$c
+        [ $c = default ] && env=
+        speedrun $n-${c%%=*}$i env $env llm-run "$kit/plans/$n"
+      done
+    done
+  done
+fi
 has gpt2 && bench gpt2-124m 20
 has gpt2-gemm && gemmbench gpt2-124m
 if has gpt2-graphs; then
@@ -382,8 +410,8 @@ if has gpt2-graphs; then
   medians gpt2-124m-graphs.jsonl "llm-opt + CUDA graphs"
 fi
 if has gpt2-padded; then
-  step "gpt2-124m: the LM head's logits in padded rows (LLMOPT_CUDA_PAD_LOGITS=1)"
-  LLMOPT_CUDA_PAD_LOGITS=1 TMO=240 run llm-run "$kit/plans/gpt2-124m" --data "$kit/data/text.bin" \
+  step "gpt2-124m: the LM head's logits copied out of padded rows (LLMOPT_CUDA_PAD_LOGITS=0)"
+  LLMOPT_CUDA_PAD_LOGITS=0 TMO=240 run llm-run "$kit/plans/gpt2-124m" --data "$kit/data/text.bin" \
     --steps 20 --metrics gpt2-124m-padded.jsonl --device cuda --peak-tflops 989
   [ -f gpt2-124m-ours.jsonl ] && python3 "$cmp" gpt2-124m-ours.jsonl gpt2-124m-padded.jsonl --rel 1e-2 --keys loss
 fi

@@ -197,8 +197,8 @@ struct CudaExecutor::State {
   }
   void padLogits(const Program &prog, cudaDataType_t type);
 
-  /// Multi-tensor AdamW (LLMOPT_CUDA_MULTI_ADAMW=1, opt-in until measured
-  /// on a GPU): runs of consecutive adamw instructions of the step with the
+  /// Multi-tensor AdamW (the default; LLMOPT_CUDA_MULTI_ADAMW=0 turns it
+  /// off): runs of consecutive adamw instructions of the step with the
   /// same hyperparameters (but weight decay) and norm run as one launch at
   /// the run's first instruction; the others do nothing. Their descriptors
   /// are uploaded when the run first executes (the first step, before any
@@ -623,8 +623,10 @@ struct CudaExecutor::State {
 };
 
 void CudaExecutor::State::groupAdamW(const Program &prog) {
+  // The default since measured on an H200 (docs/benchmarks.md, 2026-11-26);
+  // LLMOPT_CUDA_MULTI_ADAMW=0 launches per parameter.
   const char *e = std::getenv("LLMOPT_CUDA_MULTI_ADAMW");
-  if (!e || std::strcmp(e, "1") != 0)
+  if (e && std::strcmp(e, "0") == 0)
     return;
   auto same = [](const Instruction &a, const Instruction &b) {
     const KernelArgs &x = a.args, &y = b.args;
@@ -712,9 +714,10 @@ bool CudaExecutor::State::runAdamW(AdamWRun &run, const Instruction &ins, std::s
 }
 
 void CudaExecutor::State::padLogits(const Program &prog, cudaDataType_t type) {
-  // Opt-in until measured on a GPU (LLMOPT_CUDA_PAD_LOGITS=1).
+  // The default since measured on an H200 (GPT-2 124M 7% faster,
+  // docs/benchmarks.md, 2026-11-26); LLMOPT_CUDA_PAD_LOGITS=0 copies.
   const char *e = std::getenv("LLMOPT_CUDA_PAD_LOGITS");
-  if (!e || std::strcmp(e, "1") != 0)
+  if (e && std::strcmp(e, "0") == 0)
     return;
   auto found =
       findPaddedLogits(prog, [&](int64_t vocab) { return cu::linearPaddedOut(vocab, type); });
