@@ -27,6 +27,57 @@ Communicator::watchdogError(const std::string &what, const std::vector<int> &sil
   return out;
 }
 
+bool agreeOnLaunch(Communicator &comm, const std::vector<LaunchSetting> &mine, std::string &error) {
+  const int n = comm.size();
+  if (n <= 1)
+    return true;
+  // Each value as four 16-bit pieces, each exact in a float.
+  const int64_t count = int64_t(mine.size()) * 4;
+  std::vector<float> all(size_t(count * n)), own(static_cast<size_t>(count));
+  for (size_t i = 0; i < mine.size(); ++i)
+    for (int k = 0; k < 4; ++k)
+      own[i * 4 + size_t(k)] = float((uint64_t(mine[i].value) >> (16 * k)) & 0xffff);
+  if (!comm.allGatherBlocks("world", own.data(), all.data(), count, error)) {
+    error = "comparing the ranks' launch settings: " + error;
+    return false;
+  }
+  auto valueOf = [&](int rank, size_t i) {
+    uint64_t v = 0;
+    for (int k = 0; k < 4; ++k)
+      v |= uint64_t(all[size_t(rank * count) + i * 4 + size_t(k)]) << (16 * k);
+    return int64_t(v);
+  };
+  auto shown = [&](size_t i, int64_t v) {
+    char buf[32];
+    if (mine[i].hash)
+      std::snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(v));
+    else
+      std::snprintf(buf, sizeof(buf), "%lld", static_cast<long long>(v));
+    return std::string(buf);
+  };
+  for (size_t i = 0; i < mine.size(); ++i) {
+    std::vector<int> differ;
+    for (int r = 1; r < n; ++r)
+      if (valueOf(r, i) != valueOf(0, i))
+        differ.push_back(r);
+    if (differ.empty())
+      continue;
+    const char *what = mine[i].hash ? " (a hash)" : "";
+    error = "the ranks were not launched alike: " + mine[i].name + " is " +
+            shown(i, valueOf(0, i)) + what + " on rank 0 but ";
+    for (size_t d = 0; d < differ.size() && d < 4; ++d)
+      error += (d ? ", " : "") + shown(i, valueOf(differ[d], i)) + " on rank " +
+               std::to_string(differ[d]);
+    if (differ.size() > 4)
+      error += " and " + std::to_string(differ.size() - 4) + " more rank(s)";
+    error += "; launch every rank with the same ";
+    for (size_t j = 0; j < mine.size(); ++j)
+      error += (j ? (j + 1 == mine.size() ? " and " : ", ") : "") + mine[j].name;
+    return false;
+  }
+  return true;
+}
+
 class ThreadRank final : public Communicator {
 public:
   ThreadRank(ThreadGroup &g, int rank) : g(g), rank_(rank) {}

@@ -296,3 +296,50 @@ TEST(StagedComm, StagingFailuresAreReported) {
   EXPECT_EQ(c.inFlight(), 0u);
   EXPECT_TRUE(staging.live.empty());
 }
+
+/// agreeOnLaunch on `n` thread ranks, rank r passing settings(r): each
+/// rank's result and error.
+template <typename F> std::vector<std::pair<bool, std::string>> agreeOn(int n, F settings) {
+  ThreadGroup group(n);
+  std::vector<std::pair<bool, std::string>> out(size_t(n), {false, ""});
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r)
+    threads.emplace_back([&, r] {
+      std::unique_ptr<Communicator> c = group.member(r);
+      out[size_t(r)].first = agreeOnLaunch(*c, settings(r), out[size_t(r)].second);
+    });
+  for (std::thread &t : threads)
+    t.join();
+  return out;
+}
+
+TEST(LaunchAgreement, AlikeRanksPassAndOthersAreNamedOnEveryRank) {
+  // Values past a float's 24 bits travel exactly (four 16-bit pieces).
+  const int64_t big = int64_t(0x7edcba9876543210);
+  auto alike = agreeOn(3, [&](int) {
+    return std::vector<LaunchSetting>{{"plan", big, true}, {"--seed", -5}};
+  });
+  for (auto &[ok, error] : alike)
+    EXPECT_TRUE(ok) << error;
+  auto unlike = agreeOn(3, [&](int r) {
+    return std::vector<LaunchSetting>{{"plan", r == 2 ? big + 1 : big, true},
+                                      {"--seed", r == 1 ? 7 : 42}};
+  });
+  // The first setting that differs, the same words on every rank.
+  for (auto &[ok, error] : unlike) {
+    EXPECT_FALSE(ok);
+    EXPECT_EQ(error, "the ranks were not launched alike: plan is 7edcba9876543210 (a hash) on "
+                     "rank 0 but 7edcba9876543211 on rank 2; launch every rank with the same "
+                     "plan and --seed");
+  }
+  auto seeds = agreeOn(7, [&](int r) {
+    return std::vector<LaunchSetting>{{"--seed", r < 1 ? 42 : r}};
+  });
+  EXPECT_EQ(seeds[3].second, "the ranks were not launched alike: --seed is 42 on rank 0 but 1 on "
+                             "rank 1, 2 on rank 2, 3 on rank 3, 4 on rank 4 and 2 more rank(s); "
+                             "launch every rank with the same --seed");
+  // A world of one has no one to disagree with.
+  SingleRank one;
+  std::string error;
+  EXPECT_TRUE(agreeOnLaunch(one, {{"--seed", 1}}, error));
+}

@@ -598,6 +598,18 @@ static int run(int argc, char **argv) {
 #endif
   if (!o.resume.empty() && !loadCheckpoint(o.resume, store, plan, rank, world, error))
     return fail(error);
+  // Every rank launched alike: a rank with another seed (its replicas'
+  // initial weights), step count, data, resumed step or checkpoint interval
+  // would train apart or wait in a collective the others never reach.
+  if (!agreeOnLaunch(*comm,
+                     {{"plan", int64_t(std::stoull(plan.sha256.substr(0, 16), nullptr, 16)), true},
+                      {"--seed", int64_t(o.seed)},
+                      {"--steps", o.steps},
+                      {"--data", int64_t(data.fingerprint()), true},
+                      {"resumed step (--resume)", store.steps},
+                      {"--checkpoint-every", o.checkpointEvery}},
+                     error))
+    return fail(error);
 
   std::FILE *metrics = nullptr;
   if (rank == 0 && !o.metrics.empty()) {

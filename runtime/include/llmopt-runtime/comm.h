@@ -258,6 +258,22 @@ protected:
 
 /// Ranks as threads of one process sharing a reduction buffer; each
 /// all-reduce is a barrier. Data-parallel only (one axis spanning all ranks).
+/// One setting every rank of a job must be launched with alike (the plan,
+/// the seed, the steps, the data): its name as the user gives it, and its
+/// value, or a hash's first 64 bits (`hash`: shown in hex).
+struct LaunchSetting {
+  std::string name;
+  int64_t value = 0;
+  bool hash = false;
+};
+
+/// Compares this rank's `mine` with every rank's (one all-gather over the
+/// world, under the watchdog): false where a setting differs, with `error`
+/// the same on every rank, naming the first setting that differs, the ranks
+/// whose value is not rank 0's and their values. Every rank passes the same
+/// settings in the same order.
+bool agreeOnLaunch(Communicator &comm, const std::vector<LaunchSetting> &mine, std::string &error);
+
 class ThreadGroup {
 public:
   explicit ThreadGroup(int size) : size_(size) {}

@@ -35,6 +35,9 @@ public:
 
   int64_t size() const { return int64_t(tokens.size()); }
   int32_t maxToken() const;
+  /// A hash of the token count and the first and last 4096 tokens: ranks
+  /// launched on different data differ in it (llm-run compares it).
+  uint64_t fingerprint() const;
 
 private:
   std::vector<int32_t> tokens;
