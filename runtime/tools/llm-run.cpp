@@ -567,6 +567,20 @@ static int run(int argc, char **argv) {
     return fail("the data holds token " + std::to_string(data.maxToken()) +
                 ", outside the model's vocabulary of " + std::to_string(vocab));
 
+  // Every rank launched alike, before the backend starts (NCCL's setup is
+  // collective): a rank with another seed (its replicas' initial weights),
+  // step count, data or checkpoint interval would train apart or wait in a
+  // collective the others never reach.
+  if (!agreeOnLaunch(*comm,
+                     {{"plan", int64_t(std::stoull(plan.sha256.substr(0, 16), nullptr, 16)), true},
+                      {"--seed", int64_t(o.seed)},
+                      {"--steps", o.steps},
+                      {"--data", int64_t(data.fingerprint()), true},
+                      {"--checkpoint-every", o.checkpointEvery},
+                      {"--resume (1: given)", o.resume.empty() ? 0 : 1}},
+                     error))
+    return fail(error);
+
     // The backend's parameter store: the CPU executor's host memory, or the
     // GPU's (checkpoints read and write it one tensor at a time). `exe` is
     // the CPU executor: the one that runs the plan, or the one that
@@ -598,17 +612,8 @@ static int run(int argc, char **argv) {
 #endif
   if (!o.resume.empty() && !loadCheckpoint(o.resume, store, plan, rank, world, error))
     return fail(error);
-  // Every rank launched alike: a rank with another seed (its replicas'
-  // initial weights), step count, data, resumed step or checkpoint interval
-  // would train apart or wait in a collective the others never reach.
-  if (!agreeOnLaunch(*comm,
-                     {{"plan", int64_t(std::stoull(plan.sha256.substr(0, 16), nullptr, 16)), true},
-                      {"--seed", int64_t(o.seed)},
-                      {"--steps", o.steps},
-                      {"--data", int64_t(data.fingerprint()), true},
-                      {"resumed step (--resume)", store.steps},
-                      {"--checkpoint-every", o.checkpointEvery}},
-                     error))
+  // ... and resumed from the same step.
+  if (!o.resume.empty() && !agreeOnLaunch(*comm, {{"resumed step (--resume)", store.steps}}, error))
     return fail(error);
 
   std::FILE *metrics = nullptr;
