@@ -1293,14 +1293,13 @@ TEST(CudaHost, PaddedSizesAndScratch) {
             std::make_tuple(3, int64_t(0), gpu::kAdamWChunk));
   // Sums of squares: chunks of at most kSquaresChunk of each array, in
   // array order, none for an empty array.
-  std::vector<float> buf(8);
-  auto sq = gpu::squaresChunks({buf.data(), buf.data() + 1, buf.data() + 2},
-                               {gpu::kSquaresChunk + 3, 0, 5});
+  std::vector<float> buf(size_t(gpu::kSquaresChunk) + 8);
+  const float *b = buf.data();
+  auto sq = gpu::squaresChunks({b, b + 1, b + 2}, {gpu::kSquaresChunk + 3, 0, 5});
   ASSERT_EQ(sq.size(), 3u);
-  EXPECT_EQ(std::make_tuple(sq[0].x, sq[0].n), std::make_tuple(buf.data(), gpu::kSquaresChunk));
-  EXPECT_EQ(std::make_tuple(sq[1].x, sq[1].n),
-            std::make_tuple(buf.data() + gpu::kSquaresChunk, int64_t(3)));
-  EXPECT_EQ(std::make_tuple(sq[2].x, sq[2].n), std::make_tuple(buf.data() + 2, int64_t(5)));
+  EXPECT_EQ(std::make_tuple(sq[0].x, sq[0].n), std::make_tuple(b, gpu::kSquaresChunk));
+  EXPECT_EQ(std::make_tuple(sq[1].x, sq[1].n), std::make_tuple(b + gpu::kSquaresChunk, int64_t(3)));
+  EXPECT_EQ(std::make_tuple(sq[2].x, sq[2].n), std::make_tuple(b + 2, int64_t(5)));
   // The router's scratch: fp32 logits and 16-bit logit gradients in rows of
   // 8 (E = 6), and E counts, each part 256-byte aligned.
   EXPECT_EQ(gpu::moeRouterScratchBytes({37, 24, 6, 2, false}, 2), size_t(1280 + 768 + 256));

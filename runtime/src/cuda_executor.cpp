@@ -674,7 +674,10 @@ bool CudaExecutor::State::runAdamW(AdamWRun &run, const Instruction &ins, std::s
            cb = chunks.size() * sizeof(cu::AdamWChunk);
     // On the instructions' stream (a non-blocking one under graphs is not
     // ordered after the default stream's copies), waited for: the host
-    // vectors are this function's.
+    // vectors are this function's. NCCL's collectives the stream waits on
+    // are drained first, under their watchdog.
+    if (!drainDevice(error))
+      return false;
     if (!run.tensors.reserve(tb) || !run.chunks.reserve(std::max<size_t>(cb, 1)) ||
         cudaMemcpyAsync(run.tensors.p, tensors.data(), tb, cudaMemcpyHostToDevice, stream) !=
             cudaSuccess ||
@@ -1399,18 +1402,27 @@ bool CudaExecutor::State::squaresInto(const Instruction &ins, std::vector<const 
           return false;
       return true;
     }
+    // A graph captured with the old table launches from its buffers, which
+    // the new one may free.
+    if (!t.arrays.empty())
+      dropGraphs();
     std::vector<cu::SquaresChunk> chunks = cu::squaresChunks(arrays, counts);
     size_t cb = chunks.size() * sizeof(cu::SquaresChunk);
     t.arrays.clear(); // (made again on a failure)
-    // On the instructions' stream, waited for: the host vector is this
-    // function's.
     if (!t.chunks.reserve(std::max<size_t>(cb, 1)) ||
-        !t.partials.reserve(std::max<size_t>(chunks.size(), 1) * sizeof(double)) ||
-        (cb && cudaMemcpyAsync(t.chunks.p, chunks.data(), cb, cudaMemcpyHostToDevice, stream) !=
-                   cudaSuccess) ||
-        cudaStreamSynchronize(stream) != cudaSuccess)
+        !t.partials.reserve(std::max<size_t>(chunks.size(), 1) * sizeof(double)))
       return (error = std::string(ins.kernel->name) +
                       ": out of GPU memory for the sums of squares' chunks",
+              false);
+    // On the instructions' stream, waited for (the host vector is this
+    // function's); NCCL's collectives the stream waits on are drained first,
+    // under their watchdog.
+    if (!drainDevice(error))
+      return false;
+    if ((cb && cudaMemcpyAsync(t.chunks.p, chunks.data(), cb, cudaMemcpyHostToDevice, stream) !=
+                   cudaSuccess) ||
+        cudaStreamSynchronize(stream) != cudaSuccess)
+      return (error = std::string(ins.kernel->name) + ": cannot upload the sums of squares' chunks",
               false);
     t.count = int64_t(chunks.size());
     t.arrays = std::move(arrays);

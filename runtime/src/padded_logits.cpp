@@ -65,9 +65,12 @@ llmopt::runtime::findPaddedLogits(const Program &prog,
       }
       if (ok.empty())
         break;
-      for (const Buffer &o : ins->outs)
-        if (overlaps(o, b))
-          return std::vector<const Instruction *>{};
+      // A write over it, or a data-moving instruction (a collective, a
+      // transfer) touching it: its padded rows would be missed.
+      for (const std::vector<Buffer> *list : {&ins->outs, &ins->buffers})
+        for (const Buffer &o : *list)
+          if (overlaps(o, b))
+            return std::vector<const Instruction *>{};
     }
     return ok.empty() ? found : std::vector<const Instruction *>{};
   };

@@ -571,15 +571,26 @@ static int run(int argc, char **argv) {
   // collective): a rank with another seed (its replicas' initial weights),
   // step count, data or checkpoint interval would train apart or wait in a
   // collective the others never reach.
+  // The ranks that found the difference send what the others still wait
+  // for before they stop (they are all alive: each is here).
+  auto unalike = [&](const std::string &why) {
+    std::string ignored;
+    comm->flush(ignored);
+    return fail(why);
+  };
   if (!agreeOnLaunch(*comm,
                      {{"plan", int64_t(std::stoull(plan.sha256.substr(0, 16), nullptr, 16)), true},
                       {"--seed", int64_t(o.seed)},
                       {"--steps", o.steps},
                       {"--data", int64_t(data.fingerprint()), true},
                       {"--checkpoint-every", o.checkpointEvery},
-                      {"--resume (1: given)", o.resume.empty() ? 0 : 1}},
+                      {"--resume (1: given)", o.resume.empty() ? 0 : 1},
+                      {"--device (1: cuda)", o.device == "cuda" ? 1 : 0},
+                      {"--comm (0: auto, 1: staged, 2: nccl)", o.comm == "staged" ? 1
+                                                               : o.comm == "nccl" ? 2
+                                                                                  : 0}},
                      error))
-    return fail(error);
+    return unalike(error);
 
     // The backend's parameter store: the CPU executor's host memory, or the
     // GPU's (checkpoints read and write it one tensor at a time). `exe` is
@@ -614,7 +625,7 @@ static int run(int argc, char **argv) {
     return fail(error);
   // ... and resumed from the same step.
   if (!o.resume.empty() && !agreeOnLaunch(*comm, {{"resumed step (--resume)", store.steps}}, error))
-    return fail(error);
+    return unalike(error);
 
   std::FILE *metrics = nullptr;
   if (rank == 0 && !o.metrics.empty()) {

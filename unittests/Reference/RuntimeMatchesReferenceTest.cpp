@@ -224,6 +224,20 @@ TEST(PaddedLogits, FindsTheLMHeadItsLossAndItsBackward) {
     EXPECT_TRUE(sameBuffer(p->lossBwd->outs[0], p->linearBwd->ins[0]));
     // Rows already a multiple of 16 bytes: nothing to do.
     EXPECT_FALSE(runtime::findPaddedLogits(prog, [](int64_t v) { return v; }));
+    // A data-moving instruction over the logits between the head and its
+    // loss (collectives name their buffers in `buffers`) would miss the
+    // padded rows: none then.
+    size_t head = prog.microBatch.size();
+    for (size_t i = 0; i < prog.microBatch.size(); ++i)
+      if (&prog.microBatch[i] == p->linearFwd)
+        head = i;
+    ASSERT_LT(head, prog.microBatch.size());
+    runtime::Program moved = prog;
+    runtime::Instruction reduce;
+    reduce.kind = runtime::Instruction::Kind::AllReduce;
+    reduce.buffers = {p->linearFwd->outs[0]};
+    moved.microBatch.insert(moved.microBatch.begin() + std::ptrdiff_t(head) + 1, reduce);
+    EXPECT_FALSE(runtime::findPaddedLogits(moved, rounded));
   }
 }
 

@@ -256,8 +256,6 @@ protected:
   Communicator &inner;
 };
 
-/// Ranks as threads of one process sharing a reduction buffer; each
-/// all-reduce is a barrier. Data-parallel only (one axis spanning all ranks).
 /// One setting every rank of a job must be launched with alike (the plan,
 /// the seed, the steps, the data): its name as the user gives it, and its
 /// value, or a hash's first 64 bits (`hash`: shown in hex).
@@ -274,6 +272,8 @@ struct LaunchSetting {
 /// settings in the same order.
 bool agreeOnLaunch(Communicator &comm, const std::vector<LaunchSetting> &mine, std::string &error);
 
+/// Ranks as threads of one process sharing a reduction buffer; each
+/// all-reduce is a barrier. Data-parallel only (one axis spanning all ranks).
 class ThreadGroup {
 public:
   explicit ThreadGroup(int size) : size_(size) {}
