@@ -4,6 +4,7 @@
 #   bench/gpu/run.sh OUT_DIR [smoke] [kernels] [tiny] [comm] [sanitize] [gpt2] [gpt2-torch]
 #                    [gpt2-compile] [gpt2-gemm] [gpt2-graphs] [llama] [llama-torch]
 #                    [llama-compile] [llama-gemm] [gpt2-padded] [bench] [speed] [optin] [nccl]
+#                    [comm-graphs]
 # Writes OUT_DIR/log.txt and OUT_DIR/results.tgz (metrics, profiles, summaries).
 # `smoke` first where device minutes are few: in about a minute, two steps
 # of each path written without a GPU (the one-GPU step driver and device
@@ -14,7 +15,10 @@
 # gpt2-compile + llama-compile 2 min. With 15 device minutes, one call of
 #   LAUNCH_TMO=30 bench/gpu/run.sh OUT smoke comm speed kernels tiny
 # (parts run in this script's order, not the command line's) leaves room
-# for one more; add `nccl` on a machine with two GPUs or more.
+# for one more; add `nccl` on a machine with two GPUs or more. On
+# 2026-11-26 (second lease) that call took 205-228 s, `sanitize optin` 130 s;
+# `comm-graphs` runs the multi-rank plans under CUDA graphs (opt-in until it
+# passes).
 set -uo pipefail
 out=$(mkdir -p "$1" && cd "$1" && pwd); shift
 parts=" ${*:-kernels tiny gpt2 gpt2-torch} "
@@ -168,12 +172,18 @@ if has tiny; then
   rm -rf ck-bf16 ck-cpu
 fi
 
+# N processes of llm-run on this machine, launched torchrun-style over TCP.
+two() { run python3 "$kit/bin/launch_env.py" -n 2 --timeout "${LAUNCH_TMO:-240}" -- llm-run "$@"; }
+four() { run python3 "$kit/bin/launch_env.py" -n 4 --timeout "${LAUNCH_TMO:-240}" -- llm-run "$@"; }
+eight() { run python3 "$kit/bin/launch_env.py" -n 8 --timeout "${LAUNCH_TMO:-240}" -- llm-run "$@"; }
+launcher() { # the launch function for kit plan $1
+  case $1 in gpt2-pp | gpt2-dp2tp2 | cp2tp2 | gpt2-pp-zero2 | pp-zero3) echo four ;; 3d) echo eight ;; *) echo two ;; esac
+}
 if has comm; then
   # Issue 16: two ranks on one GPU (NCCL refuses that) through the host-staged
   # communicator, launched torchrun-style over TCP (no MPI there).
   step "DP2 as two processes on one GPU (--comm staged) vs the CPU backend"
   hangs=0
-  two() { run python3 "$kit/bin/launch_env.py" -n 2 --timeout "${LAUNCH_TMO:-240}" -- llm-run "$@"; }
   for p in dp2:1e-5 dp2-bf16:2e-2 zero1:1e-5 zero1-bf16:2e-2 zero2:1e-5 zero2-bf16:2e-2 \
     zero3:1e-5 zero3-bf16:2e-2; do
     n=${p%%:*} tol=${p##*:}
@@ -187,14 +197,11 @@ if has comm; then
   two "$kit/plans/dp2" --data "$kit/data/tiny.bin" --steps 10 --metrics dp2-auto.jsonl --device cuda --quiet
   python3 "$cmp" dp2-gpu.jsonl dp2-auto.jsonl --rel 0
   step "pipeline stages, tensor, expert and context parallelism as processes on one GPU (--comm staged) vs the CPU backend"
-  four() { run python3 "$kit/bin/launch_env.py" -n 4 --timeout "${LAUNCH_TMO:-240}" -- llm-run "$@"; }
-  eight() { run python3 "$kit/bin/launch_env.py" -n 8 --timeout "${LAUNCH_TMO:-240}" -- llm-run "$@"; }
   for p in pp2:1e-5 pp2-bf16:2e-2 pp2-gpipe:1e-5 vpp:1e-5 gpt2-pp:1e-5 tp2:1e-5 tp2-sp-bf16:2e-2 tp2-padded:1e-5 \
     gpt2-dp2tp2:1e-5 ep2:1e-5 ep2-bf16:2e-2 cp2:1e-5 cp2-bf16:2e-2 gpt2-cp2:1e-5 cp2tp2:1e-5 \
     3d:1e-5 tp2-fp8:2e-2 gpt2-pp-zero2:1e-5 pp-zero3:1e-5 moe-tp2:1e-5 pp-uneven:1e-5 \
     gpt2-zero3:1e-5 gpt2-vpp:1e-5 moe-pp2:1e-5 moe-cp2:1e-5; do
-    n=${p%%:*} tol=${p##*:} launch=two
-    case $n in gpt2-pp | gpt2-dp2tp2 | cp2tp2 | gpt2-pp-zero2 | pp-zero3) launch=four ;; 3d) launch=eight ;; esac
+    n=${p%%:*} tol=${p##*:} launch=$(launcher $n)
     cpu $n $launch "$kit/plans/$n" --data "$kit/data/tiny.bin" --steps 10 --metrics $n-cpu.jsonl --quiet
     $launch "$kit/plans/$n" --data "$kit/data/tiny.bin" --steps 10 --metrics $n-gpu.jsonl --device cuda --comm staged --quiet
     hung $? && break
@@ -211,6 +218,21 @@ if has comm; then
   rm -rf ck-z2
   step "--comm nccl for ranks sharing a GPU: refused by name"
   two "$kit/plans/dp2" --data "$kit/data/tiny.bin" --steps 1 --device cuda --comm nccl --quiet 2>&1 | tail -3
+fi
+
+if has comm-graphs; then
+  # CUDA graphs (LLMOPT_CUDA_GRAPHS=1) on multi-rank plans, which keep them
+  # opt-in until they equal the CPU backend here; a plan whose step cannot
+  # be captured says so on stderr and launches kernel by kernel.
+  step "CUDA graphs on staged multi-rank plans vs the CPU backend"
+  hangs=0
+  for p in dp2:1e-5 zero1:1e-5 zero3:1e-5 pp2:1e-5 tp2-sp-bf16:2e-2 ep2:1e-5 cp2:1e-5 3d:1e-5; do
+    n=${p%%:*} tol=${p##*:} launch=$(launcher $n)
+    cpu $n $launch "$kit/plans/$n" --data "$kit/data/tiny.bin" --steps 10 --metrics $n-cpu.jsonl --quiet
+    LLMOPT_CUDA_GRAPHS=1 $launch "$kit/plans/$n" --data "$kit/data/tiny.bin" --steps 10 --metrics $n-graphs.jsonl --device cuda --comm staged --quiet 2>&1 | grep -v '^$' | sort -u | head -4
+    hung ${PIPESTATUS[0]} && break
+    python3 "$cmp" $n-cpu.jsonl $n-graphs.jsonl --rel $tol
+  done
 fi
 
 if has nccl; then
