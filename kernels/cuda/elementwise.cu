@@ -564,6 +564,11 @@ cudaError_t sumSquares(const float *x, int64_t n, double *scratch, float *out, b
   return cudaGetLastError();
 }
 
+cudaError_t floatOfSum(const double *sum, float *out, cudaStream_t s) {
+  finishSquaresKernel<<<1, 1, 0, s>>>(sum, out, false);
+  return cudaGetLastError();
+}
+
 cudaError_t sqrtOfSum(const double *sum, float *out, cudaStream_t s) {
   finishSquaresKernel<<<1, 1, 0, s>>>(sum, out, true);
   return cudaGetLastError();

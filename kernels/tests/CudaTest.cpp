@@ -370,6 +370,11 @@ TEST(Cuda, AdamWFromDeviceNormAndStep) {
   Dev<float> dOut(1);
   ASSERT_EQ(gpu::sqrtOfSum(dSum.p, dOut.p, nullptr), cudaSuccess);
   EXPECT_EQ(dOut.host()[0], 4.0f);
+  // ZeRO's partial sum, rounded to fp32 as the host rounds it.
+  const double partial = 1.0 + 3.0 * std::ldexp(1.0, -30);
+  Dev<double> dPartial(std::vector<double>{partial});
+  ASSERT_EQ(gpu::floatOfSum(dPartial.p, dOut.p, nullptr), cudaSuccess);
+  EXPECT_EQ(dOut.host()[0], float(partial));
 }
 
 } // namespace

@@ -1456,13 +1456,9 @@ template <typename T> bool CudaExecutor::State::kernelSumSquares(const KernelCal
   }
   if (!squaresInto(ins, std::move(arrays), std::move(counts), dsum, error))
     return false;
-  double sum = 0;
-  if (!drainDevice(error) || !ok(cudaMemcpyAsync(&sum, dsum, 8, cudaMemcpyDeviceToHost, s)) ||
-      !ok(cudaStreamSynchronize(s)))
-    return false;
-  float f = float(sum);
-  return ok(cudaMemcpyAsync(ptr(out[0]), &f, 4, cudaMemcpyHostToDevice, s)) &&
-         ok(cudaStreamSynchronize(s));
+  // Rounded to fp32 on the device, in stream order: no host round trip
+  // (a CUDA graph can capture it).
+  return ok(cu::floatOfSum(dsum, at<float>(out[0]), s));
 }
 
 /// The vocabulary-parallel cross-entropy (tensor parallelism's LM head):

@@ -364,6 +364,9 @@ cudaError_t adamwMulti(const AdamWTensor *tensors, const AdamWChunk *chunks, int
                        cudaStream_t stream);
 /// out = sqrt(*sum) (the global norm from sumSquaresAccumulate), on the device.
 cudaError_t sqrtOfSum(const double *sum, float *out, cudaStream_t stream);
+/// out = float(*sum), rounded to nearest as the host rounds (ZeRO's partial
+/// sums of squares before their all-reduce), on the device.
+cudaError_t floatOfSum(const double *sum, float *out, cudaStream_t stream);
 
 } // namespace llmopt::kernels::cuda
 
