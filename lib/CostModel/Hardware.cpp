@@ -3,6 +3,7 @@
 #include "llmopt/CostModel/Hardware.h"
 #include "llmopt/Support/JSONDepth.h"
 
+#include "JSONFields.h"
 #include "JSONMerge.h"
 
 #include "llvm/ADT/StringRef.h"
@@ -202,88 +203,41 @@ json::Value llmopt::cost::toJSON(const ClusterSpec &c) {
 }
 
 namespace {
-/// Reads the schema back, checking every field's type and range.
-struct Reader {
-  std::string &error;
-  std::string where;
-
-  bool fail(const std::string &path, const std::string &msg) {
-    if (error.empty())
-      error = where + "field '" + path + "' " + msg;
-    return false;
-  }
-
-  bool number(const json::Object &o, const std::string &prefix, llvm::StringRef key, double &out,
-              double scale = 1, bool allowZero = false) {
-    const json::Value *v = o.get(key);
-    std::string path = prefix + key.str();
-    if (!v)
-      return fail(path, "is missing");
-    std::optional<double> d = v->getAsNumber();
-    if (!d || !std::isfinite(*d))
-      return fail(path, "must be a number");
-    if (*d < 0 || (!allowZero && *d == 0))
-      return fail(path, allowZero ? "must not be negative" : "must be positive");
-    out = *d * scale;
-    return true;
-  }
-
-  bool integer(const json::Object &o, const std::string &prefix, llvm::StringRef key, int &out) {
-    const json::Value *v = o.get(key);
-    std::string path = prefix + key.str();
-    if (!v)
-      return fail(path, "is missing");
-    std::optional<int64_t> i = v->getAsInteger();
-    if (!i)
-      return fail(path, "must be an integer");
-    if (*i <= 0 || *i > (1 << 20))
-      return fail(path, "must be between 1 and 1048576");
-    out = static_cast<int>(*i);
-    return true;
-  }
-
-  const json::Object *object(const json::Object &o, llvm::StringRef key) {
-    const json::Value *v = o.get(key);
-    if (!v || !v->getAsObject()) {
-      fail(key.str(), "must be an object");
-      return nullptr;
-    }
-    return v->getAsObject();
-  }
-};
-
-bool fromJSON(const json::Object &o, ClusterSpec &c, Reader &r) {
+/// Reads the schema back, checking every field's type and range (fields
+/// beyond it are refused where the file is read).
+bool fromJSON(const json::Object &o, ClusterSpec &c, std::string &error, const std::string &where) {
+  Fields r(o, "", error, where);
   if (const json::Value *n = o.get("name"))
     if (std::optional<llvm::StringRef> s = n->getAsString())
       c.name = s->str();
-  bool ok = r.integer(o, "", "gpus_per_node", c.gpusPerNode) &&
-            r.integer(o, "", "nodes", c.numNodes) &&
-            r.number(o, "", "collective_base_latency_us", c.collectiveBaseLatency, 1e-6, true);
+  bool ok = r.count("gpus_per_node", c.gpusPerNode) && r.count("nodes", c.numNodes) &&
+            r.positive("collective_base_latency_us", c.collectiveBaseLatency, 1e-6, true);
   if (!ok)
     return false;
-  const json::Object *g = r.object(o, "gpu");
-  const json::Object *in = r.object(o, "intra_node");
-  const json::Object *net = r.object(o, "network");
-  const json::Object *host = r.object(o, "host");
+  const json::Object *g = r.object("gpu");
+  const json::Object *in = g ? r.object("intra_node") : nullptr;
+  const json::Object *net = in ? r.object("network") : nullptr;
+  const json::Object *host = net ? r.object("host") : nullptr;
   if (!g || !in || !net || !host)
     return false;
   if (const json::Value *n = g->get("name"))
     if (std::optional<llvm::StringRef> s = n->getAsString())
       c.gpu.name = s->str();
   GpuSpec &gpu = c.gpu;
-  ok = r.number(*g, "gpu.", "bf16_tflops", gpu.bf16Flops, TFLOPS) &&
-       r.number(*g, "gpu.", "fp8_tflops", gpu.fp8Flops, TFLOPS, true) &&
-       r.number(*g, "gpu.", "fp32_tflops", gpu.fp32Flops, TFLOPS) &&
-       r.number(*g, "gpu.", "hbm_gib", gpu.hbmBytes, GiB) &&
-       r.number(*g, "gpu.", "hbm_tb_s", gpu.hbmBandwidth, 1e12) &&
-       r.number(*g, "gpu.", "gemm_efficiency", gpu.gemmEfficiency) &&
-       r.number(*g, "gpu.", "gemm_half_dim", gpu.gemmHalfDim, 1, true) &&
-       r.number(*g, "gpu.", "flash_attention_efficiency", gpu.flashAttentionEfficiency) &&
-       r.number(*g, "gpu.", "fp8_gemm_efficiency", gpu.fp8GemmEfficiency) &&
-       r.number(*g, "gpu.", "bmm_efficiency", gpu.bmmEfficiency) &&
-       r.number(*g, "gpu.", "mem_efficiency", gpu.memEfficiency) &&
-       r.number(*g, "gpu.", "throughput_scale", gpu.throughputScale) &&
-       r.number(*g, "gpu.", "reserved_gib", gpu.reservedBytes, GiB, true);
+  Fields gf(*g, "gpu.", error, where);
+  ok = gf.positive("bf16_tflops", gpu.bf16Flops, TFLOPS) &&
+       gf.positive("fp8_tflops", gpu.fp8Flops, TFLOPS, true) &&
+       gf.positive("fp32_tflops", gpu.fp32Flops, TFLOPS) &&
+       gf.positive("hbm_gib", gpu.hbmBytes, GiB) &&
+       gf.positive("hbm_tb_s", gpu.hbmBandwidth, 1e12) &&
+       gf.positive("gemm_efficiency", gpu.gemmEfficiency) &&
+       gf.positive("gemm_half_dim", gpu.gemmHalfDim, 1, true) &&
+       gf.positive("flash_attention_efficiency", gpu.flashAttentionEfficiency) &&
+       gf.positive("fp8_gemm_efficiency", gpu.fp8GemmEfficiency) &&
+       gf.positive("bmm_efficiency", gpu.bmmEfficiency) &&
+       gf.positive("mem_efficiency", gpu.memEfficiency) &&
+       gf.positive("throughput_scale", gpu.throughputScale) &&
+       gf.positive("reserved_gib", gpu.reservedBytes, GiB, true);
   if (!ok)
     return false;
   for (auto [key, v] : {std::pair<const char *, double>{"gemm_efficiency", gpu.gemmEfficiency},
@@ -293,23 +247,23 @@ bool fromJSON(const json::Object &o, ClusterSpec &c, Reader &r) {
                         {"bmm_efficiency", gpu.bmmEfficiency},
                         {"mem_efficiency", gpu.memEfficiency}})
     if (v > 1)
-      return r.fail(std::string("gpu.") + key, "is a fraction of peak and must be at most 1");
+      return gf.fail(key, "is a fraction of peak and must be at most 1");
+  Fields inf(*in, "intra_node.", error, where);
   const json::Value *kind = in->get("kind");
   std::optional<llvm::StringRef> k = kind ? kind->getAsString() : std::nullopt;
   if (!k || (*k != "nvlink" && *k != "pcie"))
-    return r.fail("intra_node.kind", "must be \"nvlink\" or \"pcie\"");
+    return inf.fail("kind", "must be \"nvlink\" or \"pcie\"");
   c.nvlink = *k == "nvlink";
-  ok = r.number(*in, "intra_node.", "bus_bandwidth_gb_s", c.intraBusBandwidth, GB) &&
-       r.number(*in, "intra_node.", "allreduce_bus_bandwidth_gb_s", c.intraAllReduceBusBandwidth,
-                GB, true) &&
-       r.number(*in, "intra_node.", "step_latency_us", c.intraStepLatency, 1e-6, true) &&
-       r.integer(*net, "network.", "nics_per_node", c.nicsPerNode) &&
-       r.number(*net, "network.", "nic_bandwidth_gb_s", c.nicBandwidth, GB) &&
-       r.number(*net, "network.", "step_latency_us", c.interStepLatency, 1e-6, true) &&
-       r.number(*host, "host.", "memory_gib", c.hostMemoryBytes, GiB) &&
-       r.number(*host, "host.", "pcie_gb_s", c.pcieBandwidth, GB) &&
-       r.number(*host, "host.", "cpu_adam_params_per_s", c.cpuAdamParamsPerS);
-  return ok;
+  Fields nf(*net, "network.", error, where), hf(*host, "host.", error, where);
+  return inf.positive("bus_bandwidth_gb_s", c.intraBusBandwidth, GB) &&
+         inf.positive("allreduce_bus_bandwidth_gb_s", c.intraAllReduceBusBandwidth, GB, true) &&
+         inf.positive("step_latency_us", c.intraStepLatency, 1e-6, true) &&
+         nf.count("nics_per_node", c.nicsPerNode) &&
+         nf.positive("nic_bandwidth_gb_s", c.nicBandwidth, GB) &&
+         nf.positive("step_latency_us", c.interStepLatency, 1e-6, true) &&
+         hf.positive("memory_gib", c.hostMemoryBytes, GiB) &&
+         hf.positive("pcie_gb_s", c.pcieBandwidth, GB) &&
+         hf.positive("cpu_adam_params_per_s", c.cpuAdamParamsPerS);
 }
 
 } // namespace
@@ -440,9 +394,8 @@ bool llmopt::cost::parseCluster(const std::string &spec, const std::string &file
     }
   }
 
-  Reader reader{error, where};
   out = ClusterSpec();
-  if (!fromJSON(root, out, reader))
+  if (!fromJSON(root, out, error, where))
     return false;
   if (gpus > 0) {
     if (gpus < out.gpusPerNode) {
