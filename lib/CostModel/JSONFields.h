@@ -69,29 +69,23 @@ public:
   }
 
   bool number(llvm::StringRef key, double &out, double lo, double hi, double scale = 1) {
-    const llvm::json::Value *v = get(key);
-    if (!v)
+    double d = 0;
+    if (!finite(key, d))
       return false;
-    std::optional<double> d = v->getAsNumber();
-    if (!d || !std::isfinite(*d))
-      return fail(key, "must be a number");
-    if (*d < lo || *d > hi)
-      return fail(key, llvm::formatv("must be between {0} and {1}, got {2}", lo, hi, *d));
-    out = *d * scale;
+    if (d < lo || d > hi)
+      return fail(key, llvm::formatv("must be between {0} and {1}, got {2}", lo, hi, d));
+    out = d * scale;
     return true;
   }
 
   /// A positive number (`allowZero`: not negative), times `scale`.
   bool positive(llvm::StringRef key, double &out, double scale = 1, bool allowZero = false) {
-    const llvm::json::Value *v = get(key);
-    if (!v)
+    double d = 0;
+    if (!finite(key, d))
       return false;
-    std::optional<double> d = v->getAsNumber();
-    if (!d || !std::isfinite(*d))
-      return fail(key, "must be a number");
-    if (*d < 0 || (!allowZero && *d == 0))
+    if (d < 0 || (!allowZero && d == 0))
       return fail(key, allowZero ? "must not be negative" : "must be positive");
-    out = *d * scale;
+    out = d * scale;
     return true;
   }
 
@@ -194,6 +188,18 @@ public:
   }
 
 private:
+  /// The finite number at `key`.
+  bool finite(llvm::StringRef key, double &out) {
+    const llvm::json::Value *v = get(key);
+    if (!v)
+      return false;
+    std::optional<double> d = v->getAsNumber();
+    if (!d || !std::isfinite(*d))
+      return fail(key, "must be a number");
+    out = *d;
+    return true;
+  }
+
   const llvm::json::Object &o;
   std::string path, where;
   std::string &error;
