@@ -1,6 +1,7 @@
 //===- data.cpp - token shards --------------------------------------------===//
 
 #include "llmopt-runtime/data.h"
+#include "llmopt-runtime/sha256.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -69,22 +70,14 @@ int32_t TokenData::maxToken() const {
   return tokens.empty() ? 0 : *std::max_element(tokens.begin(), tokens.end());
 }
 
-uint64_t TokenData::fingerprint() const {
-  // FNV-1a over the count and the first and last 4096 tokens.
-  uint64_t h = 14695981039346656037ull;
-  auto mix = [&](uint64_t v) {
-    for (int b = 0; b < 8; ++b) {
-      h ^= (v >> (8 * b)) & 0xff;
-      h *= 1099511628211ull;
-    }
-  };
-  const size_t n = tokens.size(), edge = std::min<size_t>(n, 4096);
-  mix(n);
-  for (size_t i = 0; i < edge; ++i)
-    mix(uint64_t(uint32_t(tokens[i])));
-  for (size_t i = n - edge; i < n; ++i)
-    mix(uint64_t(uint32_t(tokens[i])));
-  return h;
+std::string TokenData::fingerprint() const {
+  const uint64_t n = tokens.size();
+  const size_t edge = std::min<size_t>(tokens.size(), 4096);
+  Sha256 h;
+  h.update(&n, sizeof n);
+  h.update(tokens.data(), edge * sizeof(int32_t));
+  h.update(tokens.data() + (tokens.size() - edge), edge * sizeof(int32_t));
+  return h.hex();
 }
 
 void TokenData::batch(int64_t step, int64_t globalSequences, int64_t firstSequence,

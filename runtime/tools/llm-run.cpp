@@ -578,11 +578,15 @@ static int run(int argc, char **argv) {
     comm->flush(ignored);
     return fail(why);
   };
+  // A SHA-256's first 64 bits (the hex digests are always 64 digits).
+  auto digest = [](const std::string &hex) {
+    return int64_t(std::stoull(hex.substr(0, 16), nullptr, 16));
+  };
   if (!agreeOnLaunch(*comm,
-                     {{"plan", int64_t(std::stoull(plan.sha256.substr(0, 16), nullptr, 16)), true},
+                     {{"plan", digest(plan.sha256), true},
                       {"--seed", int64_t(o.seed)},
                       {"--steps", o.steps},
-                      {"--data", int64_t(data.fingerprint()), true},
+                      {"--data", digest(data.fingerprint()), true},
                       {"--checkpoint-every", o.checkpointEvery},
                       {"--resume (1: given)", o.resume.empty() ? 0 : 1},
                       {"--device (1: cuda)", o.device == "cuda" ? 1 : 0},

@@ -35,9 +35,10 @@ public:
 
   int64_t size() const { return int64_t(tokens.size()); }
   int32_t maxToken() const;
-  /// A hash of the token count and the first and last 4096 tokens: ranks
-  /// launched on different data differ in it (llm-run compares it).
-  uint64_t fingerprint() const;
+  /// The SHA-256 (hex) of the token count and the first and last 4096
+  /// tokens: ranks launched on different data differ in it (llm-run
+  /// compares it).
+  std::string fingerprint() const;
 
 private:
   std::vector<int32_t> tokens;
