@@ -9,12 +9,15 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <fcntl.h>
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <random>
 #include <stdio.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -29,23 +32,40 @@ std::string exactFloat(float v) {
   return buf;
 }
 
-/// The loss-scaling state a checkpoint's manifest carries (absent in older
-/// checkpoints: the defaults).
-void readLossScale(const json::Value &m, LossScaleState &st) {
-  st = LossScaleState();
-  if (const json::Value *v = m.get("loss_scale"); v && v->isNumber())
-    st.scale = float(v->number);
-  if (const json::Value *v = m.get("loss_scale_good_steps"); v && v->isNumber())
-    st.goodSteps = v->integer;
-  if (const json::Value *v = m.get("skipped_steps"); v && v->isNumber())
-    st.skipped = v->integer;
+bool isHex(const std::string &s, size_t digits) {
+  return s.size() == digits && s.find_first_not_of("0123456789abcdef") == std::string::npos;
+}
+
+/// A new run's id: 128 random bits as 32 hex digits (the OS's entropy,
+/// mixed with the time and the process id where that is weak).
+std::string newRunId() {
+  Sha256 h;
+  try {
+    std::random_device rd;
+    uint32_t words[8];
+    for (uint32_t &w : words)
+      w = rd();
+    h.update(words, sizeof(words));
+  } catch (...) {
+  }
+  int64_t now = std::chrono::high_resolution_clock::now().time_since_epoch().count();
+  int64_t pid = int64_t(::getpid());
+  h.update(&now, sizeof(now));
+  h.update(&pid, sizeof(pid));
+  return h.hex().substr(0, 32);
 }
 } // namespace
 
 namespace {
 
-// Version 2: AdamW moments may be this rank's ZeRO chunk, with its own count.
-constexpr char kMagic[8] = {'L', 'L', 'M', 'C', 'K', 'P', 'T', '2'};
+// Rank files. Version 3 (under version-2 manifests): headed by the step, the
+// writing rank and the world size, so that a file renamed or swapped with
+// another rank's is refused. Version 2 (version-1 manifests, still read):
+// AdamW moments may be this rank's ZeRO chunk, with its own count.
+constexpr char kMagic[8] = {'L', 'L', 'M', 'C', 'K', 'P', 'T', '3'};
+constexpr char kMagicV2[8] = {'L', 'L', 'M', 'C', 'K', 'P', 'T', '2'};
+/// The manifest this runtime writes (it reads 1 and 2).
+constexpr int64_t kManifestVersion = 2;
 
 std::string stepName(int64_t step) {
   char buf[32];
@@ -102,14 +122,48 @@ struct Saved {
   std::vector<float> value, m, v;
 };
 
+/// What a rank file must say of itself: the checkpoint's step, format and
+/// world size, and the rank it is named for.
+struct RankHeader {
+  int64_t version = kManifestVersion; // the manifest's
+  int64_t step = 0, rank = 0, world = 1;
+};
+
 /// Parses a rank file written under plan `of`, read through `take` (false
 /// when the file has fewer bytes).
-bool parseRank(const std::function<bool(void *, size_t)> &take, const Plan &of, int64_t step,
-               const std::string &where, std::map<std::string, Saved> &out, std::string &error) {
+bool parseRank(const std::function<bool(void *, size_t)> &take, const Plan &of,
+               const RankHeader &want, const std::string &where, std::map<std::string, Saved> &out,
+               std::string &error) {
   char magic[8];
-  int64_t savedStep = 0, count = 0;
-  if (!take(magic, 8) || std::memcmp(magic, kMagic, 8) != 0 || !take(&savedStep, 8) ||
-      !take(&count, 8) || count < 0 || count > int64_t(of.params.size()) || savedStep != step) {
+  bool v3 = want.version >= 2;
+  if (!take(magic, 8) || std::memcmp(magic, v3 ? kMagic : kMagicV2, 8) != 0) {
+    error = where + ": not a rank file of a version-" + std::to_string(want.version) +
+            " checkpoint (it does not begin with " + std::string(v3 ? kMagic : kMagicV2, 8) + ")";
+    return false;
+  }
+  int64_t savedStep = 0, savedRank = 0, savedWorld = 0, count = 0;
+  if (!take(&savedStep, 8) || (v3 && (!take(&savedRank, 8) || !take(&savedWorld, 8)))) {
+    error = where + ": truncated";
+    return false;
+  }
+  if (savedStep != want.step) {
+    error = where + ": holds step " + std::to_string(savedStep) + ", but the manifest is of step " +
+            std::to_string(want.step) + ": the file belongs to another checkpoint";
+    return false;
+  }
+  if (v3 && savedRank != want.rank) {
+    error = where + ": holds rank " + std::to_string(savedRank) + "'s state, not rank " +
+            std::to_string(want.rank) +
+            "'s: the rank files were renamed or swapped; restore the checkpoint's own files";
+    return false;
+  }
+  if (v3 && savedWorld != want.world) {
+    error = where + ": written by a job of " + std::to_string(savedWorld) +
+            " ranks, but the manifest says " + std::to_string(want.world) +
+            ": the file belongs to another checkpoint";
+    return false;
+  }
+  if (!take(&count, 8) || count < 0 || count > int64_t(of.params.size())) {
     error = where + ": does not match its plan's parameters";
     return false;
   }
@@ -149,16 +203,69 @@ bool barrier(Communicator &comm, std::string &error) {
   return comm.allReduce("world", &x, 1, false, error);
 }
 
+/// The run id in a step directory's manifest, or "" (none, unreadable).
+std::string runIdOf(const std::string &stepDir) {
+  std::string text, ignored;
+  json::Value m;
+  if (!readFile(stepDir + "/manifest.json", text) || !json::parse(text, m, ignored))
+    return "";
+  const json::Value *id = m.get("run_id");
+  return id && id->isString() ? id->string : "";
+}
+
+/// After `name` (of run `runId`) is committed: what `options` says goes.
+void applyRetention(const std::string &dir, const std::string &name, const std::string &runId,
+                    const SaveOptions &options) {
+  if (options.keepLast <= 0 && !options.replaceOtherRuns)
+    return;
+  // The step directories, by step (past step 99999999 the names are longer
+  // and no longer sort as text).
+  std::vector<std::pair<int64_t, std::string>> steps;
+  std::error_code ec;
+  for (const auto &e : std::filesystem::directory_iterator(dir, ec)) {
+    std::string n = e.path().filename().string();
+    if (e.is_directory() && n.rfind("step-", 0) == 0 && n.size() >= 13 && n.size() <= 24 &&
+        n.find_first_not_of("0123456789", 5) == std::string::npos)
+      steps.emplace_back(std::strtoll(n.c_str() + 5, nullptr, 10), n);
+  }
+  std::sort(steps.begin(), steps.end());
+  int64_t saved = std::strtoll(name.c_str() + 5, nullptr, 10);
+  std::vector<std::string> kept;
+  for (const auto &[at, n] : steps) {
+    if (n == name) {
+      kept.push_back(n);
+      continue;
+    }
+    // --overwrite: the run this one replaces (its id is not ours, or it has
+    // none) goes, now that LATEST names this run's checkpoint. A later step
+    // under retention is a continuation this run abandoned (it resumed an
+    // earlier step): it would otherwise count as newest and outlive this
+    // run's own checkpoints.
+    if ((options.replaceOtherRuns && runIdOf(dir + "/" + n) != runId) ||
+        (options.keepLast > 0 && at > saved))
+      removeDir(dir + "/" + n);
+    else
+      kept.push_back(n);
+  }
+  if (options.keepLast > 0)
+    for (size_t k = 0; k + size_t(options.keepLast) < kept.size(); ++k)
+      if (kept[k] != name)
+        removeDir(dir + "/" + kept[k]);
+}
+
 } // namespace
 
-bool saveCheckpoint(const std::string &dir, const ParamStore &store, const Plan &plan,
-                    Communicator &comm, std::string &error, int64_t keepLast) {
+bool saveCheckpoint(const std::string &dir, ParamStore &store, const Plan &plan, Communicator &comm,
+                    std::string &error, const SaveOptions &options) {
   if (plan.text.empty()) {
     error = "checkpoints need a plan loaded from its directory (loadPlan)";
     return false;
   }
   const std::string &planSha256 = plan.sha256;
   int rank = comm.rank();
+  // A fresh run's first save names the run (rank 0 writes the manifest).
+  if (rank == 0 && store.runId.empty())
+    store.runId = newRunId();
   std::string name = stepName(store.steps);
   std::string partial = dir + "/." + name + ".partial";
   if (rank == 0) {
@@ -196,8 +303,10 @@ bool saveCheckpoint(const std::string &dir, const ParamStore &store, const Plan 
 
   // This rank's state, in the plan's parameter order, streamed to its file
   // and hashed as it goes (no copy of the state in memory), the digest in a
-  // side file for rank 0's manifest.
-  int64_t step = store.steps, count = 0;
+  // side file for rank 0's manifest. The header names the step, this rank
+  // and the world size: a file renamed or swapped with another rank's is
+  // refused on resume.
+  int64_t step = store.steps, count = 0, rankNo = rank, world = comm.size();
   for (const ParamSpec &p : plan.params)
     count += store.holds(p.name);
   std::string file = "rank-" + std::to_string(rank) + ".bin", path = partial + "/" + file;
@@ -210,6 +319,8 @@ bool saveCheckpoint(const std::string &dir, const ParamStore &store, const Plan 
     };
     put(kMagic, 8);
     put(&step, 8);
+    put(&rankNo, 8);
+    put(&world, 8);
     put(&count, 8);
     // The parameters this rank holds (a pipeline stage holds its own).
     // One tensor at a time through the store (param_store.h): a device
@@ -249,9 +360,10 @@ bool saveCheckpoint(const std::string &dir, const ParamStore &store, const Plan 
 
   if (rank == 0) {
     std::string manifest =
-        "{\n  \"format\": \"llm-opt-checkpoint\",\n  \"version\": 1,\n"
-        "  \"step\": " +
-        std::to_string(step) + ",\n  \"loss_scale\": " + exactFloat(store.lossScale.scale) +
+        "{\n  \"format\": \"llm-opt-checkpoint\",\n  \"version\": " +
+        std::to_string(kManifestVersion) + ",\n  \"run_id\": \"" + store.runId +
+        "\",\n  \"step\": " + std::to_string(step) +
+        ",\n  \"loss_scale\": " + exactFloat(store.lossScale.scale) +
         ",\n  \"loss_scale_good_steps\": " + std::to_string(store.lossScale.goodSteps) +
         ",\n  \"skipped_steps\": " + std::to_string(store.lossScale.skipped) +
         ",\n  \"world_size\": " + std::to_string(comm.size()) + ",\n  \"plan_sha256\": \"" +
@@ -267,15 +379,17 @@ bool saveCheckpoint(const std::string &dir, const ParamStore &store, const Plan 
       manifest += std::string(r ? "," : "") + "\n    \"" + f + "\": \"" + digest + "\"";
     }
     manifest += "\n  }\n}\n";
-    // The plan travels with the checkpoint, so that another plan can reshard it.
-    if (!writeAll(partial + "/plan.json", plan.text) ||
-        !writeAll(partial + "/checksums.sha256", planSha256 + "  plan.json\n")) {
-      return failed(partial + "/plan.json: write failed");
-    }
+    // The plan travels with the checkpoint, so that another plan can reshard
+    // it; checksums.sha256 holds its digest and the manifest's (which holds
+    // the rank files'), so that every byte of the checkpoint is checked.
     std::string final = dir + "/" + name;
-    if (!writeAll(partial + "/manifest.json", manifest)) {
+    if (!writeAll(partial + "/plan.json", plan.text))
+      return failed(partial + "/plan.json: write failed");
+    if (!writeAll(partial + "/manifest.json", manifest))
       return failed(partial + "/manifest.json: write failed");
-    }
+    if (!writeAll(partial + "/checksums.sha256",
+                  planSha256 + "  plan.json\n" + sha256Hex(manifest) + "  manifest.json\n"))
+      return failed(partial + "/checksums.sha256: write failed");
     // A checkpoint of the same step already there (a resumed --steps 0, a
     // rerun) is swapped out atomically, so that LATEST never names a missing
     // or half-written directory; where the file system cannot swap, it is
@@ -308,33 +422,113 @@ bool saveCheckpoint(const std::string &dir, const ParamStore &store, const Plan 
       error = dir + "/LATEST: write failed";
       return false;
     }
-    // Retention: the newest keepLast step directories stay (names sort by
-    // step: step-%08lld).
-    if (keepLast > 0) {
-      std::vector<std::string> steps;
-      std::error_code ec;
-      for (const auto &e : std::filesystem::directory_iterator(dir, ec)) {
-        std::string n = e.path().filename().string();
-        if (e.is_directory() && n.rfind("step-", 0) == 0 && n.size() == 13)
-          steps.push_back(n);
-      }
-      std::sort(steps.begin(), steps.end());
-      for (size_t k = 0; k + size_t(keepLast) < steps.size(); ++k)
-        if (steps[k] != name)
-          removeDir(dir + "/" + steps[k]);
-    }
+    applyRetention(dir, name, store.runId, options);
   }
   return barrier(comm, error);
 }
 
 namespace {
-/// The newest checkpoint in a directory, its manifest checked.
+/// The newest checkpoint in a directory, its manifest verified and checked.
 struct Opened {
   std::string stepDir;
   json::Value manifest;
-  int64_t step = 0, world = 0;
-  std::string planHash;
+  int64_t version = 0, step = 0, world = 0;
+  std::string planHash, runId, manifestSha256;
+  LossScaleState lossScale;
 };
+
+/// The digest checksums.sha256 in `stepDir` lists for `name` ("" when the
+/// file or the line is absent; false when it is malformed).
+bool listedDigest(const std::string &stepDir, const std::string &name, std::string &digest,
+                  std::string &error) {
+  digest.clear();
+  std::string sums;
+  if (!readFile(stepDir + "/checksums.sha256", sums))
+    return true;
+  size_t at = 0;
+  while (at < sums.size()) {
+    size_t end = sums.find('\n', at);
+    std::string line = sums.substr(at, end == std::string::npos ? std::string::npos : end - at);
+    at = end == std::string::npos ? sums.size() : end + 1;
+    if (line.empty())
+      continue;
+    size_t sep = line.find("  ");
+    std::string hex = line.substr(0, sep);
+    if (sep == std::string::npos || !isHex(hex, 64)) {
+      error = stepDir + "/checksums.sha256: malformed line '" + line + "'";
+      return false;
+    }
+    if (line.substr(sep + 2) != name)
+      continue;
+    if (!digest.empty()) {
+      error = stepDir + "/checksums.sha256: lists '" + name + "' twice";
+      return false;
+    }
+    digest = hex;
+  }
+  return true;
+}
+
+/// The manifest's numbers: what a checkpoint this runtime wrote can hold.
+/// Loss scaling starts at 2^16 and only halves or doubles, so its scale is a
+/// power of two; past 2^127 it is not a float, below 2^-126 its inverse (the
+/// unscaling factor) is not (every step would overflow and be skipped).
+bool checkNumbers(Opened &o, std::string &error) {
+  const json::Value &m = o.manifest;
+  std::string where = o.stepDir + "/manifest.json: ";
+  auto bad = [&](const std::string &field, const std::string &is, const std::string &must) {
+    error = where + field + " is " + is + "; it must be " + must +
+            ": the checkpoint is corrupt or was edited";
+    return false;
+  };
+  if (o.step < 0)
+    return bad("step", std::to_string(o.step), "0 or more");
+  if (o.world < 1 || o.world > (1 << 24))
+    return bad("world_size", std::to_string(o.world), "from 1 to 16777216");
+  LossScaleState &ls = o.lossScale;
+  ls = LossScaleState();
+  // Version 1 manifests may predate loss scaling (the defaults then);
+  // version 2 ones always carry it.
+  const json::Value *scale = m.get("loss_scale"), *good = m.get("loss_scale_good_steps"),
+                    *skipped = m.get("skipped_steps");
+  if (o.version >= 2 && (!scale || !good || !skipped)) {
+    error = where + "loss_scale, loss_scale_good_steps or skipped_steps is missing: the "
+                    "checkpoint is corrupt or was edited";
+    return false;
+  }
+  if (scale) {
+    int exponent = 0;
+    double mantissa = scale->isNumber() ? std::frexp(scale->number, &exponent) : 0;
+    if (!scale->isNumber() || !std::isfinite(scale->number) || mantissa != 0.5 ||
+        exponent - 1 < -126 || exponent - 1 > 127) {
+      char shown[32];
+      std::snprintf(shown, sizeof(shown), "%g", scale->number);
+      return bad("loss_scale", scale->isNumber() ? shown : "not a number",
+                 "a power of two from 2^-126 to 2^127 (dynamic loss scaling starts at 2^16 and "
+                 "only halves or doubles)");
+    }
+    ls.scale = float(scale->number);
+  }
+  if (skipped) {
+    if (!skipped->isInteger || skipped->integer < 0 || skipped->integer > o.step)
+      return bad("skipped_steps",
+                 skipped->isInteger ? std::to_string(skipped->integer) : "not an integer",
+                 "from 0 to the step (" + std::to_string(o.step) + ")");
+    ls.skipped = skipped->integer;
+  }
+  if (good) {
+    // The clean steps since the scale last changed: it doubles (and the
+    // count restarts) at kGrowthInterval.
+    int64_t most = LossScaleState::kGrowthInterval - 1;
+    if (!good->isInteger || good->integer < 0 || good->integer > most)
+      return bad("loss_scale_good_steps",
+                 good->isInteger ? std::to_string(good->integer) : "not an integer",
+                 "from 0 to " + std::to_string(most) +
+                     " (the clean steps since the scale last changed)");
+    ls.goodSteps = good->integer;
+  }
+  return true;
+}
 
 bool openCheckpoint(const std::string &dir, Opened &o, std::string &error) {
   std::string latest;
@@ -354,6 +548,17 @@ bool openCheckpoint(const std::string &dir, Opened &o, std::string &error) {
     error = o.stepDir + "/manifest.json: missing: the checkpoint is incomplete";
     return false;
   }
+  // The manifest's own checksum first: nothing it says is read unchecked.
+  std::string listed;
+  if (!listedDigest(o.stepDir, "manifest.json", listed, error))
+    return false;
+  o.manifestSha256 = sha256Hex(text);
+  if (!listed.empty() && listed != o.manifestSha256) {
+    error = o.stepDir +
+            "/manifest.json: checksum mismatch (checksums.sha256): the checkpoint is corrupt "
+            "or was edited";
+    return false;
+  }
   if (!json::parse(text, o.manifest, error)) {
     error = o.stepDir + "/manifest.json: " + error;
     return false;
@@ -370,16 +575,53 @@ bool openCheckpoint(const std::string &dir, Opened &o, std::string &error) {
   }
   // A manifest of another version is a format this runtime does not know.
   const json::Value *version = m.get("version");
-  if (!version || !version->isInteger || version->integer != 1) {
+  if (!version || !version->isInteger || version->integer < 1 ||
+      version->integer > kManifestVersion) {
     error = o.stepDir + "/manifest.json: checkpoint format version " +
             (version && version->isInteger ? std::to_string(version->integer)
                                            : std::string("missing")) +
-            "; this llm-run reads version 1";
+            "; this llm-run reads versions 1 and 2";
     return false;
   }
+  o.version = version->integer;
   o.step = stepV->integer;
   o.world = world->integer;
   o.planHash = planHash->string;
+  if (o.version >= 2) {
+    if (listed.empty()) {
+      error = o.stepDir + "/checksums.sha256: does not list manifest.json: the checkpoint is "
+                          "incomplete or was edited";
+      return false;
+    }
+    const json::Value *runId = m.get("run_id");
+    if (!runId || !runId->isString() || !isHex(runId->string, 32)) {
+      error = o.stepDir + "/manifest.json: run_id must be 32 hex digits: the checkpoint is "
+                          "corrupt or was edited";
+      return false;
+    }
+    o.runId = runId->string;
+  }
+  if (!isHex(o.planHash, 64)) {
+    error = o.stepDir + "/manifest.json: plan_sha256 is not a SHA-256: the checkpoint is corrupt";
+    return false;
+  }
+  if (!checkNumbers(o, error))
+    return false;
+  // One file per rank of the world that wrote it, each with its digest.
+  if (int64_t(files->object.size()) != o.world) {
+    error = o.stepDir + "/manifest.json: lists " + std::to_string(files->object.size()) +
+            " rank files for a world of " + std::to_string(o.world) +
+            " ranks: the checkpoint is corrupt or was edited";
+    return false;
+  }
+  for (int64_t r = 0; r < o.world; ++r) {
+    const json::Value *digest = files->get("rank-" + std::to_string(r) + ".bin");
+    if (!digest || !digest->isString() || !isHex(digest->string, 64)) {
+      error = o.stepDir + "/manifest.json: files lacks rank-" + std::to_string(r) +
+              ".bin's SHA-256: the checkpoint is corrupt or was edited";
+      return false;
+    }
+  }
   return true;
 }
 
@@ -403,7 +645,12 @@ bool readRank(const Opened &o, int r, const Plan &of, std::map<std::string, Save
   };
   std::map<std::string, Saved> parsed;
   std::string parseError;
-  bool ok = parseRank(take, of, o.step, o.stepDir + "/" + file, parsed, parseError);
+  RankHeader header;
+  header.version = o.version;
+  header.step = o.step;
+  header.rank = r;
+  header.world = o.world;
+  bool ok = parseRank(take, of, header, o.stepDir + "/" + file, parsed, parseError);
   // The rest of the file (a parse that stopped early, or bytes past the
   // last parameter) still counts in the digest.
   bool trailing = false;
@@ -502,16 +749,34 @@ bool readWhole(const Opened &o, Plan &src, std::vector<WholeTensor> &out, std::s
 } // namespace
 
 bool readWholeCheckpoint(const std::string &dir, Plan &plan, int64_t &step,
-                         std::vector<WholeTensor> &tensors, std::string &error) {
+                         std::vector<WholeTensor> &tensors, std::string &error,
+                         ResumedCheckpoint *info) {
   Opened o;
   if (!openCheckpoint(dir, o, error) || !readWhole(o, plan, tensors, error))
     return false;
   step = o.step;
+  if (info) {
+    info->stepDir = o.stepDir;
+    info->manifestSha256 = o.manifestSha256;
+    info->runId = o.runId;
+    info->step = o.step;
+  }
+  return true;
+}
+
+bool inspectCheckpoint(const std::string &dir, ResumedCheckpoint &info, std::string &error) {
+  Opened o;
+  if (!openCheckpoint(dir, o, error))
+    return false;
+  info.stepDir = o.stepDir;
+  info.manifestSha256 = o.manifestSha256;
+  info.runId = o.runId;
+  info.step = o.step;
   return true;
 }
 
 bool loadCheckpoint(const std::string &dir, ParamStore &store, const Plan &plan, int rank,
-                    int worldSize, std::string &error, bool *changed) {
+                    int worldSize, std::string &error, bool *changed, ResumedCheckpoint *resumed) {
   bool ignored = false;
   if (!changed)
     changed = &ignored;
@@ -519,6 +784,20 @@ bool loadCheckpoint(const std::string &dir, ParamStore &store, const Plan &plan,
   Opened o;
   if (!openCheckpoint(dir, o, error))
     return false;
+  // What is restored besides the tensors: the step, the loss scaling, the
+  // run; and which checkpoint it was (for the ranks to compare).
+  auto restored = [&]() {
+    store.steps = o.step;
+    store.lossScale = o.lossScale;
+    store.runId = o.runId;
+    if (resumed) {
+      resumed->stepDir = o.stepDir;
+      resumed->manifestSha256 = o.manifestSha256;
+      resumed->runId = o.runId;
+      resumed->step = o.step;
+    }
+    return true;
+  };
   if (o.world == worldSize && o.planHash == plan.sha256) {
     // The same plan: this rank's file holds exactly its state, which
     // replaces the initialized one (released first, so that the state is
@@ -552,9 +831,7 @@ bool loadCheckpoint(const std::string &dir, ParamStore &store, const Plan &plan,
         return false;
       }
     }
-    store.steps = o.step;
-    readLossScale(o.manifest, store.lossScale);
-    return true;
+    return restored();
   }
 
   // Another plan (other dp / tp / ZeRO): rebuild every whole tensor from the
@@ -566,10 +843,11 @@ bool loadCheckpoint(const std::string &dir, ParamStore &store, const Plan &plan,
   std::map<std::string, const WholeTensor *> byName;
   for (const WholeTensor &w : tensors)
     byName[w.name] = &w;
-  // Every tensor this rank holds is checked before any is replaced.
+  // The checkpoint and the plan hold the same model: the same parameters
+  // (every rank checks all of them, not only its stage's, so that all refuse
+  // alike), of the same whole shapes. A parameter the plan lacks would be
+  // dropped without a word (a layer more in the checkpoint).
   for (const ParamSpec &p : plan.params) {
-    if (!store.holds(p.name))
-      continue;
     std::vector<int64_t> shape = p.shape;
     if (p.shardDim >= 0)
       shape[size_t(p.shardDim)] = p.wholeDim();
@@ -579,6 +857,17 @@ bool loadCheckpoint(const std::string &dir, ParamStore &store, const Plan &plan,
               "' is missing or has another shape: the checkpoint is of another model";
       return false;
     }
+  }
+  for (const WholeTensor &w : tensors)
+    if (!plan.param(w.name)) {
+      error = o.stepDir + ": the checkpoint holds parameter '" + w.name +
+              "', which this plan's model does not have: the checkpoint is of another model";
+      return false;
+    }
+  // Every tensor this rank holds is checked before any is replaced.
+  for (const ParamSpec &p : plan.params) {
+    if (!store.holds(p.name))
+      continue;
     int part = 0, parts = 1;
     if (p.shardDim >= 0 && !plan.place(p.shardAxis, rank, part, parts)) {
       error = "parameter '" + p.name + "' is sharded over axis '" + p.shardAxis +
@@ -615,9 +904,7 @@ bool loadCheckpoint(const std::string &dir, ParamStore &store, const Plan &plan,
     if (!store.write(p.name, std::move(st), error))
       return false;
   }
-  store.steps = o.step;
-  readLossScale(o.manifest, store.lossScale);
-  return true;
+  return restored();
 }
 
 } // namespace llmopt::runtime

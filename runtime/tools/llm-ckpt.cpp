@@ -3,11 +3,13 @@
 //   llm-ckpt info CKPT_DIR                    step, plan, parameters
 //   llm-ckpt export CKPT_DIR OUT.safetensors  whole fp32 weights
 //
-// Works on the newest checkpoint in CKPT_DIR whatever plan wrote it: the
-// tensor-parallel parts and ZeRO chunks are put back together. The export is
-// a safetensors file (8-byte little-endian header length, JSON header, raw
-// little-endian data) under the model's Hugging Face parameter names, so it
-// loads where the model's config.json does.
+// Works on the newest checkpoint in CKPT_DIR whatever plan wrote it, with
+// the checks a resume makes (checksums, the manifest's numbers, each rank
+// file the rank it is named for): the tensor-parallel parts and ZeRO chunks
+// are put back together. The export is a safetensors file (8-byte
+// little-endian header length, JSON header, raw little-endian data) under
+// the model's Hugging Face parameter names, with the step and the run id in
+// its metadata, so it loads where the model's config.json does.
 //
 //===----------------------------------------------------------------------===//
 
@@ -54,7 +56,8 @@ int main(int argc, char **argv) {
   int64_t step = 0;
   std::vector<WholeTensor> tensors;
   std::string error;
-  if (!readWholeCheckpoint(argv[2], plan, step, tensors, error))
+  ResumedCheckpoint which;
+  if (!readWholeCheckpoint(argv[2], plan, step, tensors, error, &which))
     return fail(error);
 
   if (cmd == "info") {
@@ -67,13 +70,16 @@ int main(int argc, char **argv) {
     for (const auto &[axis, n] : plan.mesh)
       std::printf(" %s%d", axis.c_str(), n);
     std::printf("\n");
+    std::printf("run %s\n",
+                which.runId.empty() ? "unnamed (a version-1 checkpoint)" : which.runId.c_str());
     for (const WholeTensor &t : tensors)
       std::printf("  %-48s %s\n", t.name.c_str(), shapeText(t.shape).c_str());
     return 0;
   }
 
   std::string header = "{\"__metadata__\": {\"format\": \"pt\", \"step\": \"" +
-                       std::to_string(step) + "\", \"model\": " + quoted(plan.model) + "}";
+                       std::to_string(step) + "\", \"model\": " + quoted(plan.model) +
+                       (which.runId.empty() ? "" : ", \"run_id\": " + quoted(which.runId)) + "}";
   uint64_t offset = 0;
   for (const WholeTensor &t : tensors) {
     uint64_t bytes = t.value.size() * sizeof(float);

@@ -153,6 +153,32 @@ int usage(const char *msg) {
   return 2;
 }
 
+/// Whether checkpoint directory `dir` holds (LATEST) a run other than the
+/// one `resume` holds: `why` says which and what to do. A `resume` that
+/// cannot be read is left to the resume to report.
+bool holdsAnotherRun(const std::string &resume, const std::string &dir, std::string &why) {
+  if (!std::ifstream(dir + "/LATEST").good())
+    return false;
+  ResumedCheckpoint from, there;
+  std::string error;
+  if (!inspectCheckpoint(resume, from, error))
+    return false;
+  if (!inspectCheckpoint(dir, there, error)) {
+    why = dir + " holds a checkpoint that cannot be read (" + error +
+          "): replace it with --overwrite, or give another --checkpoint-dir";
+    return true;
+  }
+  if (there.runId == from.runId)
+    return false;
+  auto named = [](const std::string &id) {
+    return id.empty() ? std::string("of no run_id, version 1") : "of run " + id;
+  };
+  why = dir + " holds another run (" + there.stepDir + " is " + named(there.runId) +
+        ", the resumed " + from.stepDir + " " + named(from.runId) +
+        "): continue there with --resume " + dir + ", or replace it with --overwrite";
+  return true;
+}
+
 bool parse(int argc, char **argv, Options &o, std::string &error) {
   // The test suite's second-seed run (ctest lit-runtime-seed7) moves the
   // default; an explicit --seed wins.
@@ -310,6 +336,11 @@ bool parse(int argc, char **argv, Options &o, std::string &error) {
            std::ifstream(o.checkpointDir + "/LATEST").good())
     error = o.checkpointDir + " already holds a run (LATEST): continue it with --resume " +
             o.checkpointDir + ", or start over with --overwrite";
+  // Nor does a resumed run continue in a directory holding another run: the
+  // two runs' step directories would sit side by side.
+  else if (std::string why; !o.checkpointDir.empty() && !o.resume.empty() && !o.overwrite &&
+                            holdsAnotherRun(o.resume, o.checkpointDir, why))
+    error = why;
   return error.empty();
 }
 
@@ -578,7 +609,8 @@ static int run(int argc, char **argv) {
     comm->flush(ignored);
     return fail(why);
   };
-  // A SHA-256's first 64 bits (the hex digests are always 64 digits).
+  // A SHA-256's (or a run id's) first 64 bits (hex digests of 64 digits,
+  // run ids of 32).
   auto digest = [](const std::string &hex) {
     return int64_t(std::stoull(hex.substr(0, 16), nullptr, 16));
   };
@@ -625,11 +657,29 @@ static int run(int argc, char **argv) {
   if (!exe.init(plan, rank, o.seed, error))
     return fail(error);
 #endif
-  if (!o.resume.empty() && !loadCheckpoint(o.resume, store, plan, rank, world, error))
+  ResumedCheckpoint resumed;
+  if (!o.resume.empty() &&
+      !loadCheckpoint(o.resume, store, plan, rank, world, error, nullptr, &resumed))
     return fail(error);
-  // ... and resumed from the same step.
-  if (!o.resume.empty() && !agreeOnLaunch(*comm, {{"resumed step (--resume)", store.steps}}, error))
+  // ... and resumed the same checkpoint: the same step of the same run, the
+  // same manifest (which holds every rank file's SHA-256, each rank's file
+  // checked against it and naming its rank). Ranks resumed from two runs'
+  // checkpoints of one step, or from two copies that differ, would train
+  // replicas apart.
+  if (!o.resume.empty() &&
+      !agreeOnLaunch(
+          *comm,
+          {{"resumed step (--resume)", store.steps},
+           {"resumed run (its run_id)", resumed.runId.empty() ? 0 : digest(resumed.runId), true},
+           {"resumed checkpoint (its manifest's SHA-256)", digest(resumed.manifestSha256), true}},
+          error))
     return unalike(error);
+
+  // --overwrite: the run this one replaces goes once this run's first
+  // checkpoint is in place (never before: a failed start leaves it whole).
+  SaveOptions saveOptions;
+  saveOptions.keepLast = o.keepLast;
+  saveOptions.replaceOtherRuns = o.overwrite;
 
   std::FILE *metrics = nullptr;
   if (rank == 0 && !o.metrics.empty()) {
@@ -765,7 +815,7 @@ static int run(int argc, char **argv) {
                   "; training stopped, nothing saved from this step (check the data, the "
                   "initialization and the learning rate, or train with loss scaling)");
     if (!o.checkpointDir.empty() && o.checkpointEvery > 0 && store.steps % o.checkpointEvery == 0 &&
-        !saveCheckpoint(o.checkpointDir, store, plan, *comm, error, o.keepLast))
+        !saveCheckpoint(o.checkpointDir, store, plan, *comm, error, saveOptions))
       return fail("checkpoint: " + error);
   }
   if (tty && rank == 0)
@@ -777,7 +827,7 @@ static int run(int argc, char **argv) {
   bool ran = store.steps > startStep;
   bool savedLast = ran && o.checkpointEvery > 0 && store.steps % o.checkpointEvery == 0;
   if (!o.checkpointDir.empty() && ((ran && !savedLast) || o.steps == 0) &&
-      !saveCheckpoint(o.checkpointDir, store, plan, *comm, error, o.keepLast))
+      !saveCheckpoint(o.checkpointDir, store, plan, *comm, error, saveOptions))
     return fail("checkpoint: " + error);
   if (metrics)
     std::fclose(metrics);

@@ -68,6 +68,11 @@ public:
   /// state.
   int64_t steps = 0;
   LossScaleState lossScale;
+  /// The training run this state belongs to (32 hex digits, in every
+  /// checkpoint's manifest): empty in a fresh state until its first save
+  /// (rank 0's, which writes the manifest) draws one; a resume sets it to
+  /// the checkpoint's.
+  std::string runId;
 };
 
 } // namespace llmopt::runtime
