@@ -12,8 +12,10 @@
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/ADT/StringRef.h"
+#include "llvm/Support/Format.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/JSON.h"
+#include "llvm/Support/raw_ostream.h"
 
 #include <cmath>
 #include <optional>
@@ -73,7 +75,7 @@ public:
     if (!finite(key, d))
       return false;
     if (d < lo || d > hi)
-      return fail(key, llvm::formatv("must be between {0} and {1}, got {2}", lo, hi, d));
+      return fail(key, "must be between " + text(lo) + " and " + text(hi) + ", got " + text(d));
     out = d * scale;
     return true;
   }
@@ -188,6 +190,14 @@ public:
   }
 
 private:
+  /// `d` as a person writes it: 3, 0.25, 1e+20 (formatv's default, 3.00,
+  /// reads as if fractions were allowed where integers are asked for).
+  static std::string text(double d) {
+    std::string out;
+    llvm::raw_string_ostream(out) << llvm::format("%.10g", d);
+    return out;
+  }
+
   /// The finite number at `key`.
   bool finite(llvm::StringRef key, double &out) {
     const llvm::json::Value *v = get(key);

@@ -2,6 +2,7 @@
 
 #include "llmopt/Support/Output.h"
 
+#include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/SmallString.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/Path.h"
@@ -37,21 +38,61 @@ std::string llmopt::takeBufferedReports() {
   return out;
 }
 
-bool llmopt::writeFilesAtomically(llvm::ArrayRef<std::pair<std::string, std::string>> files,
-                                  std::string &error) {
-  std::vector<std::string> temps;
-  auto cleanup = [&] {
-    for (const std::string &t : temps)
-      llvm::sys::fs::remove(t);
-  };
-  // Stage every file completely first.
+/// Files staged while held (temporary, target), in the order written.
+static std::vector<std::pair<std::string, std::string>> &stagedFiles() {
+  static std::vector<std::pair<std::string, std::string>> staged;
+  return staged;
+}
+static bool holdingFiles = false;
+
+void llmopt::holdFilesUntilCommit() {
+  std::lock_guard<std::mutex> lock(reportMutex);
+  holdingFiles = true;
+}
+
+/// Moves `staged` (temporary, target) into place in order; on a failure
+/// removes the temporaries not yet moved.
+static bool renameInto(llvm::ArrayRef<std::pair<std::string, std::string>> staged,
+                       std::string &error) {
+  for (size_t i = 0; i < staged.size(); ++i)
+    if (std::error_code ec = llvm::sys::fs::rename(staged[i].first, staged[i].second)) {
+      error = "cannot write '" + staged[i].second + "': " + ec.message();
+      for (size_t j = i; j < staged.size(); ++j)
+        llvm::sys::fs::remove(staged[j].first);
+      return false;
+    }
+  return true;
+}
+
+bool llmopt::commitStagedFiles(std::string &error) {
+  std::lock_guard<std::mutex> lock(reportMutex);
+  std::vector<std::pair<std::string, std::string>> staged;
+  staged.swap(stagedFiles());
+  return renameInto(staged, error);
+}
+
+void llmopt::discardStagedFiles() {
+  std::lock_guard<std::mutex> lock(reportMutex);
+  for (const auto &[temp, target] : stagedFiles())
+    llvm::sys::fs::remove(temp);
+  stagedFiles().clear();
+}
+
+/// Writes each of `files` whole to a temporary of its own beside its target
+/// (its own, should two passes write one path) and lists it in `staged`; on a
+/// failure removes them all.
+static bool stageFiles(llvm::ArrayRef<std::pair<std::string, std::string>> files,
+                       std::vector<std::pair<std::string, std::string>> &staged,
+                       std::string &error) {
+  static std::atomic<unsigned> counter{0};
   for (const auto &[path, text] : files) {
-    std::string temp = path + ".tmp-" + std::to_string(llvm::sys::Process::getProcessId());
+    std::string temp = path + ".tmp-" + std::to_string(llvm::sys::Process::getProcessId()) + "-" +
+                       std::to_string(counter++);
     std::error_code ec;
     {
       llvm::raw_fd_ostream os(temp, ec, llvm::sys::fs::OF_None);
       if (!ec) {
-        temps.push_back(temp);
+        staged.push_back({temp, path});
         os << text;
         os.close();
         ec = os.error();
@@ -60,19 +101,28 @@ bool llmopt::writeFilesAtomically(llvm::ArrayRef<std::pair<std::string, std::str
     }
     if (ec) {
       error = "cannot write '" + path + "': " + ec.message();
-      cleanup();
+      for (const auto &[t, target] : staged)
+        llvm::sys::fs::remove(t);
+      staged.clear();
       return false;
     }
   }
-  // Then move them into place.
-  for (size_t i = 0; i < files.size(); ++i)
-    if (std::error_code ec = llvm::sys::fs::rename(temps[i], files[i].first)) {
-      error = "cannot write '" + files[i].first + "': " + ec.message();
-      for (size_t j = i; j < temps.size(); ++j)
-        llvm::sys::fs::remove(temps[j]);
-      return false;
-    }
   return true;
+}
+
+bool llmopt::writeFilesAtomically(llvm::ArrayRef<std::pair<std::string, std::string>> files,
+                                  std::string &error) {
+  std::vector<std::pair<std::string, std::string>> staged;
+  if (!stageFiles(files, staged, error))
+    return false;
+  {
+    std::lock_guard<std::mutex> lock(reportMutex);
+    if (holdingFiles) {
+      llvm::append_range(stagedFiles(), staged);
+      return true;
+    }
+  }
+  return renameInto(staged, error);
 }
 
 bool llmopt::writeFileAtomically(llvm::StringRef path, llvm::StringRef text, std::string &error) {
@@ -92,7 +142,10 @@ bool llmopt::writeDirectoryAtomically(llvm::StringRef dir,
     std::vector<std::pair<std::string, std::string>> paths;
     for (const auto &[name, text] : files)
       paths.push_back({inside(dir, name), text});
-    if (!writeFilesAtomically(paths, error))
+    // At once even when files are held: the stale files go now, and the
+    // directory must not be left half old, half new.
+    std::vector<std::pair<std::string, std::string>> staged;
+    if (!stageFiles(paths, staged, error) || !renameInto(staged, error))
       return false;
     for (const std::string &name : stale)
       llvm::sys::fs::remove(inside(dir, name));

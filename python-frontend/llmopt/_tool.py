@@ -68,7 +68,7 @@ def _messages(text: str, kind: str) -> List[str]:
     out = []
     for line in text.splitlines():
         m = _DIAG.match(line)
-        if m and m.group(1) == kind:
+        if m and m.group(1) == kind and m.group(2).strip():
             out.append(m.group(2))
     return out
 
@@ -77,13 +77,16 @@ def _clean(stderr: str) -> str:
     """The diagnostics of llm-opt's standard error without their file
     locations and source excerpts (the input file's first line and a caret):
     ``error: ...`` and ``note: ...`` lines, or the text as it is when it has
-    none."""
-    lines = []
+    none. A diagnostic with no message (MLIR's, after the option parser has
+    said what is wrong on a line of its own) is left out."""
+    lines, other = [], []
     for line in stderr.splitlines():
         m = _DIAG.match(line)
-        if m:
+        if m is None:
+            other.append(line)
+        elif m.group(2).strip():
             lines.append(f"{m.group(1)}: {m.group(2)}")
-    return "\n".join(lines) if lines else stderr.strip()
+    return "\n".join(lines) if lines else "\n".join(other).strip()
 
 
 def _executable(path: Path) -> bool:

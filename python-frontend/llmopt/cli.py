@@ -11,8 +11,11 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import sys
+import tempfile
 from pathlib import Path
 from typing import List, Optional, Sequence
 
@@ -39,6 +42,38 @@ def _cluster(args: argparse.Namespace) -> Cluster:
     return cluster.with_(**overrides) if overrides else cluster
 
 
+def _output_path(option: str, path: Optional[str]) -> None:
+    """Refuses an output path that cannot be written, before the search runs:
+    a directory, or one in a directory that does not exist."""
+    if path is None or path == "-":
+        return
+    target = Path(path)
+    if target.is_dir():
+        raise ValueError(f"{option} {path}: is a directory; give a file path")
+    parent = target.parent
+    if not parent.is_dir():
+        raise ValueError(f"{option} {path}: the directory {str(parent)!r} does not exist")
+
+
+def _write(path: str, text: str) -> None:
+    """Writes `text` to `path` whole or not at all: to a temporary beside it,
+    then renamed into place (a failure leaves the target as it was)."""
+    target = Path(path)
+    fd, temp = tempfile.mkstemp(prefix=f".{target.name}.", dir=str(target.parent))
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        # mkstemp makes the file 0600; give it the mode a plain write would.
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(temp, 0o666 & ~umask)
+        os.replace(temp, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temp)
+        raise
+
+
 def _scalar(text: str) -> object:
     try:
         return json.loads(text)
@@ -47,6 +82,8 @@ def _scalar(text: str) -> object:
 
 
 def _cmd_plan(args: argparse.Namespace) -> int:
+    _output_path("--export-file", args.export_file)
+    _output_path("--html", args.html)
     job = Job(
         global_batch=args.global_batch,
         seq_len=args.seq_len,
@@ -74,7 +111,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         else:
             out.write(result.table())
         if exported is not None:
-            Path(args.export_file).write_text(exported, encoding="utf-8")
+            _write(args.export_file, exported)
             print(f"llmopt: wrote {args.export_file}", file=sys.stderr)
     if args.html:
         print(f"llmopt: wrote {args.html}", file=sys.stderr)
@@ -92,9 +129,10 @@ def _cmd_stats(args: argparse.Namespace) -> int:
 
 
 def _cmd_mlir(args: argparse.Namespace) -> int:
+    _output_path("-o", args.output)
     text = Model(args.model).to_mlir(dtype=args.dtype)
     if args.output and args.output != "-":
-        Path(args.output).write_text(text, encoding="utf-8")
+        _write(args.output, text)
     else:
         sys.stdout.write(text)
     return 0
@@ -167,8 +205,16 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = _parser().parse_args(argv)
     try:
         return int(args.run(args))
-    except (LLMOptError, ValueError, FileNotFoundError) as e:
-        print(f"llmopt: error: {e}", file=sys.stderr)
+    except (LLMOptError, ValueError) as e:
+        # llm-opt's messages already say `error:`; this line says it once.
+        message = str(e).strip()
+        if message.startswith("error: "):
+            message = message[len("error: "):]
+        print(f"llmopt: error: {message or type(e).__name__}", file=sys.stderr)
+        return 1
+    except OSError as e:  # a file that cannot be read or written
+        where = f"{e.filename}: " if e.filename else ""
+        print(f"llmopt: error: {where}{e.strerror or e}", file=sys.stderr)
         return 1
 
 

@@ -24,6 +24,20 @@ PRESETS: Tuple[str, ...] = (
 
 PathLike = Union[str, "os.PathLike[str]"]
 
+#: llm-auto-parallel's bounds (lib/Dialect/LLM/Transforms/AutoParallel.cpp),
+#: checked here so that a value out of them is one clear error, not the
+#: option parser's message about a number that does not fit 64 bits.
+MAX_GPUS = 1 << 24
+MAX_GLOBAL_BATCH = 1 << 30
+MAX_SEQ_LEN = 1 << 26
+
+
+def _check_int(name: str, value: Any, maximum: int, optional: bool = False) -> None:
+    if optional and value is None:
+        return
+    if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= maximum:
+        raise ValueError(f"{name} must be an integer from 1 to {maximum}, got {value!r}")
+
 
 def _flatten(prefix: str, value: Any, out: Dict[str, Any]) -> None:
     if isinstance(value, Mapping):
@@ -67,8 +81,7 @@ class Cluster:
     _json: Optional[str] = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
-        if self.gpus is not None and (not isinstance(self.gpus, int) or self.gpus <= 0):
-            raise ValueError(f"gpus must be a positive integer, got {self.gpus!r}")
+        _check_int("gpus", self.gpus, MAX_GPUS, optional=True)
 
     @classmethod
     def preset(cls, name: str, gpus: Optional[int] = None, **overrides: Any) -> "Cluster":
@@ -163,10 +176,8 @@ class Job:
     stack_profile: Optional[str] = None
 
     def __post_init__(self) -> None:
-        if not isinstance(self.global_batch, int) or self.global_batch <= 0:
-            raise ValueError(f"global_batch must be a positive integer, got {self.global_batch!r}")
-        if self.seq_len is not None and (not isinstance(self.seq_len, int) or self.seq_len <= 0):
-            raise ValueError(f"seq_len must be a positive integer, got {self.seq_len!r}")
+        _check_int("global_batch", self.global_batch, MAX_GLOBAL_BATCH)
+        _check_int("seq_len", self.seq_len, MAX_SEQ_LEN, optional=True)
         if self.dtype not in ("bf16", "fp16"):
             raise ValueError(f"dtype must be bf16 or fp16, got {self.dtype!r} (fp8 GEMMs: fp8=True)")
         if self.grad_dtype not in ("bf16", "fp32"):

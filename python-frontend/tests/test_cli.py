@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from llmopt._tool import LLMOptError, run_llm_opt
 from llmopt.cli import main
 
 PLAN = ["plan", "--cluster", "dgx-h100", "--gpus", "16", "--global-batch", "64",
@@ -99,3 +100,65 @@ def test_python_dash_m(examples: Path) -> None:
     version = subprocess.run([sys.executable, "-m", "llmopt", "--version"],
                              capture_output=True, text=True, env=env, check=True)
     assert version.stdout.startswith("llmopt ")
+
+
+def test_bad_outputs_and_numbers_are_one_line_errors(
+        examples: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """An output path that is a directory, or a number past llm-opt's bounds,
+    is one `llmopt: error:` line naming it, exit 1: no traceback, no empty
+    `error: error:` (issue 31)."""
+    model = str(examples / "gpt2-124m.json")
+    base = ["plan", model, "--cluster", "dgx-h100", "--global-batch", "8", "--top-k", "1"]
+    # A directory as the export file, the page or the IR file: refused
+    # before the search, and nothing is written inside it.
+    for argv in ([*base, "--stack", "deepspeed", "--export", "deepspeed", "--export-file",
+                  str(tmp_path)],
+                 [*base, "--html", str(tmp_path)],
+                 ["mlir", model, "-o", str(tmp_path)]):
+        assert main(argv) == 1
+        err = capsys.readouterr().err
+        assert err == f"llmopt: error: {argv[-2]} {tmp_path}: is a directory; give a file path\n"
+    assert list(tmp_path.iterdir()) == []
+    assert main([*base, "--stack", "deepspeed", "--export", "deepspeed", "--export-file",
+                 str(tmp_path / "nodir" / "ds.json")]) == 1
+    assert "does not exist" in capsys.readouterr().err
+    # Numbers too large for llm-opt, and negative ones.
+    for flag, value, name in (("--gpus", "99999999999999999999", "gpus"),
+                              ("--gpus", "-1", "gpus"),
+                              ("--global-batch", "99999999999999999999", "global_batch"),
+                              ("--seq-len", "-1", "seq_len")):
+        assert main([*base, flag, value]) == 1
+        err = capsys.readouterr().err
+        assert err.startswith(f"llmopt: error: {name} must be an integer from 1 to "), err
+        assert value in err and err.count("\n") == 1 and "error: error" not in err
+    # Past the Python checks, llm-opt's option parser says what is wrong on a
+    # line of its own and MLIR adds an empty `error:`: the message is the
+    # former.
+    with pytest.raises(LLMOptError) as e:
+        run_llm_opt([model, "-o", "/dev/null",
+                     "--llm-auto-parallel=cluster=dgx-h100 global-batch=8 "
+                     "gpus=99999999999999999999"])
+    assert str(e.value) == ("llm-opt: for the --gpus option: '99999999999999999999' value "
+                            "invalid for long argument!")
+    assert e.value.errors == []
+    # llm-opt's own errors say `error:` once.
+    assert main([*base, "--fix", "tq:2"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("llmopt: error: llm-auto-parallel: fix: unknown key 'tq'"), err
+
+
+def test_write_is_whole_or_nothing(examples: Path, tmp_path: Path,
+                                   monkeypatch: pytest.MonkeyPatch,
+                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """A write that fails leaves the previous file and no temporary."""
+    out = tmp_path / "gpt2.mlir"
+    out.write_text("previous")
+
+    def full_disk(*args: object, **kwargs: object) -> None:
+        raise OSError(28, "No space left on device", str(out))
+
+    monkeypatch.setattr("llmopt.cli.os.replace", full_disk)
+    assert main(["mlir", str(examples / "gpt2-124m.json"), "-o", str(out)]) == 1
+    assert capsys.readouterr().err == f"llmopt: error: {out}: No space left on device\n"
+    assert out.read_text() == "previous"
+    assert [p.name for p in tmp_path.iterdir()] == ["gpt2.mlir"]

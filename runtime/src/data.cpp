@@ -1,11 +1,13 @@
 //===- data.cpp - token shards --------------------------------------------===//
 
 #include "llmopt-runtime/data.h"
+#include "llmopt-runtime/file.h"
 #include "llmopt-runtime/sha256.h"
 
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
+#include <unistd.h>
 
 namespace llmopt::runtime {
 
@@ -16,13 +18,23 @@ bool TokenData::open(const std::vector<std::string> &paths, std::string &error) 
     return false;
   }
   for (const std::string &path : paths) {
-    std::ifstream f(path, std::ios::binary);
-    if (!f) {
-      error = path + ": cannot open the token shard";
+    // A FIFO or a device is refused before a byte is read (a FIFO used to
+    // block the rank for ever).
+    int64_t fileBytes = 0;
+    std::string why;
+    bool notRegular = false;
+    int fd = openRegularFile(path, fileBytes, why, &notRegular);
+    if (fd < 0) {
+      error = path + ": " + (notRegular ? why : "cannot open the token shard") +
+              " (--data takes token shard files: llm-data bytes makes one)";
       return false;
     }
+    struct Closer {
+      int fd;
+      ~Closer() { ::close(fd); }
+    } closer{fd};
     int32_t header[256];
-    if (!f.read(reinterpret_cast<char *>(header), sizeof(header))) {
+    if (fileBytes < int64_t(sizeof(header)) || !readAt(fd, header, sizeof(header), 0)) {
       error = path + ": shorter than the 1024-byte shard header";
       return false;
     }
@@ -42,11 +54,20 @@ bool TokenData::open(const std::vector<std::string> &paths, std::string &error) 
       return false;
     }
     size_t width = header[1] == 1 ? 2 : 4;
+    // The claimed count against the file's size, before anything is
+    // allocated (a header claiming 2^31 tokens used to allocate 8 GB first).
+    int64_t held = (fileBytes - int64_t(sizeof(header))) / int64_t(width);
+    if (held < count) {
+      error = path + ": truncated: the header promises " + std::to_string(count) +
+              " tokens, the file holds " + std::to_string(held);
+      return false;
+    }
     std::vector<char> raw(size_t(count) * width);
-    if (!f.read(raw.data(), std::streamsize(raw.size()))) {
+    if (!readAt(fd, raw.data(), raw.size(), int64_t(sizeof(header)))) {
       error = path + ": truncated: the header promises " + std::to_string(count) + " tokens";
       return false;
     }
+    tokens.reserve(tokens.size() + size_t(count));
     for (int64_t i = 0; i < count; ++i) {
       if (width == 2) {
         uint16_t t;

@@ -1,13 +1,13 @@
 //===- plan.cpp - loading and validating a plan directory -----------------===//
 
 #include "llmopt-runtime/plan.h"
+#include "llmopt-runtime/file.h"
+#include "llmopt-runtime/plan_limits.h"
 #include "llmopt-runtime/sha256.h"
 
 #include <algorithm>
-#include <fstream>
 #include <functional>
 #include <set>
-#include <sstream>
 
 namespace llmopt::runtime {
 
@@ -463,8 +463,9 @@ bool parsePlan(const json::Value &root, Plan &plan, std::string &error) {
     if (pv.get("stash_bytes") &&
         !c.integer(pv.get("stash_bytes"), where + ".stash_bytes", prog.stashBytes))
       return false;
-    if (prog.arenaBytes < 0 || prog.stashBytes < 0 || prog.arenaBytes > (int64_t(1) << 40) ||
-        prog.stashBytes > (int64_t(1) << 40))
+    if (prog.arenaBytes < 0 || prog.stashBytes < 0 ||
+        prog.arenaBytes > plan_limits::kMaxArenaBytes ||
+        prog.stashBytes > plan_limits::kMaxArenaBytes)
       return c.fail(where + ".arena_bytes", "arena and stash sizes must be in [0, 1 TiB]");
     const json::Value *ranks = pv.get("ranks");
     if (!ranks || !ranks->isArray())
@@ -966,23 +967,23 @@ bool parsePlan(const json::Value &root, Plan &plan, std::string &error) {
 }
 
 bool readFile(const std::string &path, std::string &out) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f)
-    return false;
-  std::ostringstream ss;
-  ss << f.rdbuf();
-  out = ss.str();
-  return true;
+  std::string ignored;
+  return readRegularFile(path, out, ignored);
 }
 
 bool loadPlan(const std::string &dir, Plan &plan, std::string &error) {
-  std::string text, sums;
-  if (!readFile(dir + "/plan.json", text)) {
-    error = dir + "/plan.json: cannot read it (is '" + dir + "' a plan directory?)";
+  std::string text, sums, why;
+  // A FIFO or a device in the plan's place is refused before it is read (it
+  // used to block, or read without end).
+  bool notRegular = false;
+  if (!readRegularFile(dir + "/plan.json", text, why, &notRegular)) {
+    error = dir + "/plan.json: " + (notRegular ? why : "cannot read it") + " (is '" + dir +
+            "' a plan directory?)";
     return false;
   }
-  if (!readFile(dir + "/checksums.sha256", sums)) {
-    error = dir + "/checksums.sha256: missing; refusing an unchecked plan";
+  if (!readRegularFile(dir + "/checksums.sha256", sums, why, &notRegular)) {
+    error = dir + "/checksums.sha256: " + (notRegular ? why : "missing") +
+            "; refusing an unchecked plan";
     return false;
   }
   // One "<64 hex>  <name>" line per file, each name once: a second,

@@ -1,6 +1,8 @@
-//===- RuntimeTest.cpp - JSON, SHA-256 and plan validation ----------------===//
+//===- RuntimeTest.cpp - JSON, SHA-256, plan validation, input files ------===//
 
+#include "llmopt-runtime/data.h"
 #include "llmopt-runtime/executor.h"
+#include "llmopt-runtime/file.h"
 #include "llmopt-runtime/json.h"
 #include "llmopt-runtime/kernel_registry.h"
 #include "llmopt-runtime/layouts.h"
@@ -368,6 +370,62 @@ TEST(Plan, LoadChecksTheChecksum) {
   EXPECT_NE(e.find("missing; refusing an unchecked plan"), std::string::npos) << e;
   EXPECT_FALSE(loadPlan(dir + "/nowhere", p, e));
   EXPECT_NE(e.find("cannot read it"), std::string::npos) << e;
+}
+
+/// Inputs that are not regular files are refused before a byte is read: a
+/// FIFO no one writes used to block the reader for ever, /dev/zero to read
+/// without end. (A regression hangs the test; ctest's timeout ends it.)
+TEST(Files, OnlyRegularFilesAreRead) {
+  std::string dir = ::testing::TempDir() + "/llmopt-file-test";
+  std::system(("rm -rf " + dir + " && mkdir -p " + dir + " && mkfifo " + dir + "/fifo").c_str());
+  std::string out, e;
+  EXPECT_FALSE(readRegularFile(dir + "/fifo", out, e));
+  EXPECT_EQ(e, "is a FIFO, not a regular file");
+  EXPECT_FALSE(readRegularFile("/dev/zero", out, e));
+  EXPECT_EQ(e, "is a character device, not a regular file");
+  EXPECT_FALSE(readRegularFile(dir, out, e));
+  EXPECT_EQ(e, "is a directory, not a regular file");
+  EXPECT_FALSE(readRegularFile(dir + "/nowhere", out, e));
+  EXPECT_EQ(e, "cannot open it: No such file or directory");
+  std::ofstream(dir + "/file") << "some text";
+  ASSERT_TRUE(readRegularFile(dir + "/file", out, e)) << e;
+  EXPECT_EQ(out, "some text");
+
+  // plan.json a FIFO; a token shard a FIFO or a device.
+  std::system(("mkdir -p " + dir + "/plan && mkfifo " + dir + "/plan/plan.json").c_str());
+  Plan p;
+  EXPECT_FALSE(loadPlan(dir + "/plan", p, e));
+  EXPECT_NE(e.find("plan/plan.json: is a FIFO, not a regular file"), std::string::npos) << e;
+  TokenData data;
+  EXPECT_FALSE(data.open({dir + "/fifo"}, e));
+  EXPECT_NE(e.find("fifo: is a FIFO, not a regular file"), std::string::npos) << e;
+  EXPECT_FALSE(data.open({"/dev/zero"}, e));
+  EXPECT_NE(e.find("/dev/zero: is a character device"), std::string::npos) << e;
+}
+
+/// A shard's claimed token count is checked against its size before the
+/// tokens are allocated: 2^31 - 1 claimed (8 GB of uint32) with 3 held is
+/// refused at once, and a count the file does hold still reads.
+TEST(Files, ShardCountIsCheckedAgainstTheSize) {
+  std::string path = ::testing::TempDir() + "/llmopt-claims.bin";
+  auto write = [&](int32_t count, int held) {
+    int32_t header[256] = {kShardMagic, 2, count};
+    std::ofstream f(path, std::ios::binary | std::ios::trunc);
+    f.write(reinterpret_cast<const char *>(header), sizeof(header));
+    for (uint32_t t = 0; t < uint32_t(held); ++t)
+      f.write(reinterpret_cast<const char *>(&t), 4);
+  };
+  write(0x7fffffff, 3);
+  TokenData data;
+  std::string e;
+  EXPECT_FALSE(data.open({path}, e));
+  EXPECT_NE(e.find("truncated: the header promises 2147483647 tokens, the file holds 3"),
+            std::string::npos)
+      << e;
+  write(3, 3);
+  ASSERT_TRUE(data.open({path}, e)) << e;
+  EXPECT_EQ(data.size(), 3);
+  EXPECT_EQ(data.maxToken(), 2);
 }
 
 } // namespace

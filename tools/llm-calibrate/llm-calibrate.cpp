@@ -24,6 +24,9 @@
 #include "llmopt/Planner/Planner.h"
 #include "llmopt/Support/JSONDepth.h"
 
+// The cost model's checked field reader (lib/CostModel), for the rows.
+#include "JSONFields.h"
+
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/MLIRContext.h"
 #include "llvm/ADT/StringExtras.h"
@@ -101,6 +104,126 @@ bool stackOf(llvm::StringRef text, llvm::StringRef id, std::string &name, std::s
   return true;
 }
 
+/// One row, read strictly: every key known (a misspelt one would silently
+/// keep its default), each of its type and in its range. `error` names the
+/// row and the field.
+bool readRow(const json::Object &o, size_t index, Row &r, std::string &error) {
+  std::optional<llvm::StringRef> id = o.getString("id");
+  Fields f(o, "", error,
+           "row " + (id ? "'" + id->str() + "'" : "#" + std::to_string(index)) + ": ");
+  // Present and not null: optional fields take their default otherwise.
+  auto given = [&](llvm::StringRef key) {
+    f.allow(key);
+    const json::Value *v = o.get(key);
+    return v && v->kind() != json::Value::Null;
+  };
+  // Given fields that may also be null (the published table leaves them
+  // blank).
+  auto nullable = [&](llvm::StringRef key) {
+    const json::Value *v = o.get(key);
+    return v && v->kind() == json::Value::Null;
+  };
+  std::string stackText, precision;
+  int seq = 0, globalBatch = 0;
+  if (!f.string("id", r.id) || !f.string("model", r.model) || !f.string("cluster", r.cluster) ||
+      !f.string("stack", stackText) || !f.string("precision", precision) ||
+      !f.integer("gpus", r.gpus, 1, 1 << 20) || !f.integer("seq_len", seq, 1, 1 << 26) ||
+      !f.integer("global_batch", globalBatch, 1, 1 << 30) ||
+      !f.positive("tokens_per_s_per_gpu", r.published))
+    return false;
+  r.seq = seq;
+  r.globalBatch = globalBatch;
+  if (precision != "BF16" && precision != "FP8")
+    return f.fail("precision", "is '" + precision + "': must be BF16 or FP8");
+  r.precision = precision;
+  if (!stackOf(stackText, r.id, r.stack, r.variant))
+    return f.fail("stack",
+                  "is '" + stackText + "': must start with Megatron, NeMo, torchtitan or Composer");
+  // The parallel configuration: positive degrees, 1 when not given.
+  for (auto [key, out] :
+       {std::pair<const char *, int *>{"tp", &r.tp}, {"pp", &r.pp}, {"cp", &r.cp}, {"ep", &r.ep}})
+    if (given(key) && !f.integer(key, *out, 1, 1 << 20))
+      return false;
+  if (nullable("vp"))
+    f.allow("vp"); // no interleaving
+  else if (given("vp") && !f.integer("vp", r.vp, 1, 1024))
+    return false;
+  int microBatch = 1;
+  if (given("micro_batch") && !f.integer("micro_batch", microBatch, 1, 1 << 30))
+    return false;
+  r.microBatch = microBatch;
+  if (given("zero") && !f.integer("zero", r.zero, 0, 3))
+    return false;
+  if (given("sp")) {
+    // 0 or 1, as the published tables write it, or true / false.
+    const json::Value *v = o.get("sp");
+    if (std::optional<bool> b = v->getAsBoolean()) {
+      r.sp = *b;
+    } else {
+      int sp = 0;
+      if (!f.integer("sp", sp, 0, 1))
+        return false;
+      r.sp = sp != 0;
+    }
+  }
+  if (given("recompute")) {
+    if (!f.string("recompute", r.recompute))
+      return false;
+    if (r.recompute != "none" && r.recompute != "selective" && r.recompute != "full")
+      return f.fail("recompute", "is '" + r.recompute + "': must be none, selective or full");
+  }
+  // A row may name the profile variant that ran it (rows beside the
+  // published file, e.g. torchtitan's async TP figures).
+  if (given("variant")) {
+    std::string variant;
+    if (!f.string("variant", variant))
+      return false;
+    if (variant.empty())
+      return f.fail("variant", "must not be empty (leave it out for the stack's base profile)");
+    r.variant = variant;
+  }
+  if (nullable("published_peak_mem_gib"))
+    f.allow("published_peak_mem_gib");
+  else if (given("published_peak_mem_gib") &&
+           !f.positive("published_peak_mem_gib", r.publishedMemGiB))
+    return false;
+  // What documents the row: checked for its type, not read.
+  std::string text;
+  for (const char *key : {"source", "system", "gpu", "notes"})
+    if (given(key) && !f.string(key, text))
+      return false;
+  bool flag = false;
+  if (given("config_complete") && !f.boolean("config_complete", flag))
+    return false;
+  int fsdp = 0;
+  if (given("fsdp") && !f.integer("fsdp", fsdp, 0, 1 << 20))
+    return false;
+  double figure = 0;
+  for (const char *key :
+       {"model_tflops_per_gpu", "published_mfu", "published_num_params", "published_step_time_s"})
+    if (nullable(key))
+      f.allow(key);
+    else if (given(key) && !f.positive(key, figure))
+      return false;
+  if (nullable("schedule"))
+    f.allow("schedule");
+  else if (given("schedule") && !f.string("schedule", text))
+    return false;
+  if (!f.noOthers("a published row"))
+    return false;
+  // The data-parallel degree and the micro-batches it implies are whole.
+  int64_t model = int64_t(r.tp) * r.pp * r.cp;
+  if (r.gpus % model != 0)
+    return f.fail("gpus", llvm::formatv("({0}) is not a multiple of tp x pp x cp ({1} x {2} x {3})",
+                                        r.gpus, r.tp, r.pp, r.cp));
+  int64_t perStep = (r.gpus / model) * r.microBatch;
+  if (r.globalBatch % perStep != 0)
+    return f.fail("global_batch",
+                  llvm::formatv("({0}) is not a multiple of data parallel {1} x micro_batch {2}",
+                                r.globalBatch, r.gpus / model, r.microBatch));
+  return true;
+}
+
 bool readRows(llvm::StringRef text, std::vector<Row> &rows) {
   if (std::string deep = llmopt::jsonDepthError(text, "rows"); !deep.empty())
     return fail(deep);
@@ -111,44 +234,21 @@ bool readRows(llvm::StringRef text, std::vector<Row> &rows) {
   const json::Array *arr = root ? root->getArray("rows") : nullptr;
   if (!arr)
     return fail("rows: no 'rows' array");
-  for (const json::Value &e : *arr) {
+  for (const auto &kv : *root)
+    if (kv.first != "rows" && kv.first != "source_notes")
+      return fail("rows: unknown key '" + kv.first.str() +
+                  "' beside 'rows' (only 'source_notes' may be; misspelt?)");
+  std::set<std::string> ids;
+  for (auto [index, e] : llvm::enumerate(*arr)) {
     const json::Object *o = e.getAsObject();
     if (!o)
-      return fail("rows: a row is not an object");
+      return fail("rows: row #" + llvm::Twine(index) + " is not an object");
     Row r;
-    auto str = [&](const char *k) { return o->getString(k).value_or("").str(); };
-    auto num = [&](const char *k, double d) {
-      std::optional<double> x = o->getNumber(k);
-      return x ? *x : d;
-    };
-    r.id = str("id");
-    r.model = str("model");
-    r.cluster = str("cluster");
-    r.precision = str("precision");
-    r.recompute = str("recompute");
-    if (!stackOf(str("stack"), r.id, r.stack, r.variant))
-      return fail("row " + r.id + ": unknown stack '" + str("stack") + "'");
-    // A row may name the profile variant that ran it (rows beside the
-    // published file, e.g. torchtitan's async TP figures).
-    if (std::string v = str("variant"); !v.empty())
-      r.variant = v;
-    r.gpus = int(num("gpus", 0));
-    r.tp = int(num("tp", 1));
-    r.pp = int(num("pp", 1));
-    r.cp = int(num("cp", 1));
-    r.vp = int(num("vp", 1));
-    r.ep = int(num("ep", 1));
-    r.zero = int(num("zero", 0));
-    r.sp = num("sp", 0) != 0;
-    r.seq = int64_t(num("seq_len", 0));
-    r.globalBatch = int64_t(num("global_batch", 0));
-    r.microBatch = int64_t(num("micro_batch", 1));
-    r.published = num("tokens_per_s_per_gpu", 0);
-    r.publishedMemGiB = num("published_peak_mem_gib", 0);
-    if (r.gpus <= 0 || r.seq <= 0 || r.globalBatch <= 0 || r.published <= 0)
-      return fail("row " + r.id +
-                  ": gpus, seq_len, global_batch and tokens_per_s_per_gpu "
-                  "must be positive");
+    std::string error;
+    if (!readRow(*o, index, r, error))
+      return fail(error);
+    if (!ids.insert(r.id).second)
+      return fail("row '" + r.id + "': a second row with this id");
     if ((only.empty() || llvm::StringRef(r.id).contains(only)) &&
         (exclude.empty() || !llvm::StringRef(r.id).contains(exclude)))
       rows.push_back(r);

@@ -7,7 +7,8 @@
 //  - when a report pass (--llm-stats) writes to standard output, the module is
 //    not printed there as well (use -o FILE to keep it).
 // Output is written only when everything succeeded: a failing run leaves no
-// partial file and prints no report.
+// partial file (the module's, or a report a pass wrote before a later pass
+// failed) and prints no report.
 //
 //===----------------------------------------------------------------------===//
 
@@ -15,6 +16,7 @@
 #include "llmopt/InitAllDialects.h"
 #include "llmopt/InitAllPasses.h"
 #include "llmopt/Support/Crash.h"
+#include "llmopt/Support/IRDepth.h"
 #include "llmopt/Support/Output.h"
 
 #include "mlir/IR/AsmState.h"
@@ -23,12 +25,12 @@
 #include "mlir/Tools/mlir-opt/MlirOptMain.h"
 
 #include "llvm/ADT/STLExtras.h"
+#include "llvm/Support/FileSystem.h"
 #include "llvm/Support/InitLLVM.h"
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/SourceMgr.h"
 #include "llvm/Support/ToolOutputFile.h"
 #include "llvm/Support/raw_ostream.h"
-#include <optional>
 
 using namespace mlir;
 
@@ -69,33 +71,6 @@ static LogicalResult flushReports() {
   return success();
 }
 
-/// Offset of the first bracket (`(`, `[`, `{`, `<`) outside string literals
-/// and comments that opens level `limit + 1`, if any. MLIR's parser recurses
-/// once per nested attribute or type: an input nested some thousands deep
-/// overflows the stack before any diagnostic. `->` is not a closing bracket.
-static std::optional<size_t> findTooDeepNesting(StringRef text, unsigned limit) {
-  unsigned depth = 0;
-  for (size_t i = 0, e = text.size(); i < e; ++i) {
-    char ch = text[i];
-    if (ch == '"') {
-      for (++i; i < e && text[i] != '"'; ++i)
-        if (text[i] == '\\')
-          ++i;
-    } else if (ch == '/' && i + 1 < e && text[i + 1] == '/') {
-      while (i < e && text[i] != '\n')
-        ++i;
-    } else if (ch == '(' || ch == '[' || ch == '{' || ch == '<') {
-      if (++depth > limit)
-        return i;
-    } else if ((ch == ')' || ch == ']' || ch == '}' ||
-                (ch == '>' && (i == 0 || text[i - 1] != '-'))) &&
-               depth > 0) {
-      --depth;
-    }
-  }
-  return std::nullopt;
-}
-
 int main(int argc, char **argv) {
   llmopt::installCrashGuard();
   llvm::InitLLVM y(argc, argv);
@@ -124,6 +99,17 @@ int main(int argc, char **argv) {
     return asMainReturnCode(
         MlirOptMain(newArgc, args.data(), inputFilename, outputFilename, registry));
 
+  // A FIFO would block until a writer comes, a device like /dev/zero never
+  // ends: a named input must be a file (standard input is read as it is).
+  if (inputFilename != "-") {
+    llvm::sys::fs::file_status status;
+    if (!llvm::sys::fs::status(inputFilename, status) && !llvm::sys::fs::is_regular_file(status)) {
+      llvm::errs() << inputFilename
+                   << ": error: not a regular file (a directory, FIFO or device): give a .mlir "
+                      "or config.json file, or '-' to read standard input\n";
+      return EXIT_FAILURE;
+    }
+  }
   std::string errorMessage;
   std::unique_ptr<llvm::MemoryBuffer> input = openInputFile(inputFilename, &errorMessage);
   if (!input) {
@@ -136,23 +122,27 @@ int main(int argc, char **argv) {
     input = importJSON(std::move(input), registry);
     if (!input)
       return EXIT_FAILURE;
-  } else if (std::optional<size_t> at = findTooDeepNesting(input->getBuffer(), 1000)) {
-    llvm::errs() << inputFilename << ": error: nested deeper than 1000 levels (at byte " << *at
-                 << "): no model needs that, and the parser would overflow its stack\n";
+  } else if (std::string deep = llmopt::irDepthError(input->getBuffer()); !deep.empty()) {
+    llvm::errs() << inputFilename << ": error: " << deep << "\n";
     return EXIT_FAILURE;
   }
 
   // Run into memory so that a failure writes nothing, and print the reports
-  // last, so that a failure prints none.
+  // last, so that a failure prints none. The files passes write (report=,
+  // report-html=, export-file=) are held until the run has succeeded too.
+  llmopt::holdFilesUntilCommit();
   std::string result;
   llvm::raw_string_ostream resultStream(result);
-  if (failed(MlirOptMain(resultStream, std::move(input), registry, config)))
+  if (failed(MlirOptMain(resultStream, std::move(input), registry, config))) {
+    llmopt::discardStagedFiles();
     return EXIT_FAILURE;
+  }
 
   if (outputFilename != "-" || !llmopt::reportWroteToStdout()) {
     std::unique_ptr<llvm::ToolOutputFile> output = openOutputFile(outputFilename, &errorMessage);
     if (!output) {
       llvm::errs() << "llm-opt: " << errorMessage << "\n";
+      llmopt::discardStagedFiles();
       return EXIT_FAILURE;
     }
     output->os() << result;
@@ -160,9 +150,17 @@ int main(int argc, char **argv) {
     if (output->os().has_error()) {
       llvm::errs() << "llm-opt: cannot write '" << outputFilename << "'\n";
       output->os().clear_error();
+      llmopt::discardStagedFiles();
+      return EXIT_FAILURE;
+    }
+    if (!llmopt::commitStagedFiles(errorMessage)) {
+      llvm::errs() << "llm-opt: " << errorMessage << "\n";
       return EXIT_FAILURE;
     }
     output->keep();
+  } else if (!llmopt::commitStagedFiles(errorMessage)) {
+    llvm::errs() << "llm-opt: " << errorMessage << "\n";
+    return EXIT_FAILURE;
   }
   return failed(flushReports()) ? EXIT_FAILURE : EXIT_SUCCESS;
 }

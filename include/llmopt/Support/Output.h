@@ -41,6 +41,22 @@ std::string takeBufferedReports();
 bool writeFilesAtomically(llvm::ArrayRef<std::pair<std::string, std::string>> files,
                           std::string &error);
 
+/// Makes writeFilesAtomically hold back its renames for the rest of the run:
+/// each file is still written whole beside its target when a pass writes it
+/// (write errors still fail that pass), but it is moved into place only by
+/// commitStagedFiles, once the whole run has succeeded, and removed by
+/// discardStagedFiles when it failed. A report written by one pass is then
+/// not left behind by a run that a later pass failed. llm-opt holds; other
+/// callers write at once.
+void holdFilesUntilCommit();
+
+/// Moves the held files into place, in the order they were written; false
+/// with `error` naming the file that could not be (the rest are removed).
+bool commitStagedFiles(std::string &error);
+
+/// Removes the held files' temporaries: none of them reaches its target.
+void discardStagedFiles();
+
 /// One file, as writeFilesAtomically.
 bool writeFileAtomically(llvm::StringRef path, llvm::StringRef text, std::string &error);
 

@@ -2,23 +2,32 @@
 
 #include "CudaSource.h"
 
+#include "llmopt-runtime/plan_limits.h"
+
 #include "llmopt/Dialect/Exec/IR/ExecOps.h"
 #include "llmopt/Dialect/LLM/Analysis/ModelStats.h"
 #include "llmopt/Dialect/LLM/IR/LLMOps.h"
+#include "llmopt/Support/IRDepth.h"
 #include "llmopt/Support/Output.h"
 #include "llmopt/Target/ExecToPlan.h"
 #include "llmopt/Target/Passes.h"
 #include <array>
+#include <cmath>
+#include <optional>
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Verifier.h"
+#include "mlir/Parser/Parser.h"
 #include "mlir/Tools/mlir-translate/Translation.h"
 #include "llvm/ADT/StringSet.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/JSON.h"
+#include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Path.h"
 #include "llvm/Support/SHA256.h"
+#include "llvm/Support/SourceMgr.h"
 
 namespace llmopt {
 #define GEN_PASS_DEF_EMITPLAN
@@ -83,6 +92,23 @@ json::Value attrJSON(Attribute a) {
   if (auto s = dyn_cast<StringAttr>(a))
     return s.str();
   return nullptr;
+}
+
+/// The place (`params[3].std`) of the first number in `v` that is not finite,
+/// if any: JSON has no `inf` or `nan`, and llvm::json would print them.
+std::optional<std::string> findNonFinite(const json::Value &v, const std::string &path) {
+  if (std::optional<double> d = v.getAsNumber(); d && !std::isfinite(*d))
+    return path;
+  if (const json::Array *a = v.getAsArray())
+    for (auto [i, e] : llvm::enumerate(*a))
+      if (std::optional<std::string> p = findNonFinite(e, path + "[" + std::to_string(i) + "]"))
+        return p;
+  if (const json::Object *o = v.getAsObject())
+    for (const auto &[k, e] : *o)
+      if (std::optional<std::string> p =
+              findNonFinite(e, (path.empty() ? "" : path + ".") + k.str()))
+        return p;
+  return std::nullopt;
 }
 
 } // namespace
@@ -166,6 +192,17 @@ LogicalResult llmopt::translateExecToPlan(ModuleOp module, std::string &text, in
 
   json::Array progs;
   for (exec::ProgramOp prog : programs) {
+    // The runtime loads no plan past its bounds: refuse to write one.
+    for (auto [what, bytes] : {std::pair<const char *, uint64_t>{"arena", prog.getArena()},
+                               {"stash", prog.getStash().value_or(0)}})
+      if (bytes > uint64_t(plan_limits::kMaxArenaBytes))
+        return prog.emitError() << "exec-to-plan: program \"" << prog.getName() << "\" needs a "
+                                << llvm::formatv("{0:f2}", double(bytes) / double(1ull << 40))
+                                << " TiB " << what << ", past the "
+                                << (plan_limits::kMaxArenaBytes >> 40)
+                                << " TiB a plan may ask for (llm-run refuses it): lower the "
+                                   "micro-batch (batch=) or the sequence length (seq=), or "
+                                   "split the model over more ranks";
     // `backwardStart`: set to the index of the first instruction after an
     // exec.backward marker, if the region has one.
     json::Array chunks;
@@ -330,7 +367,13 @@ LogicalResult llmopt::translateExecToPlan(ModuleOp module, std::string &text, in
     progs.push_back(std::move(progJSON));
   }
   root["programs"] = std::move(progs);
-  text = llvm::formatv("{0:1}", json::Value(std::move(root))).str() + "\n";
+  json::Value plan(std::move(root));
+  // The verifiers keep non-finite numbers out (a std, a learning rate); this
+  // is the last guard before the runtime's parser would meet one.
+  if (std::optional<std::string> at = findNonFinite(plan, ""))
+    return module.emitError() << "exec-to-plan: " << *at
+                              << " is not a finite number, which plan.json cannot hold";
+  text = llvm::formatv("{0:1}", plan).str() + "\n";
   return success();
 }
 
@@ -423,28 +466,44 @@ void llmopt::registerExecToPlanTranslation() {
   auto dialects = [](DialectRegistry &registry) {
     registry.insert<exec::ExecDialect, llm::LLMDialect, func::FuncDialect, arith::ArithDialect>();
   };
-  auto translation = [](bool cuda) {
-    return [cuda](ModuleOp module, llvm::raw_ostream &os) -> LogicalResult {
+  // Registered on the source rather than the parsed module: the text is
+  // scanned for nesting deeper than any plan has before MLIR's parser, which
+  // recurses once per level, can overflow its stack on it (as llm-opt does).
+  auto translation = [dialects](bool cuda) {
+    return [cuda, dialects](const std::shared_ptr<llvm::SourceMgr> &sourceMgr,
+                            llvm::raw_ostream &os, MLIRContext *ctx) -> LogicalResult {
+      const llvm::MemoryBuffer *input = sourceMgr->getMemoryBuffer(sourceMgr->getMainFileID());
+      // Said as llm-opt says it: the file and the byte, not the line, which
+      // may be some thousand brackets long.
+      if (std::string deep = irDepthError(input->getBuffer()); !deep.empty()) {
+        llvm::errs() << input->getBufferIdentifier() << ": error: " << deep << "\n";
+        return failure();
+      }
+      DialectRegistry registry;
+      dialects(registry);
+      ctx->appendDialectRegistry(registry);
+      OwningOpRef<ModuleOp> module = parseSourceFile<ModuleOp>(sourceMgr, ParserConfig(ctx));
+      if (!module || failed(verify(*module)))
+        return failure();
       std::string text;
       int64_t world = 1;
       SmallVector<exec::FusedOp> fused;
-      if (failed(translateExecToPlan(module, text, world, fused)))
+      if (failed(translateExecToPlan(*module, text, world, fused)))
         return failure();
       if (!cuda) {
         os << text;
         return success();
       }
       if (fused.empty())
-        return module.emitError() << "exec-to-cuda: the module has no exec.fused ops, so the "
-                                     "plan has no generated kernels (lowered with fuse=false?)";
+        return module->emitError() << "exec-to-cuda: the module has no exec.fused ops, so the "
+                                      "plan has no generated kernels (lowered with fuse=false?)";
       os << fusedKernelsCudaSource(fused);
       return success();
     };
   };
-  mlir::TranslateFromMLIRRegistration plan(
-      "exec-to-plan", "an exec module to its plan file's plan.json", translation(false), dialects);
-  mlir::TranslateFromMLIRRegistration cuda("exec-to-cuda",
-                                           "an exec module to its plan's generated kernels "
-                                           "(kernels.cu)",
-                                           translation(true), dialects);
+  mlir::TranslateRegistration plan("exec-to-plan", "an exec module to its plan file's plan.json",
+                                   translation(false));
+  mlir::TranslateRegistration cuda("exec-to-cuda",
+                                   "an exec module to its plan's generated kernels (kernels.cu)",
+                                   translation(true));
 }

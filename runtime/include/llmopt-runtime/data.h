@@ -26,7 +26,9 @@ constexpr int32_t kShardMagic = 20240520;
 class TokenData {
 public:
   /// Reads the shards in `paths` (in order). Fails with `error` naming the
-  /// file on a bad header, a short file or a token count of zero.
+  /// file on a path that is not a regular file (a FIFO, a device), a bad
+  /// header, a token count of zero, or a file shorter than its header's
+  /// count (checked before the tokens are allocated).
   bool open(const std::vector<std::string> &paths, std::string &error);
 
   /// Fills this rank's tokens and labels ([batch, seq] each) for `step`.

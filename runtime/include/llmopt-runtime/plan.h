@@ -192,7 +192,8 @@ struct Plan {
   bool place(const std::string &axis, int rank, int &index, int &size, std::string &error) const;
 };
 
-/// Reads a whole file; false if it cannot be opened.
+/// Reads a whole regular file; false if it cannot be opened or is not a
+/// regular file (a FIFO, a device: readRegularFile in file.h).
 bool readFile(const std::string &path, std::string &out);
 
 /// Loads and validates the plan in `dir`. On failure returns false with

@@ -243,6 +243,12 @@ exec.param "w" : tensor<4xf32> init ones {std = 2.0e-02 : f64}
 
 // -----
 
+// plan.json holds the std as a JSON number: an infinite one is not one.
+// expected-error @+1 {{std must be finite, got INF}}
+exec.param "w" : tensor<4xf32> init normal {std = 0x7FF0000000000000 : f64}
+
+// -----
+
 // With an exec.plan, the programs' axes are its mesh's (or edp, pp_tied).
 exec.plan {inputs = [], mesh = {cp = 1 : i64, dp = 2 : i64, ep = 1 : i64, pp = 1 : i64, tp = 1 : i64}, world = 2 : i64, zero = 0 : i64}
 exec.program "p" ranks [0, 1] arena 64 micro_batches 1 outputs {} micro_batch {

@@ -55,6 +55,15 @@ func.func @param_zero_std() {
 
 // -----
 
+// An infinite std would reach plan.json as `inf`, which is not JSON.
+func.func @param_infinite_std() {
+  // expected-error @+1 {{standard deviation of 'w' must be finite, got INF}}
+  %w = llm.param "w" normal(0x7FF0000000000000) : tensor<4xf32>
+  return
+}
+
+// -----
+
 func.func @param_std_on_non_normal_init() {
   // expected-error @+1 {{only normal initialization takes a standard deviation}}
   %w = llm.param "w" ones(0.02) : tensor<4xf32>

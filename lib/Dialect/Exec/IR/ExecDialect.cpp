@@ -9,6 +9,8 @@
 #include "llvm/ADT/DenseSet.h"
 #include "llvm/ADT/TypeSwitch.h"
 
+#include <cmath>
+
 using namespace mlir;
 using namespace llmopt::exec;
 
@@ -323,5 +325,8 @@ LogicalResult ParamOp::verify() {
   if ((getInit() == ParamInit::normal) != bool(getStdAttr()) ||
       (getStdAttr() && !(getStdAttr().getValueAsDouble() > 0)))
     return emitOpError() << "a normal init needs a positive std, and only it";
+  // plan.json writes the std as a JSON number: an infinite one is not one.
+  if (getStdAttr() && !std::isfinite(getStdAttr().getValueAsDouble()))
+    return emitOpError() << "std must be finite, got " << getStdAttr().getValueAsDouble();
   return success();
 }

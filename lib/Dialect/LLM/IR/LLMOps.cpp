@@ -100,6 +100,10 @@ LogicalResult ParamOp::verify() {
     if (!(std > 0.0))
       return emitOpError() << "standard deviation of '" << getName() << "' must be positive, got "
                            << std;
+    // An infinite one would reach plan.json as `inf`, which is not JSON.
+    if (!std::isfinite(std))
+      return emitOpError() << "standard deviation of '" << getName() << "' must be finite, got "
+                           << std;
   } else if (getStd()) {
     return emitOpError() << "only normal initialization takes a standard deviation";
   }

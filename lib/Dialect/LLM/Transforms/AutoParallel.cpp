@@ -120,10 +120,12 @@ struct LLMAutoParallelPass : public llmopt::llm::impl::LLMAutoParallelBase<LLMAu
     job.globalBatch = globalBatch;
     if (globalBatch > (int64_t(1) << 30))
       return fail("global-batch must be at most 2^30 sequences");
-    // -1: not given (the model's length); 0 or negative given is an error.
-    if (seqLen != -1 && (seqLen < 1 || seqLen > (int64_t(1) << 26)))
-      return fail("seq-len must be between 1 and 2^26, got " + Twine(int64_t(seqLen)));
-    job.seqLen = seqLen > 0 ? int64_t(seqLen) : getDefaultSeqLen(module);
+    // Not given: the model's length. Given, it is checked whatever it is: the
+    // default's -1 is a placeholder, not a value meaning "the model's".
+    if (seqLen.hasValue() && (seqLen < 1 || seqLen > (int64_t(1) << 26)))
+      return fail("seq-len must be between 1 and 2^26, got " + Twine(int64_t(seqLen)) +
+                  " (leave it out for the model's llm.seq_len)");
+    job.seqLen = seqLen.hasValue() ? int64_t(seqLen) : getDefaultSeqLen(module);
     if (job.seqLen <= 0 || job.seqLen > (int64_t(1) << 26))
       return fail("no sequence length: the module has no valid llm.seq_len; pass "
                   "seq-len=N");
@@ -181,12 +183,14 @@ struct LLMAutoParallelPass : public llmopt::llm::impl::LLMAutoParallelBase<LLMAu
         return fail("cluster override '" + kv + "' must be path=value");
       overrides.push_back({k.str(), v.str()});
     }
-    if (gpus != -1 && (gpus < 1 || gpus > (1 << 24)))
+    // As seq-len: -1 is the default's placeholder, refused when given.
+    if (gpus.hasValue() && (gpus < 1 || gpus > (1 << 24)))
       return fail("gpus must be between 1 and 16777216, got " + Twine(int64_t(gpus)) +
                   " (leave it out for one node of the preset)");
     cost::ClusterSpec cl;
     std::string error;
-    if (!cost::parseCluster(cluster, contents, overrides, gpus > 0 ? int(gpus) : 0, cl, error))
+    if (!cost::parseCluster(cluster, contents, overrides, gpus.hasValue() ? int(gpus) : 0, cl,
+                            error))
       return fail(error);
     std::string calibration;
     if (!calibrate.empty()) {

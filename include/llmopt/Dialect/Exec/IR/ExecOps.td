@@ -156,8 +156,8 @@ def Exec_ParamOp : Exec_Op<"param"> {
     exec.param "model.norm.weight" : tensor<64xbf16> init ones
     exec.param "lm_head.weight" : tensor<129x32xf32> init normal {std = 1.0e-01 : f64, shard = {axis = "tp", blocks = 1 : i64, dim = 0 : i64, parts = 2 : i64, whole = 257 : i64}}
     ```
-    Verified: a static ranked tensor; a normal init exactly with a positive
-    std.
+    Verified: a static ranked tensor; a normal init exactly with a positive,
+    finite std.
   }];
   let arguments = (ins StrAttr:$name, TypeAttr:$type, Exec_ParamInit:$init, OptionalAttr<F64Attr>:$std,
                        OptionalAttr<DictionaryAttr>:$shard);

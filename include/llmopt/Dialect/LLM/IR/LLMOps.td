@@ -50,8 +50,8 @@ def LLM_ParamOp : LLM_CostOp<"param", [Pure]> {
     ```
 
     Verified: the name is not empty; the shape is static with positive sizes
-    whose product fits in 64 bits; `normal` has a positive standard deviation
-    and only `normal` has one; a stacked name has rank >= 2.
+    whose product fits in 64 bits; `normal` has a positive, finite standard
+    deviation and only `normal` has one; a stacked name has rank >= 2.
   }];
   let arguments = (ins StrAttr:$name, LLM_InitKind:$init,
                        OptionalAttr<F64Attr>:$std);

@@ -64,7 +64,8 @@ def LLMAutoParallel : Pass<"llm-auto-parallel", "::mlir::ModuleOp"> {
     the JSON report to `report` (`-` for standard output instead of the
     table), and can export the plan for Megatron-LM, DeepSpeed or torchtitan.
     `report-html` writes one self-contained web page of the search (no
-    network needed to view it). Searches that run longer than a second show
+    network needed to view it). Under `llm-opt` the files appear only once
+    the whole run has succeeded: a later pass that fails leaves none. Searches that run longer than a second show
     a progress line on standard error when it is a terminal
     (`LLMOPT_PROGRESS=1` forces it, `0` turns it off).
 
