@@ -303,6 +303,22 @@ static RejectReason stackRules(const ModelDesc &model, const JobSpec &job, const
                                  joinStages(k.hybridSharding), c.zero)
                        .str();
     });
+  if (k.tensorOrPipelineParallelNeedsFsdp && (c.tp > 1 || c.pp > 1) && c.zero != 3)
+    return refuse([&] {
+      return std::string("runs tensor or pipeline parallelism only beside FSDP (zero must be 3): "
+                         "it refuses DDP beside them and trains in fp32 without FSDP");
+    });
+  if (k.ppInsideDpNeedsMatchingExpertGroups && c.ppInsideDp && c.pp > 1 && c.dp > 1) {
+    int etp = model.hasMoE() && expertsStayWhole(job, c) ? 1 : c.tp;
+    if (etp * c.ep != c.tp * c.cp)
+      return refuse([&] {
+        return std::string(llvm::formatv(
+            "places pipeline stages inside data parallelism only where expert tp x ep ({0} x "
+            "{1}) equals tp x cp ({2} x {3}) (initialize_model_parallel's tp-cp-ep-pp-dp "
+            "order)",
+            etp, c.ep, c.tp, c.cp));
+      });
+  }
   if (c.offloadOptimizer && !k.optimizerOffload)
     return refuse(
         [&] { return std::string("does not offload optimizer states (offload must be 0)"); });
@@ -337,6 +353,15 @@ static RejectReason layoutRules(const ModelDesc &model, const ClusterSpec &clust
       c.zero < 0 || c.zero > 3)
     return fail(RejectReason::Invalid,
                 [&] { return std::string("degrees must be positive and zero in 0..3"); });
+  // FSDP on at all: it shards over dp_shard x cp (dp_shard: the shard
+  // group's dp part), one rank of which is no FSDP.
+  if (job.stack.caps.tensorOrPipelineParallelNeedsFsdp && (c.tp > 1 || c.pp > 1) &&
+      (c.shard > 0 ? c.shard / c.cp : c.dp) <= 1 && c.cp <= 1)
+    return fail(RejectReason::NotSupportedByStack, [&] {
+      return "stack " + job.stack.name +
+             " runs tensor or pipeline parallelism only beside FSDP over more than one rank "
+             "of dp x cp: without it training falls back to fp32";
+    });
   if (c.gpus() != cluster.totalGpus())
     return fail(RejectReason::GpuCountMismatch, [&] {
       return std::string(llvm::formatv("dp*tp*pp*cp = {0} but the cluster has {1} GPUs", c.gpus(),

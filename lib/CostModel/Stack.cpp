@@ -110,6 +110,12 @@ bool readProfile(const json::Object &root, StackProfile &s, std::string &error) 
          (!caps->get("tensor_parallel_unpadded_vocab") ||
           c.boolean("tensor_parallel_unpadded_vocab", k.tensorParallelUnpaddedVocab)) &&
          (!caps->get("fp8_dense_only") || c.boolean("fp8_dense_only", k.fp8DenseOnly)) &&
+         (!caps->get("tensor_or_pipeline_parallel_needs_fsdp") ||
+          c.boolean("tensor_or_pipeline_parallel_needs_fsdp",
+                    k.tensorOrPipelineParallelNeedsFsdp)) &&
+         (!caps->get("pp_inside_dp_needs_matching_expert_groups") ||
+          c.boolean("pp_inside_dp_needs_matching_expert_groups",
+                    k.ppInsideDpNeedsMatchingExpertGroups)) &&
          c.strings("pipeline_schedules", k.schedules, {"1f1b", "interleaved-1f1b", "gpipe"}) &&
          c.boolean("uneven_stages", k.unevenStages) &&
          c.boolean("uneven_interleaving", k.unevenInterleaving) &&

@@ -145,10 +145,12 @@ bool llmopt::planner::checkConstraints(const Constraints &fx, const ModelDesc &m
     c.ep = get("ep", 1);
     c.shard = get("shard", 0);
     c.recomputeLayers = get("recompute_layers", 0);
-    c.zero = get(
-        "zero", c.shard > 0 && !st.caps.hybridSharding.empty() ? st.caps.hybridSharding.front()
-                : c.cp > 1 && st.caps.contextParallelShardsParameters ? 3
-                                                                      : st.caps.zeroStages.front());
+    c.zero =
+        get("zero", c.shard > 0 && !st.caps.hybridSharding.empty() ? st.caps.hybridSharding.front()
+                    : (c.cp > 1 && st.caps.contextParallelShardsParameters) ||
+                            (st.caps.tensorOrPipelineParallelNeedsFsdp && (c.tp > 1 || c.pp > 1))
+                        ? 3
+                        : st.caps.zeroStages.front());
     // Left open, sequence parallelism is on where tp > 1 and the stack has
     // it (some stacks need it, e.g. Megatron's MoE layers with tp).
     c.sp = fx.sp.value_or(c.tp > 1 && st.caps.sequenceParallel);
@@ -579,7 +581,11 @@ SearchResult llmopt::planner::search(const ModelDesc &model, const ClusterSpec &
                     cfg.ppInsideDp = ppInside;
                     // Rules that do not depend on ZeRO are checked once (with
                     // a ZeRO stage the stack runs with this cp).
-                    cfg.zero = cp > 1 && job.stack.caps.contextParallelShardsParameters ? 3 : 0;
+                    cfg.zero = (cp > 1 && job.stack.caps.contextParallelShardsParameters) ||
+                                       (job.stack.caps.tensorOrPipelineParallelNeedsFsdp &&
+                                        (tp > 1 || pp > 1))
+                                   ? 3
+                                   : 0;
                     RejectReason r = checkRules(model, cluster, job, cfg);
                     if (r != RejectReason::None) {
                       std::string detail;

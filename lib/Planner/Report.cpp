@@ -11,6 +11,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <numeric>
 
@@ -34,6 +36,36 @@ static json::Array stageRecompute(const ParallelConfig &c) {
   for (Recompute r : c.stageRecompute)
     a.push_back(toString(r));
   return a;
+}
+
+/// The model as the planner read it: what an export must make the trainer
+/// build (the ecosystem tier compares the trainer's model with it).
+static json::Object modelJSON(const ModelDesc &model, const JobSpec &job) {
+  json::Object o{{"name", model.name},
+                 {"params", model.totalParams()},
+                 {"layers", int64_t(model.layers.size())},
+                 {"train_flops_per_token", model.trainFlopsPerToken(job.seqLen)},
+                 {"vocab", model.vocab},
+                 {"positions", model.positions},
+                 {"rope_theta", model.ropeTheta},
+                 {"rope_scaling", model.ropeScaling},
+                 {"rope_factor", model.ropeFactor},
+                 {"rope_low_freq_factor", model.ropeLowFreqFactor},
+                 {"rope_high_freq_factor", model.ropeHighFreqFactor},
+                 {"rope_original_positions", model.ropeOriginalPositions},
+                 {"tied_embeddings", model.tiedEmbeddings}};
+  if (model.layers.empty())
+    return o;
+  const LayerDesc &l = model.layers.front();
+  o["layer"] = json::Object{{"hidden", l.hidden},    {"heads", l.heads},
+                            {"kv_heads", l.kvHeads}, {"head_dim", l.headDim},
+                            {"ffn", l.ffn},          {"activation", l.activation},
+                            {"window", l.window},    {"norm", l.norm},
+                            {"norm_eps", l.normEps}, {"qkv_bias", l.qkvBias},
+                            {"out_bias", l.outBias}, {"mlp_bias", l.mlpBias},
+                            {"experts", l.experts},  {"top_k", l.topK},
+                            {"aux_loss", l.auxLoss}, {"router_normalize", l.routerNormalize}};
+  return o;
 }
 
 static json::Object configJSON(const ParallelConfig &c) {
@@ -186,6 +218,11 @@ json::Value llmopt::planner::reportJSON(const ModelDesc &model, const ClusterSpe
   json::Array plans;
   for (size_t i = 0; i < r.plans.size(); ++i) {
     json::Object p = planJSON(r.plans[i]);
+    // Expert tensor parallelism: experts split over tp, or kept whole where
+    // the expert-parallel group takes tensor-parallel ranks.
+    if (json::Object *config = p.getObject("config"))
+      (*config)["expert_tensor_parallel"] =
+          expertsStayWhole(job, r.plans[i].config) ? 1 : r.plans[i].config.tp;
     json::Array eq;
     if (i < r.equivalents.size())
       for (const Equivalent &e : r.equivalents[i])
@@ -203,10 +240,7 @@ json::Value llmopt::planner::reportJSON(const ModelDesc &model, const ClusterSpe
     examples[reason] = rej.example;
   }
   return json::Object{
-      {"model", json::Object{{"name", model.name},
-                             {"params", model.totalParams()},
-                             {"layers", int64_t(model.layers.size())},
-                             {"train_flops_per_token", model.trainFlopsPerToken(job.seqLen)}}},
+      {"model", modelJSON(model, job)},
       {"cluster", toJSON(cluster)},
       {"stack", toJSON(job.stack)},
       {"job", json::Object{{"global_batch", job.globalBatch},
@@ -338,6 +372,39 @@ static const LayerDesc *firstLayer(const ModelDesc &m) {
   return m.layers.empty() ? nullptr : &m.layers.front();
 }
 
+/// The shortest decimal that reads back as `v`.
+static std::string exactNumber(double v) {
+  char buf[32];
+  for (int digits = 1; digits <= 17; ++digits) {
+    std::snprintf(buf, sizeof(buf), "%.*g", digits, v);
+    if (std::strtod(buf, nullptr) == v)
+      break;
+  }
+  return buf;
+}
+
+/// The first field in which a layer differs from the first (the exports
+/// describe one layer for all), or "" when every layer is alike.
+static std::string unlikeLayers(const ModelDesc &m) {
+  const LayerDesc &a = m.layers.front();
+  for (size_t i = 1; i < m.layers.size(); ++i) {
+    const LayerDesc &b = m.layers[i];
+    std::string what =
+        a.heads != b.heads || a.kvHeads != b.kvHeads || a.headDim != b.headDim ? "attention heads"
+        : a.ffn != b.ffn || a.activation != b.activation                       ? "MLP"
+        : a.window != b.window                                                 ? "attention window"
+        : a.norm != b.norm || a.normEps != b.normEps                           ? "norm"
+        : a.qkvBias != b.qkvBias || a.outBias != b.outBias || a.mlpBias != b.mlpBias ? "biases"
+        : a.experts != b.experts || a.topK != b.topK || a.auxLoss != b.auxLoss ||
+                a.routerNormalize != b.routerNormalize
+            ? "experts"
+            : "";
+    if (!what.empty())
+      return "layer " + std::to_string(i) + "'s " + what + " differ from layer 0's";
+  }
+  return "";
+}
+
 namespace {
 /// The trainers the exports target, the stack each is searched for, and the
 /// versions whose arguments / keys the export uses (docs/planner.md).
@@ -367,6 +434,37 @@ bool exportMegatron(llvm::raw_ostream &os, const ExportTarget &t, const ModelDes
   const int64_t L = int64_t(model.layers.size());
   if (c.recompute == Recompute::PerStage)
     return refuse(error, t, "per-stage recomputation (Megatron recomputes alike on every stage)");
+  if (std::string unlike = unlikeLayers(model); !unlike.empty())
+    return refuse(error, t, unlike + " (pretrain_gpt.py builds every layer alike)");
+  if (l.outBias != l.mlpBias || (l.outBias && !l.qkvBias))
+    return refuse(error, t,
+                  "biases on some linears only (Megatron has them on every linear, on none, "
+                  "or on q/k/v alone)");
+  // Megatron-Core's MLP runs F.gelu (exact) or, with --swiglu, SwiGLU;
+  // --openai-gelu (tanh) reaches only megatron/legacy's model.
+  if (l.activation == "gelu_tanh")
+    return refuse(error, t,
+                  "GeLU's tanh approximation (gelu_new: Megatron-Core's MLP has the exact "
+                  "GeLU, and --openai-gelu reaches only the legacy model; plan the model with "
+                  "activation_function gelu to train it with Megatron)");
+  if (l.activation != "swiglu" && l.activation != "gelu")
+    return refuse(error, t, "the activation '" + l.activation + "'");
+  if (model.ropeTheta > 0 && model.ropeTheta != std::round(model.ropeTheta))
+    return refuse(error, t,
+                  "a rotary base of " + exactNumber(model.ropeTheta) +
+                      " (--rotary-base takes an integer)");
+  // Pipeline stages inside data parallelism (--use-tp-pp-dp-mapping, order
+  // tp-cp-ep-pp-dp): initialize_model_parallel then needs the expert
+  // groups' data parallelism to be the dense one (etp x ep = tp x cp).
+  const int64_t etp = l.isMoE() && expertsStayWhole(job, c) ? 1 : c.tp;
+  if (c.ppInsideDp && c.pp > 1 && c.dp > 1 && etp * c.ep != int64_t(c.tp) * c.cp)
+    return refuse(error, t,
+                  llvm::formatv("pipeline stages inside data parallelism with expert tensor x "
+                                "expert parallelism {0} x {1} unlike tp x cp {2} x {3} "
+                                "(initialize_model_parallel refuses the tp-cp-ep-pp-dp order "
+                                "then; the closest plan places pp outside dp)",
+                                etp, c.ep, c.tp, c.cp)
+                      .str());
   if (!model.ropeScaling.empty() && model.ropeScaling != "default" && model.ropeScaling != "llama3")
     return refuse(error, t, "rope scaling '" + model.ropeScaling + "'");
   // pretrain_gpt's model builder passes no rope scaling factor to GPTModel,
@@ -408,20 +506,33 @@ bool exportMegatron(llvm::raw_ostream &os, const ExportTarget &t, const ModelDes
   if ((c.tp > 1 || c.cp > 1) && !fsdp)
     os << "export CUDA_DEVICE_MAX_CONNECTIONS=1\n";
   os << llvm::formatv("--num-layers {0} --hidden-size {1} --num-attention-heads {2} "
-                      "--ffn-hidden-size {3} --seq-length {4} --max-position-embeddings {5}",
-                      L, l.hidden, l.heads, l.ffn, job.seqLen,
-                      std::max<int64_t>(model.positions, job.seqLen));
+                      "--kv-channels {3} --ffn-hidden-size {4} --seq-length {5} "
+                      "--max-position-embeddings {6}",
+                      L, l.hidden, l.heads, l.headDim, l.ffn, job.seqLen,
+                      model.positions > 0 ? model.positions : job.seqLen);
   if (l.kvHeads != l.heads)
     os << llvm::formatv(" --group-query-attention --num-query-groups {0}", l.kvHeads);
-  if (l.gatedMlp)
+  os << (l.norm == "rms" ? " --normalization RMSNorm" : " --normalization LayerNorm");
+  os << " --norm-epsilon " << exactNumber(l.normEps);
+  if (l.activation == "swiglu")
     os << " --swiglu";
+  // Biases: Megatron has them on every linear (add_bias_linear) or on
+  // none, plus q/k/v alone (add_qkv_bias).
+  if (!l.outBias && !l.mlpBias)
+    os << (l.qkvBias ? " --disable-bias-linear --add-qkv-bias" : " --disable-bias-linear");
   if (model.positions == 0) {
-    os << " --position-embedding-type rope --normalization RMSNorm --disable-bias-linear";
+    os << " --position-embedding-type rope";
     if (model.ropeTheta > 0)
-      os << llvm::formatv(" --rotary-base {0}", int64_t(std::llround(model.ropeTheta)));
+      os << " --rotary-base " << int64_t(std::llround(model.ropeTheta));
     if (model.ropeScaling == "llama3")
       os << " --use-rope-scaling";
+  } else {
+    os << " --position-embedding-type learned_absolute";
   }
+  // The model's window of W keys (the query's own and W - 1 before it) is
+  // Megatron's (left, right) window (W - 1, 0).
+  if (l.window > 0)
+    os << llvm::formatv(" --window-size {0},0", l.window - 1);
   if (!model.tiedEmbeddings)
     os << " --untie-embeddings-and-output-weights";
   // The vocabulary: Megatron takes it from the tokenizer; its NullTokenizer
@@ -430,16 +541,32 @@ bool exportMegatron(llvm::raw_ostream &os, const ExportTarget &t, const ModelDes
   os << llvm::formatv(" --tokenizer-type NullTokenizer --vocab-size {0}", model.vocab);
   if (!job.dropout)
     os << " --attention-dropout 0.0 --hidden-dropout 0.0";
-  if (l.isMoE())
-    os << llvm::formatv(" --num-experts {0} --moe-router-topk {1} --moe-token-dispatcher-type "
-                        "alltoall --moe-grouped-gemm",
-                        l.experts, l.topK);
+  if (l.isMoE()) {
+    os << llvm::formatv(" --num-experts {0} --moe-router-topk {1} --moe-ffn-hidden-size {2} "
+                        "--moe-token-dispatcher-type alltoall --moe-grouped-gemm",
+                        l.experts, l.topK, l.ffn);
+    // Megatron's router takes the top k of the logits, then a softmax over
+    // them (renormalized); pre-softmax is a softmax over all experts first.
+    if (!l.routerNormalize)
+      os << " --moe-router-pre-softmax";
+    if (l.auxLoss > 0)
+      os << " --moe-router-load-balancing-type aux_loss --moe-aux-loss-coeff "
+         << exactNumber(l.auxLoss);
+    else
+      os << " --moe-router-load-balancing-type none --moe-aux-loss-coeff 0";
+  }
   os << "\n";
   os << llvm::formatv("--tensor-model-parallel-size {0} --pipeline-model-parallel-size {1} "
                       "--context-parallel-size {2}",
                       c.tp, c.pp, c.cp);
   if (c.ep > 1)
     os << llvm::formatv(" --expert-model-parallel-size {0}", c.ep);
+  // Experts split over the tensor-parallel ranks (Megatron's default), or
+  // kept whole where the expert-parallel group takes those ranks.
+  if (l.isMoE())
+    os << llvm::formatv(" --expert-tensor-parallel-size {0}", etp);
+  if (c.ppInsideDp && c.pp > 1 && c.dp > 1)
+    os << " --use-tp-pp-dp-mapping";
   if (c.vpp > 1)
     os << llvm::formatv(" --num-virtual-stages-per-pipeline-rank {0}", c.vpp);
   os << stages;
@@ -484,9 +611,10 @@ bool exportMegatron(llvm::raw_ostream &os, const ExportTarget &t, const ModelDes
   return true;
 }
 
-bool exportDeepSpeed(llvm::raw_ostream &os, const ExportTarget &t, const JobSpec &job,
-                     const PlanEval &plan, std::string &error) {
+bool exportDeepSpeed(llvm::raw_ostream &os, const ExportTarget &t, const ModelDesc &model,
+                     const JobSpec &job, const PlanEval &plan, std::string &error) {
   const ParallelConfig &c = plan.config;
+  const int64_t numLayers = int64_t(model.layers.size());
   // What ds_config cannot carry: the pipeline degree (PipelineModule's
   // num_stages) and the expert-parallel degree (deepspeed.moe.layer.MoE's
   // ep_size) are set in the model code.
@@ -520,11 +648,12 @@ bool exportDeepSpeed(llvm::raw_ostream &os, const ExportTarget &t, const JobSpec
   json::Object zero{{"stage", c.zero}, {"overlap_comm", true}, {"contiguous_gradients", true}};
   if (c.offloadOptimizer)
     zero["offload_optimizer"] = json::Object{{"device", "cpu"}, {"pin_memory", true}};
-  // With AutoTP every rank counts as data parallel in DeepSpeed's batch
-  // arithmetic (the tp ranks of a group read the same samples): the batch
-  // as DeepSpeed counts it is the plan's times tp.
+  // The batch as DeepSpeed counts it: micro-batch x accumulation x its
+  // data-parallel ranks, which it derives itself. With AutoTP two of its
+  // configs count them differently (the engine's every rank, ZeRO-3's
+  // parameter partitioning only the data-parallel ones), so no single
+  // train_batch_size satisfies both: it is left for each to derive.
   json::Object cfg{
-      {"train_batch_size", job.globalBatch * c.tp},
       {"train_micro_batch_size_per_gpu", c.microBatch},
       {"gradient_accumulation_steps", c.numMicroBatches},
       {"gradient_clipping", 1.0},
@@ -532,11 +661,20 @@ bool exportDeepSpeed(llvm::raw_ostream &os, const ExportTarget &t, const JobSpec
       {"fp16", json::Object{{"enabled", job.dtype == DType::FP16}}},
       {"zero_optimization", std::move(zero)},
   };
+  // Full recomputation: deepspeed.initialize never reads this section;
+  // the training script passes the config to deepspeed.checkpointing.
+  // configure and runs each layer through deepspeed.checkpointing.checkpoint
+  // (docs/planner.md). Contiguous buffers need partitioned activations
+  // (configure refuses them alone), which need a model-parallel unit.
   if (c.recompute == Recompute::Full)
-    cfg["activation_checkpointing"] =
-        json::Object{{"partition_activations", false}, {"contiguous_memory_optimization", true}};
+    cfg["activation_checkpointing"] = json::Object{{"partition_activations", false},
+                                                   {"contiguous_memory_optimization", false},
+                                                   {"number_checkpoints", numLayers},
+                                                   {"cpu_checkpointing", false}};
   if (c.tp > 1)
     cfg["tensor_parallel"] = json::Object{{"autotp_size", c.tp}};
+  else
+    cfg["train_batch_size"] = job.globalBatch;
   if (c.cp > 1)
     cfg["sequence_parallel_size"] = c.cp; // Ulysses, as the deepspeed stack costs it
   os << llvm::formatv("{0:2}", json::Value(std::move(cfg))) << "\n";
@@ -556,11 +694,31 @@ bool exportTorchtitan(llvm::raw_ostream &os, const ExportTarget &t, const ModelD
     flavor = "70B";
   else if (l.hidden == 16384 && L == 126 && l.ffn == 53248 && model.vocab == 128256)
     flavor = "405B";
-  if (!flavor || l.isMoE())
+  if (!flavor || l.isMoE() ||
+      l.heads != (L == 32   ? 32
+                  : L == 80 ? 64
+                            : 128) ||
+      l.kvHeads != 8 || l.window || l.qkvBias || l.outBias || l.mlpBias || l.norm != "rms" ||
+      model.tiedEmbeddings)
     return refuse(error, t,
                   "the model " + model.name +
-                      " (torchtitan trains the Llama 3 flavors 8B, 70B and 405B by name; add "
+                      " (torchtitan trains the Llama 3.1 flavors 8B, 70B and 405B by name; add "
                       "this one to its model registry first)");
+  // Its flavors build Llama 3.1's rope scaling (factor 8, frequency factors
+  // 1 and 4, 8192 positions) whatever the job says; a model without it is
+  // another model.
+  if (model.ropeTheta != 500000 || model.ropeScaling != "llama3" || model.ropeFactor != 8 ||
+      model.ropeLowFreqFactor != 1 || model.ropeHighFreqFactor != 4 ||
+      model.ropeOriginalPositions != 8192)
+    return refuse(error, t,
+                  "the model " + model.name +
+                      "'s rotary embedding (torchtitan's llama3 flavors apply Llama 3.1's rope "
+                      "scaling, factor 8, frequency factors 1 and 4 over 8192 positions, at base "
+                      "500000; plan the Llama 3.1 config to train with torchtitan)");
+  if (l.normEps != 1e-5)
+    return refuse(error, t,
+                  "the norm epsilon " + exactNumber(l.normEps) +
+                      " (torchtitan's llama3 flavors use 1e-5)");
   if (c.recomputeLayers > 0)
     return refuse(error, t, "recomputation of the first layers of each chunk only");
   if (job.fp8)
@@ -637,6 +795,9 @@ bool exportTorchtitan(llvm::raw_ostream &os, const ExportTarget &t, const ModelD
     }
     os << "\n]\n";
   }
+  // The stack's efficiency was fitted on compiled runs (and async TP runs
+  // only compiled).
+  os << "\n[compile]\nenable = true\ncomponents = [\"model\", \"loss\"]\n";
   os << "\n[activation_checkpoint]\n";
   os << llvm::formatv("mode = \"{0}\"\n", toString(c.recompute));
   if (c.recompute == Recompute::Selective)
@@ -672,7 +833,7 @@ bool llmopt::planner::exportPlan(llvm::raw_ostream &os, const std::string &forma
   std::string text;
   llvm::raw_string_ostream out(text);
   bool ok = format == "megatron"    ? exportMegatron(out, *target, model, job, plan, error)
-            : format == "deepspeed" ? exportDeepSpeed(out, *target, job, plan, error)
+            : format == "deepspeed" ? exportDeepSpeed(out, *target, model, job, plan, error)
                                     : exportTorchtitan(out, *target, model, job, plan, error);
   if (!ok)
     return false;

@@ -51,10 +51,12 @@ def test_stack_and_equivalents(examples: Path) -> None:
     model = Model(examples / "llama3-8b.json")
     cluster = Cluster.preset("dgx-h100", gpus=32)
     # The default stack is Megatron-Core; naming it changes nothing.
+    # (cp 1: Megatron places pipeline stages inside data parallelism only
+    # without context parallelism in a dense model.)
     default = llmopt.plan(model, cluster, Job(global_batch=256, seq_len=8192),
-                          fix="pp:4", top_k=3)
+                          fix="pp:4,cp:1", top_k=3)
     megatron = llmopt.plan(model, cluster, Job(global_batch=256, seq_len=8192, stack="megatron"),
-                           fix="pp:4", top_k=3)
+                           fix="pp:4,cp:1", top_k=3)
     assert default.stack["name"] == megatron.stack["name"] == "megatron"
     assert [p.config for p in default.plans] == [p.config for p in megatron.plans]
     # Each row is its own plan; its other pipeline layouts come with it.
@@ -154,7 +156,9 @@ def test_exports(llama8b_16: llmopt.PlanResult, examples: Path) -> None:
     cfg = json.loads(ds.export("deepspeed"))
     assert cfg["train_micro_batch_size_per_gpu"] == ds.best.config.micro_batch
     assert cfg["zero_optimization"]["stage"] == ds.best.config.zero
-    titan = llmopt.plan(model, cluster, Job(global_batch=64, seq_len=8192, stack="torchtitan"),
+    # torchtitan's llama3 flavors are the Llama 3.1 models (rope scaling).
+    titan = llmopt.plan(Model(examples / "llama3.1-8b.json"), cluster,
+                        Job(global_batch=64, seq_len=8192, stack="torchtitan"),
                         top_k=1).export("torchtitan")
     assert "[parallelism]" in titan and 'flavor = "8B"' in titan
     with pytest.raises(ValueError, match="unknown export format"):

@@ -41,6 +41,85 @@ def fake_world(n):
     dist.init_process_group("fake", rank=0, world_size=n, store=FakeStore())
 
 
+# --- The model, from its config.json ------------------------------------------
+#
+# What the model's authors trained, read from its Hugging Face config.json
+# by transformers' own rules per model_type (not by llm-opt's importer): the
+# planner's reading (the report's "model") and the model each trainer builds
+# are both compared with it, every field.
+
+
+def hf_model(hf):
+    t = hf.get("model_type", "llama")
+    if t == "gpt2":
+        hidden = hf["n_embd"]
+        act = hf.get("activation_function", "gelu_new")
+        return {
+            "layers": hf["n_layer"], "hidden": hidden, "heads": hf["n_head"],
+            "kv_heads": hf["n_head"], "head_dim": hidden // hf["n_head"],
+            "ffn": hf.get("n_inner") or 4 * hidden,
+            "activation": "gelu" if act == "gelu" else "gelu_tanh",
+            "norm": "layer", "norm_eps": hf.get("layer_norm_epsilon", 1e-5),
+            "qkv_bias": True, "out_bias": True, "mlp_bias": True, "window": 0,
+            "vocab": hf["vocab_size"], "tied_embeddings": hf.get("tie_word_embeddings", True),
+            "positions": hf["n_positions"], "rope_theta": 0, "rope_scaling": "",
+            "rope_factor": 0, "rope_low_freq_factor": 0, "rope_high_freq_factor": 0,
+            "rope_original_positions": 0, "experts": 0, "top_k": 0, "aux_loss": 0,
+            "router_normalize": False,
+        }
+    heads = hf["num_attention_heads"]
+    attention_bias = hf.get("attention_bias", False)
+    window = 0
+    if t in ("mistral", "mixtral") or (t == "qwen2" and hf.get("use_sliding_window")):
+        window = hf.get("sliding_window") or 0
+    scaling = hf.get("rope_scaling") or {}
+    experts = hf.get("num_local_experts", 0)
+    return {
+        "layers": hf["num_hidden_layers"], "hidden": hf["hidden_size"], "heads": heads,
+        "kv_heads": hf.get("num_key_value_heads") or heads,
+        "head_dim": hf.get("head_dim") or hf["hidden_size"] // heads,
+        "ffn": hf["intermediate_size"], "activation": "swiglu", "norm": "rms",
+        "norm_eps": hf.get("rms_norm_eps", 1e-6),
+        "qkv_bias": True if t == "qwen2" else attention_bias,
+        "out_bias": False if t == "qwen2" else attention_bias,
+        "mlp_bias": hf.get("mlp_bias", False), "window": window, "vocab": hf["vocab_size"],
+        "tied_embeddings": hf.get("tie_word_embeddings", False), "positions": 0,
+        "rope_theta": hf.get("rope_theta", 10000.0),
+        "rope_scaling": scaling.get("rope_type", scaling.get("type", "")),
+        "rope_factor": scaling.get("factor", 0),
+        "rope_low_freq_factor": scaling.get("low_freq_factor", 0),
+        "rope_high_freq_factor": scaling.get("high_freq_factor", 0),
+        "rope_original_positions": scaling.get("original_max_position_embeddings", 0),
+        "experts": experts, "top_k": hf.get("num_experts_per_tok", 0) if experts else 0,
+        # transformers adds the load-balancing loss only with output_router_logits.
+        "aux_loss": hf.get("router_aux_loss_coef", 0) if experts and hf.get(
+            "output_router_logits") else 0,
+        "router_normalize": bool(experts),
+    }
+
+
+def compare_model(built, want):
+    """Every field of the model a trainer built against config.json's."""
+    for key, value in want.items():
+        if key == "rope_scaling" and value == "default":
+            value = ""
+        expect(f"model: {key}", built[key], value)
+
+
+def check_planner_model(report, want):
+    """The planner's reading of the model (the report's "model") against
+    config.json: what was costed is the model its authors trained."""
+    m = report["model"]
+    got = dict(m["layer"])
+    got.update({k: m[k] for k in ("layers", "vocab", "positions", "rope_theta", "rope_scaling",
+                                  "rope_factor", "rope_low_freq_factor", "rope_high_freq_factor",
+                                  "rope_original_positions", "tied_embeddings")})
+    for key, value in want.items():
+        if key == "rope_scaling" and value == "default":
+            value = ""
+        expect(f"planned model: {key}", got[key], value)
+
+
 # --- Megatron-LM -----------------------------------------------------------
 #
 # Megatron-LM's pretrain_gpt.py arguments are parsed by megatron/training
@@ -77,11 +156,20 @@ MEGATRON_FLAGS = {
     "--moe-grouped-gemm": None, "--bf16": None, "--fp8-format": str, "--fp8-recipe": str,
     "--accumulate-allreduce-grads-in-fp32": None, "--grad-reduce-in-bf16": None,
     "--attention-backend": str, "--clip-grad": float, "--optimizer": str,
+    "--kv-channels": int, "--norm-epsilon": float, "--add-qkv-bias": None,
+    "--window-size": "tuple", "--moe-ffn-hidden-size": int, "--moe-router-pre-softmax": None,
+    "--moe-router-load-balancing-type": str, "--moe-aux-loss-coeff": float,
+    "--expert-tensor-parallel-size": int, "--use-tp-pp-dp-mapping": None,
 }
 # Switches whose destination is not the flag's name.
 MEGATRON_SWITCH_DEST = {"--disable-bias-linear": ("add_bias_linear", False)}
 # Values whose destination is not the flag's name.
-MEGATRON_DEST = {"--fp8-format": "fp8"}
+MEGATRON_DEST = {"--fp8-format": "fp8", "--norm-epsilon": "layernorm_epsilon"}
+
+
+def megatron_tuple(x):
+    """arguments.py's tuple_type: "4095,0" or "(4095, 0)"."""
+    return tuple(int(i) for i in x.strip("()").split(","))
 
 
 def parse_megatron(text):
@@ -108,6 +196,7 @@ def parse_megatron(text):
             continue
         if i + 1 >= len(argv):
             raise Mismatch(f"{flag}: no value")
+        kind = megatron_tuple if kind == "tuple" else kind
         args[MEGATRON_DEST.get(flag, flag[2:].replace("-", "_"))] = kind(argv[i + 1])
         i += 2
     return env, args
@@ -149,6 +238,9 @@ def megatron(text, report, hf):
     tc["virtual_pipeline_model_parallel_size"] = vpp if vpp and vpp > 1 else None
     if a.get("swiglu"):
         tc["gated_linear_unit"], tc["activation_func"] = True, F.silu
+    # validate_args: biases on every linear put them on q/k/v too.
+    if a.get("add_bias_linear", True):
+        tc["add_qkv_bias"] = True
     dtype = torch.bfloat16 if a.get("bf16") else torch.float32
     tc["params_dtype"] = tc["pipeline_dtype"] = dtype
     if "attention_backend" in a:
@@ -241,33 +333,172 @@ def megatron(text, report, hf):
     dropout = 0.1 if job["dropout"] else 0.0
     expect("hidden dropout", config.hidden_dropout, dropout)
     expect("attention dropout", config.attention_dropout, dropout)
-    # The model, against its config.json.
-    expect("layers", config.num_layers, hf["num_hidden_layers"])
-    expect("hidden size", config.hidden_size, hf["hidden_size"])
-    expect("attention heads", config.num_attention_heads, hf["num_attention_heads"])
-    expect("query groups", config.num_query_groups,
-           hf.get("num_key_value_heads", hf["num_attention_heads"]))
-    expect("ffn size", config.ffn_hidden_size, hf["intermediate_size"])
-    if "rope_theta" in hf:
-        expect("rotary base", a.get("rotary_base"), int(hf["rope_theta"]))
-    # The vocabulary (NullTokenizer's size) and Megatron's padding of it to a
-    # multiple of make_vocab_size_divisible_by (128) x tp.
+    # The model Megatron builds (TransformerConfig, and the GPTModel
+    # arguments pretrain_gpt.py passes), every field that defines it,
+    # against config.json.
+    want = hf_model(hf)
+    check_planner_model(report, want)
+    from megatron.core.transformer.utils import openai_gelu
+
+    moe = bool(config.num_moe_experts)
+    act = config.activation_func
+    built = {
+        "layers": config.num_layers, "hidden": config.hidden_size,
+        "heads": config.num_attention_heads, "kv_heads": config.num_query_groups,
+        "head_dim": config.kv_channels,
+        "ffn": config.moe_ffn_hidden_size if moe else config.ffn_hidden_size,
+        "activation": ("swiglu" if config.gated_linear_unit and act is F.silu else
+                       "gelu" if not config.gated_linear_unit and act is F.gelu else
+                       "gelu_tanh" if act is openai_gelu else f"{act.__name__}"
+                       f"{' gated' if config.gated_linear_unit else ''}"),
+        "norm": {"RMSNorm": "rms", "LayerNorm": "layer"}[config.normalization],
+        "norm_eps": config.layernorm_epsilon,
+        "qkv_bias": config.add_bias_linear or config.add_qkv_bias,
+        "out_bias": config.add_bias_linear, "mlp_bias": config.add_bias_linear,
+        "window": (config.window_size[0] + 1) if config.window_size else 0,
+        "vocab": a.get("vocab_size"),
+        "tied_embeddings": not a.get("untie_embeddings_and_output_weights", False),
+        "positions": (a["max_position_embeddings"]
+                      if a.get("position_embedding_type", "learned_absolute") ==
+                      "learned_absolute" else 0),
+        "rope_theta": (a.get("rotary_base", 10000)
+                       if a.get("position_embedding_type") == "rope" else 0),
+        # GPTModel's rope_scaling is Llama 3.1's with its default factor 8
+        # (pretrain_gpt passes no factor).
+        "rope_scaling": "llama3" if a.get("use_rope_scaling") else "",
+        "rope_factor": 8.0 if a.get("use_rope_scaling") else 0,
+        "rope_low_freq_factor": 1.0 if a.get("use_rope_scaling") else 0,
+        "rope_high_freq_factor": 4.0 if a.get("use_rope_scaling") else 0,
+        "rope_original_positions": 8192 if a.get("use_rope_scaling") else 0,
+        "experts": config.num_moe_experts or 0,
+        "top_k": config.moe_router_topk if moe else 0,
+        "aux_loss": (config.moe_aux_loss_coeff
+                     if moe and config.moe_router_load_balancing_type == "aux_loss" else 0),
+        # top-k of the logits then a softmax over them: renormalized weights.
+        "router_normalize": moe and not config.moe_router_pre_softmax,
+    }
+    if a.get("use_rope_scaling") and want["rope_factor"] not in (8, 8.0):
+        raise Mismatch(f"rope scaling factor: pretrain_gpt builds 8, the model has "
+                       f"{want['rope_factor']}")
+    compare_model(built, want)
+    # What the families here do not have, and Megatron would add.
+    expect("q/k norms", config.qk_layernorm, False)
+    expect("zero-centered norm weights", config.layernorm_zero_centered_gamma, False)
+    expect("softmax scale (1/sqrt(head_dim))", config.softmax_scale, None)
+    expect("rotary percent", a.get("rotary_percent", 1.0), 1.0)
+    if moe:
+        expect("router score", config.moe_router_score_function, "softmax")
+        expect("router top-k scaling", config.moe_router_topk_scaling_factor, None)
+        expect("shared experts", config.moe_shared_expert_intermediate_size, None)
+        expect("expert tensor parallel", config.expert_tensor_parallel_size,
+               plan["expert_tensor_parallel"])
     expect("tokenizer", a.get("tokenizer_type"), "NullTokenizer")
-    expect("vocabulary", a.get("vocab_size"), hf["vocab_size"])
     multiple = 128 * tp
     padded = (hf["vocab_size"] + multiple - 1) // multiple * multiple
-    if "num_local_experts" in hf:
-        expect("experts", config.num_moe_experts, hf["num_local_experts"])
-        expect("router top-k", config.moe_router_topk, hf["num_experts_per_tok"])
+    if moe:
         expect("token dispatcher", config.moe_token_dispatcher_type, "alltoall")
+
+    # Megatron-Core's own parallel state over a fake world of the plan's
+    # size, rank groups included, in the order pretrain_gpt gives it.
+    groups = megatron_groups(config, a, gpus, plan)
     return {"tp": tp, "pp": pp, "vpp": config.virtual_pipeline_model_parallel_size or 1,
             "cp": cp, "ep": config.expert_model_parallel_size, "dp": dp, "zero": zero,
             "micro_batch": mbs, "num_micro_batches": gbs // (mbs * dp),
             "recompute": config.recompute_granularity, "fp8": config.fp8,
-            "padded_vocab": padded}
+            "padded_vocab": padded, "order": groups}
+
+
+def plan_groups(order, sizes, axis):
+    """The rank groups of `axis` for a layout whose axes, fastest first,
+    are `order` with `sizes`: the ranks that differ only in that axis."""
+    strides, stride = {}, 1
+    for name in order:
+        strides[name] = stride
+        stride *= sizes[name]
+    world = stride
+    out = set()
+    for r in range(world):
+        base = r - (r // strides[axis]) % sizes[axis] * strides[axis]
+        out.add(tuple(base + i * strides[axis] for i in range(sizes[axis])))
+    return sorted(out)
+
+
+def megatron_groups(config, a, gpus, plan):
+    """initialize_model_parallel over a fake world of `gpus` ranks (its own
+    checks: divisibility, expert groups against the dense ones), then every
+    group of RankGenerator, the generator it builds them with, against the
+    plan's placement."""
+    import torch.distributed as dist
+    from megatron.core import parallel_state as ps
+
+    order = "tp-cp-ep-pp-dp" if a.get("use_tp_pp_dp_mapping") else "tp-cp-ep-dp-pp"
+    tp, pp, cp = (config.tensor_model_parallel_size, config.pipeline_model_parallel_size,
+                  config.context_parallel_size)
+    ep, etp = config.expert_model_parallel_size, config.expert_tensor_parallel_size or tp
+    if dist.is_initialized():
+        dist.destroy_process_group()
+    fake_world(gpus)
+    try:
+        ps.initialize_model_parallel(
+            tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp,
+            virtual_pipeline_model_parallel_size=config.virtual_pipeline_model_parallel_size,
+            context_parallel_size=cp, expert_model_parallel_size=ep,
+            expert_tensor_parallel_size=etp,
+            num_distributed_optimizer_instances=a.get("num_distributed_optimizer_instances", 1),
+            order=order, create_gloo_process_groups=False)
+    except (RuntimeError, AssertionError, ValueError) as e:
+        raise Mismatch(f"REFUSED by Megatron-Core's initialize_model_parallel: {e}")
+    finally:
+        ps.destroy_model_parallel()
+    dp = gpus // (tp * pp * cp)
+    gen = ps.RankGenerator(tp=tp, ep=1, dp=dp, pp=pp, cp=cp, order=order)
+    # The plan's placement names its axes fastest first: tp-cp-dp-pp (pp
+    # outermost) or tp-cp-pp-dp (pp inside dp).
+    placement = plan["placement"].split("-")
+    sizes = {"tp": tp, "cp": cp, "dp": dp, "pp": pp}
+    for axis in ("tp", "cp", "dp", "pp"):
+        expect(f"{axis} rank groups (placement {plan['placement']})",
+               sorted(tuple(g) for g in gen.get_ranks(axis)),
+               plan_groups(placement, sizes, axis))
+    return order
 
 
 # --- DeepSpeed --------------------------------------------------------------
+
+
+def tiny_model(hf, tp=1):
+    """A 2-layer model of config.json's family (transformers' own class),
+    hidden 64, 8 heads, vocabulary 256, with the family's attention biases,
+    window, kv heads ratio (at least tp kv heads, for AutoTP to split) and
+    experts; returns it and its layers."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    torch.manual_seed(0)
+    t = hf.get("model_type", "llama")
+    if t == "gpt2":
+        cfg = AutoConfig.for_model("gpt2", n_embd=64, n_layer=2, n_head=8, vocab_size=256,
+                                   n_positions=64,
+                                   activation_function=hf.get("activation_function", "gelu_new"))
+        model = AutoModelForCausalLM.from_config(cfg)
+        return model, list(model.transformer.h)
+    heads = hf["num_attention_heads"]
+    kv = hf.get("num_key_value_heads") or heads
+    extra = {}
+    for key in ("attention_bias", "mlp_bias", "use_sliding_window", "rms_norm_eps",
+                "tie_word_embeddings", "output_router_logits", "router_aux_loss_coef"):
+        if key in hf:
+            extra[key] = hf[key]
+    if hf.get("sliding_window"):
+        extra["sliding_window"] = 8
+    if "num_local_experts" in hf:
+        extra.update(num_local_experts=4, num_experts_per_tok=min(2, hf["num_experts_per_tok"]))
+    cfg = AutoConfig.for_model(t, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                               num_attention_heads=8, num_key_value_heads=max(tp, 8 * kv // heads),
+                               vocab_size=256, max_position_embeddings=64, **extra)
+    model = AutoModelForCausalLM.from_config(cfg)
+    return model, list(model.model.layers)
+
 
 
 def deepspeed_check(text, report, hf):
@@ -286,21 +517,17 @@ def deepspeed_check(text, report, hf):
         ds = DeepSpeedConfig(config)
     except (DeepSpeedConfigError, AssertionError, ValueError) as e:
         raise Mismatch(f"REFUSED by DeepSpeedConfig: {e}")
-    # The engine itself, on a small stand-in model: ZeRO's optimizer wrapper,
-    # its partitioning over the world, the batch arithmetic.
+    # The engine itself, and real training steps, on a tiny model of the
+    # same family (transformers' own class for the config's model_type):
+    # ZeRO's optimizer wrapper and partitioning over the world, offload, the
+    # batch arithmetic, and recomputation as a DeepSpeed training script
+    # turns it on: deepspeed.checkpointing.configure with this config (the
+    # section deepspeed.initialize never reads), each layer's forward
+    # through deepspeed.checkpointing.checkpoint.
     # The export leaves the optimizer to the training script: here DeepSpeed's
     # own AdamW from the config (torch's kernels: no op to compile), which
     # ZeRO-Offload accepts where a client optimizer is refused.
-    tp = config.get("tensor_parallel", {}).get("autotp_size", 1)
-    if tp > 1:
-        # AutoTP splits Hugging Face models it recognizes: a small Llama.
-        from transformers import LlamaConfig, LlamaForCausalLM
-
-        model = LlamaForCausalLM(LlamaConfig(
-            hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-            num_attention_heads=8, num_key_value_heads=8, vocab_size=256))
-    else:
-        model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.Linear(64, 64))
+    model, layers = tiny_model(hf, plan["tp"])
     engine_config = dict(config)
     engine_config.setdefault("optimizer", {"type": "AdamW",
                                            "params": {"lr": 1e-4, "torch_adam": True}})
@@ -309,10 +536,71 @@ def deepspeed_check(text, report, hf):
                                                config=engine_config)
     except Exception as e:  # DeepSpeed raises its own exception types too
         raise Mismatch(f"REFUSED by deepspeed.initialize: {type(e).__name__}: {e}")
+    # AutoTP's first-batch check compares the batch across the TP group
+    # through collectives the fake world does not carry (one process holds
+    # every rank's batch): taken off.
+    if getattr(engine, "first_dataloader_check", None) is not None:
+        engine.first_dataloader_check.remove()
+    forwards = [0]
+    if "activation_checkpointing" in config:
+        import functools
+
+        try:
+            deepspeed.checkpointing.configure(None, deepspeed_config=config)
+        except (AssertionError, ValueError) as e:
+            raise Mismatch(f"REFUSED by deepspeed.checkpointing.configure: {e}")
+    for layer in layers:
+        inner = layer.forward
+
+        def counted(*args, _inner=inner, **kwargs):
+            forwards[0] += 1
+            return _inner(*args, **kwargs)
+
+        if "activation_checkpointing" in config:
+            def checkpointed(hidden, *args, _f=counted, **kwargs):
+                return deepspeed.checkpointing.checkpoint(functools.partial(_f, **kwargs), hidden,
+                                                          *args)
+            layer.forward = checkpointed
+        else:
+            layer.forward = counted
+    steps = 2
+    micro = engine.gradient_accumulation_steps()
+    tokens = torch.randint(0, 256, (engine.train_micro_batch_size_per_gpu(), 16))
+    try:
+        for _ in range(steps * micro):
+            loss = engine(input_ids=tokens, labels=tokens).loss
+            engine.backward(loss)
+            engine.step()
+    except Exception as e:
+        raise Mismatch(f"REFUSED in DeepSpeed's training step: {type(e).__name__}: {e}")
+    expect("optimizer steps taken", engine.global_steps, steps)
+    # Each layer runs forward once per micro-batch, and once more in the
+    # backward when it is recomputed.
+    expect("layer forwards (2 per micro-batch with recomputation)", forwards[0],
+           len(layers) * steps * micro * (2 if plan["recompute"] == "full" else 1))
+    # ZeRO partitions over every rank but an AutoTP group's (Ulysses ranks
+    # included).
+    dp_ranks = gpus // plan["tp"]
+    if plan["zero"] == 3:
+        p = next(model.parameters())
+        expect("ZeRO-3 parameter partition (elements on this rank)", p.ds_tensor.numel(),
+               -(-p.ds_numel // dp_ranks))
+    elif plan["zero"] in (1, 2):
+        held = sum(t.numel() for t in engine.optimizer.single_partition_of_fp32_groups)
+        total = sum(p.numel() for p in model.parameters())
+        if not total // dp_ranks <= held <= -(-total // dp_ranks) + 2 * dp_ranks:
+            raise Mismatch(f"ZeRO-{plan['zero']}: this rank holds {held} of {total} optimizer "
+                           f"elements, not a 1/{dp_ranks} partition")
+    if plan["offload_optimizer"]:
+        on_cpu = (engine.optimizer.offload_optimizer if plan["zero"] == 3
+                  else engine.optimizer.cpu_offload)
+        expect("optimizer state offloaded to the CPU (engine)", bool(on_cpu), True)
     tp = (ds.tensor_parallel_config.autotp_size if ds.tensor_parallel_config else 0) or 1
     if tp > 1:
+        # ZeRO-3 keeps the (split) shape in ds_shape.
+        w = engine.module.model.layers[0].self_attn.q_proj.weight
         expect("AutoTP split (query projection rows of 64)",
-               model.model.layers[0].self_attn.q_proj.weight.shape[0], 64 // plan["tp"])
+               (getattr(w, "ds_shape", None) or w.shape)[0], 64 // plan["tp"])
         expect("data-parallel ranks (engine)", engine.dp_world_size, gpus // plan["tp"])
     sp = config.get("sequence_parallel_size", 1)
     expect("ZeRO stage", engine.zero_optimization_stage(), plan["zero"])
@@ -343,6 +631,35 @@ def deepspeed_check(text, report, hf):
 # --- torchtitan ---------------------------------------------------------------
 
 
+def titan_parallelized(model, dims, cfg, plan):
+    """What torchtitan's parallelize_fn did to (a stage of) the model, and
+    the precision it trains in, against the plan."""
+    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import CheckpointWrapper
+    from torch.distributed.fsdp import FSDPModule
+    from torch.distributed.tensor import DTensor
+    from torchtitan.distributed.utils import maybe_enable_amp
+
+    blocks = list(model.layers.values()) if getattr(model, "layers", None) is not None else []
+    # Mixed precision: FSDP's policy, or autocast; neither (TP or PP without
+    # FSDP) trains in fp32.
+    fsdp = any(isinstance(m, FSDPModule) for m in model.modules())
+    amp = maybe_enable_amp(dims, cfg.training.mixed_precision_param, "cuda")
+    precision = (cfg.training.mixed_precision_param if fsdp or
+                 type(amp).__name__ != "nullcontext" else "float32")
+    expect("training precision", precision, "bfloat16")
+    expect("FSDP applied", fsdp, plan["zero"] == 3 and plan["dp"] * plan["cp"] > 1)
+    # Compiled blocks wrap what parallelize_fn made of them.
+    wrapped = sum(isinstance(getattr(b, "_orig_mod", b), CheckpointWrapper) for b in blocks)
+    expect("compiled blocks", sum(hasattr(b, "_orig_mod") for b in blocks), len(blocks))
+    expect("blocks with activation checkpointing", wrapped,
+           len(blocks) if plan["recompute"] in ("full", "selective") else 0)
+    if plan["tp"] > 1 and blocks:
+        wq = dict(blocks[0].named_parameters())
+        w = next(v for k, v in wq.items() if k.endswith("attention.wq.weight"))
+        expect("tensor-parallel weights (DTensor over tp)", isinstance(w, DTensor) and
+               dims.tp in [w.device_mesh.size(i) for i in range(w.device_mesh.ndim)], True)
+
+
 def torchtitan(path, report, hf):
     import torch
     import torch.distributed as dist
@@ -361,6 +678,10 @@ def torchtitan(path, report, hf):
         cfg = ConfigManager().parse_args(["--job.config_file", path])
     except (ValueError, AssertionError, SystemExit) as e:
         raise Mismatch(f"REFUSED by torchtitan's job config: {e}")
+
+    # The torchtitan stack's efficiency is that of compiled runs.
+    expect("torch.compile (model and loss)",
+           (cfg.compile.enable, sorted(cfg.compile.components)), (True, ["loss", "model"]))
 
     def setup(rank):
         """The trainer's parallel dims and meshes as world rank `rank` sees them."""
@@ -392,12 +713,33 @@ def torchtitan(path, report, hf):
     if cfg.model.flavor not in spec.model_args:
         raise Mismatch(f"torchtitan has no flavor {cfg.model.flavor!r} of {cfg.model.name}")
     args = spec.model_args[cfg.model.flavor]
-    expect("layers", args.n_layers, hf["num_hidden_layers"])
-    expect("hidden size", args.dim, hf["hidden_size"])
-    expect("attention heads", args.n_heads, hf["num_attention_heads"])
-    expect("kv heads", args.n_kv_heads, hf.get("num_key_value_heads", hf["num_attention_heads"]))
-    expect("vocabulary", args.vocab_size, hf["vocab_size"])
-    expect("rope theta", args.rope_theta, hf.get("rope_theta", args.rope_theta))
+    args.update_from_config(cfg)
+    # The model torchtitan builds (on the meta device), every field that
+    # defines it, against config.json.
+    want = hf_model(hf)
+    check_planner_model(report, want)
+    with torch.device("meta"):
+        built_model = spec.model_cls(args)
+    block = built_model.layers["0"]
+    attn, ffn = block.attention, block.feed_forward
+    rope = args.rope_scaling_args
+    compare_model({
+        "layers": len(built_model.layers), "hidden": args.dim, "heads": args.n_heads,
+        "kv_heads": args.n_kv_heads or args.n_heads,
+        "head_dim": attn.wq.weight.shape[0] // args.n_heads, "ffn": ffn.w1.weight.shape[0],
+        "activation": "swiglu", "norm": "rms", "norm_eps": args.norm_eps,
+        "qkv_bias": attn.wq.bias is not None, "out_bias": attn.wo.bias is not None,
+        "mlp_bias": ffn.w1.bias is not None, "window": 0,
+        "vocab": built_model.tok_embeddings.weight.shape[0],
+        "tied_embeddings": built_model.output.weight is built_model.tok_embeddings.weight,
+        "positions": 0, "rope_theta": args.rope_theta,
+        # Llama 3.1's scaling, always (precompute_freqs_cis has no switch).
+        "rope_scaling": "llama3", "rope_factor": rope.scaling_factor,
+        "rope_low_freq_factor": rope.low_freq_factor,
+        "rope_high_freq_factor": rope.high_freq_factor,
+        "rope_original_positions": rope.original_max_position_embeddings,
+        "experts": 0, "top_k": 0, "aux_loss": 0, "router_normalize": False,
+    }, want)
     expect("data parallel (replicate x shard)", dims.dp_replicate * dims.dp_shard, plan["dp"])
     if plan.get("shard"):
         expect("FSDP group (shard x cp)", dims.dp_shard * dims.cp, plan["shard"])
@@ -422,9 +764,11 @@ def torchtitan(path, report, hf):
             loss_fn = spec.build_loss_fn(cfg, parallel_dims=dims)
             try:
                 schedule, parts, _, _ = pipeline_llm(model, dims, cfg, torch.device("meta"), args,
-                                                     lambda m, d, c: m, loss_fn)
+                                                     spec.parallelize_fn, loss_fn)
             except (ValueError, AssertionError) as e:
                 raise Mismatch(f"REFUSED by torchtitan's pipeline: {e}")
+            for part in parts:
+                titan_parallelized(part, dims, cfg, plan)
             stage_counts.append(len(parts))
             per_rank.append(sum(len(m.layers) for m in parts if getattr(m, "layers", None)
                                 is not None))
@@ -441,6 +785,13 @@ def torchtitan(path, report, hf):
         out.update(stages=stage_counts, layers=per_rank, microbatches=schedule._n_microbatches,
                    schedule=type(schedule).__name__)
     else:
+        with torch.device("meta"):
+            model = spec.model_cls(args)
+        try:
+            model = spec.parallelize_fn(model, dims, cfg)
+        except (ValueError, AssertionError, RuntimeError, NotImplementedError) as e:
+            raise Mismatch(f"REFUSED by torchtitan's parallelize_fn: {e}")
+        titan_parallelized(model, dims, cfg, plan)
         expect("micro-batch (local batch)", local, plan["micro_batch"])
         expect("accumulation steps", accumulation, plan["num_micro_batches"])
     expect("global batch", gbs, job["global_batch"])

@@ -42,6 +42,16 @@ CASES = [
     ("megatron-partial-recompute", "megatron", "llama3-70b", 64, 512, 8192,
      "tp:8,pp:4,vpp:1,recompute_layers:2", ""),
     ("megatron-moe-ep8", "megatron", "mixtral-8x7b", 64, 256, 4096, "ep:8", ""),
+    # Model settings Megatron must be told: a sliding window and a head dim
+    # (Mistral), q/k/v biases (Qwen2); experts kept whole over tp where the
+    # expert group takes tensor-parallel ranks (expert tp 1); pipeline stages
+    # inside data parallelism (--use-tp-pp-dp-mapping).
+    ("megatron-mistral-window", "megatron", "mistral-7b", 16, 64, 8192, "tp:2,pp:2", ""),
+    ("megatron-qwen2-qkv-bias", "megatron", "qwen2-7b", 16, 64, 4096, "tp:4,pp:1,cp:1", ""),
+    ("megatron-moe-experts-whole", "megatron", "mixtral-8x7b", 16, 64, 4096,
+     "tp:4,pp:1,cp:1,ep:8", ""),
+    ("megatron-pp-inside-dp", "megatron", "llama3-8b", 16, 64, 4096,
+     "tp:2,pp:2,cp:1,placement:tp-cp-pp-dp", ""),
     # DeepSpeed
     ("deepspeed-zero1", "deepspeed", "llama3-8b", 16, 64, 4096, "zero:1,tp:1,cp:1", ""),
     ("deepspeed-zero2-offload", "deepspeed", "llama3-8b", 16, 64, 4096,
@@ -52,16 +62,37 @@ CASES = [
     ("deepspeed-full-recompute", "deepspeed", "llama3-70b", 32, 64, 4096,
      "zero:3,recompute:full", ""),
     # torchtitan
-    ("torchtitan-fsdp", "torchtitan", "llama3-8b", 16, 64, 8192, "zero:3,tp:1,pp:1,cp:1", ""),
-    ("torchtitan-hsdp-cp2", "torchtitan", "llama3-8b", 32, 64, 4096, "zero:3,shard:8,cp:2,tp:1,pp:1", ""),
-    ("torchtitan-asynctp", "torchtitan:asynctp", "llama3-8b", 16, 64, 8192, "tp:2,pp:1", ""),
-    ("torchtitan-pp-1f1b", "torchtitan", "llama3-8b", 16, 64, 8192,
+    ("torchtitan-fsdp", "torchtitan", "llama3.1-8b", 16, 64, 8192, "zero:3,tp:1,pp:1,cp:1", ""),
+    ("torchtitan-hsdp-cp2", "torchtitan", "llama3.1-8b", 32, 64, 4096, "zero:3,shard:8,cp:2,tp:1,pp:1", ""),
+    ("torchtitan-asynctp", "torchtitan:asynctp", "llama3.1-8b", 16, 64, 8192, "tp:2,pp:1", ""),
+    ("torchtitan-pp-1f1b", "torchtitan", "llama3.1-8b", 16, 64, 8192,
      "tp:2,pp:2,vpp:1,schedule:1f1b", ""),
-    ("torchtitan-interleaved", "torchtitan", "llama3-70b", 64, 512, 8192,
+    ("torchtitan-interleaved", "torchtitan", "llama3.1-70b", 64, 512, 8192,
      "tp:8,pp:4,vpp:5,micro_batch:1", ""),
-    ("torchtitan-selective", "torchtitan", "llama3-8b", 8, 32, 8192,
+    ("torchtitan-selective", "torchtitan", "llama3.1-8b", 8, 32, 8192,
      "tp:1,pp:1,recompute:selective", ""),
 ]
+
+# Plans the tier was not written for: each stack's free-search pick for
+# models of each kind (dense, GQA, sliding window, biases, MoE) from 8 to
+# 2048 GPUs. A pick the trainer cannot run as planned is a defect of the
+# search (the stack's rules) or of the export.
+FREE = [
+    ("megatron", "llama3-8b", 8, 64, 8192),
+    ("megatron", "mistral-7b", 64, 256, 8192),
+    ("megatron", "qwen2-7b", 512, 1024, 4096),
+    ("megatron", "mixtral-8x7b", 2048, 4096, 4096),
+    ("megatron", "llama3.1-70b", 256, 512, 8192),
+    ("deepspeed", "llama3-8b", 8, 64, 4096),
+    ("deepspeed", "mistral-7b", 64, 256, 4096),
+    ("deepspeed", "qwen2-7b", 16, 64, 4096),
+    ("deepspeed", "llama3.1-70b", 64, 128, 4096),
+    ("torchtitan", "llama3.1-8b", 8, 64, 8192),
+    ("torchtitan", "llama3.1-70b", 512, 1024, 8192),
+    ("torchtitan", "llama3.1-8b", 2048, 4096, 8192),
+]
+CASES += [(f"free-{stack}-{model}-{gpus}", stack, model, gpus, batch, seq, "", "")
+          for stack, model, gpus, batch, seq in FREE]
 
 FORMAT = {"megatron": "megatron", "deepspeed": "deepspeed", "torchtitan": "torchtitan"}
 
@@ -71,7 +102,7 @@ def plan(tmp, stack, model, gpus, batch, seq, fix, extra):
     export = os.path.join(tmp, "export." + {"deepspeed": "json", "torchtitan": "toml"}.get(fmt, "txt"))
     report = os.path.join(tmp, "report.json")
     opts = (f"stack={stack} cluster=dgx-h100 gpus={gpus} global-batch={batch} seq-len={seq} "
-            f"fix={fix} top-k=1 compare=false report={report} export={fmt} "
+            f"{'fix=' + fix if fix else ''} top-k=1 compare=false report={report} export={fmt} "
             f"export-file={export} {extra}")
     r = subprocess.run([LLM_OPT, os.path.join(MODELS, model + ".json"), "-o", os.devnull,
                         "--llm-auto-parallel=" + opts.strip()],
@@ -123,6 +154,28 @@ TAMPER = [
     ("megatron-offload-alone", "megatron-offload",
      lambda t: t.replace(" --use-precision-aware-optimizer", ""),
      "--optimizer-cpu-offload needs --use-precision-aware-optimizer"),
+    # A model setting dropped: Megatron then builds another model.
+    ("megatron-window-dropped", "megatron-mistral-window",
+     lambda t: t.replace(" --window-size 4095,0", ""), "MISMATCH: model: window"),
+    ("megatron-qkv-bias-dropped", "megatron-qwen2-qkv-bias",
+     lambda t: t.replace(" --add-qkv-bias", ""), "MISMATCH: model: qkv_bias"),
+    ("megatron-eps-changed", "megatron-qwen2-qkv-bias",
+     lambda t: t.replace("--norm-epsilon 1e-06", "--norm-epsilon 1e-05"),
+     "MISMATCH: model: norm_eps"),
+    ("megatron-expert-tp-dropped", "megatron-moe-experts-whole",
+     lambda t: t.replace(" --expert-tensor-parallel-size 1", ""), "MISMATCH: expert tensor parallel"),
+    ("megatron-mapping-dropped", "megatron-pp-inside-dp",
+     lambda t: t.replace(" --use-tp-pp-dp-mapping", ""), "MISMATCH: dp rank groups"),
+    # Recomputation that configure refuses, or none where the plan has it.
+    ("deepspeed-contiguous", "deepspeed-full-recompute",
+     lambda t: t.replace('"contiguous_memory_optimization": false',
+                         '"contiguous_memory_optimization": true'),
+     "REFUSED by deepspeed.checkpointing.configure"),
+    ("deepspeed-no-recompute", "deepspeed-full-recompute",
+     lambda t: re.sub(r'"activation_checkpointing": \{[^}]*\},?', "", t),
+     "MISMATCH: layer forwards"),
+    ("torchtitan-no-compile", "torchtitan-selective",
+     lambda t: t.replace("enable = true", "enable = false"), "MISMATCH: torch.compile"),
     ("deepspeed-mics", "deepspeed-zero3-ulysses",
      lambda t: t.replace('"stage": 3', '"stage": 3, "mics_shard_size": 8'),
      "REFUSED by DeepSpeedConfig"),

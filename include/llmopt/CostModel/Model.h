@@ -36,6 +36,22 @@ struct LayerDesc {
   int64_t experts = 0;
   int64_t topK = 0;
   double capacityFactor = 0;
+  /// What defines the model beyond its shapes, which an export must carry
+  /// for the trainer to build this model and not another (extractModelDesc
+  /// reads them from the IR): the norm ("rms" or "layer") and its epsilon,
+  /// biases on the q/k/v projections, on the attention output and on the
+  /// MLP (or experts), the activation ("swiglu", "gelu" or "gelu_tanh"),
+  /// the router's load-balancing loss coefficient (0: none) and whether it
+  /// renormalizes its top-k weights.
+  std::string norm;
+  double normEps = 0;
+  bool qkvBias = false;
+  bool outBias = false;
+  bool mlpBias = false;
+  std::string activation;
+  double auxLoss = 0;
+  bool routerNormalize = false;
+
   /// Exact parameter counts from the IR: attention, norms, biases and the
   /// router (`denseParams`), expert weights (`expertParams`).
   double denseParams = 0;
@@ -61,6 +77,10 @@ struct ModelDesc {
   double ropeTheta = 0;
   std::string ropeScaling;
   double ropeFactor = 0;
+  /// Llama 3.1's scaling: the low and high frequency factors and the
+  /// context it was trained at (0 when absent).
+  double ropeLowFreqFactor = 0, ropeHighFreqFactor = 0;
+  int64_t ropeOriginalPositions = 0;
   bool tiedEmbeddings = false;
   /// Parameters of the input tables, of the untied head (0 when tied), and
   /// of the final norm.

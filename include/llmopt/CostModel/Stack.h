@@ -69,6 +69,15 @@ struct StackCapabilities {
   /// fp8 GEMMs in dense layers only: an MoE model's job cannot be fp8
   /// (llm-run's CUDA backend has no fp8 expert kernels).
   bool fp8DenseOnly = false;
+  /// Tensor or pipeline parallelism needs FSDP on (ZeRO-3 over more than one
+  /// rank of dp_shard x cp): torchtitan 0.2 refuses DDP beside them ("DDP
+  /// has not supported > 1D parallelism") and trains in fp32 without FSDP
+  /// (its autocast is off with TP or PP).
+  bool tensorOrPipelineParallelNeedsFsdp = false;
+  /// Pipeline stages inside data parallelism only where the expert groups'
+  /// data parallelism is the dense one (expert tp x ep = tp x cp):
+  /// Megatron's initialize_model_parallel for the tp-cp-ep-pp-dp order.
+  bool ppInsideDpNeedsMatchingExpertGroups = false;
   /// Pipeline schedules by name ("1f1b", "interleaved-1f1b", "gpipe"); empty:
   /// no pipeline parallelism.
   std::vector<std::string> schedules = {"1f1b", "interleaved-1f1b", "gpipe"};

@@ -10,6 +10,29 @@ using namespace mlir;
 using namespace llmopt;
 using namespace llmopt::llm;
 
+namespace {
+enum class LinearRole { QKV, Out, Mlp };
+
+/// What a linear of a layer is for: it feeds the attention's q, k or v
+/// (through splits and the rotary embedding), it reads the attention's
+/// output, or it belongs to the MLP.
+LinearRole linearRole(LinearOp lin) {
+  if (lin.getInput().getDefiningOp<AttentionOp>())
+    return LinearRole::Out;
+  SmallVector<Value> work{lin.getResult()};
+  while (!work.empty()) {
+    Value v = work.pop_back_val();
+    for (Operation *user : v.getUsers()) {
+      if (isa<AttentionOp>(user))
+        return LinearRole::QKV;
+      if (isa<SplitOp, RotaryOp>(user))
+        llvm::append_range(work, user->getResults());
+    }
+  }
+  return LinearRole::Mlp;
+}
+} // namespace
+
 FailureOr<cost::ModelDesc> llmopt::llm::extractModelDesc(func::FuncOp func) {
   CostContext ctx;
   ctx.seqLen = 1;
@@ -36,6 +59,9 @@ FailureOr<cost::ModelDesc> llmopt::llm::extractModelDesc(func::FuncOp func) {
       if (r.getScalingAttr())
         m.ropeScaling = r.getRopeType().str();
       m.ropeFactor = r.getScalingNumber("factor", 0);
+      m.ropeLowFreqFactor = r.getScalingNumber("low_freq_factor", 0);
+      m.ropeHighFreqFactor = r.getScalingNumber("high_freq_factor", 0);
+      m.ropeOriginalPositions = int64_t(r.getScalingNumber("original_max_position_embeddings", 0));
     } else if (auto h = dyn_cast<LMHeadOp>(op)) {
       auto t = cast<RankedTensorType>(h.getWeight().getType());
       m.vocab = t.getDimSize(0);
@@ -51,6 +77,29 @@ FailureOr<cost::ModelDesc> llmopt::llm::extractModelDesc(func::FuncOp func) {
     l.hidden = cast<RankedTensorType>(layer.getInput().getType()).getDimSize(2);
     int attentions = 0, mlps = 0;
     WalkResult res = layer.getBody().walk([&](Operation *op) -> WalkResult {
+      if (auto n = dyn_cast<RMSNormOp>(op)) {
+        l.norm = "rms";
+        l.normEps = n.getEps().convertToDouble();
+      } else if (auto n = dyn_cast<LayerNormOp>(op)) {
+        l.norm = "layer";
+        l.normEps = n.getEps().convertToDouble();
+      } else if (auto lin = dyn_cast<LinearOp>(op); lin && lin.getBias()) {
+        switch (linearRole(lin)) {
+        case LinearRole::QKV:
+          l.qkvBias = true;
+          break;
+        case LinearRole::Out:
+          l.outBias = true;
+          break;
+        case LinearRole::Mlp:
+          l.mlpBias = true;
+          break;
+        }
+      } else if (auto r = dyn_cast<MoERouterOp>(op)) {
+        l.routerNormalize = r.getNormalize();
+        if (FloatAttr aux = r.getAuxLossAttr())
+          l.auxLoss = aux.getValueAsDouble();
+      }
       if (auto a = dyn_cast<AttentionOp>(op)) {
         ++attentions;
         l.heads = a.getNumHeadsAttr().getInt();
@@ -64,6 +113,7 @@ FailureOr<cost::ModelDesc> llmopt::llm::extractModelDesc(func::FuncOp func) {
         l.experts = e.getNumExperts();
         l.ffn = e.getFfnSize();
         l.gatedMlp = e.getActivation() == ExpertActivation::swiglu;
+        l.activation = l.gatedMlp ? "swiglu" : "gelu";
         if (auto d = e.getInput().getDefiningOp<MoEDispatchOp>()) {
           l.topK = cast<RankedTensorType>(d.getIndices().getType()).getDimSize(2);
           l.capacityFactor = d.getCapacityFactor().convertToDouble();
@@ -74,9 +124,11 @@ FailureOr<cost::ModelDesc> llmopt::llm::extractModelDesc(func::FuncOp func) {
       } else if (auto s = dyn_cast<SwiGLUOp>(op)) {
         ++mlps;
         l.gatedMlp = true;
+        l.activation = "swiglu";
         l.ffn = s.getType().getDimSize(2);
       } else if (auto g = dyn_cast<GeluOp>(op)) {
         ++mlps;
+        l.activation = g.getApproximate() == GeluApprox::tanh ? "gelu_tanh" : "gelu";
         l.ffn = g.getType().getDimSize(2);
       } else if (auto p = dyn_cast<ParamOp>(op)) {
         (p.isExpertStack() ? l.expertParams : l.denseParams) += double(p.getNumElements());
