@@ -6,24 +6,58 @@
 
 namespace llmopt::runtime {
 
-std::string
-Communicator::watchdogError(const std::string &what, const std::vector<int> &silent,
-                            const std::vector<std::pair<int, std::string>> &elsewhere) const {
+namespace {
+/// "3" or "3, 5, 7".
+std::string rankList(const std::vector<int> &ranks) {
+  std::string out;
+  for (size_t i = 0; i < ranks.size(); ++i)
+    out += (i ? ", " : "") + std::to_string(ranks[i]);
+  return out;
+}
+
+std::string seconds(double s) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.1f s", s);
+  return buf;
+}
+} // namespace
+
+std::string Communicator::watchdogError(const std::string &what,
+                                        const WatchdogFindings &found) const {
   char limit[32];
   std::snprintf(limit, sizeof(limit), "%g s", timeoutS);
   std::string out = what + " did not complete within " + limit +
                     " (the collective watchdog, --collective-timeout): ";
-  if (silent.empty() && elsewhere.empty())
+  std::vector<std::string> parts;
+  if (!found.silent.empty())
+    parts.push_back("rank(s) " + rankList(found.silent) +
+                    " did not arrive (stopped, hung or dead)");
+  for (const auto &[r, s] : found.stopped)
+    parts.push_back("rank " + std::to_string(r) + " did not run for " + seconds(s) +
+                    " while it waited in it (stopped, as by SIGSTOP, or not scheduled)");
+  for (const WatchdogFindings::Late &l : found.late)
+    parts.push_back("rank " + std::to_string(l.rank) + " came to " +
+                    (l.what.empty() ? std::string("it") : l.what) + " " + seconds(l.seconds) +
+                    " after " + (l.after < 0 ? "this rank" : "rank " + std::to_string(l.after)) +
+                    " (stopped, hung or slow before it)");
+  for (const auto &[r, s] : found.before)
+    parts.push_back("rank " + std::to_string(r) + " was in it " + seconds(s) +
+                    " before this rank came (this rank was stopped, hung or slow before it)");
+  for (const auto &[r, where] : found.gaveUp)
+    parts.push_back("rank " + std::to_string(r) + "'s watchdog fired in " + where +
+                    " before this rank came to it (this rank was stopped, hung or slow before it)");
+  for (const auto &[r, s] : found.slow)
+    parts.push_back("rank " + std::to_string(r) + " said where it waits only " + seconds(s) +
+                    " after the watchdog's first message (stopped, hung or busy until then)");
+  for (const auto &[r, where] : found.elsewhere)
+    parts.push_back("rank " + std::to_string(r) + " waits in " + where);
+  if (!found.behind.empty())
+    parts.push_back("rank(s) " + rankList(found.behind) +
+                    ", which the ranks named wait for, did not answer (stopped, hung or dead)");
+  if (parts.empty())
     return out + "every rank of the group is in it (a rank is slow or the network stalls)";
-  if (!silent.empty()) {
-    out += "rank(s) ";
-    for (size_t i = 0; i < silent.size(); ++i)
-      out += (i ? ", " : "") + std::to_string(silent[i]);
-    out += " did not arrive (stopped, hung or dead)";
-  }
-  for (size_t i = 0; i < elsewhere.size(); ++i)
-    out += std::string(i || !silent.empty() ? "; " : "") + "rank " +
-           std::to_string(elsewhere[i].first) + " waits in " + elsewhere[i].second;
+  for (size_t i = 0; i < parts.size(); ++i)
+    out += (i ? "; " : "") + parts[i];
   return out;
 }
 

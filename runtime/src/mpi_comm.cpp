@@ -8,6 +8,7 @@
 #include <cstring>
 #include <list>
 #include <map>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -141,7 +142,8 @@ public:
     pending.push_back(
         Pending{std::vector<float>(data, data + count),
                 {},
-                "send to rank " + std::to_string(peer) + " (tag " + std::to_string(tag) + ")"});
+                "send to rank " + std::to_string(peer) + " (tag " + std::to_string(tag) + ")",
+                peer});
     Pending &p = pending.back();
     for (int64_t at = 0; at < count;) {
       int len = int(std::min<int64_t>(count - at, int64_t(1) << 30));
@@ -159,7 +161,7 @@ public:
 
   bool flush(std::string &error) override {
     for (Pending &p : pending)
-      if (!wait(p.requests, p.what, MPI_COMM_WORLD, error))
+      if (!wait(p.requests, p.what, MPI_COMM_WORLD, error, p.peer))
         return false;
     pending.clear();
     return true;
@@ -173,7 +175,7 @@ public:
                    error) ||
           !wait(r,
                 "receive from rank " + std::to_string(peer) + " (tag " + std::to_string(tag) + ")",
-                MPI_COMM_WORLD, error))
+                MPI_COMM_WORLD, error, peer))
         return false;
       at += len;
     }
@@ -360,20 +362,34 @@ private:
     return false;
   }
 
-  bool wait(MPI_Request &r, const std::string &what, MPI_Comm comm, std::string &error) {
+  bool wait(MPI_Request &r, const std::string &what, MPI_Comm comm, std::string &error,
+            int peer = -1) {
     std::vector<MPI_Request> one{r};
-    bool ok = wait(one, what, comm, error);
+    bool ok = wait(one, what, comm, error, peer);
     r = one[0];
     return ok;
   }
 
-  /// Completes `requests` (the operation `what` among the ranks of `comm`)
-  /// under the watchdog: polled (a sleeping wait after the first
-  /// millisecond, not a core spinning), and failed after timeout() seconds
-  /// naming the ranks of `comm` that did not arrive.
+  /// A gap between two polls of a wait longer than this: the rank did not
+  /// run in between (stopped, as by SIGSTOP or a debugger, or not
+  /// scheduled). That time does not count against the timeout (a job
+  /// stopped and continued as a whole goes on), and a rank that finds the
+  /// others' watchdog fired while it was away says it was the one stopped.
+  static constexpr std::chrono::milliseconds kAbsence{500};
+
+  /// Completes `requests` (the operation `what` among the ranks of `comm`,
+  /// or with world rank `peer` for a transfer) under the watchdog: polled (a
+  /// sleeping wait after the first millisecond, not a core spinning), and
+  /// failed after timeout() seconds naming the ranks that did not arrive.
+  /// After the first millisecond it also listens for the watchdog messages
+  /// of other ranks: once one has fired, this rank tells every rank where
+  /// it waits, so that the rank that timed out first can name the rank the
+  /// others wait for before its abort ends the job.
   bool wait(std::vector<MPI_Request> &requests, const std::string &what, MPI_Comm comm,
-            std::string &error) {
-    Clock::time_point start = Clock::now();
+            std::string &error, int peer = -1) {
+    Clock::time_point start = Clock::now(), last = start;
+    Clock::duration absent{};
+    bool told = false;
     for (int polls = 0;; ++polls) {
       int done = 0;
       if (MPI_Testall(int(requests.size()), requests.data(), &done, MPI_STATUSES_IGNORE) !=
@@ -383,25 +399,70 @@ private:
       }
       if (done)
         return true;
-      Clock::duration waited = Clock::now() - start;
-      if (timeoutS > 0 && waited > std::chrono::duration<double>(timeoutS)) {
-        error = timedOut(what, comm);
+      Clock::time_point now = Clock::now();
+      if (now - last > kAbsence)
+        absent += now - last;
+      last = now;
+      Clock::duration waited = now - start;
+      if (waited <= std::chrono::milliseconds(1))
+        continue;
+      hearWatchdogs();
+      if (alarm && absent > kAbsence) {
+        error = stoppedIn(what, comm, peer, start, absent);
         return false;
       }
-      if (waited > std::chrono::milliseconds(1))
-        std::this_thread::sleep_for(std::chrono::microseconds(polls < 2000 ? 20 : 200));
+      if (alarm && !told) {
+        tell(what, members(comm, peer), start, absent, /*fired=*/false);
+        told = true;
+      }
+      if (timeoutS > 0 && waited - absent > std::chrono::duration<double>(timeoutS)) {
+        error = timedOut(what, members(comm, peer), start, absent);
+        return false;
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(polls < 2000 ? 20 : 200));
     }
   }
 
-  /// The watchdog's error for `what` (Communicator::watchdogError): which
-  /// ranks of `comm` did not arrive at it: every rank that times
-  /// out tells every rank where it waits and listens to the members of
-  /// `comm` for a few seconds; a rank that says nothing is stopped, hung or dead, a rank
-  /// that waits elsewhere is named with where.
-  std::string timedOut(const std::string &what, MPI_Comm comm) {
-    int n = 1, me = 0;
+  /// Where a rank waits, as its watchdog message says.
+  struct Whereabouts {
+    std::string what;
+    /// The world ranks taking part in it.
+    std::vector<int> members;
+    /// When the rank came to it, on this rank's clock (when the message
+    /// came less how long the rank had waited).
+    Clock::time_point entered;
+    /// Seconds of its wait the rank did not run.
+    double absentS = 0;
+    /// Its own watchdog fired (else it answers another rank's).
+    bool fired = false;
+    /// When its first message came, and when one saying its watchdog fired
+    /// came (if one did), on this rank's clock.
+    Clock::time_point firstHeard, firedHeard;
+    bool firedSeen = false;
+  };
+  /// A watchdog message on the wire: this header, then `count` int32 world
+  /// ranks (the members).
+  struct WireHeader {
+    double waitedS, absentS;
+    int32_t fired, count;
+    char what[kWhereBytes];
+  };
+  /// The latest whereabouts each rank has sent.
+  std::map<int, Whereabouts> heard;
+  /// Some rank's watchdog fired (this rank's or one it heard), and since
+  /// when this rank knows.
+  bool alarm = false;
+  std::optional<Clock::time_point> alarmSince;
+  /// Messages sent, kept until the job ends (their sends are not waited for).
+  std::list<std::vector<char>> sentMessages;
+  std::vector<MPI_Request> sentRequests;
+
+  /// The world ranks of `comm`, or this rank and `peer` for a transfer.
+  std::vector<int> members(MPI_Comm comm, int peer) const {
+    if (peer >= 0)
+      return {rank_, peer};
+    int n = 1;
     MPI_Comm_size(comm, &n);
-    MPI_Comm_rank(comm, &me);
     std::vector<int> local(static_cast<size_t>(n)), world(static_cast<size_t>(n));
     for (int i = 0; i < n; ++i)
       local[size_t(i)] = i;
@@ -409,62 +470,239 @@ private:
     MPI_Comm_group(comm, &g);
     MPI_Comm_group(MPI_COMM_WORLD, &wg);
     MPI_Group_translate_ranks(g, n, local.data(), wg, world.data());
-    char where[kWhereBytes] = {};
-    std::strncpy(where, what.c_str(), kWhereBytes - 1);
-    std::vector<std::vector<char>> heard(static_cast<size_t>(n), std::vector<char>(kWhereBytes));
-    std::vector<MPI_Request> recvs(static_cast<size_t>(n), MPI_REQUEST_NULL);
-    // Every rank hears it: one waiting on this rank elsewhere learns where.
+    MPI_Group_free(&g);
+    MPI_Group_free(&wg);
+    return world;
+  }
+
+  /// Tells every other rank that this rank waits in `what` (since `start`,
+  /// `absent` of it not running).
+  void tell(const std::string &what, const std::vector<int> &with, Clock::time_point start,
+            Clock::duration absent, bool fired) {
+    alarm = true;
+    if (!alarmSince)
+      alarmSince = Clock::now();
+    WireHeader h{};
+    h.waitedS = std::chrono::duration<double>(Clock::now() - start).count();
+    h.absentS = std::chrono::duration<double>(absent).count();
+    h.fired = fired;
+    h.count = int32_t(with.size());
+    std::strncpy(h.what, what.c_str(), kWhereBytes - 1);
+    std::vector<char> &buf = sentMessages.emplace_back(sizeof(h) + with.size() * sizeof(int32_t));
+    std::memcpy(buf.data(), &h, sizeof(h));
+    for (size_t i = 0; i < with.size(); ++i) {
+      int32_t r = with[i];
+      std::memcpy(buf.data() + sizeof(h) + i * sizeof(int32_t), &r, sizeof(r));
+    }
     for (int r = 0; r < size_; ++r) {
       MPI_Request s;
-      if (r != rank_ && MPI_Isend(where, kWhereBytes, MPI_CHAR, r, kWatchdogTag, MPI_COMM_WORLD,
-                                  &s) == MPI_SUCCESS)
-        MPI_Request_free(&s);
+      if (r != rank_ && MPI_Isend(buf.data(), int(buf.size()), MPI_BYTE, r, kWatchdogTag,
+                                  MPI_COMM_WORLD, &s) == MPI_SUCCESS)
+        sentRequests.push_back(s);
     }
-    for (int i = 0; i < n; ++i) {
-      if (i == me)
+  }
+
+  /// Takes the watchdog messages that have come (into `heard`).
+  void hearWatchdogs() {
+    for (;;) {
+      int flag = 0;
+      MPI_Status st;
+      if (MPI_Iprobe(MPI_ANY_SOURCE, kWatchdogTag, MPI_COMM_WORLD, &flag, &st) != MPI_SUCCESS ||
+          !flag)
+        return;
+      int bytes = 0;
+      MPI_Get_count(&st, MPI_BYTE, &bytes);
+      std::vector<char> buf(size_t(std::max(bytes, 0)));
+      MPI_Recv(buf.data(), bytes, MPI_BYTE, st.MPI_SOURCE, kWatchdogTag, MPI_COMM_WORLD,
+               MPI_STATUS_IGNORE);
+      WireHeader h{};
+      if (buf.size() < sizeof(h))
         continue;
-      MPI_Irecv(heard[size_t(i)].data(), kWhereBytes, MPI_CHAR, world[size_t(i)], kWatchdogTag,
-                MPI_COMM_WORLD, &recvs[size_t(i)]);
+      std::memcpy(&h, buf.data(), sizeof(h));
+      if (h.count < 0 || buf.size() != sizeof(h) + size_t(h.count) * sizeof(int32_t))
+        continue;
+      Whereabouts w;
+      w.what.assign(h.what, strnlen(h.what, kWhereBytes));
+      for (int32_t i = 0; i < h.count; ++i) {
+        int32_t r = 0;
+        std::memcpy(&r, buf.data() + sizeof(h) + size_t(i) * sizeof(int32_t), sizeof(r));
+        w.members.push_back(r);
+      }
+      w.entered = Clock::now() - std::chrono::duration_cast<Clock::duration>(
+                                     std::chrono::duration<double>(h.waitedS));
+      w.absentS = h.absentS;
+      w.fired = h.fired != 0;
+      Clock::time_point now = Clock::now();
+      auto was = heard.find(st.MPI_SOURCE);
+      w.firstHeard = was == heard.end() ? now : was->second.firstHeard;
+      bool firedBefore = was != heard.end() && was->second.firedSeen;
+      w.firedSeen = w.fired || firedBefore;
+      w.firedHeard = firedBefore ? was->second.firedHeard : now;
+      if (!alarmSince || now < *alarmSince)
+        alarmSince = now;
+      heard[st.MPI_SOURCE] = std::move(w);
+      alarm = true;
     }
-    std::vector<bool> answered(static_cast<size_t>(n), false);
-    answered[size_t(me)] = true;
+  }
+
+  /// The error of a rank that did not run for `absent` of its wait in
+  /// `what` while another rank's watchdog fired: it was the rank stopped.
+  std::string stoppedIn(const std::string &what, MPI_Comm comm, int peer, Clock::time_point start,
+                        Clock::duration absent) {
+    tell(what, members(comm, peer), start, absent, /*fired=*/false);
+    char limit[32];
+    std::snprintf(limit, sizeof(limit), "%g s", timeoutS);
+    char away[32];
+    std::snprintf(away, sizeof(away), "%.1f s", std::chrono::duration<double>(absent).count());
+    std::string out = what + ": this rank did not run for " + away +
+                      " while it waited in it (stopped, as by SIGSTOP or a debugger, or not "
+                      "scheduled), and meanwhile the collective watchdog (--collective-timeout " +
+                      limit + ") fired on";
+    int shown = 0;
+    for (const auto &[r, w] : heard)
+      if (w.firedSeen && shown++ < 4)
+        out += std::string(shown > 1 ? "," : "") + " rank " + std::to_string(r) + " (in " + w.what +
+               ")";
+    if (shown == 0)
+      out += " another rank";
+    else if (shown > 4)
+      out += " and " + std::to_string(shown - 4) + " more rank(s)";
+    return out + ": the other ranks waited for this rank";
+  }
+
+  /// The watchdog's error for `what` (Communicator::watchdogError), whose
+  /// world ranks are `with`: this rank tells every rank where it waits and
+  /// listens for a few seconds for the ranks it waits for, and for the
+  /// ranks those wait for in turn where they wait elsewhere; a rank that
+  /// says nothing is stopped, hung or dead. Every rank waiting under the
+  /// watchdog answers (wait()), so the first rank to time out names the
+  /// stopped rank even where it is not a member of the operation.
+  std::string timedOut(const std::string &what, const std::vector<int> &with,
+                       Clock::time_point start, Clock::duration absent) {
+    tell(what, with, start, absent, /*fired=*/true);
+    // An operation is its label and its ranks: labels are numbered per
+    // axis, so two groups of one axis have operations of the same label.
+    std::vector<int> mine = with;
+    std::sort(mine.begin(), mine.end());
+    auto inThisOne = [&](const Whereabouts &w) {
+      if (w.what != what)
+        return false;
+      std::vector<int> theirs = w.members;
+      std::sort(theirs.begin(), theirs.end());
+      return theirs == mine;
+    };
+    // The ranks this one waits for, directly or through others waiting
+    // elsewhere; those not heard from yet.
+    std::vector<bool> reached;
+    auto unheard = [&] {
+      std::vector<bool> &seen = reached;
+      seen.assign(static_cast<size_t>(size_), false);
+      std::vector<int> todo, missing;
+      for (int r : with)
+        if (r != rank_ && !seen[size_t(r)])
+          seen[size_t(r)] = true, todo.push_back(r);
+      while (!todo.empty()) {
+        int r = todo.back();
+        todo.pop_back();
+        auto it = heard.find(r);
+        if (it == heard.end()) {
+          missing.push_back(r);
+          continue;
+        }
+        if (inThisOne(it->second))
+          continue;
+        for (int m : it->second.members)
+          if (m >= 0 && m < size_ && m != rank_ && !seen[size_t(m)])
+            seen[size_t(m)] = true, todo.push_back(m);
+      }
+      std::sort(missing.begin(), missing.end());
+      return missing;
+    };
     Clock::time_point until =
         Clock::now() + std::chrono::milliseconds(int64_t(1000 * watchdogListenSeconds()));
-    while (Clock::now() < until) {
-      bool all = true;
-      for (int i = 0; i < n; ++i) {
-        if (answered[size_t(i)])
-          continue;
-        int done = 0;
-        MPI_Test(&recvs[size_t(i)], &done, MPI_STATUS_IGNORE);
-        answered[size_t(i)] = done != 0;
-        all &= answered[size_t(i)];
-      }
-      if (all)
+    std::vector<int> missing;
+    for (;;) {
+      hearWatchdogs();
+      missing = unheard();
+      if (missing.empty() || Clock::now() >= until)
         break;
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }
-    std::vector<int> silent;
-    std::vector<std::pair<int, std::string>> elsewhere;
-    for (int i = 0; i < n; ++i) {
-      if (i == me)
+    WatchdogFindings found;
+    const double half = timeoutS / 2;
+    auto secondsBetween = [](Clock::time_point a, Clock::time_point b) {
+      return std::chrono::duration<double>(b - a).count();
+    };
+    for (int r : with) {
+      if (r == rank_)
         continue;
-      if (!answered[size_t(i)]) {
-        silent.push_back(world[size_t(i)]);
+      auto it = heard.find(r);
+      if (it == heard.end()) {
+        found.silent.push_back(r);
         continue;
       }
-      std::string theirs(heard[size_t(i)].data(), strnlen(heard[size_t(i)].data(), kWhereBytes));
-      if (theirs != what)
-        elsewhere.push_back({world[size_t(i)], theirs});
+      const Whereabouts &w = it->second;
+      if (w.absentS > std::chrono::duration<double>(kAbsence).count())
+        found.stopped.push_back({r, w.absentS});
+      if (w.firedSeen && w.firedHeard < start)
+        found.gaveUp.push_back({r, w.what});
+      if (!inThisOne(w)) {
+        found.elsewhere.push_back({r, w.what});
+        continue;
+      }
+      double after = secondsBetween(start, w.entered);
+      if (after > half)
+        found.late.push_back({r, "", after, -1});
+      else if (-after > half)
+        found.before.push_back({r, -after});
+    }
+    // The operations members wait in elsewhere, and the ones their members
+    // wait in: a rank that came to one long after another rank of it (a
+    // rank stopped outside any wait and continued since) is named too.
+    std::map<std::pair<std::string, std::vector<int>>, std::vector<int>> ops;
+    for (const auto &[r, w] : heard) {
+      std::vector<int> key = w.members;
+      std::sort(key.begin(), key.end());
+      if (!inThisOne(w) && std::binary_search(key.begin(), key.end(), r))
+        ops[{w.what, key}].push_back(r);
+    }
+    for (const auto &[key, ranks] : ops) {
+      int first = ranks.front();
+      for (int r : ranks)
+        if (heard[r].entered < heard[first].entered)
+          first = r;
+      for (int r : ranks) {
+        double after = secondsBetween(heard[first].entered, heard[r].entered);
+        if (after > half)
+          found.late.push_back({r, key.first, after, first});
+      }
+    }
+    for (int r : missing)
+      if (std::find(with.begin(), with.end(), r) == with.end())
+        found.behind.push_back(r);
+    // Ranks that said where they wait only long after the watchdog's first
+    // message reached this rank (one stopped outside any wait and continued
+    // since, or busy outside the collectives): a rank waiting under the
+    // watchdog answers within milliseconds.
+    const double slowAnswer = watchdogListenSeconds() / 2;
+    for (const auto &[r, w] : heard) {
+      double after = secondsBetween(*alarmSince, w.firstHeard);
+      bool named = std::any_of(found.late.begin(), found.late.end(),
+                               [&](const WatchdogFindings::Late &l) { return l.rank == r; }) ||
+                   std::any_of(found.stopped.begin(), found.stopped.end(),
+                               [&](const std::pair<int, double> &p) { return p.first == r; });
+      if (after > slowAnswer && !named && reached[size_t(r)])
+        found.slow.push_back({r, after});
     }
     // Requests to silent ranks stay posted: the job ends now.
-    return watchdogError(what, silent, elsewhere);
+    return watchdogError(what, found);
   }
 
   struct Pending {
     std::vector<float> data;
     std::vector<MPI_Request> requests;
     std::string what;
+    int peer;
   };
 
   std::list<Pending> pending;

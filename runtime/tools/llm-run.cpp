@@ -23,9 +23,11 @@
 #include "llmopt-runtime/staged_comm.h"
 #include "llmopt-runtime/tcp_comm.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cmath>
+#include <condition_variable>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -33,10 +35,12 @@
 #include <fstream>
 #include <initializer_list>
 #include <memory>
+#include <mutex>
 #include <new>
 #include <set>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <unistd.h>
 #include <vector>
 
@@ -74,6 +78,97 @@ bool parseTimeout(const char *text, const char *what, double &out, std::string &
   out = v;
   return true;
 }
+
+/// Bounds the launch's calls that block with no timeout of their own
+/// (MPI_Init, splitting the world into the mesh's communicators,
+/// MPI_Finalize): a rank still in one `seconds` after it came to it says so
+/// and exits non-zero, and the launcher ends the job. Without it a rank
+/// stopped before or inside MPI_Init holds every other rank in MPI_Init
+/// forever: the collective watchdog starts only once the communicator
+/// exists. Every rank that waits reports, so the rank that does not is the
+/// one stopped: after its message a rank gives the others a few seconds to
+/// report before it exits (its exit ends the job). Time the rank did not
+/// run (stopped and continued) does not count.
+class BlockingCallWatchdog {
+public:
+  BlockingCallWatchdog(int rank, int world, double seconds)
+      : rank(rank), world(world), seconds(seconds) {}
+  ~BlockingCallWatchdog() {
+    {
+      std::lock_guard<std::mutex> g(m);
+      quit = true;
+    }
+    cv.notify_all();
+    if (thread.joinable())
+      thread.join();
+  }
+  /// Starts the deadline for the call `what`.
+  void arm(const std::string &call) {
+    if (seconds <= 0)
+      return;
+    {
+      std::lock_guard<std::mutex> g(m);
+      what = call;
+      armed = true;
+      ++generation;
+    }
+    cv.notify_all();
+    if (!thread.joinable())
+      thread = std::thread([this] { watch(); });
+  }
+  /// The call returned.
+  void disarm() {
+    {
+      std::lock_guard<std::mutex> g(m);
+      armed = false;
+    }
+    cv.notify_all();
+  }
+
+private:
+  using Clock = std::chrono::steady_clock;
+  void watch() {
+    std::unique_lock<std::mutex> g(m);
+    while (!quit) {
+      if (!armed) {
+        cv.wait(g, [&] { return quit || armed; });
+        continue;
+      }
+      // Waits in steps, counting only the time this rank ran.
+      const uint64_t mine = generation;
+      Clock::duration ran{};
+      Clock::time_point last = Clock::now();
+      while (!quit && armed && generation == mine && ran < std::chrono::duration<double>(seconds)) {
+        cv.wait_for(g, std::chrono::milliseconds(100));
+        Clock::time_point now = Clock::now();
+        if (now - last < std::chrono::milliseconds(500))
+          ran += now - last;
+        last = now;
+      }
+      if (quit || !armed || generation != mine)
+        continue;
+      std::fprintf(stderr,
+                   "llm-run: rank %d: error: %s did not return within %g s (the collective "
+                   "watchdog, --collective-timeout): rank %d of %d waits in it; a rank that does "
+                   "not report this did not come to it (stopped, hung, dead or not started)\n",
+                   rank, what.c_str(), seconds, rank, world);
+      std::fflush(stderr);
+      g.unlock();
+      std::this_thread::sleep_for(
+          std::chrono::milliseconds(int64_t(1000 * std::min(5.0, std::max(1.0, seconds)))));
+      std::_Exit(1);
+    }
+  }
+
+  const int rank, world;
+  const double seconds;
+  std::mutex m;
+  std::condition_variable cv;
+  std::thread thread;
+  std::string what;
+  bool armed = false, quit = false;
+  uint64_t generation = 0;
+};
 
 int envInt(const char *a, const char *b, const char *c, const char *d, int dflt) {
   for (const char *name : {a, b, c, d})
@@ -519,6 +614,17 @@ static int run(int argc, char **argv) {
     return 1;
   };
 
+  // The collective watchdog: a stuck collective or transfer ends the job
+  // with the ranks that did not arrive named; the launch's blocking calls
+  // (MPI_Init first) are bounded by the same timeout.
+  double watchdog = Communicator::kDefaultTimeout;
+  if (o.collectiveTimeout >= 0)
+    watchdog = o.collectiveTimeout;
+  else if (const char *t = std::getenv("LLMOPT_COLLECTIVE_TIMEOUT");
+           t && !parseTimeout(t, "LLMOPT_COLLECTIVE_TIMEOUT", watchdog, error))
+    return fail(error);
+  BlockingCallWatchdog blocking(rank, world, world > 1 ? watchdog : 0);
+
   std::unique_ptr<Communicator> mpi;
   SingleRank single;
   Communicator *comm = &single;
@@ -548,7 +654,9 @@ static int run(int argc, char **argv) {
       return fail(error);
     comm = mpi.get();
   } else if (world > 1) {
+    blocking.arm("MPI_Init");
     mpi = makeMPICommunicator(&argc, &argv, error);
+    blocking.disarm();
     if (!mpi)
       return fail(error);
     comm = mpi.get();
@@ -556,14 +664,6 @@ static int run(int argc, char **argv) {
     world = comm->size();
   }
 
-  // The collective watchdog: a stuck collective or transfer ends the job
-  // with the ranks that did not arrive named.
-  double watchdog = Communicator::kDefaultTimeout;
-  if (o.collectiveTimeout >= 0)
-    watchdog = o.collectiveTimeout;
-  else if (const char *t = std::getenv("LLMOPT_COLLECTIVE_TIMEOUT");
-           t && !parseTimeout(t, "LLMOPT_COLLECTIVE_TIMEOUT", watchdog, error))
-    return fail(error);
   comm->setTimeout(watchdog);
 
   Plan plan;
@@ -574,7 +674,11 @@ static int run(int argc, char **argv) {
                 " ranks; launch it with mpirun -np " + std::to_string(plan.worldSize));
   int dp = plan.axisSize("dp"), tp = plan.axisSize("tp"), pp = plan.axisSize("pp");
   int cp = plan.axisSize("cp");
-  if (!comm->useMesh(pp, dp, cp, tp, error) || !comm->useExpertAxes(plan.axisSize("ep"), error))
+  blocking.arm("splitting the ranks into the mesh's axes (MPI_Comm_split)");
+  bool meshed =
+      comm->useMesh(pp, dp, cp, tp, error) && comm->useExpertAxes(plan.axisSize("ep"), error);
+  blocking.disarm();
+  if (!meshed)
     return fail(error);
 
   // --comm staged on the CPU backend: every collective through host copies,
@@ -833,7 +937,9 @@ static int run(int argc, char **argv) {
     std::fclose(metrics);
   if (!o.profile.empty() && rank == 0 && !writeProfile(o.profile, o.plan, exe, o.device, error))
     return fail(error);
+  blocking.arm("MPI_Finalize");
   finalizeMPI();
+  blocking.disarm();
   return 0;
 }
 

@@ -215,11 +215,54 @@ protected:
   /// How long a timed-out rank listens for the others' whereabouts: a few
   /// seconds, within [1, 5], no more than the timeout itself.
   double watchdogListenSeconds() const { return std::min(5.0, std::max(1.0, timeoutS)); }
-  /// The watchdog's error for `what`: the timeout, then the ranks that said
-  /// nothing (`silent`, world ranks) and those that wait in another operation
-  /// (`elsewhere`: world rank, where it waits).
+  /// What a rank whose watchdog fired learned from the others (world ranks).
+  struct WatchdogFindings {
+    /// Members of the operation that said nothing.
+    std::vector<int> silent;
+    /// Members waiting in another operation: rank, where.
+    std::vector<std::pair<int, std::string>> elsewhere;
+    /// A rank that came to an operation at least half the timeout after
+    /// another rank of it (stopped, hung or slow before it).
+    struct Late {
+      int rank;
+      /// The operation; empty: the one that timed out.
+      std::string what;
+      double seconds;
+      /// The rank it came after; -1: this rank.
+      int after;
+    };
+    /// Members, and ranks in the operations members wait in elsewhere, that
+    /// came late.
+    std::vector<Late> late;
+    /// Members that were in the operation this many seconds before this
+    /// rank came to it (at least half the timeout): this rank was late.
+    std::vector<std::pair<int, double>> before;
+    /// Members that did not run for this many seconds of their wait in it
+    /// (stopped, as by SIGSTOP, or not scheduled) and said so.
+    std::vector<std::pair<int, double>> stopped;
+    /// Members whose watchdog had fired (in the operation named) before
+    /// this rank came to this one: this rank was late.
+    std::vector<std::pair<int, std::string>> gaveUp;
+    /// Ranks this rank waits for, directly or through others, that said
+    /// where they wait only this many seconds after the watchdog's first
+    /// message reached this rank (stopped or busy until then).
+    std::vector<std::pair<int, double>> slow;
+    /// Ranks outside the operation that said nothing while members waiting
+    /// elsewhere wait for them (directly or through other ranks).
+    std::vector<int> behind;
+  };
+  /// The watchdog's error for `what`: the timeout, then what `found` says,
+  /// or that every rank of the group is in it where it says nothing.
+  std::string watchdogError(const std::string &what, const WatchdogFindings &found) const;
+  /// The same with only the members that said nothing (`silent`) and those
+  /// that wait in another operation (`elsewhere`: world rank, where).
   std::string watchdogError(const std::string &what, const std::vector<int> &silent,
-                            const std::vector<std::pair<int, std::string>> &elsewhere) const;
+                            const std::vector<std::pair<int, std::string>> &elsewhere) const {
+    WatchdogFindings found;
+    found.silent = silent;
+    found.elsewhere = elsewhere;
+    return watchdogError(what, found);
+  }
 };
 
 /// A world of one.
