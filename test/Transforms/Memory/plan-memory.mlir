@@ -26,6 +26,33 @@ module {
 
 // -----
 
+// First fit over lifetimes (positions 0-5, the return 6): 8 KiB %a (0-4),
+// %b (1-2), %c (2-4), %d (4-6), then 4 KiB %s (3-5), %t (5-6). %c goes
+// above %a and %b; %d takes %b's place between %a and %c, %b being dead by
+// then; %s is alive with all three, which lie end to end, and goes above
+// them; %t is alive with neither %a nor %c and takes 0.
+// CHECK-LABEL: func.func @train_step
+// CHECK-SAME: llm.arena_bytes = 28672 : i64
+// CHECK: %[[A:.*]] = llm.add {{.*}}llm.offsets = array<i64: 0>
+// CHECK-NEXT: %[[B:.*]] = llm.add {{.*}}llm.offsets = array<i64: 8192>
+// CHECK-NEXT: %[[C:.*]] = llm.add %[[B]], %[[B]] {llm.offsets = array<i64: 16384>}
+// CHECK-NEXT: %[[S:.*]] = llm.add {{.*}}llm.offsets = array<i64: 24576>}
+// CHECK-NEXT: llm.add %[[A]], %[[C]] {llm.offsets = array<i64: 8192>}
+// CHECK-NEXT: llm.add %[[S]], %[[S]] {llm.offsets = array<i64: 0>}
+module {
+  func.func @train_step(%x: tensor<1x32x64xf32>, %y: tensor<1x32x32xf32>) -> (tensor<1x32x64xf32>, tensor<1x32x32xf32>) {
+    %a = llm.add %x, %x : tensor<1x32x64xf32>
+    %b = llm.add %x, %x : tensor<1x32x64xf32>
+    %c = llm.add %b, %b : tensor<1x32x64xf32>
+    %s = llm.add %y, %y : tensor<1x32x32xf32>
+    %d = llm.add %a, %c : tensor<1x32x64xf32>
+    %t = llm.add %s, %s : tensor<1x32x32xf32>
+    return %d, %t : tensor<1x32x64xf32>, tensor<1x32x32xf32>
+  }
+}
+
+// -----
+
 module {
   func.func @train_step(%x: tensor<?x?x32xf32>) -> tensor<?x?x32xf32> {
     %g = llm.param "g" ones : tensor<32xf32>

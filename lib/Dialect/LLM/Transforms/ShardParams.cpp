@@ -6,6 +6,7 @@
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
 
+#include <limits>
 #include <map>
 #include <tuple>
 
@@ -98,28 +99,50 @@ struct ShardParamsPass : public llmopt::llm::impl::ShardParamsBase<ShardParamsPa
         groups.push_back({layer, {}});
       groups.back().gathers.push_back(g);
     }
+    // Moving an op invalidates the block's order, after which isBeforeInBlock
+    // renumbers the whole block: once per move, quadratic in depth. The
+    // positions are kept here instead. Ops only ever move right before an
+    // anchor (gathers) or right before a gather just moved (its parameter),
+    // and anchors never move: an op that has not moved is at (its index,
+    // max), one moved before anchor a at (a's index, the order it arrived),
+    // which is after the ops that were before a and before a itself.
+    using Position = std::pair<int64_t, int64_t>;
+    constexpr int64_t unmoved = std::numeric_limits<int64_t>::max();
+    DenseMap<Operation *, Position> position;
+    int64_t index = 0;
+    for (Operation &op : body)
+      position[&op] = {index++, unmoved};
+    int64_t arrival = 0;
     UnitAttr unit = UnitAttr::get(func.getContext());
     for (auto &[key, groups] : segments) {
-      // The anchors are readers, which do not move: fix them all first.
+      // The anchors are readers, which do not move.
       SmallVector<Operation *> anchors;
       for (Group &group : groups) {
         Operation *first = nullptr;
         for (Operation *user : group.gathers.front()->getUsers())
-          if (!first || user->isBeforeInBlock(first))
+          if (!first || position.at(user) < position.at(first))
             first = user;
         anchors.push_back(first);
       }
       for (size_t k = 1; k < groups.size(); ++k) {
         if (!anchors[k - 1])
           continue;
+        Operation *anchor = anchors[k - 1];
         for (ZeroGatherOp g : groups[k].gathers)
-          if (anchors[k - 1]->isBeforeInBlock(g)) {
-            g->moveBefore(anchors[k - 1]);
+          if (position.at(anchor) < position.at(g)) {
+            g->moveBefore(anchor);
             g->setAttr("llm.prefetch", unit);
+            // Odd arrivals for gathers, so that a parameter moved right
+            // before one (the even number below it) lands after the ops
+            // that arrived before it.
+            arrival += 2;
+            position[g] = {position.at(anchor).first, arrival + 1};
             // A parameter has no operands: declaring it earlier is safe.
             Operation *param = g.getParam().getDefiningOp();
-            if (param && g->isBeforeInBlock(param))
+            if (param && position.at(g) < position.at(param)) {
               param->moveBefore(g);
+              position[param] = {position.at(anchor).first, arrival};
+            }
           }
       }
     }
