@@ -136,6 +136,32 @@ install_ecosystem() {
   echo "$stamp" >"$venv/.stamp"
 }
 
+# torchtitan 0.3 (what `pip install torchtitan` gives) needs a newer PyTorch
+# than the tier's 2.10: a virtual environment of its own, pinned by
+# test/Ecosystem/constraints-torchtitan.txt (about 6 GB, 2-3 minutes).
+LLMOPT_TITAN_VENV="$LLMOPT_ROOT/.deps/ecosystem-torchtitan"
+install_ecosystem_torchtitan() {
+  if [[ "${LLMOPT_ECOSYSTEM:-1}" == 0 ]]; then
+    return
+  fi
+  local venv="$LLMOPT_TITAN_VENV" constraints="$LLMOPT_ROOT/test/Ecosystem/constraints-torchtitan.txt"
+  local stamp
+  stamp=$(sha256sum "$constraints" | cut -c1-16)
+  if [[ -f "$venv/.stamp" && "$(cat "$venv/.stamp")" == "$stamp" ]]; then
+    return
+  fi
+  log "installing torchtitan 0.3 and its PyTorch into $venv (PyPI, a few minutes)"
+  rm -rf "$venv"
+  python3 -m venv "$venv" &&
+    "$venv/bin/python" -m pip install --quiet --disable-pip-version-check -c "$constraints" \
+      torch torchtitan || {
+    log "installing torchtitan 0.3 failed (no network to PyPI?); LLMOPT_ECOSYSTEM=0 skips it"
+    rm -rf "$venv"
+    return 1
+  }
+  echo "$stamp" >"$venv/.stamp"
+}
+
 configure() {
   if [[ -f "$LLMOPT_BUILD/build.ninja" ]]; then
     return # ninja re-runs cmake itself when a CMakeLists.txt changes

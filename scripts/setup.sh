@@ -8,6 +8,7 @@ install_deps
 # installs them anyway; test/Ecosystem).
 if [[ "${1:-}" == --ecosystem ]]; then
   install_ecosystem
+  install_ecosystem_torchtitan
 fi
 configure
 build llm-opt llm-translate

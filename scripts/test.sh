@@ -7,6 +7,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
 install_deps
 install_ecosystem
+install_ecosystem_torchtitan
 configure
 build
 ctest --test-dir "$LLMOPT_BUILD" --output-on-failure -j"$(nproc)"

@@ -417,7 +417,9 @@ const ExportTarget kTargets[] = {
     {"megatron", "megatron",
      "Megatron-LM (main 2026-08 with Megatron-Core 0.16, pretrain_gpt.py arguments)"},
     {"deepspeed", "deepspeed", "DeepSpeed 0.19 (ds_config JSON)"},
-    {"torchtitan", "torchtitan", "torchtitan 0.2.x (job config TOML)"},
+    {"torchtitan", "torchtitan",
+     "torchtitan 0.3.x (python -m torchtitan.train arguments, --module llama3 --config)"},
+    {"torchtitan-0.2", "torchtitan", "torchtitan 0.2.x (job config TOML)"},
 };
 
 /// Refuses with `error` naming the setting and the trainer.
@@ -739,12 +741,96 @@ bool exportTorchtitan(llvm::raw_ostream &os, const ExportTarget &t, const ModelD
   // ranks (cp innermost) are dp_shard = shard / cp of them.
   int64_t shard = c.zero == 0 ? 1 : c.shard > 0 ? c.shard / c.cp : c.dp;
   int64_t replicate = c.dp / shard;
-  os << "# " << t.trainer << " for " << model.name << ": " << describe(c) << "\n";
-  os << "[model]\nname = \"llama3\"\nflavor = \"" << flavor << "\"\n\n";
   // Without a pipeline torchtitan accumulates global / (local x dp) micro-
   // batches of local_batch_size; with one, local_batch_size is the rank's
   // whole step, split into micro-batches of the pipeline's size.
   int64_t local = c.pp > 1 ? c.microBatch * c.numMicroBatches : c.microBatch;
+  // The stages as planned, module by module: torchtitan's own split
+  // (pipeline_parallel_layers_per_stage) counts the embedding and the
+  // output as a layer each and would cut other stages than the plan's.
+  // Virtual stage k runs on pipeline rank k mod pp.
+  std::vector<std::vector<std::string>> parts;
+  const bool v03 = llvm::StringRef(t.format) == "torchtitan";
+  if (c.pp > 1) {
+    std::vector<int> chunks =
+        c.vpp > 1
+            ? cost::interleavedChunkLayers(int(L), c.pp, c.vpp, job.stack.caps.unevenInterleaving)
+            : c.stageLayers;
+    if (chunks.empty() && c.vpp == 1)
+      chunks.assign(size_t(c.pp), int(L / c.pp));
+    if (int64_t(std::accumulate(chunks.begin(), chunks.end(), 0)) != L)
+      return refuse(error, t, "a pipeline split that does not cover the model's layers");
+    for (size_t k = 0, first = 0; k < chunks.size(); first += size_t(chunks[k++])) {
+      std::vector<std::string> names;
+      if (k == 0)
+        names.push_back("tok_embeddings");
+      for (size_t i = first; i < first + size_t(chunks[k]); ++i)
+        names.push_back("layers." + std::to_string(i));
+      if (k + 1 == chunks.size()) {
+        names.push_back("norm");
+        names.push_back(v03 ? "lm_head" : "output");
+      }
+      parts.push_back(std::move(names));
+    }
+  }
+  os << "# " << t.trainer << " for " << model.name << ": " << describe(c) << "\n";
+  if (v03) {
+    // 0.3's llama3_405b converts its linears to float8 in the model spec,
+    // which the command line cannot change.
+    // Not verified: 0.3.0's pipeline_llm with FSDP stops in fully_shard
+    // ("Expected param's DTensor mesh to be the same mesh passed to
+    // fully_shard") when the ecosystem tier runs it on the meta device over
+    // a fake world, and what it sets up could not be read back.
+    if (c.pp > 1)
+      return refuse(error, t,
+                    "pipeline parallelism (pp " + std::to_string(c.pp) +
+                        ": torchtitan 0.3.0's pipeline with FSDP could not be set up and read "
+                        "back by this project's checker; use export=torchtitan-0.2)");
+    if (llvm::StringRef(flavor) == "405B")
+      return refuse(error, t,
+                    "Llama 3.1 405B (torchtitan 0.3's llama3_405b config converts its linears "
+                    "to float8, which its command line cannot undo; use export=torchtitan-0.2)");
+    // Booleans are flag pairs: --section.name and --section.no-name.
+    auto flag = [&](llvm::StringRef section, llvm::StringRef name, bool on) {
+      os << " --" << section << (on ? "." : ".no-") << name;
+    };
+    os << "--module llama3 --config llama3_" << llvm::StringRef(flavor).lower() << "\n";
+    os << llvm::formatv("--training.local_batch_size {0} --training.global_batch_size {1} "
+                        "--training.seq_len {2} --training.max_norm 1.0 "
+                        "--training.mixed_precision_param bfloat16 "
+                        "--training.mixed_precision_reduce float32",
+                        local, job.globalBatch, job.seqLen);
+    if (c.pp > 1)
+      os << " --training.disable_cuda_graphs"; // pipelines run without CUDA graphs
+    os << "\n";
+    os << llvm::formatv("--parallelism.data_parallel_replicate_degree {0} "
+                        "--parallelism.data_parallel_shard_degree {1} "
+                        "--parallelism.tensor_parallel_degree {2} "
+                        "--parallelism.pipeline_parallel_degree {3} "
+                        "--parallelism.context_parallel_degree {4} "
+                        "--parallelism.expert_parallel_degree {5}",
+                        replicate, shard, c.tp, c.pp, c.cp, c.ep);
+    if (c.tp > 1)
+      flag("parallelism", "enable_sequence_parallel", c.sp);
+    if (c.pp > 1) {
+      os << llvm::formatv(" --parallelism.pipeline_parallel_schedule {0} "
+                          "--parallelism.pipeline_parallel_microbatch_size {1} "
+                          "--parallelism.module_fqns_per_model_part",
+                          sched, c.microBatch);
+      for (const std::vector<std::string> &names : parts)
+        os << " " << llvm::join(names, ",");
+    }
+    os << "\n";
+    // The stack's efficiency was fitted on compiled runs (model and loss:
+    // 0.3's default components); async TP runs only compiled.
+    os << "--compile.enable";
+    flag("compile", "enable_async_tensor_parallel", job.stack.variant == "asynctp" && c.tp > 1);
+    // The activation checkpointing subcommand comes last: options after it
+    // are its own.
+    os << "\nactivation-checkpoint:" << toString(c.recompute) << "\n";
+    return true;
+  }
+  os << "[model]\nname = \"llama3\"\nflavor = \"" << flavor << "\"\n\n";
   os << "[training]\n";
   os << llvm::formatv("local_batch_size = {0}\nglobal_batch_size = {1}\nseq_len = {2}\n"
                       "max_norm = 1.0\nmixed_precision_param = \"bfloat16\"\n"
@@ -765,32 +851,11 @@ bool exportTorchtitan(llvm::raw_ostream &os, const ExportTarget &t, const ModelD
     os << llvm::formatv("pipeline_parallel_schedule = \"{0}\"\n"
                         "pipeline_parallel_microbatch_size = {1}\n",
                         sched, c.microBatch);
-    // The stages as planned, module by module: torchtitan's own split
-    // (pipeline_parallel_layers_per_stage) counts the embedding and the
-    // output as a layer each and would cut other stages than the plan's.
-    // Virtual stage k runs on pipeline rank k mod pp.
-    std::vector<int> chunks =
-        c.vpp > 1
-            ? cost::interleavedChunkLayers(int(L), c.pp, c.vpp, job.stack.caps.unevenInterleaving)
-            : c.stageLayers;
-    if (chunks.empty() && c.vpp == 1)
-      chunks.assign(size_t(c.pp), int(L / c.pp));
-    if (int64_t(std::accumulate(chunks.begin(), chunks.end(), 0)) != L)
-      return refuse(error, t, "a pipeline split that does not cover the model's layers");
     os << "module_fqns_per_model_part = [";
-    for (size_t k = 0, first = 0; k < chunks.size(); first += size_t(chunks[k++])) {
+    for (size_t k = 0; k < parts.size(); ++k) {
       os << (k ? ",\n  [" : "\n  [");
-      std::vector<std::string> names;
-      if (k == 0)
-        names.push_back("tok_embeddings");
-      for (size_t i = first; i < first + size_t(chunks[k]); ++i)
-        names.push_back("layers." + std::to_string(i));
-      if (k + 1 == chunks.size()) {
-        names.push_back("norm");
-        names.push_back("output");
-      }
-      for (size_t i = 0; i < names.size(); ++i)
-        os << (i ? ", \"" : "\"") << names[i] << "\"";
+      for (size_t i = 0; i < parts[k].size(); ++i)
+        os << (i ? ", \"" : "\"") << parts[k][i] << "\"";
       os << "]";
     }
     os << "\n]\n";
@@ -814,7 +879,8 @@ bool llmopt::planner::exportPlan(llvm::raw_ostream &os, const std::string &forma
     if (format == t.format)
       target = &t;
   if (!target) {
-    error = "unknown export format '" + format + "': use megatron, deepspeed or torchtitan";
+    error = "unknown export format '" + format +
+            "': use megatron, deepspeed, torchtitan (0.3.x) or torchtitan-0.2";
     return false;
   }
   if (!firstLayer(model)) {

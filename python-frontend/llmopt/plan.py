@@ -34,7 +34,7 @@ __all__ = [
 PathLike = Union[str, "os.PathLike[str]"]
 
 #: Formats :meth:`PlanResult.export` writes.
-EXPORT_FORMATS: Tuple[str, ...] = ("megatron", "deepspeed", "torchtitan")
+EXPORT_FORMATS: Tuple[str, ...] = ("megatron", "deepspeed", "torchtitan", "torchtitan-0.2")
 
 #: Configuration keys ``fix`` accepts (the report's ``config`` keys;
 #: ``offload`` is ``offload_optimizer``).
@@ -406,7 +406,8 @@ class PlanResult:
 
     def export(self, format: str, plan: Union[int, Plan] = 0) -> str:
         """A plan (the best by default) for a trainer: ``megatron`` (command
-        line arguments), ``deepspeed`` (JSON config) or ``torchtitan`` (TOML).
+        line arguments), ``deepspeed`` (JSON config), ``torchtitan`` (0.3.x
+        ``python -m torchtitan.train`` arguments) or ``torchtitan-0.2`` (TOML).
         """
         if format not in EXPORT_FORMATS:
             raise ValueError(f"unknown export format {format!r}: use {', '.join(EXPORT_FORMATS)}")

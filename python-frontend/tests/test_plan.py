@@ -157,10 +157,12 @@ def test_exports(llama8b_16: llmopt.PlanResult, examples: Path) -> None:
     assert cfg["train_micro_batch_size_per_gpu"] == ds.best.config.micro_batch
     assert cfg["zero_optimization"]["stage"] == ds.best.config.zero
     # torchtitan's llama3 flavors are the Llama 3.1 models (rope scaling).
-    titan = llmopt.plan(Model(examples / "llama3.1-8b.json"), cluster,
-                        Job(global_batch=64, seq_len=8192, stack="torchtitan"),
-                        top_k=1).export("torchtitan")
+    titan_plan = llmopt.plan(Model(examples / "llama3.1-8b.json"), cluster,
+                             Job(global_batch=64, seq_len=8192, stack="torchtitan"), top_k=1)
+    titan = titan_plan.export("torchtitan-0.2")
     assert "[parallelism]" in titan and 'flavor = "8B"' in titan
+    if titan_plan.best.config.pp == 1:
+        assert "--module llama3 --config llama3_8b" in titan_plan.export("torchtitan")
     with pytest.raises(ValueError, match="unknown export format"):
         r.export("nemo")
 

@@ -1,7 +1,7 @@
 """Checks one llm-opt export with its trainer's own code, then reads back what
 the trainer set up and compares it with the plan.
 
-  check_export.py megatron|deepspeed|torchtitan EXPORT REPORT.json CONFIG.json
+  check_export.py megatron|deepspeed|torchtitan|torchtitan-0.2 EXPORT REPORT.json CONFIG.json
 
 EXPORT is what `export=FORMAT export-file=EXPORT` wrote, REPORT.json the
 planner's JSON report of the same run (`report=`), CONFIG.json the model's
@@ -29,7 +29,13 @@ class Mismatch(Exception):
     pass
 
 
+# Every field compared (its name without the parenthesized detail): the
+# read-back lists them, and docs/planner.md's table is made from them.
+COMPARED = set()
+
+
 def expect(what, got, want):
+    COMPARED.add(what.split(" (")[0])
     if got != want:
         raise Mismatch(f"{what}: the trainer set up {got!r}, the plan has {want!r}")
 
@@ -801,6 +807,179 @@ def torchtitan(path, report, hf):
     return out
 
 
+# --- torchtitan 0.3 -------------------------------------------------------------
+#
+# 0.3's command line (`python -m torchtitan.train ARGS`): the model from a
+# config function of its module (`--module llama3 --config llama3_8b`),
+# overrides as `--section.key VALUE`, booleans as `--section.key` /
+# `--section.no-key`, activation checkpointing a subcommand. Runs in its own
+# virtual environment (0.3 needs a newer PyTorch than the rest of the tier).
+
+
+def torchtitan3(text, report, hf):
+    import torch
+    import torch.distributed as dist
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    plan, job = report["plans"][0]["config"], report["job"]
+    gpus = report["cluster"]["nodes"] * report["cluster"]["gpus_per_node"]
+    argv = []
+    for line in text.splitlines():
+        if line.strip() and not line.startswith("#"):
+            argv += shlex.split(line)
+    import torchtitan.distributed.parallel_dims as parallel_dims_module
+    from torchtitan.config import ConfigManager
+    from torchtitan.distributed import ParallelDims
+
+    # Meshes on the CPU (torchtitan picks "cuda" when it sees no device).
+    parallel_dims_module.device_type = "cpu"
+    try:
+        cfg = ConfigManager().parse_args(argv)
+    except (ValueError, AssertionError, SystemExit) as e:
+        raise Mismatch(f"REFUSED by torchtitan's command line: {e}")
+    expect("torch.compile", cfg.compile.enable and "model" in cfg.compile.components, True)
+
+    def setup(rank):
+        if dist.is_initialized():
+            dist.destroy_process_group()
+        dist.init_process_group("fake", rank=rank, world_size=gpus, store=FakeStore())
+        try:
+            dims = ParallelDims.from_config(cfg.parallelism, gpus)
+            dims.build_mesh()
+        except (ValueError, AssertionError) as e:
+            raise Mismatch(f"REFUSED by torchtitan: {e}")
+        # As Trainer.__init__ does before building the model.
+        dist_utils.set_spmd_backend(cfg.parallelism.spmd_backend)
+        return dims
+
+    from torchtitan.distributed import utils as dist_utils
+
+    dims = setup(0)
+    # The trainer's batch arithmetic (Trainer.__init__).
+    batch_degree = dims.dp_replicate * dims.dp_shard
+    local, gbs = cfg.training.local_batch_size, cfg.training.global_batch_size
+    if gbs % (local * batch_degree):
+        raise Mismatch("torchtitan: global batch is not a multiple of local batch x dp")
+    accumulation = gbs // (local * batch_degree)
+    seq_div = (dims.tp if cfg.parallelism.enable_sequence_parallel else 1) * (
+        2 * dims.cp if dims.cp > 1 else 1)
+    if cfg.training.seq_len % seq_div:
+        raise Mismatch(f"REFUSED by torchtitan: sequence {cfg.training.seq_len} is not "
+                       f"divisible by {seq_div}")
+    spec = cfg.model_spec
+
+    def build():
+        model_config = spec.model
+        model_config.update_from_config(config=cfg)
+        with torch.device("meta"):
+            return model_config, model_config.build()
+
+    # The model torchtitan builds, every field that defines it, against
+    # config.json.
+    want = hf_model(hf)
+    check_planner_model(report, want)
+    model_config, model = build()
+    block = model.layers["0"]
+    attn, ffn = block.attention, block.feed_forward
+    rope = model_config.layers[0].attention.rope
+    wqkv = dict(attn.named_parameters())
+    compare_model({
+        "layers": len(model.layers), "hidden": model_config.dim, "heads": attn.n_heads,
+        "kv_heads": attn.n_kv_heads, "head_dim": attn.head_dim,
+        "ffn": ffn.w1.weight.shape[0], "activation": "swiglu",
+        "norm": "rms" if type(block.attention_norm).__name__ == "RMSNorm" else "?",
+        "norm_eps": block.attention_norm.eps,
+        "qkv_bias": any(k.endswith("bias") for k in wqkv if "qkv" in k),
+        "out_bias": attn.wo.bias is not None, "mlp_bias": ffn.w1.bias is not None,
+        "window": 0, "vocab": model.tok_embeddings.weight.shape[0],
+        "tied_embeddings": model.lm_head.weight is model.tok_embeddings.weight,
+        "positions": 0, "rope_theta": rope.theta,
+        "rope_scaling": {"llama": "llama3", "none": ""}.get(rope.scaling, rope.scaling),
+        "rope_factor": rope.scaling_factor, "rope_low_freq_factor": rope.low_freq_factor,
+        "rope_high_freq_factor": rope.high_freq_factor,
+        "rope_original_positions": rope.original_max_position_embeddings,
+        "experts": 0, "top_k": 0, "aux_loss": 0, "router_normalize": False,
+    }, want)
+    expect("data parallel (replicate x shard)", dims.dp_replicate * dims.dp_shard, plan["dp"])
+    if plan.get("shard"):
+        expect("FSDP group (shard x cp)", dims.dp_shard * dims.cp, plan["shard"])
+    expect("tensor parallel", dims.tp, plan["tp"])
+    expect("sequence parallel", cfg.parallelism.enable_sequence_parallel or dims.tp == 1,
+           bool(plan["sp"]) or plan["tp"] == 1)
+    expect("context parallel", dims.cp, plan["cp"])
+    expect("pipeline parallel", dims.pp, plan["pp"])
+    expect("expert parallel", dims.ep, plan["ep"])
+    kwargs = dict(training=cfg.training, parallelism=cfg.parallelism,
+                  compile_config=cfg.compile, ac_config=cfg.activation_checkpoint,
+                  dump_folder=cfg.dump_folder)
+    out = {"dp_replicate": dims.dp_replicate, "dp_shard": dims.dp_shard, "tp": dims.tp,
+           "cp": dims.cp, "pp": dims.pp, "local_batch": local, "accumulation": accumulation}
+    if dims.pp > 1:
+        per_rank, stage_counts = [], []
+        for st in range(dims.pp):
+            if st:
+                dims = setup(st * gpus // dims.pp)
+                model_config, model = build()
+            loss_fn = cfg.loss.build(compile_config=cfg.compile)
+            try:
+                schedule, parts, _, _ = spec.pipelining_fn(
+                    model, parallel_dims=dims, device=torch.device("meta"),
+                    model_config=model_config, parallelize_fn=spec.parallelize_fn,
+                    loss_fn=loss_fn, **kwargs)
+            except (ValueError, AssertionError, RuntimeError) as e:
+                raise Mismatch(f"REFUSED by torchtitan's pipeline: {e}")
+            for part in parts:
+                titan3_parallelized(part, plan)
+            stage_counts.append(len(parts))
+            per_rank.append(sum(len(m.layers) for m in parts if getattr(m, "layers", None)
+                                is not None))
+        expect("stages per pipeline rank", stage_counts, [plan["vpp"]] * plan["pp"])
+        expect("layers per pipeline rank", per_rank, plan["stage_layers"])
+        expect("micro-batches", schedule._n_microbatches, plan["num_micro_batches"])
+        expect("micro-batch", cfg.parallelism.pipeline_parallel_microbatch_size,
+               plan["micro_batch"])
+        expect("schedule", type(schedule).__name__,
+               {"1f1b": "Schedule1F1B", "gpipe": "ScheduleGPipe",
+                "interleaved-1f1b": "ScheduleInterleaved1F1B"}.get(plan["schedule"],
+                                                                  plan["schedule"]))
+        expect("accumulation (the pipeline's micro-batches instead)", accumulation, 1)
+        out.update(stages=stage_counts, layers=per_rank, schedule=type(schedule).__name__)
+    else:
+        try:
+            model = spec.parallelize_fn(model, parallel_dims=dims, **kwargs)
+        except (ValueError, AssertionError, RuntimeError, NotImplementedError) as e:
+            raise Mismatch(f"REFUSED by torchtitan's parallelize_fn: {e}")
+        titan3_parallelized(model, plan)
+        expect("micro-batch (local batch)", local, plan["micro_batch"])
+        expect("accumulation steps", accumulation, plan["num_micro_batches"])
+    expect("global batch", gbs, job["global_batch"])
+    # 0.3 always applies FSDP's mixed-precision policy (also over one rank).
+    expect("training precision", cfg.training.mixed_precision_param, "bfloat16")
+    expect("activation checkpointing", type(cfg.activation_checkpoint).__qualname__,
+           {"none": "NoneType", "full": "FullAC.Config",
+            "selective": "SelectiveAC.Config"}.get(plan["recompute"], plan["recompute"]))
+    expect("async TP", cfg.compile.enable_async_tensor_parallel,
+           report["stack"].get("variant") == "asynctp" and plan["tp"] > 1)
+    return out
+
+
+def titan3_parallelized(model, plan):
+    """What 0.3's parallelize_fn did to (a stage of) the model."""
+    from torch.distributed.fsdp import FSDPModule
+    from torch.distributed.tensor import DTensor
+
+    blocks = list(model.layers.values()) if getattr(model, "layers", None) is not None else []
+    fsdp = any(isinstance(m, FSDPModule) for m in model.modules())
+    expect("FSDP applied", fsdp, True)
+    expect("compiled blocks", sum(hasattr(b, "_orig_mod") or "Compiled" in type(b).__name__
+                                  or getattr(b, "_compiled_call_impl", None) is not None
+                                  for b in blocks), len(blocks))
+    if plan["tp"] > 1 and blocks:
+        w = next(v for k, v in blocks[0].named_parameters() if "wo" in k)
+        expect("tensor-parallel weights (DTensor over tp)", isinstance(w, DTensor) and
+               plan["tp"] in [w.device_mesh.size(i) for i in range(w.device_mesh.ndim)], True)
+
+
 def main():
     target, export, report_path, config_path = sys.argv[1:5]
     with open(report_path) as f:
@@ -814,14 +993,17 @@ def main():
             got = megatron(text, report, hf)
         elif target == "deepspeed":
             got = deepspeed_check(text, report, hf)
-        elif target == "torchtitan":
+        elif target == "torchtitan-0.2":
             got = torchtitan(export, report, hf)
+        elif target == "torchtitan":
+            got = torchtitan3(text, report, hf)
         else:
             raise SystemExit(f"unknown target {target}")
     except Mismatch as e:
         msg = str(e)
         print(msg if msg.startswith("REFUSED") else "MISMATCH: " + msg, flush=True)
         os._exit(1)
+    got["compared"] = sorted(COMPARED)
     print(json.dumps(got), flush=True)
     # Skip interpreter teardown (the fake world and DeepSpeed's comm state).
     os._exit(0)

@@ -123,7 +123,7 @@ def LLMAutoParallel : Pass<"llm-auto-parallel", "::mlir::ModuleOp"> {
     Option<"report", "report", "std::string", /*default=*/"\"\"",
            "write the JSON report here (- for standard output)">,
     Option<"exportFormat", "export", "std::string", /*default=*/"\"\"",
-           "export the best plan: megatron, deepspeed or torchtitan">,
+           "export the best plan: megatron, deepspeed, torchtitan (0.3.x) or torchtitan-0.2">,
     Option<"exportFile", "export-file", "std::string", /*default=*/"\"-\"",
            "where the export goes (default: standard output)">,
     Option<"reportHtml", "report-html", "std::string", /*default=*/"\"\"",
