@@ -2123,11 +2123,11 @@ bool CudaExecutor::init(const Plan &plan, int rank, uint64_t seed, std::string &
       if (ins.kernel && ins.kernel->id == KernelId::Fused)
         fusedNames.insert(ins.fusedName);
   const char *fusedEnv = std::getenv("LLMOPT_CUDA_FUSED");
-  if (!fusedNames.empty() && !planDir.empty() && !(fusedEnv && std::string(fusedEnv) == "0")) {
+  if (!fusedNames.empty() && compileFused && !(fusedEnv && std::string(fusedEnv) == "0")) {
     std::string why;
     if (!known) {
       why = "cannot read the device's properties";
-    } else if (s->fused.load(planDir, sm, plan.kernelsSha256, why)) {
+    } else if (s->fused.load(plan, sm, why)) {
       for (const std::string &name : fusedNames)
         if (!(s->launchers[name] = s->fused.find(name))) {
           why = s->fused.path() + " has no launcher '" + name + "'";

@@ -1,6 +1,7 @@
 //===- fused_library.cpp - the plan's generated fused kernels -------------===//
 
 #include "llmopt-runtime/fused_library.h"
+#include "llmopt-runtime/plan.h"
 #include "llmopt-runtime/sha256.h"
 
 #include <cuda_runtime_api.h>
@@ -108,29 +109,23 @@ FusedLibrary::~FusedLibrary() {
     dlclose(handle);
 }
 
-bool FusedLibrary::load(const std::string &planDir, const std::string &sm,
-                        const std::string &sha256, std::string &error) {
-  if (sm.empty() || sm.find_first_not_of("0123456789") != std::string::npos) {
+bool FusedLibrary::load(const Plan &plan, const std::string &sm, std::string &error) {
+  if (sm.empty() || sm.size() > 4 || sm.find_first_not_of("0123456789") != std::string::npos) {
     error = "the GPU architecture must be digits (80, 90), got '" + sm + "'";
     return false;
   }
-  std::string src = planDir + "/kernels.cu";
-  std::ifstream in(src, std::ios::binary);
-  if (!in) {
-    error = src + ": cannot read the plan's fused kernels";
+  // What is compiled is generated from plan.json, never read from the plan
+  // directory: its kernels.cu could hold any code (host code included).
+  std::string source;
+  std::set<std::string> names;
+  if (!fusedKernelsSource(plan, source, names, error))
+    return false;
+  if (names.empty()) {
+    error = "the plan has no fused kernels";
     return false;
   }
-  std::stringstream text;
-  text << in.rdbuf();
-  if (sha256.empty()) {
-    error = planDir + "/checksums.sha256 does not list kernels.cu; refusing unchecked kernels";
-    return false;
-  }
-  std::string digest = sha256Hex(text.str());
-  if (digest != sha256) {
-    error = src + ": checksum mismatch: the file is truncated or was modified";
-    return false;
-  }
+  std::string src = "the plan's fused kernels";
+  std::string digest = sha256Hex(source);
   std::string dir = kernelCacheDirectory();
   if (dir.empty()) {
     error = cacheDir() + ": cannot create the kernel cache, or it is not this user's alone "
@@ -164,7 +159,7 @@ bool FusedLibrary::load(const std::string &planDir, const std::string &sm,
     };
     {
       std::ofstream out(cu, std::ios::binary);
-      out << text.str();
+      out << source;
       if (!out.flush()) {
         cleanup();
         error = cu + ": cannot write";

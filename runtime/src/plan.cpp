@@ -187,6 +187,7 @@ struct Checker {
           if (std::string(list) == "outs" && size_t(n) < ins.ins.size())
             return fail(ew + ".outs", "writes an input of the fused kernel");
           (std::string(list) == "ins" ? sub.ins : sub.outs).push_back(bufferOf(n));
+          (std::string(list) == "ins" ? sub.insRefs : sub.outsRefs).push_back(n);
         }
       }
       if ((sub.kernel->inputs >= 0 && int(sub.ins.size()) != sub.kernel->inputs) ||
@@ -963,7 +964,7 @@ bool parsePlan(const json::Value &root, Plan &plan, std::string &error) {
   if (int(covered.size()) != plan.worldSize)
     return c.fail("programs", "cover " + std::to_string(covered.size()) + " of " +
                                   std::to_string(plan.worldSize) + " ranks");
-  return true;
+  return verifyPlanInvariants(plan, error);
 }
 
 bool readFile(const std::string &path, std::string &out) {
@@ -1034,9 +1035,8 @@ bool loadPlan(const std::string &dir, Plan &plan, std::string &error) {
   }
   plan.text = std::move(text);
   plan.sha256 = std::move(digest);
-  // The generated fused kernels' hash (checked where they are compiled).
-  if (auto it = listed.find("kernels.cu"); it != listed.end())
-    plan.kernelsSha256 = it->second;
+  // kernels.cu, where listed, is not read: the fused kernels are generated
+  // from plan.json's description of them (fused_library.h).
   return true;
 }
 

@@ -559,7 +559,8 @@ static int run(int argc, char **argv) {
   }
 
   if (!o.compileFused.empty()) {
-    // The plan's kernels.cu compiled into the kernel cache (every fused
+    // The plan's fused kernels, generated from plan.json (the directory's
+    // kernels.cu is not read), compiled into the kernel cache (every fused
     // kernel of every program must resolve), so that a job's ranks find it.
     Plan plan;
     if (!loadPlan(o.plan, plan, error)) {
@@ -567,18 +568,18 @@ static int run(int argc, char **argv) {
       return 1;
     }
 #ifdef LLMOPT_HAVE_CUDA
+    std::string source;
     std::set<std::string> names;
-    for (const Program &p : plan.programs)
-      for (const std::vector<Instruction> *list : {&p.microBatch, &p.step})
-        for (const Instruction &ins : *list)
-          if (ins.kernel && ins.kernel->id == llmopt::kernels::KernelId::Fused)
-            names.insert(ins.fusedName);
+    if (!fusedKernelsSource(plan, source, names, error)) {
+      std::fprintf(stderr, "llm-run: error: %s\n", error.c_str());
+      return 1;
+    }
     if (names.empty()) {
       std::printf("0 fused kernels for sm_%s: nothing to compile\n", o.compileFused.c_str());
       return 0;
     }
     FusedLibrary lib;
-    if (!lib.load(o.plan, o.compileFused, plan.kernelsSha256, error)) {
+    if (!lib.load(plan, o.compileFused, error)) {
       std::fprintf(stderr, "llm-run: error: %s\n", error.c_str());
       return 1;
     }
@@ -740,7 +741,7 @@ static int run(int argc, char **argv) {
   std::unique_ptr<CudaExecutor> gpu;
   if (o.device == "cuda") {
     gpu = std::make_unique<CudaExecutor>();
-    gpu->planDir = o.plan;
+    gpu->compileFused = true;
     gpu->comm = comm;
     gpu->commMode = o.comm;
     gpu->stepsWanted = o.steps > 0;

@@ -402,7 +402,9 @@ struct EmitPlanPass : public llmopt::impl::EmitPlanBase<EmitPlanPass> {
     // one): a full disk leaves the previous plan whole, or no directory.
     std::vector<std::pair<std::string, std::string>> files;
     if (!fusedOps.empty()) {
-      std::string cuda = fusedKernelsCudaSource(fusedOps);
+      std::string cuda;
+      if (failed(fusedKernelsCudaSource(fusedOps, cuda)))
+        return signalPassFailure();
       std::array<uint8_t, 32> cudaHash = llvm::SHA256::hash(
           ArrayRef<uint8_t>(reinterpret_cast<const uint8_t *>(cuda.data()), cuda.size()));
       sums += llvm::toHex(cudaHash, /*LowerCase=*/true) + "  kernels.cu\n";
@@ -497,7 +499,10 @@ void llmopt::registerExecToPlanTranslation() {
       if (fused.empty())
         return module->emitError() << "exec-to-cuda: the module has no exec.fused ops, so the "
                                       "plan has no generated kernels (lowered with fuse=false?)";
-      os << fusedKernelsCudaSource(fused);
+      std::string source;
+      if (failed(fusedKernelsCudaSource(fused, source)))
+        return failure();
+      os << source;
       return success();
     };
   };

@@ -79,9 +79,10 @@ public:
   /// freed once they are on the device) and collects `--profile`'s kernel
   /// times (`profiling`, `record`).
   CpuExecutor host;
-  /// The plan's directory (set before init): its kernels.cu is compiled
-  /// for this GPU and its fused kernels launched (fused_library.h).
-  std::string planDir;
+  /// Set before init: compile the plan's fused kernels for this GPU (their
+  /// source generated from plan.json, fused_library.h) and launch them;
+  /// otherwise their bodies run kernel by kernel.
+  bool compileFused = false;
   /// The launcher's communicator (set before init for plans of more than
   /// one rank): the mesh axes' ranks and the exchange of NCCL's unique ids.
   Communicator *comm = nullptr;

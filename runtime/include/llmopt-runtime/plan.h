@@ -93,6 +93,9 @@ struct Instruction {
   std::string fusedName;
   std::vector<Instruction> body;
   std::vector<std::vector<int64_t>> temps;
+  /// A fused body entry: its buffers' numbers among the fused instruction's
+  /// (its ins, then its outs, then its temporaries), as `ins` and `outs`.
+  std::vector<int64_t> insRefs, outsRefs;
 
   /// An MoE dispatch or combine (forward or backward): its expert indices
   /// [tokens, top_k] and its expert rows [experts, capacity, hidden].
@@ -167,8 +170,6 @@ struct Plan {
   std::map<std::string, int> mesh;
   std::vector<Buffer> inputs;
   std::vector<ParamSpec> params;
-  /// checksums.sha256's hash of kernels.cu (empty when it lists none).
-  std::string kernelsSha256;
   std::vector<Program> programs;
   /// The plan.json bytes and their SHA-256, as loadPlan read and verified
   /// them (empty for a plan parsed from memory): checkpoints record and
@@ -200,8 +201,20 @@ bool readFile(const std::string &path, std::string &out);
 /// `error` saying what is wrong and where.
 bool loadPlan(const std::string &dir, Plan &plan, std::string &error);
 
-/// Validates an already parsed plan.json (`loadPlan` without the files).
+/// Validates an already parsed plan.json (`loadPlan` without the files),
+/// ending with verifyPlanInvariants.
 bool parsePlan(const json::Value &root, Plan &plan, std::string &error);
+
+/// What keeps a plan's ranks alike (runtime/src/plan_invariants.cpp;
+/// docs/runtime.md, "What a plan directory may contain and what the loader
+/// verifies"): each parameter's gradient reduced over every axis it is
+/// replicated over before its update, the gradient norm and overflow flag
+/// alike on every rank, every parameter alike on its replicas at the end of
+/// the step, no kernel reading a ZeRO-3 chunk, and nothing read from an
+/// arena or stash before one instruction of the same micro-batch wrote it
+/// (a gathered parameter before its param_gather). False with `error` naming
+/// the instruction, the parameter and the axis.
+bool verifyPlanInvariants(const Plan &plan, std::string &error);
 
 } // namespace llmopt::runtime
 
