@@ -131,8 +131,7 @@ public:
 private:
   /// Calls `fn` on the nodes that tile [first, last] (the bottom-up walk of
   /// an iterative segment tree; node 1 is the root, leaf p is leaves + p).
-  template <typename Fn>
-  void tile(int64_t first, int64_t last, Fn fn) const {
+  template <typename Fn> void tile(int64_t first, int64_t last, Fn fn) const {
     for (auto lo = unsigned(leaves + first), hi = unsigned(leaves + last + 1); lo < hi;
          lo /= 2, hi /= 2) {
       if (lo & 1)
