@@ -533,6 +533,9 @@ def deepspeed_check(text, report, hf):
     # The export leaves the optimizer to the training script: here DeepSpeed's
     # own AdamW from the config (torch's kernels: no op to compile), which
     # ZeRO-Offload accepts where a client optimizer is refused.
+    # ds_config carries no model (the training script builds it): the
+    # planner's reading of config.json is what was costed.
+    check_planner_model(report, hf_model(hf))
     model, layers = tiny_model(hf, plan["tp"])
     engine_config = dict(config)
     engine_config.setdefault("optimizer", {"type": "AdamW",
